@@ -1,0 +1,3 @@
+from loopx.cli import main
+
+main()

@@ -1,0 +1,121 @@
+"""The ``loopx`` command line: parse, make one call, render.
+
+Subcommands load lazily from :data:`COMMANDS` so that ``loopx quota should-run`` imports only
+what it needs; plugins add commands through the ``loopx_register_commands`` hook.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+
+import click
+
+from loopx import __version__
+from loopx.cli.output import REGISTRY_KEY, LoopxGroup, wants_json
+
+# name -> "module:attribute". Hyphen and underscore spellings of the seed's names both work.
+COMMANDS = {
+    "project_prompt": "loopx.cli.goals:project_prompt",
+    "history": "loopx.cli.inspect:history",
+    "plugins": "loopx.cli.inspect:plugins_command",
+    "quota": "loopx.cli.quota:quota",
+    "action": "loopx.cli.actions:action",
+    "exec": "loopx.cli.runs:exec_command",
+    "evidence": "loopx.cli.runs:evidence",
+    "run": "loopx.cli.runs:run",
+    "turn": "loopx.cli.turn:turn",
+    "loop": "loopx.cli.turn:loop",
+    "demo": "loopx.cli.demo:demo",
+    "schema": "loopx.cli.runs:schema",
+    "gate": "loopx.cli.gates:gate",
+    "todo": "loopx.cli.todos:todo",
+    "handoff": "loopx.cli.rewards:handoff",
+    "reward": "loopx.cli.rewards:reward",
+    "summary_all": "loopx.cli.rewards:summary_all",
+    "status": "loopx.cli.status:status",
+    "status-server": "loopx.cli.status:status_server",
+    "capabilities": "loopx.cli.capabilities:capabilities",
+    "registry": "loopx.cli.registry:registry",
+}
+ALIASES = {"project-prompt": "project_prompt", "summary-all": "summary_all", "status_server": "status-server"}
+
+
+class RootGroup(LoopxGroup):
+    """The root group: built-in commands load on demand; plugin commands through a hook."""
+
+    _plugins_loaded = False
+
+    def _load_plugin_commands(self):
+        if not self._plugins_loaded:
+            self._plugins_loaded = True
+            from loopx.plugins import get_plugin_manager
+
+            get_plugin_manager().hook.loopx_register_commands(cli=self)
+
+    def list_commands(self, ctx):
+        self._load_plugin_commands()
+        names = set(self.commands) | {n for n in COMMANDS if _available(n)}
+        return sorted(names)
+
+    def get_command(self, ctx, name):
+        name = ALIASES.get(name, name)
+        target = COMMANDS.get(name)
+        if target is not None and _available(name):
+            module, attr = target.split(":")
+            return getattr(importlib.import_module(module), attr)
+        if name not in self.commands:
+            self._load_plugin_commands()
+        return self.commands.get(name)
+
+
+def _available(name: str) -> bool:
+    module = COMMANDS[name].split(":")[0]
+    return importlib.util.find_spec(module) is not None
+
+
+@click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--registry", "registry_url", envvar="LOOPX_REGISTRY", default=None,
+              help="Registry path or URL (default: the user data directory; env LOOPX_REGISTRY).")
+@click.version_option(__version__, prog_name="loopx")
+@click.pass_context
+def cli(ctx, registry_url):
+    """LoopX: durable goals, interaction contracts and human gates for long-running agents.
+
+    Before every turn an agent runs `loopx quota should-run --goal-id G` and does only the
+    actions the contract lists.
+    """
+    ctx.meta[REGISTRY_KEY] = registry_url
+
+
+def _json_requested(args: list[str]) -> bool:
+    for i, arg in enumerate(args):
+        if arg in ("--json", "--format=json") or (arg == "--format" and args[i + 1 : i + 2] == ["json"]):
+            return True
+    return False
+
+
+def main(argv=None):
+    """Console-script entry point."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        cli.main(args=args, prog_name="loopx", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
+    except click.ClickException as exc:
+        # Usage errors (a missing option, a bad choice) are bad input too: one line, exit 2.
+        ctx = getattr(exc, "ctx", None)
+        as_json = (ctx is not None and wants_json(ctx)) or _json_requested(args)
+        message = exc.format_message()
+        if as_json:
+            click.echo(json.dumps({"error": {"code": "invalid_argument", "message": message}}))
+        else:
+            if ctx is not None and isinstance(exc, click.UsageError):
+                click.echo(ctx.get_usage(), err=True)
+            click.echo(f"loopx: error: {message} [invalid_argument]", err=True)
+        sys.exit(2)

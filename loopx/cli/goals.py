@@ -1,0 +1,83 @@
+"""``loopx project_prompt``: create, list, show, pause, resume and close goals."""
+
+from __future__ import annotations
+
+import click
+
+from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
+
+
+def goal_text(goal: dict) -> str:
+    """A goal for people."""
+    lines = [f"{goal['id']}  [{goal['status']}]  {goal['title']}  (revision {goal['revision']})"]
+    if goal.get("description"):
+        lines.append(f"  {goal['description']}")
+    for c in goal.get("criteria", []):
+        lines.append(f"  [{'x' if c['met'] else ' '}] {c['text']}")
+    if goal.get("status_reason"):
+        lines.append(f"  reason: {goal['status_reason']}")
+    return "\n".join(lines)
+
+
+@click.group(cls=LoopxGroup)
+def project_prompt():
+    """Goals: the durable work objects agents pursue."""
+
+
+@project_prompt.command()
+@click.option("--title", required=True, help="Short name of the goal.")
+@click.option("--description", default="", help="The objective, in a paragraph or a few (64 KiB at most).")
+@click.option("--criterion", "criteria", multiple=True, help="A success criterion (repeatable).")
+@click.option("--parallel-runs", is_flag=True, help="Let several agents hold runs on this goal at once.")
+@operation_option
+def create(title, description, criteria, parallel_runs, operation_id):
+    """Create a goal."""
+    from loopx import project_prompt as goals
+
+    with open_registry() as reg:
+        goal = goals.create(reg, actor(), title=title, description=description, criteria=criteria,
+                            parallel_runs=parallel_runs, operation_id=operation_id)
+    emit(goal, goal_text)
+
+
+@project_prompt.command("list")
+@click.option("--status", default="active", type=click.Choice(["open", "paused", "closed", "active", "all"]),
+              help="Which goals (default: active = everything not closed).")
+@click.option("--limit", default=50, type=int, help="Page size, newest first (1-1000).")
+def list_command(status, limit):
+    """List goals, newest first."""
+    from loopx import project_prompt as goals
+
+    with open_registry() as reg:
+        found = goals.list_goals(reg, status=status, limit=limit)
+    emit(found, lambda gs: "\n".join(f"{g['id']}  [{g['status']}]  {g['title']}" for g in gs) or "no goals")
+
+
+@project_prompt.command()
+@click.option("--goal-id", required=True)
+def show(goal_id):
+    """Show one goal."""
+    from loopx import project_prompt as goals
+
+    with open_registry() as reg:
+        emit(goals.show(reg, goal_id), goal_text)
+
+
+def _transition(verb: str, doc: str):
+    @click.option("--goal-id", required=True)
+    @click.option("--reason", default=None, help="Why (kept in the ledger).")
+    @operation_option
+    def command(goal_id, reason, operation_id):
+        from loopx import project_prompt as goals
+
+        with open_registry() as reg:
+            goal = goals.transition(reg, actor(), verb, goal_id, reason=reason, operation_id=operation_id)
+        emit(goal, goal_text)
+
+    command.__doc__ = doc
+    project_prompt.command(verb)(command)
+
+
+_transition("pause", "Pause a goal: agents get `wait` until it is resumed.")
+_transition("resume", "Resume a paused goal.")
+_transition("close", "Close a goal for good: agents get `stop`.")

@@ -1,0 +1,115 @@
+"""What every command shares: output format, registry, actor, and error rendering.
+
+Every LoopX command is a :class:`LoopxCommand`, which adds ``--format text|json`` and
+``--json`` to it, so the format can be given before *and* after the subcommand, and turns a
+:class:`~loopx.errors.LoopxError` into one line on stderr (text) or an ``{"error": ...}``
+document on stdout (JSON), with exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from loopx.errors import LoopxError
+
+FORMAT_KEY = "loopx.format"
+REGISTRY_KEY = "loopx.registry"
+
+
+def _set_format(ctx, param, value):
+    if param.name == "json_flag":
+        if value:
+            ctx.meta[FORMAT_KEY] = "json"
+    elif value is not None:
+        ctx.meta[FORMAT_KEY] = value
+
+
+def format_options():
+    """The ``--format`` and ``--json`` options, shared by the root group and every command."""
+    return [
+        click.Option(["--format", "output_format"], type=click.Choice(["text", "json"]), default=None,
+                     expose_value=False, callback=_set_format, help="Output format (default: text)."),
+        click.Option(["--json", "json_flag"], is_flag=True, expose_value=False, callback=_set_format,
+                     help="Same as --format json."),
+    ]
+
+
+def wants_json(ctx: click.Context | None = None) -> bool:
+    """Whether the current command prints JSON."""
+    ctx = ctx or click.get_current_context(silent=True)
+    return bool(ctx) and ctx.meta.get(FORMAT_KEY) == "json"
+
+
+class LoopxCommand(click.Command):
+    """A click command with LoopX's format options and error rendering."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.params.extend(format_options())
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except LoopxError as err:
+            fail(err, ctx)
+
+
+class LoopxGroup(click.Group):
+    """A click group whose subcommands are LoopX commands by default."""
+
+    command_class = LoopxCommand
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.params.extend(format_options())
+
+
+LoopxGroup.group_class = LoopxGroup
+
+
+def fail(err: LoopxError, ctx: click.Context | None = None):
+    """Print ``err`` the way the current format wants and exit with its status."""
+    if wants_json(ctx):
+        click.echo(json.dumps(err.to_json()))
+    else:
+        click.echo(f"loopx: error: {err.message} [{err.code}]", err=True)
+    sys.exit(err.exit_code)
+
+
+def emit(data, text=None) -> None:
+    """Print ``data``: JSON under ``--format json``, else ``text(data)`` (or a JSON fallback)."""
+    if wants_json():
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    elif text is not None:
+        out = text(data)
+        if out:
+            click.echo(out)
+    else:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def open_registry(readonly: bool = False):
+    """The registry chosen by ``--registry`` / ``LOOPX_REGISTRY`` / the default location."""
+    from loopx.registry import Registry
+
+    ctx = click.get_current_context()
+    return Registry.open(ctx.meta.get(REGISTRY_KEY), readonly=readonly)
+
+
+def actor() -> str:
+    """The actor this command acts as (``LOOPX_ACTOR``, default ``user``)."""
+    from loopx.registry import current_actor
+
+    return current_actor()
+
+
+def operation_option(fn):
+    """The ``--operation-id`` option every mutating command takes."""
+    return click.option(
+        "--operation-id",
+        default=None,
+        help="Idempotency key: a retry with the same id returns the first result and writes nothing.",
+    )(fn)

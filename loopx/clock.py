@@ -1,0 +1,30 @@
+"""Time, in one format everywhere: ISO 8601 UTC with microseconds and a ``Z``.
+
+The format is fixed-width, so timestamps compare correctly as strings, in Python and in SQL.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+_FMT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def now() -> str:
+    """The current time as a LoopX timestamp."""
+    return datetime.now(timezone.utc).strftime(_FMT)
+
+
+def parse(stamp: str) -> datetime:
+    """A LoopX timestamp back to an aware datetime."""
+    return datetime.strptime(stamp, _FMT).replace(tzinfo=timezone.utc)
+
+
+def add_seconds(stamp: str, seconds: float) -> str:
+    """``stamp`` moved by ``seconds`` (may be negative)."""
+    return (parse(stamp) + timedelta(seconds=seconds)).strftime(_FMT)
+
+
+def seconds_between(start: str, end: str) -> float:
+    """``end - start`` in seconds."""
+    return (parse(end) - parse(start)).total_seconds()

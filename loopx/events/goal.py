@@ -1,0 +1,62 @@
+"""Goal lifecycle events: created, paused, resumed, closed, criterion_met."""
+
+from __future__ import annotations
+
+import json
+
+from loopx.ledger import USER, event_kind
+
+EMPTY_LIMITS = json.dumps({}, sort_keys=True)
+
+
+@event_kind("goal.created", USER)
+def created(tx, event):
+    b = event.body
+    tx.execute(
+        "INSERT INTO goals (id, created_seq, title, description, status, status_reason, criteria,"
+        " limits, grants, parallel_runs, revision, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?, 'open', NULL, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            event.goal_id,
+            event.id,
+            b["title"],
+            b.get("description", ""),
+            json.dumps([{"text": t, "met": False} for t in b.get("criteria", [])]),
+            json.dumps(b.get("limits", {}), sort_keys=True),
+            EMPTY_LIMITS,
+            1 if b.get("parallel_runs") else 0,
+            event.seq,
+            event.at,
+            event.at,
+        ),
+    )
+
+
+def _set_status(tx, event, status):
+    tx.execute(
+        "UPDATE goals SET status = ?, status_reason = ? WHERE id = ?",
+        (status, event.body.get("reason"), event.goal_id),
+    )
+
+
+@event_kind("goal.paused", USER)
+def paused(tx, event):
+    _set_status(tx, event, "paused")
+
+
+@event_kind("goal.resumed", USER)
+def resumed(tx, event):
+    _set_status(tx, event, "open")
+
+
+@event_kind("goal.closed", USER)
+def closed(tx, event):
+    _set_status(tx, event, "closed")
+
+
+@event_kind("goal.criterion_met", USER)
+def criterion_met(tx, event):
+    row = tx.one("SELECT criteria FROM goals WHERE id = ?", (event.goal_id,))
+    criteria = json.loads(row["criteria"])
+    criteria[event.body["index"]]["met"] = bool(event.body.get("met", True))
+    tx.execute("UPDATE goals SET criteria = ? WHERE id = ?", (json.dumps(criteria), event.goal_id))

@@ -1,0 +1,23 @@
+"""The plugin seam: hook specifications, one module per concern, and nothing else.
+
+* :mod:`.state` - storage backends by URL scheme; observers of committed events.
+* :mod:`.contracts` - contributions to interaction contracts; vetoes (``repair``).
+* :mod:`.executors` - providers that carry out one turn under a contract.
+* :mod:`.capabilities` - capability declarations.
+* :mod:`.commands` - click commands a plugin adds.
+
+A plugin implements hooks with ``@loopx.hookimpl`` and is found through the ``loopx``
+entry-point group. See ``docs/plugins.md``.
+"""
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("loopx")
+
+MODULES = (
+    "loopx.hookspecs.state",
+    "loopx.hookspecs.contracts",
+    "loopx.hookspecs.executors",
+    "loopx.hookspecs.capabilities",
+    "loopx.hookspecs.commands",
+)

@@ -1,0 +1,177 @@
+"""The ledger: event kinds, who may write them, and the one function that applies them.
+
+Every change to a goal is an event appended to the goal's ledger in the same transaction that
+applies it to the current-state tables. :func:`apply` is used both when an event is first
+written and when a ledger is replayed, so "replayed ledger == current state" holds by
+construction; :func:`replayed_snapshot` and :func:`snapshot` let anyone check it.
+
+Event kinds are named ``<area>.<verb>``; the apply functions of an area live in
+``loopx.events.<area>`` and register themselves with :func:`event_kind` when imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Callable
+
+import attrs
+
+from loopx.errors import LoopxError
+from loopx.model import Event
+from loopx.store import schema
+
+# Actor roles: "capability:NAME" has the role "capability".
+USER, EXECUTOR, CAPABILITY, CORE = "user", "executor", "capability", "core"
+
+
+@attrs.frozen
+class EventKind:
+    """What one kind of event does, and which actor roles may cause it."""
+
+    name: str
+    apply: Callable
+    writers: frozenset
+
+
+_KINDS: dict[str, EventKind] = {}
+
+# Where each area's apply functions live (imported on first use).
+AREAS = {
+    "goal": "loopx.events.goal",
+    "gate": "loopx.events.gate",
+    "todo": "loopx.events.todo",
+    "action": "loopx.events.action",
+    "quota": "loopx.events.quota",
+    "run": "loopx.events.run",
+    "evidence": "loopx.events.evidence",
+    "reward": "loopx.events.reward",
+    "capability": "loopx.events.capability",
+}
+
+
+def event_kind(name: str, *writers: str):
+    """Register the decorated ``apply(tx, event)`` function for event kind ``name``."""
+
+    def register(fn):
+        _KINDS[name] = EventKind(name, fn, frozenset(writers))
+        return fn
+
+    return register
+
+
+def kind(name: str) -> EventKind:
+    """The registered kind called ``name``, importing its area on first use."""
+    found = _KINDS.get(name)
+    if found is None:
+        area = AREAS.get(name.split(".", 1)[0])
+        if area:
+            importlib.import_module(area)
+            found = _KINDS.get(name)
+    if found is None:
+        raise LoopxError("invalid_argument", f"unknown event kind {name!r}")
+    return found
+
+
+def role(actor: str) -> str:
+    """The role of an actor string (``capability:issue_fix`` -> ``capability``)."""
+    return actor.split(":", 1)[0]
+
+
+def apply(tx, event: Event) -> None:
+    """Apply one event to the current-state tables (the same code path as a replay)."""
+    kind(event.kind).apply(tx, event)
+    tx.execute(
+        "UPDATE goals SET revision = ?, updated_at = ? WHERE id = ?",
+        (event.seq, event.at, event.goal_id),
+    )
+
+
+def append(tx, event: Event) -> Event:
+    """Write ``event`` to the ledger and apply it; returns it with its global id."""
+    row = tx.one(
+        "INSERT INTO events (goal_id, seq, at, actor, kind, body, operation_id)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        (
+            event.goal_id,
+            event.seq,
+            event.at,
+            event.actor,
+            event.kind,
+            json.dumps(event.body, sort_keys=True, separators=(",", ":")),
+            event.operation_id,
+        ),
+    )
+    event = attrs.evolve(event, id=row["id"])
+    apply(tx, event)
+    return event
+
+
+def event_from_row(row: dict) -> Event:
+    """An :class:`Event` from an ``events`` row."""
+    return Event(
+        id=row["id"],
+        goal_id=row["goal_id"],
+        seq=row["seq"],
+        at=row["at"],
+        actor=row["actor"],
+        kind=row["kind"],
+        body=json.loads(row["body"]),
+        operation_id=row["operation_id"],
+    )
+
+
+def events(tx, goal_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+    """A goal's events with ``seq > after``, oldest first."""
+    sql = "SELECT * FROM events WHERE goal_id = ? AND seq > ? ORDER BY seq"
+    params: list = [goal_id, after]
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    return [event_from_row(r) for r in tx.query(sql, params)]
+
+
+def snapshot(tx, goal_id: str) -> dict[str, list[dict]]:
+    """Every current-state row of one goal, per table, in key order."""
+    out = {}
+    for table, keys in schema.GOAL_TABLES.items():
+        column = "id" if table == "goals" else "goal_id"
+        order = ", ".join(keys)
+        out[table] = tx.query(f"SELECT * FROM {table} WHERE {column} = ? ORDER BY {order}", (goal_id,))
+    return out
+
+
+def replayed_snapshot(goal_events: list[Event]) -> dict[str, list[dict]]:
+    """The state a goal's events produce when replayed into an empty scratch registry."""
+    from loopx.store.sqlite import SqliteStore
+
+    scratch = SqliteStore(":memory:")
+    try:
+
+        def replay(tx):
+            for event in goal_events:
+                # Keep the original global id: goals and todos record it as their creation order.
+                tx.execute(
+                    "INSERT INTO events (id, goal_id, seq, at, actor, kind, body, operation_id)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (event.id, event.goal_id, event.seq, event.at, event.actor, event.kind,
+                     json.dumps(event.body), event.operation_id),
+                )
+                apply(tx, event)
+            return snapshot(tx, goal_events[0].goal_id) if goal_events else {}
+
+        return scratch.write(replay)
+    finally:
+        scratch.close()
+
+
+def normalise(snap: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """Make snapshots from different backends comparable (floats vs. ints, JSON text)."""
+    out = {}
+    for table, rows in snap.items():
+        clean = []
+        for row in rows:
+            clean.append({k: (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                              and k in {"cost", "score"} else v) for k, v in row.items()})
+        out[table] = clean
+    return out

@@ -1,0 +1,137 @@
+"""Goal lifecycle: create, list, show, pause, resume, close; and a goal's history.
+
+The seed calls goals "project prompts"; the commands keep that name, the code says goal.
+"""
+
+from __future__ import annotations
+
+import json
+
+from loopx import ledger
+from loopx.errors import LoopxError
+from loopx.model import Criterion, Goal, QuotaLimits, to_json
+from loopx.registry import Registry
+from loopx.validate import check_id, check_number, check_text, new_id
+
+LIST_STATUSES = ("open", "paused", "closed", "active", "all")
+MAX_CRITERIA = 50
+MAX_LIST_LIMIT = 1000
+
+
+def goal_from_row(row: dict) -> Goal:
+    """A :class:`Goal` from a ``goals`` row."""
+    return Goal(
+        id=row["id"],
+        title=row["title"],
+        description=row["description"],
+        status=row["status"],
+        criteria=[Criterion(**c) for c in json.loads(row["criteria"])],
+        limits=QuotaLimits(**json.loads(row["limits"])),
+        grants=QuotaLimits(**json.loads(row["grants"])),
+        parallel_runs=bool(row["parallel_runs"]),
+        revision=row["revision"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        status_reason=row["status_reason"],
+    )
+
+
+def load_goal(tx, goal_id: str) -> Goal:
+    """The goal ``goal_id`` (``goal_not_found`` if there is none)."""
+    row = tx.one("SELECT * FROM goals WHERE id = ?", (check_id("goal", goal_id),))
+    if row is None:
+        raise LoopxError("goal_not_found", f"no goal {goal_id}")
+    return goal_from_row(row)
+
+
+def create(
+    reg: Registry,
+    actor: str,
+    *,
+    title: str,
+    description: str = "",
+    criteria: list[str] | tuple = (),
+    parallel_runs: bool = False,
+    operation_id: str | None = None,
+) -> dict:
+    """Create a goal; returns it as JSON-ready data."""
+    title = check_text(title, what="--title", limit="title")
+    description = check_text(description or "", what="--description", limit="description", required=False) or ""
+    if len(criteria) > MAX_CRITERIA:
+        raise LoopxError("invalid_argument", f"at most {MAX_CRITERIA} success criteria")
+    criteria = [check_text(c, what="--criterion", limit="text") for c in criteria]
+    goal_id = new_id("goal")
+    body = {"title": title, "description": description, "criteria": criteria, "parallel_runs": parallel_runs}
+
+    def work(w):
+        w.emit("goal.created", body, goal_id=goal_id)
+        return to_json(load_goal(w.tx, goal_id))
+
+    return reg.mutate(actor, work, operation_id=operation_id, request={"op": "goal.create", **body})
+
+
+def list_goals(reg: Registry, *, status: str = "active", limit: int = 50, before: int | None = None) -> list[dict]:
+    """Goals, newest first. ``status``: open, paused, closed, active (not closed) or all."""
+    if status not in LIST_STATUSES:
+        raise LoopxError("invalid_argument", f"--status must be one of {', '.join(LIST_STATUSES)}")
+    limit = check_number(limit, what="--limit", minimum=1, maximum=MAX_LIST_LIMIT, integer=True)
+    where, params = [], []
+    if status == "active":
+        where.append("status IN ('open', 'paused')")
+    elif status != "all":
+        where.append("status = ?")
+        params.append(status)
+    if before is not None:
+        where.append("created_seq < ?")
+        params.append(before)
+    sql = "SELECT * FROM goals"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY created_seq DESC LIMIT ?"
+    params.append(limit)
+    with reg.read() as tx:
+        return [to_json(goal_from_row(r)) for r in tx.query(sql, params)]
+
+
+def show(reg: Registry, goal_id: str) -> dict:
+    """One goal as JSON-ready data."""
+    check_id("goal", goal_id)
+    with reg.read() as tx:
+        return to_json(load_goal(tx, goal_id))
+
+
+_TRANSITIONS = {
+    # verb: (event, statuses it may start from, resulting status)
+    "pause": ("goal.paused", ("open",), "paused"),
+    "resume": ("goal.resumed", ("paused",), "open"),
+    "close": ("goal.closed", ("open", "paused"), "closed"),
+}
+
+
+def transition(reg: Registry, actor: str, verb: str, goal_id: str, *, reason: str | None = None,
+               operation_id: str | None = None) -> dict:
+    """Pause, resume or close a goal (user only)."""
+    kind, sources, target = _TRANSITIONS[verb]
+    check_id("goal", goal_id)
+    reason = check_text(reason, what="--reason", limit="note", required=False)
+
+    def work(w):
+        if w.goal["status"] not in sources:
+            raise LoopxError(
+                "goal_closed" if w.goal["status"] == "closed" else "goal_not_open",
+                f"goal {goal_id} is {w.goal['status']}; cannot {verb} it",
+            )
+        w.emit(kind, {"reason": reason} if reason else {})
+        return to_json(load_goal(w.tx, goal_id))
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": f"goal.{verb}", "goal": goal_id, "reason": reason})
+
+
+def history(reg: Registry, goal_id: str, *, after: int = 0, limit: int | None = None) -> list[dict]:
+    """The goal's ledger: every event, who caused it, when."""
+    check_id("goal", goal_id)
+    after = check_number(after, what="--after", minimum=0, integer=True)
+    with reg.read() as tx:
+        load_goal(tx, goal_id)
+        return [to_json(e) for e in ledger.events(tx, goal_id, after=after, limit=limit)]

@@ -1,0 +1,208 @@
+"""The registry: the one API over durable state.
+
+Every write goes through :meth:`Registry.mutate`, which
+
+* names the actor (``user``, ``executor``, ``capability:NAME``; the dashboard never writes),
+* runs in one store transaction with the goal's row held against other writers,
+* appends each change as an event and applies it through :func:`loopx.ledger.apply`,
+* refuses an event kind the actor's role may not write (``actor_forbidden``), and
+* makes ``operation_id`` retries return the first result without writing anything.
+
+Domain modules (``project_prompt``, ``gates``, ``todos``, ``runs``...) build on it: they
+validate, read what they need through the writer's ``tx``, and ``emit`` events.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from contextlib import contextmanager
+from typing import Any, Callable
+
+from loopx import clock, ledger
+from loopx.errors import LoopxError
+from loopx.model import Event
+
+ENV_REGISTRY = "LOOPX_REGISTRY"
+ENV_ACTOR = "LOOPX_ACTOR"
+
+
+def current_actor() -> str:
+    """The actor this process acts as: ``LOOPX_ACTOR`` (set by ``loopx exec``), else ``user``."""
+    actor = os.environ.get(ENV_ACTOR) or "user"
+    check_actor(actor)
+    return actor
+
+
+def check_actor(actor: str) -> str:
+    """Refuse actor strings that name no known role."""
+    if actor in ("user", "executor", "dashboard", "core"):
+        return actor
+    if actor.startswith("capability:") and len(actor) > len("capability:"):
+        return actor
+    raise LoopxError("invalid_argument", f"unknown actor {actor!r} (LOOPX_ACTOR)")
+
+
+def resolve_url(url: str | None) -> str:
+    """The registry URL to use: explicit, else ``LOOPX_REGISTRY``, else the default file."""
+    url = url or os.environ.get(ENV_REGISTRY)
+    if url:
+        return url
+    from loopx.store.sqlite import default_path
+
+    return str(default_path())
+
+
+def open_store(url: str | None = None, *, readonly: bool = False):
+    """Open the store for ``url`` through the backend registered for its scheme."""
+    from loopx import plugins
+
+    url = resolve_url(url)
+    scheme = url.split("://", 1)[0].lower() if "://" in url else "sqlite"
+    if scheme.startswith("sqlite"):
+        scheme = "sqlite"
+    factory = plugins.store_factories().get(scheme)
+    if factory is None:
+        hint = " (pip install 'loopx[postgres]')" if scheme.startswith("postgres") else ""
+        raise LoopxError("registry_unavailable", f"no storage backend for {scheme}://{hint}")
+    return factory(url, readonly)
+
+
+class Writer:
+    """What a mutation sees: the transaction, the actor, the locked goal, and ``emit``."""
+
+    def __init__(self, tx, actor: str, goal: dict | None, operation_id: str | None):
+        self.tx = tx
+        self.actor = actor
+        self.goal = goal
+        self.goal_id = goal["id"] if goal else None
+        self.operation_id = operation_id
+        self.at = clock.now()
+        self.events: list[Event] = []
+        self._revision = goal["revision"] if goal else 0
+
+    def emit(self, kind_name: str, body: dict, *, goal_id: str | None = None) -> Event:
+        """Append and apply one event to this writer's goal (``goal_id`` only when creating)."""
+        kind = ledger.kind(kind_name)
+        if ledger.role(self.actor) not in kind.writers:
+            raise LoopxError(
+                "actor_forbidden",
+                f"{self.actor} may not {kind_name.replace('.', ' ')}: that is for {', '.join(sorted(kind.writers))}",
+            )
+        if goal_id is not None:
+            if self.goal_id is not None and goal_id != self.goal_id:
+                raise ValueError("one mutation writes one goal's ledger")
+            self.goal_id = goal_id
+        if self.goal_id is None:
+            raise ValueError("emit needs a goal")
+        self._revision += 1
+        event = Event(
+            id=0,
+            goal_id=self.goal_id,
+            seq=self._revision,
+            at=self.at,
+            actor=self.actor,
+            kind=kind_name,
+            body=body,
+            operation_id=self.operation_id,
+        )
+        event = ledger.append(self.tx, event)
+        self.events.append(event)
+        return event
+
+    @property
+    def revision(self) -> int:
+        """The goal's revision after what this writer emitted."""
+        return self._revision
+
+
+class Registry:
+    """Durable state, over one store."""
+
+    def __init__(self, store):
+        self.store = store
+
+    @classmethod
+    def open(cls, url: str | None = None, *, readonly: bool = False) -> "Registry":
+        """Open the registry at ``url`` (see :func:`resolve_url`)."""
+        return cls(open_store(url, readonly=readonly))
+
+    def close(self) -> None:
+        """Release the store."""
+        self.store.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @contextmanager
+    def read(self):
+        """A consistent snapshot: ``with reg.read() as tx: ...``."""
+        with self.store.read() as tx:
+            yield tx
+
+    def mutate(
+        self,
+        actor: str,
+        work: Callable[[Writer], Any],
+        *,
+        goal_id: str | None = None,
+        operation_id: str | None = None,
+        request: dict | None = None,
+        allow_closed: bool = False,
+    ) -> Any:
+        """Run ``work(writer)`` as one transaction and return its (JSON-ready) result.
+
+        ``goal_id`` names the goal to lock (``goal_not_found`` if it does not exist, and
+        ``goal_closed`` if it is closed unless ``allow_closed``). With ``operation_id``, a
+        retry whose ``request`` matches returns the first result and writes nothing; a reuse
+        of the id for a different request is refused with ``operation_conflict``.
+        """
+        check_actor(actor)
+        if actor == "dashboard":
+            raise LoopxError("actor_forbidden", "the dashboard never writes")
+        if operation_id is not None:
+            from loopx.validate import check_text
+
+            operation_id = check_text(operation_id, what="--operation-id", limit="agent")
+        request_hash = _hash(request or {})
+
+        def transaction(tx):
+            if operation_id is not None:
+                done = tx.one("SELECT request, result FROM operations WHERE id = ?", (operation_id,))
+                if done is not None:
+                    if done["request"] != request_hash:
+                        raise LoopxError(
+                            "operation_conflict",
+                            f"--operation-id {operation_id} was already used for a different request",
+                        )
+                    return json.loads(done["result"]), []
+            goal = None
+            if goal_id is not None:
+                goal = tx.lock_goal(goal_id)
+                if goal is None:
+                    raise LoopxError("goal_not_found", f"no goal {goal_id}")
+                if goal["status"] == "closed" and not allow_closed:
+                    raise LoopxError("goal_closed", f"goal {goal_id} is closed")
+            writer = Writer(tx, actor, goal, operation_id)
+            result = work(writer)
+            if operation_id is not None:
+                tx.execute(
+                    "INSERT INTO operations (id, goal_id, actor, request, result, at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (operation_id, writer.goal_id, actor, request_hash, json.dumps(result), writer.at),
+                )
+            return result, writer.events
+
+        result, events = self.store.write(transaction)
+        if events:
+            from loopx import plugins
+
+            plugins.notify_committed(self, events)
+        return result
+
+
+def _hash(request: dict) -> str:
+    return hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()

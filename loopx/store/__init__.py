@@ -1,0 +1,1 @@
+"""Storage backends behind one small interface (see :mod:`loopx.store.base`)."""

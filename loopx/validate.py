@@ -1,0 +1,112 @@
+"""Input checks shared by every entry point: ids, names, free text, numbers.
+
+Each check raises ``LoopxError("invalid_argument", ...)`` (or the not-found code for an id of
+the right form that names nothing) *before* any transaction starts, so bad input never writes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+
+from loopx.errors import LoopxError
+
+# Ids are a one-letter kind, a dash and 12 lowercase hex digits: short enough to type, long
+# enough (48 random bits) that independent machines sharing a PostgreSQL registry never collide.
+ID_KINDS = {
+    "goal": "g",
+    "gate": "x",
+    "todo": "t",
+    "run": "r",
+    "contract": "c",
+    "evidence": "e",
+    "reward": "w",
+}
+_ID_RE = {kind: re.compile(rf"{p}-[0-9a-f]{{12}}") for kind, p in ID_KINDS.items()}
+_NAME_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+
+# Limits on free text, in UTF-8 bytes. A goal's description is a brief, not a data dump:
+# 64 KiB holds a long issue text; bigger material belongs in evidence files (stored by sha256).
+LIMITS = {
+    "title": 200,
+    "description": 64 * 1024,
+    "text": 8 * 1024,
+    "comment": 8 * 1024,
+    "note": 8 * 1024,
+    "summary": 8 * 1024,
+    "agent": 100,
+}
+
+
+def new_id(kind: str) -> str:
+    """A fresh random id of the given kind (``goal``, ``gate``, ``todo``, ``run``, ...)."""
+    return f"{ID_KINDS[kind]}-{secrets.token_hex(6)}"
+
+
+def check_id(kind: str, value, *, option: str | None = None) -> str:
+    """Return ``value`` if it is a well-formed id of ``kind``, else raise invalid_argument."""
+    label = option or f"--{kind}-id"
+    if not isinstance(value, str) or not _ID_RE[kind].fullmatch(value):
+        shown = _show(value)
+        raise LoopxError(
+            "invalid_argument",
+            f"{label}: {shown} is not a {kind} id (expected {ID_KINDS[kind]}- and 12 hex digits)",
+        )
+    return value
+
+
+def check_name(value, *, what: str = "name") -> str:
+    """A short machine name (actions, capabilities): lowercase letters, digits, ``_.-``."""
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+        raise LoopxError(
+            "invalid_argument",
+            f"{what}: {_show(value)} must be 1-64 characters of a-z, 0-9, '_', '.', '-', starting with a letter",
+        )
+    return value
+
+
+def check_text(value, *, what: str, limit: str | None = None, required: bool = True) -> str | None:
+    """Free text: valid UTF-8, no NUL, within its byte limit; stripped of outer white space."""
+    if value is None:
+        if required:
+            raise LoopxError("invalid_argument", f"{what} is required")
+        return None
+    if not isinstance(value, str):
+        raise LoopxError("invalid_argument", f"{what} must be text")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        # click hands undecodable argv bytes over as lone surrogates (surrogateescape).
+        raise LoopxError("invalid_argument", f"{what} is not valid UTF-8") from None
+    if "\x00" in value:
+        raise LoopxError("invalid_argument", f"{what} contains a NUL character")
+    value = value.strip()
+    if required and not value:
+        raise LoopxError("invalid_argument", f"{what} must not be empty")
+    cap = LIMITS.get(limit or what, LIMITS["text"])
+    if size > cap:
+        raise LoopxError("invalid_argument", f"{what} is {size} bytes; the limit is {cap} bytes")
+    return value
+
+
+def check_number(value, *, what: str, minimum=None, maximum=None, integer: bool = False):
+    """A finite number within bounds (NaN and infinities are refused)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LoopxError("invalid_argument", f"{what} must be a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise LoopxError("invalid_argument", f"{what} must be a finite number, not {value}")
+    if integer and not float(value).is_integer():
+        raise LoopxError("invalid_argument", f"{what} must be a whole number")
+    if minimum is not None and value < minimum:
+        raise LoopxError("invalid_argument", f"{what} must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise LoopxError("invalid_argument", f"{what} must be at most {maximum}")
+    return int(value) if integer else value
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
