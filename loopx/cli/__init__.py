@@ -55,6 +55,28 @@ class RootGroup(LoopxGroup):
 
             get_plugin_manager().hook.loopx_register_commands(cli=self)
 
+    def main(self, args=None, prog_name=None, **extra):
+        """Run the CLI; usage errors become LoopX errors (one line, ``invalid_argument``, exit 2)."""
+        args = list(sys.argv[1:] if args is None else args)
+        extra.pop("standalone_mode", None)
+        try:
+            return super().main(args=args, prog_name=prog_name or "loopx", standalone_mode=False, **extra)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except click.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            message = exc.format_message()
+            if (ctx is not None and wants_json(ctx)) or _json_requested(args):
+                click.echo(json.dumps({"error": {"code": "invalid_argument", "message": message}}))
+            else:
+                if ctx is not None and isinstance(exc, click.UsageError):
+                    click.echo(ctx.get_usage(), err=True)
+                click.echo(f"loopx: error: {message} [invalid_argument]", err=True)
+            sys.exit(2)
+
     def list_commands(self, ctx):
         self._load_plugin_commands()
         names = set(self.commands) | {n for n in COMMANDS if _available(n)}
@@ -99,23 +121,4 @@ def _json_requested(args: list[str]) -> bool:
 
 def main(argv=None):
     """Console-script entry point."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        cli.main(args=args, prog_name="loopx", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("Aborted!", err=True)
-        sys.exit(1)
-    except click.ClickException as exc:
-        # Usage errors (a missing option, a bad choice) are bad input too: one line, exit 2.
-        ctx = getattr(exc, "ctx", None)
-        as_json = (ctx is not None and wants_json(ctx)) or _json_requested(args)
-        message = exc.format_message()
-        if as_json:
-            click.echo(json.dumps({"error": {"code": "invalid_argument", "message": message}}))
-        else:
-            if ctx is not None and isinstance(exc, click.UsageError):
-                click.echo(ctx.get_usage(), err=True)
-            click.echo(f"loopx: error: {message} [invalid_argument]", err=True)
-        sys.exit(2)
+    cli.main(args=argv, prog_name="loopx")

@@ -1,0 +1,98 @@
+"""Shared fixtures: a registry on every backend, the CLI in-process and as real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests import backends
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(params=backends.KINDS)
+def registry_url(request, tmp_path):
+    """A fresh, empty registry URL, once per backend (PostgreSQL skips without a server)."""
+    url = backends.fresh_registry(request.param, tmp_path)
+    yield url
+    backends.drop_registry(request.param, url)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
+    """A fresh embedded registry path, for tests that are about SQLite itself."""
+    return str(tmp_path / "registry.db")
+
+
+@pytest.fixture
+def reg(registry_url):
+    """An open :class:`loopx.registry.Registry` on ``registry_url``."""
+    from loopx.registry import Registry
+
+    r = Registry.open(registry_url)
+    yield r
+    r.close()
+
+
+class Result:
+    """What a CLI call gave: exit code, stdout, stderr, and stdout parsed as JSON when it is."""
+
+    def __init__(self, code: int, out: str, err: str):
+        self.code, self.out, self.err = code, out, err
+
+    @property
+    def json(self):
+        return json.loads(self.out)
+
+    def __repr__(self):
+        return f"Result(code={self.code}, out={self.out[:2000]!r}, err={self.err[:2000]!r})"
+
+
+@pytest.fixture
+def loopx(registry_url, monkeypatch):
+    """``loopx("project_prompt", "list", "--json", env={...})`` -> :class:`Result`, in-process."""
+    from loopx.cli import cli
+
+    monkeypatch.delenv("LOOPX_ACTOR", raising=False)
+
+    def call(*args, env=None, input=None):
+        runner = CliRunner()
+        full_env = {"LOOPX_REGISTRY": registry_url, **(env or {})}
+        r = runner.invoke(cli, [str(a) for a in args], env=full_env, input=input, catch_exceptions=False)
+        return Result(r.exit_code, r.stdout, r.stderr)
+
+    call.url = registry_url
+    return call
+
+
+def loopx_env(registry_url: str, **extra) -> dict:
+    """Environment for a real ``loopx`` process on ``registry_url``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    env["LOOPX_REGISTRY"] = registry_url
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def loopx_proc(registry_url):
+    """``loopx_proc("quota", "should-run", ...)`` -> :class:`Result`, as a real process."""
+
+    def call(*args, env=None, input=None, timeout=120):
+        p = subprocess.run(
+            [sys.executable, "-m", "loopx", *[str(a) for a in args]],
+            env=loopx_env(registry_url, **(env or {})),
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        return Result(p.returncode, p.stdout, p.stderr)
+
+    call.url = registry_url
+    return call
