@@ -27,12 +27,27 @@ def project_prompt():
 @project_prompt.command()
 @click.option("--title", required=True, help="Short name of the goal.")
 @click.option("--description", default="", help="The objective, in a paragraph or a few (64 KiB at most).")
+@click.option("--description-file", type=click.File("rb"), default=None,
+              help="Read the description from a file ('-' for stdin) instead.")
 @click.option("--criterion", "criteria", multiple=True, help="A success criterion (repeatable).")
 @click.option("--parallel-runs", is_flag=True, help="Let several agents hold runs on this goal at once.")
 @operation_option
-def create(title, description, criteria, parallel_runs, operation_id):
+def create(title, description, description_file, criteria, parallel_runs, operation_id):
     """Create a goal."""
     from loopx import project_prompt as goals
+    from loopx.errors import LoopxError
+    from loopx.validate import LIMITS
+
+    if description_file is not None:
+        # Read one byte past the limit: enough to refuse an oversized file without slurping it.
+        raw = description_file.read(LIMITS["description"] + 1)
+        try:
+            description = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise LoopxError("invalid_argument", "--description-file is not valid UTF-8") from None
+        if len(raw) > LIMITS["description"]:
+            raise LoopxError("invalid_argument",
+                             f"--description-file is over the {LIMITS['description']}-byte limit")
 
     with open_registry() as reg:
         goal = goals.create(reg, actor(), title=title, description=description, criteria=criteria,
