@@ -20,6 +20,7 @@ CODES = frozenset(
         "todo_not_found",
         "todo_claimed",
         "todo_not_ready",
+        "todo_not_open",
         "lease_lost",
         "dependency_cycle",
         "run_not_found",

@@ -1,0 +1,33 @@
+"""Gate events: a gate is requested (by a user or an executor) and decided (by a user only)."""
+
+from __future__ import annotations
+
+from loopx.ledger import EXECUTOR, USER, event_kind
+
+
+@event_kind("gate.added", USER, EXECUTOR)
+def added(tx, event):
+    b = event.body
+    tx.execute(
+        "INSERT INTO gates (id, goal_id, title, scope, blocks, status, requested_by, created_at,"
+        " decided_by, decided_at, comment) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, NULL, NULL, NULL)",
+        (b["gate_id"], event.goal_id, b["title"], b["scope"], b["blocks"], event.actor, event.at),
+    )
+
+
+def _decide(tx, event, status):
+    tx.execute(
+        "UPDATE gates SET status = ?, decided_by = ?, decided_at = ?, comment = ? WHERE id = ? AND goal_id = ?",
+        (status, event.actor, event.at, event.body.get("comment"), event.body["gate_id"], event.goal_id),
+    )
+
+
+# Deciding is the user's authority alone: the writers list is the enforcement.
+@event_kind("gate.approved", USER)
+def approved(tx, event):
+    _decide(tx, event, "approved")
+
+
+@event_kind("gate.rejected", USER)
+def rejected(tx, event):
+    _decide(tx, event, "rejected")

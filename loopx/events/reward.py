@@ -1,0 +1,15 @@
+"""Reward events: the ``human_reward`` overlay. Only a user scores a run; the run is never edited."""
+
+from __future__ import annotations
+
+from loopx.ledger import USER, event_kind
+
+
+@event_kind("reward.added", USER)
+def added(tx, event):
+    b = event.body
+    tx.execute(
+        "INSERT INTO rewards (id, goal_id, run_id, score, comment, author, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (b["reward_id"], event.goal_id, b["run_id"], float(b["score"]), b.get("comment"), event.actor, event.at),
+    )

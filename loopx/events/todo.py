@@ -1,0 +1,69 @@
+"""Todo events: added, dependencies added, claimed (with a lease and an epoch), done, blocked, reopened.
+
+A claim's expiry is computed when the command runs and stored in the event body, so replaying
+the ledger gives the same lease without consulting the clock.
+"""
+
+from __future__ import annotations
+
+import json
+
+from loopx.ledger import EXECUTOR, USER, event_kind
+
+
+@event_kind("todo.added", USER, EXECUTOR)
+def added(tx, event):
+    b = event.body
+    tx.execute(
+        "INSERT INTO todos (id, goal_id, created_seq, text, priority, depends_on, status, note,"
+        " claim_agent, claim_run_id, claim_expires_at, epoch, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, 'open', NULL, NULL, NULL, NULL, 0, ?, ?)",
+        (b["todo_id"], event.goal_id, event.id, b["text"], b["priority"], json.dumps(b["depends_on"]),
+         event.at, event.at),
+    )
+
+
+@event_kind("todo.depends", USER, EXECUTOR)
+def depends(tx, event):
+    b = event.body
+    row = tx.one("SELECT depends_on FROM todos WHERE id = ? AND goal_id = ?", (b["todo_id"], event.goal_id))
+    deps = json.loads(row["depends_on"])
+    deps.extend(d for d in b["depends_on"] if d not in deps)
+    tx.execute(
+        "UPDATE todos SET depends_on = ?, updated_at = ? WHERE id = ? AND goal_id = ?",
+        (json.dumps(deps), event.at, b["todo_id"], event.goal_id),
+    )
+
+
+@event_kind("todo.claimed", USER, EXECUTOR)
+def claimed(tx, event):
+    b = event.body
+    tx.execute(
+        "UPDATE todos SET claim_agent = ?, claim_run_id = ?, claim_expires_at = ?, epoch = ?, updated_at = ?"
+        " WHERE id = ? AND goal_id = ?",
+        (b["agent"], b.get("run_id"), b["expires_at"], b["epoch"], event.at, b["todo_id"], event.goal_id),
+    )
+
+
+def _settle(tx, event, status):
+    # Leaving the open state releases the claim; the epoch stays, so a later claim still bumps it.
+    tx.execute(
+        "UPDATE todos SET status = ?, note = ?, claim_agent = NULL, claim_run_id = NULL,"
+        " claim_expires_at = NULL, updated_at = ? WHERE id = ? AND goal_id = ?",
+        (status, event.body.get("note"), event.at, event.body["todo_id"], event.goal_id),
+    )
+
+
+@event_kind("todo.done", USER, EXECUTOR)
+def done(tx, event):
+    _settle(tx, event, "done")
+
+
+@event_kind("todo.blocked", USER, EXECUTOR)
+def blocked(tx, event):
+    _settle(tx, event, "blocked")
+
+
+@event_kind("todo.reopened", USER, EXECUTOR)
+def reopened(tx, event):
+    _settle(tx, event, "open")

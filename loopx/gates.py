@@ -1,0 +1,162 @@
+"""Gates: human approval checkpoints on a goal, on one of its actions, or on one of its todos.
+
+Anyone who works on a goal may *ask* for a gate (a user, or an executor that wants to stop and
+ask); only a user decides one. A gate that is not approved (pending or rejected) keeps what it
+blocks blocked: a gate on ``all`` stops the goal's turns, a gate on ``action:NAME`` keeps that
+action out of contracts, a gate on ``todo:ID`` keeps that todo out of the ready set.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from loopx import ledger
+from loopx.errors import LoopxError
+from loopx.model import GATE_SCOPES, Gate, to_json
+from loopx.registry import Registry
+from loopx.validate import check_id, check_name, check_text, new_id
+
+DECISIONS = {"approve": ("gate.approved", "approved"), "reject": ("gate.rejected", "rejected")}
+
+
+def gate_from_row(row: dict) -> Gate:
+    """A :class:`Gate` from a ``gates`` row."""
+    return Gate(
+        id=row["id"],
+        goal_id=row["goal_id"],
+        title=row["title"],
+        scope=row["scope"],
+        blocks=row["blocks"],
+        status=row["status"],
+        requested_by=row["requested_by"],
+        created_at=row["created_at"],
+        decided_by=row["decided_by"],
+        decided_at=row["decided_at"],
+        comment=row["comment"],
+    )
+
+
+def list_gates(tx, goal_id: str, *, pending_only: bool = False) -> list[Gate]:
+    """The goal's gates in the order they were asked for (only pending ones with ``pending_only``)."""
+    sql = "SELECT * FROM gates WHERE goal_id = ?"
+    params: list = [goal_id]
+    if pending_only:
+        sql += " AND status = 'pending'"
+    sql += " ORDER BY created_at, id"
+    return [gate_from_row(r) for r in tx.query(sql, params)]
+
+
+def blocking(tx, goal_id: str) -> dict:
+    """Every gate of the goal that is not approved, grouped by what it blocks.
+
+    Returns ``{"all": [Gate], "actions": {name: Gate}, "todos": {todo_id: Gate}}``: ``all``
+    holds the gates that block the whole goal. When several gates block one action or todo,
+    a pending one is shown before a rejected one (it is the one a user can still act on).
+    """
+    rows = tx.query(
+        "SELECT * FROM gates WHERE goal_id = ? AND status IN ('pending', 'rejected') ORDER BY created_at, id",
+        (goal_id,),
+    )
+    out: dict = {"all": [], "actions": {}, "todos": {}}
+    for gate in map(gate_from_row, rows):
+        if gate.blocks == "all":
+            out["all"].append(gate)
+            continue
+        kind, _, target = gate.blocks.partition(":")
+        group = out["actions"] if kind == "action" else out["todos"]
+        held = group.get(target)
+        if held is None or (held.status == "rejected" and gate.status == "pending"):
+            group[target] = gate
+    return out
+
+
+def decision_commands(gate: Gate) -> list[str]:
+    """The exact, shell-quoted commands a user runs to approve or reject ``gate``."""
+    base = ["loopx", "gate"]
+    tail = ["--goal-id", gate.goal_id, "--gate-id", gate.id]
+    return [shlex.join([*base, "approve", *tail]), shlex.join([*base, "reject", *tail, "--comment", "why"])]
+
+
+def parse_blocks(value: str | None) -> tuple[str, str | None]:
+    """``all``, ``action:NAME`` or ``todo:ID`` -> (kind, target); anything else is refused."""
+    if value is None or value == "all":
+        return "all", None
+    if not isinstance(value, str) or ":" not in value:
+        raise LoopxError("invalid_argument", f"--blocks: {value!r} must be all, action:NAME or todo:ID")
+    kind, _, target = value.partition(":")
+    if kind == "action":
+        return "action", check_name(target, what="--blocks action name")
+    if kind == "todo":
+        return "todo", check_id("todo", target, option="--blocks todo")
+    raise LoopxError("invalid_argument", f"--blocks: {value!r} must be all, action:NAME or todo:ID")
+
+
+def add(reg: Registry, actor: str, *, goal_id: str, title: str, scope: str = "other", blocks: str = "all",
+        operation_id: str | None = None) -> dict:
+    """Ask for a gate on a goal (user or executor); returns the new gate."""
+    check_id("goal", goal_id)
+    title = check_text(title, what="--title", limit="title")
+    if scope not in GATE_SCOPES:
+        raise LoopxError("invalid_argument", f"--scope must be one of {', '.join(GATE_SCOPES)}")
+    kind, target = parse_blocks(blocks)
+    blocks = "all" if kind == "all" else f"{kind}:{target}"
+    gate_id = new_id("gate")
+
+    def work(w):
+        if kind == "action" and w.tx.one(
+            "SELECT name FROM actions WHERE goal_id = ? AND name = ?", (goal_id, target)
+        ) is None:
+            raise LoopxError("action_not_found", f"goal {goal_id} has no action {target}")
+        if kind == "todo" and w.tx.one(
+            "SELECT id FROM todos WHERE goal_id = ? AND id = ?", (goal_id, target)
+        ) is None:
+            raise LoopxError("todo_not_found", f"goal {goal_id} has no todo {target}")
+        w.emit("gate.added", {"gate_id": gate_id, "title": title, "scope": scope, "blocks": blocks})
+        return to_json(load_gate(w.tx, goal_id, gate_id))
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": "gate.add", "goal": goal_id, "title": title, "scope": scope, "blocks": blocks})
+
+
+def decide(reg: Registry, actor: str, verb: str, *, goal_id: str, gate_id: str, comment: str | None = None,
+           operation_id: str | None = None) -> dict:
+    """Approve or reject a pending gate (user only); returns the decided gate."""
+    if verb not in DECISIONS:
+        raise LoopxError("invalid_argument", f"a gate decision is approve or reject, not {verb!r}")
+    kind, _ = DECISIONS[verb]
+    check_id("goal", goal_id)
+    check_id("gate", gate_id)
+    comment = check_text(comment, what="--comment", limit="comment", required=False)
+    if ledger.role(actor) != ledger.USER:
+        # The event kind's writers refuse it too; this says why in words a harness log can show.
+        raise LoopxError("actor_forbidden",
+                         f"only a user may {verb} a gate; {actor} may ask for one but never decide it")
+
+    def work(w):
+        gate = load_gate(w.tx, goal_id, gate_id)
+        if gate.status != "pending":
+            raise LoopxError("gate_decided",
+                             f"gate {gate_id} was already {gate.status} by {gate.decided_by} at {gate.decided_at}")
+        w.emit(kind, {"gate_id": gate_id, "comment": comment} if comment else {"gate_id": gate_id})
+        return to_json(load_gate(w.tx, goal_id, gate_id))
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": f"gate.{verb}", "goal": goal_id, "gate": gate_id, "comment": comment})
+
+
+def load_gate(tx, goal_id: str, gate_id: str) -> Gate:
+    """The gate ``gate_id`` of ``goal_id`` (``gate_not_found`` otherwise)."""
+    row = tx.one("SELECT * FROM gates WHERE id = ? AND goal_id = ?", (gate_id, goal_id))
+    if row is None:
+        raise LoopxError("gate_not_found", f"goal {goal_id} has no gate {gate_id}")
+    return gate_from_row(row)
+
+
+def list_for(reg: Registry, goal_id: str, *, pending_only: bool = False) -> list[dict]:
+    """``gate list``: the goal's gates as JSON-ready data."""
+    from loopx.project_prompt import load_goal
+
+    check_id("goal", goal_id)
+    with reg.read() as tx:
+        load_goal(tx, goal_id)
+        return [to_json(g) for g in list_gates(tx, goal_id, pending_only=pending_only)]

@@ -1,0 +1,151 @@
+"""The ``human_reward`` overlay: a user's score in [-1, 1] and comment on one run of a goal.
+
+A reward overlays a run; it never edits it. The latest rewards reach the agent in the next
+contract as feedback, and ``reward export`` writes them, joined with the run, the contract it
+ran under and its evidence, as versioned JSON records for reward-model training
+(``loopx/schemas/reward_record.json``, documented in ``docs/reward-export.md``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+from loopx import ledger
+from loopx.errors import LoopxError
+from loopx.model import Reward, to_json
+from loopx.registry import Registry
+from loopx.validate import check_id, check_number, check_text, new_id
+
+RECORD_SCHEMA = "loopx.reward_record/1"
+# A run can gather a lot of evidence; a training record keeps the first ones and says how many.
+MAX_EVIDENCE_PER_RECORD = 200
+
+
+def reward_from_row(row: dict) -> Reward:
+    """A :class:`Reward` from a ``rewards`` row."""
+    return Reward(id=row["id"], goal_id=row["goal_id"], run_id=row["run_id"], score=float(row["score"]),
+                  author=row["author"], created_at=row["created_at"], comment=row["comment"])
+
+
+def list_rewards(tx, goal_id: str) -> list[Reward]:
+    """The goal's rewards, oldest first."""
+    rows = tx.query("SELECT * FROM rewards WHERE goal_id = ? ORDER BY created_at, id", (goal_id,))
+    return [reward_from_row(r) for r in rows]
+
+
+def feedback(tx, goal_id: str, limit: int = 3) -> list[dict]:
+    """The latest ``limit`` rewards of the goal, newest first: ``{run_id, score, comment, at}``."""
+    rows = tx.query(
+        "SELECT run_id, score, comment, created_at FROM rewards WHERE goal_id = ?"
+        " ORDER BY created_at DESC, id DESC LIMIT ?",
+        (goal_id, limit),
+    )
+    return [{"run_id": r["run_id"], "score": float(r["score"]), "comment": r["comment"], "at": r["created_at"]}
+            for r in rows]
+
+
+def check_score(score) -> float:
+    """A reward score: a finite number in [-1, 1] (NaN and infinities are refused)."""
+    return float(check_number(score, what="--score", minimum=-1, maximum=1))
+
+
+def add(reg: Registry, actor: str, *, goal_id: str, run_id: str, score, comment: str | None = None,
+        operation_id: str | None = None) -> dict:
+    """Score one run of the goal (user only); returns the reward."""
+    check_id("goal", goal_id)
+    check_id("run", run_id)
+    score = check_score(score)
+    comment = check_text(comment, what="--comment", limit="comment", required=False)
+    if ledger.role(actor) != ledger.USER:
+        # The event kind's writers refuse it too; this message says why.
+        raise LoopxError("actor_forbidden", f"only a user may score a run; {actor} may not add a reward")
+    reward_id = new_id("reward")
+
+    def work(w):
+        run = w.tx.one("SELECT goal_id FROM runs WHERE id = ?", (run_id,))
+        if run is None:
+            raise LoopxError("run_not_found", f"no run {run_id}")
+        if run["goal_id"] != goal_id:
+            raise LoopxError("run_not_found", f"run {run_id} belongs to another goal, not {goal_id}")
+        body = {"reward_id": reward_id, "run_id": run_id, "score": score}
+        if comment:
+            body["comment"] = comment
+        w.emit("reward.added", body)
+        row = w.tx.one("SELECT * FROM rewards WHERE id = ?", (reward_id,))
+        return to_json(reward_from_row(row))
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": "reward.add", "goal": goal_id, "run": run_id, "score": score,
+                               "comment": comment})
+
+
+def list_for(reg: Registry, goal_id: str) -> list[dict]:
+    """``reward list``: the goal's rewards, oldest first, as JSON-ready data."""
+    from loopx.project_prompt import load_goal
+
+    check_id("goal", goal_id)
+    with reg.read() as tx:
+        load_goal(tx, goal_id)
+        return [to_json(r) for r in list_rewards(tx, goal_id)]
+
+
+def export_records(reg: Registry, goal_id: str | None = None) -> Iterator[dict]:
+    """One ``loopx.reward_record/1`` per reward (of one goal, or of every goal), oldest first.
+
+    Each record joins the reward with its goal, its run (outcome, tokens, cost, hand-off), the
+    contract the run was issued under, and the run's evidence summaries. All records come from
+    one consistent snapshot.
+    """
+    from loopx.project_prompt import load_goal
+
+    if goal_id is not None:
+        check_id("goal", goal_id)
+    with reg.read() as tx:
+        if goal_id is not None:
+            load_goal(tx, goal_id)
+            rows = tx.query("SELECT * FROM rewards WHERE goal_id = ? ORDER BY created_at, id", (goal_id,))
+        else:
+            rows = tx.query("SELECT * FROM rewards ORDER BY created_at, id")
+        goals: dict[str, dict] = {}
+        for row in rows:
+            if row["goal_id"] not in goals:
+                goals[row["goal_id"]] = _goal_part(load_goal(tx, row["goal_id"]))
+            yield record(tx, reward_from_row(row), goals[row["goal_id"]])
+
+
+def _goal_part(goal) -> dict:
+    return {"id": goal.id, "title": goal.title, "objective": goal.description,
+            "criteria": [c.text for c in goal.criteria]}
+
+
+def record(tx, reward: Reward, goal_part: dict) -> dict:
+    """The training record of one reward (see ``docs/reward-export.md``)."""
+    from loopx import clock
+
+    run = tx.one("SELECT * FROM runs WHERE id = ?", (reward.run_id,))
+    wall = None
+    if run["finished_at"]:
+        wall = max(0.0, clock.seconds_between(run["opened_at"], run["finished_at"]))
+    contract = tx.one("SELECT * FROM contracts WHERE id = ?", (run["contract_id"],))
+    total = tx.one("SELECT COUNT(*) AS n FROM evidence WHERE run_id = ?", (run["id"],))["n"]
+    evidence = tx.query(
+        "SELECT id, kind, summary, actor, created_at, file_sha256 FROM evidence WHERE run_id = ?"
+        " ORDER BY created_at, id LIMIT ?",
+        (run["id"], MAX_EVIDENCE_PER_RECORD),
+    )
+    return {
+        "schema": RECORD_SCHEMA,
+        "reward": {"id": reward.id, "score": reward.score, "comment": reward.comment,
+                   "author": reward.author, "created_at": reward.created_at},
+        "goal": goal_part,
+        "run": {"id": run["id"], "agent": run["agent"], "status": run["status"], "outcome": run["outcome"],
+                "opened_at": run["opened_at"], "finished_at": run["finished_at"], "wall_seconds": wall,
+                "tokens": int(run["tokens"]), "cost": float(run["cost"]), "handoff": run["handoff"]},
+        "contract": None if contract is None else {
+            "id": contract["id"], "fingerprint": contract["fingerprint"], "issued_at": contract["issued_at"],
+            "document": json.loads(contract["document"])},
+        "evidence": [{k: e[k] for k in ("id", "kind", "summary", "actor", "created_at", "file_sha256")}
+                     for e in evidence],
+        "evidence_total": total,
+    }

@@ -1,0 +1,312 @@
+"""Todos: the goal's plan, with priorities, dependencies, and claims that carry a lease.
+
+The *ready set* is what an agent may pick up now: open todos whose dependencies are all done,
+that no unapproved gate holds, and that no other agent holds under a lease that has not expired.
+A claim is a lease (an expiry) and an epoch; the epoch goes up each time a new agent takes the
+todo, so a holder that lost its lease can be told so (``lease_lost``) when it reports back.
+
+Users change todos at any time; executors only inside an open run of the goal (``--run-id``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from loopx import ledger
+from loopx.errors import LoopxError
+from loopx.model import TODO_PRIORITIES, Claim, Todo, to_json
+from loopx.registry import Registry
+from loopx.validate import check_id, check_number, check_text, new_id
+
+DEFAULT_TTL_SECONDS = 2700
+MAX_TTL_SECONDS = 7 * 24 * 3600
+MAX_DEPENDENCIES = 100
+SETTLE = {"done": ("todo.done", "done"), "block": ("todo.blocked", "blocked"), "reopen": ("todo.reopened", "open")}
+
+
+def todo_from_row(row: dict) -> Todo:
+    """A :class:`Todo` from a ``todos`` row."""
+    claim = None
+    if row["claim_agent"] is not None:
+        claim = Claim(agent=row["claim_agent"], run_id=row["claim_run_id"],
+                      expires_at=row["claim_expires_at"], epoch=row["epoch"])
+    return Todo(
+        id=row["id"],
+        goal_id=row["goal_id"],
+        text=row["text"],
+        priority=row["priority"],
+        depends_on=json.loads(row["depends_on"]),
+        status=row["status"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        note=row["note"],
+        claim=claim,
+        epoch=row["epoch"],
+    )
+
+
+def list_todos(tx, goal_id: str) -> list[Todo]:
+    """Every todo of the goal, by priority (P0 first) then creation order."""
+    rows = tx.query("SELECT * FROM todos WHERE goal_id = ? ORDER BY priority, created_seq", (goal_id,))
+    return [todo_from_row(r) for r in rows]
+
+
+def load_todo(tx, goal_id: str, todo_id: str) -> Todo:
+    """The todo ``todo_id`` of ``goal_id`` (``todo_not_found`` otherwise)."""
+    row = tx.one("SELECT * FROM todos WHERE id = ? AND goal_id = ?", (todo_id, goal_id))
+    if row is None:
+        raise LoopxError("todo_not_found", f"goal {goal_id} has no todo {todo_id}")
+    return todo_from_row(row)
+
+
+def count(tx, goal_id: str) -> int:
+    """How many todos the goal has, whatever their status."""
+    return tx.one("SELECT COUNT(*) AS n FROM todos WHERE goal_id = ?", (goal_id,))["n"]
+
+
+def held_by_other(todo: Todo, agent: str | None, now: str) -> bool:
+    """Whether someone other than ``agent`` holds ``todo`` under a lease still valid at ``now``."""
+    return todo.claim is not None and todo.claim.agent != agent and todo.claim.expires_at > now
+
+
+def _gated_todos(tx, goal_id: str) -> dict[str, str]:
+    rows = tx.query(
+        "SELECT blocks, status FROM gates WHERE goal_id = ? AND status IN ('pending', 'rejected')", (goal_id,)
+    )
+    return {r["blocks"][5:]: r["status"] for r in rows if r["blocks"].startswith("todo:")}
+
+
+def why_not_ready(todo: Todo, *, statuses: dict[str, str], gated: dict[str, str], agent: str | None,
+                  now: str) -> tuple[str, str] | None:
+    """``None`` when ``todo`` is ready for ``agent``; else ``(code, message)`` saying why not."""
+    if todo.status != "open":
+        return "todo_not_open", f"todo {todo.id} is {todo.status}"
+    waiting = [d for d in todo.depends_on if statuses.get(d) != "done"]
+    if waiting:
+        return "todo_not_ready", f"todo {todo.id} waits for {', '.join(waiting)} to be done"
+    if todo.id in gated:
+        code = "gate_pending" if gated[todo.id] == "pending" else "todo_not_ready"
+        return code, f"todo {todo.id} is behind a {gated[todo.id]} gate"
+    if held_by_other(todo, agent, now):
+        c = todo.claim
+        return "todo_claimed", f"todo {todo.id} is claimed by {c.agent} until {c.expires_at} (epoch {c.epoch})"
+    return None
+
+
+def ready(tx, goal_id: str, *, agent: str | None, now: str) -> list[Todo]:
+    """The ready set for ``agent`` at ``now``, by priority (P0 first) then creation order.
+
+    Open, every dependency done, no pending or rejected gate on ``todo:ID``, and not held by
+    another agent under a lease that expires after ``now`` (the agent's own claims stay in).
+    """
+    todos = list_todos(tx, goal_id)
+    statuses = {t.id: t.status for t in todos}
+    gated = _gated_todos(tx, goal_id)
+    return [t for t in todos
+            if why_not_ready(t, statuses=statuses, gated=gated, agent=agent, now=now) is None]
+
+
+def _run_for(w, run_id: str | None, *, fresh: bool):
+    """Check the run a todo command names; executors must name an open run of this goal."""
+    if run_id is None:
+        if ledger.role(w.actor) == ledger.EXECUTOR:
+            raise LoopxError("run_not_open",
+                             "an executor changes todos only inside an open run: pass --run-id")
+        return None
+    from loopx import runs
+
+    if ledger.role(w.actor) == ledger.EXECUTOR and fresh:
+        return runs.check_fresh(w.tx, run_id, goal_id=w.goal_id)
+    run = runs.load_run(w.tx, run_id)
+    if run.goal_id != w.goal_id:
+        raise LoopxError("run_not_found", f"run {run_id} belongs to another goal, not {w.goal_id}")
+    if ledger.role(w.actor) == ledger.EXECUTOR and (run.status != "open" or run.expires_at <= w.at):
+        raise LoopxError("run_not_open", f"run {run_id} is {run.status if run.status != 'open' else 'expired'}")
+    return run
+
+
+def _agent_for(run, agent: str | None) -> str | None:
+    if agent is not None:
+        agent = check_text(agent, what="--agent", limit="agent")
+    if run is not None:
+        if agent is not None and agent != run.agent:
+            raise LoopxError("invalid_argument", f"run {run.id} belongs to agent {run.agent}, not {agent}")
+        return run.agent
+    return agent
+
+
+def _check_deps(tx, goal_id: str, deps) -> list[str]:
+    deps = list(dict.fromkeys(check_id("todo", d, option="--depends-on") for d in deps))
+    if len(deps) > MAX_DEPENDENCIES:
+        raise LoopxError("invalid_argument", f"at most {MAX_DEPENDENCIES} dependencies")
+    for d in deps:
+        load_todo(tx, goal_id, d)
+    return deps
+
+
+def _check_priority(priority: str) -> str:
+    if priority not in TODO_PRIORITIES:
+        raise LoopxError("invalid_argument", f"--priority must be one of {', '.join(TODO_PRIORITIES)}")
+    return priority
+
+
+def add(reg: Registry, actor: str, *, goal_id: str, text: str, depends_on=(), priority: str = "P2",
+        run_id: str | None = None, operation_id: str | None = None) -> dict:
+    """Add a todo to the goal's plan; returns it."""
+    check_id("goal", goal_id)
+    text = check_text(text, what="--text", limit="text")
+    _check_priority(priority)
+    if run_id is not None:
+        check_id("run", run_id)
+    todo_id = new_id("todo")
+
+    def work(w):
+        _run_for(w, run_id, fresh=False)
+        deps = _check_deps(w.tx, goal_id, depends_on)
+        w.emit("todo.added", {"todo_id": todo_id, "text": text, "priority": priority, "depends_on": deps})
+        return to_json(load_todo(w.tx, goal_id, todo_id))
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": "todo.add", "goal": goal_id, "text": text, "priority": priority,
+                               "depends_on": list(depends_on), "run": run_id})
+
+
+def depend(reg: Registry, actor: str, *, goal_id: str, todo_id: str, depends_on, run_id: str | None = None,
+           operation_id: str | None = None) -> dict:
+    """Make a todo wait for more todos; a dependency cycle is refused (``dependency_cycle``)."""
+    check_id("goal", goal_id)
+    check_id("todo", todo_id)
+    if not depends_on:
+        raise LoopxError("invalid_argument", "name at least one --on todo")
+    if run_id is not None:
+        check_id("run", run_id)
+
+    def work(w):
+        _run_for(w, run_id, fresh=False)
+        todo = load_todo(w.tx, goal_id, todo_id)
+        deps = _check_deps(w.tx, goal_id, depends_on)
+        graph = {t.id: t.depends_on for t in list_todos(w.tx, goal_id)}
+        for d in deps:
+            path = _path(graph, d, todo_id)
+            if path is not None:
+                raise LoopxError("dependency_cycle",
+                                 f"{todo_id} cannot wait for {d}: " + " -> ".join([todo_id, *path]))
+        new = [d for d in deps if d not in todo.depends_on]
+        if new:
+            w.emit("todo.depends", {"todo_id": todo_id, "depends_on": new})
+        return to_json(load_todo(w.tx, goal_id, todo_id))
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": "todo.depend", "goal": goal_id, "todo": todo_id,
+                               "depends_on": list(depends_on), "run": run_id})
+
+
+def _path(graph: dict[str, list[str]], start: str, target: str) -> list[str] | None:
+    """A dependency path from ``start`` to ``target`` (both included), or ``None``."""
+    stack, seen = [(start, [start])], set()
+    while stack:
+        node, path = stack.pop()
+        if node == target:
+            return path
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.extend((n, [*path, n]) for n in graph.get(node, ()))
+    return None
+
+
+def claim(reg: Registry, actor: str, *, goal_id: str, todo_id: str, agent: str | None = None,
+          run_id: str | None = None, ttl_seconds: float = DEFAULT_TTL_SECONDS,
+          operation_id: str | None = None) -> dict:
+    """Claim a ready todo for ``agent`` under a lease of ``ttl_seconds``.
+
+    The holder claiming again extends its lease (same epoch); another agent gets
+    ``todo_claimed`` until the lease expires, then takes it over with the next epoch.
+    """
+    from loopx import clock
+
+    check_id("goal", goal_id)
+    check_id("todo", todo_id)
+    if run_id is not None:
+        check_id("run", run_id)
+    ttl = check_number(ttl_seconds, what="--ttl-seconds", minimum=1, maximum=MAX_TTL_SECONDS)
+
+    def work(w):
+        run = _run_for(w, run_id, fresh=True)
+        who = _agent_for(run, agent)
+        if who is None:
+            raise LoopxError("invalid_argument", "say who claims the todo: --agent NAME (or --run-id)")
+        todo = load_todo(w.tx, goal_id, todo_id)
+        statuses = {t.id: t.status for t in list_todos(w.tx, goal_id)}
+        refusal = why_not_ready(todo, statuses=statuses, gated=_gated_todos(w.tx, goal_id), agent=who, now=w.at)
+        if refusal is not None:
+            raise LoopxError(*refusal)
+        same = todo.claim is not None and todo.claim.agent == who
+        epoch = todo.epoch if same else todo.epoch + 1
+        w.emit("todo.claimed", {"todo_id": todo_id, "agent": who, "run_id": run_id, "epoch": epoch,
+                                "expires_at": clock.add_seconds(w.at, ttl)})
+        return to_json(load_todo(w.tx, goal_id, todo_id))
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": "todo.claim", "goal": goal_id, "todo": todo_id, "agent": agent,
+                               "run": run_id, "ttl": ttl})
+
+
+def settle(reg: Registry, actor: str, verb: str, *, goal_id: str, todo_id: str, note: str | None = None,
+           run_id: str | None = None, agent: str | None = None, epoch: int | None = None,
+           operation_id: str | None = None) -> dict:
+    """``done``, ``block`` or ``reopen`` a todo, with an optional note.
+
+    When the caller says who it is (``--agent``, or the agent of ``--run-id``) and the todo is
+    now held by another agent, or ``epoch`` is not the current claim epoch, the caller's lease
+    was lost: ``lease_lost``, and nothing changes. A user without an agent decides freely.
+    """
+    if verb not in SETTLE:
+        raise LoopxError("invalid_argument", f"a todo is done, blocked or reopened, not {verb!r}")
+    kind, target = SETTLE[verb]
+    check_id("goal", goal_id)
+    check_id("todo", todo_id)
+    note = check_text(note, what="--note", limit="note", required=False)
+    if run_id is not None:
+        check_id("run", run_id)
+    epoch = check_number(epoch, what="--epoch", minimum=0, integer=True)
+
+    def work(w):
+        run = _run_for(w, run_id, fresh=verb == "done")
+        who = _agent_for(run, agent)
+        todo = load_todo(w.tx, goal_id, todo_id)
+        if verb == "reopen":
+            if todo.status == "open":
+                raise LoopxError("todo_not_open", f"todo {todo_id} is already open")
+        elif todo.status != "open":
+            raise LoopxError("todo_not_open", f"todo {todo_id} is {todo.status}; reopen it first")
+        if epoch is not None and epoch != todo.epoch:
+            raise LoopxError("lease_lost", f"your claim on todo {todo_id} (epoch {epoch}) was lost; "
+                             f"it is at epoch {todo.epoch}" + _holder(todo))
+        if who is not None and todo.claim is not None and todo.claim.agent != who:
+            raise LoopxError("lease_lost", f"{who} does not hold todo {todo_id}" + _holder(todo))
+        w.emit(kind, {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
+        return to_json(load_todo(w.tx, goal_id, todo_id))
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": f"todo.{verb}", "goal": goal_id, "todo": todo_id, "note": note,
+                               "run": run_id, "agent": agent, "epoch": epoch})
+
+
+def _holder(todo: Todo) -> str:
+    c = todo.claim
+    return f"; held by {c.agent} until {c.expires_at} (epoch {c.epoch})" if c else ""
+
+
+def list_for(reg: Registry, goal_id: str, *, ready_only: bool = False, agent: str | None = None) -> list[dict]:
+    """``todo list``: the goal's todos (only the ready set for ``agent`` with ``ready_only``)."""
+    from loopx import clock
+    from loopx.project_prompt import load_goal
+
+    check_id("goal", goal_id)
+    if agent is not None:
+        agent = check_text(agent, what="--agent", limit="agent")
+    with reg.read() as tx:
+        load_goal(tx, goal_id)
+        found = ready(tx, goal_id, agent=agent, now=clock.now()) if ready_only else list_todos(tx, goal_id)
+        return [to_json(t) for t in found]
