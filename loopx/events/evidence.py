@@ -1,0 +1,20 @@
+"""Evidence events: append-only observations, bound to a run when there is one."""
+
+from __future__ import annotations
+
+import json
+
+from loopx.ledger import CAPABILITY, CORE, EXECUTOR, USER, event_kind
+
+
+@event_kind("evidence.added", USER, EXECUTOR, CAPABILITY, CORE)
+def added(tx, event):
+    """``body = {"evidence_id", "run_id", "kind", "summary", "data"?, "file_path"?, "file_sha256"?}``."""
+    b = event.body
+    data = b.get("data")
+    tx.execute(
+        "INSERT INTO evidence (id, goal_id, run_id, kind, summary, actor, created_at, data, file_path, file_sha256)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (b["evidence_id"], event.goal_id, b.get("run_id"), b["kind"], b["summary"], event.actor, event.at,
+         None if data is None else json.dumps(data, sort_keys=True), b.get("file_path"), b.get("file_sha256")),
+    )

@@ -1,0 +1,30 @@
+"""Quota events: the user sets limits and grants more budget. Usage is never an event of its own:
+it is derived from the runs that ``run.*`` events write (see :mod:`loopx.usage`)."""
+
+from __future__ import annotations
+
+import json
+
+from loopx.ledger import USER, event_kind
+
+# The keys a grant may add to, and the limit each one raises.
+GRANT_KEYS = {"turns": "max_turns", "tokens": "max_tokens", "cost": "max_cost", "wall_seconds": "max_wall_seconds"}
+
+
+@event_kind("quota.set", USER)
+def set_limits(tx, event):
+    """``body = {"limits": {...}}``: the goal's complete new limits (``None`` = unlimited)."""
+    limits = {k: v for k, v in event.body["limits"].items() if v is not None}
+    tx.execute("UPDATE goals SET limits = ? WHERE id = ?", (json.dumps(limits, sort_keys=True), event.goal_id))
+
+
+@event_kind("quota.granted", USER)
+def granted(tx, event):
+    """``body = {"turns": n, "tokens": n, "cost": x, "wall_seconds": x}`` (any subset) added to the grants."""
+    row = tx.one("SELECT grants FROM goals WHERE id = ?", (event.goal_id,))
+    grants = json.loads(row["grants"])
+    for key, limit in GRANT_KEYS.items():
+        amount = event.body.get(key)
+        if amount:
+            grants[limit] = grants.get(limit, 0) + amount
+    tx.execute("UPDATE goals SET grants = ? WHERE id = ?", (json.dumps(grants, sort_keys=True), event.goal_id))

@@ -1,0 +1,62 @@
+"""Run events, written only by the core: should-run opens a run (and files its contract),
+renews the contract of an open run whose inputs changed, ``run finish`` closes it, and an open
+run found past its expiry is marked abandoned."""
+
+from __future__ import annotations
+
+import json
+
+from loopx.ledger import CORE, event_kind
+
+
+def _file_contract(tx, event, run_id):
+    doc = event.body["contract"]
+    tx.execute(
+        "INSERT INTO contracts (id, goal_id, run_id, fingerprint, issued_at, expires_at, document)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (doc["contract_id"], event.goal_id, run_id, doc["fingerprint"], doc["issued_at"], doc["expires_at"],
+         json.dumps(doc, sort_keys=True, separators=(",", ":"))),
+    )
+
+
+@event_kind("run.opened", CORE)
+def opened(tx, event):
+    """``body = {"run_id", "agent", "expires_at", "contract": {...}}``; charges one turn (the run row)."""
+    b = event.body
+    doc = b["contract"]
+    tx.execute(
+        "INSERT INTO runs (id, goal_id, agent, status, contract_id, fingerprint, opened_at, expires_at,"
+        " finished_at, outcome, tokens, cost, handoff) VALUES (?, ?, ?, 'open', ?, ?, ?, ?, NULL, NULL, 0, 0, NULL)",
+        (b["run_id"], event.goal_id, b["agent"], doc["contract_id"], doc["fingerprint"], event.at, b["expires_at"]),
+    )
+    _file_contract(tx, event, b["run_id"])
+
+
+@event_kind("run.renewed", CORE)
+def renewed(tx, event):
+    """``body = {"run_id", "contract": {...}}``: a fresh contract for an open run (no new turn)."""
+    doc = event.body["contract"]
+    tx.execute(
+        "UPDATE runs SET contract_id = ?, fingerprint = ?, expires_at = ? WHERE id = ?",
+        (doc["contract_id"], doc["fingerprint"], doc["expires_at"], event.body["run_id"]),
+    )
+    _file_contract(tx, event, event.body["run_id"])
+
+
+@event_kind("run.finished", CORE)
+def finished(tx, event):
+    """``body = {"run_id", "outcome", "tokens", "cost", "handoff"}``; the run ends at the event's time."""
+    b = event.body
+    tx.execute(
+        "UPDATE runs SET status = 'finished', finished_at = ?, outcome = ?, tokens = ?, cost = ?, handoff = ?"
+        " WHERE id = ?",
+        (event.at, b["outcome"], b.get("tokens", 0), b.get("cost", 0.0), b.get("handoff"), b["run_id"]),
+    )
+
+
+@event_kind("run.abandoned", CORE)
+def abandoned(tx, event):
+    """``body = {"run_id"}``: an open run past its expiry; its wall time is charged up to the expiry."""
+    tx.execute(
+        "UPDATE runs SET status = 'abandoned', finished_at = expires_at WHERE id = ?", (event.body["run_id"],)
+    )

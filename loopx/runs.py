@@ -1,0 +1,206 @@
+"""Runs: one agent turn each, opened by ``quota should-run`` and closed by ``run finish``.
+
+Two kinds of command act under a run. *Doing* commands (``exec``, ``todo claim``...) need the
+run open, unexpired, and its contract fresh (:func:`check_fresh`). *Recording* commands
+(``evidence add``, ``run finish``) need only a run that has not been finished: what happened is
+always recorded, even after the contract went stale or the run's lease ran out.
+"""
+
+from __future__ import annotations
+
+import json
+
+from loopx import clock
+from loopx.errors import LoopxError
+from loopx.model import RUN_OUTCOMES, Handoff, Run, to_json
+from loopx.registry import Registry, check_actor
+from loopx.validate import check_id, check_number, check_text
+
+DEFAULT_TTL_SECONDS = 3600
+MAX_TTL_SECONDS = 7 * 24 * 3600
+MAX_TOKENS = 10**12
+MAX_COST = 10**9
+
+
+def run_from_row(row: dict) -> Run:
+    """A :class:`Run` from a ``runs`` row."""
+    return Run(
+        id=row["id"],
+        goal_id=row["goal_id"],
+        agent=row["agent"],
+        status=row["status"],
+        contract_id=row["contract_id"],
+        fingerprint=row["fingerprint"],
+        opened_at=row["opened_at"],
+        expires_at=row["expires_at"],
+        finished_at=row["finished_at"],
+        outcome=row["outcome"],
+        tokens=int(row["tokens"]),
+        cost=float(row["cost"]),
+        handoff=row["handoff"],
+    )
+
+
+def load_run(tx, run_id: str) -> Run:
+    """The run ``run_id`` (``run_not_found`` if there is none)."""
+    row = tx.one("SELECT * FROM runs WHERE id = ?", (check_id("run", run_id),))
+    if row is None:
+        raise LoopxError("run_not_found", f"no run {run_id}")
+    return run_from_row(row)
+
+
+def state(run: Run, now: str) -> str:
+    """``open``, ``finished`` or ``abandoned``; an open run past its expiry counts as abandoned."""
+    if run.status == "open" and run.expires_at <= now:
+        return "abandoned"
+    return run.status
+
+
+def _of_goal(run: Run, goal_id: str | None) -> Run:
+    if goal_id is not None and run.goal_id != goal_id:
+        raise LoopxError("run_not_found", f"run {run.id} belongs to goal {run.goal_id}, not {goal_id}")
+    return run
+
+
+def check_fresh(tx, run_id: str, *, goal_id: str | None = None, now: str | None = None) -> Run:
+    """The run, if a *doing* command may act under it now.
+
+    ``run_not_open`` when it is finished, abandoned or past its expiry; ``contract_stale`` when
+    the goal's fingerprint (gates, lifecycle, limits, actions, exhausted budgets) is no longer
+    the one its contract was issued under. Ask ``quota should-run`` again for a fresh contract.
+    """
+    from loopx.project_prompt import load_goal
+    from loopx.usage import fingerprint
+
+    run = _of_goal(load_run(tx, run_id), goal_id)
+    status = state(run, now or clock.now())
+    if status != "open":
+        detail = "expired at " + run.expires_at if run.status == "open" else status
+        raise LoopxError("run_not_open", f"run {run_id} is {detail}; ask `loopx quota should-run` for a new turn")
+    current = fingerprint(tx, load_goal(tx, run.goal_id), exclude_run=run.id)
+    if current != run.fingerprint:
+        raise LoopxError(
+            "contract_stale",
+            f"the contract of run {run_id} is stale (the goal's gates, lifecycle, limits or actions changed); "
+            f"run `loopx quota should-run --goal-id {run.goal_id} --agent {run.agent}` for a fresh one",
+        )
+    return run
+
+
+def check_recordable(tx, run_id: str, *, goal_id: str | None = None) -> Run:
+    """The run, if what happened under it may still be recorded (it is not finished)."""
+    run = _of_goal(load_run(tx, run_id), goal_id)
+    if run.status == "finished":
+        raise LoopxError("run_not_open", f"run {run_id} was finished at {run.finished_at}")
+    return run
+
+
+def latest_handoff(tx, goal_id: str) -> Handoff | None:
+    """The hand-off note of the goal's most recently finished run that left one."""
+    row = tx.one(
+        "SELECT id, handoff, finished_at FROM runs WHERE goal_id = ? AND status = 'finished'"
+        " AND handoff IS NOT NULL ORDER BY finished_at DESC, id DESC LIMIT 1",
+        (goal_id,),
+    )
+    if row is None:
+        return None
+    return Handoff(run_id=row["id"], note=row["handoff"], at=row["finished_at"])
+
+
+def open_runs(tx, goal_id: str, now: str) -> list[Run]:
+    """The goal's runs that are open and unexpired at ``now``, oldest first."""
+    rows = tx.query(
+        "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at > ? ORDER BY opened_at, id",
+        (goal_id, now),
+    )
+    return [run_from_row(r) for r in rows]
+
+
+def expired_runs(tx, goal_id: str, now: str) -> list[Run]:
+    """The goal's runs still marked open whose expiry has passed (to be marked abandoned)."""
+    rows = tx.query(
+        "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at <= ? ORDER BY opened_at, id",
+        (goal_id, now),
+    )
+    return [run_from_row(r) for r in rows]
+
+
+def load_contract(tx, contract_id: str) -> dict:
+    """The document of an issued contract."""
+    row = tx.one("SELECT document FROM contracts WHERE id = ?", (contract_id,))
+    if row is None:
+        raise LoopxError("not_found", f"no contract {contract_id}")
+    return json.loads(row["document"])
+
+
+def finish(reg: Registry, actor: str, *, run_id: str, outcome: str, tokens: int = 0, cost: float = 0.0,
+           handoff: str | None = None, operation_id: str | None = None) -> dict:
+    """Close a run with its outcome, the tokens and cost it used, and a hand-off note.
+
+    Never refused for a stale contract or an expired lease (a late report is still recorded);
+    refused with ``run_not_open`` only when the run was already finished.
+    """
+    check_id("run", run_id)
+    check_actor(actor)
+    if outcome not in RUN_OUTCOMES:
+        raise LoopxError("invalid_argument", f"--outcome must be one of {', '.join(RUN_OUTCOMES)}")
+    tokens = check_number(tokens or 0, what="--tokens", minimum=0, maximum=MAX_TOKENS, integer=True)
+    cost = float(check_number(cost or 0.0, what="--cost", minimum=0, maximum=MAX_COST))
+    handoff = check_text(handoff, what="--handoff", limit="note", required=False)
+    if actor == "dashboard":
+        raise LoopxError("actor_forbidden", "the dashboard never writes")
+    with reg.read() as tx:
+        goal_id = load_run(tx, run_id).goal_id
+
+    def work(w):
+        run = check_recordable(w.tx, run_id)
+        late = state(run, w.at) != "open"
+        body = {"run_id": run_id, "outcome": outcome, "tokens": tokens, "cost": cost, "handoff": handoff,
+                "by": actor}
+        w.emit("run.finished", body)
+        done = load_run(w.tx, run_id)
+        out = to_json(done)
+        out["wall_seconds"] = round(clock.seconds_between(done.opened_at, done.finished_at), 3)
+        out["late"] = late
+        return out
+
+    # Run events belong to the core: whoever reports, the core writes the entry (and names them).
+    return reg.mutate("core", work, goal_id=goal_id, operation_id=operation_id, allow_closed=True,
+                      request={"op": "run.finish", "run": run_id, "outcome": outcome, "tokens": tokens,
+                               "cost": cost, "handoff": handoff, "by": actor})
+
+
+def show(reg: Registry, run_id: str) -> dict:
+    """One run with its contract and its evidence summaries."""
+    check_id("run", run_id)
+    with reg.read() as tx:
+        run = load_run(tx, run_id)
+        out = to_json(run)
+        out["state"] = state(run, clock.now())
+        out["contract"] = load_contract(tx, run.contract_id)
+        out["evidence"] = [
+            {"id": r["id"], "kind": r["kind"], "summary": r["summary"], "actor": r["actor"], "at": r["created_at"]}
+            for r in tx.query("SELECT id, kind, summary, actor, created_at FROM evidence WHERE run_id = ?"
+                              " ORDER BY created_at, id", (run_id,))
+        ]
+        return out
+
+
+def list_runs(reg: Registry, goal_id: str, *, limit: int = 50) -> list[dict]:
+    """The goal's runs, newest first, each with its current state."""
+    from loopx.project_prompt import load_goal
+
+    check_id("goal", goal_id)
+    limit = check_number(limit, what="--limit", minimum=1, maximum=1000, integer=True)
+    now = clock.now()
+    with reg.read() as tx:
+        load_goal(tx, goal_id)
+        rows = tx.query("SELECT * FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id DESC LIMIT ?",
+                        (goal_id, limit))
+        out = []
+        for row in rows:
+            run = run_from_row(row)
+            item = to_json(run)
+            item["state"] = state(run, now)
+            out.append(item)
+        return out

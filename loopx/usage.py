@@ -1,0 +1,96 @@
+"""Quota arithmetic: what a goal has used, what it may still use, and the contract fingerprint.
+
+Usage is derived, every time, from the ``runs`` rows that the ledger's ``run.*`` events wrote:
+a turn is a run opened; tokens and cost are what ``run finish`` reported; wall seconds are
+``finished_at - opened_at`` of every closed run (an abandoned run is charged up to its expiry).
+There is no counter that could drift from the ledger.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from loopx import clock
+from loopx.model import Goal, QuotaLimits, QuotaUsage
+
+# usage name -> limit name
+BUDGETS = {"turns": "max_turns", "tokens": "max_tokens", "cost": "max_cost", "wall_seconds": "max_wall_seconds"}
+
+
+def usage(tx, goal_id: str, *, exclude_run: str | None = None) -> QuotaUsage:
+    """What ``goal_id`` has used, from its runs (without ``exclude_run``'s own charges when given)."""
+    other = exclude_run or ""
+    row = tx.one(
+        "SELECT COUNT(*) AS turns, COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost), 0) AS cost"
+        " FROM runs WHERE goal_id = ? AND id <> ?",
+        (goal_id, other),
+    )
+    wall = 0.0
+    for r in tx.query(
+        "SELECT opened_at, finished_at FROM runs WHERE goal_id = ? AND status IN ('finished', 'abandoned')"
+        " AND id <> ?",
+        (goal_id, other),
+    ):
+        wall += max(0.0, clock.seconds_between(r["opened_at"], r["finished_at"]))
+    return QuotaUsage(turns=int(row["turns"]), tokens=int(row["tokens"]), cost=round(float(row["cost"]), 6),
+                      wall_seconds=round(wall, 3))
+
+
+def effective_limits(goal: Goal) -> QuotaLimits:
+    """The goal's limits raised by its grants (a grant on an unlimited budget changes nothing)."""
+    values = {}
+    for name in BUDGETS.values():
+        base = getattr(goal.limits, name)
+        values[name] = None if base is None else base + (getattr(goal.grants, name) or 0)
+    return QuotaLimits(cadence_seconds=goal.limits.cadence_seconds, **values)
+
+
+def remaining(goal: Goal, used: QuotaUsage) -> dict:
+    """``{"turns", "tokens", "cost", "wall_seconds"}`` left; ``None`` means unlimited."""
+    limits = effective_limits(goal)
+    out = {}
+    for key, name in BUDGETS.items():
+        cap = getattr(limits, name)
+        if cap is None:
+            out[key] = None
+        else:
+            left = max(0, cap - getattr(used, key))
+            out[key] = round(left, 6) if isinstance(left, float) else left
+    return out
+
+
+def exhausted(goal: Goal, used: QuotaUsage) -> list[str]:
+    """The budgets with nothing left (``turns``, ``tokens``, ``cost``, ``wall_seconds``), in that order."""
+    left = remaining(goal, used)
+    return [key for key, value in left.items() if value is not None and value <= 0]
+
+
+def fingerprint(tx, goal: Goal, *, exclude_run: str | None = None) -> str:
+    """``sha256:...`` of what a turn decision depends on.
+
+    Lifecycle, limits and grants, parallelism, every gate (id, status, what it blocks), the
+    allow-listed actions, and which budgets are exhausted. A run's own charges are left out
+    (``exclude_run``) so that opening a run does not make its own contract stale; the ready
+    set is left out because claims are guarded by their own leases.
+    """
+    gates = tx.query("SELECT id, status, blocks FROM gates WHERE goal_id = ? ORDER BY id", (goal.id,))
+    actions = tx.query("SELECT name, argv, gate_id FROM actions WHERE goal_id = ? ORDER BY name", (goal.id,))
+    inputs = {
+        "goal": goal.id,
+        "status": goal.status,
+        "limits": attrs_dict(effective_limits(goal)),
+        "parallel_runs": goal.parallel_runs,
+        "gates": [[g["id"], g["status"], g["blocks"]] for g in gates],
+        "actions": [[a["name"], json.loads(a["argv"]), a["gate_id"]] for a in actions],
+        "exhausted": exhausted(goal, usage(tx, goal.id, exclude_run=exclude_run)),
+    }
+    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def attrs_dict(limits: QuotaLimits) -> dict:
+    """Limits as a dict without the unlimited (``None``) entries."""
+    import attrs
+
+    return {k: v for k, v in attrs.asdict(limits).items() if v is not None}
