@@ -154,7 +154,13 @@ _V1 = [
         PRIMARY KEY (goal_id, namespace, key))""",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1]
+# v2: an action may sit behind a gate (``action add --gate-id X``); it stays out of contracts until
+# that gate is approved.
+_V2 = [
+    "ALTER TABLE actions ADD COLUMN gate_id TEXT",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2]
 CURRENT_VERSION = len(MIGRATIONS)
 
 
