@@ -97,7 +97,9 @@ def entry_points() -> list[tuple[str, str, str | None]]:
     """``[(name, "module:attr", "distribution version")]`` of the ``loopx`` entry-point group, cached (see module doc)."""
     import json
 
-    key = [[p, _mtime(p)] for p in sys.path]
+    # sys.path[0] is the script's directory or the working directory: it changes all the time
+    # and never holds installed distributions, so it stays out of the key.
+    key = [[p, _mtime(p)] for p in sys.path[1:]]
     cache = _cache_file()
     use_cache = os.environ.get(ENV_CACHE, "1") != "0"
     if use_cache:
@@ -134,11 +136,13 @@ def _mtime(path: str) -> int:
 
 
 def _cache_file() -> Path:
-    import hashlib
+    import zlib
 
     import platformdirs
 
-    tag = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
+    # One cache per interpreter (virtualenvs differ in what is installed); crc32 is enough to
+    # tell a handful of paths apart and, unlike hashlib, costs nothing to import.
+    tag = f"{zlib.crc32(sys.executable.encode()):08x}"
     return Path(platformdirs.user_cache_dir("loopx", appauthor=False)) / f"entry-points-{tag}.json"
 
 

@@ -7,8 +7,8 @@ the right form that names nothing) *before* any transaction starts, so bad input
 from __future__ import annotations
 
 import math
+import os
 import re
-import secrets
 
 from loopx.errors import LoopxError
 
@@ -41,7 +41,7 @@ LIMITS = {
 
 def new_id(kind: str) -> str:
     """A fresh random id of the given kind (``goal``, ``gate``, ``todo``, ``run``, ...)."""
-    return f"{ID_KINDS[kind]}-{secrets.token_hex(6)}"
+    return f"{ID_KINDS[kind]}-{os.urandom(6).hex()}"
 
 
 def check_id(kind: str, value, *, option: str | None = None) -> str:

@@ -98,10 +98,19 @@ def _available(name: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def _print_version(ctx, param, value):
+    # Not click.version_option: its translated help text makes every start-up search for
+    # gettext catalogues.
+    if value and not ctx.resilient_parsing:
+        click.echo(f"loopx {__version__}")
+        ctx.exit()
+
+
 @click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--registry", "registry_url", envvar="LOOPX_REGISTRY", default=None,
               help="Registry path or URL (default: the user data directory; env LOOPX_REGISTRY).")
-@click.version_option(__version__, prog_name="loopx")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Print LoopX's version.")
 @click.pass_context
 def cli(ctx, registry_url):
     """LoopX: durable goals, interaction contracts and human gates for long-running agents.

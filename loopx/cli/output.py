@@ -43,7 +43,31 @@ def wants_json(ctx: click.Context | None = None) -> bool:
     return bool(ctx) and ctx.meta.get(FORMAT_KEY) == "json"
 
 
-class LoopxCommand(click.Command):
+def _show_help(ctx, param, value):
+    if value and not ctx.resilient_parsing:
+        click.echo(ctx.get_help(), color=ctx.color)
+        ctx.exit()
+
+
+class _PlainHelp:
+    """A ``--help`` option built without click's translated help text.
+
+    click looks its default help text up through gettext on every start-up, which imports
+    ``locale`` and searches the disk for message catalogues: measurable on a command that runs
+    before every agent turn.
+    """
+
+    def get_help_option(self, ctx):
+        names = self.get_help_option_names(ctx)
+        if not names or not self.add_help_option:
+            return None
+        if self._help_option is None:
+            self._help_option = click.Option(names, is_flag=True, is_eager=True, expose_value=False,
+                                             callback=_show_help, help="Show this message and exit.")
+        return self._help_option
+
+
+class LoopxCommand(_PlainHelp, click.Command):
     """A click command with LoopX's format options and error rendering."""
 
     def __init__(self, *args, **kwargs):
@@ -57,7 +81,7 @@ class LoopxCommand(click.Command):
             fail(err, ctx)
 
 
-class LoopxGroup(click.Group):
+class LoopxGroup(_PlainHelp, click.Group):
     """A click group whose subcommands are LoopX commands by default."""
 
     command_class = LoopxCommand
