@@ -149,3 +149,20 @@ def record(tx, reward: Reward, goal_part: dict) -> dict:
                      for e in evidence],
         "evidence_total": total,
     }
+
+
+def latest_handoff(reg: Registry, goal_id: str) -> dict:
+    """``handoff show``: the goal's latest hand-off note and a summary of the run that left it."""
+    from loopx import runs
+    from loopx.project_prompt import load_goal
+
+    check_id("goal", goal_id)
+    with reg.read() as tx:
+        load_goal(tx, goal_id)
+        found = runs.latest_handoff(tx, goal_id)
+        if found is None:
+            return {"goal_id": goal_id, "handoff": None, "run": None}
+        run = runs.load_run(tx, found.run_id)
+        return {"goal_id": goal_id, "handoff": to_json(found),
+                "run": {"id": run.id, "agent": run.agent, "outcome": run.outcome, "opened_at": run.opened_at,
+                        "finished_at": run.finished_at, "tokens": run.tokens, "cost": run.cost}}

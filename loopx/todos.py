@@ -116,12 +116,12 @@ def _run_for(w, run_id: str | None, *, fresh: bool):
     from loopx import runs
 
     if ledger.role(w.actor) == ledger.EXECUTOR and fresh:
-        return runs.check_fresh(w.tx, run_id, goal_id=w.goal_id)
+        return runs.check_fresh(w.tx, run_id, goal_id=w.goal_id, now=w.at)
     run = runs.load_run(w.tx, run_id)
     if run.goal_id != w.goal_id:
-        raise LoopxError("run_not_found", f"run {run_id} belongs to another goal, not {w.goal_id}")
-    if ledger.role(w.actor) == ledger.EXECUTOR and (run.status != "open" or run.expires_at <= w.at):
-        raise LoopxError("run_not_open", f"run {run_id} is {run.status if run.status != 'open' else 'expired'}")
+        raise LoopxError("run_not_found", f"run {run_id} belongs to goal {run.goal_id}, not {w.goal_id}")
+    if ledger.role(w.actor) == ledger.EXECUTOR and runs.state(run, w.at) != "open":
+        raise LoopxError("run_not_open", f"run {run_id} is {runs.state(run, w.at)}; ask `loopx quota should-run`")
     return run
 
 

@@ -1,0 +1,88 @@
+"""``loopx gate``: ask for, decide and list human approval checkpoints."""
+
+from __future__ import annotations
+
+import click
+
+from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
+
+SCOPES = ["production", "privacy", "safety", "other"]
+
+
+def gate_line(g: dict) -> str:
+    """One gate for people."""
+    line = f"{g['id']}  [{g['status']}]  {g['scope']:<10}  blocks {g['blocks']:<20}  {g['title']}"
+    if g.get("decided_by"):
+        line += f"\n    {g['status']} by {g['decided_by']} at {g['decided_at']}"
+        if g.get("comment"):
+            line += f": {g['comment']}"
+    else:
+        line += f"\n    asked by {g['requested_by']} at {g['created_at']}"
+    return line
+
+
+def _gate_text(g: dict) -> str:
+    text = gate_line(g)
+    if g["status"] == "pending":
+        from loopx.gates import decision_commands
+        from loopx.model import from_json, Gate
+
+        approve, reject = decision_commands(from_json(g, Gate))
+        text += f"\n  decide it (user only):\n    {approve}\n    {reject}"
+    return text
+
+
+@click.group(cls=LoopxGroup)
+def gate():
+    """Gates: human approval checkpoints. Anyone may ask for one; only a user decides."""
+
+
+@gate.command()
+@click.option("--goal-id", required=True)
+@click.option("--title", required=True, help="What needs approval, e.g. 'Publish the report'.")
+@click.option("--scope", type=click.Choice(SCOPES), default="other", show_default=True,
+              help="What is at stake.")
+@click.option("--blocks", default="all", show_default=True,
+              help="What waits for the decision: all (the whole goal), action:NAME or todo:ID.")
+@operation_option
+def add(goal_id, title, scope, blocks, operation_id):
+    """Ask for a gate (a user, or an agent that wants to stop and ask)."""
+    from loopx import gates
+
+    with open_registry() as reg:
+        found = gates.add(reg, actor(), goal_id=goal_id, title=title, scope=scope, blocks=blocks,
+                          operation_id=operation_id)
+    emit(found, _gate_text)
+
+
+def _decision(verb: str, doc: str):
+    @click.option("--goal-id", required=True)
+    @click.option("--gate-id", required=True)
+    @click.option("--comment", default=None, help="Why; a rejection's comment reaches the agent.")
+    @operation_option
+    def command(goal_id, gate_id, comment, operation_id):
+        from loopx import gates
+
+        with open_registry() as reg:
+            found = gates.decide(reg, actor(), verb, goal_id=goal_id, gate_id=gate_id, comment=comment,
+                                 operation_id=operation_id)
+        emit(found, gate_line)
+
+    command.__doc__ = doc
+    gate.command(verb)(command)
+
+
+_decision("approve", "Approve a pending gate (user only).")
+_decision("reject", "Reject a pending gate (user only): what it blocks stays blocked.")
+
+
+@gate.command("list")
+@click.option("--goal-id", required=True)
+@click.option("--pending", is_flag=True, help="Only gates still waiting for a decision.")
+def list_command(goal_id, pending):
+    """List a goal's gates, oldest first."""
+    from loopx import gates
+
+    with open_registry() as reg:
+        found = gates.list_for(reg, goal_id, pending_only=pending)
+    emit(found, lambda gs: "\n".join(gate_line(g) for g in gs) or "no gates")

@@ -1,0 +1,101 @@
+"""``loopx handoff``, ``loopx reward`` and ``loopx summary_all``: what runs left behind and how people scored them."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from loopx.cli.output import LoopxCommand, LoopxGroup, actor, emit, open_registry, operation_option
+
+
+@click.group(cls=LoopxGroup)
+def handoff():
+    """Hand-off notes: what a run left for whoever acts next."""
+
+
+@handoff.command()
+@click.option("--goal-id", required=True)
+def show(goal_id):
+    """The goal's latest hand-off note and the run that left it."""
+    from loopx.rewards import latest_handoff
+
+    with open_registry() as reg:
+        found = latest_handoff(reg, goal_id)
+
+    def text(d):
+        if d["handoff"] is None:
+            return f"no hand-off yet on {d['goal_id']}"
+        h, r = d["handoff"], d["run"]
+        return f"{h['note']}\n  left by run {h['run_id']} ({r['agent']}, outcome {r['outcome']}) at {h['at']}"
+
+    emit(found, text)
+
+
+def reward_line(w: dict) -> str:
+    """One reward for people."""
+    return f"{w['id']}  {w['score']:+.2f}  run {w['run_id']}  by {w['author']} at {w['created_at']}" + (
+        f"\n    {w['comment']}" if w.get("comment") else "")
+
+
+@click.group(cls=LoopxGroup)
+def reward():
+    """The human_reward overlay: a user's score in [-1, 1] and comment on one run."""
+
+
+@reward.command()
+@click.option("--goal-id", required=True)
+@click.option("--run-id", required=True)
+@click.option("--score", required=True, type=float, help="From -1 (harmful) to 1 (exactly right).")
+@click.option("--comment", default=None, help="What was good or bad; the agent reads it in its next contract.")
+@operation_option
+def add(goal_id, run_id, score, comment, operation_id):
+    """Score a run of the goal (user only)."""
+    from loopx import rewards
+
+    with open_registry() as reg:
+        found = rewards.add(reg, actor(), goal_id=goal_id, run_id=run_id, score=score, comment=comment,
+                            operation_id=operation_id)
+    emit(found, reward_line)
+
+
+@reward.command("list")
+@click.option("--goal-id", required=True)
+def list_command(goal_id):
+    """The goal's rewards, oldest first."""
+    from loopx import rewards
+
+    with open_registry() as reg:
+        found = rewards.list_for(reg, goal_id)
+    emit(found, lambda ws: "\n".join(reward_line(w) for w in ws) or "no rewards")
+
+
+@reward.command()
+@click.option("--goal-id", default=None, help="Only this goal's rewards (default: every goal).")
+def export(goal_id):
+    """Write one loopx.reward_record/1 JSON line per reward, for reward-model training.
+
+    The format is documented in docs/reward-export.md; its JSON Schema ships as
+    loopx/schemas/reward_record.json. The output is JSON lines whatever --format says.
+    """
+    from loopx import rewards
+
+    with open_registry() as reg:
+        # Check the goal before the first line, so a bad id is a clean error, not a torn stream.
+        records = rewards.export_records(reg, goal_id)
+        first = next(records, None)
+        if first is not None:
+            click.echo(json.dumps(first, ensure_ascii=False, sort_keys=True))
+            for rec in records:
+                click.echo(json.dumps(rec, ensure_ascii=False, sort_keys=True))
+
+
+@click.command("summary_all", cls=LoopxCommand)
+@click.option("--goal-id", default=None, help="One goal (default: every goal).")
+def summary_all(goal_id):
+    """Runs, evidence, rewards, quota, open gates and todos, and the latest hand-off, per goal."""
+    from loopx import summary_all as summaries
+
+    with open_registry() as reg:
+        found = summaries.summarize(reg, goal_id)
+    emit(found, summaries.to_text)

@@ -1,0 +1,117 @@
+"""``loopx todo``: the goal's plan, with dependencies, priorities, claims and leases."""
+
+from __future__ import annotations
+
+import click
+
+from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
+
+PRIORITIES = ["P0", "P1", "P2", "P3", "P4"]
+
+
+def todo_line(t: dict) -> str:
+    """One todo for people."""
+    line = f"{t['id']}  {t['priority']}  [{t['status']}]  {t['text']}"
+    extra = []
+    if t.get("depends_on"):
+        extra.append("after " + ", ".join(t["depends_on"]))
+    if t.get("claim"):
+        c = t["claim"]
+        extra.append(f"claimed by {c['agent']} until {c['expires_at']} (epoch {c['epoch']})")
+    if t.get("note"):
+        extra.append(f"note: {t['note']}")
+    return line + "".join(f"\n    {e}" for e in extra)
+
+
+@click.group(cls=LoopxGroup)
+def todo():
+    """Todos: the plan. Users change it any time; agents inside an open run (--run-id)."""
+
+
+@todo.command()
+@click.option("--goal-id", required=True)
+@click.option("--text", required=True, help="What to do.")
+@click.option("--depends-on", "depends_on", multiple=True, help="A todo that must be done first (repeatable).")
+@click.option("--priority", type=click.Choice(PRIORITIES), default="P2", show_default=True)
+@click.option("--run-id", default=None, help="The open run an agent adds it under (required for agents).")
+@operation_option
+def add(goal_id, text, depends_on, priority, run_id, operation_id):
+    """Add a todo."""
+    from loopx import todos
+
+    with open_registry() as reg:
+        found = todos.add(reg, actor(), goal_id=goal_id, text=text, depends_on=depends_on, priority=priority,
+                          run_id=run_id, operation_id=operation_id)
+    emit(found, todo_line)
+
+
+@todo.command()
+@click.option("--goal-id", required=True)
+@click.option("--todo-id", required=True)
+@click.option("--on", "on", multiple=True, required=True, help="A todo it must wait for (repeatable).")
+@click.option("--run-id", default=None, help="The open run an agent works under (required for agents).")
+@operation_option
+def depend(goal_id, todo_id, on, run_id, operation_id):
+    """Make a todo wait for other todos (dependency cycles are refused)."""
+    from loopx import todos
+
+    with open_registry() as reg:
+        found = todos.depend(reg, actor(), goal_id=goal_id, todo_id=todo_id, depends_on=on, run_id=run_id,
+                             operation_id=operation_id)
+    emit(found, todo_line)
+
+
+@todo.command("list")
+@click.option("--goal-id", required=True)
+@click.option("--ready", is_flag=True, help="Only the ready set: open, unblocked, not claimed by someone else.")
+@click.option("--agent", default=None, help="With --ready: whose view (their own claims stay in).")
+def list_command(goal_id, ready, agent):
+    """List todos, by priority then creation order."""
+    from loopx import todos
+
+    with open_registry() as reg:
+        found = todos.list_for(reg, goal_id, ready_only=ready, agent=agent)
+    emit(found, lambda ts: "\n".join(todo_line(t) for t in ts) or ("nothing ready" if ready else "no todos"))
+
+
+@todo.command()
+@click.option("--goal-id", required=True)
+@click.option("--todo-id", required=True)
+@click.option("--agent", default=None, help="Who claims it (default: the agent of --run-id).")
+@click.option("--run-id", default=None, help="The open run the claim is made under (required for agents).")
+@click.option("--ttl-seconds", default=2700.0, type=float, show_default=True, help="Lease length.")
+@operation_option
+def claim(goal_id, todo_id, agent, run_id, ttl_seconds, operation_id):
+    """Claim a ready todo under a lease; claiming it again extends the lease."""
+    from loopx import todos
+
+    with open_registry() as reg:
+        found = todos.claim(reg, actor(), goal_id=goal_id, todo_id=todo_id, agent=agent, run_id=run_id,
+                            ttl_seconds=ttl_seconds, operation_id=operation_id)
+    emit(found, todo_line)
+
+
+def _settle(verb: str, doc: str):
+    @click.option("--goal-id", required=True)
+    @click.option("--todo-id", required=True)
+    @click.option("--note", default=None, help="What happened (kept on the todo and in the ledger).")
+    @click.option("--run-id", default=None, help="The open run it happens under (required for agents).")
+    @click.option("--agent", default=None, help="Who reports it (default: the agent of --run-id).")
+    @click.option("--epoch", default=None, type=int,
+                  help="The claim epoch the reporter holds; refused with lease_lost if it moved on.")
+    @operation_option
+    def command(goal_id, todo_id, note, run_id, agent, epoch, operation_id):
+        from loopx import todos
+
+        with open_registry() as reg:
+            found = todos.settle(reg, actor(), verb, goal_id=goal_id, todo_id=todo_id, note=note, run_id=run_id,
+                                 agent=agent, epoch=epoch, operation_id=operation_id)
+        emit(found, todo_line)
+
+    command.__doc__ = doc
+    todo.command(verb)(command)
+
+
+_settle("done", "Mark a todo done (refused with lease_lost when the reporter's claim was taken over).")
+_settle("block", "Mark a todo blocked, with a note saying on what.")
+_settle("reopen", "Reopen a done or blocked todo.")
