@@ -11,3 +11,19 @@ def loopx_register_stores(register):
     from loopx.store.sqlite import open_sqlite
 
     register("sqlite", open_sqlite)
+    register("postgresql", open_postgres)
+    register("postgres", open_postgres)
+
+
+def open_postgres(url, readonly=False):
+    """The PostgreSQL store; psycopg is imported only when a ``postgresql://`` URL is used."""
+    try:
+        from loopx.store.postgres import open_postgres as factory
+    except ImportError as exc:
+        from loopx.errors import LoopxError
+
+        raise LoopxError(
+            "registry_unavailable",
+            f"PostgreSQL registries need psycopg: pip install 'loopx[postgres]' ({exc})",
+        ) from None
+    return factory(url, readonly)
