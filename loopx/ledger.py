@@ -32,6 +32,9 @@ class EventKind:
     name: str
     apply: Callable
     writers: frozenset
+    #: Optional ``guard(writer, body)`` run by ``Writer.emit`` before the event is written (never
+    #: on replay): it refuses with a LoopxError, e.g. capability state outside owned namespaces.
+    guard: Callable | None = None
 
 
 _KINDS: dict[str, EventKind] = {}
@@ -50,11 +53,11 @@ AREAS = {
 }
 
 
-def event_kind(name: str, *writers: str):
+def event_kind(name: str, *writers: str, guard: Callable | None = None):
     """Register the decorated ``apply(tx, event)`` function for event kind ``name``."""
 
     def register(fn):
-        _KINDS[name] = EventKind(name, fn, frozenset(writers))
+        _KINDS[name] = EventKind(name, fn, frozenset(writers), guard)
         return fn
 
     return register

@@ -90,6 +90,8 @@ class Writer:
                 "actor_forbidden",
                 f"{self.actor} may not {kind_name.replace('.', ' ')}: that is for {', '.join(sorted(kind.writers))}",
             )
+        if kind.guard is not None:
+            kind.guard(self, body)
         if goal_id is not None:
             if self.goal_id is not None and goal_id != self.goal_id:
                 raise ValueError("one mutation writes one goal's ledger")

@@ -1,17 +1,50 @@
 """Pytest fixtures for people writing LoopX plugins (installed as the ``loopx`` pytest plugin).
 
-``loopx_registry`` gives each test a fresh embedded registry (and points ``LOOPX_REGISTRY`` at
-it, so CLI calls in the test use it too). ``loopx_plugin`` registers a plugin object for the
-duration of one test and always unregisters it::
+Installing LoopX registers this module through the ``pytest11`` entry point, so a plugin's own
+test suite gets these fixtures without any ``conftest.py``:
 
-    def test_my_hook(loopx_registry, loopx_plugin):
+``loopx_registry``
+    A fresh embedded registry for one test (``LOOPX_REGISTRY`` points at it, so CLI calls in the
+    test use it too). ``LOOPX_ACTOR`` is cleared, so code acts as the user unless told otherwise.
+``loopx_plugin``
+    ``loopx_plugin(obj, name=None)`` registers a plugin object for the duration of one test and
+    always unregisters it afterwards, also removing any commands it added to the CLI.
+``loopx_cli``
+    ``loopx_cli("capabilities", "list", "--json")`` runs the ``loopx`` command line in-process
+    on ``loopx_registry`` and returns a :class:`CliResult` (``code``, ``out``, ``err``, ``json``).
+
+A typical test::
+
+    def test_my_capability(loopx_registry, loopx_plugin, loopx_cli):
         loopx_plugin(MyPlugin())
-        ...
+        r = loopx_cli("my-command", "--json")
+        assert r.code == 0, r
+        assert r.json["ok"]
+
+:func:`capability_doc_problems` checks a capability's document against its declaration, for a
+plugin's own "my doc is complete" test.
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
+
+
+class CliResult:
+    """What one CLI call gave: exit ``code``, ``out`` (stdout), ``err`` (stderr), and ``json``."""
+
+    def __init__(self, code: int, out: str, err: str):
+        self.code, self.out, self.err = code, out, err
+
+    @property
+    def json(self):
+        """stdout parsed as JSON."""
+        return json.loads(self.out)
+
+    def __repr__(self):
+        return f"CliResult(code={self.code}, out={self.out[:2000]!r}, err={self.err[:2000]!r})"
 
 
 @pytest.fixture
@@ -31,18 +64,69 @@ def loopx_registry(tmp_path, monkeypatch):
 
 @pytest.fixture
 def loopx_plugin():
-    """``register(plugin, name=None)``: add a plugin object for this test only."""
+    """``register(plugin, name=None)``: add a plugin object for this test only.
+
+    The plugin's hooks take part in everything the test does (capability declarations, contract
+    vetoes and actions, commands). On teardown it is unregistered and the CLI's command table is
+    restored, so the next test sees LoopX exactly as installed.
+    """
+    from loopx.cli import cli
     from loopx.plugins import get_plugin_manager
 
     pm = get_plugin_manager()
+    commands_before = dict(cli.commands)
+    loaded_before = cli.__dict__.get("_plugins_loaded")
     added = []
 
     def register(plugin, name=None):
         added.append(pm.register(plugin, name=name))
         pm.check_pending()
+        hook = getattr(plugin, "loopx_register_commands", None)
+        if hook is not None and cli.__dict__.get("_plugins_loaded"):
+            # The CLI already asked installed plugins for their commands; ask this one now.
+            hook(cli=cli)
         return plugin
 
     yield register
     for name in added:
         if pm.has_plugin(name):
             pm.unregister(name=name)
+    cli.commands.clear()
+    cli.commands.update(commands_before)
+    if loaded_before is None:
+        cli.__dict__.pop("_plugins_loaded", None)
+    else:
+        cli._plugins_loaded = loaded_before
+
+
+@pytest.fixture
+def loopx_cli(loopx_registry):
+    """``loopx_cli(*args, env=None, input=None)`` -> :class:`CliResult`, run in-process on ``loopx_registry``."""
+    from click.testing import CliRunner
+
+    from loopx.cli import cli
+
+    def call(*args, env=None, input=None):
+        runner = CliRunner()
+        full_env = {"LOOPX_REGISTRY": str(loopx_registry.store.url), **(env or {})}
+        r = runner.invoke(cli, [str(a) for a in args], env=full_env, input=input, catch_exceptions=False)
+        return CliResult(r.exit_code, r.stdout, r.stderr)
+
+    return call
+
+
+def capability_doc_problems(name: str, doc_root=".") -> list[str]:
+    """Problems with the installed capability ``name``'s document (``doc_root``/its ``doc`` path).
+
+    Empty when the document exists, has every required section, and lists the namespaces,
+    actions and quota needs the declaration has. Use it in a plugin's own tests.
+    """
+    from pathlib import Path
+
+    from loopx import capabilities
+
+    cap = capabilities.get(name)
+    path = Path(doc_root) / cap.doc
+    if not path.is_file():
+        return [f"{path} does not exist"]
+    return capabilities.check_doc(cap, path.read_text(encoding="utf-8"))

@@ -1,0 +1,474 @@
+"""Capabilities: what a plugin declares about itself, and the core's enforcement of it.
+
+A capability is a plugin that owns state. It declares itself through the
+``loopx_register_capabilities(register)`` hook with a :class:`Capability`: its name, version,
+summary, the state namespaces it owns and the state it reads, its quota needs per run, the
+commands and contract actions it adds, the core repairs it may record, and its document under
+``docs/capabilities/``. The core holds it to that declaration:
+
+* two capabilities owning one namespace (or one owning a namespace inside another's) is a load
+  error naming both (``capability_conflict``);
+* a capability writes ``capability_state`` rows only in namespaces it owns; anything else is
+  refused with ``ownership_violation`` before anything is written (the check is a guard on the
+  ``capability.*`` event kinds, so it holds however the event is emitted);
+* a capability whose quota needs exceed what remains is not offered in a contract
+  (:func:`offerable`, :func:`filter_actions`).
+
+The core itself declares no capability; only plugins do.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from contextlib import contextmanager
+from typing import Any, Iterable
+
+import attrs
+
+from loopx.errors import LoopxError
+
+# Capability names become actor names (``capability:NAME``) and namespaces: keep them simple.
+_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,39}")
+# A namespace is a capability-style name, optionally dotted (``issue_fix`` or ``issue_fix.git``).
+_NAMESPACE_RE = re.compile(r"[a-z][a-z0-9_]{0,39}(\.[a-z][a-z0-9_]{0,39}){0,3}")
+# State keys: short machine names.
+_KEY_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+#: The quota a capability may need per run, by the names the contract's ``remaining`` uses.
+QUOTA_KEYS = ("turns", "tokens", "wall_seconds")
+#: Largest JSON encoding of one state value (bigger material belongs in evidence files).
+MAX_VALUE_BYTES = 64 * 1024
+#: Most keys one state write may set.
+MAX_KEYS_PER_WRITE = 100
+
+
+@attrs.frozen
+class QuotaNeeds:
+    """What one run of a capability's work needs from the goal's remaining quota (0 = nothing)."""
+
+    turns: int = 0
+    tokens: int = 0
+    wall_seconds: float = 0.0
+
+
+def _quota(value) -> QuotaNeeds:
+    if isinstance(value, QuotaNeeds):
+        return value
+    if value is None:
+        return QuotaNeeds()
+    if isinstance(value, dict):
+        unknown = set(value) - set(QUOTA_KEYS)
+        if unknown:
+            raise LoopxError("plugin_error", f"unknown quota need(s) {sorted(unknown)}; use {', '.join(QUOTA_KEYS)}")
+        return QuotaNeeds(**value)
+    raise LoopxError("plugin_error", f"quota needs must be a dict or QuotaNeeds, not {type(value).__name__}")
+
+
+def _names(value) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value or ())
+
+
+@attrs.frozen
+class Capability:
+    """One capability's declaration (see the module docstring and ``docs/capabilities/README.md``).
+
+    ``owns``: state namespaces it alone writes. ``reads``: state it reads (core areas such as
+    ``todos`` or other capabilities' namespaces). ``commands``: the top-level ``loopx`` commands it
+    adds. ``actions``: names of the contract actions it contributes (a contributed action carries
+    ``"capability": NAME`` and ``"action": one of these``). ``repairs``: the kinds of core-state
+    repair it may record (``capability.repaired`` events; only self-repair-like capabilities need
+    any). ``doc``: its contract document, ``docs/capabilities/<name>.md``.
+    """
+
+    name: str
+    version: str
+    summary: str
+    owns: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    reads: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    quota: QuotaNeeds = attrs.field(factory=QuotaNeeds, converter=_quota)
+    commands: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    actions: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    repairs: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    doc: str = ""
+    #: The plugin that registered it (filled in by :func:`load`).
+    plugin: str | None = None
+    #: ``"distribution version"`` of that plugin, when it came from an installed distribution.
+    distribution: str | None = None
+
+    def __attrs_post_init__(self):
+        if not self.doc:
+            object.__setattr__(self, "doc", f"docs/capabilities/{self.name}.md")
+
+    def owns_namespace(self, namespace: str) -> bool:
+        """Whether ``namespace`` is one of this capability's namespaces or inside one."""
+        return any(namespace == ns or namespace.startswith(ns + ".") for ns in self.owns)
+
+    def fits(self, remaining: dict | None) -> bool:
+        """Whether one run's needs fit in ``remaining`` quota (a missing or ``None`` key = unlimited)."""
+        remaining = remaining or {}
+        for key in QUOTA_KEYS:
+            need = getattr(self.quota, key)
+            left = remaining.get(key)
+            if need and left is not None and left < need:
+                return False
+        return True
+
+    def to_json(self) -> dict:
+        """JSON-ready declaration (what ``loopx capabilities show NAME --json`` prints)."""
+        from loopx.model import to_json
+
+        data = to_json(self)
+        for key in ("owns", "reads", "commands", "actions", "repairs"):
+            data[key] = list(data[key])
+        return data
+
+
+def validate(cap: Capability) -> Capability:
+    """Check one declaration's fields; raises ``plugin_error`` naming the capability and the field."""
+    who = f"capability {cap.name!r}"
+    if not isinstance(cap.name, str) or not _NAME_RE.fullmatch(cap.name):
+        raise LoopxError("plugin_error", f"{who}: the name must be 1-40 characters of a-z, 0-9, '_', starting with a letter")
+    for field in ("version", "summary"):
+        value = getattr(cap, field)
+        if not isinstance(value, str) or not value.strip():
+            raise LoopxError("plugin_error", f"{who}: {field} must be non-empty text")
+    for ns in cap.owns:
+        if not isinstance(ns, str) or not _NAMESPACE_RE.fullmatch(ns):
+            raise LoopxError("plugin_error", f"{who}: {ns!r} is not a namespace (a-z, 0-9, '_', dotted)")
+    for field in ("reads", "commands", "actions", "repairs"):
+        for item in getattr(cap, field):
+            if not isinstance(item, str) or not item.strip() or len(item) > 100:
+                raise LoopxError("plugin_error", f"{who}: {field} holds {item!r}, which is not a short name")
+    for key in QUOTA_KEYS:
+        value = getattr(cap.quota, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise LoopxError("plugin_error", f"{who}: quota need {key} must be a finite number >= 0, not {value!r}")
+    if not isinstance(cap.doc, str) or not cap.doc.endswith(".md"):
+        raise LoopxError("plugin_error", f"{who}: doc must be the path of a Markdown file")
+    return cap
+
+
+def _overlap(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def check_conflicts(caps: Iterable[Capability]) -> None:
+    """Refuse two capabilities with one name, or owning one namespace (``capability_conflict``)."""
+    seen: dict[str, Capability] = {}
+    owners: list[tuple[str, Capability]] = []
+    for cap in caps:
+        if cap.name in seen:
+            raise LoopxError(
+                "capability_conflict",
+                f"capability {cap.name!r} is declared twice (plugins {seen[cap.name].plugin!r} and {cap.plugin!r})",
+                capabilities=[cap.name], plugins=[seen[cap.name].plugin, cap.plugin],
+            )
+        seen[cap.name] = cap
+        for ns in cap.owns:
+            for other_ns, other in owners:
+                if _overlap(ns, other_ns):
+                    raise LoopxError(
+                        "capability_conflict",
+                        f"capabilities {other.name!r} and {cap.name!r} both own namespace "
+                        f"{min(ns, other_ns, key=len)!r}; disable one (LOOPX_DISABLE_PLUGINS={cap.plugin or cap.name})",
+                        capabilities=[other.name, cap.name], namespace=min(ns, other_ns, key=len),
+                    )
+            owners.append((ns, cap))
+
+
+_cache: tuple[Any, dict[str, Capability]] | None = None
+
+
+def load() -> dict[str, Capability]:
+    """Every declared capability by name, validated and checked for conflicts.
+
+    Calls each plugin's ``loopx_register_capabilities`` (so every declaration is tagged with the
+    plugin and distribution it came from). The result is cached until the set of registered
+    plugins changes. Raises ``plugin_error`` for a malformed declaration and
+    ``capability_conflict`` for clashing ones.
+    """
+    global _cache
+    from loopx import plugins
+
+    pm = plugins.get_plugin_manager()
+    key = (id(pm), tuple((name, id(p)) for name, p in pm.list_name_plugin()))
+    if _cache is not None and _cache[0] == key:
+        return _cache[1]
+    found: list[Capability] = []
+    for impl in reversed(pm.hook.loopx_register_capabilities.get_hookimpls()):
+        def register(declaration, _plugin=impl.plugin_name):
+            if isinstance(declaration, dict):
+                declaration = Capability(**declaration)
+            if not isinstance(declaration, Capability):
+                raise LoopxError("plugin_error", f"plugin {_plugin!r} registered {declaration!r}, not a Capability")
+            found.append(validate(attrs.evolve(
+                declaration, plugin=_plugin, distribution=plugins.distributions.get(_plugin))))
+
+        try:
+            impl.function(**{name: register for name in impl.argnames})
+        except LoopxError:
+            raise
+        except Exception as exc:
+            raise LoopxError("plugin_error", f"plugin {impl.plugin_name!r} failed to declare its capabilities: "
+                             f"{type(exc).__name__}: {exc}") from None
+    check_conflicts(found)
+    result = {cap.name: cap for cap in sorted(found, key=lambda c: c.name)}
+    _cache = (key, result)
+    return result
+
+
+def get(name: str) -> Capability:
+    """The capability called ``name`` (``capability_not_found`` if none is installed)."""
+    found = load().get(name)
+    if found is None:
+        raise LoopxError("capability_not_found", f"no capability {name!r} is installed (see `loopx capabilities list`)")
+    return found
+
+
+def owner(namespace: str) -> Capability | None:
+    """The capability that owns ``namespace``, if any."""
+    for cap in load().values():
+        if cap.owns_namespace(namespace):
+            return cap
+    return None
+
+
+# --- ownership -------------------------------------------------------------------------------
+
+
+def capability_of(actor: str) -> str | None:
+    """``capability:NAME`` -> ``NAME``; any other actor -> None."""
+    if actor.startswith("capability:"):
+        return actor.split(":", 1)[1]
+    return None
+
+
+def check_owner(actor: str, namespace: str) -> Capability:
+    """The acting capability, if it owns ``namespace``; otherwise ``ownership_violation``."""
+    name = capability_of(actor)
+    if name is None:
+        raise LoopxError("ownership_violation", f"{actor} may not write capability state; only its capability may")
+    if not isinstance(namespace, str) or not _NAMESPACE_RE.fullmatch(namespace):
+        raise LoopxError("invalid_argument", f"{namespace!r} is not a state namespace")
+    cap = load().get(name)
+    if cap is None:
+        raise LoopxError("ownership_violation",
+                         f"capability {name!r} is not installed, so it owns no state (it wrote to {namespace!r})")
+    if not cap.owns_namespace(namespace):
+        holder = owner(namespace)
+        whose = f"it belongs to capability {holder.name!r}" if holder else "no capability declares it"
+        raise LoopxError(
+            "ownership_violation",
+            f"capability {name!r} may not write namespace {namespace!r}: {whose}",
+            capability=name, namespace=namespace,
+        )
+    return cap
+
+
+@contextmanager
+def acting(writer, name: str):
+    """Let a capability's own code write as ``capability:NAME`` inside an existing mutation.
+
+    A plugin command that, say, creates a goal as the user and then records its own state does
+    both in one transaction: ``with acting(w, "issue_fix"): put_state(w, ...)``. The events
+    written inside record the capability as their actor, and ownership is checked against it.
+    """
+    if not _NAME_RE.fullmatch(name or ""):
+        raise LoopxError("invalid_argument", f"{name!r} is not a capability name")
+    previous = writer.actor
+    writer.actor = f"capability:{name}"
+    try:
+        yield writer
+    finally:
+        writer.actor = previous
+
+
+# --- state -----------------------------------------------------------------------------------
+
+
+def _check_values(values: dict) -> dict:
+    if not isinstance(values, dict) or not values:
+        raise LoopxError("invalid_argument", "state values must be a non-empty dict of key -> JSON value")
+    if len(values) > MAX_KEYS_PER_WRITE:
+        raise LoopxError("invalid_argument", f"at most {MAX_KEYS_PER_WRITE} keys per state write")
+    clean = {}
+    for key, value in values.items():
+        _check_key(key)
+        try:
+            text = json.dumps(value, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise LoopxError("invalid_argument", f"state value for {key!r} is not JSON: {exc}") from None
+        if len(text.encode("utf-8")) > MAX_VALUE_BYTES:
+            raise LoopxError("invalid_argument", f"state value for {key!r} is over {MAX_VALUE_BYTES} bytes")
+        clean[key] = json.loads(text)
+    return clean
+
+
+def _check_key(key) -> str:
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
+        raise LoopxError("invalid_argument", f"state key {key!r} must be 1-64 characters of a-z, 0-9, '_', '.', '-'")
+    return key
+
+
+def put_state(writer, namespace: str, values: dict) -> None:
+    """Inside a mutation: set ``values`` (key -> JSON value) in ``namespace`` of the writer's goal.
+
+    The writer's actor must be the capability owning ``namespace`` (see :func:`acting`);
+    otherwise ``ownership_violation`` and nothing is written.
+    """
+    writer.emit("capability.state_set", {"namespace": namespace, "values": _check_values(values)})
+
+
+def drop_state(writer, namespace: str, keys: Iterable[str]) -> None:
+    """Inside a mutation: delete ``keys`` from ``namespace`` of the writer's goal (owner only)."""
+    keys = sorted({_check_key(k) for k in keys})
+    if not keys:
+        raise LoopxError("invalid_argument", "no state keys to delete")
+    writer.emit("capability.state_deleted", {"namespace": namespace, "keys": keys})
+
+
+def set_state(reg, capability: str, goal_id: str, values: dict, *, namespace: str | None = None,
+              operation_id: str | None = None) -> dict:
+    """Set state keys of ``goal_id`` as ``capability``, in one transaction; returns the namespace's state.
+
+    ``namespace`` defaults to the capability's first owned namespace. Writing a namespace the
+    capability does not own raises ``ownership_violation`` and writes nothing.
+    """
+    from loopx.validate import check_id
+
+    check_id("goal", goal_id)
+    cap = get(capability)
+    namespace = namespace or (cap.owns[0] if cap.owns else capability)
+    values = _check_values(values)
+
+    def work(w):
+        put_state(w, namespace, values)
+        return get_state(w.tx, goal_id, namespace)
+
+    return reg.mutate(f"capability:{capability}", work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": "capability.state_set", "goal": goal_id, "namespace": namespace, "values": values})
+
+
+def delete_state(reg, capability: str, goal_id: str, keys: Iterable[str], *, namespace: str | None = None,
+                 operation_id: str | None = None) -> dict:
+    """Delete state keys of ``goal_id`` as ``capability``; returns what remains in the namespace."""
+    from loopx.validate import check_id
+
+    check_id("goal", goal_id)
+    cap = get(capability)
+    namespace = namespace or (cap.owns[0] if cap.owns else capability)
+    keys = sorted(set(keys))
+
+    def work(w):
+        drop_state(w, namespace, keys)
+        return get_state(w.tx, goal_id, namespace)
+
+    return reg.mutate(f"capability:{capability}", work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": "capability.state_deleted", "goal": goal_id, "namespace": namespace, "keys": keys})
+
+
+def get_state(source, goal_id: str, namespace: str | None = None) -> dict:
+    """A goal's capability state: ``{key: value}`` of one namespace, or ``{namespace: {key: value}}``.
+
+    ``source`` is a read transaction (``tx``) or a :class:`~loopx.registry.Registry`. Anyone may
+    read any namespace; only writes are owned.
+    """
+    if not hasattr(source, "query"):
+        with source.read() as tx:
+            return get_state(tx, goal_id, namespace)
+    if namespace is None:
+        rows = source.query("SELECT namespace, key, value FROM capability_state WHERE goal_id = ?"
+                            " ORDER BY namespace, key", (goal_id,))
+        out: dict[str, dict] = {}
+        for r in rows:
+            out.setdefault(r["namespace"], {})[r["key"]] = json.loads(r["value"])
+        return out
+    rows = source.query("SELECT key, value FROM capability_state WHERE goal_id = ? AND namespace = ? ORDER BY key",
+                        (goal_id, namespace))
+    return {r["key"]: json.loads(r["value"]) for r in rows}
+
+
+# --- contracts -------------------------------------------------------------------------------
+
+
+def offerable(goal, remaining: dict | None) -> list[Capability]:
+    """The capabilities whose quota needs per run fit in ``remaining`` (``None`` = unlimited).
+
+    ``remaining`` uses the contract's keys (``turns``, ``tokens``, ``wall_seconds``, ...).
+    ``goal`` is accepted so that later rules (per-goal grants) need no signature change.
+    """
+    return [cap for cap in load().values() if cap.fits(remaining)]
+
+
+def filter_actions(contributions: Iterable[dict], goal, remaining: dict | None) -> list[dict]:
+    """Drop contract actions contributed by capabilities that are not offerable right now.
+
+    An action names its capability in ``"capability"``; one naming no installed capability is
+    dropped too (the declaration is what makes it accountable). Actions without a capability
+    (plain plugins) pass through.
+    """
+    contributions = list(contributions)
+    if not any(isinstance(c, dict) and c.get("capability") for c in contributions):
+        return contributions
+    offered = {cap.name for cap in offerable(goal, remaining)}
+    return [c for c in contributions if not (isinstance(c, dict) and c.get("capability"))
+            or c["capability"] in offered]
+
+
+# --- documents -------------------------------------------------------------------------------
+
+#: The sections every ``docs/capabilities/<name>.md`` has, in this order.
+DOC_SECTIONS = ("State owned", "Interaction protocol", "Quota needs", "Actions", "Failure modes")
+_BULLET_NAME = re.compile(r"^\s*[-*]\s+`([^`]+)`")
+_QUOTA_LINE = re.compile(r"^\s*[-*]\s+`?(turns|tokens|wall_seconds)`?\s*:\s*([0-9.]+)")
+
+
+def doc_sections(text: str) -> dict[str, str]:
+    """``{section title: body}`` of a capability document's ``##`` sections."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    return {k: "\n".join(v) for k, v in sections.items()}
+
+
+def check_doc(cap: Capability, text: str) -> list[str]:
+    """Problems with a capability document against its declaration; empty when they agree.
+
+    The document starts with ``# <name>``, has the :data:`DOC_SECTIONS` in order, lists each
+    owned namespace as a bullet ``- `ns` ...`` under *State owned*, each action as a bullet
+    ``- `name` ...`` under *Actions*, and each quota need as ``- turns: N`` under *Quota needs*.
+    """
+    problems = []
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    if not re.match(rf"#\s+`?{re.escape(cap.name)}`?(\s|$)", first):
+        problems.append(f"the title line should be '# {cap.name} ...', not {first!r}")
+    sections = doc_sections(text)
+    present = [s for s in sections if s in DOC_SECTIONS]
+    missing = [s for s in DOC_SECTIONS if s not in sections]
+    if missing:
+        problems.append(f"missing section(s): {', '.join(missing)}")
+    elif present != list(DOC_SECTIONS):
+        problems.append(f"sections out of order: {present}")
+
+    def names(section):
+        return {m.group(1) for line in sections.get(section, "").splitlines() if (m := _BULLET_NAME.match(line))}
+
+    if "State owned" in sections and names("State owned") != set(cap.owns):
+        problems.append(f"State owned lists {sorted(names('State owned'))}; the declaration owns {sorted(cap.owns)}")
+    if "Actions" in sections and names("Actions") != set(cap.actions):
+        problems.append(f"Actions lists {sorted(names('Actions'))}; the declaration has {sorted(cap.actions)}")
+    if "Quota needs" in sections:
+        listed = {m.group(1): float(m.group(2)) for line in sections["Quota needs"].splitlines()
+                  if (m := _QUOTA_LINE.match(line))}
+        declared = {k: float(getattr(cap.quota, k)) for k in QUOTA_KEYS}
+        if listed != declared:
+            problems.append(f"Quota needs lists {listed}; the declaration needs {declared}")
+    return problems
