@@ -14,7 +14,6 @@ validate, read what they need through the writer's ``tx``, and ``emit`` events.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from contextlib import contextmanager
@@ -207,4 +206,6 @@ class Registry:
 
 
 def _hash(request: dict) -> str:
+    import hashlib
+
     return hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()
