@@ -42,6 +42,7 @@ CODES = frozenset(
         "target_not_empty",
         "copy_mismatch",
         "issue_fix_error",
+        "not_reproduced",
         "repair_failed",
     }
 )
