@@ -42,7 +42,7 @@ _WHERE = {
     "Event": "event",
 }
 
-__all__ = [*_WHERE, "converter", "to_json", "from_json"]
+__all__ = [*_WHERE, "converter", "to_json", "from_json", "from_row"]
 
 
 def __getattr__(name: str):
@@ -64,4 +64,18 @@ def to_json(value):
 
 def from_json(data, cls):
     """Build a model value of ``cls`` from JSON-ready data."""
+    return converter.structure(data, cls)
+
+
+def from_row(row: dict, cls, json_columns: tuple[str, ...] = ()):
+    """Build a model value of ``cls`` from a SQL row whose ``json_columns`` hold JSON text.
+
+    Columns the class does not have (sequence numbers, foreign keys) are ignored.
+    """
+    import json
+
+    data = dict(row)
+    for column in json_columns:
+        if data.get(column) is not None:
+            data[column] = json.loads(data[column])
     return converter.structure(data, cls)
