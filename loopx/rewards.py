@@ -75,7 +75,8 @@ def add(reg: Registry, actor: str, *, goal_id: str, run_id: str, score, comment:
         row = w.tx.one("SELECT * FROM rewards WHERE id = ?", (reward_id,))
         return to_json(reward_from_row(row))
 
-    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+    # A closed goal's runs can still be scored: the overlay reviews work that is over.
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id, allow_closed=True,
                       request={"op": "reward.add", "goal": goal_id, "run": run_id, "score": score,
                                "comment": comment})
 
