@@ -1,0 +1,148 @@
+"""``loopx status`` and ``loopx status-server``: the read-only projection in a terminal and over HTTP."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from loopx.cli.output import LoopxCommand, emit, open_registry, wants_json
+
+BAR_WIDTH = 20
+
+
+def _bar(used, limit) -> str:
+    if limit is None:
+        return f"{_num(used)} used (unlimited)"
+    frac = 1.0 if limit <= 0 else min(1.0, max(0.0, used / limit))
+    filled = round(frac * BAR_WIDTH)
+    return f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {_num(used)}/{_num(limit)}"
+
+
+def _num(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _quota_lines(quota: dict, indent: str = "  ") -> list[str]:
+    lines = []
+    for field, key in (("turns", "max_turns"), ("tokens", "max_tokens"), ("cost", "max_cost"),
+                       ("wall_seconds", "max_wall_seconds")):
+        limit = quota["limits"].get(key)
+        if limit is None and not quota["used"][field]:
+            continue
+        budget = None if limit is None else limit + (quota["grants"].get(key) or 0)
+        mark = "  EXHAUSTED" if field in quota["exhausted"] else ""
+        lines.append(f"{indent}{field:<13}{_bar(quota['used'][field], budget)}{mark}")
+    return lines
+
+
+def overview_text(view: dict) -> str:
+    """The all-goals view for people."""
+    counts = view["counts"]["goals"]
+    lines = [
+        f"{counts['open']} open, {counts['paused']} paused, {counts['closed']} closed;"
+        f" {view['counts']['attention']} need attention  (revision {view['revision']})"
+    ]
+    if not view["goals"]:
+        lines.append("no goals")
+    for g in view["goals"]:
+        flag = "!" if g["attention"] else " "
+        todos = g["todos"]
+        lines.append(f"{flag} {g['id']}  [{g['status']}]  {g['title']}")
+        detail = f"    todos {todos['done']}/{sum(todos.values())} done"
+        if g["gates_pending"]:
+            detail += f", {g['gates_pending']} gate(s) pending"
+        if g["last_run"]:
+            r = g["last_run"]
+            detail += f", last run {r['status']}" + (f" ({r['outcome']})" if r["outcome"] else "")
+        lines.append(detail)
+        if g["attention"]:
+            lines.append(f"    attention: {', '.join(g['attention'])}")
+    if view["page"]["next"]:
+        lines.append(f"more: loopx status --cursor {view['page']['next']}")
+    return "\n".join(lines)
+
+
+def goal_text(view: dict) -> str:
+    """One goal's view for people."""
+    g = view["goal"]
+    lines = [f"{g['id']}  [{g['status']}]  {g['title']}  (revision {g['revision']})"]
+    if view["attention"]:
+        lines.append(f"attention: {', '.join(view['attention'])}")
+    for c in g["criteria"]:
+        lines.append(f"  [{'x' if c['met'] else ' '}] {c['text']}")
+    gates = view["gates"]
+    if gates["pending"] or gates["decided"]:
+        lines.append("gates:")
+        for x in gates["pending"] + gates["decided"]:
+            lines.append(f"  {x['id']}  {x['status']:<8} {x['scope']:<10} blocks {x['blocks']}  {x['title']}")
+    todos = view["todos"]
+    ready = set(todos["ready"])
+    if todos["items"]:
+        c = todos["counts"]
+        lines.append(f"todos: {c['done']} done, {c['open']} open ({len(ready)} ready), {c['blocked']} blocked")
+        for t in todos["items"]:
+            state = "ready" if t["id"] in ready else t["status"]
+            claim = f"  claimed by {t['claim']['agent']}" if t["claim"] and t["claim"]["valid"] else ""
+            lines.append(f"  {t['id']}  {t['priority']} {state:<7} {t['text']}{claim}")
+    quota = _quota_lines(view["quota"])
+    if quota:
+        lines.append("quota:")
+        lines.extend(quota)
+    if view["handoff"]:
+        lines.append(f"hand-off ({view['handoff']['run_id']}): {view['handoff']['note']}")
+    if view["rewards"]["total"]:
+        lines.append(f"rewards: {view['rewards']['total']}, mean score {view['rewards']['mean']}")
+    if view["timeline"]:
+        lines.append("timeline:")
+        for item in view["timeline"][:15]:
+            lines.append(f"  {item['at']}  {item['kind']:<12} {item['text']}")
+    return "\n".join(lines)
+
+
+@click.command(cls=LoopxCommand)
+@click.option("--goal-id", default=None, help="Show one goal in full instead of the overview.")
+@click.option("--limit", default=50, type=int, help="Goals per page of the overview (1-1000).")
+@click.option("--cursor", default=None, help="The next page: the cursor the previous page ended with.")
+@click.option("--all", "include_closed", is_flag=True, help="Include closed goals in the overview.")
+def status(goal_id, limit, cursor, include_closed):
+    """What needs attention, and where every goal stands (read-only).
+
+    Without --goal-id: all goals, those needing a human first (pending gates, exhausted
+    budgets, abandoned or failing runs), then the rest, newest first.
+    """
+    from loopx import status as projection
+
+    with open_registry(readonly=True) as reg:
+        if goal_id is not None:
+            emit(projection.goal_view(reg, goal_id), goal_text)
+        else:
+            emit(projection.overview(reg, limit=limit, cursor=cursor, include_closed=include_closed), overview_text)
+
+
+@click.command("status-server", cls=LoopxCommand)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to bind (0 picks a free one).")
+@click.option("--token", default=None, envvar="LOOPX_STATUS_TOKEN",
+              help="Bearer token every request must carry; required to bind a non-loopback address.")
+def status_server(host, port, token):
+    """Serve the dashboard and the read-only status API (GET and HEAD only)."""
+    from loopx import status_server as server
+    from loopx.cli.output import REGISTRY_KEY
+
+    srv = server.make_server(click.get_current_context().meta.get(REGISTRY_KEY), host=host, port=port, token=token)
+    # The first line says where it listens (port 0 picks one), so scripts and tests can read it.
+    info = {"url": srv.url, "readonly": True, "token_required": token is not None}
+    if wants_json():
+        click.echo(json.dumps(info))
+    else:
+        click.echo(f"loopx status server on {info['url']} (read-only; Ctrl-C to stop)")
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.shutdown_all()

@@ -1,0 +1,248 @@
+// The LoopX dashboard: renders the status projection (/api/status, /api/goals/{id}) and
+// re-reads it whenever /api/stream reports a new registry revision. Read-only: it only GETs.
+// Every value from the registry goes into the page as text (textContent), never as markup.
+"use strict";
+
+const PAGE = 50;
+const SLOW_REFRESH_MS = 30000; // time alone changes some facts (leases, abandoned runs)
+const state = { selected: null, shown: PAGE, next: null, revision: null, loading: false, again: false };
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k.startsWith("data-")) node.setAttribute(k, v);
+    else node[k] = v;
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function badge(text, kind) {
+  return el("span", { class: `badge ${kind || text}` }, text);
+}
+
+function fmt(value) {
+  if (value === null || value === undefined) return "–";
+  if (typeof value === "number" && !Number.isInteger(value)) return value.toFixed(value < 10 ? 3 : 1);
+  return String(value);
+}
+
+function when(stamp) {
+  return stamp ? stamp.replace("T", " ").replace(/\.\d+Z$/, "Z") : "";
+}
+
+async function getJSON(url) {
+  const response = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
+  const data = await response.json();
+  if (!response.ok) {
+    const err = new Error((data.error && data.error.message) || response.statusText);
+    err.code = data.error && data.error.code;
+    throw err;
+  }
+  return data;
+}
+
+// ---------------------------------------------------------------- goal list
+
+function renderOverview(view) {
+  const g = view.counts.goals;
+  $("counts").textContent =
+    `${g.open} open · ${g.paused} paused · ${g.closed} closed · ${view.counts.attention} need attention`;
+  $("revision").textContent = `revision ${view.revision}`;
+  const list = $("goals");
+  list.replaceChildren(...view.goals.map(goalItem));
+  state.next = view.page.next;
+  $("more").hidden = !state.next;
+  $("no-goals").hidden = view.goals.length > 0;
+  if (!state.selected && view.goals.length) select(view.goals[0].id, false);
+  markSelected();
+}
+
+function goalItem(goal) {
+  const todos = goal.todos;
+  const total = todos.open + todos.done + todos.blocked;
+  const meta = [`${todos.done}/${total} todos done`];
+  if (goal.gates_pending) meta.push(`${goal.gates_pending} gate${goal.gates_pending > 1 ? "s" : ""} pending`);
+  if (goal.last_run) meta.push(`last run ${goal.last_run.outcome || goal.last_run.status}`);
+  const item = el(
+    "li",
+    { class: goal.attention.length ? "attention" : "", tabIndex: 0, "data-goal-id": goal.id },
+    el("span", { class: "title" }, goal.title),
+    badge(goal.status),
+    " ",
+    ...goal.attention.map((a) => badge(a.replace("_", " "), "warn")),
+    el("div", { class: "meta" }, meta.join(" · ")),
+  );
+  item.addEventListener("click", () => select(goal.id, true));
+  item.addEventListener("keydown", (e) => { if (e.key === "Enter") select(goal.id, true); });
+  return item;
+}
+
+function markSelected() {
+  for (const li of $("goals").children) li.classList.toggle("selected", li.dataset.goalId === state.selected);
+}
+
+function select(goalId, userChose) {
+  state.selected = goalId;
+  if (userChose) history.replaceState(null, "", `#${goalId}`);
+  markSelected();
+  loadGoal();
+}
+
+// ---------------------------------------------------------------- one goal
+
+function renderGoal(view) {
+  const goal = view.goal;
+  $("pick").hidden = true;
+  $("goal").hidden = false;
+  $("goal").dataset.goalId = goal.id;
+  $("goal-title").textContent = goal.title;
+  $("goal-status").replaceWith(Object.assign(badge(goal.status), { id: "goal-status" }));
+  $("goal-id").textContent = `${goal.id} · revision ${goal.revision}`;
+  $("goal-description").textContent = goal.description || "";
+  $("goal-attention").replaceChildren(...view.attention.map((a) => el("li", {}, badge(a.replace("_", " "), "warn"))));
+  $("goal-criteria").replaceChildren(...goal.criteria.map((c) => el("li", {}, c.met ? "✔ " : "☐ ", c.text)));
+
+  const gates = [...view.gates.pending, ...view.gates.decided];
+  $("gates").replaceChildren(
+    ...(gates.length ? gates.map((x) => el("li", { "data-gate-id": x.id, "data-status": x.status },
+      badge(x.status), " ", el("strong", {}, x.title), " ",
+      el("span", { class: "muted small" }, `${x.scope} · blocks ${x.blocks}` +
+        (x.decided_by ? ` · ${x.status} by ${x.decided_by} ${when(x.decided_at)}` : ` · asked by ${x.requested_by}`)),
+      x.comment ? el("div", { class: "muted small" }, x.comment) : null))
+      : [el("li", { class: "muted" }, "no gates")]),
+  );
+
+  renderQuota(view.quota);
+
+  const ready = new Set(view.todos.ready);
+  const c = view.todos.counts;
+  $("todo-counts").textContent = `${c.done} done · ${c.open} open (${ready.size} ready) · ${c.blocked} blocked`;
+  $("todos").tBodies[0].replaceChildren(
+    ...view.todos.items.map((t) => {
+      const st = ready.has(t.id) ? "ready" : t.status;
+      const claim = t.claim ? `${t.claim.agent}${t.claim.valid ? "" : " (expired)"}` : "";
+      return el("tr", { "data-todo-id": t.id }, el("td", {}, el("code", {}, t.id)), el("td", {}, t.priority),
+        el("td", {}, badge(st, st === "open" ? "" : st === "done" ? "ok" : st === "blocked" ? "bad" : st)),
+        el("td", {}, t.text), el("td", { class: "muted" }, claim));
+    }),
+  );
+
+  $("handoff").textContent = view.handoff ? `${view.handoff.note}\n— ${view.handoff.run_id}, ${when(view.handoff.at)}` : "none yet";
+  $("handoff").classList.toggle("muted", !view.handoff);
+
+  $("reward-mean").textContent = view.rewards.total ? `mean ${fmt(view.rewards.mean)} over ${view.rewards.total}` : "";
+  $("rewards").replaceChildren(
+    ...(view.rewards.recent.length ? view.rewards.recent.map((w) => el("li", {},
+      badge((w.score >= 0 ? "+" : "") + w.score, w.score > 0 ? "ok" : w.score < 0 ? "bad" : ""), " ",
+      w.comment || "", el("div", { class: "muted small" }, `${w.run_id} · ${w.author} · ${when(w.created_at)}`)))
+      : [el("li", { class: "muted" }, "no rewards yet")]),
+  );
+
+  $("timeline").replaceChildren(
+    ...(view.timeline.length ? view.timeline.map((i) => el("li", { "data-kind": i.kind },
+      el("span", { class: "muted" }, when(i.at)), el("span", {}, i.kind), el("span", {}, i.text,
+        i.run_id ? el("span", { class: "muted small" }, ` (${i.run_id})`) : null)))
+      : [el("li", { class: "muted" }, "no runs yet")]),
+  );
+
+  $("actions").replaceChildren(
+    ...(view.actions.length ? view.actions.map((a) => el("li", {}, el("strong", {}, a.name), " ",
+      el("code", {}, a.argv.join(" ")), el("span", { class: "muted small" }, ` · ${a.source}`)))
+      : [el("li", { class: "muted" }, "no actions")]),
+  );
+}
+
+function fill(share) {
+  const node = el("div", { class: "fill" });
+  node.style.width = `${(share * 100).toFixed(1)}%`; // CSSOM, allowed by the page's CSP
+  return node;
+}
+
+function renderQuota(q) {
+  const rows = [["turns", "max_turns"], ["tokens", "max_tokens"], ["cost", "max_cost"], ["wall_seconds", "max_wall_seconds"]];
+  const bars = [];
+  for (const [field, key] of rows) {
+    const limit = q.limits[key];
+    const used = q.used[field];
+    if (limit === null && !used) continue;
+    const budget = limit === null ? null : limit + (q.grants[key] || 0);
+    const share = budget === null ? 0 : budget <= 0 ? 1 : Math.min(1, used / budget);
+    const exhausted = q.exhausted.includes(field);
+    bars.push(el("div", { class: `bar${exhausted ? " exhausted" : ""}`, "data-field": field },
+      el("div", { class: "label" }, el("span", {}, field.replace("_", " ")),
+        el("span", {}, budget === null ? `${fmt(used)} used · unlimited`
+          : `${fmt(used)} / ${fmt(budget)} · ${fmt(q.remaining[field])} left`)),
+      el("div", { class: "track" }, fill(share))));
+  }
+  if (q.limits.cadence_seconds) bars.push(el("div", { class: "muted small" }, `at most one turn every ${q.limits.cadence_seconds}s`));
+  $("quota").replaceChildren(...(bars.length ? bars : [el("p", { class: "muted" }, "no limits set")]));
+}
+
+// ---------------------------------------------------------------- loading
+
+async function loadOverview() {
+  const view = await getJSON(`/api/status?limit=${Math.min(1000, state.shown)}`);
+  state.revision = view.revision;
+  renderOverview(view);
+}
+
+async function loadGoal() {
+  if (!state.selected) return;
+  const wanted = state.selected;
+  try {
+    const view = await getJSON(`/api/goals/${encodeURIComponent(wanted)}`);
+    if (state.selected === wanted) renderGoal(view);
+  } catch (err) {
+    if (err.code === "goal_not_found" || err.code === "invalid_argument") {
+      state.selected = null;
+      $("goal").hidden = true;
+      $("pick").hidden = false;
+    } else throw err;
+  }
+}
+
+// Refreshes never overlap: a change that arrives mid-load triggers one more load afterwards.
+async function refresh() {
+  if (state.loading) { state.again = true; return; }
+  state.loading = true;
+  try {
+    do {
+      state.again = false;
+      await loadOverview();
+      await loadGoal();
+    } while (state.again);
+  } catch (err) {
+    $("counts").textContent = `error: ${err.message}`;
+  } finally {
+    state.loading = false;
+  }
+}
+
+function connect() {
+  if (!window.EventSource) return;
+  const source = new EventSource("/api/stream");
+  source.addEventListener("open", () => { $("live").textContent = "live"; $("live").className = "live on"; });
+  source.addEventListener("error", () => { $("live").textContent = "reconnecting…"; $("live").className = "live off"; });
+  source.addEventListener("revision", (e) => {
+    const rev = JSON.parse(e.data).revision;
+    if (rev !== state.revision) refresh();
+  });
+}
+
+$("more").addEventListener("click", () => { state.shown += PAGE; refresh(); });
+window.addEventListener("hashchange", () => {
+  const id = location.hash.slice(1);
+  if (id && id !== state.selected) select(id, false);
+});
+if (location.hash.length > 1) state.selected = location.hash.slice(1);
+refresh();
+connect();
+setInterval(refresh, SLOW_REFRESH_MS);

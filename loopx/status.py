@@ -1,0 +1,552 @@
+"""The status projection: one versioned, read-only view of the registry for people and machines.
+
+``loopx status`` (text or JSON) and every ``/api/*`` route of the status server return what
+this module builds, so the terminal, the HTTP API and the dashboard can never disagree. The
+schema (``loopx.status/1``) is documented in ``docs/status-schema.md``; fields are only ever
+added to a schema version, never renamed or removed.
+
+Two views:
+
+* :func:`overview` - all goals, *attention first* (pending gates, exhausted budgets, abandoned
+  runs, a failing last run), then the rest, newest first, one page at a time. Which goals need
+  attention is found with a handful of set queries over the whole registry; everything shown
+  per goal is then fetched for the page only, in batches, so the cost follows the page size,
+  not the number of goals.
+* :func:`goal_view` - one goal in full: gates, todos and the ready set, quota used/remaining,
+  runs, evidence, the merged timeline, rewards, the latest hand-off and actions.
+
+Nothing here writes; every function takes a transaction or a registry opened read-only.
+"""
+
+from __future__ import annotations
+
+import json
+
+from loopx import clock
+from loopx.errors import LoopxError
+from loopx.validate import check_id, check_number
+
+SCHEMA = "loopx.status/1"
+ATTENTION = ("gate_pending", "budget_exhausted", "run_abandoned", "run_failed")
+MAX_LIMIT = 1000
+MAX_EVENTS = 1000
+# How much history one goal view carries; older rows stay reachable through the ledger.
+RECENT_RUNS = 20
+RECENT_EVIDENCE = 50
+RECENT_REWARDS = 20
+RECENT_GATES = 20
+MAX_TODOS = 500
+QUOTA_FIELDS = (
+    ("turns", "max_turns"),
+    ("tokens", "max_tokens"),
+    ("cost", "max_cost"),
+    ("wall_seconds", "max_wall_seconds"),
+)
+_CHUNK = 500  # ids per IN (...) list: far below every backend's parameter limit
+
+
+# ----------------------------------------------------------------------------- small helpers
+
+
+def revision(tx) -> int:
+    """The registry's revision: the id of its newest event (0 when empty). Cheap: a primary-key max."""
+    row = tx.one("SELECT max(id) AS m FROM events")
+    return int(row["m"] or 0) if row else 0
+
+
+def _in_query(tx, sql: str, ids: list[str], extra: tuple = ()) -> list[dict]:
+    """Run ``sql`` (with one ``{ids}`` placeholder list) over ``ids`` in chunks."""
+    rows: list[dict] = []
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        marks = ", ".join("?" for _ in chunk)
+        rows.extend(tx.query(sql.format(ids=marks), (*chunk, *extra)))
+    return rows
+
+
+def _loads(text, default):
+    if text is None:
+        return default
+    return json.loads(text)
+
+
+def _limits(row: dict) -> dict:
+    return _loads(row.get("limits"), {}) or {}
+
+
+# ----------------------------------------------------------------------------- quota
+
+
+def usage_from_runs(runs: list[dict], at: str) -> dict:
+    """What a goal has used, from its runs: one turn per run, reported tokens and cost, and
+    wall-clock time (finished runs: opened..finished; open runs: opened..now, capped at expiry)."""
+    used = {"turns": 0, "tokens": 0, "cost": 0.0, "wall_seconds": 0.0}
+    for r in runs:
+        used["turns"] += 1
+        used["tokens"] += int(r.get("tokens") or 0)
+        used["cost"] += float(r.get("cost") or 0.0)
+        end = r.get("finished_at") or min(at, r["expires_at"])
+        used["wall_seconds"] += max(0.0, clock.seconds_between(r["opened_at"], end))
+    used["cost"] = round(used["cost"], 6)
+    used["wall_seconds"] = round(used["wall_seconds"], 3)
+    return used
+
+
+def quota_picture(limits: dict, grants: dict, used: dict) -> dict:
+    """Limits, grants, used, remaining (``None`` = unlimited) and which budgets are exhausted.
+
+    A user's grant extends a limit: the budget for a field is ``limit + grant``.
+    """
+    remaining, exhausted = {}, []
+    for field, key in QUOTA_FIELDS:
+        limit = limits.get(key)
+        if limit is None:
+            remaining[field] = None
+            continue
+        budget = limit + (grants.get(key) or 0)
+        left = budget - used[field]
+        remaining[field] = round(left, 6) if isinstance(left, float) else left
+        if left <= 0:
+            exhausted.append(field)
+    return {
+        "limits": {k: limits.get(k) for _, k in QUOTA_FIELDS} | {"cadence_seconds": limits.get("cadence_seconds")},
+        "grants": {k: grants.get(k) for _, k in QUOTA_FIELDS},
+        "used": used,
+        "remaining": remaining,
+        "exhausted": exhausted,
+    }
+
+
+def _quota_for(tx, goal_rows: list[dict], at: str) -> dict[str, dict]:
+    """``{goal_id: quota picture}`` for a batch of goal rows, with one query per chunk."""
+    ids = [g["id"] for g in goal_rows]
+    by_goal: dict[str, list[dict]] = {i: [] for i in ids}
+    if ids:
+        for r in _in_query(
+            tx,
+            "SELECT goal_id, tokens, cost, opened_at, finished_at, expires_at FROM runs WHERE goal_id IN ({ids})",
+            ids,
+        ):
+            by_goal[r["goal_id"]].append(r)
+    return {
+        g["id"]: quota_picture(_limits(g), _loads(g.get("grants"), {}) or {}, usage_from_runs(by_goal[g["id"]], at))
+        for g in goal_rows
+    }
+
+
+# ----------------------------------------------------------------------------- attention
+
+
+def attention_map(tx, at: str, goal_ids: list[str] | None = None) -> dict[str, list[str]]:
+    """``{goal_id: [attention codes]}`` for goals that are not closed and need a human.
+
+    With ``goal_ids`` only those goals are examined; otherwise the whole registry, by set
+    queries (never one query per goal).
+    """
+    found: dict[str, set[str]] = {}
+
+    def mark(goal_id, code):
+        found.setdefault(goal_id, set()).add(code)
+
+    scope, scope_params = "", ()
+    if goal_ids is not None:
+        if not goal_ids:
+            return {}
+        scope = " AND {alias}.goal_id IN (" + ", ".join("?" for _ in goal_ids) + ")"
+        scope_params = tuple(goal_ids)
+
+    for r in tx.query(
+        "SELECT DISTINCT x.goal_id FROM gates x JOIN goals g ON g.id = x.goal_id"
+        " WHERE x.status = 'pending' AND g.status <> 'closed'" + scope.format(alias="x"),
+        scope_params,
+    ):
+        mark(r["goal_id"], "gate_pending")
+
+    # Runs: an open run past its expiry is abandoned now; a goal whose newest run was marked
+    # abandoned, or whose newest finished run failed, needs a look until a later run settles it.
+    candidates = tx.query(
+        "SELECT r.goal_id, r.id, r.status, r.outcome, r.opened_at, r.expires_at FROM runs r"
+        " JOIN goals g ON g.id = r.goal_id WHERE g.status <> 'closed' AND (r.status = 'abandoned'"
+        " OR r.outcome = 'failed' OR (r.status = 'open' AND r.expires_at < ?))" + scope.format(alias="r"),
+        (at, *scope_params),
+    )
+    latest_checks = set()
+    for r in candidates:
+        if r["status"] == "open":
+            mark(r["goal_id"], "run_abandoned")
+        else:
+            latest_checks.add(r["goal_id"])
+    if latest_checks:
+        latest = _latest_runs(tx, sorted(latest_checks))
+        latest_finished = _latest_runs(tx, sorted(latest_checks), status="finished")
+        for goal_id in latest_checks:
+            newest = latest.get(goal_id)
+            if newest and newest["status"] == "abandoned":
+                mark(goal_id, "run_abandoned")
+            done = latest_finished.get(goal_id)
+            if done and done["outcome"] == "failed":
+                mark(goal_id, "run_failed")
+
+    # Budgets: only goals with a limit can run out; their usage is summed in batches.
+    limited = tx.query(
+        "SELECT id, limits, grants FROM goals WHERE status = 'open' AND limits <> '{}'"
+        + (" AND id IN (" + ", ".join("?" for _ in goal_ids) + ")" if goal_ids is not None else ""),
+        scope_params,
+    )
+    limited = [g for g in limited if any(_limits(g).get(k) is not None for _, k in QUOTA_FIELDS)]
+    for goal_id, picture in _quota_for(tx, limited, at).items():
+        if picture["exhausted"]:
+            mark(goal_id, "budget_exhausted")
+
+    return {g: [c for c in ATTENTION if c in codes] for g, codes in found.items()}
+
+
+def _latest_runs(tx, goal_ids: list[str], status: str | None = None) -> dict[str, dict]:
+    """The newest run (optionally of one status) of each goal in ``goal_ids``."""
+    if not goal_ids:
+        return {}
+    cond = " AND r2.status = ?" if status else ""
+    outer = " AND r.status = ?" if status else ""
+    extra = (status, status) if status else ()
+    rows = _in_query(
+        tx,
+        "SELECT * FROM runs r WHERE r.goal_id IN ({ids})" + outer + " AND r.opened_at ="
+        " (SELECT max(r2.opened_at) FROM runs r2 WHERE r2.goal_id = r.goal_id" + cond + ")",
+        goal_ids,
+        extra,
+    )
+    out: dict[str, dict] = {}
+    for r in rows:
+        # Two runs opened in the same microsecond: pick one deterministically.
+        if r["goal_id"] not in out or r["id"] > out[r["goal_id"]]["id"]:
+            out[r["goal_id"]] = r
+    return out
+
+
+# ----------------------------------------------------------------------------- overview
+
+
+def _parse_cursor(cursor: str | None) -> tuple[str, int | None]:
+    """``None`` -> start; ``a.N`` / ``r.N`` -> after created_seq N in the attention / rest part."""
+    if cursor is None:
+        return "a", None
+    part, _, seq = str(cursor).partition(".")
+    if cursor == "r":
+        return "r", None
+    if part not in ("a", "r") or not seq.isdigit() or len(seq) > 18:
+        raise LoopxError("invalid_argument", f"--cursor: {cursor!r} is not a cursor this command returned")
+    return part, int(seq)
+
+
+def _goal_row_summary(g: dict) -> dict:
+    return {
+        "id": g["id"],
+        "title": g["title"],
+        "status": g["status"],
+        "status_reason": g["status_reason"],
+        "revision": g["revision"],
+        "created_at": g["created_at"],
+        "updated_at": g["updated_at"],
+    }
+
+
+def overview(reg, *, limit: int = 50, cursor: str | None = None, include_closed: bool = False) -> dict:
+    """All goals, attention first, one page at a time (see the module doc and the schema doc)."""
+    limit = check_number(limit, what="--limit", minimum=1, maximum=MAX_LIMIT, integer=True)
+    part, after = _parse_cursor(cursor)
+    with reg.read() as tx:
+        return overview_tx(tx, limit=limit, part=part, after=after, include_closed=include_closed)
+
+
+def overview_tx(tx, *, limit: int, part: str = "a", after: int | None = None, include_closed: bool = False) -> dict:
+    """:func:`overview` inside an open read transaction."""
+    at = clock.now()
+    rev = revision(tx)
+    counts = {"open": 0, "paused": 0, "closed": 0}
+    for r in tx.query("SELECT status, count(*) AS n FROM goals GROUP BY status"):
+        counts[r["status"]] = int(r["n"])
+    attention = attention_map(tx, at)
+    shown = "status <> 'closed'" if not include_closed else "1 = 1"
+
+    # The attention part: few goals by nature, all known from the set queries above.
+    att_rows = []
+    if attention:
+        att_rows = _in_query(tx, "SELECT id, created_seq FROM goals WHERE id IN ({ids})", sorted(attention))
+        att_rows.sort(key=lambda r: -r["created_seq"])
+    page: list[tuple[str, int]] = []  # (goal id, created_seq)
+    next_cursor = None
+    if part == "a":
+        pending = [r for r in att_rows if after is None or r["created_seq"] < after]
+        page = [(r["id"], r["created_seq"]) for r in pending[:limit]]
+        if len(pending) > limit:
+            next_cursor = f"a.{page[-1][1]}"
+        elif len(page) == limit and _has_rest(tx, shown, attention):
+            next_cursor = "r"
+        part, after = "r", None
+    if next_cursor is None and len(page) < limit:
+        # The rest, newest first, skipping attention goals; fetched in slices so a page costs
+        # about one indexed range scan however many goals there are.
+        want = limit - len(page)
+        rest: list[tuple[str, int]] = []
+        bound = after
+        while len(rest) <= want:
+            sql = f"SELECT id, created_seq FROM goals WHERE {shown}"
+            params: list = []
+            if bound is not None:
+                sql += " AND created_seq < ?"
+                params.append(bound)
+            sql += " ORDER BY created_seq DESC LIMIT ?"
+            params.append(want + 1 + min(len(attention), 200))
+            rows = tx.query(sql, params)
+            rest.extend((r["id"], r["created_seq"]) for r in rows if r["id"] not in attention)
+            if len(rows) < params[-1]:
+                break
+            bound = rows[-1]["created_seq"]
+        if len(rest) > want:
+            rest = rest[:want]
+            next_cursor = f"r.{rest[-1][1]}"
+        page.extend(rest)
+
+    goals = _summaries(tx, [gid for gid, _ in page], attention, at)
+    return {
+        "schema": SCHEMA,
+        "view": "overview",
+        "generated_at": at,
+        "revision": rev,
+        "counts": {"goals": counts, "attention": len(attention)},
+        "goals": goals,
+        "page": {"limit": limit, "next": next_cursor},
+    }
+
+
+def _has_rest(tx, shown: str, attention: dict) -> bool:
+    rows = tx.query(f"SELECT id FROM goals WHERE {shown} ORDER BY created_seq DESC LIMIT ?", (len(attention) + 1,))
+    return any(r["id"] not in attention for r in rows)
+
+
+def _summaries(tx, ids: list[str], attention: dict[str, list[str]], at: str) -> list[dict]:
+    """One summary per goal id, in the order given, from a few batched queries."""
+    if not ids:
+        return []
+    rows = {r["id"]: r for r in _in_query(tx, "SELECT * FROM goals WHERE id IN ({ids})", ids)}
+    todo_counts: dict[str, dict] = {i: {"open": 0, "done": 0, "blocked": 0} for i in ids}
+    for r in _in_query(tx, "SELECT goal_id, status, count(*) AS n FROM todos WHERE goal_id IN ({ids})"
+                           " GROUP BY goal_id, status", ids):
+        todo_counts[r["goal_id"]][r["status"]] = int(r["n"])
+    gate_counts: dict[str, int] = {}
+    for r in _in_query(tx, "SELECT goal_id, count(*) AS n FROM gates WHERE goal_id IN ({ids})"
+                           " AND status = 'pending' GROUP BY goal_id", ids):
+        gate_counts[r["goal_id"]] = int(r["n"])
+    latest = _latest_runs(tx, ids)
+    quotas = _quota_for(tx, [rows[i] for i in ids if i in rows], at)
+    out = []
+    for goal_id in ids:
+        g = rows.get(goal_id)
+        if g is None:
+            continue
+        run = latest.get(goal_id)
+        out.append(
+            _goal_row_summary(g)
+            | {
+                "attention": attention.get(goal_id, []),
+                "gates_pending": gate_counts.get(goal_id, 0),
+                "todos": todo_counts[goal_id],
+                "last_run": _run_json(run, at) if run else None,
+                "quota": quotas[goal_id],
+            }
+        )
+    return out
+
+
+def _run_json(r: dict, at: str) -> dict:
+    status = r["status"]
+    # An open run past its expiry is abandoned whether or not anyone has said so yet.
+    if status == "open" and r["expires_at"] < at:
+        status = "abandoned"
+    return {
+        "id": r["id"],
+        "agent": r["agent"],
+        "status": status,
+        "outcome": r["outcome"],
+        "opened_at": r["opened_at"],
+        "expires_at": r["expires_at"],
+        "finished_at": r["finished_at"],
+        "tokens": int(r["tokens"] or 0),
+        "cost": float(r["cost"] or 0.0),
+        "handoff": r["handoff"],
+        "contract_id": r["contract_id"],
+    }
+
+
+# ----------------------------------------------------------------------------- one goal
+
+
+def goal_view(reg, goal_id: str) -> dict:
+    """One goal in full (``goal_not_found`` if there is none)."""
+    check_id("goal", goal_id)
+    with reg.read() as tx:
+        return goal_view_tx(tx, goal_id)
+
+
+def goal_view_tx(tx, goal_id: str) -> dict:
+    """:func:`goal_view` inside an open read transaction."""
+    from loopx.project_prompt import goal_from_row
+    from loopx.model import to_json
+
+    at = clock.now()
+    row = tx.one("SELECT * FROM goals WHERE id = ?", (goal_id,))
+    if row is None:
+        raise LoopxError("goal_not_found", f"no goal {goal_id}")
+    rev = revision(tx)
+    gates = tx.query("SELECT * FROM gates WHERE goal_id = ? ORDER BY created_at DESC, id", (goal_id,))
+    pending = [_gate_json(g) for g in gates if g["status"] == "pending"]
+    decided = [_gate_json(g) for g in gates if g["status"] != "pending"]
+    decided.sort(key=lambda g: g["decided_at"] or "", reverse=True)
+    todos = tx.query("SELECT * FROM todos WHERE goal_id = ? ORDER BY created_seq LIMIT ?", (goal_id, MAX_TODOS + 1))
+    runs = tx.query("SELECT * FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id LIMIT ?",
+                    (goal_id, RECENT_RUNS))
+    evidence = tx.query("SELECT * FROM evidence WHERE goal_id = ? ORDER BY created_at DESC, id LIMIT ?",
+                        (goal_id, RECENT_EVIDENCE))
+    rewards = tx.query("SELECT * FROM rewards WHERE goal_id = ? ORDER BY created_at DESC, id LIMIT ?",
+                       (goal_id, RECENT_REWARDS))
+    actions = tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY name", (goal_id,))
+    counts = {"runs": 0, "evidence": 0, "rewards": 0}
+    for table in counts:
+        counts[table] = int(tx.one(f"SELECT count(*) AS n FROM {table} WHERE goal_id = ?", (goal_id,))["n"])
+    handoff = tx.one(
+        "SELECT id, handoff, finished_at FROM runs WHERE goal_id = ? AND handoff IS NOT NULL"
+        " ORDER BY finished_at DESC, id LIMIT 1",
+        (goal_id,),
+    )
+    todo_items = [_todo_json(t, at) for t in todos[:MAX_TODOS]]
+    runs_json = [_run_json(r, at) for r in runs]
+    evidence_json = [_evidence_json(e) for e in evidence]
+    rewards_json = [_reward_json(w) for w in rewards]
+    return {
+        "schema": SCHEMA,
+        "view": "goal",
+        "generated_at": at,
+        "revision": rev,
+        "goal": to_json(goal_from_row(row)),
+        "attention": attention_map(tx, at, [goal_id]).get(goal_id, []),
+        "gates": {"pending": pending, "decided": decided[:RECENT_GATES]},
+        "todos": {
+            "counts": _todo_counts(todos),
+            "items": todo_items,
+            "truncated": len(todos) > MAX_TODOS,
+            "ready": _ready(tx, goal_id, todos, pending, at),
+        },
+        "quota": _quota_for(tx, [row], at)[goal_id],
+        "runs": {"total": counts["runs"], "recent": runs_json},
+        "evidence": {"total": counts["evidence"], "recent": evidence_json},
+        "rewards": {"total": counts["rewards"], "recent": rewards_json, "mean": _mean(tx, goal_id)},
+        "handoff": {"run_id": handoff["id"], "note": handoff["handoff"], "at": handoff["finished_at"]}
+        if handoff else None,
+        "actions": [{"name": a["name"], "argv": json.loads(a["argv"]), "source": a["source"],
+                     "created_at": a["created_at"]} for a in actions],
+        "timeline": _timeline(runs_json, evidence_json, rewards_json),
+    }
+
+
+def _mean(tx, goal_id: str):
+    row = tx.one("SELECT avg(score) AS m FROM rewards WHERE goal_id = ?", (goal_id,))
+    return None if row is None or row["m"] is None else round(float(row["m"]), 4)
+
+
+def _todo_counts(todos: list[dict]) -> dict:
+    counts = {"open": 0, "done": 0, "blocked": 0}
+    for t in todos:
+        counts[t["status"]] = counts.get(t["status"], 0) + 1
+    return counts
+
+
+def _ready(tx, goal_id: str, todos: list[dict], pending_gates: list[dict], at: str) -> list[str]:
+    """Ids of the ready set: open, dependencies done, not gated, not validly claimed."""
+    done = {t["id"] for t in todos if t["status"] == "done"}
+    if any(g["blocks"] == "all" for g in pending_gates):
+        return []
+    gated = {g["blocks"].split(":", 1)[1] for g in pending_gates if g["blocks"].startswith("todo:")}
+    ready = []
+    for t in todos:
+        if t["status"] != "open" or t["id"] in gated:
+            continue
+        if t["claim_expires_at"] is not None and t["claim_expires_at"] > at:
+            continue
+        if all(d in done for d in json.loads(t["depends_on"])):
+            ready.append(t)
+    ready.sort(key=lambda t: (t["priority"], t["created_seq"]))
+    return [t["id"] for t in ready]
+
+
+def _gate_json(g: dict) -> dict:
+    return {k: g[k] for k in ("id", "title", "scope", "blocks", "status", "requested_by", "created_at",
+                              "decided_by", "decided_at", "comment")}
+
+
+def _todo_json(t: dict, at: str) -> dict:
+    claim = None
+    if t["claim_agent"] is not None:
+        claim = {"agent": t["claim_agent"], "run_id": t["claim_run_id"], "expires_at": t["claim_expires_at"],
+                 "valid": bool(t["claim_expires_at"] and t["claim_expires_at"] > at)}
+    return {"id": t["id"], "text": t["text"], "priority": t["priority"], "status": t["status"],
+            "depends_on": json.loads(t["depends_on"]), "note": t["note"], "claim": claim, "epoch": t["epoch"],
+            "updated_at": t["updated_at"]}
+
+
+def _evidence_json(e: dict) -> dict:
+    return {"id": e["id"], "run_id": e["run_id"], "kind": e["kind"], "summary": e["summary"], "actor": e["actor"],
+            "created_at": e["created_at"], "data": _loads(e["data"], None), "file_path": e["file_path"],
+            "file_sha256": e["file_sha256"]}
+
+
+def _reward_json(w: dict) -> dict:
+    return {"id": w["id"], "run_id": w["run_id"], "score": float(w["score"]), "comment": w["comment"],
+            "author": w["author"], "created_at": w["created_at"]}
+
+
+def _timeline(runs: list[dict], evidence: list[dict], rewards: list[dict], limit: int = 50) -> list[dict]:
+    """Runs, evidence and rewards merged into one list, newest first."""
+    items = []
+    for r in runs:
+        items.append({"at": r["opened_at"], "kind": "run.opened", "run_id": r["id"], "text": f"run by {r['agent']}"})
+        if r["finished_at"]:
+            items.append({"at": r["finished_at"], "kind": "run.finished", "run_id": r["id"],
+                          "text": f"{r['outcome'] or 'finished'}" + (f": {r['handoff']}" if r["handoff"] else "")})
+    for e in evidence:
+        items.append({"at": e["created_at"], "kind": "evidence", "run_id": e["run_id"],
+                      "text": f"[{e['kind']}] {e['summary']}"})
+    for w in rewards:
+        items.append({"at": w["created_at"], "kind": "reward", "run_id": w["run_id"],
+                      "text": f"score {w['score']:+g}" + (f": {w['comment']}" if w["comment"] else "")})
+    items.sort(key=lambda i: i["at"], reverse=True)
+    return items[:limit]
+
+
+# ----------------------------------------------------------------------------- ledger
+
+
+def goal_events(reg, goal_id: str, *, after: int = 0, limit: int = 200) -> dict:
+    """A goal's ledger entries with ``seq > after`` (for a live tail: pass ``next_after`` back)."""
+    check_id("goal", goal_id)
+    after = check_number(after, what="after", minimum=0, maximum=2**62, integer=True)
+    limit = check_number(limit, what="limit", minimum=1, maximum=MAX_EVENTS, integer=True)
+    with reg.read() as tx:
+        return goal_events_tx(tx, goal_id, after=after, limit=limit)
+
+
+def goal_events_tx(tx, goal_id: str, *, after: int, limit: int) -> dict:
+    """:func:`goal_events` inside an open read transaction."""
+    from loopx import ledger
+    from loopx.model import to_json
+
+    if tx.one("SELECT id FROM goals WHERE id = ?", (goal_id,)) is None:
+        raise LoopxError("goal_not_found", f"no goal {goal_id}")
+    events = [to_json(e) for e in ledger.events(tx, goal_id, after=after, limit=limit)]
+    return {
+        "schema": SCHEMA,
+        "view": "events",
+        "goal_id": goal_id,
+        "revision": revision(tx),
+        "events": events,
+        "next_after": events[-1]["seq"] if events else after,
+    }

@@ -1,0 +1,400 @@
+"""The status server: the dashboard and a read-only JSON API over the status projection.
+
+Read-only by construction: every registry it uses is opened with ``readonly=True`` (SQLite
+``mode=ro``, so the engine itself refuses writes) and it answers only GET and HEAD (405 with
+``Allow`` otherwise). It binds loopback by default; binding anything else needs a token, and
+then every request must carry it (``Authorization: Bearer T``, or HTTP Basic auth with the
+token as password so a browser can prompt for it). Without a token only loopback ``Host``
+names are answered, which defeats DNS-rebinding pages. No CORS headers are ever sent.
+
+Routes::
+
+    GET /                              the dashboard (assets under /assets/NAME)
+    GET /healthz                       {"ok": true, "revision": N, ...}
+    GET /api/status?limit=&cursor=&all=   the overview (attention first, paged)
+    GET /api/goals?limit=&cursor=&all=    the overview's goal list and page
+    GET /api/goals/{id}                one goal in full
+    GET /api/goals/{id}/events?after=N&limit=   the goal's ledger after seq N
+    GET /api/stream                    server-sent events: ``revision`` whenever the registry changes
+
+The standard library's ``ThreadingHTTPServer`` is enough here: the API is a few small JSON
+documents per page view, and it meets the throughput and latency targets (see
+``bench/bench_status.py``) without adding a dependency to a tool that runs everywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import ipaddress
+import json
+import queue
+import sys
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from loopx import status as projection
+from loopx.errors import LoopxError
+from loopx.validate import check_id
+
+ASSETS = Path(__file__).with_name("dashboard")
+ALLOW = "GET, HEAD"
+POLL_SECONDS = 0.5
+KEEPALIVE_SECONDS = 15.0
+MAX_IDLE_CONNECTIONS = 16
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+}
+ERROR_STATUS = {"goal_not_found": 404, "not_found": 404, "invalid_argument": 400, "registry_unavailable": 503,
+                "schema_too_new": 503}
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none';"
+                               " frame-ancestors 'none'; form-action 'none'",
+}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is a loopback address."""
+    if host.lower() in ("localhost", "localhost.", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class RegistryPool:
+    """Read-only registries shared by request threads: one per thread at a time, reused."""
+
+    def __init__(self, url: str | None):
+        from loopx.registry import Registry
+
+        self._open = lambda: Registry.open(url, readonly=True)
+        self._idle: queue.LifoQueue = queue.LifoQueue()
+        self._idle.put(self._open())  # open one now, so a bad URL fails at start-up
+
+    def run(self, fn):
+        """``fn(tx)`` inside a read transaction on a pooled read-only registry."""
+        try:
+            reg = self._idle.get_nowait()
+        except queue.Empty:
+            reg = self._open()
+        try:
+            with reg.read() as tx:
+                result = fn(tx)
+        except BaseException:
+            reg.close()  # a connection that failed mid-read is not trusted again
+            raise
+        if self._idle.qsize() < MAX_IDLE_CONNECTIONS:
+            self._idle.put(reg)
+        else:
+            reg.close()
+        return result
+
+    def close(self):
+        """Close every idle registry."""
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return
+
+
+class RevisionWatcher:
+    """One poller for every live stream: reads the registry revision and wakes the waiters."""
+
+    def __init__(self, pool: RegistryPool, interval: float = POLL_SECONDS):
+        self.pool, self.interval = pool, interval
+        self.revision = pool.run(projection.revision)
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _loop(self):
+        while not self._stop.wait(self.interval):
+            try:
+                rev = self.pool.run(projection.revision)
+            except Exception as exc:  # keep serving; the next poll may succeed
+                print(f"loopx status-server: poll failed: {exc}", file=sys.stderr)
+                continue
+            if rev != self.revision:
+                with self._cond:
+                    self.revision = rev
+                    self._cond.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> int:
+        """The revision once it differs from ``seen`` (or after ``timeout`` seconds)."""
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="loopx-revision", daemon=True)
+                self._thread.start()
+            self._cond.wait_for(lambda: self.revision != seen or self._stop.is_set(), timeout)
+            return self.revision
+
+    def stop(self):
+        """End the poller and release every waiting stream."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stop.is_set()
+
+
+def _assets() -> dict[str, Path]:
+    # The served files are exactly the regular files in the assets folder, found once at start:
+    # a request names a key of this map, never a path, so nothing outside it can be reached.
+    return {p.name: p for p in ASSETS.iterdir() if p.is_file() and p.suffix in CONTENT_TYPES}
+
+
+class StatusServer(ThreadingHTTPServer):
+    """The HTTP server: holds the registry pool, the token and the revision watcher."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, registry_url: str | None, host: str, port: int, token: str | None,
+                 poll_interval: float = POLL_SECONDS):
+        if token is not None and not token.strip():
+            raise LoopxError("invalid_argument", "--token must not be empty")
+        if not is_loopback(host) and not token:
+            raise LoopxError("invalid_argument",
+                             f"--host {host} is not a loopback address: binding it requires --token")
+        self.token = token
+        self.pool = RegistryPool(registry_url)
+        self.watcher = RevisionWatcher(self.pool, poll_interval)
+        self.assets = _assets()
+        if ":" in host and not host.startswith("["):
+            import socket
+
+            self.address_family = socket.AF_INET6
+        try:
+            super().__init__((host.strip("[]"), port), StatusHandler)
+        except OSError as exc:
+            self.pool.close()
+            raise LoopxError("invalid_argument", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+    @property
+    def url(self) -> str:
+        """``http://HOST:PORT/`` as bound."""
+        host, port = self.server_address[:2]
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{port}/"
+
+    def shutdown_all(self):
+        """Stop serving, end live streams and close the registries."""
+        self.watcher.stop()
+        self.shutdown()
+        self.server_close()
+        self.pool.close()
+
+
+def make_server(registry_url: str | None, *, host: str = "127.0.0.1", port: int = 8765,
+                token: str | None = None, poll_interval: float = POLL_SECONDS) -> StatusServer:
+    """A bound (not yet serving) status server; call ``serve_forever()`` on it."""
+    return StatusServer(registry_url, host, port, token, poll_interval)
+
+
+class StatusHandler(BaseHTTPRequestHandler):
+    """One connection's requests. HTTP/1.1 keep-alive, so a client reuses its connection."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "loopx-status"
+    server: StatusServer
+
+    def version_string(self):
+        """The ``Server`` header: no Python version on the wire."""
+        return self.server_version
+
+    # -- plumbing
+
+    def __getattr__(self, name):
+        # Every method but GET and HEAD, whatever its name, gets 405 (not the default 501).
+        if name.startswith("do_"):
+            return self._not_allowed
+        raise AttributeError(name)
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        """Quiet by default: a busy dashboard would flood the terminal."""
+
+    def _send(self, status: int, body: bytes, content_type: str, extra: dict | None = None):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in {**SECURITY_HEADERS, **(extra or {})}.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, data, extra: dict | None = None):
+        body = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+        self._send(status, body, "application/json; charset=utf-8", extra)
+
+    def _error(self, status: int, code: str, message: str, extra: dict | None = None):
+        self._json(status, {"error": {"code": code, "message": message}}, extra)
+
+    def _not_allowed(self):
+        # Drain a request body so the connection stays usable, but never act on it.
+        length = self.headers.get("Content-Length")
+        if length and length.isdigit() and int(length) <= 1 << 20:
+            self.rfile.read(int(length))
+        elif length:
+            self.close_connection = True
+        self._error(405, "method_not_allowed", f"{self.command} is not allowed: this server is read-only",
+                    {"Allow": ALLOW})
+
+    def _authorised(self) -> bool:
+        token = self.server.token
+        if token is None:
+            if not is_loopback(_host_name(self.headers.get("Host") or "")):
+                self._error(403, "forbidden", "only loopback Host names are served without a token")
+                return False
+            return True
+        given = self.headers.get("Authorization") or ""
+        scheme, _, value = given.partition(" ")
+        candidate = ""
+        if scheme.lower() == "bearer":
+            candidate = value.strip()
+        elif scheme.lower() == "basic":
+            try:
+                candidate = base64.b64decode(value.strip(), validate=True).decode().partition(":")[2]
+            except (ValueError, UnicodeDecodeError):
+                candidate = ""
+        if candidate and hmac.compare_digest(candidate.encode(), token.encode()):
+            return True
+        self._error(401, "unauthorized", "this server needs its token: Authorization: Bearer TOKEN",
+                    {"WWW-Authenticate": 'Bearer realm="loopx", Basic realm="loopx", charset="UTF-8"'})
+        return False
+
+    # -- methods
+
+    def do_HEAD(self):
+        """Like GET, without a body."""
+        self.do_GET()
+
+    def do_GET(self):
+        """Route one request."""
+        if not self._authorised():
+            return
+        parts = urlsplit(self.path)
+        path = parts.path
+        try:
+            query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query),
+                             max_num_fields=20)
+        except ValueError:
+            return self._error(400, "invalid_argument", "malformed query string")
+        try:
+            self._route(path, {k: v[-1] for k, v in query.items()})
+        except LoopxError as err:
+            self._json(ERROR_STATUS.get(err.code, 500), err.to_json())
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _route(self, path: str, q: dict):
+        if path == "/" or path == "/index.html":
+            return self._asset("index.html")
+        if path.startswith("/assets/"):
+            return self._asset(path[len("/assets/"):])
+        if path == "/healthz":
+            rev = self.server.pool.run(projection.revision)
+            return self._json(200, {"ok": True, "schema": projection.SCHEMA, "revision": rev, "readonly": True})
+        if path in ("/api/status", "/api/goals"):
+            limit = _int(q, "limit", 50)
+            part, after = projection._parse_cursor(q.get("cursor") or None)
+            include_closed = q.get("all", "") in ("1", "true", "yes")
+            if not 1 <= limit <= projection.MAX_LIMIT:
+                raise LoopxError("invalid_argument", f"limit must be 1-{projection.MAX_LIMIT}")
+            view = self.server.pool.run(lambda tx: projection.overview_tx(
+                tx, limit=limit, part=part, after=after, include_closed=include_closed))
+            if path == "/api/goals":
+                view = {k: view[k] for k in ("schema", "generated_at", "revision", "goals", "page")} | {"view": "goals"}
+            return self._json(200, view)
+        if path == "/api/stream":
+            return self._stream()
+        segments = path.split("/")
+        # "/api/goals/ID" -> ["", "api", "goals", ID]; "/api/goals/ID/events" adds "events".
+        if len(segments) in (4, 5) and segments[1:3] == ["api", "goals"]:
+            goal_id = check_id("goal", segments[3], option="goal id")
+            if len(segments) == 4:
+                return self._json(200, self.server.pool.run(lambda tx: projection.goal_view_tx(tx, goal_id)))
+            if segments[4] == "events":
+                after = _int(q, "after", 0)
+                limit = _int(q, "limit", 200)
+                if after < 0 or not 1 <= limit <= projection.MAX_EVENTS:
+                    raise LoopxError("invalid_argument", f"after must be >= 0 and limit 1-{projection.MAX_EVENTS}")
+                return self._json(200, self.server.pool.run(
+                    lambda tx: projection.goal_events_tx(tx, goal_id, after=after, limit=limit)))
+        self._error(404, "not_found", "no such page")
+
+    def _asset(self, name: str):
+        found = self.server.assets.get(name)
+        if found is None:
+            return self._error(404, "not_found", "no such page")
+        self._send(200, found.read_bytes(), CONTENT_TYPES[found.suffix])
+
+    def _stream(self):
+        """Server-sent events: ``revision`` now and whenever the registry's revision changes."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        for k, v in SECURITY_HEADERS.items():
+            self.send_header(k, v)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        if self.command == "HEAD":
+            return
+        watcher = self.server.watcher
+        seen = watcher.revision
+        self._event(seen, retry=True)
+        last_write = time.monotonic()
+        while not watcher.stopped:
+            rev = watcher.wait(seen, KEEPALIVE_SECONDS)
+            if watcher.stopped:
+                break
+            if rev != seen:
+                seen = rev
+                self._event(rev)
+                last_write = time.monotonic()
+            elif time.monotonic() - last_write >= KEEPALIVE_SECONDS:
+                self.wfile.write(b": keep-alive\n\n")
+                self.wfile.flush()
+                last_write = time.monotonic()
+
+    def _event(self, rev: int, retry: bool = False):
+        data = json.dumps({"revision": rev})
+        head = "retry: 2000\n" if retry else ""
+        self.wfile.write(f"{head}event: revision\nid: {rev}\ndata: {data}\n\n".encode())
+        self.wfile.flush()
+
+
+def _host_name(header: str) -> str:
+    """The name part of a ``Host`` header: ``[::1]:8765`` -> ``[::1]``, ``localhost:80`` -> ``localhost``."""
+    if header.startswith("["):
+        return header.split("]", 1)[0] + "]"
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def _int(q: dict, name: str, default: int) -> int:
+    value = q.get(name)
+    if value is None or value == "":
+        return default
+    if not value.isdigit() or len(value) > 18:
+        raise LoopxError("invalid_argument", f"{name} must be a whole number")
+    return int(value)
