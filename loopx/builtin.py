@@ -27,3 +27,10 @@ def open_postgres(url, readonly=False):
             f"PostgreSQL registries need psycopg: pip install 'loopx[postgres]' ({exc})",
         ) from None
     return factory(url, readonly)
+
+
+@hookimpl(trylast=True)
+def loopx_register_executors(register):
+    from loopx.executors.shell import NAME, ShellExecutor
+
+    register(NAME, ShellExecutor())

@@ -1,9 +1,211 @@
 """``quota``: budgets, usage, and the turn decision (``quota should-run``).
 
-The arithmetic lives in :mod:`loopx.usage`, the contract document in :mod:`loopx.contract`;
-this module is the entry point the seed names and holds the commands' domain functions.
+The arithmetic lives in :mod:`loopx.usage` and the contract document in :mod:`loopx.contract`;
+this module holds the commands' domain functions. :func:`should_run` is the heart of LoopX:
+it decides, and when the decision is ``run`` it opens a run (charging one turn) in the same
+transaction, with the goal locked, so concurrent callers cannot open two runs or overspend.
 """
 
 from __future__ import annotations
 
-from loopx.usage import effective_limits, exhausted, fingerprint, remaining, usage  # noqa: F401  (the public API)
+import attrs
+
+from loopx import clock
+from loopx.errors import LoopxError
+from loopx.model import QuotaLimits, to_json
+from loopx.registry import Registry, check_actor
+from loopx.usage import BUDGETS, effective_limits, exhausted, fingerprint, remaining, usage  # noqa: F401
+from loopx.validate import check_id, check_number, check_text, new_id
+
+LIMIT_BOUNDS = {"max_turns": (0, 10**9, True), "max_tokens": (0, 10**15, True), "max_cost": (0, 10**9, False),
+                "max_wall_seconds": (0, 10**9, False), "cadence_seconds": (0, 10**8, False)}
+GRANT_BOUNDS = {"turns": (1, 10**9, True), "tokens": (1, 10**15, True), "cost": (0.000001, 10**9, False),
+                "wall_seconds": (0.001, 10**9, False)}
+DEFAULT_AGENT = "agent"
+ENTRIES_SHOWN = 20
+
+
+def default_agent() -> str:
+    """The agent name to use: ``LOOPX_AGENT``, else ``agent``."""
+    import os
+
+    return os.environ.get("LOOPX_AGENT") or DEFAULT_AGENT
+
+
+def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = None,
+               ttl_seconds: float | None = None, dry_run: bool = False, operation_id: str | None = None) -> dict:
+    """Decide whether ``agent`` may take a turn on ``goal_id`` now, and issue its contract.
+
+    A ``run`` decision opens a run (one turn charged) unless the agent already holds an open
+    run, which it gets back (with a renewed contract when the goal's fingerprint changed).
+    Expired open runs are marked abandoned first. ``dry_run`` previews and writes nothing.
+    """
+    from loopx import runs
+
+    check_id("goal", goal_id)
+    check_actor(actor)
+    agent = check_text(agent if agent is not None else default_agent(), what="--agent", limit="agent")
+    ttl = check_number(runs.DEFAULT_TTL_SECONDS if ttl_seconds is None else ttl_seconds,
+                       what="--ttl-seconds", minimum=1, maximum=runs.MAX_TTL_SECONDS)
+    if actor == "dashboard" and not dry_run:
+        raise LoopxError("actor_forbidden", "the dashboard never writes; use --dry-run")
+    run_id, contract_id = new_id("run"), new_id("contract")
+
+    if dry_run:
+        with reg.read() as tx:
+            return _turn(tx, None, goal_id=goal_id, agent=agent, ttl=ttl, now=clock.now(),
+                         run_id=run_id, contract_id=contract_id)
+
+    def work(w):
+        return _turn(w.tx, w, goal_id=goal_id, agent=agent, ttl=ttl, now=w.at, run_id=run_id,
+                     contract_id=contract_id)
+
+    # Run and contract entries belong to the core; the caller's actor only asks.
+    return reg.mutate("core", work, goal_id=goal_id, allow_closed=True, operation_id=operation_id,
+                      request={"op": "quota.should_run", "goal": goal_id, "agent": agent, "ttl": ttl,
+                               "by": actor})
+
+
+def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
+    from loopx import contract, runs
+    from loopx.project_prompt import load_goal
+
+    goal = load_goal(tx, goal_id)
+    if w is not None and goal.status != "closed":
+        for stale in runs.expired_runs(tx, goal_id, now):
+            w.emit("run.abandoned", {"run_id": stale.id, "agent": stale.agent})
+        goal = load_goal(tx, goal_id)
+    live = runs.open_runs(tx, goal_id, now)
+    own = next((r for r in live if r.agent == agent), None)
+    d = contract.decide(tx, goal, agent=agent, now=now, own_run=own, open_runs=live)
+    out = {"goal_id": goal_id, "should_run": d.decision == "run", "decision": d.decision, "reasons": d.reasons}
+    if w is None:
+        out["dry_run"] = True
+    if d.decision != "run":
+        fp = fingerprint(tx, goal, exclude_run=own.id if own else None)
+        out["interaction_contract"] = contract.document(tx, d, contract_id=None, run_id=own.id if own else None,
+                                                        fingerprint=fp, issued_at=now)
+        return out
+    if own is not None:
+        fp = fingerprint(tx, goal, exclude_run=own.id)
+        if fp == own.fingerprint:
+            out["interaction_contract"] = runs.load_contract(tx, own.contract_id)
+            return out
+        doc = contract.document(tx, d, contract_id=contract_id, run_id=own.id, fingerprint=fp, issued_at=now,
+                                expires_at=own.expires_at)
+        if w is not None:
+            w.emit("run.renewed", {"run_id": own.id, "contract": doc})
+        out["interaction_contract"] = doc
+        return out
+    fp = fingerprint(tx, goal)
+    expires = clock.add_seconds(now, ttl)
+    doc = contract.document(tx, d, contract_id=contract_id, run_id=run_id, fingerprint=fp, issued_at=now,
+                            expires_at=expires, opening=True)
+    if w is not None:
+        w.emit("run.opened", {"run_id": run_id, "agent": agent, "expires_at": expires, "contract": doc})
+    out["interaction_contract"] = doc
+    return out
+
+
+def _limits_from(goal) -> dict:
+    return attrs.asdict(goal.limits)
+
+
+def set_limits(reg: Registry, actor: str, *, goal_id: str, values: dict, unset=(),
+               operation_id: str | None = None) -> dict:
+    """Set some of a goal's limits (user only); ``unset`` names limits to make unlimited again."""
+    from loopx.project_prompt import load_goal
+
+    check_id("goal", goal_id)
+    given = {k: v for k, v in values.items() if v is not None}
+    for key in [*given, *unset]:
+        if key not in LIMIT_BOUNDS:
+            raise LoopxError("invalid_argument", f"unknown limit {key!r} (one of {', '.join(LIMIT_BOUNDS)})")
+    for key, value in given.items():
+        low, high, integer = LIMIT_BOUNDS[key]
+        given[key] = check_number(value, what="--" + key.replace("_", "-"), minimum=low, maximum=high,
+                                  integer=integer)
+    clash = set(given) & set(unset)
+    if clash:
+        raise LoopxError("invalid_argument", f"cannot both set and unset {', '.join(sorted(clash))}")
+    if not given and not unset:
+        raise LoopxError("invalid_argument", "name at least one limit to set (e.g. --max-turns 20) or --unset")
+
+    def work(w):
+        limits = _limits_from(load_goal(w.tx, goal_id))
+        limits.update(given)
+        for key in unset:
+            limits[key] = None
+        w.emit("quota.set", {"limits": limits})
+        return _show(w.tx, goal_id, w.at)
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": "quota.set", "goal": goal_id, "values": given, "unset": sorted(unset)})
+
+
+def grant(reg: Registry, actor: str, *, goal_id: str, amounts: dict, operation_id: str | None = None) -> dict:
+    """Grant more budget (user only): ``amounts`` has ``turns``, ``tokens``, ``cost``, ``wall_seconds``."""
+    check_id("goal", goal_id)
+    given = {}
+    for key, value in amounts.items():
+        if value is None:
+            continue
+        if key not in GRANT_BOUNDS:
+            raise LoopxError("invalid_argument", f"unknown budget {key!r} (one of {', '.join(GRANT_BOUNDS)})")
+        low, high, integer = GRANT_BOUNDS[key]
+        given[key] = check_number(value, what="--" + key.replace("_", "-"), minimum=low, maximum=high,
+                                  integer=integer)
+    if not given:
+        raise LoopxError("invalid_argument", "grant at least one of --turns, --tokens, --cost, --wall-seconds")
+
+    def work(w):
+        w.emit("quota.granted", given)
+        return _show(w.tx, goal_id, w.at)
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": "quota.grant", "goal": goal_id, **given})
+
+
+def show(reg: Registry, goal_id: str) -> dict:
+    """A goal's limits, grants, usage (derived from its runs), what remains, and the latest charges."""
+    check_id("goal", goal_id)
+    with reg.read() as tx:
+        return _show(tx, goal_id, clock.now())
+
+
+def _show(tx, goal_id: str, now: str) -> dict:
+    from loopx import runs
+    from loopx.model import UsageEntry
+    from loopx.project_prompt import load_goal
+
+    goal = load_goal(tx, goal_id)
+    used = usage(tx, goal_id)
+    cadence = goal.limits.cadence_seconds
+    next_at = None
+    if cadence:
+        last = tx.one("SELECT MAX(opened_at) AS at FROM runs WHERE goal_id = ?", (goal_id,))["at"]
+        if last is not None and clock.add_seconds(last, cadence) > now:
+            next_at = clock.add_seconds(last, cadence)
+    entries = []
+    for row in tx.query("SELECT * FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id DESC LIMIT ?",
+                        (goal_id, ENTRIES_SHOWN)):
+        run = runs.run_from_row(row)
+        wall = clock.seconds_between(run.opened_at, run.finished_at) if run.finished_at else 0.0
+        entries.append(to_json(UsageEntry(run_id=run.id, at=run.opened_at, turns=1, tokens=run.tokens,
+                                          cost=run.cost, wall_seconds=round(max(0.0, wall), 3))))
+    return {
+        "goal_id": goal_id,
+        "limits": to_json(goal.limits),
+        "grants": {k: v for k, v in to_json(goal.grants).items() if v is not None},
+        "effective": to_json(effective_limits(goal)),
+        "used": to_json(used),
+        "remaining": remaining(goal, used),
+        "exhausted": exhausted(goal, used),
+        "next_eligible_at": next_at,
+        "open_runs": [r.id for r in runs.open_runs(tx, goal_id, now)],
+        "entries": entries,
+    }
+
+
+__all__ = ["should_run", "set_limits", "grant", "show", "fingerprint", "usage", "remaining", "effective_limits",
+           "exhausted", "QuotaLimits"]

@@ -8,7 +8,6 @@ There is no counter that could drift from the ledger.
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 from loopx import clock
@@ -85,6 +84,8 @@ def fingerprint(tx, goal: Goal, *, exclude_run: str | None = None) -> str:
         "actions": [[a["name"], json.loads(a["argv"]), a["gate_id"]] for a in actions],
         "exhausted": exhausted(goal, usage(tx, goal.id, exclude_run=exclude_run)),
     }
+    import hashlib
+
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
     return "sha256:" + hashlib.sha256(blob).hexdigest()
 

@@ -1,0 +1,205 @@
+"""Actions: the commands a user allowed for a goal, and ``exec``, which runs one under a run.
+
+``action add`` is user-only. A contract lists each allowed, ungated action as
+``loopx exec --run-id R --action NAME``; ``exec`` runs only what the run's (fresh) contract
+allows - a listed action by name, or an exact command that is one of those actions or a
+capability action of the contract - and refuses anything else with ``action_not_allowed``
+before any process starts. What ran is recorded as evidence of kind ``command``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from loopx import ledger
+from loopx.errors import LoopxError
+from loopx.model import Action, to_json
+from loopx.registry import Registry
+from loopx.validate import check_id, check_name, check_number
+
+MAX_ARGS = 256
+MAX_ARGV_BYTES = 8 * 1024
+DEFAULT_TIMEOUT = 600.0
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+
+def action_from_row(row: dict) -> Action:
+    """An :class:`Action` from an ``actions`` row."""
+    return Action(goal_id=row["goal_id"], name=row["name"], argv=json.loads(row["argv"]),
+                  created_at=row["created_at"], source=row["source"], gate_id=row.get("gate_id"))
+
+
+def list_actions(tx, goal_id: str) -> list[Action]:
+    """Every action of the goal, in the order they were added."""
+    rows = tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY created_at, name", (goal_id,))
+    return [action_from_row(r) for r in rows]
+
+
+def gated(tx, goal_id: str, actions: list[Action], blocking: dict) -> dict[str, object]:
+    """``{action name: Gate}`` for the actions an unapproved gate holds back."""
+    from loopx.gates import gate_from_row
+
+    held = dict(blocking["actions"])
+    own = {a.gate_id for a in actions if a.gate_id and a.name not in held}
+    if own:
+        rows = {r["id"]: r for r in tx.query(
+            "SELECT * FROM gates WHERE goal_id = ? AND status IN ('pending', 'rejected')", (goal_id,))}
+        for a in actions:
+            if a.name not in held and a.gate_id in rows:
+                held[a.name] = gate_from_row(rows[a.gate_id])
+    return held
+
+
+def exec_command(run_id: str, name: str) -> str:
+    """The contract line that runs action ``name`` under ``run_id``."""
+    return shlex.join(["loopx", "exec", "--run-id", run_id, "--action", name])
+
+
+def check_argv(argv) -> list[str]:
+    """A command line: 1-256 arguments of valid UTF-8 text without NUL, 8 KiB at most in all."""
+    argv = list(argv or ())
+    if not argv:
+        raise LoopxError("invalid_argument", "give the command after `--`, e.g. `-- pytest -q`")
+    if len(argv) > MAX_ARGS:
+        raise LoopxError("invalid_argument", f"a command has at most {MAX_ARGS} arguments")
+    size = 0
+    for arg in argv:
+        if not isinstance(arg, str) or "\x00" in arg:
+            raise LoopxError("invalid_argument", "command arguments must be text without NUL characters")
+        try:
+            size += len(arg.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise LoopxError("invalid_argument", "command arguments must be valid UTF-8") from None
+    if not argv[0]:
+        raise LoopxError("invalid_argument", "the command name must not be empty")
+    if size > MAX_ARGV_BYTES:
+        raise LoopxError("invalid_argument", f"the command is {size} bytes; the limit is {MAX_ARGV_BYTES}")
+    return argv
+
+
+def add(reg: Registry, actor: str, *, goal_id: str, name: str, argv, gate_id: str | None = None,
+        operation_id: str | None = None) -> dict:
+    """Allow a command for a goal under ``name`` (user only); adding a name again replaces it."""
+    check_id("goal", goal_id)
+    check_name(name, what="--name")
+    argv = check_argv(argv)
+    if gate_id is not None:
+        check_id("gate", gate_id)
+    if ledger.role(actor) != ledger.USER:
+        raise LoopxError("actor_forbidden", f"only a user may allow commands; {actor} may not add an action")
+
+    def work(w):
+        if gate_id is not None:
+            from loopx.gates import load_gate
+
+            load_gate(w.tx, goal_id, gate_id)
+        body = {"name": name, "argv": argv}
+        if gate_id is not None:
+            body["gate_id"] = gate_id
+        w.emit("action.added", body)
+        return to_json(load_action(w.tx, goal_id, name))
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": "action.add", "goal": goal_id, "name": name, "argv": argv, "gate": gate_id})
+
+
+def remove(reg: Registry, actor: str, *, goal_id: str, name: str, operation_id: str | None = None) -> dict:
+    """Take an action off the goal's allow-list (user only)."""
+    check_id("goal", goal_id)
+    check_name(name, what="--name")
+    if ledger.role(actor) != ledger.USER:
+        raise LoopxError("actor_forbidden", f"only a user may change the allow-list; {actor} may not")
+
+    def work(w):
+        gone = to_json(load_action(w.tx, goal_id, name))
+        w.emit("action.removed", {"name": name})
+        return gone
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": "action.remove", "goal": goal_id, "name": name})
+
+
+def load_action(tx, goal_id: str, name: str) -> Action:
+    """The action ``name`` of ``goal_id`` (``action_not_found`` otherwise)."""
+    row = tx.one("SELECT * FROM actions WHERE goal_id = ? AND name = ?", (goal_id, name))
+    if row is None:
+        raise LoopxError("action_not_found", f"goal {goal_id} has no action {name}")
+    return action_from_row(row)
+
+
+def list_for(reg: Registry, goal_id: str) -> list[dict]:
+    """``action list``: each action with the gate holding it back, if any."""
+    from loopx.gates import blocking
+    from loopx.project_prompt import load_goal
+
+    check_id("goal", goal_id)
+    with reg.read() as tx:
+        load_goal(tx, goal_id)
+        actions = list_actions(tx, goal_id)
+        held = gated(tx, goal_id, actions, blocking(tx, goal_id))
+        out = []
+        for a in actions:
+            item = to_json(a)
+            gate = held.get(a.name)
+            item["held_by"] = None if gate is None else {"gate_id": gate.id, "status": gate.status}
+            out.append(item)
+        return out
+
+
+def authorize(tx, run_id: str, *, action: str | None = None, argv=None) -> tuple[object, str | None, list[str]]:
+    """``(run, action name or None, argv)`` if the run's fresh contract allows it, else a refusal.
+
+    ``run_not_open`` / ``contract_stale`` come from :func:`loopx.runs.check_fresh`;
+    ``action_not_allowed`` when the contract does not list the action or command.
+    """
+    from loopx import runs
+
+    if (action is None) == (argv is None):
+        raise LoopxError("invalid_argument", "give either --action NAME or a command after `--`, not both")
+    run = runs.check_fresh(tx, run_id)
+    contract = runs.load_contract(tx, run.contract_id)
+    listed = contract["cli_channel"]["next_cli_actions"]
+    allowed = {a.name: a for a in list_actions(tx, run.goal_id) if exec_command(run.id, a.name) in listed}
+    if action is not None:
+        check_name(action, what="--action")
+        if action not in allowed:
+            raise LoopxError("action_not_allowed",
+                             f"the contract of run {run_id} does not allow action {action!r}"
+                             f" (allowed: {', '.join(sorted(allowed)) or 'none'})")
+        return run, action, allowed[action].argv
+    argv = check_argv(argv)
+    for a in allowed.values():
+        if a.argv == argv:
+            return run, a.name, argv
+    if shlex.join(argv) in listed:  # a capability action, listed verbatim
+        return run, None, argv
+    raise LoopxError("action_not_allowed",
+                     f"the contract of run {run_id} does not allow `{shlex.join(argv)[:200]}`; nothing was run")
+
+
+def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None, argv=None,
+            timeout: float = DEFAULT_TIMEOUT, cwd: str | None = None) -> dict:
+    """Run an allowed action or command under ``run_id`` and record the result as evidence.
+
+    The child runs with ``LOOPX_ACTOR=executor``, ``LOOPX_RUN_ID``, ``LOOPX_GOAL_ID`` and the
+    registry in its environment; after ``timeout`` seconds it (and its process group) is killed.
+    Returns the evidence record (exit code, duration, output tail, output sha256).
+    """
+    from loopx import evidence
+    from loopx.executors import run_command
+
+    check_id("run", run_id)
+    timeout = float(check_number(timeout, what="--timeout", minimum=0.001, maximum=MAX_TIMEOUT))
+    if actor == "dashboard":
+        raise LoopxError("actor_forbidden", "the dashboard never writes")
+    with reg.read() as tx:
+        run, name, command = authorize(tx, run_id, action=action, argv=argv)
+    env = {"LOOPX_ACTOR": "executor", "LOOPX_RUN_ID": run.id, "LOOPX_GOAL_ID": run.goal_id,
+           "LOOPX_AGENT": run.agent, "LOOPX_REGISTRY": reg.store.url}
+    result = run_command(command, env=env, timeout=timeout, cwd=cwd)
+    data = {"action": name, "argv": command, **result}
+    status = "timed out" if result["timed_out"] else f"exit {result['exit_code']}"
+    summary = f"{name or command[0]}: {status} in {result['duration_seconds']:.2f}s"
+    return evidence.record(reg, actor, goal_id=run.goal_id, run_id=run.id, kind="command", summary=summary,
+                           data=data)

@@ -1,0 +1,64 @@
+"""``loopx turn`` and ``loopx loop``: governed turns through an executor provider."""
+
+from __future__ import annotations
+
+import click
+
+from loopx.cli.output import LoopxCommand, actor, emit, open_registry
+
+
+def turn_text(t: dict) -> str:
+    """One turn for people."""
+    if t["run_id"] is None:
+        from loopx.cli.quota import contract_text
+
+        return contract_text(t["contract"])
+    lines = [f"turn {t['run_id']}: {t['outcome']}  ({', '.join(t['reasons'])})"]
+    lines += [f"  evidence {e['id']} [{e['kind']}] {e['summary']}" for e in t["evidence"]]
+    if t.get("handoff"):
+        lines.append(f"  hand-off: {t['handoff']}")
+    return "\n".join(lines)
+
+
+def loop_text(out: dict) -> str:
+    """A loop for people."""
+    lines = [turn_text(t) for t in out["turns"]]
+    if out["stopped"] == "max_turns":
+        lines.append(f"stopped after {len(out['turns'])} turns (--max-turns)")
+    else:
+        from loopx.cli.quota import contract_text
+
+        lines.append(f"stopped after {len(out['turns'])} turns; the decision is now:")
+        lines.append(contract_text(out["contract"]))
+    return "\n".join(lines)
+
+
+def _options(fn):
+    fn = click.option("--ttl-seconds", type=float, default=None, help="Lease of each run (default 3600).")(fn)
+    fn = click.option("--agent", default=None, help="Agent name (default: env LOOPX_AGENT, else 'agent').")(fn)
+    fn = click.option("--executor", default="shell", show_default=True, help="Executor provider.")(fn)
+    return click.option("--goal-id", required=True)(fn)
+
+
+@click.command(cls=LoopxCommand)
+@_options
+def turn(goal_id, executor, agent, ttl_seconds):
+    """One governed turn: should-run, the executor under the contract, evidence, run finish."""
+    from loopx import executors
+
+    with open_registry() as reg:
+        out = executors.turn(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds)
+    emit(out, turn_text)
+
+
+@click.command(cls=LoopxCommand)
+@_options
+@click.option("--max-turns", type=int, default=10, show_default=True, help="Stop after this many turns.")
+def loop(goal_id, executor, agent, ttl_seconds, max_turns):
+    """Governed turns until the decision is not `run` (or --max-turns)."""
+    from loopx import executors
+
+    with open_registry() as reg:
+        out = executors.loop(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, max_turns=max_turns,
+                             ttl_seconds=ttl_seconds)
+    emit(out, loop_text)

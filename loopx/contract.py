@@ -1,0 +1,293 @@
+"""The turn decision and the interaction contract document.
+
+:func:`decide` applies the precedence table - closed -> ``stop``; paused -> ``wait``; a
+capability veto -> ``repair``; an unapproved gate on the whole goal -> ``ask_user``; a budget
+exhausted -> ``ask_user``; cadence not elapsed -> ``wait``; another agent's run open -> ``wait``;
+nothing ready -> ``ask_user`` (or a planning ``run`` when the goal has no todos at all); else
+``run``. :func:`document` turns a decision into the contract (schema
+``loopx.interaction_contract/1``, shipped as ``loopx/schemas/contract.json``).
+
+Everything here reads; :mod:`loopx.quota` decides when to write.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import attrs
+
+from loopx import clock
+from loopx.model import Goal, Run, to_json
+from loopx.usage import effective_limits, exhausted, remaining, usage
+
+SCHEMA = "loopx.interaction_contract/1"
+READY_SHOWN = 5
+TEXT_SHOWN = 160
+HANDOFF_SHOWN = 600
+RECHECK_SECONDS = 300
+
+
+@attrs.frozen
+class Decision:
+    """What should-run decided for one agent, and the facts the contract will show."""
+
+    decision: str
+    reasons: list[str]
+    goal: Goal
+    agent: str
+    own_run: Run | None = None
+    blocking: dict = attrs.Factory(dict)
+    ready: list = attrs.Factory(list)
+    next_eligible_at: str | None = None
+    other_run: Run | None = None
+    veto: dict | None = None
+    exhausted: list[str] = attrs.Factory(list)
+
+
+def _q(*argv) -> str:
+    return shlex.join([str(a) for a in argv])
+
+
+def veto(tx, goal: Goal) -> dict | None:
+    """The first capability veto (``loopx_contract_veto``), or ``None``."""
+    from loopx.plugins import get_plugin_manager
+
+    hook = get_plugin_manager().hook.loopx_contract_veto
+    if not hook.get_hookimpls():
+        return None
+    for found in hook(tx=tx, goal=goal):
+        if found:
+            return found
+    return None
+
+
+def decide(tx, goal: Goal, *, agent: str, now: str, own_run: Run | None, open_runs: list[Run]) -> Decision:
+    """Apply the precedence table for ``agent`` at ``now`` (``own_run``: its open run, if any)."""
+    from loopx import gates, todos
+
+    d = dict(goal=goal, agent=agent, own_run=own_run)
+    if goal.status == "closed":
+        return Decision("stop", ["goal_closed"], **d)
+    if goal.status == "paused":
+        return Decision("wait", ["goal_paused"], **d)
+    found = veto(tx, goal)
+    if found:
+        return Decision("repair", [str(found.get("reason") or "capability_veto")], veto=found, **d)
+    blocking = gates.blocking(tx, goal.id)
+    d["blocking"] = blocking
+    if blocking["all"]:
+        pending = any(g.status == "pending" for g in blocking["all"])
+        return Decision("ask_user", ["gate_pending" if pending else "gate_rejected"], **d)
+    exclude = own_run.id if own_run else None
+    spent = exhausted(goal, usage(tx, goal.id, exclude_run=exclude))
+    if spent:
+        return Decision("ask_user", ["quota_exhausted", *[f"{k}_exhausted" for k in spent]], exhausted=spent, **d)
+    cadence = goal.limits.cadence_seconds
+    if cadence:
+        last = tx.one("SELECT MAX(opened_at) AS at FROM runs WHERE goal_id = ? AND id <> ?",
+                      (goal.id, exclude or ""))["at"]
+        if last is not None:
+            eligible = clock.add_seconds(last, cadence)
+            if eligible > now:
+                return Decision("wait", ["cadence"], next_eligible_at=eligible, **d)
+    others = [r for r in open_runs if r.agent != agent]
+    if others and not goal.parallel_runs:
+        return Decision("wait", ["run_in_progress"], other_run=others[0], next_eligible_at=others[0].expires_at, **d)
+    ready = todos.ready(tx, goal.id, agent=agent, now=now)
+    if not ready:
+        if todos.count(tx, goal.id) == 0:
+            return Decision("run", ["no_todos"], **d)
+        return Decision("ask_user", ["no_ready_work"], **d)
+    return Decision("run", ["ready_work"], ready=ready, **d)
+
+
+def _short(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"
+
+
+def _gate_json(gate) -> dict:
+    out = {"id": gate.id, "title": _short(gate.title, TEXT_SHOWN), "scope": gate.scope, "blocks": gate.blocks,
+           "status": gate.status}
+    if gate.comment:
+        out["comment"] = _short(gate.comment, TEXT_SHOWN)
+    return out
+
+
+def _quota(goal: Goal, used) -> dict:
+    limits = {k: v for k, v in attrs.asdict(effective_limits(goal)).items() if v is not None}
+    return {"limits": limits, "used": to_json(used), "remaining": remaining(goal, used)}
+
+
+def _grant_command(goal: Goal, budget: str) -> str:
+    base = {"turns": goal.limits.max_turns, "tokens": goal.limits.max_tokens, "cost": goal.limits.max_cost,
+            "wall_seconds": goal.limits.max_wall_seconds}[budget]
+    amount = base if base else 1
+    if isinstance(amount, float) and amount.is_integer():
+        amount = int(amount)
+    return _q("loopx", "quota", "grant", "--goal-id", goal.id, f"--{budget.replace('_', '-')}", amount)
+
+
+def _user_channel(d: Decision, gates_shown: list) -> dict:
+    g = d.goal.id
+    actions: list[str] = []
+    reason = d.reasons[0]
+    if reason == "goal_paused":
+        actions.append(_q("loopx", "project_prompt", "resume", "--goal-id", g))
+    if reason == "gate_rejected":
+        actions += [_q("loopx", "gate", "list", "--goal-id", g),
+                    _q("loopx", "project_prompt", "close", "--goal-id", g, "--reason", "gate rejected")]
+    if reason == "quota_exhausted":
+        actions += [_grant_command(d.goal, b) for b in d.exhausted]
+        actions.append(_q("loopx", "quota", "show", "--goal-id", g))
+    if reason == "no_ready_work":
+        actions += [_q("loopx", "todo", "list", "--goal-id", g),
+                    _q("loopx", "todo", "add", "--goal-id", g, "--text", "the next step"),
+                    _q("loopx", "project_prompt", "close", "--goal-id", g, "--reason", "done")]
+    if d.decision != "stop":
+        from loopx.gates import decision_commands
+
+        for gate in gates_shown:
+            if gate.status == "pending":
+                actions += decision_commands(gate)
+    return {"action_required": d.decision == "ask_user", "next_user_actions": actions}
+
+
+def _primary(d: Decision, run_id: str | None) -> str:
+    g, reason = d.goal, d.reasons[0]
+    title = _short(g.title, 80)
+    if reason == "ready_work":
+        top = d.ready[0]
+        return (f"Goal {title!r}: do todo {top.id} ({_short(top.text, TEXT_SHOWN)}) with only the actions below, "
+                f"record what you did, mark it done, then finish run {run_id}.")
+    if reason == "no_todos":
+        return (f"Goal {title!r} has no plan yet: read it, add todos with `loopx todo add --goal-id {g.id} "
+                f"--run-id {run_id} --text '...'` (one per step), then finish run {run_id}.")
+    if reason == "goal_closed":
+        return "The goal is closed: stop."
+    if reason == "goal_paused":
+        return "The goal is paused: do nothing; ask again after a user resumes it."
+    if d.decision == "repair":
+        return str(d.veto.get("message") or "A capability found state that needs repair: run the repair actions.")
+    if reason in ("gate_pending", "gate_rejected"):
+        gate = d.blocking["all"][0]
+        verb = "decide" if reason == "gate_pending" else "reconsider (it was rejected)"
+        return f"Stop and wait: a user must {verb} gate {gate.id} ({_short(gate.title, TEXT_SHOWN)})."
+    if reason == "quota_exhausted":
+        return f"Stop: the {', '.join(d.exhausted)} budget is exhausted; a user must grant more."
+    if reason == "cadence":
+        return f"Wait: the next turn is allowed at {d.next_eligible_at}."
+    if reason == "run_in_progress":
+        r = d.other_run
+        return f"Wait: agent {r.agent} holds run {r.id} until {r.expires_at}."
+    return "Stop: nothing is ready to do; a user must add or unblock work."
+
+
+def _cli_actions(d: Decision, run_id: str | None, allowed: list, contributed: list[dict]) -> list[str]:
+    g = d.goal.id
+    if d.decision == "repair":
+        return [str(a) for a in d.veto.get("actions") or []]
+    if d.decision != "run":
+        out = []
+        if d.own_run is not None:
+            out.append(_q("loopx", "run", "finish", "--run-id", d.own_run.id, "--outcome", "partial",
+                          "--handoff", "stopped: " + d.reasons[0]))
+        if d.decision == "wait":
+            out.append(_q("loopx", "quota", "should-run", "--goal-id", g, "--agent", d.agent))
+        return out
+    from loopx.actions import exec_command
+
+    out = []
+    top = d.ready[0] if d.ready else None
+    if top is not None:
+        out.append(_q("loopx", "todo", "claim", "--goal-id", g, "--todo-id", top.id, "--agent", d.agent,
+                      "--run-id", run_id))
+    else:
+        out.append(_q("loopx", "project_prompt", "show", "--goal-id", g))
+        out.append(_q("loopx", "todo", "add", "--goal-id", g, "--run-id", run_id, "--text", "the first step"))
+    out += [exec_command(run_id, a.name) for a in allowed]
+    out += [c["command"] for c in contributed]
+    out.append(_q("loopx", "evidence", "add", "--run-id", run_id, "--kind", "note", "--summary", "what was done"))
+    if top is not None:
+        out.append(_q("loopx", "todo", "done", "--goal-id", g, "--todo-id", top.id, "--run-id", run_id))
+    out.append(_q("loopx", "run", "finish", "--run-id", run_id, "--outcome", "ok"))
+    return out
+
+
+def contributions(tx, goal: Goal, run_id: str, left: dict) -> list[dict]:
+    """Capability contributions (``loopx_contract_actions``) for a ``run`` contract."""
+    from loopx.plugins import get_plugin_manager
+
+    hook = get_plugin_manager().hook.loopx_contract_actions
+    if not hook.get_hookimpls():
+        return []
+    out = []
+    for found in hook(tx=tx, goal=goal, run_id=run_id, remaining=left):
+        for item in found or []:
+            if isinstance(item, dict) and isinstance(item.get("command"), str) and item["command"].startswith("loopx "):
+                out.append(item)
+    return out
+
+
+def document(tx, d: Decision, *, contract_id: str | None, run_id: str | None, fingerprint: str, issued_at: str,
+             expires_at: str | None = None, opening: bool = False) -> dict:
+    """The interaction contract for decision ``d`` (``run_id``: the run it opens or renews).
+
+    ``opening``: the run is about to be opened, so its turn is shown as already used.
+    """
+    from loopx import rewards, runs
+    from loopx.actions import gated, list_actions
+
+    goal = d.goal
+    used = usage(tx, goal.id)
+    if opening:
+        used = attrs.evolve(used, turns=used.turns + 1)
+    blocking = d.blocking or {"all": [], "actions": {}, "todos": {}}
+    allowed, contributed, notes = [], [], []
+    if d.decision == "run":
+        actions = list_actions(tx, goal.id)
+        held = gated(tx, goal.id, actions, blocking)
+        allowed = [a for a in actions if a.name not in held]
+        contributed = contributions(tx, goal, run_id, remaining(goal, used))
+        notes += [f"{c.get('capability') or 'capability'}: {c['note']}" for c in contributed if c.get("note")]
+        shown_gates = list({id(g): g for g in [*blocking["all"], *held.values(), *blocking["todos"].values()]}.values())
+    else:
+        shown_gates = list({id(g): g for g in [*blocking["all"], *blocking["actions"].values(),
+                                                *blocking["todos"].values()]}.values())
+    for gate in shown_gates:
+        if gate.status == "rejected" and gate.comment:
+            notes.append(f"gate {gate.id} ({gate.blocks}) was rejected: {_short(gate.comment, TEXT_SHOWN)}")
+    handoff = runs.latest_handoff(tx, goal.id)
+    feedback = [{"run_id": f["run_id"], "score": f["score"], "comment": _short(f["comment"], TEXT_SHOWN)}
+                for f in rewards.feedback(tx, goal.id, limit=3)]
+    agent_channel = {
+        "agent": d.agent,
+        "primary_action": _primary(d, run_id),
+        "ready_todos": [{"id": t.id, "text": _short(t.text, TEXT_SHOWN), "priority": t.priority}
+                        for t in d.ready[:READY_SHOWN]],
+        "handoff": _short(handoff.note, HANDOFF_SHOWN) if handoff else None,
+        "feedback": feedback,
+    }
+    if notes:
+        agent_channel["notes"] = notes
+    if d.own_run is not None and d.decision != "run":
+        agent_channel["open_run"] = d.own_run.id
+    if expires_at is None:
+        expires_at = d.next_eligible_at or clock.add_seconds(issued_at, RECHECK_SECONDS)
+    doc = {
+        "schema": SCHEMA,
+        "contract_id": contract_id,
+        "run_id": run_id,
+        "fingerprint": fingerprint,
+        "issued_at": issued_at,
+        "expires_at": expires_at,
+        "quota": _quota(goal, used),
+        "gates": {"pending": [_gate_json(g) for g in shown_gates]},
+        "user_channel": _user_channel(d, shown_gates),
+        "agent_channel": agent_channel,
+        "cli_channel": {"next_cli_actions": _cli_actions(d, run_id, allowed, contributed)},
+    }
+    if d.next_eligible_at is not None:
+        doc["next_eligible_at"] = d.next_eligible_at
+    return doc

@@ -1,0 +1,152 @@
+"""Evidence: append-only observations, bound to the run they were made in.
+
+An executor records evidence only under a run of its goal; users and capabilities may also
+record evidence on a goal without a run. Recording is never refused because a contract went
+stale or a lease ran out: only a run that was already *finished* takes no more evidence.
+Files are kept by reference: their path and the sha256 of their bytes at recording time.
+"""
+
+from __future__ import annotations
+
+import json
+
+from loopx import ledger
+from loopx.errors import LoopxError
+from loopx.model import Evidence, to_json
+from loopx.registry import Registry, check_actor
+from loopx.validate import check_id, check_name, check_number, check_text, new_id
+
+MAX_DATA_BYTES = 64 * 1024
+MAX_LIST_LIMIT = 1000
+
+
+def evidence_from_row(row: dict) -> Evidence:
+    """An :class:`Evidence` from an ``evidence`` row."""
+    return Evidence(
+        id=row["id"], goal_id=row["goal_id"], run_id=row["run_id"], kind=row["kind"], summary=row["summary"],
+        actor=row["actor"], created_at=row["created_at"],
+        data=None if row["data"] is None else json.loads(row["data"]),
+        file_path=row["file_path"], file_sha256=row["file_sha256"],
+    )
+
+
+def parse_data(text: str | None):
+    """``--data`` JSON text -> a JSON object or list (64 KiB at most)."""
+    if text is None:
+        return None
+    if len(text.encode("utf-8", errors="surrogatepass")) > MAX_DATA_BYTES:
+        raise LoopxError("invalid_argument", f"--data is larger than {MAX_DATA_BYTES} bytes")
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:
+        raise LoopxError("invalid_argument", f"--data is not valid JSON: {exc}") from None
+    if not isinstance(data, (dict, list)):
+        raise LoopxError("invalid_argument", "--data must be a JSON object or array")
+    return data
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not allowed")
+
+
+def hash_file(path: str) -> tuple[str, str]:
+    """``(absolute path, "sha256:...")`` of a readable regular file."""
+    import hashlib
+    import os
+
+    full = os.path.abspath(path)
+    if not os.path.isfile(full):
+        raise LoopxError("invalid_argument", f"--file: {path} is not a readable file")
+    digest = hashlib.sha256()
+    try:
+        with open(full, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        raise LoopxError("invalid_argument", f"--file: cannot read {path}: {exc.strerror}") from None
+    return full, "sha256:" + digest.hexdigest()
+
+
+def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | None = None,
+           goal_id: str | None = None, data=None, file: str | None = None,
+           operation_id: str | None = None) -> dict:
+    """Append one piece of evidence; returns it.
+
+    With ``run_id`` the evidence belongs to that run (and its goal); an executor must name a
+    run. Refused with ``run_not_open`` only when the run was already finished.
+    """
+    from loopx import runs
+
+    check_actor(actor)
+    if actor == "dashboard":
+        raise LoopxError("actor_forbidden", "the dashboard never writes")
+    check_name(kind, what="--kind")
+    summary = check_text(summary, what="--summary", limit="summary")
+    if run_id is not None:
+        check_id("run", run_id)
+    if goal_id is not None:
+        check_id("goal", goal_id)
+    if run_id is None:
+        if goal_id is None:
+            raise LoopxError("invalid_argument", "say what the evidence is about: --run-id R (or --goal-id G)")
+        if ledger.role(actor) == ledger.EXECUTOR:
+            raise LoopxError("run_not_open", "an executor records evidence only inside a run: pass --run-id")
+    if data is not None and len(json.dumps(data)) > MAX_DATA_BYTES:
+        raise LoopxError("invalid_argument", f"evidence data is larger than {MAX_DATA_BYTES} bytes")
+    file_path = file_sha = None
+    if file is not None:
+        file_path, file_sha = hash_file(file)
+    if run_id is not None:
+        with reg.read() as tx:
+            owner = runs.load_run(tx, run_id).goal_id
+        if goal_id is not None and goal_id != owner:
+            raise LoopxError("run_not_found", f"run {run_id} belongs to goal {owner}, not {goal_id}")
+        goal_id = owner
+    evidence_id = new_id("evidence")
+    body = {"evidence_id": evidence_id, "run_id": run_id, "kind": kind, "summary": summary}
+    if data is not None:
+        body["data"] = data
+    if file_path is not None:
+        body["file_path"], body["file_sha256"] = file_path, file_sha
+
+    def work(w):
+        if run_id is not None:
+            runs.check_recordable(w.tx, run_id, goal_id=goal_id)
+        w.emit("evidence.added", body)
+        row = w.tx.one("SELECT * FROM evidence WHERE id = ?", (evidence_id,))
+        return to_json(evidence_from_row(row))
+
+    request = {k: v for k, v in body.items() if k != "evidence_id"}
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id, allow_closed=run_id is not None,
+                      request={"op": "evidence.add", "goal": goal_id, **request})
+
+
+def list_for(reg: Registry, *, goal_id: str | None = None, run_id: str | None = None, kind: str | None = None,
+             limit: int = 100) -> list[dict]:
+    """Evidence of a goal or of one run, oldest first, optionally of one kind."""
+    from loopx import runs
+    from loopx.project_prompt import load_goal
+
+    limit = check_number(limit, what="--limit", minimum=1, maximum=MAX_LIST_LIMIT, integer=True)
+    if kind is not None:
+        check_name(kind, what="--kind")
+    where, params = [], []
+    with reg.read() as tx:
+        if run_id is not None:
+            run = runs.load_run(tx, run_id)
+            if goal_id is not None and check_id("goal", goal_id) != run.goal_id:
+                raise LoopxError("run_not_found", f"run {run_id} belongs to goal {run.goal_id}, not {goal_id}")
+            where.append("run_id = ?")
+            params.append(run_id)
+        elif goal_id is not None:
+            load_goal(tx, goal_id)
+            where.append("goal_id = ?")
+            params.append(goal_id)
+        else:
+            raise LoopxError("invalid_argument", "name --goal-id or --run-id")
+        if kind is not None:
+            where.append("kind = ?")
+            params.append(kind)
+        rows = tx.query(f"SELECT * FROM evidence WHERE {' AND '.join(where)} ORDER BY created_at, id LIMIT ?",
+                        [*params, limit])
+        return [to_json(evidence_from_row(r)) for r in rows]

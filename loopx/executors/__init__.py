@@ -1,0 +1,178 @@
+"""Executor providers, and the one way LoopX runs a child process.
+
+A provider carries out one turn under a contract. Providers are registered through the
+``loopx_register_executors(register)`` hook (the built-in ``shell`` provider too): the host
+owns registration and refuses a second provider for one name. :func:`run_command` runs a
+command the way ``loopx exec`` does: with the executor's environment, a timeout that kills the
+whole process group, a bounded tail of the output, and the sha256 of all of it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from loopx.errors import LoopxError
+
+TAIL_BYTES = 4096
+
+
+def providers() -> dict:
+    """``{name: provider}`` from every plugin's ``loopx_register_executors``."""
+    from loopx.plugins import get_plugin_manager
+
+    found: dict = {}
+    owners: dict = {}
+
+    def register(name, provider):
+        from loopx.validate import check_name
+
+        check_name(name, what="executor name")
+        if not callable(getattr(provider, "run_turn", None)):
+            raise LoopxError("plugin_error", f"executor {name!r} has no run_turn(registry, contract, agent=...)")
+        if name in found:
+            # Built-ins register last (trylast): a plugin's provider of the same name wins over them.
+            if _builtin(provider) and owners[name] == "plugin":
+                return
+            raise LoopxError("plugin_error", f"two executor providers are registered as {name!r}")
+        found[name] = provider
+        owners[name] = "builtin" if _builtin(provider) else "plugin"
+
+    get_plugin_manager().hook.loopx_register_executors(register=register)
+    return found
+
+
+def _builtin(provider) -> bool:
+    module = getattr(provider, "__module__", None) or type(provider).__module__
+    return module.startswith("loopx.executors")
+
+
+def get(name: str):
+    """The provider called ``name`` (``not_found`` naming the ones there are)."""
+    found = providers()
+    if name not in found:
+        raise LoopxError("not_found", f"no executor {name!r} (available: {', '.join(sorted(found)) or 'none'})")
+    return found[name]
+
+
+def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: str | None = None) -> dict:
+    """Run ``argv`` with ``env`` added to this process's environment.
+
+    Returns ``{"exit_code", "timed_out", "duration_seconds", "output_tail", "output_bytes",
+    "output_sha256"}``; stdout and stderr are merged in the order written. A command that
+    cannot start gets exit code 127 and the reason as its output.
+    """
+    import hashlib
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    digest = hashlib.sha256()
+    tail = bytearray()
+    total = 0
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env={**os.environ, **env}, cwd=cwd, start_new_session=True)
+    except OSError as exc:
+        message = f"cannot start {argv[0]!r}: {exc.strerror or exc}\n".encode()
+        return {"exit_code": 127, "timed_out": False, "duration_seconds": 0.0,
+                "output_tail": message.decode(), "output_bytes": len(message),
+                "output_sha256": "sha256:" + hashlib.sha256(message).hexdigest()}
+
+    def pump():
+        nonlocal total
+        for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+            digest.update(chunk)
+            total += len(chunk)
+            tail.extend(chunk)
+            if len(tail) > TAIL_BYTES:
+                del tail[: len(tail) - TAIL_BYTES]
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc, signal.SIGKILL)
+            proc.wait()
+    # Grandchildren may keep the pipe open; after the child is gone give them a moment, then stop.
+    reader.join(timeout=5 if not timed_out else 1)
+    if reader.is_alive():
+        _kill_group(proc, signal.SIGKILL)
+        reader.join(timeout=5)
+    duration = time.monotonic() - started
+    return {
+        "exit_code": proc.returncode,
+        "timed_out": timed_out,
+        "duration_seconds": round(duration, 3),
+        "output_tail": bytes(tail).decode("utf-8", errors="replace"),
+        "output_bytes": total,
+        "output_sha256": "sha256:" + digest.hexdigest(),
+    }
+
+
+def _kill_group(proc, sig) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: str | None = None,
+         ttl_seconds: float | None = None) -> dict:
+    """One governed turn: should-run, then (if ``run``) the provider, then ``run finish``.
+
+    Returns ``{"decision", "reasons", "run_id", "outcome", "handoff", "evidence", "contract"}``;
+    ``run_id`` and the rest are ``None`` when the decision was not ``run``. A provider that
+    crashes still gets its run finished (``failed``, with the error as hand-off) before the
+    error is raised again.
+    """
+    from loopx import quota, runs
+    from loopx.validate import check_text
+
+    provider = get(executor)
+    agent = check_text(agent if agent is not None else quota.default_agent(), what="--agent", limit="agent")
+    answer = quota.should_run(registry, actor, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
+    out = {"decision": answer["decision"], "reasons": answer["reasons"], "run_id": None, "outcome": None,
+           "handoff": None, "evidence": [], "contract": answer}
+    if answer["decision"] != "run":
+        return out
+    run_id = answer["interaction_contract"]["run_id"]
+    try:
+        result = provider.run_turn(registry, answer, agent=agent)
+    except Exception as exc:
+        runs.finish(registry, actor, run_id=run_id, outcome="failed",
+                    handoff=f"executor {executor} crashed: {type(exc).__name__}: {exc}"[:2000])
+        raise
+    finished = runs.finish(registry, actor, run_id=run_id, outcome=result.get("outcome", "partial"),
+                           tokens=result.get("tokens", 0), cost=result.get("cost", 0.0),
+                           handoff=result.get("handoff"))
+    with registry.read() as tx:
+        rows = tx.query("SELECT id, kind, summary FROM evidence WHERE run_id = ? ORDER BY created_at, id", (run_id,))
+    out.update(run_id=run_id, outcome=finished["outcome"], handoff=finished["handoff"], evidence=rows)
+    return out
+
+
+def loop(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: str | None = None,
+         max_turns: int = 10, ttl_seconds: float | None = None) -> dict:
+    """Governed turns until the decision is not ``run`` or ``max_turns`` turns were taken."""
+    from loopx.validate import check_number
+
+    max_turns = check_number(max_turns, what="--max-turns", minimum=1, maximum=10_000, integer=True)
+    turns = []
+    while True:
+        if len(turns) == max_turns:
+            return {"turns": turns, "stopped": "max_turns", "decision": None, "reasons": []}
+        t = turn(registry, actor, goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds)
+        if t["decision"] != "run":
+            return {"turns": turns, "stopped": "decision", "decision": t["decision"], "reasons": t["reasons"],
+                    "contract": t["contract"]}
+        t.pop("contract")
+        turns.append(t)
