@@ -1,0 +1,82 @@
+"""``loopx self-repair check|fix|skill``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from loopx.cli.output import REGISTRY_KEY, LoopxGroup, emit, open_registry, operation_option
+
+
+def _finding_line(f: dict) -> str:
+    where = f["goal_id"] or "registry"
+    tag = "" if f["severity"] == "damage" else f" ({f['severity']})"
+    return f"{where}  {f['code']}{tag}: {f['message']}"
+
+
+def _check_text(report: dict) -> str:
+    if report["ok"]:
+        return f"ok: {report['checked']['goals']} goal(s) checked, nothing to repair"
+    lines = [_finding_line(f) for f in report["findings"]]
+    lines.append(f"{len(report['findings'])} finding(s); repair with `loopx self-repair fix`")
+    return "\n".join(lines)
+
+
+def _fix_text(result: dict) -> str:
+    lines = [f"repaired  {_finding_line(r)}  -> {r['result']}" for r in result["repaired"]]
+    lines += [f"REMAINING {_finding_line(f)}" for f in result["remaining"]]
+    if result["ok"]:
+        lines.append("ok: nothing left to repair" if lines else "ok: nothing to repair")
+    return "\n".join(lines)
+
+
+@click.group(cls=LoopxGroup)
+def self_repair():
+    """Detect and repair state that disagrees with the ledger or points at nothing."""
+
+
+@self_repair.command()
+@click.option("--goal-id", default=None, help="Check one goal (default: every goal).")
+def check(goal_id):
+    """Run every detector; exit status 1 when something needs repair."""
+    from loopx_self_repair import detectors
+
+    with open_registry(readonly=True) as reg:
+        report = detectors.check(reg, goal_id=goal_id)
+    emit(report, _check_text)
+    if not report["ok"]:
+        sys.exit(1)
+
+
+@self_repair.command()
+@click.option("--goal-id", default=None, help="Repair one goal (default: every goal).")
+@operation_option
+def fix(goal_id, operation_id):
+    """Repair what the detectors find, each repair recorded in the goal's ledger.
+
+    Exit status 1 when something could not be repaired (it is listed under "remaining").
+    """
+    from loopx.registry import current_actor
+    from loopx_self_repair import repairs
+
+    if current_actor() == "dashboard":
+        from loopx.errors import LoopxError
+
+        raise LoopxError("actor_forbidden", "the dashboard never writes")
+    result = repairs.fix(click.get_current_context().meta.get(REGISTRY_KEY), goal_id=goal_id,
+                         operation_id=operation_id)
+    emit(result, _fix_text)
+    if not result["ok"]:
+        sys.exit(1)
+
+
+@self_repair.command()
+@click.option("--path", "path_only", is_flag=True, help="Print where the skill file is instead of its text.")
+def skill(path_only):
+    """Print the loopx-self-repair agent skill (SKILL.md), to install it in an agent host."""
+    from importlib.resources import files
+
+    resource = files("loopx_self_repair").joinpath("SKILL.md")
+    data = {"path": str(resource), "text": resource.read_text(encoding="utf-8")}
+    emit(data, lambda d: d["path"] if path_only else d["text"].rstrip("\n"))

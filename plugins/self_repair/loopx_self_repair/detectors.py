@@ -1,0 +1,307 @@
+"""Detectors: each looks at one kind of failure and reports findings; none of them writes.
+
+A finding is *damage* (state that normal LoopX operation never produces: the current-state tables
+disagree with the ledger, a reference points at nothing, the storage engine reports corruption)
+or *housekeeping* (state the core already treats correctly but that the ledger has not caught up
+with: a lease past its expiry, a run still marked open after its expiry). Damage blocks a goal's
+turns, through the contract veto, when its detector is cheap enough to run on every
+``quota should-run``; housekeeping never does, because the core's own rules already make an
+expired lease claimable and an expired run abandoned.
+
+The veto path (:func:`veto_findings`) runs only ``revision_mismatch``, ``missing_dependency``
+and ``dangling_gate``: each is one or two indexed queries over the goal's rows. The full check
+(:func:`check`) adds the ledger replay, quota recomputation, orphan evidence, the storage
+integrity check and the schema version.
+"""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+
+from loopx import clock
+
+DAMAGE, HOUSEKEEPING = "damage", "housekeeping"
+
+
+@attrs.frozen
+class Finding:
+    """One problem a detector found, and the repair ``loopx self-repair fix`` applies to it."""
+
+    code: str
+    goal_id: str | None
+    subject: str | None
+    message: str
+    repair: str | None
+    severity: str = DAMAGE
+    details: dict = attrs.field(factory=dict)
+
+    def to_json(self) -> dict:
+        """JSON-ready finding."""
+        return attrs.asdict(self)
+
+
+# --- cheap detectors (the veto path) ---------------------------------------------------------
+
+
+def revision_mismatch(tx, goal: dict) -> list[Finding]:
+    """The goal's revision is not its ledger's last event: current state and ledger diverged."""
+    row = tx.one("SELECT MAX(seq) AS last FROM events WHERE goal_id = ?", (goal["id"],))
+    last = row["last"] if row else None
+    if last is None or last == goal["revision"]:
+        return []
+    return [Finding("revision_mismatch", goal["id"], goal["id"],
+                    f"goal {goal['id']} is at revision {goal['revision']} but its ledger ends at event {last}",
+                    "state_rebuilt", details={"revision": goal["revision"], "ledger": last})]
+
+
+def missing_dependencies(tx, goal: dict) -> list[Finding]:
+    """Todos that depend on todos the goal does not have (such a todo could never become ready)."""
+    rows = tx.query("SELECT id, depends_on FROM todos WHERE goal_id = ? ORDER BY created_seq", (goal["id"],))
+    ids = {r["id"] for r in rows}
+    out = []
+    for r in rows:
+        missing = [d for d in json.loads(r["depends_on"]) if d not in ids]
+        if missing:
+            out.append(Finding("missing_dependency", goal["id"], r["id"],
+                               f"todo {r['id']} depends on missing todo(s) {', '.join(missing)}",
+                               "dependency_dropped", details={"missing": missing}))
+    return out
+
+
+def dangling_gates(tx, goal: dict) -> list[Finding]:
+    """Pending gates on a todo the goal does not have (they would guard nothing, silently).
+
+    A gate on ``action:NAME`` is not reported when the action was removed: it keeps guarding the
+    name, so re-adding the action stays behind the gate, by design.
+    """
+    rows = tx.query("SELECT id, blocks FROM gates WHERE goal_id = ? AND status = 'pending' ORDER BY id",
+                    (goal["id"],))
+    out = []
+    for r in rows:
+        kind, _, target = r["blocks"].partition(":")
+        if kind != "todo":
+            continue
+        if tx.one("SELECT id FROM todos WHERE goal_id = ? AND id = ?", (goal["id"], target)) is None:
+            out.append(Finding("dangling_gate", goal["id"], r["id"],
+                               f"pending gate {r['id']} blocks todo {target}, which does not exist",
+                               "gate_widened", details={"blocks": r["blocks"]}))
+    return out
+
+
+CHEAP = (revision_mismatch, missing_dependencies, dangling_gates)
+
+
+def veto_findings(tx, goal_id: str) -> list[Finding]:
+    """What the contract veto looks at: the cheap damage detectors, for one goal."""
+    goal = tx.one("SELECT id, status, revision FROM goals WHERE id = ?", (goal_id,))
+    if goal is None:
+        return []
+    out: list[Finding] = []
+    for detect in CHEAP:
+        out.extend(detect(tx, goal))
+    return out
+
+
+# --- housekeeping ----------------------------------------------------------------------------
+
+
+def stale_leases(tx, goal: dict, now: str) -> list[Finding]:
+    """Open todos whose claim expired: the core already lets anyone claim them; fix clears the claim."""
+    rows = tx.query("SELECT id, claim_agent, claim_expires_at FROM todos WHERE goal_id = ? AND status = 'open'"
+                    " AND claim_expires_at IS NOT NULL AND claim_expires_at <= ? ORDER BY created_seq",
+                    (goal["id"], now))
+    return [Finding("stale_lease", goal["id"], r["id"],
+                    f"todo {r['id']} is still claimed by {r['claim_agent']}, whose lease expired at {r['claim_expires_at']}",
+                    "lease_released", HOUSEKEEPING, {"agent": r["claim_agent"], "expired_at": r["claim_expires_at"]})
+            for r in rows]
+
+
+def abandoned_runs(tx, goal: dict, now: str) -> list[Finding]:
+    """Runs still marked open after their expiry: the core counts them abandoned; fix records it."""
+    rows = tx.query("SELECT id, agent, expires_at FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at <= ?"
+                    " ORDER BY opened_at, id", (goal["id"], now))
+    return [Finding("abandoned_run", goal["id"], r["id"],
+                    f"run {r['id']} of {r['agent']} is still open; it expired at {r['expires_at']}",
+                    "run_abandoned", HOUSEKEEPING, {"agent": r["agent"], "expired_at": r["expires_at"]})
+            for r in rows]
+
+
+# --- the full check --------------------------------------------------------------------------
+
+
+def orphan_evidence(tx, goal: dict) -> list[Finding]:
+    """Evidence bound to a run the goal does not have."""
+    rows = tx.query(
+        "SELECT e.id, e.run_id FROM evidence e WHERE e.goal_id = ? AND e.run_id IS NOT NULL AND NOT EXISTS"
+        " (SELECT 1 FROM runs r WHERE r.id = e.run_id AND r.goal_id = e.goal_id) ORDER BY e.created_at, e.id",
+        (goal["id"],))
+    return [Finding("orphan_evidence", goal["id"], r["id"],
+                    f"evidence {r['id']} is bound to run {r['run_id']}, which this goal does not have",
+                    "evidence_unbound", details={"run_id": r["run_id"]})
+            for r in rows]
+
+
+def replay(goal_events) -> tuple[dict, object]:
+    """The snapshot and the quota usage a goal's ledger produces in an empty scratch registry."""
+    from loopx import ledger, usage
+    from loopx.store.sqlite import SqliteStore
+
+    if not goal_events:
+        return {}, None
+    goal_id = goal_events[0].goal_id
+    scratch = SqliteStore(":memory:")
+    try:
+        def work(tx):
+            for e in goal_events:
+                tx.execute("INSERT INTO events (id, goal_id, seq, at, actor, kind, body, operation_id)"
+                           " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           (e.id, e.goal_id, e.seq, e.at, e.actor, e.kind, json.dumps(e.body), e.operation_id))
+                ledger.apply(tx, e)
+            return ledger.snapshot(tx, goal_id), usage.usage(tx, goal_id)
+
+        return scratch.write(work)
+    finally:
+        scratch.close()
+
+
+def _keys(table: str, row: dict) -> str:
+    from loopx.store import schema
+
+    return "/".join(str(row.get(k)) for k in schema.GOAL_TABLES[table])
+
+
+def ledger_drift(tx, goal: dict, replayed: dict) -> list[Finding]:
+    """Current-state rows that differ from what replaying the goal's ledger produces."""
+    from loopx import ledger
+
+    live = ledger.normalise(ledger.snapshot(tx, goal["id"]))
+    want = ledger.normalise(replayed)
+    differing = {}
+    for table in live:
+        have_rows = {_keys(table, r): r for r in live[table]}
+        want_rows = {_keys(table, r): r for r in want.get(table, [])}
+        extra = sorted(set(have_rows) - set(want_rows))
+        gone = sorted(set(want_rows) - set(have_rows))
+        changed = sorted(k for k in set(have_rows) & set(want_rows) if have_rows[k] != want_rows[k])
+        if extra or gone or changed:
+            differing[table] = {"extra": extra[:5], "missing": gone[:5], "changed": changed[:5]}
+    if not differing:
+        return []
+    parts = []
+    for table, d in differing.items():
+        bits = [f"{len(v)}{'+' if len(v) == 5 else ''} {k}" for k, v in d.items() if v]
+        parts.append(f"{table} ({', '.join(bits)})")
+    return [Finding("ledger_drift", goal["id"], goal["id"],
+                    f"goal {goal['id']}'s current state differs from its ledger replayed: {'; '.join(parts)}",
+                    "state_rebuilt", details={"tables": differing})]
+
+
+def quota_drift(tx, goal: dict, replayed_usage) -> list[Finding]:
+    """The quota usage contracts are computed from disagrees with the usage the ledger implies."""
+    from loopx import usage
+
+    if replayed_usage is None:
+        return []
+    live = usage.usage(tx, goal["id"])
+    if attrs.asdict(live) == attrs.asdict(replayed_usage):
+        return []
+    have, want = attrs.asdict(live), attrs.asdict(replayed_usage)
+    diff = {k: {"state": have[k], "ledger": want[k]} for k in have if have[k] != want[k]}
+    text = ", ".join(f"{k} {v['state']} (ledger says {v['ledger']})" for k, v in diff.items())
+    return [Finding("quota_drift", goal["id"], goal["id"], f"goal {goal['id']}'s quota usage disagrees with its ledger: {text}",
+                    "state_rebuilt", details=diff)]
+
+
+def schema_behind(store) -> list[Finding]:
+    """The registry's schema is older than this LoopX's (a store opened read-only is not migrated)."""
+    from loopx.store import schema
+
+    version = store.schema_version()
+    if version >= schema.CURRENT_VERSION:
+        return []
+    return [Finding("schema_behind", None, None,
+                    f"the registry schema is version {version}; this LoopX uses {schema.CURRENT_VERSION}",
+                    "migrated", details={"version": version, "current": schema.CURRENT_VERSION})]
+
+
+def storage_integrity(store) -> list[Finding]:
+    """What the storage engine's own integrity check reports (SQLite ``PRAGMA integrity_check``)."""
+    problems = store.integrity_check()
+    if not problems:
+        return []
+    return [Finding("storage_integrity", None, None,
+                    f"the storage engine reports {len(problems)} problem(s): {problems[0]}",
+                    "reindexed", details={"problems": problems[:20]})]
+
+
+#: Every detector code, with what it means (for ``check`` output and the docs).
+CODES = {
+    "revision_mismatch": "the goal's revision is not its ledger's last event",
+    "missing_dependency": "a todo depends on a todo that does not exist",
+    "dangling_gate": "a pending gate blocks a todo that does not exist",
+    "stale_lease": "a todo is still claimed after its lease expired",
+    "abandoned_run": "a run is still open after its expiry",
+    "orphan_evidence": "evidence is bound to a run that does not exist",
+    "ledger_drift": "current state differs from the ledger replayed",
+    "quota_drift": "quota usage disagrees with the ledger",
+    "storage_integrity": "the storage engine reports corruption",
+    "schema_behind": "the registry schema is older than this LoopX",
+}
+
+
+def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Finding]:
+    """Every finding for one goal (``full=False``: without the ledger replay)."""
+    from loopx import ledger
+
+    out = []
+    for detect in CHEAP:
+        out.extend(detect(tx, goal))
+    if goal["status"] != "closed":
+        out.extend(stale_leases(tx, goal, now))
+        out.extend(abandoned_runs(tx, goal, now))
+    out.extend(orphan_evidence(tx, goal))
+    if full:
+        replayed, replayed_usage = replay(ledger.events(tx, goal["id"]))
+        out.extend(ledger_drift(tx, goal, replayed))
+        out.extend(quota_drift(tx, goal, replayed_usage))
+    return out
+
+
+def goals_to_check(tx, goal_id: str | None) -> list[dict]:
+    """The goal rows to look at: one (``goal_not_found`` if absent) or all, oldest first."""
+    from loopx.errors import LoopxError
+    from loopx.validate import check_id
+
+    if goal_id is not None:
+        row = tx.one("SELECT id, status, revision FROM goals WHERE id = ?", (check_id("goal", goal_id),))
+        if row is None:
+            raise LoopxError("goal_not_found", f"no goal {goal_id}")
+        return [row]
+    return tx.query("SELECT id, status, revision FROM goals ORDER BY created_seq")
+
+
+def check(reg, *, goal_id: str | None = None, now: str | None = None) -> dict:
+    """Run every detector (on one goal or all) and return ``{"ok", "findings", "checked"}``.
+
+    When the schema is behind, only that is reported: the other detectors read tables as this
+    LoopX lays them out, and would report noise until the registry is migrated.
+    """
+    now = now or clock.now()
+    findings = schema_behind(reg.store)
+    goals: list[dict] = []
+    if not findings:
+        findings.extend(storage_integrity(reg.store))
+        with reg.read() as tx:
+            goals = goals_to_check(tx, goal_id)
+            for goal in goals:
+                findings.extend(goal_findings(tx, goal, now))
+    elif goal_id is not None:
+        with reg.read() as tx:
+            goals = goals_to_check(tx, goal_id)
+    return {
+        "ok": not findings,
+        "findings": [f.to_json() for f in findings],
+        "checked": {"goals": len(goals), "at": now, "detectors": sorted(CODES)},
+    }

@@ -1,0 +1,61 @@
+"""The ``self_repair`` plugin: its capability declaration, its commands and its contract veto.
+
+This module is imported on every ``loopx`` start-up (``quota should-run`` included), so it
+imports nothing heavy: detectors, repairs and the CLI load inside the hooks that need them.
+"""
+
+from __future__ import annotations
+
+from loopx import hookimpl
+
+from loopx_self_repair import __version__
+
+REPAIRS = ("state_rebuilt", "lease_released", "dependency_dropped", "gate_widened", "evidence_unbound")
+
+
+@hookimpl
+def loopx_register_capabilities(register):
+    """Declare the ``self_repair`` capability (see docs/capabilities/self_repair.md)."""
+    from loopx.capabilities import Capability
+
+    register(Capability(
+        name="self_repair",
+        version=__version__,
+        summary="Detects state that disagrees with the ledger or points at nothing, and repairs it.",
+        owns=["self_repair"],
+        reads=["ledger", "goals", "todos", "gates", "runs", "evidence", "quota", "storage"],
+        quota={"turns": 0, "tokens": 0, "wall_seconds": 0},
+        commands=["self-repair"],
+        actions=["fix"],
+        repairs=REPAIRS,
+        doc="docs/capabilities/self_repair.md",
+    ))
+
+
+@hookimpl
+def loopx_register_commands(cli):
+    """Add ``loopx self-repair check|fix|skill``."""
+    from loopx_self_repair.cli import self_repair
+
+    cli.add_command(self_repair, "self-repair")
+
+
+@hookimpl
+def loopx_contract_veto(tx, goal):
+    """Turn a goal's contract into ``repair`` while a cheap detector finds damage.
+
+    Runs on every ``quota should-run``, so only the cheap detectors run here (a few indexed
+    queries over the goal's own rows; no ledger replay): see ``detectors.veto_findings``.
+    """
+    from loopx_self_repair import detectors, repairs
+
+    found = detectors.veto_findings(tx, goal.id)
+    if not found:
+        return None
+    codes = sorted({f.code for f in found})
+    return {
+        "reason": "needs_repair",
+        "message": "; ".join(f.message for f in found[:3]) + (f" (+{len(found) - 3} more)" if len(found) > 3 else ""),
+        "findings": codes,
+        "actions": [repairs.fix_command(goal.id)],
+    }
