@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 
+import attrs
+
 from loopx import clock
 from loopx.errors import LoopxError
 from loopx.validate import check_id, check_number
@@ -36,12 +38,7 @@ RECENT_EVIDENCE = 50
 RECENT_REWARDS = 20
 RECENT_GATES = 20
 MAX_TODOS = 500
-QUOTA_FIELDS = (
-    ("turns", "max_turns"),
-    ("tokens", "max_tokens"),
-    ("cost", "max_cost"),
-    ("wall_seconds", "max_wall_seconds"),
-)
+_BUDGET_KEYS = ("max_turns", "max_tokens", "max_cost", "max_wall_seconds")
 _CHUNK = 500  # ids per IN (...) list: far below every backend's parameter limit
 
 
@@ -70,68 +67,69 @@ def _loads(text, default):
     return json.loads(text)
 
 
-def _limits(row: dict) -> dict:
-    return _loads(row.get("limits"), {}) or {}
-
-
 # ----------------------------------------------------------------------------- quota
 
 
-def usage_from_runs(runs: list[dict], at: str) -> dict:
-    """What a goal has used, from its runs: one turn per run, reported tokens and cost, and
-    wall-clock time (finished runs: opened..finished; open runs: opened..now, capped at expiry)."""
-    used = {"turns": 0, "tokens": 0, "cost": 0.0, "wall_seconds": 0.0}
-    for r in runs:
-        used["turns"] += 1
-        used["tokens"] += int(r.get("tokens") or 0)
-        used["cost"] += float(r.get("cost") or 0.0)
-        end = r.get("finished_at") or min(at, r["expires_at"])
-        used["wall_seconds"] += max(0.0, clock.seconds_between(r["opened_at"], end))
-    used["cost"] = round(used["cost"], 6)
-    used["wall_seconds"] = round(used["wall_seconds"], 3)
-    return used
+@attrs.frozen
+class _Budget:
+    """What :mod:`loopx.usage` reads from a goal (its limits and grants), without the whole goal."""
+
+    limits: object
+    grants: object
 
 
-def quota_picture(limits: dict, grants: dict, used: dict) -> dict:
-    """Limits, grants, used, remaining (``None`` = unlimited) and which budgets are exhausted.
+def _budget(row: dict) -> _Budget:
+    from loopx.model import QuotaLimits
 
-    A user's grant extends a limit: the budget for a field is ``limit + grant``.
-    """
-    remaining, exhausted = {}, []
-    for field, key in QUOTA_FIELDS:
-        limit = limits.get(key)
-        if limit is None:
-            remaining[field] = None
-            continue
-        budget = limit + (grants.get(key) or 0)
-        left = budget - used[field]
-        remaining[field] = round(left, 6) if isinstance(left, float) else left
-        if left <= 0:
-            exhausted.append(field)
+    return _Budget(QuotaLimits(**_loads(row.get("limits"), {})), QuotaLimits(**_loads(row.get("grants"), {})))
+
+
+def has_limits(row: dict) -> bool:
+    """Whether a goal row sets any budget (only such goals can run out)."""
+    limits = _loads(row.get("limits"), {})
+    return any(limits.get(k) is not None for k in _BUDGET_KEYS)
+
+
+def usage_many(tx, goal_ids: list[str]) -> dict:
+    """``{goal_id: QuotaUsage}`` for many goals in a few queries, by the rules of
+    :func:`loopx.usage.usage` (one turn per run, reported tokens and cost, wall time of every
+    closed run); a test holds the two to the same answers."""
+    from loopx.model import QuotaUsage
+
+    sums = {g: {"turns": 0, "tokens": 0, "cost": 0.0, "wall": 0.0} for g in goal_ids}
+    if not goal_ids:
+        return {}
+    for r in _in_query(tx, "SELECT goal_id, COUNT(*) AS turns, COALESCE(SUM(tokens), 0) AS tokens,"
+                           " COALESCE(SUM(cost), 0) AS cost FROM runs WHERE goal_id IN ({ids}) GROUP BY goal_id",
+                       goal_ids):
+        sums[r["goal_id"]].update(turns=int(r["turns"]), tokens=int(r["tokens"]), cost=float(r["cost"]))
+    for r in _in_query(tx, "SELECT goal_id, opened_at, finished_at FROM runs WHERE goal_id IN ({ids})"
+                           " AND status IN ('finished', 'abandoned')", goal_ids):
+        sums[r["goal_id"]]["wall"] += max(0.0, clock.seconds_between(r["opened_at"], r["finished_at"]))
+    return {g: QuotaUsage(turns=s["turns"], tokens=s["tokens"], cost=round(s["cost"], 6),
+                          wall_seconds=round(s["wall"], 3)) for g, s in sums.items()}
+
+
+def quota_picture(budget, used) -> dict:
+    """Limits, grants, used, remaining (``None`` = unlimited) and the exhausted budgets."""
+    from loopx import usage
+    from loopx.model import to_json
+
+    effective = usage.effective_limits(budget)
     return {
-        "limits": {k: limits.get(k) for _, k in QUOTA_FIELDS} | {"cadence_seconds": limits.get("cadence_seconds")},
-        "grants": {k: grants.get(k) for _, k in QUOTA_FIELDS},
-        "used": used,
-        "remaining": remaining,
-        "exhausted": exhausted,
+        "limits": to_json(budget.limits),
+        "grants": to_json(budget.grants),
+        "budget": {k: getattr(effective, n) for k, n in usage.BUDGETS.items()},
+        "used": to_json(used),
+        "remaining": usage.remaining(budget, used),
+        "exhausted": usage.exhausted(budget, used),
     }
 
 
-def _quota_for(tx, goal_rows: list[dict], at: str) -> dict[str, dict]:
-    """``{goal_id: quota picture}`` for a batch of goal rows, with one query per chunk."""
-    ids = [g["id"] for g in goal_rows]
-    by_goal: dict[str, list[dict]] = {i: [] for i in ids}
-    if ids:
-        for r in _in_query(
-            tx,
-            "SELECT goal_id, tokens, cost, opened_at, finished_at, expires_at FROM runs WHERE goal_id IN ({ids})",
-            ids,
-        ):
-            by_goal[r["goal_id"]].append(r)
-    return {
-        g["id"]: quota_picture(_limits(g), _loads(g.get("grants"), {}) or {}, usage_from_runs(by_goal[g["id"]], at))
-        for g in goal_rows
-    }
+def _quota_for(tx, goal_rows: list[dict]) -> dict[str, dict]:
+    """``{goal_id: quota picture}`` for a batch of goal rows."""
+    used = usage_many(tx, [g["id"] for g in goal_rows])
+    return {g["id"]: quota_picture(_budget(g), used[g["id"]]) for g in goal_rows}
 
 
 # ----------------------------------------------------------------------------- attention
@@ -167,7 +165,7 @@ def attention_map(tx, at: str, goal_ids: list[str] | None = None) -> dict[str, l
     candidates = tx.query(
         "SELECT r.goal_id, r.id, r.status, r.outcome, r.opened_at, r.expires_at FROM runs r"
         " JOIN goals g ON g.id = r.goal_id WHERE g.status <> 'closed' AND (r.status = 'abandoned'"
-        " OR r.outcome = 'failed' OR (r.status = 'open' AND r.expires_at < ?))" + scope.format(alias="r"),
+        " OR r.outcome = 'failed' OR (r.status = 'open' AND r.expires_at <= ?))" + scope.format(alias="r"),
         (at, *scope_params),
     )
     latest_checks = set()
@@ -189,14 +187,17 @@ def attention_map(tx, at: str, goal_ids: list[str] | None = None) -> dict[str, l
 
     # Budgets: only goals with a limit can run out; their usage is summed in batches.
     limited = tx.query(
-        "SELECT id, limits, grants FROM goals WHERE status = 'open' AND limits <> '{}'"
+        "SELECT id, limits, grants FROM goals WHERE status <> 'closed' AND limits <> '{}'"
         + (" AND id IN (" + ", ".join("?" for _ in goal_ids) + ")" if goal_ids is not None else ""),
         scope_params,
     )
-    limited = [g for g in limited if any(_limits(g).get(k) is not None for _, k in QUOTA_FIELDS)]
-    for goal_id, picture in _quota_for(tx, limited, at).items():
-        if picture["exhausted"]:
-            mark(goal_id, "budget_exhausted")
+    limited = [g for g in limited if has_limits(g)]
+    used = usage_many(tx, [g["id"] for g in limited])
+    from loopx import usage
+
+    for g in limited:
+        if usage.exhausted(_budget(g), used[g["id"]]):
+            mark(g["id"], "budget_exhausted")
 
     return {g: [c for c in ATTENTION if c in codes] for g, codes in found.items()}
 
@@ -338,7 +339,7 @@ def _summaries(tx, ids: list[str], attention: dict[str, list[str]], at: str) -> 
                            " AND status = 'pending' GROUP BY goal_id", ids):
         gate_counts[r["goal_id"]] = int(r["n"])
     latest = _latest_runs(tx, ids)
-    quotas = _quota_for(tx, [rows[i] for i in ids if i in rows], at)
+    quotas = _quota_for(tx, [rows[i] for i in ids if i in rows])
     out = []
     for goal_id in ids:
         g = rows.get(goal_id)
@@ -359,23 +360,12 @@ def _summaries(tx, ids: list[str], attention: dict[str, list[str]], at: str) -> 
 
 
 def _run_json(r: dict, at: str) -> dict:
-    status = r["status"]
-    # An open run past its expiry is abandoned whether or not anyone has said so yet.
-    if status == "open" and r["expires_at"] < at:
-        status = "abandoned"
-    return {
-        "id": r["id"],
-        "agent": r["agent"],
-        "status": status,
-        "outcome": r["outcome"],
-        "opened_at": r["opened_at"],
-        "expires_at": r["expires_at"],
-        "finished_at": r["finished_at"],
-        "tokens": int(r["tokens"] or 0),
-        "cost": float(r["cost"] or 0.0),
-        "handoff": r["handoff"],
-        "contract_id": r["contract_id"],
-    }
+    from loopx import runs
+    from loopx.model import to_json
+
+    run = runs.run_from_row(r)
+    # "state": an open run past its expiry is abandoned whether or not anyone has said so yet.
+    return to_json(run) | {"state": runs.state(run, at)}
 
 
 # ----------------------------------------------------------------------------- one goal
@@ -390,132 +380,91 @@ def goal_view(reg, goal_id: str) -> dict:
 
 def goal_view_tx(tx, goal_id: str) -> dict:
     """:func:`goal_view` inside an open read transaction."""
-    from loopx.project_prompt import goal_from_row
+    from loopx import evidence, gates, rewards, runs, todos, usage
     from loopx.model import to_json
+    from loopx.project_prompt import goal_from_row
 
     at = clock.now()
     row = tx.one("SELECT * FROM goals WHERE id = ?", (goal_id,))
     if row is None:
         raise LoopxError("goal_not_found", f"no goal {goal_id}")
-    rev = revision(tx)
-    gates = tx.query("SELECT * FROM gates WHERE goal_id = ? ORDER BY created_at DESC, id", (goal_id,))
-    pending = [_gate_json(g) for g in gates if g["status"] == "pending"]
-    decided = [_gate_json(g) for g in gates if g["status"] != "pending"]
-    decided.sort(key=lambda g: g["decided_at"] or "", reverse=True)
-    todos = tx.query("SELECT * FROM todos WHERE goal_id = ? ORDER BY created_seq LIMIT ?", (goal_id, MAX_TODOS + 1))
-    runs = tx.query("SELECT * FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id LIMIT ?",
-                    (goal_id, RECENT_RUNS))
-    evidence = tx.query("SELECT * FROM evidence WHERE goal_id = ? ORDER BY created_at DESC, id LIMIT ?",
-                        (goal_id, RECENT_EVIDENCE))
-    rewards = tx.query("SELECT * FROM rewards WHERE goal_id = ? ORDER BY created_at DESC, id LIMIT ?",
-                       (goal_id, RECENT_REWARDS))
-    actions = tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY name", (goal_id,))
-    counts = {"runs": 0, "evidence": 0, "rewards": 0}
-    for table in counts:
-        counts[table] = int(tx.one(f"SELECT count(*) AS n FROM {table} WHERE goal_id = ?", (goal_id,))["n"])
-    handoff = tx.one(
-        "SELECT id, handoff, finished_at FROM runs WHERE goal_id = ? AND handoff IS NOT NULL"
-        " ORDER BY finished_at DESC, id LIMIT 1",
-        (goal_id,),
+    goal = goal_from_row(row)
+    all_gates = gates.list_gates(tx, goal_id)
+    pending = [to_json(x) for x in reversed(all_gates) if x.status == "pending"]
+    decided = sorted((to_json(x) for x in all_gates if x.status != "pending"),
+                     key=lambda x: x["decided_at"] or "", reverse=True)
+    todo_list = todos.list_todos(tx, goal_id)
+    ready = [t.id for t in todos.ready(tx, goal_id, agent=None, now=at)]
+    recent = tx.query("SELECT * FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id DESC LIMIT ?",
+                      (goal_id, RECENT_RUNS))
+    run_list = [_run_json(r, at) for r in recent]
+    ev_list = [to_json(evidence.evidence_from_row(e)) for e in tx.query(
+        "SELECT * FROM evidence WHERE goal_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+        (goal_id, RECENT_EVIDENCE))]
+    rw_list = [to_json(rewards.reward_from_row(w)) for w in tx.query(
+        "SELECT * FROM rewards WHERE goal_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+        (goal_id, RECENT_REWARDS))]
+    totals = tx.one(
+        "SELECT (SELECT COUNT(*) FROM runs WHERE goal_id = ?) AS runs,"
+        " (SELECT COUNT(*) FROM evidence WHERE goal_id = ?) AS evidence,"
+        " (SELECT COUNT(*) FROM rewards WHERE goal_id = ?) AS rewards,"
+        " (SELECT AVG(score) FROM rewards WHERE goal_id = ?) AS mean",
+        (goal_id,) * 4,
     )
-    todo_items = [_todo_json(t, at) for t in todos[:MAX_TODOS]]
-    runs_json = [_run_json(r, at) for r in runs]
-    evidence_json = [_evidence_json(e) for e in evidence]
-    rewards_json = [_reward_json(w) for w in rewards]
+    actions = tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY name", (goal_id,))
+    handoff = runs.latest_handoff(tx, goal_id)
+    items = [_todo_json(t, at) for t in todo_list[:MAX_TODOS]]
     return {
         "schema": SCHEMA,
         "view": "goal",
         "generated_at": at,
-        "revision": rev,
-        "goal": to_json(goal_from_row(row)),
+        "revision": revision(tx),
+        "goal": to_json(goal),
         "attention": attention_map(tx, at, [goal_id]).get(goal_id, []),
         "gates": {"pending": pending, "decided": decided[:RECENT_GATES]},
-        "todos": {
-            "counts": _todo_counts(todos),
-            "items": todo_items,
-            "truncated": len(todos) > MAX_TODOS,
-            "ready": _ready(tx, goal_id, todos, pending, at),
-        },
-        "quota": _quota_for(tx, [row], at)[goal_id],
-        "runs": {"total": counts["runs"], "recent": runs_json},
-        "evidence": {"total": counts["evidence"], "recent": evidence_json},
-        "rewards": {"total": counts["rewards"], "recent": rewards_json, "mean": _mean(tx, goal_id)},
-        "handoff": {"run_id": handoff["id"], "note": handoff["handoff"], "at": handoff["finished_at"]}
-        if handoff else None,
+        "todos": {"counts": _todo_counts(todo_list), "items": items, "truncated": len(todo_list) > MAX_TODOS,
+                  "ready": ready},
+        "quota": quota_picture(goal, usage.usage(tx, goal_id)),
+        "runs": {"total": int(totals["runs"]), "recent": run_list},
+        "evidence": {"total": int(totals["evidence"]), "recent": ev_list},
+        "rewards": {"total": int(totals["rewards"]), "recent": rw_list,
+                    "mean": None if totals["mean"] is None else round(float(totals["mean"]), 4)},
+        "handoff": to_json(handoff) if handoff else None,
         "actions": [{"name": a["name"], "argv": json.loads(a["argv"]), "source": a["source"],
-                     "created_at": a["created_at"]} for a in actions],
-        "timeline": _timeline(runs_json, evidence_json, rewards_json),
+                     "gate_id": a.get("gate_id"), "created_at": a["created_at"]} for a in actions],
+        "timeline": _timeline(run_list, ev_list, rw_list),
     }
 
 
-def _mean(tx, goal_id: str):
-    row = tx.one("SELECT avg(score) AS m FROM rewards WHERE goal_id = ?", (goal_id,))
-    return None if row is None or row["m"] is None else round(float(row["m"]), 4)
-
-
-def _todo_counts(todos: list[dict]) -> dict:
+def _todo_counts(todo_list) -> dict:
     counts = {"open": 0, "done": 0, "blocked": 0}
-    for t in todos:
-        counts[t["status"]] = counts.get(t["status"], 0) + 1
+    for t in todo_list:
+        counts[t.status] = counts.get(t.status, 0) + 1
     return counts
 
 
-def _ready(tx, goal_id: str, todos: list[dict], pending_gates: list[dict], at: str) -> list[str]:
-    """Ids of the ready set: open, dependencies done, not gated, not validly claimed."""
-    done = {t["id"] for t in todos if t["status"] == "done"}
-    if any(g["blocks"] == "all" for g in pending_gates):
-        return []
-    gated = {g["blocks"].split(":", 1)[1] for g in pending_gates if g["blocks"].startswith("todo:")}
-    ready = []
-    for t in todos:
-        if t["status"] != "open" or t["id"] in gated:
-            continue
-        if t["claim_expires_at"] is not None and t["claim_expires_at"] > at:
-            continue
-        if all(d in done for d in json.loads(t["depends_on"])):
-            ready.append(t)
-    ready.sort(key=lambda t: (t["priority"], t["created_seq"]))
-    return [t["id"] for t in ready]
+def _todo_json(todo, at: str) -> dict:
+    from loopx.model import to_json
+
+    out = to_json(todo)
+    if out["claim"] is not None:
+        out["claim"]["valid"] = todo.claim.expires_at > at
+    return out
 
 
-def _gate_json(g: dict) -> dict:
-    return {k: g[k] for k in ("id", "title", "scope", "blocks", "status", "requested_by", "created_at",
-                              "decided_by", "decided_at", "comment")}
-
-
-def _todo_json(t: dict, at: str) -> dict:
-    claim = None
-    if t["claim_agent"] is not None:
-        claim = {"agent": t["claim_agent"], "run_id": t["claim_run_id"], "expires_at": t["claim_expires_at"],
-                 "valid": bool(t["claim_expires_at"] and t["claim_expires_at"] > at)}
-    return {"id": t["id"], "text": t["text"], "priority": t["priority"], "status": t["status"],
-            "depends_on": json.loads(t["depends_on"]), "note": t["note"], "claim": claim, "epoch": t["epoch"],
-            "updated_at": t["updated_at"]}
-
-
-def _evidence_json(e: dict) -> dict:
-    return {"id": e["id"], "run_id": e["run_id"], "kind": e["kind"], "summary": e["summary"], "actor": e["actor"],
-            "created_at": e["created_at"], "data": _loads(e["data"], None), "file_path": e["file_path"],
-            "file_sha256": e["file_sha256"]}
-
-
-def _reward_json(w: dict) -> dict:
-    return {"id": w["id"], "run_id": w["run_id"], "score": float(w["score"]), "comment": w["comment"],
-            "author": w["author"], "created_at": w["created_at"]}
-
-
-def _timeline(runs: list[dict], evidence: list[dict], rewards: list[dict], limit: int = 50) -> list[dict]:
+def _timeline(run_list: list[dict], ev_list: list[dict], rw_list: list[dict], limit: int = 50) -> list[dict]:
     """Runs, evidence and rewards merged into one list, newest first."""
     items = []
-    for r in runs:
+    for r in run_list:
         items.append({"at": r["opened_at"], "kind": "run.opened", "run_id": r["id"], "text": f"run by {r['agent']}"})
         if r["finished_at"]:
-            items.append({"at": r["finished_at"], "kind": "run.finished", "run_id": r["id"],
-                          "text": f"{r['outcome'] or 'finished'}" + (f": {r['handoff']}" if r["handoff"] else "")})
-    for e in evidence:
+            text = r["outcome"] or r["status"]
+            items.append({"at": r["finished_at"], "kind": f"run.{r['status']}", "run_id": r["id"],
+                          "text": text + (f": {r['handoff']}" if r["handoff"] else "")})
+    for e in ev_list:
         items.append({"at": e["created_at"], "kind": "evidence", "run_id": e["run_id"],
                       "text": f"[{e['kind']}] {e['summary']}"})
-    for w in rewards:
+    for w in rw_list:
         items.append({"at": w["created_at"], "kind": "reward", "run_id": w["run_id"],
                       "text": f"score {w['score']:+g}" + (f": {w['comment']}" if w["comment"] else "")})
     items.sort(key=lambda i: i["at"], reverse=True)

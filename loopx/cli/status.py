@@ -27,12 +27,10 @@ def _num(value) -> str:
 
 def _quota_lines(quota: dict, indent: str = "  ") -> list[str]:
     lines = []
-    for field, key in (("turns", "max_turns"), ("tokens", "max_tokens"), ("cost", "max_cost"),
-                       ("wall_seconds", "max_wall_seconds")):
-        limit = quota["limits"].get(key)
-        if limit is None and not quota["used"][field]:
+    for field in ("turns", "tokens", "cost", "wall_seconds"):
+        budget = quota["budget"][field]
+        if budget is None and not quota["used"][field]:
             continue
-        budget = None if limit is None else limit + (quota["grants"].get(key) or 0)
         mark = "  EXHAUSTED" if field in quota["exhausted"] else ""
         lines.append(f"{indent}{field:<13}{_bar(quota['used'][field], budget)}{mark}")
     return lines
@@ -56,7 +54,7 @@ def overview_text(view: dict) -> str:
             detail += f", {g['gates_pending']} gate(s) pending"
         if g["last_run"]:
             r = g["last_run"]
-            detail += f", last run {r['status']}" + (f" ({r['outcome']})" if r["outcome"] else "")
+            detail += f", last run {r['state']}" + (f" ({r['outcome']})" if r["outcome"] else "")
         lines.append(detail)
         if g["attention"]:
             lines.append(f"    attention: {', '.join(g['attention'])}")

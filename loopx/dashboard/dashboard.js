@@ -70,7 +70,7 @@ function goalItem(goal) {
   const total = todos.open + todos.done + todos.blocked;
   const meta = [`${todos.done}/${total} todos done`];
   if (goal.gates_pending) meta.push(`${goal.gates_pending} gate${goal.gates_pending > 1 ? "s" : ""} pending`);
-  if (goal.last_run) meta.push(`last run ${goal.last_run.outcome || goal.last_run.status}`);
+  if (goal.last_run) meta.push(`last run ${goal.last_run.outcome || goal.last_run.state}`);
   const item = el(
     "li",
     { class: goal.attention.length ? "attention" : "", tabIndex: 0, "data-goal-id": goal.id },
@@ -167,13 +167,11 @@ function fill(share) {
 }
 
 function renderQuota(q) {
-  const rows = [["turns", "max_turns"], ["tokens", "max_tokens"], ["cost", "max_cost"], ["wall_seconds", "max_wall_seconds"]];
   const bars = [];
-  for (const [field, key] of rows) {
-    const limit = q.limits[key];
+  for (const field of ["turns", "tokens", "cost", "wall_seconds"]) {
+    const budget = q.budget[field];
     const used = q.used[field];
-    if (limit === null && !used) continue;
-    const budget = limit === null ? null : limit + (q.grants[key] || 0);
+    if (budget === null && !used) continue;
     const share = budget === null ? 0 : budget <= 0 ? 1 : Math.min(1, used / budget);
     const exhausted = q.exhausted.includes(field);
     bars.push(el("div", { class: `bar${exhausted ? " exhausted" : ""}`, "data-field": field },
