@@ -12,7 +12,7 @@ import shlex
 
 from loopx import ledger
 from loopx.errors import LoopxError
-from loopx.model import GATE_SCOPES, Gate, to_json
+from loopx.model import GATE_SCOPES, Gate, from_row, to_json
 from loopx.registry import Registry
 from loopx.validate import check_id, check_name, check_text, new_id
 
@@ -21,19 +21,7 @@ DECISIONS = {"approve": ("gate.approved", "approved"), "reject": ("gate.rejected
 
 def gate_from_row(row: dict) -> Gate:
     """A :class:`Gate` from a ``gates`` row."""
-    return Gate(
-        id=row["id"],
-        goal_id=row["goal_id"],
-        title=row["title"],
-        scope=row["scope"],
-        blocks=row["blocks"],
-        status=row["status"],
-        requested_by=row["requested_by"],
-        created_at=row["created_at"],
-        decided_by=row["decided_by"],
-        decided_at=row["decided_at"],
-        comment=row["comment"],
-    )
+    return from_row(row, Gate)
 
 
 def list_gates(tx, goal_id: str, *, pending_only: bool = False) -> list[Gate]:

@@ -25,7 +25,7 @@ SETTLE = {"done": ("todo.done", "done"), "block": ("todo.blocked", "blocked"), "
 
 
 def todo_from_row(row: dict) -> Todo:
-    """A :class:`Todo` from a ``todos`` row."""
+    """A :class:`Todo` from a ``todos`` row (the claim is spread over ``claim_*`` columns)."""
     claim = None
     if row["claim_agent"] is not None:
         claim = Claim(agent=row["claim_agent"], run_id=row["claim_run_id"],
