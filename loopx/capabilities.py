@@ -397,8 +397,9 @@ def get_state(source, goal_id: str, namespace: str | None = None) -> dict:
 def offerable(goal, remaining: dict | None) -> list[Capability]:
     """The capabilities whose quota needs per run fit in ``remaining`` (``None`` = unlimited).
 
-    ``remaining`` uses the contract's keys (``turns``, ``tokens``, ``wall_seconds``, ...).
-    ``goal`` is accepted so that later rules (per-goal grants) need no signature change.
+    ``remaining`` uses the contract's keys (``turns``, ``tokens``, ``wall_seconds``, ...) and is
+    what remained *before* the run the capability would work in: a need of one turn is that run
+    itself. ``goal`` is accepted so that later rules (per-goal grants) need no signature change.
     """
     return [cap for cap in load().values() if cap.fits(remaining)]
 

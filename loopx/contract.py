@@ -227,7 +227,11 @@ def contributions(tx, goal: Goal, run_id: str, left: dict) -> list[dict]:
         for item in found or []:
             if isinstance(item, dict) and isinstance(item.get("command"), str) and item["command"].startswith("loopx "):
                 out.append(item)
-    return out
+    # A capability whose quota needs per run exceed what remains is not offered. Its needs count
+    # this run's own turn, so they are measured against what remained before this run.
+    from loopx import capabilities
+
+    return capabilities.filter_actions(out, goal, remaining(goal, usage(tx, goal.id, exclude_run=run_id)))
 
 
 def document(tx, d: Decision, *, contract_id: str | None, run_id: str | None, fingerprint: str, issued_at: str,
