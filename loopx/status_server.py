@@ -84,7 +84,13 @@ class RegistryPool:
 
         self._open = lambda: Registry.open(url, readonly=True)
         self._idle: queue.LifoQueue = queue.LifoQueue()
-        self._idle.put(self._open())  # open one now, so a bad URL fails at start-up
+        try:
+            self._idle.put(self._open())  # open one now, so a bad URL fails at start-up
+        except LoopxError as err:
+            if err.code == "registry_unavailable":
+                raise LoopxError(err.code, f"{err.message} (the status server never creates one: create a goal"
+                                           " first, or point --registry / LOOPX_REGISTRY at a registry)") from None
+            raise
 
     def run(self, fn):
         """``fn(tx)`` inside a read transaction on a pooled read-only registry."""

@@ -113,7 +113,9 @@ def status(goal_id, limit, cursor, include_closed):
     """
     from loopx import status as projection
 
-    with open_registry(readonly=True) as reg:
+    # Opened like every other command (a first run creates the empty registry); the status
+    # server is the part that must be read-only by construction.
+    with open_registry() as reg:
         if goal_id is not None:
             emit(projection.goal_view(reg, goal_id), goal_text)
         else:
