@@ -168,3 +168,45 @@ def test_replayed_ledger_equals_current_state(loopx, reg, goal):
         now = ledger.normalise(ledger.snapshot(tx, goal))
         replayed = ledger.normalise(ledger.replayed_snapshot(ledger.events(tx, goal)))
     assert now == replayed
+
+
+def test_gate_on_an_action_keeps_it_out_of_contracts_until_approved(loopx, goal):
+    assert loopx("action", "add", "--goal-id", goal, "--name", "publish", "--json", "--", "true").code == 0
+    assert loopx("action", "add", "--goal-id", goal, "--name", "test", "--json", "--", "true").code == 0
+    gate = add_gate(loopx, goal, "--blocks", "action:publish").json
+    doc = loopx("quota", "should-run", "--goal-id", goal, "--agent", "a1", "--json").json
+    assert doc["decision"] == "run", doc
+    actions = doc["interaction_contract"]["cli_channel"]["next_cli_actions"]
+    run_id = doc["interaction_contract"]["run_id"]
+    assert any("--action test" in a for a in actions)
+    assert not any("--action publish" in a for a in actions)
+    r = loopx("exec", "--run-id", run_id, "--action", "publish", "--json", env=EXECUTOR)
+    assert r.code == 2 and r.json["error"]["code"] == "action_not_allowed", r
+    assert loopx("gate", "approve", "--goal-id", goal, "--gate-id", gate["id"]).code == 0
+    doc = loopx("quota", "should-run", "--goal-id", goal, "--agent", "a1", "--json").json
+    assert any("--action publish" in a for a in doc["interaction_contract"]["cli_channel"]["next_cli_actions"])
+
+
+def test_rejection_comment_reaches_the_agent_and_the_target_stays_blocked(loopx, goal):
+    t = loopx("todo", "add", "--goal-id", goal, "--text", "Email the CFO", "--json").json["id"]
+    loopx("todo", "add", "--goal-id", goal, "--text", "Fit the forecast", "--json")
+    gate = add_gate(loopx, goal, "--blocks", f"todo:{t}").json
+    loopx("gate", "reject", "--goal-id", goal, "--gate-id", gate["id"], "--comment", "never email the CFO directly")
+    doc = loopx("quota", "should-run", "--goal-id", goal, "--agent", "a1", "--json").json
+    agent = doc["interaction_contract"]["agent_channel"]
+    assert t not in [x["id"] for x in agent["ready_todos"]]
+    assert any("never email the CFO directly" in n for n in agent.get("notes", [])), agent
+
+
+def test_pending_gate_on_all_asks_the_user_with_exact_commands(loopx, goal):
+    loopx("todo", "add", "--goal-id", goal, "--text", "Fit the forecast")
+    gate = add_gate(loopx, goal).json
+    doc = loopx("quota", "should-run", "--goal-id", goal, "--json").json
+    assert doc["decision"] == "ask_user" and "gate_pending" in doc["reasons"]
+    c = doc["interaction_contract"]
+    from loopx.gates import decision_commands
+    from loopx.model import Gate, from_json
+
+    for cmd in decision_commands(from_json(gate, Gate)):
+        assert cmd in c["user_channel"]["next_user_actions"]
+    assert not any("gate approve" in a for a in c["cli_channel"]["next_cli_actions"])
