@@ -7,6 +7,7 @@ from loopx.ledger import EXECUTOR, USER, event_kind
 
 @event_kind("gate.added", USER, EXECUTOR)
 def added(tx, event):
+    """``body = {"gate_id", "title", "scope", "blocks"}``; the event's actor is who asked for it."""
     b = event.body
     tx.execute(
         "INSERT INTO gates (id, goal_id, title, scope, blocks, status, requested_by, created_at,"
@@ -25,9 +26,11 @@ def _decide(tx, event, status):
 # Deciding is the user's authority alone: the writers list is the enforcement.
 @event_kind("gate.approved", USER)
 def approved(tx, event):
+    """``body = {"gate_id", "comment"?}``; the event's actor and time are the decision's."""
     _decide(tx, event, "approved")
 
 
 @event_kind("gate.rejected", USER)
 def rejected(tx, event):
+    """``body = {"gate_id", "comment"?}``; what the gate blocks stays blocked."""
     _decide(tx, event, "rejected")

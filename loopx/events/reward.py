@@ -7,6 +7,7 @@ from loopx.ledger import USER, event_kind
 
 @event_kind("reward.added", USER)
 def added(tx, event):
+    """``body = {"reward_id", "run_id", "score", "comment"?}``; the author is the event's actor."""
     b = event.body
     tx.execute(
         "INSERT INTO rewards (id, goal_id, run_id, score, comment, author, created_at)"

@@ -13,6 +13,7 @@ from loopx.ledger import EXECUTOR, USER, event_kind
 
 @event_kind("todo.added", USER, EXECUTOR)
 def added(tx, event):
+    """``body = {"todo_id", "text", "priority", "depends_on"}``; creation order is the event id."""
     b = event.body
     tx.execute(
         "INSERT INTO todos (id, goal_id, created_seq, text, priority, depends_on, status, note,"
@@ -25,6 +26,7 @@ def added(tx, event):
 
 @event_kind("todo.depends", USER, EXECUTOR)
 def depends(tx, event):
+    """``body = {"todo_id", "depends_on"}``: more dependencies (checked for cycles before emitting)."""
     b = event.body
     row = tx.one("SELECT depends_on FROM todos WHERE id = ? AND goal_id = ?", (b["todo_id"], event.goal_id))
     deps = json.loads(row["depends_on"])
@@ -37,6 +39,7 @@ def depends(tx, event):
 
 @event_kind("todo.claimed", USER, EXECUTOR)
 def claimed(tx, event):
+    """``body = {"todo_id", "agent", "run_id", "epoch", "expires_at"}``: the holder and its lease."""
     b = event.body
     tx.execute(
         "UPDATE todos SET claim_agent = ?, claim_run_id = ?, claim_expires_at = ?, epoch = ?, updated_at = ?"
@@ -56,14 +59,17 @@ def _settle(tx, event, status):
 
 @event_kind("todo.done", USER, EXECUTOR)
 def done(tx, event):
+    """``body = {"todo_id", "note"?}``."""
     _settle(tx, event, "done")
 
 
 @event_kind("todo.blocked", USER, EXECUTOR)
 def blocked(tx, event):
+    """``body = {"todo_id", "note"?}``."""
     _settle(tx, event, "blocked")
 
 
 @event_kind("todo.reopened", USER, EXECUTOR)
 def reopened(tx, event):
+    """``body = {"todo_id", "note"?}``: open again, unclaimed."""
     _settle(tx, event, "open")
