@@ -139,3 +139,23 @@ def test_export_round_trips_through_a_file(loopx_proc, tmp_path):
     assert all(r["contract"]["document"]["run_id"] == r["run"]["id"] for r in records)
     stored = ok(loopx_proc("reward", "list", "--goal-id", goal, "--json"))
     assert [r["reward"]["id"] for r in records] == [w["id"] for w in stored]
+
+
+def test_export_to_a_reader_that_stops_early_ends_cleanly(loopx_proc):
+    from loopx import rewards
+    from loopx.registry import Registry
+
+    goal = ok(loopx_proc("project_prompt", "create", "--title", "Head", "--json"))["id"]
+    ok(loopx_proc("todo", "add", "--goal-id", goal, "--text", "x", "--json"))
+    run_id = open_run(loopx_proc, goal, "a1")
+    with Registry.open(loopx_proc.url) as reg:
+        for i in range(200):  # well past a pipe buffer of records
+            rewards.add(reg, "user", goal_id=goal, run_id=run_id, score=0.5, comment=f"note {i} " + "x" * 500)
+    p = subprocess.Popen([sys.executable, "-m", "loopx", "reward", "export"], env=loopx_env(loopx_proc.url),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = json.loads(p.stdout.readline())
+    p.stdout.close()  # like `| head -1`
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 0, err
+    assert err == b""
+    assert first["reward"]["comment"].startswith("note 0 ")

@@ -80,14 +80,25 @@ def export(goal_id):
     """
     from loopx import rewards
 
-    with open_registry() as reg:
+    from contextlib import closing
+
+    # closing(): the snapshot ends before the registry closes, even when the reader goes away.
+    with open_registry() as reg, closing(rewards.export_records(reg, goal_id)) as records:
         # Check the goal before the first line, so a bad id is a clean error, not a torn stream.
-        records = rewards.export_records(reg, goal_id)
         first = next(records, None)
-        if first is not None:
+        if first is None:
+            return
+        try:
             click.echo(json.dumps(first, ensure_ascii=False, sort_keys=True))
             for rec in records:
                 click.echo(json.dumps(rec, ensure_ascii=False, sort_keys=True))
+        except BrokenPipeError:
+            # The reader stopped early (`| head`): not an error of ours. Point stdout at
+            # /dev/null so the interpreter's final flush does not complain either.
+            import os
+            import sys
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 @click.command("summary_all", cls=LoopxCommand)
