@@ -254,7 +254,7 @@ def document(tx, d: Decision, *, contract_id: str | None, run_id: str | None, fi
         held = gated(tx, goal.id, actions, blocking)
         allowed = [a for a in actions if a.name not in held]
         contributed = contributions(tx, goal, run_id, remaining(goal, used))
-        notes += [f"{c.get('capability') or 'capability'}: {c['note']}" for c in contributed if c.get("note")]
+        notes += [f"{c.get('capability') or 'plugin'}: {c['note']}" for c in contributed if c.get("note")]
         shown_gates = list({id(g): g for g in [*blocking["all"], *held.values(), *blocking["todos"].values()]}.values())
     else:
         shown_gates = list({id(g): g for g in [*blocking["all"], *blocking["actions"].values(),
