@@ -215,7 +215,7 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
                             f"({diff['files_changed']} file(s), +{diff['insertions']} -{diff['deletions']})",
                             "data": {"step": "handoff", "diff": {k: diff[k] for k in
                                                                  ("files_changed", "insertions", "deletions")}},
-                            "file_path": str(path.resolve()), "file_sha256": sha})
+                            "file_path": str(path.resolve()), "file_sha256": "sha256:" + sha})
     out.update(packet_path=str(path.resolve()), packet_sha256=sha, packet=text)
     return out
 
