@@ -257,3 +257,15 @@ def test_reward_replay_matches_state(loopx, reg, goal):
     with reg.read() as tx:
         assert ledger.normalise(ledger.snapshot(tx, goal)) == \
             ledger.normalise(ledger.replayed_snapshot(ledger.events(tx, goal)))
+
+
+def test_a_run_scored_while_open_exports_as_open(loopx, reg, goal):
+    from loopx import quota
+
+    loopx("todo", "add", "--goal-id", goal, "--text", "x")
+    run_id = quota.should_run(reg, "user", goal_id=goal, agent="a1")["interaction_contract"]["run_id"]
+    assert loopx("reward", "add", "--goal-id", goal, "--run-id", run_id, "--score", "0.1").code == 0
+    rec = json.loads(loopx("reward", "export", "--goal-id", goal).out)
+    validate_record(rec)
+    assert rec["run"]["status"] == "open" and rec["run"]["outcome"] is None and rec["run"]["wall_seconds"] is None
+    assert rec["evidence"] == [] and rec["evidence_total"] == 0
