@@ -1,0 +1,59 @@
+"""``loopx demo``: the README's main job runs end to end, as a real process, and exits 0."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import loopx_env
+
+
+def test_demo_runs_the_governed_loop_end_to_end(tmp_path):
+    target = tmp_path / "demo.db"
+    env = loopx_env(str(tmp_path / "never-used.db"))  # LOOPX_REGISTRY must not be touched by the demo
+    p = subprocess.run([sys.executable, "-m", "loopx", "demo", "--registry", str(target)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    for expected in ("decision: ask_user  (gate_pending)",           # the gate pauses it
+                     "loopx gate approve",                           # ... the user approves
+                     "turn r-",                                      # turns through the shell executor
+                     "[command] check: exit 0",                      # evidence of each exec
+                     "(quota_exhausted, turns_exhausted)",           # pause and ask
+                     "loopx quota grant --goal-id",                  # ... naming the grant
+                     "[command] publish: exit 0",                    # the gated action after approval
+                     "score +1.00",                                  # the human reward
+                     "decision: stop  (goal_closed)",
+                     "rewards   1, mean +1.00"):                     # summary_all
+        assert expected in out, expected
+    assert p.stderr == ""
+    assert not (tmp_path / "never-used.db").exists()
+    # The registry it built holds what the transcript says.
+    s = subprocess.run([sys.executable, "-m", "loopx", "--registry", str(target), "summary_all", "--json"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    summary = json.loads(s.stdout)["goals"][0]
+    assert summary["runs"]["by_outcome"]["ok"] == 3 and summary["todos"]["by_status"]["done"] == 3
+    assert summary["gates"]["pending"] == [] and summary["goal"]["status"] == "closed"
+
+
+def test_demo_refuses_a_registry_that_is_not_fresh(tmp_path):
+    target = tmp_path / "used.db"
+    env = loopx_env(str(target))
+    subprocess.run([sys.executable, "-m", "loopx", "project_prompt", "create", "--title", "mine"], env=env,
+                   check=True, capture_output=True)
+    p = subprocess.run([sys.executable, "-m", "loopx", "--json", "demo", "--registry", str(target)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and json.loads(p.stdout)["error"]["code"] == "target_not_empty"
+
+
+def test_demo_json_transcript_and_default_temp_registry(tmp_path):
+    env = loopx_env(str(tmp_path / "untouched.db"))
+    env["TMPDIR"] = str(tmp_path)
+    p = subprocess.run([sys.executable, "-m", "loopx", "demo", "--json"], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["registry"].startswith(str(tmp_path)) and not (tmp_path / "untouched.db").exists()
+    kinds = [e["show"] for e in doc["transcript"] if e["kind"] == "command"]
+    assert kinds[-1] == "summary" and "loop" in kinds and "reward" in kinds
