@@ -7,8 +7,15 @@ from loopx.hookspecs import hookspec
 def loopx_register_capabilities(register):
     """Declare capabilities.
 
-    Call ``register(declaration)`` with a :class:`loopx.capabilities.Capability`: its name,
-    version, summary, the state namespaces it owns and reads, its quota needs per run, the
-    commands and contract actions it adds, and the path of its document under
-    ``docs/capabilities/``. Two capabilities owning one namespace is a load error.
+    Call ``register(declaration)`` once per capability with a
+    :class:`loopx.capabilities.Capability` (or a dict of its fields): its name, version, summary,
+    the state namespaces it owns and the state it reads, its quota needs per run (``turns``,
+    ``tokens``, ``wall_seconds``), the commands and contract actions it adds, the core repairs it
+    may record, and the path of its document (``docs/capabilities/<name>.md``).
+
+    The core holds the plugin to it: a malformed declaration is a ``plugin_error``; two
+    capabilities owning one namespace (or one name) is a ``capability_conflict`` naming both; a
+    capability writes ``capability_state`` only in namespaces it owns (``ownership_violation``
+    otherwise, nothing written); and its contract actions are offered only while its quota needs
+    fit what remains. Build the declaration inside the hook and import nothing heavy.
     """

@@ -84,18 +84,30 @@ def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
     from loopx import ledger
 
     out: list[dict] = []
-    with reg.read() as tx:
+
+    def drift_of(tx):
         goal = tx.one("SELECT id, status, revision FROM goals WHERE id = ?", (goal_id,))
         replayed, replayed_usage = detectors.replay(ledger.events(tx, goal_id))
-        drift = (detectors.revision_mismatch(tx, goal) + detectors.ledger_drift(tx, goal, replayed)
-                 + detectors.quota_drift(tx, goal, replayed_usage))
-    if drift:
-        def rebuild(w):
-            w.emit("capability.repaired", {"namespace": NAME, "repair": "state_rebuilt",
-                                           "finding": [f.code for f in drift][0],
-                                           "findings": sorted({f.code for f in drift})})
-            return [{**f.to_json(), "result": "state_rebuilt", "seq": w.revision} for f in drift]
+        return (detectors.revision_mismatch(tx, goal) + detectors.ledger_drift(tx, goal, replayed)
+                + detectors.quota_drift(tx, goal, replayed_usage))
 
+    def rebuild(w):
+        drift = drift_of(w.tx)  # again, inside the transaction: act only on what is still there
+        if not drift:
+            return []
+        # The writer numbers events from the goal's stored revision; when that revision is the
+        # damage (behind the ledger), continue from the ledger's last event instead.
+        last = w.tx.one("SELECT MAX(seq) AS last FROM events WHERE goal_id = ?", (goal_id,))["last"] or 0
+        w._revision = max(w._revision, last)
+        w.emit("capability.repaired", {"namespace": NAME, "repair": "state_rebuilt", "finding": drift[0].code,
+                                       "findings": sorted({f.code for f in drift})})
+        return [{**f.to_json(), "result": "state_rebuilt", "seq": w.revision} for f in drift]
+
+    # The replay runs outside the write lock first, so a healthy goal never holds up other writers;
+    # with an operation id the mutation always runs, so that a retry returns the first result.
+    with reg.read() as tx:
+        needed = bool(drift_of(tx))
+    if needed or operation_id is not None:
         out.extend(reg.mutate(ACTOR, rebuild, goal_id=goal_id, allow_closed=True,
                               operation_id=_op(operation_id, goal_id, "rebuild"),
                               request={"op": "self_repair.rebuild", "goal": goal_id}))
@@ -108,7 +120,7 @@ def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
             if f.repair == "run_abandoned":
                 w.actor = "core"
                 try:
-                    w.emit("run.abandoned", {"run_id": f.subject, "by": ACTOR})
+                    w.emit("run.abandoned", {"run_id": f.subject, "agent": f.details["agent"], "by": ACTOR})
                 finally:
                     w.actor = ACTOR
             elif f.repair in REPAIR_BODIES:

@@ -1,0 +1,471 @@
+"""Every self-repair detector on a registry damaged on purpose (raw SQL on the SQLite file), the
+contract veto, and the fix recorded in the ledger.
+
+These tests use the fixtures LoopX installs for plugin authors (``loopx_registry``, ``loopx_cli``).
+"""
+
+import json
+import sqlite3
+import time
+
+import pytest
+
+from loopx import clock, evidence, gates, ledger, project_prompt, quota, todos
+from loopx.store import schema
+from loopx_self_repair import detectors, repairs
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def new_goal(reg, title="Investigate Quarterly Revenue Spike"):
+    return project_prompt.create(reg, "user", title=title)["id"]
+
+
+def add_todo(reg, g, text, depends_on=()):
+    return todos.add(reg, "user", goal_id=g, text=text, depends_on=list(depends_on))["id"]
+
+
+def open_run(reg, g, agent="a1", ttl=3600):
+    r = quota.should_run(reg, "user", goal_id=g, agent=agent, ttl_seconds=ttl)
+    assert r["decision"] == "run", r
+    return r["interaction_contract"]["run_id"]
+
+
+def raw(reg, *statements):
+    """Damage the registry behind LoopX's back: raw SQL on the SQLite file."""
+    con = sqlite3.connect(reg.store.path)
+    try:
+        for sql, params in statements:
+            con.execute(sql, params)
+        con.commit()
+    finally:
+        con.close()
+
+
+def event_of(reg, g, kind, **match):
+    with reg.read() as tx:
+        for e in ledger.events(tx, g):
+            if e.kind == kind and all(e.body.get(k) == v for k, v in match.items()):
+                return e
+    raise AssertionError(f"no {kind} {match}")
+
+
+def rewrite_event(e, **changes):
+    """The statement that rewrites a ledger entry's body (damaging the ledger itself)."""
+    body = {**e.body, **changes}
+    return "UPDATE events SET body = ? WHERE id = ?", (json.dumps(body), e.id)
+
+
+def codes(report):
+    return sorted({f["code"] for f in report["findings"]})
+
+
+def check(reg, g=None, **kw):
+    return detectors.check(reg, goal_id=g, **kw)
+
+
+def veto(reg, g):
+    with reg.read() as tx:
+        return [f.code for f in detectors.veto_findings(tx, g)]
+
+
+def decision(loopx_cli, g):
+    r = loopx_cli("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json")
+    assert r.code == 0, r
+    return r.json
+
+
+def fix(loopx_cli, *args):
+    r = loopx_cli("self-repair", "fix", *args, "--json")
+    assert r.code in (0, 1), r
+    return r
+
+
+def repair_events(reg, g):
+    with reg.read() as tx:
+        return [(e.actor, e.kind, e.body.get("repair")) for e in ledger.events(tx, g)
+                if e.actor == "capability:self_repair" or e.body.get("by") == "capability:self_repair"]
+
+
+def assert_replay_matches(reg, g):
+    with reg.read() as tx:
+        live = ledger.normalise(ledger.snapshot(tx, g))
+        assert live == ledger.normalise(ledger.replayed_snapshot(ledger.events(tx, g)))
+
+
+# --- a healthy registry ----------------------------------------------------------------------
+
+
+def test_a_healthy_registry_has_no_findings(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    a = add_todo(reg, g, "load data")
+    b = add_todo(reg, g, "fit model", [a])
+    gates.add(reg, "user", goal_id=g, title="ok to publish?", scope="production", blocks=f"todo:{b}")
+    run = open_run(reg, g)
+    evidence.record(reg, "user", kind="note", summary="loaded", run_id=run)
+    report = check(reg)
+    assert report["ok"] is True and report["findings"] == [] and report["checked"]["goals"] == 1
+    r = loopx_cli("self-repair", "check", "--json")
+    assert r.code == 0 and r.json["ok"] and r.json["checked"]["goals"] == 1
+    assert "nothing to repair" in loopx_cli("self-repair", "check").out
+    assert veto(reg, g) == []
+
+
+# --- each detector ---------------------------------------------------------------------------
+
+
+def test_revision_mismatch_vetoes_and_fix_rebuilds(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    add_todo(reg, g, "a")
+    raw(reg, ("UPDATE goals SET revision = 1 WHERE id = ?", (g,)))
+    assert "revision_mismatch" in codes(check(reg, g))
+    assert veto(reg, g) == ["revision_mismatch"]
+    contract = decision(loopx_cli, g)
+    assert contract["decision"] == "repair" and contract["reasons"] == ["needs_repair"]
+    assert contract["interaction_contract"]["cli_channel"]["next_cli_actions"] == [f"loopx self-repair fix --goal-id {g}"]
+    r = fix(loopx_cli, "--goal-id", g)
+    assert r.code == 0 and r.json["ok"], r
+    assert {x["code"] for x in r.json["repaired"]} >= {"revision_mismatch"}
+    assert ("capability:self_repair", "capability.repaired", "state_rebuilt") in repair_events(reg, g)
+    assert check(reg, g)["ok"]
+    assert decision(loopx_cli, g)["decision"] == "run"
+    assert_replay_matches(reg, g)
+
+
+def test_ledger_drift_is_found_by_the_full_check_and_rebuilt(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    a = add_todo(reg, g, "the real text")
+    raw(reg, ("UPDATE todos SET text = 'tampered', priority = 'P0' WHERE id = ?", (a,)),
+        ("UPDATE goals SET title = 'renamed behind the ledger' WHERE id = ?", (g,)))
+    report = check(reg, g)
+    assert codes(report) == ["ledger_drift"]
+    tables = report["findings"][0]["details"]["tables"]
+    assert tables["todos"]["changed"] == [a] and tables["goals"]["changed"] == [g]
+    assert veto(reg, g) == []  # a replay is too dear for every should-run: the full check finds it
+    r = fix(loopx_cli, "--goal-id", g)
+    assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["ledger_drift"]
+    with reg.read() as tx:
+        assert todos.load_todo(tx, g, a).text == "the real text"
+        assert project_prompt.load_goal(tx, g).title == "Investigate Quarterly Revenue Spike"
+    assert_replay_matches(reg, g)
+
+
+def test_stale_lease_is_housekeeping_never_a_veto(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    a = add_todo(reg, g, "a")
+    todos.claim(reg, "user", goal_id=g, todo_id=a, agent="crashed-agent", ttl_seconds=1)
+    assert check(reg, g)["ok"]  # not expired yet
+    later = clock.add_seconds(clock.now(), 3600)
+    report = check(reg, g, now=later)
+    assert codes(report) == ["stale_lease"]
+    f = report["findings"][0]
+    assert f["subject"] == a and f["severity"] == "housekeeping" and f["details"]["agent"] == "crashed-agent"
+    assert veto(reg, g) == []
+    _wait_for(lambda: "stale_lease" in codes(check(reg, g)))
+    assert decision(loopx_cli, g)["decision"] == "run"  # the core already treats it as free
+    r = fix(loopx_cli, "--goal-id", g)
+    assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["stale_lease"], r
+    with reg.read() as tx:
+        assert todos.load_todo(tx, g, a).claim is None
+        assert todos.load_todo(tx, g, a).epoch == 1  # a later claim still bumps the epoch
+    assert ("capability:self_repair", "capability.repaired", "lease_released") in repair_events(reg, g)
+    assert_replay_matches(reg, g)
+
+
+def test_abandoned_run_is_recorded_with_the_core_event(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    run = open_run(reg, g, ttl=1)
+    report = check(reg, g, now=clock.add_seconds(clock.now(), 60))
+    assert codes(report) == ["abandoned_run"] and report["findings"][0]["subject"] == run
+    assert veto(reg, g) == []
+    _wait_for(lambda: "abandoned_run" in codes(check(reg, g)))
+    r = fix(loopx_cli, "--goal-id", g)
+    assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["abandoned_run"], r
+    e = event_of(reg, g, "run.abandoned", run_id=run)
+    assert e.actor == "core" and e.body["by"] == "capability:self_repair"
+    with reg.read() as tx:
+        assert tx.one("SELECT status FROM runs WHERE id = ?", (run,))["status"] == "abandoned"
+    assert_replay_matches(reg, g)
+
+
+def test_evidence_without_a_run(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    run = open_run(reg, g)
+    ev = evidence.record(reg, "user", kind="note", summary="observed", run_id=run)["id"]
+    # Damage the ledger itself: the evidence entry now names a run that never existed.
+    e = event_of(reg, g, "evidence.added", evidence_id=ev)
+    raw(reg, rewrite_event(e, run_id="r-000000000000"), ("UPDATE evidence SET run_id = 'r-000000000000' WHERE id = ?", (ev,)))
+    report = check(reg, g)
+    assert codes(report) == ["orphan_evidence"]
+    assert report["findings"][0]["details"] == {"run_id": "r-000000000000"}
+    r = fix(loopx_cli, "--goal-id", g)
+    assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["orphan_evidence"], r
+    with reg.read() as tx:
+        row = tx.one("SELECT run_id, summary FROM evidence WHERE id = ?", (ev,))
+    assert row == {"run_id": None, "summary": "observed"}  # the observation stays
+    repaired = event_of(reg, g, "capability.repaired", repair="evidence_unbound")
+    assert repaired.body["run_id_was"] == "r-000000000000"
+    assert_replay_matches(reg, g)
+
+
+def test_evidence_whose_run_row_vanished_is_restored_from_the_ledger(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    run = open_run(reg, g)
+    evidence.record(reg, "user", kind="note", summary="observed", run_id=run)
+    raw(reg, ("DELETE FROM runs WHERE id = ?", (run,)))
+    assert codes(check(reg, g)) == ["ledger_drift", "orphan_evidence", "quota_drift"]
+    r = fix(loopx_cli)
+    assert r.json["ok"], r
+    with reg.read() as tx:
+        assert tx.one("SELECT id FROM runs WHERE id = ?", (run,)) is not None
+    assert not any(e[2] == "evidence_unbound" for e in repair_events(reg, g))
+
+
+def test_todo_depending_on_a_missing_todo(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    a = add_todo(reg, g, "a")
+    b = add_todo(reg, g, "b", [a])
+    # Ledger and state agree, and both point at a todo that does not exist.
+    ghost = "t-000000000000"
+    e = event_of(reg, g, "todo.added", todo_id=b)
+    raw(reg, rewrite_event(e, depends_on=[a, ghost]),
+        ("UPDATE todos SET depends_on = ? WHERE id = ?", (json.dumps([a, ghost]), b)))
+    report = check(reg, g)
+    assert codes(report) == ["missing_dependency"]
+    assert report["findings"][0]["subject"] == b and report["findings"][0]["details"] == {"missing": [ghost]}
+    assert veto(reg, g) == ["missing_dependency"]
+    assert decision(loopx_cli, g)["decision"] == "repair"
+    r = fix(loopx_cli, "--goal-id", g)
+    assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["missing_dependency"], r
+    with reg.read() as tx:
+        assert todos.load_todo(tx, g, b).depends_on == [a]  # only the missing one is dropped
+    assert decision(loopx_cli, g)["decision"] == "run"
+    assert_replay_matches(reg, g)
+
+
+def test_gate_pointing_at_a_missing_todo_is_widened_not_removed(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    a = add_todo(reg, g, "publish")
+    gate = gates.add(reg, "user", goal_id=g, title="ok to publish?", scope="production", blocks=f"todo:{a}")["id"]
+    e = event_of(reg, g, "gate.added", gate_id=gate)
+    ghost = "t-000000000000"
+    raw(reg, rewrite_event(e, blocks=f"todo:{ghost}"), ("UPDATE gates SET blocks = ? WHERE id = ?", (f"todo:{ghost}", gate)))
+    report = check(reg, g)
+    assert codes(report) == ["dangling_gate"] and report["findings"][0]["subject"] == gate
+    assert veto(reg, g) == ["dangling_gate"]
+    assert decision(loopx_cli, g)["decision"] == "repair"
+    r = fix(loopx_cli, "--goal-id", g)
+    assert r.json["ok"], r
+    with reg.read() as tx:
+        row = tx.one("SELECT blocks, status FROM gates WHERE id = ?", (gate,))
+    assert row == {"blocks": "all", "status": "pending"}
+    # Human control is kept: the goal now waits for a user to decide that gate.
+    contract = decision(loopx_cli, g)
+    assert contract["decision"] == "ask_user" and contract["reasons"] == ["gate_pending"]
+    assert_replay_matches(reg, g)
+
+
+def test_a_gate_on_a_removed_action_is_not_damage(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    assert loopx_cli("action", "add", "--goal-id", g, "--name", "deploy", "--", "echo", "hi", "--json").code == 0
+    gates.add(reg, "user", goal_id=g, title="deploy?", scope="production", blocks="action:deploy")
+    assert loopx_cli("action", "remove", "--goal-id", g, "--name", "deploy", "--json").code == 0
+    assert check(reg, g)["ok"]
+
+
+def test_quota_usage_disagreeing_with_the_ledger(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    run = open_run(reg, g)
+    assert loopx_cli("run", "finish", "--run-id", run, "--outcome", "ok", "--tokens", "1200", "--json").code == 0
+    raw(reg, ("UPDATE runs SET tokens = 5, cost = 99.5 WHERE id = ?", (run,)))
+    report = check(reg, g)
+    assert codes(report) == ["ledger_drift", "quota_drift"]
+    drift = next(f for f in report["findings"] if f["code"] == "quota_drift")
+    assert drift["details"]["tokens"] == {"state": 5, "ledger": 1200}
+    assert drift["details"]["cost"] == {"state": 99.5, "ledger": 0.0}
+    r = fix(loopx_cli, "--goal-id", g)
+    assert r.json["ok"], r
+    assert loopx_cli("quota", "show", "--goal-id", g, "--json").json["used"]["tokens"] == 1200
+
+
+def test_storage_integrity(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    for i in range(5):
+        add_todo(reg, g, f"step {i}")
+    _corrupt_index(reg.store.path, "todos_by_goal", "UPDATE todos SET status = 'blocked'")
+    report = check(reg)
+    assert "storage_integrity" in codes(report)
+    f = next(f for f in report["findings"] if f["code"] == "storage_integrity")
+    assert f["goal_id"] is None and "todos_by_goal" in json.dumps(f["details"])
+    r = loopx_cli("self-repair", "check")
+    assert r.code == 1 and "storage_integrity" in r.out
+    r = fix(loopx_cli)
+    assert any(x["code"] == "storage_integrity" and x["result"] == "reindexed" for x in r.json["repaired"]), r
+    assert reg.store.integrity_check() == []
+
+
+def test_schema_version_behind(tmp_path, loopx_cli, monkeypatch):
+    # A registry as an older LoopX left it: the first schema step only.
+    path = tmp_path / "old.db"
+    con = sqlite3.connect(path)
+    for sql in schema.MIGRATIONS[0]:
+        con.execute(sql.format(**schema.DIALECT_WORDS["sqlite"]))
+    con.execute("PRAGMA user_version = 1")
+    con.commit()
+    con.close()
+    env = {"LOOPX_REGISTRY": str(path)}
+    r = loopx_cli("self-repair", "check", "--json", env=env)
+    assert r.code == 1, r
+    assert codes(r.json) == ["schema_behind"]
+    assert r.json["findings"][0]["details"] == {"version": 1, "current": schema.CURRENT_VERSION}
+    r = loopx_cli("self-repair", "fix", "--json", env=env)
+    assert r.code == 0 and r.json["repaired"][0]["code"] == "schema_behind", r
+    assert loopx_cli("self-repair", "check", "--json", env=env).json["ok"]
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == schema.CURRENT_VERSION
+    con.close()
+
+
+# --- the veto is cheap; fix is safe ----------------------------------------------------------
+
+
+def test_the_veto_never_replays_the_ledger(loopx_registry, loopx_cli, monkeypatch):
+    reg = loopx_registry
+    g = new_goal(reg)
+    add_todo(reg, g, "a")
+
+    def no_replay(*a, **k):
+        raise AssertionError("the veto path must not replay the ledger")
+
+    monkeypatch.setattr(detectors, "replay", no_replay)
+    monkeypatch.setattr(ledger, "replayed_snapshot", no_replay)
+    assert decision(loopx_cli, g)["decision"] == "run"
+
+
+def test_fix_on_a_healthy_registry_writes_nothing(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    add_todo(reg, g, "a")
+    before = reg_events(reg, g)
+    r = fix(loopx_cli)
+    assert r.code == 0 and r.json == {"ok": True, "repaired": [], "remaining": []}
+    assert reg_events(reg, g) == before
+    assert "nothing to repair" in loopx_cli("self-repair", "fix").out
+
+
+def test_a_lost_ledger_entry_is_repaired_in_order(loopx_registry, loopx_cli):
+    """One damage, several findings: the rebuild goes first, then what it leaves behind."""
+    reg = loopx_registry
+    g = new_goal(reg)
+    a = add_todo(reg, g, "a")
+    b = add_todo(reg, g, "b", [a])
+    gate = gates.add(reg, "user", goal_id=g, title="a ok?", blocks=f"todo:{a}")["id"]
+    lost = event_of(reg, g, "todo.added", todo_id=a)
+    raw(reg, ("DELETE FROM events WHERE id = ?", (lost.id,)))
+    assert codes(check(reg, g)) == ["ledger_drift"]
+    r = fix(loopx_cli, "--goal-id", g)
+    assert r.json["ok"], r
+    assert [x["code"] for x in r.json["repaired"]] == ["ledger_drift", "missing_dependency", "dangling_gate"]
+    assert [e[2] for e in repair_events(reg, g)] == ["state_rebuilt", "dependency_dropped", "gate_widened", None]
+    with reg.read() as tx:
+        assert [t.id for t in todos.list_todos(tx, g)] == [b]
+        assert tx.one("SELECT blocks FROM gates WHERE id = ?", (gate,))["blocks"] == "all"
+    assert check(reg, g)["ok"]
+    assert_replay_matches(reg, g)
+    # The capability's own record of what it did, in the namespace it owns.
+    from loopx.capabilities import get_state
+
+    assert get_state(reg, g, "self_repair")["last_fix"]["repaired"] == ["missing_dependency", "dangling_gate"]
+
+
+def test_fix_operation_id_retry_writes_nothing_twice(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    add_todo(reg, g, "a")
+    raw(reg, ("UPDATE goals SET revision = 1 WHERE id = ?", (g,)))
+    first = fix(loopx_cli, "--goal-id", g, "--operation-id", "repair-1")
+    after = reg_events(reg, g)
+    second = fix(loopx_cli, "--goal-id", g, "--operation-id", "repair-1")
+    assert second.json["repaired"] == first.json["repaired"] and reg_events(reg, g) == after
+
+
+def test_fix_text_output_and_unknown_goal(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    add_todo(reg, g, "a")
+    raw(reg, ("UPDATE goals SET revision = 1 WHERE id = ?", (g,)))
+    r = loopx_cli("self-repair", "check")
+    assert r.code == 1 and f"{g}  revision_mismatch" in r.out
+    r = loopx_cli("self-repair", "fix")
+    assert r.code == 0 and "-> state_rebuilt" in r.out
+    r = loopx_cli("self-repair", "check", "--goal-id", "g-000000000000", "--json")
+    assert r.code == 2 and r.json["error"]["code"] == "goal_not_found"
+    r = loopx_cli("self-repair", "fix", "--json", env={"LOOPX_ACTOR": "dashboard"})
+    assert r.code == 2 and r.json["error"]["code"] == "actor_forbidden"
+
+
+def test_repairs_on_a_closed_goal(loopx_registry, loopx_cli):
+    reg = loopx_registry
+    g = new_goal(reg)
+    add_todo(reg, g, "a")
+    project_prompt.transition(reg, "user", "close", g)
+    raw(reg, ("UPDATE goals SET revision = 1 WHERE id = ?", (g,)))
+    r = fix(loopx_cli)
+    assert r.json["ok"] and r.json["repaired"], r
+    with reg.read() as tx:
+        assert project_prompt.load_goal(tx, g).status == "closed"
+
+
+def test_skill_command_prints_the_shipped_skill(loopx_cli):
+    r = loopx_cli("self-repair", "skill")
+    assert r.code == 0 and r.out.startswith("---\nname: loopx-self-repair")
+    assert loopx_cli("self-repair", "skill", "--path").out.strip().endswith("SKILL.md")
+
+
+# --- helpers that need a moment --------------------------------------------------------------
+
+
+def reg_events(reg, g):
+    with reg.read() as tx:
+        return [(e.seq, e.kind) for e in ledger.events(tx, g)]
+
+
+def _wait_for(condition, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail("condition not met in time")
+        time.sleep(0.2)
+
+
+def _corrupt_index(path, index, update_sql):
+    """Make ``index`` disagree with its table: change rows while SQLite does not know the index."""
+    con = sqlite3.connect(path)
+    sql, root = con.execute("SELECT sql, rootpage FROM sqlite_master WHERE name = ?", (index,)).fetchone()
+    con.execute("PRAGMA writable_schema = ON")
+    con.execute("DELETE FROM sqlite_master WHERE name = ?", (index,))
+    con.commit()
+    con.close()
+    con = sqlite3.connect(path)
+    con.execute(update_sql)
+    con.commit()
+    con.close()
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA writable_schema = ON")
+    con.execute("INSERT INTO sqlite_master (type, name, tbl_name, rootpage, sql) VALUES ('index', ?, 'todos', ?, ?)",
+                (index, root, sql))
+    con.commit()
+    con.close()

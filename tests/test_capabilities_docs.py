@@ -1,0 +1,54 @@
+"""Every installed capability has a contract document that agrees with its declaration."""
+
+import pytest
+
+from loopx import capabilities
+from loopx.testing import capability_doc_problems
+from tests.conftest import ROOT
+
+INSTALLED = sorted(capabilities.load())
+
+
+def test_the_plugins_shipped_here_are_installed():
+    # The documents below are checked against what is installed; make sure the repository's own
+    # capabilities are among them (the CI installs every plugin of plugins/).
+    shipped = {p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file()}
+    assert shipped <= set(INSTALLED), f"install them: pip install -e ./plugins/<name> ({shipped - set(INSTALLED)})"
+
+
+@pytest.mark.parametrize("name", INSTALLED)
+def test_capability_has_a_matching_document(name):
+    cap = capabilities.get(name)
+    assert cap.doc == f"docs/capabilities/{name}.md"
+    assert capability_doc_problems(name, ROOT) == []
+
+
+@pytest.mark.parametrize("name", INSTALLED)
+def test_capability_lists_its_commands_in_the_cli(name, loopx):
+    cap = capabilities.get(name)
+    listed = loopx("--help").out
+    for command in cap.commands:
+        assert command in listed, f"{name} declares command {command!r} but `loopx --help` does not list it"
+
+
+def test_every_document_belongs_to_a_capability_of_this_repository():
+    docs = {p.stem for p in (ROOT / "docs" / "capabilities").glob("*.md") if p.name != "README.md"}
+    assert docs <= set(INSTALLED), f"documents without an installed capability: {docs - set(INSTALLED)}"
+
+
+def test_a_missing_document_is_reported(tmp_path, loopx_plugin):
+    from loopx import hookimpl
+
+    class Undocumented:
+        @hookimpl
+        def loopx_register_capabilities(self, register):
+            register(capabilities.Capability(name="undocumented", version="1", summary="S.", owns=["undocumented"]))
+
+    loopx_plugin(Undocumented())
+    assert capability_doc_problems("undocumented", ROOT) == [f"{ROOT}/docs/capabilities/undocumented.md does not exist"]
+
+
+def test_the_guide_teaches_the_document_sections():
+    guide = (ROOT / "docs" / "capabilities" / "README.md").read_text()
+    for section in capabilities.DOC_SECTIONS:
+        assert f"## {section}" in guide
