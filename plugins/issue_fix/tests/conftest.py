@@ -1,69 +1,19 @@
-"""Fixtures for Issue-Fix tests: a real git repository with a failing test, and the CLI.
-
-``project`` is a tiny Python project (``calc.add`` subtracts instead of adding) with a unittest
-that fails, committed in a fresh repository, with a bare repository as its ``origin``.
-``cli`` runs ``loopx`` in-process against the test's fresh registry (``loopx_registry`` comes
-from LoopX's own pytest plugin).
-"""
+"""Fixtures for Issue-Fix tests (helpers live in ``issue_fix_helpers``, a uniquely named module)."""
 
 from __future__ import annotations
 
-import json
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-TEST_COMMAND = f"{shlex.quote(sys.executable)} -m unittest -q test_calc"
-BUGGY = "def add(a, b):\n    return a - b\n"
-FIXED = "def add(a, b):\n    return a + b\n"
-TEST = ("import unittest\n\nfrom calc import add\n\n\nclass AddTest(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n")
-
-
-def git(repo, *args) -> str:
-    """Run git in ``repo`` for the test, failing loudly."""
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def make_project(root: Path, *, code: str = BUGGY) -> Path:
-    """A committed git repository holding ``calc.py`` (``code``) and its unittest."""
-    repo = root / "project"
-    repo.mkdir()
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-    git(repo, "config", "user.email", "dev@example.invalid")
-    git(repo, "config", "user.name", "Dev")
-    (repo / "calc.py").write_text(code)
-    (repo / "test_calc.py").write_text(TEST)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "calc: add")
-    origin = root / "origin.git"
-    subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
-    git(repo, "remote", "add", "origin", str(origin))
-    return repo
+from issue_fix_helpers import Result, make_project
 
 
 @pytest.fixture
 def project(tmp_path) -> Path:
     """A repository whose test fails until ``calc.add`` is fixed."""
     return make_project(tmp_path)
-
-
-class Result:
-    """Exit code, stdout, stderr, and stdout parsed as JSON."""
-
-    def __init__(self, code, out, err):
-        self.code, self.out, self.err = code, out, err
-
-    @property
-    def json(self):
-        return json.loads(self.out)
-
-    def __repr__(self):
-        return f"Result(code={self.code}, out={self.out[-3000:]!r}, err={self.err[-3000:]!r})"
 
 
 @pytest.fixture
@@ -80,10 +30,3 @@ def cli(loopx_registry):
 
     call.url = url
     return call
-
-
-def as_agent(cli, command: str, **extra_env) -> Result:
-    """Run one contract action the way an agent pastes it (as the executor)."""
-    argv = shlex.split(command)
-    assert argv[0] == "loopx", command
-    return cli(*argv[1:], env={"LOOPX_ACTOR": "executor", **extra_env})

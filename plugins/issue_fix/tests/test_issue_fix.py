@@ -6,7 +6,7 @@ import json
 import shlex
 import sys
 
-from conftest import FIXED, TEST_COMMAND, as_agent, git, make_project
+from issue_fix_helpers import FIXED, TEST_COMMAND, as_agent, git, make_project
 
 
 def start(cli, repo, *extra, text="add(2, 3) returns -1 instead of 5", command=TEST_COMMAND):
