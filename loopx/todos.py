@@ -272,7 +272,9 @@ def settle(reg: Registry, actor: str, verb: str, *, goal_id: str, todo_id: str, 
     epoch = check_number(epoch, what="--epoch", minimum=0, integer=True)
 
     def work(w):
-        run = _run_for(w, run_id, fresh=verb == "done")
+        # Settling a todo records what already happened, like `evidence add`: never refused
+        # for a stale contract, only for a run that is no longer open.
+        run = _run_for(w, run_id, fresh=False)
         who = _agent_for(run, agent)
         todo = load_todo(w.tx, goal_id, todo_id)
         if verb == "reopen":

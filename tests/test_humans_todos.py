@@ -220,3 +220,21 @@ def test_count_ready_and_replay(loopx, reg, goal):
         assert [t.text for t in todos.ready(tx, goal, agent="x", now=clock.now())] == ["c"]
         now = ledger.normalise(ledger.snapshot(tx, goal))
         assert now == ledger.normalise(ledger.replayed_snapshot(ledger.events(tx, goal)))
+
+
+def test_done_under_a_stale_contract_is_still_recorded(loopx):
+    """`todo done` records what happened (like evidence add): a gate added mid-turn does not
+    stop the agent from marking its finished step, while a new claim is refused."""
+    goal = loopx("project_prompt", "create", "--title", "g", "--json").json["id"]
+    first = loopx("todo", "add", "--goal-id", goal, "--text", "one", "--json").json["id"]
+    second = loopx("todo", "add", "--goal-id", goal, "--text", "two", "--json").json["id"]
+    contract = loopx("quota", "should-run", "--goal-id", goal, "--agent", "a1", "--json").json
+    run = contract["interaction_contract"]["run_id"]
+    ex = {"LOOPX_ACTOR": "executor"}
+    assert loopx("todo", "claim", "--goal-id", goal, "--todo-id", first, "--run-id", run, "--json", env=ex).code == 0
+    assert loopx("gate", "add", "--goal-id", goal, "--title", "stop", "--scope", "safety").code == 0
+    stale = loopx("todo", "claim", "--goal-id", goal, "--todo-id", second, "--run-id", run, "--json", env=ex)
+    assert stale.code == 2 and stale.json["error"]["code"] == "contract_stale"
+    done = loopx("todo", "done", "--goal-id", goal, "--todo-id", first, "--run-id", run, "--json", env=ex)
+    assert done.code == 0, done
+    assert done.json["status"] == "done"
