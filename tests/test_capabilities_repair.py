@@ -1,0 +1,62 @@
+"""Repairs recorded as ``capability.repaired`` events, on every storage backend.
+
+The self_repair plugin's own suite damages SQLite files byte-for-byte; here the damage is done with
+backend-neutral SQL through the store, so the rebuild and the detectors run on PostgreSQL too.
+"""
+
+import pytest
+
+from loopx import gates, ledger, project_prompt, todos
+
+detectors = pytest.importorskip("loopx_self_repair.detectors", reason="pip install -e ./plugins/self_repair")
+repairs = pytest.importorskip("loopx_self_repair.repairs")
+
+
+def damage(reg, sql, params=()):
+    reg.store.write(lambda tx: tx.execute(sql, params))
+
+
+def codes(reg, g):
+    return sorted({f["code"] for f in detectors.check(reg, goal_id=g)["findings"]})
+
+
+def test_rebuild_and_reference_repairs_on_every_backend(reg, registry_url):
+    g = project_prompt.create(reg, "user", title="T")["id"]
+    a = todos.add(reg, "user", goal_id=g, text="a")["id"]
+    b = todos.add(reg, "user", goal_id=g, text="b", depends_on=[a])["id"]
+    gate = gates.add(reg, "user", goal_id=g, title="ok?", blocks=f"todo:{a}")["id"]
+    assert codes(reg, g) == []
+    # Current state lost a todo behind the ledger's back: the rebuild brings it back.
+    damage(reg, "DELETE FROM todos WHERE id = ?", (a,))
+    assert codes(reg, g) == ["dangling_gate", "ledger_drift", "missing_dependency"]
+    result = repairs.fix(registry_url, goal_id=g)
+    # One rebuild; the references it restores are no longer findings.
+    assert result["ok"] and [r["code"] for r in result["repaired"]] == ["ledger_drift"]
+    with reg.read() as tx:
+        assert [t.id for t in todos.list_todos(tx, g)] == [a, b]
+        assert tx.one("SELECT blocks FROM gates WHERE id = ?", (gate,))["blocks"] == f"todo:{a}"
+    # The ledger lost the todo's entry: the rebuild trusts the ledger, then the references go.
+    damage(reg, "DELETE FROM events WHERE goal_id = ? AND kind = 'todo.added' AND body LIKE ?", (g, f'%"{a}"%'))
+    result = repairs.fix(registry_url, goal_id=g)
+    assert result["ok"], result
+    assert [r["result"] for r in result["repaired"]] == ["state_rebuilt", "dependency_dropped", "gate_widened"]
+    with reg.read() as tx:
+        assert [t.id for t in todos.list_todos(tx, g)] == [b]
+        assert todos.load_todo(tx, g, b).depends_on == []
+        assert tx.one("SELECT blocks FROM gates WHERE id = ?", (gate,))["blocks"] == "all"
+        live = ledger.normalise(ledger.snapshot(tx, g))
+        assert live == ledger.normalise(ledger.replayed_snapshot(ledger.events(tx, g)))
+    assert codes(reg, g) == []
+
+
+def test_a_revision_behind_the_ledger_is_rebuilt_on_every_backend(reg, registry_url):
+    g = project_prompt.create(reg, "user", title="T")["id"]
+    todos.add(reg, "user", goal_id=g, text="a")
+    damage(reg, "UPDATE goals SET revision = 1 WHERE id = ?", (g,))
+    with reg.read() as tx:
+        assert [f.code for f in detectors.veto_findings(tx, g)] == ["revision_mismatch"]
+    assert repairs.fix(registry_url, goal_id=g)["ok"]
+    with reg.read() as tx:
+        assert project_prompt.load_goal(tx, g).revision == 3
+        assert detectors.veto_findings(tx, g) == []
+    todos.add(reg, "user", goal_id=g, text="writes work again")
