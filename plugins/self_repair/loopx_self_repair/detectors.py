@@ -10,8 +10,8 @@ expired lease claimable and an expired run abandoned.
 
 The veto path (:func:`veto_findings`) runs only ``revision_mismatch``, ``missing_dependency``
 and ``dangling_gate``: each is one or two indexed queries over the goal's rows. The full check
-(:func:`check`) adds the ledger replay, quota recomputation, orphan evidence, the storage
-integrity check and the schema version.
+(:func:`check`) adds the ledger replay, quota recomputation, gaps in the ledger, orphan evidence,
+the storage integrity check and the schema version.
 """
 
 from __future__ import annotations
@@ -143,6 +143,20 @@ def orphan_evidence(tx, goal: dict) -> list[Finding]:
             for r in rows]
 
 
+def ledger_gaps(tx, goal: dict) -> list[Finding]:
+    """Event numbers missing from the goal's ledger: entries were lost, and cannot be recreated."""
+    row = tx.one("SELECT COUNT(*) AS n, MIN(seq) AS first, MAX(seq) AS last FROM events WHERE goal_id = ?",
+                 (goal["id"],))
+    if not row or not row["n"] or (row["n"] == row["last"] and row["first"] == 1):
+        return []
+    seqs = {r["seq"] for r in tx.query("SELECT seq FROM events WHERE goal_id = ?", (goal["id"],))}
+    missing = [n for n in range(1, row["last"] + 1) if n not in seqs]
+    return [Finding("ledger_gap", goal["id"], goal["id"],
+                    f"goal {goal['id']}'s ledger lost {len(missing)} event(s) ({', '.join(map(str, missing[:5]))}"
+                    f"{'...' if len(missing) > 5 else ''}); they cannot be recreated: restore a backup to get them back",
+                    None, details={"missing": missing[:100]})]
+
+
 def replay(goal_events) -> tuple[dict, object]:
     """The snapshot and the quota usage a goal's ledger produces in an empty scratch registry."""
     from loopx import ledger, usage
@@ -245,6 +259,7 @@ CODES = {
     "abandoned_run": "a run is still open after its expiry",
     "orphan_evidence": "evidence is bound to a run that does not exist",
     "ledger_drift": "current state differs from the ledger replayed",
+    "ledger_gap": "events are missing from the goal's ledger (cannot be repaired)",
     "quota_drift": "quota usage disagrees with the ledger",
     "storage_integrity": "the storage engine reports corruption",
     "schema_behind": "the registry schema is older than this LoopX",
@@ -263,6 +278,7 @@ def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Findin
         out.extend(abandoned_runs(tx, goal, now))
     out.extend(orphan_evidence(tx, goal))
     if full:
+        out.extend(ledger_gaps(tx, goal))
         replayed, replayed_usage = replay(ledger.events(tx, goal["id"]))
         out.extend(ledger_drift(tx, goal, replayed))
         out.extend(quota_drift(tx, goal, replayed_usage))

@@ -375,15 +375,18 @@ def test_a_lost_ledger_entry_is_repaired_in_order(loopx_registry, loopx_cli):
     gate = gates.add(reg, "user", goal_id=g, title="a ok?", blocks=f"todo:{a}")["id"]
     lost = event_of(reg, g, "todo.added", todo_id=a)
     raw(reg, ("DELETE FROM events WHERE id = ?", (lost.id,)))
-    assert codes(check(reg, g)) == ["ledger_drift"]
+    assert codes(check(reg, g)) == ["ledger_drift", "ledger_gap"]
     r = fix(loopx_cli, "--goal-id", g)
-    assert r.json["ok"], r
+    # The lost entry itself cannot come back: fix says so, and exits 1.
+    assert r.code == 1 and not r.json["ok"], r
+    assert [f["code"] for f in r.json["remaining"]] == ["ledger_gap"]
+    assert r.json["remaining"][0]["details"]["missing"] == [lost.seq]
     assert [x["code"] for x in r.json["repaired"]] == ["ledger_drift", "missing_dependency", "dangling_gate"]
     assert [e[2] for e in repair_events(reg, g)] == ["state_rebuilt", "dependency_dropped", "gate_widened", None]
     with reg.read() as tx:
         assert [t.id for t in todos.list_todos(tx, g)] == [b]
         assert tx.one("SELECT blocks FROM gates WHERE id = ?", (gate,))["blocks"] == "all"
-    assert check(reg, g)["ok"]
+    assert codes(check(reg, g)) == ["ledger_gap"]
     assert_replay_matches(reg, g)
     # The capability's own record of what it did, in the namespace it owns.
     from loopx.capabilities import get_state
