@@ -22,10 +22,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from contextlib import contextmanager
-from typing import Any, Iterable
-
-import attrs
 
 from loopx.errors import LoopxError
 
@@ -42,14 +38,50 @@ MAX_VALUE_BYTES = 64 * 1024
 #: Most keys one state write may set.
 MAX_KEYS_PER_WRITE = 100
 
+# The two declaration classes below are plain frozen classes rather than attrs ones, like
+# ``contract.Decision``: ``quota should-run`` loads them (to filter capability actions) before
+# every agent turn, and creating attrs classes with converters costs milliseconds there.
 
-@attrs.frozen
-class QuotaNeeds:
+
+class _Frozen:
+    __slots__ = ()
+    FIELDS: tuple = ()
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} is frozen; use replace()")
+
+    def _set(self, name, value):
+        object.__setattr__(self, name, value)
+
+    def __eq__(self, other):
+        return type(other) is type(self) and all(getattr(self, f) == getattr(other, f) for f in self.FIELDS)
+
+    def __hash__(self):
+        return hash(tuple(getattr(self, f) for f in self.FIELDS))
+
+    def __repr__(self):
+        inner = ", ".join(f"{f}={getattr(self, f)!r}" for f in self.FIELDS)
+        return f"{type(self).__name__}({inner})"
+
+    def replace(self, **changes):
+        """A copy with ``changes`` applied (the declaration itself never changes)."""
+        return type(self)(**{**{f: getattr(self, f) for f in self.FIELDS}, **changes})
+
+
+class QuotaNeeds(_Frozen):
     """What one run of a capability's work needs from the goal's remaining quota (0 = nothing)."""
 
-    turns: int = 0
-    tokens: int = 0
-    wall_seconds: float = 0.0
+    FIELDS = QUOTA_KEYS
+    __slots__ = QUOTA_KEYS
+
+    def __init__(self, turns: int = 0, tokens: int = 0, wall_seconds: float = 0.0):
+        self._set("turns", turns)
+        self._set("tokens", tokens)
+        self._set("wall_seconds", wall_seconds)
+
+    def to_json(self) -> dict:
+        """``{"turns", "tokens", "wall_seconds"}``."""
+        return {k: getattr(self, k) for k in QUOTA_KEYS}
 
 
 def _quota(value) -> QuotaNeeds:
@@ -71,36 +103,39 @@ def _names(value) -> tuple[str, ...]:
     return tuple(value or ())
 
 
-@attrs.frozen
-class Capability:
+_LISTS = ("owns", "reads", "commands", "actions", "repairs")
+
+
+class Capability(_Frozen):
     """One capability's declaration (see the module docstring and ``docs/capabilities/README.md``).
 
     ``owns``: state namespaces it alone writes. ``reads``: state it reads (core areas such as
-    ``todos`` or other capabilities' namespaces). ``commands``: the top-level ``loopx`` commands it
-    adds. ``actions``: names of the contract actions it contributes (a contributed action carries
-    ``"capability": NAME`` and ``"action": one of these``). ``repairs``: the kinds of core-state
-    repair it may record (``capability.repaired`` events; only self-repair-like capabilities need
-    any). ``doc``: its contract document, ``docs/capabilities/<name>.md``.
+    ``todos`` or other capabilities' namespaces). ``quota``: its needs per run, a
+    :class:`QuotaNeeds` or a dict of ``turns``/``tokens``/``wall_seconds``. ``commands``: the
+    top-level ``loopx`` commands it adds. ``actions``: names of the contract actions it
+    contributes (a contributed action carries ``"capability": NAME`` and ``"action": one of
+    these``). ``repairs``: the kinds of core-state repair it may record (``capability.repaired``
+    events; only self-repair-like capabilities need any). ``doc``: its contract document,
+    ``docs/capabilities/<name>.md`` by default. ``plugin`` and ``distribution`` are filled in by
+    :func:`load`.
     """
 
-    name: str
-    version: str
-    summary: str
-    owns: tuple[str, ...] = attrs.field(default=(), converter=_names)
-    reads: tuple[str, ...] = attrs.field(default=(), converter=_names)
-    quota: QuotaNeeds = attrs.field(factory=QuotaNeeds, converter=_quota)
-    commands: tuple[str, ...] = attrs.field(default=(), converter=_names)
-    actions: tuple[str, ...] = attrs.field(default=(), converter=_names)
-    repairs: tuple[str, ...] = attrs.field(default=(), converter=_names)
-    doc: str = ""
-    #: The plugin that registered it (filled in by :func:`load`).
-    plugin: str | None = None
-    #: ``"distribution version"`` of that plugin, when it came from an installed distribution.
-    distribution: str | None = None
+    FIELDS = ("name", "version", "summary", "owns", "reads", "quota", "commands", "actions", "repairs", "doc",
+              "plugin", "distribution")
+    __slots__ = FIELDS
 
-    def __attrs_post_init__(self):
-        if not self.doc:
-            object.__setattr__(self, "doc", f"docs/capabilities/{self.name}.md")
+    def __init__(self, name: str, version: str, summary: str, owns=(), reads=(), quota=None, commands=(),
+                 actions=(), repairs=(), doc: str = "", plugin: str | None = None,
+                 distribution: str | None = None):
+        self._set("name", name)
+        self._set("version", version)
+        self._set("summary", summary)
+        for field, value in zip(_LISTS, (owns, reads, commands, actions, repairs)):
+            self._set(field, _names(value))
+        self._set("quota", _quota(quota))
+        self._set("doc", doc or f"docs/capabilities/{name}.md")
+        self._set("plugin", plugin)
+        self._set("distribution", distribution)
 
     def owns_namespace(self, namespace: str) -> bool:
         """Whether ``namespace`` is one of this capability's namespaces or inside one."""
@@ -118,12 +153,11 @@ class Capability:
 
     def to_json(self) -> dict:
         """JSON-ready declaration (what ``loopx capabilities show NAME --json`` prints)."""
-        from loopx.model import to_json
-
-        data = to_json(self)
-        for key in ("owns", "reads", "commands", "actions", "repairs"):
-            data[key] = list(data[key])
-        return data
+        out = {}
+        for field in self.FIELDS:
+            value = getattr(self, field)
+            out[field] = list(value) if field in _LISTS else value.to_json() if field == "quota" else value
+        return out
 
 
 def validate(cap: Capability) -> Capability:
@@ -155,7 +189,7 @@ def _overlap(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
-def check_conflicts(caps: Iterable[Capability]) -> None:
+def check_conflicts(caps) -> None:
     """Refuse two capabilities with one name, or owning one namespace (``capability_conflict``)."""
     seen: dict[str, Capability] = {}
     owners: list[tuple[str, Capability]] = []
@@ -179,7 +213,7 @@ def check_conflicts(caps: Iterable[Capability]) -> None:
             owners.append((ns, cap))
 
 
-_cache: tuple[Any, dict[str, Capability]] | None = None
+_cache: tuple | None = None
 
 
 def load() -> dict[str, Capability]:
@@ -204,8 +238,8 @@ def load() -> dict[str, Capability]:
                 declaration = Capability(**declaration)
             if not isinstance(declaration, Capability):
                 raise LoopxError("plugin_error", f"plugin {_plugin!r} registered {declaration!r}, not a Capability")
-            found.append(validate(attrs.evolve(
-                declaration, plugin=_plugin, distribution=plugins.distributions.get(_plugin))))
+            found.append(validate(declaration.replace(plugin=_plugin,
+                                                      distribution=plugins.distributions.get(_plugin))))
 
         try:
             impl.function(**{name: register for name in impl.argnames})
@@ -268,7 +302,6 @@ def check_owner(actor: str, namespace: str) -> Capability:
     return cap
 
 
-@contextmanager
 def acting(writer, name: str):
     """Let a capability's own code write as ``capability:NAME`` inside an existing mutation.
 
@@ -278,12 +311,19 @@ def acting(writer, name: str):
     """
     if not _NAME_RE.fullmatch(name or ""):
         raise LoopxError("invalid_argument", f"{name!r} is not a capability name")
-    previous = writer.actor
-    writer.actor = f"capability:{name}"
-    try:
-        yield writer
-    finally:
-        writer.actor = previous
+    return _Acting(writer, f"capability:{name}")
+
+
+class _Acting:
+    def __init__(self, writer, actor):
+        self.writer, self.actor, self.previous = writer, actor, writer.actor
+
+    def __enter__(self):
+        self.writer.actor = self.actor
+        return self.writer
+
+    def __exit__(self, *exc):
+        self.writer.actor = self.previous
 
 
 # --- state -----------------------------------------------------------------------------------
@@ -322,7 +362,7 @@ def put_state(writer, namespace: str, values: dict) -> None:
     writer.emit("capability.state_set", {"namespace": namespace, "values": _check_values(values)})
 
 
-def drop_state(writer, namespace: str, keys: Iterable[str]) -> None:
+def drop_state(writer, namespace: str, keys) -> None:
     """Inside a mutation: delete ``keys`` from ``namespace`` of the writer's goal (owner only)."""
     keys = sorted({_check_key(k) for k in keys})
     if not keys:
@@ -352,7 +392,7 @@ def set_state(reg, capability: str, goal_id: str, values: dict, *, namespace: st
                       request={"op": "capability.state_set", "goal": goal_id, "namespace": namespace, "values": values})
 
 
-def delete_state(reg, capability: str, goal_id: str, keys: Iterable[str], *, namespace: str | None = None,
+def delete_state(reg, capability: str, goal_id: str, keys, *, namespace: str | None = None,
                  operation_id: str | None = None) -> dict:
     """Delete state keys of ``goal_id`` as ``capability``; returns what remains in the namespace."""
     from loopx.validate import check_id
@@ -404,7 +444,7 @@ def offerable(goal, remaining: dict | None) -> list[Capability]:
     return [cap for cap in load().values() if cap.fits(remaining)]
 
 
-def filter_actions(contributions: Iterable[dict], goal, remaining: dict | None) -> list[dict]:
+def filter_actions(contributions, goal, remaining: dict | None) -> list[dict]:
     """Drop contract actions contributed by capabilities that are not offerable right now.
 
     An action names its capability in ``"capability"``; one naming no installed capability is

@@ -18,28 +18,30 @@ from __future__ import annotations
 
 import json
 
-import attrs
-
 from loopx import clock
 
 DAMAGE, HOUSEKEEPING = "damage", "housekeeping"
 
 
-@attrs.frozen
 class Finding:
-    """One problem a detector found, and the repair ``loopx self-repair fix`` applies to it."""
+    """One problem a detector found, and the repair ``loopx self-repair fix`` applies to it.
 
-    code: str
-    goal_id: str | None
-    subject: str | None
-    message: str
-    repair: str | None
-    severity: str = DAMAGE
-    details: dict = attrs.field(factory=dict)
+    A plain class, not an attrs one: the contract veto imports this module before every turn.
+    """
+
+    __slots__ = ("code", "goal_id", "subject", "message", "repair", "severity", "details")
+
+    def __init__(self, code: str, goal_id: str | None, subject: str | None, message: str, repair: str | None,
+                 severity: str = DAMAGE, details: dict | None = None):
+        self.code, self.goal_id, self.subject, self.message = code, goal_id, subject, message
+        self.repair, self.severity, self.details = repair, severity, details or {}
 
     def to_json(self) -> dict:
         """JSON-ready finding."""
-        return attrs.asdict(self)
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __repr__(self):
+        return f"Finding({self.code!r}, {self.goal_id!r}, {self.subject!r})"
 
 
 # --- cheap detectors (the veto path) ---------------------------------------------------------
@@ -214,6 +216,8 @@ def ledger_drift(tx, goal: dict, replayed: dict) -> list[Finding]:
 
 def quota_drift(tx, goal: dict, replayed_usage) -> list[Finding]:
     """The quota usage contracts are computed from disagrees with the usage the ledger implies."""
+    import attrs
+
     from loopx import usage
 
     if replayed_usage is None:
