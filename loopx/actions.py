@@ -14,7 +14,7 @@ import shlex
 
 from loopx import ledger
 from loopx.errors import LoopxError
-from loopx.model import Action, to_json
+from loopx.model import to_json
 from loopx.registry import Registry
 from loopx.validate import check_id, check_name, check_number
 
@@ -24,19 +24,30 @@ DEFAULT_TIMEOUT = 600.0
 MAX_TIMEOUT = 7 * 24 * 3600.0
 
 
-def action_from_row(row: dict) -> Action:
-    """An :class:`Action` from an ``actions`` row."""
+def action_from_row(row: dict):
+    """A :class:`loopx.model.Action` from an ``actions`` row."""
+    from loopx.model import Action
+
     return Action(goal_id=row["goal_id"], name=row["name"], argv=json.loads(row["argv"]),
                   created_at=row["created_at"], source=row["source"], gate_id=row.get("gate_id"))
 
 
-def list_actions(tx, goal_id: str) -> list[Action]:
+def list_actions(tx, goal_id: str) -> list:
     """Every action of the goal, in the order they were added."""
     rows = tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY created_at, name", (goal_id,))
     return [action_from_row(r) for r in rows]
 
 
-def gated(tx, goal_id: str, actions: list[Action], blocking: dict) -> dict[str, object]:
+def action_rows(tx, goal_id: str) -> list:
+    """Like :func:`list_actions`, as plain rows with attribute access (the should-run path
+    avoids building the run area's attrs classes)."""
+    from types import SimpleNamespace
+
+    rows = tx.query("SELECT name, argv, gate_id FROM actions WHERE goal_id = ? ORDER BY created_at, name", (goal_id,))
+    return [SimpleNamespace(name=r["name"], argv=json.loads(r["argv"]), gate_id=r["gate_id"]) for r in rows]
+
+
+def gated(tx, goal_id: str, actions: list, blocking: dict) -> dict[str, object]:
     """``{action name: Gate}`` for the actions an unapproved gate holds back."""
     from loopx.gates import gate_from_row
 
@@ -120,7 +131,7 @@ def remove(reg: Registry, actor: str, *, goal_id: str, name: str, operation_id: 
                       request={"op": "action.remove", "goal": goal_id, "name": name})
 
 
-def load_action(tx, goal_id: str, name: str) -> Action:
+def load_action(tx, goal_id: str, name: str):
     """The action ``name`` of ``goal_id`` (``action_not_found`` otherwise)."""
     row = tx.one("SELECT * FROM actions WHERE goal_id = ? AND name = ?", (goal_id, name))
     if row is None:

@@ -14,7 +14,8 @@ from loopx import clock
 from loopx.errors import LoopxError
 from loopx.model import QuotaLimits, to_json
 from loopx.registry import Registry, check_actor
-from loopx.usage import BUDGETS, effective_limits, exhausted, fingerprint, remaining, usage  # noqa: F401
+from loopx.usage import (  # noqa: F401  (fingerprint, usage, remaining: the public API)
+    BUDGETS, add_seconds, effective_limits, exhausted, fingerprint, remaining, seconds_between, usage)
 from loopx.validate import check_id, check_number, check_text, new_id
 
 LIMIT_BOUNDS = {"max_turns": (0, 10**9, True), "max_tokens": (0, 10**15, True), "max_cost": (0, 10**9, False),
@@ -98,7 +99,7 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
         out["interaction_contract"] = doc
         return out
     fp = fingerprint(tx, goal)
-    expires = clock.add_seconds(now, ttl)
+    expires = add_seconds(now, ttl)
     doc = contract.document(tx, d, contract_id=contract_id, run_id=run_id, fingerprint=fp, issued_at=now,
                             expires_at=expires, opening=True)
     if w is not None:
@@ -184,13 +185,13 @@ def _show(tx, goal_id: str, now: str) -> dict:
     next_at = None
     if cadence:
         last = tx.one("SELECT MAX(opened_at) AS at FROM runs WHERE goal_id = ?", (goal_id,))["at"]
-        if last is not None and clock.add_seconds(last, cadence) > now:
-            next_at = clock.add_seconds(last, cadence)
+        if last is not None and add_seconds(last, cadence) > now:
+            next_at = add_seconds(last, cadence)
     entries = []
     for row in tx.query("SELECT * FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id DESC LIMIT ?",
                         (goal_id, ENTRIES_SHOWN)):
         run = runs.run_from_row(row)
-        wall = clock.seconds_between(run.opened_at, run.finished_at) if run.finished_at else 0.0
+        wall = seconds_between(run.opened_at, run.finished_at) if run.finished_at else 0.0
         entries.append(to_json(UsageEntry(run_id=run.id, at=run.opened_at, turns=1, tokens=run.tokens,
                                           cost=run.cost, wall_seconds=round(max(0.0, wall), 3))))
     return {

@@ -169,7 +169,7 @@ class Registry:
             from loopx.validate import check_text
 
             operation_id = check_text(operation_id, what="--operation-id", limit="agent")
-        request_hash = _hash(request or {})
+        request_hash = _hash(request or {}) if operation_id is not None else None
 
         def transaction(tx):
             if operation_id is not None:

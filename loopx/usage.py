@@ -9,8 +9,8 @@ There is no counter that could drift from the ledger.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
-from loopx import clock
 from loopx.model import Goal, QuotaLimits, QuotaUsage
 
 # usage name -> limit name
@@ -31,7 +31,7 @@ def usage(tx, goal_id: str, *, exclude_run: str | None = None) -> QuotaUsage:
         " AND id <> ?",
         (goal_id, other),
     ):
-        wall += max(0.0, clock.seconds_between(r["opened_at"], r["finished_at"]))
+        wall += max(0.0, seconds_between(r["opened_at"], r["finished_at"]))
     return QuotaUsage(turns=int(row["turns"]), tokens=int(row["tokens"]), cost=round(float(row["cost"]), 6),
                       wall_seconds=round(wall, 3))
 
@@ -84,10 +84,8 @@ def fingerprint(tx, goal: Goal, *, exclude_run: str | None = None) -> str:
         "actions": [[a["name"], json.loads(a["argv"]), a["gate_id"]] for a in actions],
         "exhausted": exhausted(goal, usage(tx, goal.id, exclude_run=exclude_run)),
     }
-    import hashlib
-
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
-    return "sha256:" + hashlib.sha256(blob).hexdigest()
+    return "sha256:" + _sha256(blob).hexdigest()
 
 
 def attrs_dict(limits: QuotaLimits) -> dict:
@@ -95,3 +93,25 @@ def attrs_dict(limits: QuotaLimits) -> dict:
     import attrs
 
     return {k: v for k, v in attrs.asdict(limits).items() if v is not None}
+
+
+# The should-run path runs before every agent turn, so it avoids two costly imports:
+# ``hashlib`` loads OpenSSL (~2 ms) where the built-in ``_sha256`` module computes the same
+# digest, and ``datetime.strptime`` (``clock.parse``) loads ``_strptime``, ``locale`` and
+# ``calendar`` (~2 ms) where ``fromisoformat`` reads LoopX timestamps (with their ``Z``) directly.
+try:
+    from _sha256 import sha256 as _sha256
+except ImportError:  # pragma: no cover - other Pythons
+    from hashlib import sha256 as _sha256
+
+_FMT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def seconds_between(start: str, end: str) -> float:
+    """``end - start`` in seconds (same as :func:`loopx.clock.seconds_between`, cheaper to import)."""
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def add_seconds(stamp: str, seconds: float) -> str:
+    """``stamp`` moved by ``seconds`` (same as :func:`loopx.clock.add_seconds`, cheaper to import)."""
+    return (datetime.fromisoformat(stamp) + timedelta(seconds=seconds)).strftime(_FMT)

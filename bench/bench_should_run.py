@@ -1,0 +1,114 @@
+"""Benchmark: `quota should-run --format json` at 10 and 10,000 goals, beside two floors.
+
+Not a test. Fills two registries through the Python API (every goal with a budget, three todos
+and two allowed actions; the measured goal has an open run of the asking agent, so each call
+makes the whole decision, recomputes the fingerprint and hands the run back), then prints the
+median wall time of whole `python -m loopx --format json quota should-run --goal-id G`
+processes beside `python -c pass` and a bare import of LoopX's libraries, measured in the same
+run with the cases interleaved. Usage:
+
+    python bench/bench_should_run.py [--goals 10000] [--small 10] [--runs 15]
+
+Targets at 10,000 goals: median < 100 ms, < 1.25x the import floor, 10,000/10 ratio < 1.2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+IMPORT_FLOOR = "import click, pluggy, attrs, cattrs, platformdirs, sqlite3"
+AGENT = "bench-agent"
+
+
+def fill(url: str, n: int) -> str:
+    """Create ``n`` goals through the Python API; return the id of the one in the middle, with an open run."""
+    from loopx import actions, project_prompt, quota, todos
+    from loopx.registry import Registry
+
+    middle = None
+    with Registry.open(url) as reg:
+        for i in range(n):
+            g = project_prompt.create(reg, "user", title=f"goal {i}", description="benchmark goal",
+                                      criteria=["a criterion"])["id"]
+            quota.set_limits(reg, "user", goal_id=g, values={"max_turns": 100, "max_tokens": 10**6})
+            first = todos.add(reg, "user", goal_id=g, text="load the data")["id"]
+            todos.add(reg, "user", goal_id=g, text="fit the model", depends_on=[first])
+            todos.add(reg, "user", goal_id=g, text="write the report", priority="P3")
+            actions.add(reg, "user", goal_id=g, name="test", argv=["pytest", "-q"])
+            actions.add(reg, "user", goal_id=g, name="lint", argv=["ruff", "check", "."])
+            if i == n // 2:
+                middle = g
+        out = quota.should_run(reg, "user", goal_id=middle, agent=AGENT)
+        assert out["decision"] == "run", out
+    return middle
+
+
+def time_ms(argv: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return (time.perf_counter() - start) * 1000
+
+
+def measure(cases: dict[str, tuple[list[str], dict]], runs: int) -> dict[str, float]:
+    """Median wall time of each case; cases are interleaved so drift hits them all alike."""
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for argv, env in cases.values():  # warm the page cache and the plugin cache once
+        time_ms(argv, env)
+    for _ in range(runs):
+        for name, (argv, env) in cases.items():
+            samples[name].append(time_ms(argv, env))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--goals", type=int, default=10_000)
+    parser.add_argument("--small", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=15)
+    args = parser.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="loopx-bench-should-run-")
+    py = sys.executable
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    # An installed LoopX runs from bytecode (pip compiles on install), as its libraries do; with
+    # PYTHONDONTWRITEBYTECODE set, every call would recompile LoopX's sources and measure that.
+    base.pop("PYTHONDONTWRITEBYTECODE", None)
+    base["LOOPX_AGENT"] = AGENT
+    cases: dict[str, tuple[list[str], dict]] = {
+        "python -c pass": ([py, "-c", "pass"], base),
+        "import floor": ([py, "-c", IMPORT_FLOOR], base),
+    }
+    fills = {}
+    for n in (args.small, args.goals):
+        url = os.path.join(tmp, f"registry-{n}.db")
+        started = time.perf_counter()
+        goal_id = fill(url, n)
+        fills[n] = time.perf_counter() - started
+        cases[f"should-run @ {n} goals"] = (
+            [py, "-m", "loopx", "--format", "json", "quota", "should-run", "--goal-id", goal_id],
+            {**base, "LOOPX_REGISTRY": url},
+        )
+    medians = measure(cases, args.runs)
+    floor = medians["import floor"]
+    print(f"registries: {args.small} goals (filled in {fills[args.small]:.1f} s), {args.goals} goals "
+          f"(filled in {fills[args.goals]:.1f} s); {args.runs} runs per case, median wall time of a whole process")
+    print(f"{'case':<30} {'median ms':>10} {'x import floor':>15}")
+    for name, ms in medians.items():
+        print(f"{name:<30} {ms:>10.1f} {ms / floor:>15.2f}")
+    big = medians[f"should-run @ {args.goals} goals"]
+    small = medians[f"should-run @ {args.small} goals"]
+    ratio = big / small
+    print(f"{args.goals}/{args.small} ratio: {ratio:.2f}")
+    print(f"targets at {args.goals} goals: < 100 ms ({'met' if big < 100 else 'MISSED'}), "
+          f"< 1.25x import floor ({'met' if big / floor < 1.25 else 'MISSED'}), "
+          f"ratio < 1.2 ({'met' if ratio < 1.2 else 'MISSED'})")
+
+
+if __name__ == "__main__":
+    main()
