@@ -79,7 +79,7 @@ class Writer:
         self.operation_id = operation_id
         self.at = clock.now()
         self.events: list[Event] = []
-        self._revision = goal["revision"] if goal else 0
+        self._revision: int | None = None if goal else 0
 
     def emit(self, kind_name: str, body: dict, *, goal_id: str | None = None) -> Event:
         """Append and apply one event to this writer's goal (``goal_id`` only when creating)."""
@@ -97,6 +97,11 @@ class Writer:
             self.goal_id = goal_id
         if self.goal_id is None:
             raise ValueError("emit needs a goal")
+        if self._revision is None:
+            # Number from the ledger itself, not from goals.revision: if that column were ever
+            # damaged, trusting it would collide with an existing (goal_id, seq).
+            last = self.tx.one("SELECT MAX(seq) AS last FROM events WHERE goal_id = ?", (self.goal_id,))
+            self._revision = (last["last"] if last else None) or 0
         self._revision += 1
         event = Event(
             id=0,
@@ -115,7 +120,7 @@ class Writer:
     @property
     def revision(self) -> int:
         """The goal's revision after what this writer emitted."""
-        return self._revision
+        return self._revision if self._revision is not None else self.goal["revision"]
 
 
 class Registry:

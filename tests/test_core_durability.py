@@ -110,3 +110,23 @@ def test_cli_processes_in_parallel_lose_nothing(registry_url):
     import json
 
     assert sorted(g["title"] for g in json.loads(listed.stdout)) == sorted(f"t{i}" for i in range(8))
+
+
+def test_a_damaged_revision_column_does_not_break_writes(loopx, sqlite_url):
+    """Events are numbered from the ledger, never from goals.revision (which repair may need to fix)."""
+    import sqlite3
+
+    from loopx import project_prompt
+    from loopx.registry import Registry
+
+    with Registry.open(sqlite_url) as reg:
+        goal = project_prompt.create(reg, "user", title="t")
+        project_prompt.transition(reg, "user", "pause", goal["id"])
+    conn = sqlite3.connect(sqlite_url)
+    conn.execute("UPDATE goals SET revision = 1")
+    conn.commit()
+    conn.close()
+    with Registry.open(sqlite_url) as reg:
+        resumed = project_prompt.transition(reg, "user", "resume", goal["id"])
+        assert resumed["revision"] == 3
+        assert [e["seq"] for e in project_prompt.history(reg, goal["id"])] == [1, 2, 3]

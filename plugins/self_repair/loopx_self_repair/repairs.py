@@ -95,10 +95,6 @@ def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
         drift = drift_of(w.tx)  # again, inside the transaction: act only on what is still there
         if not drift:
             return []
-        # The writer numbers events from the goal's stored revision; when that revision is the
-        # damage (behind the ledger), continue from the ledger's last event instead.
-        last = w.tx.one("SELECT MAX(seq) AS last FROM events WHERE goal_id = ?", (goal_id,))["last"] or 0
-        w._revision = max(w._revision, last)
         w.emit("capability.repaired", {"namespace": NAME, "repair": "state_rebuilt", "finding": drift[0].code,
                                        "findings": sorted({f.code for f in drift})})
         return [{**f.to_json(), "result": "state_rebuilt", "seq": w.revision} for f in drift]
