@@ -112,7 +112,7 @@ def test_cli_processes_in_parallel_lose_nothing(registry_url):
     assert sorted(g["title"] for g in json.loads(listed.stdout)) == sorted(f"t{i}" for i in range(8))
 
 
-def test_a_damaged_revision_column_does_not_break_writes(loopx, sqlite_url):
+def test_a_damaged_revision_column_does_not_break_writes(sqlite_url):
     """Events are numbered from the ledger, never from goals.revision (which repair may need to fix)."""
     import sqlite3
 
