@@ -12,12 +12,14 @@ Everything here reads; :mod:`loopx.quota` decides when to write.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from loopx.model import to_json
 from loopx.usage import add_seconds, effective_limits, exhausted, remaining, usage
 
 SCHEMA = "loopx.interaction_contract/1"
+_CODE = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")
 READY_SHOWN = 5
 TEXT_SHOWN = 160
 HANDOFF_SHOWN = 600
@@ -71,7 +73,11 @@ def decide(tx, goal, *, agent: str, now: str, own_run, open_runs: list) -> Decis
         return Decision("wait", ["goal_paused"], **d)
     found = veto(tx, goal)
     if found:
-        return Decision("repair", [str(found.get("reason") or "capability_veto")], veto=found, **d)
+        reason = str(found.get("reason") or "")
+        # Reasons are stable machine codes; a plugin's free text is not one.
+        if not _CODE.fullmatch(reason):
+            reason = "capability_veto"
+        return Decision("repair", [reason], veto=found, **d)
     blocking = gates.blocking(tx, goal.id)
     d["blocking"] = blocking
     if blocking["all"]:

@@ -99,7 +99,10 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
         out["interaction_contract"] = doc
         return out
     fp = fingerprint(tx, goal)
-    expires = add_seconds(now, ttl)
+    # A run cannot outlive the wall-clock budget: an agent that crashes is charged at most
+    # what remained when its run was opened.
+    left = remaining(goal, usage(tx, goal_id))["wall_seconds"]
+    expires = add_seconds(now, ttl if left is None else min(ttl, left))
     doc = contract.document(tx, d, contract_id=contract_id, run_id=run_id, fingerprint=fp, issued_at=now,
                             expires_at=expires, opening=True)
     if w is not None:

@@ -178,3 +178,17 @@ def test_parallel_goals_let_a_second_agent_run(reg):
     out = ask(reg, serial, agent="two")
     assert (out["decision"], out["reasons"]) == ("wait", ["run_in_progress"])
     assert "next_eligible_at" in out["interaction_contract"]
+
+
+class Sloppy:
+    @hookimpl
+    def loopx_contract_veto(self, tx, goal):
+        return {"reason": "Something Broke!", "message": "broken", "actions": []}
+
+
+def test_a_veto_without_a_code_reason_gets_a_stable_one(reg):
+    g = make_goal(reg)["goal"]
+    with plugin(Sloppy(), "test-sloppy"):
+        out = ask(reg, g)
+    assert (out["decision"], out["reasons"]) == ("repair", ["capability_veto"])
+    assert out["interaction_contract"]["agent_channel"]["primary_action"] == "broken"

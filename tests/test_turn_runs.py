@@ -189,3 +189,13 @@ def test_feedback_from_rewards_reaches_the_next_contract(reg):
     rewards.add(reg, "user", goal_id=g, run_id=r, score=-0.5, comment="Too slow; batch the calls.")
     fb = ask(reg, g)["interaction_contract"]["agent_channel"]["feedback"]
     assert fb == [{"run_id": r, "score": -0.5, "comment": "Too slow; batch the calls."}]
+
+
+def test_a_run_never_outlives_the_wall_clock_budget(reg):
+    g = make_goal(reg, limits={"max_wall_seconds": 90})["goal"]
+    c = ask(reg, g, ttl_seconds=3600)["interaction_contract"]
+    assert clock.seconds_between(c["issued_at"], c["expires_at"]) == pytest.approx(90, abs=1e-3)
+    # Abandoned, it is charged exactly what remained: the budget is spent, not overspent.
+    with reg.read() as tx:
+        row = tx.one("SELECT opened_at, expires_at FROM runs WHERE id = ?", (c["run_id"],))
+    assert clock.seconds_between(row["opened_at"], row["expires_at"]) == pytest.approx(90, abs=1e-3)
