@@ -90,6 +90,12 @@ def main() -> None:
         started = time.perf_counter()
         goal_id = fill(url, n)
         fills[n] = time.perf_counter() - started
+        if n == args.goals:
+            # The core's lightest command on the same registry: what any LoopX command costs.
+            cases[f"project_prompt show @ {n}"] = (
+                [py, "-m", "loopx", "project_prompt", "show", "--goal-id", goal_id],
+                {**base, "LOOPX_REGISTRY": url},
+            )
         cases[f"should-run @ {n} goals"] = (
             [py, "-m", "loopx", "--format", "json", "quota", "should-run", "--goal-id", goal_id],
             {**base, "LOOPX_REGISTRY": url},

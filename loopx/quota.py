@@ -73,9 +73,11 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
 
     goal = load_goal(tx, goal_id)
     if w is not None and goal.status != "closed":
-        for stale in runs.expired_runs(tx, goal_id, now):
+        expired = runs.expired_runs(tx, goal_id, now)
+        for stale in expired:
             w.emit("run.abandoned", {"run_id": stale.id, "agent": stale.agent})
-        goal = load_goal(tx, goal_id)
+        if expired:
+            goal = load_goal(tx, goal_id)
     live = runs.open_runs(tx, goal_id, now)
     own = next((r for r in live if r.agent == agent), None)
     d = contract.decide(tx, goal, agent=agent, now=now, own_run=own, open_runs=live)
