@@ -16,7 +16,8 @@ import re
 import shlex
 
 from loopx.model import to_json
-from loopx.usage import add_seconds, effective_limits, exhausted, remaining, usage
+from loopx.clock import add_seconds
+from loopx.usage import effective_limits, exhausted, remaining, usage
 
 SCHEMA = "loopx.interaction_contract/1"
 _CODE = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")

@@ -107,6 +107,9 @@ def steps(reg) -> Iterator[dict]:
         yield command(user, _cmd("reward", "add", "--goal-id", g, "--run-id", target, "--score", "1.0",
                                  "--comment", comment), "reward",
                       rewards.add(reg, user, goal_id=g, run_id=target, score=1.0, comment=comment))
+    for number in range(1, len(criteria) + 1):
+        yield command(user, _cmd("project_prompt", "criterion", "--goal-id", g, "--number", number), "goal",
+                      project_prompt.mark_criterion(reg, user, g, number))
     yield command(user, _cmd("project_prompt", "close", "--goal-id", g, "--reason", "all criteria met"), "goal",
                   project_prompt.transition(reg, user, "close", g, reason="all criteria met"))
     yield command(AGENT, _cmd("quota", "should-run", "--goal-id", g, "--agent", AGENT), "contract",

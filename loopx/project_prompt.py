@@ -114,6 +114,23 @@ def transition(reg: Registry, actor: str, verb: str, goal_id: str, *, reason: st
                       request={"op": f"goal.{verb}", "goal": goal_id, "reason": reason})
 
 
+def mark_criterion(reg: Registry, actor: str, goal_id: str, number: int, *, met: bool = True,
+                   operation_id: str | None = None) -> dict:
+    """Mark success criterion ``number`` (1-based, as ``show`` lists them) met or not met (user only)."""
+    check_id("goal", goal_id)
+    number = check_number(number, what="--criterion", minimum=1, integer=True)
+
+    def work(w):
+        criteria = load_goal(w.tx, goal_id).criteria
+        if number > len(criteria):
+            raise LoopxError("invalid_argument", f"goal {goal_id} has {len(criteria)} success criteria, not {number}")
+        w.emit("goal.criterion_met", {"index": number - 1, "met": met})
+        return to_json(load_goal(w.tx, goal_id))
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": "goal.criterion", "goal": goal_id, "number": number, "met": met})
+
+
 def history(reg: Registry, goal_id: str, *, after: int = 0, limit: int | None = None) -> list[dict]:
     """The goal's ledger: every event, who caused it, when."""
     check_id("goal", goal_id)

@@ -14,8 +14,9 @@ from loopx import clock
 from loopx.errors import LoopxError
 from loopx.model import QuotaLimits, to_json
 from loopx.registry import Registry, check_actor
+from loopx.clock import add_seconds, seconds_between
 from loopx.usage import (  # noqa: F401  (fingerprint, usage, remaining: the public API)
-    BUDGETS, add_seconds, effective_limits, exhausted, fingerprint, remaining, seconds_between, usage)
+    BUDGETS, effective_limits, exhausted, fingerprint, remaining, usage)
 from loopx.validate import check_id, check_number, check_text, new_id
 
 LIMIT_BOUNDS = {"max_turns": (0, 10**9, True), "max_tokens": (0, 10**15, True), "max_cost": (0, 10**9, False),

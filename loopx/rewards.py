@@ -9,13 +9,16 @@ ran under and its evidence, as versioned JSON records for reward-model training
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from loopx import ledger
 from loopx.errors import LoopxError
-from loopx.model import Reward, from_row, to_json
+from loopx.model import from_row, to_json
 from loopx.registry import Registry
 from loopx.validate import check_id, check_number, check_text, new_id
+
+if TYPE_CHECKING:  # the class is built on first use: should-run reads feedback without it
+    from loopx.model import Reward
 
 RECORD_SCHEMA = "loopx.reward_record/1"
 # A run can gather a lot of evidence; a training record keeps the first ones and says how many.
@@ -24,6 +27,8 @@ MAX_EVIDENCE_PER_RECORD = 200
 
 def reward_from_row(row: dict) -> Reward:
     """A :class:`Reward` from a ``rewards`` row."""
+    from loopx.model import Reward
+
     return from_row({**row, "score": float(row["score"])}, Reward)
 
 

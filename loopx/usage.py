@@ -9,8 +9,8 @@ There is no counter that could drift from the ledger.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
 
+from loopx.clock import seconds_between
 from loopx.model import Goal, QuotaLimits, QuotaUsage
 
 # usage name -> limit name
@@ -95,23 +95,9 @@ def attrs_dict(limits: QuotaLimits) -> dict:
     return {k: v for k, v in attrs.asdict(limits).items() if v is not None}
 
 
-# The should-run path runs before every agent turn, so it avoids two costly imports:
-# ``hashlib`` loads OpenSSL (~2 ms) where the built-in ``_sha256`` module computes the same
-# digest, and ``datetime.strptime`` (``clock.parse``) loads ``_strptime``, ``locale`` and
-# ``calendar`` (~2 ms) where ``fromisoformat`` reads LoopX timestamps (with their ``Z``) directly.
+# should-run runs before every agent turn: ``hashlib`` loads OpenSSL (~2 ms) where the
+# built-in ``_sha256`` module computes the same digest.
 try:
     from _sha256 import sha256 as _sha256
 except ImportError:  # pragma: no cover - other Pythons
     from hashlib import sha256 as _sha256
-
-_FMT = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
-def seconds_between(start: str, end: str) -> float:
-    """``end - start`` in seconds (same as :func:`loopx.clock.seconds_between`, cheaper to import)."""
-    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
-
-
-def add_seconds(stamp: str, seconds: float) -> str:
-    """``stamp`` moved by ``seconds`` (same as :func:`loopx.clock.add_seconds`, cheaper to import)."""
-    return (datetime.fromisoformat(stamp) + timedelta(seconds=seconds)).strftime(_FMT)

@@ -79,3 +79,19 @@ def test_python_dash_m_and_version(loopx_proc):
     assert r.code == 0 and "loopx" in r.out
     r = loopx_proc("project_prompt", "list", "--json")
     assert r.code == 0 and json.loads(r.out) == []
+
+
+def test_user_marks_success_criteria(loopx):
+    goal = create(loopx, "g", "--criterion", "one", "--criterion", "two")
+    marked = loopx("project_prompt", "criterion", "--goal-id", goal["id"], "--number", "2", "--json")
+    assert marked.code == 0, marked
+    assert [c["met"] for c in marked.json["criteria"]] == [False, True]
+    assert "[x] two" in loopx("project_prompt", "show", "--goal-id", goal["id"]).out
+    back = loopx("project_prompt", "criterion", "--goal-id", goal["id"], "--number", "2", "--unmet", "--json")
+    assert [c["met"] for c in back.json["criteria"]] == [False, False]
+    bad = loopx("project_prompt", "criterion", "--goal-id", goal["id"], "--number", "3", "--json")
+    assert bad.code == 2 and bad.json["error"]["code"] == "invalid_argument"
+    agent = loopx("project_prompt", "criterion", "--goal-id", goal["id"], "--number", "1", "--json",
+                  env={"LOOPX_ACTOR": "executor"})
+    assert agent.code == 2 and agent.json["error"]["code"] == "actor_forbidden"
+    assert len(loopx("history", "--goal-id", goal["id"], "--json").json) == 3

@@ -78,6 +78,20 @@ def show(goal_id):
         emit(goals.show(reg, goal_id), goal_text)
 
 
+@project_prompt.command("criterion")
+@click.option("--goal-id", required=True)
+@click.option("--number", required=True, type=int, help="Which criterion, counting from 1 as `show` lists them.")
+@click.option("--met/--unmet", default=True, help="Mark it met (default) or not met again.")
+@operation_option
+def criterion(goal_id, number, met, operation_id):
+    """Mark a success criterion met (a user's judgement, never an agent's)."""
+    from loopx import project_prompt as goals
+
+    with open_registry() as reg:
+        goal = goals.mark_criterion(reg, actor(), goal_id, number, met=met, operation_id=operation_id)
+    emit(goal, goal_text)
+
+
 def _transition(verb: str, doc: str):
     @click.option("--goal-id", required=True)
     @click.option("--reason", default=None, help="Why (kept in the ledger).")
