@@ -263,6 +263,8 @@ class StatusHandler(BaseHTTPRequestHandler):
             self.rfile.read(int(length))
         elif length:
             self.close_connection = True
+        if not self._authorised():  # with a token, every request needs it, whatever the method
+            return
         self._error(405, "method_not_allowed", f"{self.command} is not allowed: this server is read-only",
                     {"Allow": ALLOW})
 
