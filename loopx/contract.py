@@ -24,6 +24,8 @@ _CODE = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")
 READY_SHOWN = 5
 TEXT_SHOWN = 160
 HANDOFF_SHOWN = 600
+OBJECTIVE_SHOWN = 400
+CRITERIA_SHOWN = 10
 RECHECK_SECONDS = 300
 
 
@@ -275,6 +277,13 @@ def document(tx, d: Decision, *, contract_id: str | None, run_id: str | None, fi
                 for f in rewards.feedback(tx, goal.id, limit=3)]
     agent_channel = {
         "agent": d.agent,
+        # What the work is for lives in the goal, not in the agent's memory: every contract
+        # restates it, briefly (`loopx project_prompt show` has the whole description).
+        "objective": {
+            "title": goal.title,
+            "description": _short(goal.description, OBJECTIVE_SHOWN) or "",
+            "criteria": [{"text": _short(c.text, TEXT_SHOWN), "met": c.met} for c in goal.criteria[:CRITERIA_SHOWN]],
+        },
         "primary_action": _primary(d, run_id),
         "ready_todos": [{"id": t.id, "text": _short(t.text, TEXT_SHOWN), "priority": t.priority}
                         for t in d.ready[:READY_SHOWN]],
