@@ -46,6 +46,8 @@ ALLOW = "GET, HEAD"
 POLL_SECONDS = 0.5
 KEEPALIVE_SECONDS = 15.0
 MAX_IDLE_CONNECTIONS = 16
+CACHE_SECONDS = 1.0
+JSON_TYPE = "application/json; charset=utf-8"
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".css": "text/css; charset=utf-8",
@@ -120,46 +122,99 @@ class RegistryPool:
 
 
 class RevisionWatcher:
-    """One poller for every live stream: reads the registry revision and wakes the waiters."""
+    """One poller for the whole server: notices commits and wakes live streams.
 
-    def __init__(self, pool: RegistryPool, interval: float = POLL_SECONDS):
+    It asks its own read-only store for ``data_version()`` (SQLite ``PRAGMA data_version``;
+    PostgreSQL ``LISTEN``/``NOTIFY``), which changes on every commit by anyone else, including
+    commits whose event ids were allocated before a later one's; stores without it fall back to
+    the registry revision. ``generation`` counts the changes seen; it is part of every cache key.
+    """
+
+    def __init__(self, url: str | None, pool: RegistryPool, interval: float = POLL_SECONDS):
+        from loopx.registry import Registry
+
         self.pool, self.interval = pool, interval
+        self._reg = Registry.open(url, readonly=True)
+        self._probe = getattr(self._reg.store, "data_version", None)
+        self._last = self._sample()
         self.revision = pool.run(projection.revision)
+        self.generation = 0
         self._cond = threading.Condition()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._loop, name="loopx-revision", daemon=True)
+        self._thread.start()
+
+    def _sample(self):
+        if self._probe is not None:
+            return self._probe()
+        with self._reg.read() as tx:
+            return projection.revision(tx)
 
     def _loop(self):
         while not self._stop.wait(self.interval):
             try:
+                sample = self._sample()
+                if sample == self._last:
+                    continue
+                self._last = sample
                 rev = self.pool.run(projection.revision)
             except Exception as exc:  # keep serving; the next poll may succeed
                 print(f"loopx status-server: poll failed: {exc}", file=sys.stderr)
                 continue
-            if rev != self.revision:
-                with self._cond:
-                    self.revision = rev
-                    self._cond.notify_all()
+            with self._cond:
+                self.revision = rev
+                self.generation += 1
+                self._cond.notify_all()
 
     def wait(self, seen: int, timeout: float) -> int:
-        """The revision once it differs from ``seen`` (or after ``timeout`` seconds)."""
+        """The generation once it differs from ``seen`` (or after ``timeout`` seconds)."""
         with self._cond:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="loopx-revision", daemon=True)
-                self._thread.start()
-            self._cond.wait_for(lambda: self.revision != seen or self._stop.is_set(), timeout)
-            return self.revision
+            self._cond.wait_for(lambda: self.generation != seen or self._stop.is_set(), timeout)
+            return self.generation
 
     def stop(self):
         """End the poller and release every waiting stream."""
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
+        self._thread.join(timeout=10)
+        self._reg.close()
 
     @property
     def stopped(self) -> bool:
         """Whether :meth:`stop` was called."""
         return self._stop.is_set()
+
+
+class ViewCache:
+    """Encoded JSON views keyed on (route, registry revision, watcher generation), for at most
+    ``ttl`` seconds: the projection is a function of the registry and the clock (leases and
+    run expiry), so a view is reused only while neither can have moved it."""
+
+    def __init__(self, ttl: float = CACHE_SECONDS, size: int = 512):
+        self.ttl, self.size = ttl, size
+        self._items: dict = {}
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        """The cached bytes for ``key``, or None."""
+        if self.ttl <= 0:
+            return None
+        with self._lock:
+            found = self._items.get(key)
+        if found is None or time.monotonic() - found[0] > self.ttl:
+            return None
+        return found[1]
+
+    def put(self, key, body: bytes) -> None:
+        """Remember ``body`` for ``key`` (evicting the oldest entries when full)."""
+        if self.ttl <= 0:
+            return
+        with self._lock:
+            if len(self._items) >= self.size:
+                for old in list(self._items)[: self.size // 4]:
+                    del self._items[old]
+            self._items[key] = (time.monotonic(), body)
 
 
 def _assets() -> dict[str, Path]:
@@ -184,7 +239,8 @@ class StatusServer(ThreadingHTTPServer):
                              f"--host {host} is not a loopback address: binding it requires --token")
         self.token = token
         self.pool = RegistryPool(registry_url)
-        self.watcher = RevisionWatcher(self.pool, poll_interval)
+        self.watcher = RevisionWatcher(registry_url, self.pool, poll_interval)
+        self.cache = ViewCache(cache_seconds())
         self.assets = _assets()
         if ":" in host and not host.startswith("["):
             import socket
@@ -193,6 +249,7 @@ class StatusServer(ThreadingHTTPServer):
         try:
             super().__init__((host.strip("[]"), port), StatusHandler)
         except OSError as exc:
+            self.watcher.stop()
             self.pool.close()
             raise LoopxError("invalid_argument", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
@@ -211,6 +268,21 @@ class StatusServer(ThreadingHTTPServer):
         self.pool.close()
 
 
+def cache_seconds() -> float:
+    """How long a view may be reused at an unchanged revision: ``LOOPX_STATUS_CACHE_SECONDS``
+    (default 1; 0 turns the cache off)."""
+    import os
+
+    value = os.environ.get("LOOPX_STATUS_CACHE_SECONDS", "")
+    try:
+        seconds = float(value) if value else CACHE_SECONDS
+    except ValueError:
+        raise LoopxError("invalid_argument", f"LOOPX_STATUS_CACHE_SECONDS={value!r} is not a number") from None
+    if not 0 <= seconds <= 60:
+        raise LoopxError("invalid_argument", "LOOPX_STATUS_CACHE_SECONDS must be between 0 and 60")
+    return seconds
+
+
 def make_server(registry_url: str | None, *, host: str = "127.0.0.1", port: int = 8765,
                 token: str | None = None, poll_interval: float = POLL_SECONDS) -> StatusServer:
     """A bound (not yet serving) status server; call ``serve_forever()`` on it."""
@@ -221,6 +293,9 @@ class StatusHandler(BaseHTTPRequestHandler):
     """One connection's requests. HTTP/1.1 keep-alive, so a client reuses its connection."""
 
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes; with Nagle's algorithm on, the second waits for
+    # the client's delayed ACK (~40 ms) on every keep-alive request.
+    disable_nagle_algorithm = True
     server_version = "loopx-status"
     server: StatusServer
 
@@ -251,7 +326,7 @@ class StatusHandler(BaseHTTPRequestHandler):
 
     def _json(self, status: int, data, extra: dict | None = None):
         body = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-        self._send(status, body, "application/json; charset=utf-8", extra)
+        self._send(status, body, JSON_TYPE, extra)
 
     def _error(self, status: int, code: str, message: str, extra: dict | None = None):
         self._json(status, {"error": {"code": code, "message": message}}, extra)
@@ -329,11 +404,15 @@ class StatusHandler(BaseHTTPRequestHandler):
             include_closed = q.get("all", "") in ("1", "true", "yes")
             if not 1 <= limit <= projection.MAX_LIMIT:
                 raise LoopxError("invalid_argument", f"limit must be 1-{projection.MAX_LIMIT}")
-            view = self.server.pool.run(lambda tx: projection.overview_tx(
-                tx, limit=limit, part=part, after=after, include_closed=include_closed))
-            if path == "/api/goals":
-                view = {k: view[k] for k in ("schema", "generated_at", "revision", "goals", "page")} | {"view": "goals"}
-            return self._json(200, view)
+
+            def overview(tx):
+                view = projection.overview_tx(tx, limit=limit, part=part, after=after, include_closed=include_closed)
+                if path == "/api/goals":
+                    view = {k: view[k] for k in ("schema", "generated_at", "revision", "goals", "page")}
+                    view["view"] = "goals"
+                return view
+
+            return self._view((path, limit, part, after, include_closed), overview)
         if path == "/api/stream":
             return self._stream()
         segments = path.split("/")
@@ -341,15 +420,29 @@ class StatusHandler(BaseHTTPRequestHandler):
         if len(segments) in (4, 5) and segments[1:3] == ["api", "goals"]:
             goal_id = check_id("goal", segments[3], option="goal id")
             if len(segments) == 4:
-                return self._json(200, self.server.pool.run(lambda tx: projection.goal_view_tx(tx, goal_id)))
+                return self._view(("goal", goal_id), lambda tx: projection.goal_view_tx(tx, goal_id))
             if segments[4] == "events":
                 after = _int(q, "after", 0)
                 limit = _int(q, "limit", 200)
                 if after < 0 or not 1 <= limit <= projection.MAX_EVENTS:
                     raise LoopxError("invalid_argument", f"after must be >= 0 and limit 1-{projection.MAX_EVENTS}")
-                return self._json(200, self.server.pool.run(
-                    lambda tx: projection.goal_events_tx(tx, goal_id, after=after, limit=limit)))
+                return self._view(("events", goal_id, after, limit),
+                                  lambda tx: projection.goal_events_tx(tx, goal_id, after=after, limit=limit))
         self._error(404, "not_found", "no such page")
+
+    def _view(self, key, build):
+        """Send ``build(tx)`` as JSON, reusing an encoding made at this revision (see :class:`ViewCache`)."""
+        server = self.server
+
+        def work(tx):
+            full = (key, projection.revision(tx), server.watcher.generation)
+            body = server.cache.get(full)
+            if body is None:
+                body = json.dumps(build(tx), ensure_ascii=False, separators=(",", ":")).encode()
+                server.cache.put(full, body)
+            return body
+
+        self._send(200, server.pool.run(work), JSON_TYPE)
 
     def _asset(self, name: str):
         found = self.server.assets.get(name)
@@ -369,26 +462,26 @@ class StatusHandler(BaseHTTPRequestHandler):
         if self.command == "HEAD":
             return
         watcher = self.server.watcher
-        seen = watcher.revision
-        self._event(seen, retry=True)
+        seen = watcher.generation
+        self._event(watcher.revision, seen, retry=True)
         last_write = time.monotonic()
         while not watcher.stopped:
-            rev = watcher.wait(seen, KEEPALIVE_SECONDS)
+            generation = watcher.wait(seen, KEEPALIVE_SECONDS)
             if watcher.stopped:
                 break
-            if rev != seen:
-                seen = rev
-                self._event(rev)
+            if generation != seen:
+                seen = generation
+                self._event(watcher.revision, generation)
                 last_write = time.monotonic()
             elif time.monotonic() - last_write >= KEEPALIVE_SECONDS:
                 self.wfile.write(b": keep-alive\n\n")
                 self.wfile.flush()
                 last_write = time.monotonic()
 
-    def _event(self, rev: int, retry: bool = False):
-        data = json.dumps({"revision": rev})
+    def _event(self, rev: int, generation: int, retry: bool = False):
+        data = json.dumps({"revision": rev, "generation": generation})
         head = "retry: 2000\n" if retry else ""
-        self.wfile.write(f"{head}event: revision\nid: {rev}\ndata: {data}\n\n".encode())
+        self.wfile.write(f"{head}event: revision\nid: {generation}\ndata: {data}\n\n".encode())
         self.wfile.flush()
 
 

@@ -370,3 +370,15 @@ def test_a_barrage_of_requests_changes_nothing(loopx, registry_url):
     assert sum(seen.values()) == 480 and set(seen) <= {200, 400, 404, 405}, seen
     assert seen[405] >= 100 and seen[200] >= 150
     assert _fingerprint(registry_url) == before
+
+
+def test_views_are_fresh_right_after_a_write(loopx, served):
+    goal_id = _goal(loopx, "fresh")
+    for i in range(5):
+        before = served.json(f"/api/goals/{goal_id}")
+        assert served.json(f"/api/goals/{goal_id}") == before  # a repeat read is the same view
+        r = loopx("todo", "add", "--goal-id", goal_id, "--text", f"step {i}")
+        assert r.code == 0, r
+        after = served.json(f"/api/goals/{goal_id}")  # no wait: the write is visible at once
+        assert after["todos"]["counts"]["open"] == i + 1 and after["revision"] > before["revision"]
+        assert served.json("/api/status")["goals"][0]["todos"]["open"] == i + 1

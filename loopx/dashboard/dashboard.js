@@ -229,10 +229,9 @@ function connect() {
   const source = new EventSource("/api/stream");
   source.addEventListener("open", () => { $("live").textContent = "live"; $("live").className = "live on"; });
   source.addEventListener("error", () => { $("live").textContent = "reconnecting…"; $("live").className = "live off"; });
-  source.addEventListener("revision", (e) => {
-    const rev = JSON.parse(e.data).revision;
-    if (rev !== state.revision) refresh();
-  });
+  // One event on connecting, then one per change of the registry: re-read the views each time
+  // (refreshes coalesce, so a burst of changes costs at most two reads).
+  source.addEventListener("revision", () => refresh());
 }
 
 $("more").addEventListener("click", () => { state.shown += PAGE; refresh(); });
