@@ -227,7 +227,7 @@ def _latest_runs(tx, goal_ids: list[str], status: str | None = None) -> dict[str
 # ----------------------------------------------------------------------------- overview
 
 
-def _parse_cursor(cursor: str | None) -> tuple[str, int | None]:
+def parse_cursor(cursor: str | None) -> tuple[str, int | None]:
     """``None`` -> start; ``a.N`` / ``r.N`` -> after created_seq N in the attention / rest part."""
     if cursor is None:
         return "a", None
@@ -254,7 +254,7 @@ def _goal_row_summary(g: dict) -> dict:
 def overview(reg, *, limit: int = 50, cursor: str | None = None, include_closed: bool = False) -> dict:
     """All goals, attention first, one page at a time (see the module doc and the schema doc)."""
     limit = check_number(limit, what="--limit", minimum=1, maximum=MAX_LIMIT, integer=True)
-    part, after = _parse_cursor(cursor)
+    part, after = parse_cursor(cursor)
     with reg.read() as tx:
         return overview_tx(tx, limit=limit, part=part, after=after, include_closed=include_closed)
 

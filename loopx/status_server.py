@@ -400,7 +400,7 @@ class StatusHandler(BaseHTTPRequestHandler):
             return self._json(200, {"ok": True, "schema": projection.SCHEMA, "revision": rev, "readonly": True})
         if path in ("/api/status", "/api/goals"):
             limit = _int(q, "limit", 50)
-            part, after = projection._parse_cursor(q.get("cursor") or None)
+            part, after = projection.parse_cursor(q.get("cursor") or None)
             include_closed = q.get("all", "") in ("1", "true", "yes")
             if not 1 <= limit <= projection.MAX_LIMIT:
                 raise LoopxError("invalid_argument", f"limit must be 1-{projection.MAX_LIMIT}")
