@@ -1,0 +1,153 @@
+"""Benchmark: `quota should-run` and `loopx status` at 10,000 goals, on SQLite and on PostgreSQL.
+
+Not a test. The PostgreSQL columns of the benchmark table. Each registry is filled once on SQLite
+with the very fill functions of ``bench_should_run.py`` and ``bench_status.py`` (so the rows are
+what those benchmarks measure), then moved to PostgreSQL with ``loopx registry copy`` (which
+replays every event and verifies the copy). Then whole ``python -m loopx`` processes are timed
+against both backends, interleaved so drift hits every case alike, beside ``python -c pass``
+and the import floor (including psycopg, which a PostgreSQL registry imports). Usage::
+
+    export LOOPX_TEST_POSTGRES_URL=$(scripts/postgres.sh)
+    python bench/bench_postgres.py [--goals 10000] [--runs 15] [--url postgresql://...] [--keep]
+
+Each run uses fresh schemas ``bench_*`` in the given database and drops them afterwards unless
+``--keep`` is given. The server is local (127.0.0.1): a remote server adds its round-trip time
+to every statement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+IMPORT_FLOOR = "import click, pluggy, attrs, cattrs, platformdirs, sqlite3"
+PG_IMPORT_FLOOR = IMPORT_FLOOR + ", psycopg"
+AGENT = "bench-agent"
+
+
+def time_ms(argv: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return (time.perf_counter() - start) * 1000
+
+
+def measure(cases: dict[str, tuple[list[str], dict]], runs: int) -> dict[str, float]:
+    """Median wall time of each case; cases are interleaved so drift hits them all alike."""
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for argv, env in cases.values():  # warm caches (page cache, plugin cache, server buffers)
+        time_ms(argv, env)
+    for _ in range(runs):
+        for name, (argv, env) in cases.items():
+            samples[name].append(time_ms(argv, env))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def new_schema(base: str, name: str) -> str:
+    import psycopg
+
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    sep = "&" if "?" in base else "?"
+    return f"{base}{sep}options=-csearch_path%3D{name}"
+
+
+def drop_schema(base: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--goals", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--url", default=os.environ.get("LOOPX_TEST_POSTGRES_URL"),
+                        help="a PostgreSQL database to create schemas in (default: LOOPX_TEST_POSTGRES_URL)")
+    parser.add_argument("--keep", action="store_true", help="keep the filled schemas and files")
+    args = parser.parse_args()
+    if not args.url:
+        sys.exit("bench_postgres: give --url or set LOOPX_TEST_POSTGRES_URL (scripts/postgres.sh starts a server)")
+
+    sys.path.insert(0, str(HERE))
+    import bench_should_run
+    import bench_status
+
+    from loopx.registry_copy import copy_registry
+
+    tmp = Path(tempfile.mkdtemp(prefix="loopx-bench-postgres-"))
+    tag = uuid.uuid4().hex[:8]
+    schemas = {"should_run": f"bench_sr_{tag}", "status": f"bench_st_{tag}"}
+    py = sys.executable
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    base.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: from bytecode
+    base["LOOPX_AGENT"] = AGENT
+    try:
+        timings = {}
+        started = time.perf_counter()
+        sr_sqlite = str(tmp / "should-run.db")
+        goal_id = bench_should_run.fill(sr_sqlite, args.goals)
+        timings["fill should-run registry (SQLite)"] = time.perf_counter() - started
+        started = time.perf_counter()
+        st_sqlite = str(tmp / "status.db")
+        busy = bench_status.fill(st_sqlite, args.goals)
+        timings["fill status registry (SQLite)"] = time.perf_counter() - started
+
+        urls = {}
+        for name, source in (("should_run", sr_sqlite), ("status", st_sqlite)):
+            urls[name] = new_schema(args.url, schemas[name])
+            started = time.perf_counter()
+            summary = copy_registry(source, urls[name])
+            timings[f"registry copy {name} -> PostgreSQL ({summary['events']} events)"] = time.perf_counter() - started
+
+        cases: dict[str, tuple[list[str], dict]] = {
+            "python -c pass": ([py, "-c", "pass"], base),
+            "import floor": ([py, "-c", IMPORT_FLOOR], base),
+            "import floor + psycopg": ([py, "-c", PG_IMPORT_FLOOR], base),
+        }
+        for backend, sr, st in (("sqlite", sr_sqlite, st_sqlite),
+                                ("postgres", urls["should_run"], urls["status"])):
+            cases[f"should-run @ {args.goals} [{backend}]"] = (
+                [py, "-m", "loopx", "--format", "json", "quota", "should-run", "--goal-id", goal_id],
+                {**base, "LOOPX_REGISTRY": sr})
+            cases[f"status --json @ {args.goals} [{backend}]"] = (
+                [py, "-m", "loopx", "status", "--json"], {**base, "LOOPX_REGISTRY": st})
+            cases[f"status --goal-id @ {args.goals} [{backend}]"] = (
+                [py, "-m", "loopx", "status", "--goal-id", busy[0], "--json"], {**base, "LOOPX_REGISTRY": st})
+        medians = measure(cases, args.runs)
+
+        for what, seconds in timings.items():
+            print(f"{what}: {seconds:.1f} s")
+        print(f"{args.runs} runs per case, median wall time of a whole process, PostgreSQL on 127.0.0.1")
+        print(f"{'case':<42} {'median ms':>10} {'x import floor':>15}")
+        floor = medians["import floor"]
+        for name, ms in medians.items():
+            print(f"{name:<42} {ms:>10.1f} {ms / floor:>15.2f}")
+        print()
+        print(f"| backend | should-run @ {args.goals} | status --json @ {args.goals} | status --goal-id @ {args.goals} |")
+        print("|---|---|---|---|")
+        for backend in ("sqlite", "postgres"):
+            cells = [medians[f"{case} @ {args.goals} [{backend}]"]
+                     for case in ("should-run", "status --json", "status --goal-id")]
+            print(f"| {backend} | " + " | ".join(f"{ms:.0f} ms" for ms in cells) + " |")
+    finally:
+        if not args.keep:
+            for name in schemas.values():
+                drop_schema(args.url, name)
+            for f in tmp.iterdir():
+                f.unlink()
+            tmp.rmdir()
+        else:
+            print(f"kept: {tmp} and schemas {', '.join(schemas.values())}")
+
+
+if __name__ == "__main__":
+    main()
