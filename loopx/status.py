@@ -20,6 +20,7 @@ Nothing here writes; every function takes a transaction or a registry opened rea
 
 from __future__ import annotations
 
+import functools
 import json
 
 import attrs
@@ -40,6 +41,7 @@ RECENT_GATES = 20
 MAX_TODOS = 500
 _BUDGET_KEYS = ("max_turns", "max_tokens", "max_cost", "max_wall_seconds")
 _CHUNK = 500  # ids per IN (...) list: far below every backend's parameter limit
+_WHOLE_TABLE = 2000  # more ids than this: scan the table once instead
 
 
 # ----------------------------------------------------------------------------- small helpers
@@ -79,15 +81,22 @@ class _Budget:
 
 
 def _budget(row: dict) -> _Budget:
+    return _parsed_budget(row.get("limits") or "{}", row.get("grants") or "{}")
+
+
+# Many goals share the same limits text; parsing it once per distinct text keeps the
+# registry-wide attention scan cheap.
+@functools.lru_cache(maxsize=1024)
+def _parsed_budget(limits: str, grants: str) -> _Budget:
     from loopx.model import QuotaLimits
 
-    return _Budget(QuotaLimits(**_loads(row.get("limits"), {})), QuotaLimits(**_loads(row.get("grants"), {})))
+    return _Budget(QuotaLimits(**json.loads(limits)), QuotaLimits(**json.loads(grants)))
 
 
 def has_limits(row: dict) -> bool:
     """Whether a goal row sets any budget (only such goals can run out)."""
-    limits = _loads(row.get("limits"), {})
-    return any(limits.get(k) is not None for k in _BUDGET_KEYS)
+    limits = _parsed_budget(row.get("limits") or "{}", "{}").limits
+    return any(getattr(limits, k) is not None for k in _BUDGET_KEYS)
 
 
 def usage_many(tx, goal_ids: list[str]) -> dict:
@@ -99,13 +108,21 @@ def usage_many(tx, goal_ids: list[str]) -> dict:
     sums = {g: {"turns": 0, "tokens": 0, "cost": 0.0, "wall": 0.0} for g in goal_ids}
     if not goal_ids:
         return {}
-    for r in _in_query(tx, "SELECT goal_id, COUNT(*) AS turns, COALESCE(SUM(tokens), 0) AS tokens,"
-                           " COALESCE(SUM(cost), 0) AS cost FROM runs WHERE goal_id IN ({ids}) GROUP BY goal_id",
-                       goal_ids):
-        sums[r["goal_id"]].update(turns=int(r["turns"]), tokens=int(r["tokens"]), cost=float(r["cost"]))
-    for r in _in_query(tx, "SELECT goal_id, opened_at, finished_at FROM runs WHERE goal_id IN ({ids})"
-                           " AND status IN ('finished', 'abandoned')", goal_ids):
-        sums[r["goal_id"]]["wall"] += max(0.0, clock.seconds_between(r["opened_at"], r["finished_at"]))
+    totals = ("SELECT goal_id, COUNT(*) AS turns, COALESCE(SUM(tokens), 0) AS tokens,"
+              " COALESCE(SUM(cost), 0) AS cost FROM runs{where} GROUP BY goal_id")
+    closed = "SELECT goal_id, opened_at, finished_at FROM runs WHERE status IN ('finished', 'abandoned'){where}"
+    if len(goal_ids) > _WHOLE_TABLE:  # one pass over every run beats dozens of IN lists
+        total_rows = tx.query(totals.format(where=""))
+        closed_rows = tx.query(closed.format(where=""))
+    else:
+        total_rows = _in_query(tx, totals.format(where=" WHERE goal_id IN ({ids})"), goal_ids)
+        closed_rows = _in_query(tx, closed.format(where=" AND goal_id IN ({ids})"), goal_ids)
+    for r in total_rows:
+        if r["goal_id"] in sums:
+            sums[r["goal_id"]].update(turns=int(r["turns"]), tokens=int(r["tokens"]), cost=float(r["cost"]))
+    for r in closed_rows:
+        if r["goal_id"] in sums:
+            sums[r["goal_id"]]["wall"] += max(0.0, clock.seconds_between(r["opened_at"], r["finished_at"]))
     return {g: QuotaUsage(turns=s["turns"], tokens=s["tokens"], cost=round(s["cost"], 6),
                           wall_seconds=round(s["wall"], 3)) for g, s in sums.items()}
 
@@ -195,8 +212,12 @@ def attention_map(tx, at: str, goal_ids: list[str] | None = None) -> dict[str, l
     used = usage_many(tx, [g["id"] for g in limited])
     from loopx import usage
 
+    verdicts: dict = {}  # (budget, usage) -> exhausted?; goals without runs share one usage
     for g in limited:
-        if usage.exhausted(_budget(g), used[g["id"]]):
+        key = (_budget(g), used[g["id"]])
+        if key not in verdicts:
+            verdicts[key] = bool(usage.exhausted(*key))
+        if verdicts[key]:
             mark(g["id"], "budget_exhausted")
 
     return {g: [c for c in ATTENTION if c in codes] for g, codes in found.items()}

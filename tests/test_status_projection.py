@@ -194,15 +194,19 @@ def test_goal_view_in_full(loopx, reg):
     assert after["revision"] > view["revision"]
 
 
-def test_batched_usage_matches_the_quota_module(loopx, reg):
+@pytest.mark.parametrize("whole_table", [2000, 0], ids=["in-lists", "whole-table"])
+def test_batched_usage_matches_the_quota_module(loopx, reg, monkeypatch, whole_table):
     from loopx import usage
 
+    monkeypatch.setattr(status, "_WHOLE_TABLE", whole_table)
     goals = [_goal(loopx, f"g{i}") for i in range(3)]
     _finish(loopx, _open_run(loopx, goals[0]), "ok", tokens="10", cost="0.25")
     _finish(loopx, _open_run(loopx, goals[0]), "failed", tokens="5")
     _open_run(loopx, goals[1])
     with reg.read() as tx:
-        many = status.usage_many(tx, goals)
+        many = status.usage_many(tx, goals[1:])
+        assert set(many) == set(goals[1:])
+        many.update(status.usage_many(tx, goals[:1]))
         for goal_id in goals:
             assert many[goal_id] == usage.usage(tx, goal_id)
     # The overview's quota and the goal view's quota agree.
