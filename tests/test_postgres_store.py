@@ -256,6 +256,7 @@ def _create(url):
 def test_the_store_reconnects_after_the_server_dropped_its_connection(pg_url):
     store = postgres.PostgresStore(pg_url, readonly=False)
     try:
+        version = store.data_version()
         pid = store._conn.info.backend_pid
         with _admin() as conn:
             conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -273,6 +274,8 @@ def test_the_store_reconnects_after_the_server_dropped_its_connection(pg_url):
         with store.read() as tx:  # the next transaction starts on a new connection
             assert tx.one("SELECT 1 AS x") == {"x": 1}
         assert store._conn.info.backend_pid != pid
+        # Commits made while the connection was down went unheard: a watcher is told to look.
+        assert store.data_version() != version
     finally:
         store.close()
 

@@ -217,7 +217,10 @@ class PostgresStore:
         # in the middle of one: whether it committed would be unknown).
         if self._conn.closed or self._conn.broken:
             self._conn = self._connect()
-            self._listening = False
+            if self._listening:
+                # Commits while we were away sent notifications nobody heard: report a change.
+                self._listening = False
+                self._version_counter += 1
         return self._conn
 
     # -- transactions ----------------------------------------------------------------------
