@@ -84,7 +84,7 @@ def test_the_cli_reports_a_bad_postgres_url_as_json(tmp_path):
 
 # -- against a server --------------------------------------------------------------------------
 
-pytestmark_server = pytest.mark.postgres
+pytestmark_server = pytest.mark.postgres  # the tests below need a server
 
 
 @pytestmark_server
@@ -227,9 +227,6 @@ def test_a_unique_violation_outside_the_ledger_is_not_retried(pg_url):
 
 @pytestmark_server
 def test_wait_for_change_wakes_on_a_commit_and_times_out_without_one(pg_url):
-    from loopx import project_prompt
-    from loopx.registry import Registry
-
     postgres.PostgresStore(pg_url).close()
     watcher = postgres.PostgresStore(pg_url, readonly=True)
     try:
