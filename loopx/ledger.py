@@ -139,8 +139,10 @@ def snapshot(tx, goal_id: str) -> dict[str, list[dict]]:
     out = {}
     for table, keys in schema.GOAL_TABLES.items():
         column = "id" if table == "goals" else "goal_id"
-        order = ", ".join(keys)
-        out[table] = tx.query(f"SELECT * FROM {table} WHERE {column} = ? ORDER BY {order}", (goal_id,))
+        rows = tx.query(f"SELECT * FROM {table} WHERE {column} = ?", (goal_id,))
+        # Sorted here, not by ORDER BY: a PostgreSQL database with a non-C collation would order
+        # text keys differently from SQLite, and snapshots from both must compare equal.
+        out[table] = sorted(rows, key=lambda r: tuple(r[k] for k in keys))
     return out
 
 

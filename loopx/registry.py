@@ -53,6 +53,13 @@ def resolve_url(url: str | None) -> str:
     return str(default_path())
 
 
+def display_url(url: str) -> str:
+    """``url`` as safe to print: any password replaced by ``***``."""
+    import re
+
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
 def open_store(url: str | None = None, *, readonly: bool = False):
     """Open the store for ``url`` through the backend registered for its scheme."""
     from loopx import plugins

@@ -130,3 +130,28 @@ def test_a_damaged_revision_column_does_not_break_writes(sqlite_url):
         resumed = project_prompt.transition(reg, "user", "resume", goal["id"])
         assert resumed["revision"] == 3
         assert [e["seq"] for e in project_prompt.history(reg, goal["id"])] == [1, 2, 3]
+
+
+def test_threads_sharing_one_sqlite_store_take_turns(sqlite_url):
+    import threading
+
+    from loopx import project_prompt
+    from loopx.registry import Registry
+
+    errors = []
+    with Registry.open(sqlite_url) as reg:
+        def work(k):
+            try:
+                for i in range(20):
+                    project_prompt.create(reg, "user", title=f"{k}-{i}")
+                    project_prompt.list_goals(reg, limit=5)
+            except Exception as exc:  # noqa: BLE001 - the test reports whatever went wrong
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert len(project_prompt.list_goals(reg, status="all", limit=1000)) == 80

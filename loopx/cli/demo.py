@@ -90,4 +90,6 @@ def demo(demo_registry):
     if as_json:
         click.echo(json.dumps({"registry": url, "transcript": entries}, indent=2, ensure_ascii=False))
     else:
-        click.echo(f"\nDone. Look around: LOOPX_REGISTRY={shlex.quote(url)} loopx summary_all")
+        from loopx.registry import display_url
+
+        click.echo(f"\nDone. Look around: LOOPX_REGISTRY={shlex.quote(display_url(url))} loopx summary_all")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
 import threading
 import time
 from contextlib import contextmanager
@@ -92,7 +91,9 @@ class _NumberLoader(NumericLoader):
 
 def redact(url: str) -> str:
     """``url`` without its password, for messages."""
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+    from loopx.registry import display_url
+
+    return display_url(url)
 
 
 class PostgresTx:

@@ -9,6 +9,7 @@ every write, which is what the status server relies on.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -65,6 +66,8 @@ class SqliteStore:
         self.url = url
         self.readonly = readonly
         self.path = path_from_url(url)
+        # One connection per store; threads sharing a store (the status server) take turns.
+        self._lock = threading.RLock()
         self._conn = self._connect()
 
     def _connect(self) -> sqlite3.Connection:
@@ -116,25 +119,27 @@ class SqliteStore:
 
     @contextmanager
     def read(self):
-        conn = self._conn
-        conn.execute("BEGIN")
-        try:
-            yield SqliteTx(conn)
-        finally:
-            conn.execute("ROLLBACK")
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN")
+            try:
+                yield SqliteTx(conn)
+            finally:
+                conn.execute("ROLLBACK")
 
     def write(self, work):
         if self.readonly:
             raise LoopxError("registry_readonly", "this registry was opened read-only")
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = work(SqliteTx(conn))
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        return result
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(SqliteTx(conn))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
 
     def schema_version(self) -> int:
         return self._conn.execute("PRAGMA user_version").fetchone()[0]
