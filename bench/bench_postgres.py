@@ -19,35 +19,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-IMPORT_FLOOR = "import click, pluggy, attrs, cattrs, platformdirs, sqlite3"
+from timing import IMPORT_FLOOR, child_env, floors, measure, print_table
+
 PG_IMPORT_FLOOR = IMPORT_FLOOR + ", psycopg"
 AGENT = "bench-agent"
-
-
-def time_ms(argv: list[str], env: dict) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    return (time.perf_counter() - start) * 1000
-
-
-def measure(cases: dict[str, tuple[list[str], dict]], runs: int) -> dict[str, float]:
-    """Median wall time of each case; cases are interleaved so drift hits them all alike."""
-    samples: dict[str, list[float]] = {name: [] for name in cases}
-    for argv, env in cases.values():  # warm caches (page cache, plugin cache, server buffers)
-        time_ms(argv, env)
-    for _ in range(runs):
-        for name, (argv, env) in cases.items():
-            samples[name].append(time_ms(argv, env))
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def new_schema(base: str, name: str) -> str:
@@ -77,8 +58,7 @@ def main() -> None:
     if not args.url:
         sys.exit("bench_postgres: give --url or set LOOPX_TEST_POSTGRES_URL (scripts/postgres.sh starts a server)")
 
-    sys.path.insert(0, str(HERE))
-    import bench_should_run
+    import bench_should_run  # beside this script (sys.path[0]), like timing
     import bench_status
 
     from loopx.registry_copy import copy_registry
@@ -87,9 +67,7 @@ def main() -> None:
     tag = uuid.uuid4().hex[:8]
     schemas = {"should_run": f"bench_sr_{tag}", "status": f"bench_st_{tag}"}
     py = sys.executable
-    base = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
-    base.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: from bytecode
-    base["LOOPX_AGENT"] = AGENT
+    base = child_env(LOOPX_AGENT=AGENT)
     try:
         timings = {}
         started = time.perf_counter()
@@ -108,11 +86,7 @@ def main() -> None:
             summary = copy_registry(source, urls[name])
             timings[f"registry copy {name} -> PostgreSQL ({summary['events']} events)"] = time.perf_counter() - started
 
-        cases: dict[str, tuple[list[str], dict]] = {
-            "python -c pass": ([py, "-c", "pass"], base),
-            "import floor": ([py, "-c", IMPORT_FLOOR], base),
-            "import floor + psycopg": ([py, "-c", PG_IMPORT_FLOOR], base),
-        }
+        cases = {**floors(base), "import floor + psycopg": ([py, "-c", PG_IMPORT_FLOOR], base)}
         for backend, sr, st in (("sqlite", sr_sqlite, st_sqlite),
                                 ("postgres", urls["should_run"], urls["status"])):
             cases[f"should-run @ {args.goals} [{backend}]"] = (
@@ -127,10 +101,7 @@ def main() -> None:
         for what, seconds in timings.items():
             print(f"{what}: {seconds:.1f} s")
         print(f"{args.runs} runs per case, median wall time of a whole process, PostgreSQL on 127.0.0.1")
-        print(f"{'case':<42} {'median ms':>10} {'x import floor':>15}")
-        floor = medians["import floor"]
-        for name, ms in medians.items():
-            print(f"{name:<42} {ms:>10.1f} {ms / floor:>15.2f}")
+        print_table(medians, width=42)
         print()
         print(f"| backend | should-run @ {args.goals} | status --json @ {args.goals} | status --goal-id @ {args.goals} |")
         print("|---|---|---|---|")

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-IMPORT_FLOOR = "import click, pluggy, attrs, cattrs, platformdirs, sqlite3"
+from timing import child_env, floors, measure, print_table
+
 AGENT = "bench-agent"
 
 
@@ -49,23 +48,6 @@ def fill(url: str, n: int) -> str:
     return middle
 
 
-def time_ms(argv: list[str], env: dict) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    return (time.perf_counter() - start) * 1000
-
-
-def measure(cases: dict[str, tuple[list[str], dict]], runs: int) -> dict[str, float]:
-    """Median wall time of each case; cases are interleaved so drift hits them all alike."""
-    samples: dict[str, list[float]] = {name: [] for name in cases}
-    for argv, env in cases.values():  # warm the page cache and the plugin cache once
-        time_ms(argv, env)
-    for _ in range(runs):
-        for name, (argv, env) in cases.items():
-            samples[name].append(time_ms(argv, env))
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--goals", type=int, default=10_000)
@@ -75,15 +57,8 @@ def main() -> None:
 
     tmp = tempfile.mkdtemp(prefix="loopx-bench-should-run-")
     py = sys.executable
-    base = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
-    # An installed LoopX runs from bytecode (pip compiles on install), as its libraries do; with
-    # PYTHONDONTWRITEBYTECODE set, every call would recompile LoopX's sources and measure that.
-    base.pop("PYTHONDONTWRITEBYTECODE", None)
-    base["LOOPX_AGENT"] = AGENT
-    cases: dict[str, tuple[list[str], dict]] = {
-        "python -c pass": ([py, "-c", "pass"], base),
-        "import floor": ([py, "-c", IMPORT_FLOOR], base),
-    }
+    base = child_env(LOOPX_AGENT=AGENT)
+    cases = floors(base)
     fills = {}
     for n in (args.small, args.goals):
         url = os.path.join(tmp, f"registry-{n}.db")
@@ -104,9 +79,7 @@ def main() -> None:
     floor = medians["import floor"]
     print(f"registries: {args.small} goals (filled in {fills[args.small]:.1f} s), {args.goals} goals "
           f"(filled in {fills[args.goals]:.1f} s); {args.runs} runs per case, median wall time of a whole process")
-    print(f"{'case':<30} {'median ms':>10} {'x import floor':>15}")
-    for name, ms in medians.items():
-        print(f"{name:<30} {ms:>10.1f} {ms / floor:>15.2f}")
+    print_table(medians)
     big = medians[f"should-run @ {args.goals} goals"]
     small = medians[f"should-run @ {args.small} goals"]
     ratio = big / small

@@ -25,14 +25,14 @@ import http.client
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-IMPORT_FLOOR = "import click, pluggy, attrs, cattrs, platformdirs, sqlite3"
+from timing import child_env, floors, measure
+
 MAX_REQUESTS = 200_000  # a hard bound on the load, whatever --seconds says
 
 
@@ -72,23 +72,6 @@ def goal_ids(url: str, limit: int = 20) -> list[str]:
         if rows:
             return [r["goal_id"] for r in rows]
         return [r["id"] for r in tx.query("SELECT id FROM goals ORDER BY created_seq LIMIT ?", (limit,))]
-
-
-def time_ms(argv: list[str], env: dict) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    return (time.perf_counter() - start) * 1000
-
-
-def measure(cases: dict[str, list[str]], env: dict, runs: int) -> dict[str, float]:
-    """Median wall time of each case; cases are interleaved so drift hits them all alike."""
-    samples: dict[str, list[float]] = {name: [] for name in cases}
-    for argv in cases.values():  # warm the page cache and the plugin cache once
-        time_ms(argv, env)
-    for _ in range(runs):
-        for name, argv in cases.items():
-            samples[name].append(time_ms(argv, env))
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 # ------------------------------------------------------------------------------ load client
@@ -218,16 +201,14 @@ def main() -> None:
         t0 = time.perf_counter()
         ids = fill(url, args.goals)
         print(f"  filled in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
-    env["LOOPX_REGISTRY"] = url
+    env = child_env(LOOPX_REGISTRY=url)
 
     loopx = [sys.executable, "-m", "loopx"]
     times = measure({
-        "python -c pass": [sys.executable, "-c", "pass"],
-        "import floor": [sys.executable, "-c", IMPORT_FLOOR],
-        "loopx status --json": [*loopx, "status", "--json"],
-        "loopx status --goal-id G --json": [*loopx, "status", "--goal-id", ids[0], "--json"],
-    }, env, args.runs)
+        **floors(env),
+        "loopx status --json": ([*loopx, "status", "--json"], env),
+        "loopx status --goal-id G --json": ([*loopx, "status", "--goal-id", ids[0], "--json"], env),
+    }, args.runs)
     loads = {"view cache on (default)": serve_and_load(url, ids, env, args),
              "view cache off": serve_and_load(url, ids, env, args, cache=False)}
 
