@@ -6,8 +6,8 @@
 # 1. System packages from Debian (PostgreSQL, Chromium and its driver, git, jq) when they are
 #    missing and this machine can install them (root or sudo with apt-get). Without them the
 #    PostgreSQL and browser tests are skipped, and pytest says so.
-# 2. A virtualenv in .venv with LoopX, its test and postgres extras, and the plugins in this
-#    repository, all editable.
+# 2. A virtualenv in .venv with LoopX, its test and postgres extras, and the capability plugins
+#    in plugins/, all editable.
 # 3. A local PostgreSQL server (scripts/postgres.sh) unless LOOPX_TEST_POSTGRES_URL is set.
 # 4. pytest over the core and plugin suites.
 #
@@ -46,7 +46,10 @@ fi
 log "installing LoopX and the repository's plugins into .venv"
 .venv/bin/python -m pip install -q --upgrade pip >&2 || true
 .venv/bin/python -m pip install -q -e '.[test,postgres]' >&2
-for plugin in plugins/*/ examples/plugins/*/; do
+# The capabilities shipped here. The example third-party plugin (examples/plugins/) is not
+# installed: it offers its actions to every goal, as the seed walkthrough wants; its tests and
+# the walkthrough install it where they need it.
+for plugin in plugins/*/; do
     [ -f "$plugin/pyproject.toml" ] && .venv/bin/python -m pip install -q -e "$plugin" >&2
 done
 
