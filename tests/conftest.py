@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from loopx.testing import CliResult as Result
 from tests import backends
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,20 +38,6 @@ def reg(registry_url):
     r = Registry.open(registry_url)
     yield r
     r.close()
-
-
-class Result:
-    """What a CLI call gave: exit code, stdout, stderr, and stdout parsed as JSON when it is."""
-
-    def __init__(self, code: int, out: str, err: str):
-        self.code, self.out, self.err = code, out, err
-
-    @property
-    def json(self):
-        return json.loads(self.out)
-
-    def __repr__(self):
-        return f"Result(code={self.code}, out={self.out[:2000]!r}, err={self.err[:2000]!r})"
 
 
 @pytest.fixture
