@@ -23,8 +23,8 @@ ID_KINDS = {
     "evidence": "e",
     "reward": "w",
 }
-_ID_RE = {kind: re.compile(rf"{p}-[0-9a-f]{{12}}") for kind, p in ID_KINDS.items()}
-_NAME_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+_HEX = frozenset("0123456789abcdef")
+_NAME_RE = None  # compiled on first use: most commands never check a name
 
 # Limits on free text, in UTF-8 bytes. A goal's description is a brief, not a data dump:
 # 64 KiB holds a long issue text; bigger material belongs in evidence files (stored by sha256).
@@ -47,7 +47,10 @@ def new_id(kind: str) -> str:
 def check_id(kind: str, value, *, option: str | None = None) -> str:
     """Return ``value`` if it is a well-formed id of ``kind``, else raise invalid_argument."""
     label = option or f"--{kind}-id"
-    if not isinstance(value, str) or not _ID_RE[kind].fullmatch(value):
+    # A plain character check, not a regex: compiling one pattern per id kind at import cost
+    # about a millisecond on every command.
+    if not (isinstance(value, str) and len(value) == 14 and value[0] == ID_KINDS[kind] and value[1] == "-"
+            and _HEX.issuperset(value[2:])):
         shown = _show(value)
         raise LoopxError(
             "invalid_argument",
@@ -58,6 +61,9 @@ def check_id(kind: str, value, *, option: str | None = None) -> str:
 
 def check_name(value, *, what: str = "name") -> str:
     """A short machine name (actions, capabilities): lowercase letters, digits, ``_.-``."""
+    global _NAME_RE
+    if _NAME_RE is None:
+        _NAME_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
     if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
         raise LoopxError(
             "invalid_argument",

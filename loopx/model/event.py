@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import attrs
+from loopx.model._value import Value, value
 
 
-@attrs.frozen
-class Event:
+@value
+class Event(Value):
     """One ledger entry: the only way state changes."""
 
     id: int

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import attrs
+from loopx.model._value import Value, value
 
 
-@attrs.frozen
-class Evidence:
+@value
+class Evidence(Value):
     """An append-only observation bound to a run."""
 
     id: str
@@ -21,8 +21,8 @@ class Evidence:
     file_sha256: str | None = None
 
 
-@attrs.frozen
-class Reward:
+@value
+class Reward(Value):
     """The ``human_reward`` overlay: a user's score in [-1, 1] on one run."""
 
     id: str

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import attrs
+from loopx.model._value import Value, value
 
 
-@attrs.frozen
-class Gate:
+@value
+class Gate(Value):
     """A human approval checkpoint. ``blocks`` is ``all``, ``action:NAME`` or ``todo:ID``."""
 
     id: str

@@ -1,20 +1,20 @@
-"""Goals, their success criteria, and quota limits and usage."""
+"""Goals, their success criteria, and quota limits and usage totals."""
 
 from __future__ import annotations
 
-import attrs
+from loopx.model._value import Value, value
 
 
-@attrs.frozen
-class Criterion:
+@value
+class Criterion(Value):
     """One success criterion of a goal."""
 
     text: str
     met: bool = False
 
 
-@attrs.frozen
-class QuotaLimits:
+@value
+class QuotaLimits(Value):
     """Budget limits for a goal; ``None`` means unlimited."""
 
     max_turns: int | None = None
@@ -24,8 +24,8 @@ class QuotaLimits:
     cadence_seconds: float | None = None
 
 
-@attrs.frozen
-class QuotaUsage:
+@value
+class QuotaUsage(Value):
     """What a goal has used, derived from its ledger (never a stored counter)."""
 
     turns: int = 0
@@ -34,20 +34,8 @@ class QuotaUsage:
     wall_seconds: float = 0.0
 
 
-@attrs.frozen
-class UsageEntry:
-    """One ledger-derived charge against a goal's quota (a turn opened, tokens reported...)."""
-
-    run_id: str
-    at: str
-    turns: int = 0
-    tokens: int = 0
-    cost: float = 0.0
-    wall_seconds: float = 0.0
-
-
-@attrs.frozen
-class Goal:
+@value
+class Goal(Value):
     """The durable work object."""
 
     id: str

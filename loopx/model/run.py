@@ -1,12 +1,12 @@
-"""Actions, runs, the contracts they run under, and hand-off notes."""
+"""Actions, runs, the contracts they run under, hand-off notes, and per-run usage entries."""
 
 from __future__ import annotations
 
-import attrs
+from loopx.model._value import Value, value
 
 
-@attrs.frozen
-class Action:
+@value
+class Action(Value):
     """A command the operator allowed for a goal, run by ``loopx exec --action NAME``."""
 
     goal_id: str
@@ -17,8 +17,8 @@ class Action:
     gate_id: str | None = None  # kept out of contracts until this gate is approved
 
 
-@attrs.frozen
-class Handoff:
+@value
+class Handoff(Value):
     """The note a run leaves for whoever acts next."""
 
     run_id: str
@@ -26,8 +26,8 @@ class Handoff:
     at: str
 
 
-@attrs.frozen
-class Run:
+@value
+class Run(Value):
     """One agent turn, opened by ``quota should-run`` and closed by ``run finish``."""
 
     id: str
@@ -45,8 +45,8 @@ class Run:
     handoff: str | None = None
 
 
-@attrs.frozen
-class Contract:
+@value
+class Contract(Value):
     """An interaction contract as issued (its JSON document is kept verbatim)."""
 
     id: str
@@ -56,3 +56,15 @@ class Contract:
     issued_at: str
     expires_at: str
     document: dict
+
+
+@value
+class UsageEntry(Value):
+    """One ledger-derived charge against a goal's quota (a turn opened, tokens reported...)."""
+
+    run_id: str
+    at: str
+    turns: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+    wall_seconds: float = 0.0

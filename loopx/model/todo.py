@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import attrs
+from loopx.model._value import Value, value
 
 
-@attrs.frozen
-class Claim:
+@value
+class Claim(Value):
     """Who holds a todo, until when, and the claim epoch (bumped on every new holder)."""
 
     agent: str
@@ -15,8 +15,8 @@ class Claim:
     epoch: int
 
 
-@attrs.frozen
-class Todo:
+@value
+class Todo(Value):
     """A step of the plan."""
 
     id: str
