@@ -39,8 +39,10 @@ COMMANDS = {
     "status-server": "loopx.cli.status:status_server",
     "capabilities": "loopx.cli.capabilities:capabilities",
     "registry": "loopx.cli.registry:registry",
+    "agent-prompt": "loopx.cli.agents:agent_prompt",
+    "mcp": "loopx.cli.agents:mcp_command",
 }
-ALIASES = {"project-prompt": "project_prompt", "summary-all": "summary_all", "status_server": "status-server"}
+ALIASES = {"agent_prompt": "agent-prompt", "project-prompt": "project_prompt", "summary-all": "summary_all", "status_server": "status-server"}
 
 
 class RootGroup(LoopxGroup):

@@ -15,5 +15,6 @@ def loopx_register_executors(register):
     records evidence, and returns what ``run finish`` takes: ``{"outcome": "ok"|"partial"|"failed",
     "tokens": int, "cost": float, "handoff": str}``. The core finishes the run (``loopx turn``);
     a provider never finishes it itself. Providers run commands with ``LOOPX_ACTOR=executor``
-    and ``LOOPX_RUN_ID`` set. Built in: ``shell``.
+    and ``LOOPX_RUN_ID`` set. Built in: ``shell``, ``claude-code``, ``codex`` and ``command``
+    (see ``docs/agents.md``).
     """
