@@ -36,6 +36,7 @@ class _Server:
         self.before, self.hang = list(before), hang
         self.base_input, self.base_output = base_input, base_output
         self.log: list[dict] = []
+        self.prompts: list[str] = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         owner = self
@@ -82,6 +83,8 @@ class _Server:
 
     def next_command(self, prompt: str, done: int) -> str | None:
         """The command to ask for after ``done`` tool results, or ``None`` when all have run."""
+        with self.lock:
+            self.prompts.append(prompt)
         script = self.before + prompt_commands(prompt)
         return script[done] if done < len(script) else None
 
@@ -133,14 +136,11 @@ def _json(handler, status: int, data: dict) -> None:
     handler.wfile.write(body)
 
 
-def _text(content) -> str:
+def _parts(content) -> list[str]:
+    """The text parts of a message's content (the prompt is one of them; hosts add others)."""
     if isinstance(content, str):
-        return content
-    out = []
-    for part in content or []:
-        if isinstance(part, dict) and isinstance(part.get("text"), str):
-            out.append(part["text"])
-    return "\n".join(out)
+        return [content]
+    return [p["text"] for p in content or [] if isinstance(p, dict) and isinstance(p.get("text"), str)]
 
 
 class AnthropicServer(_Server):
@@ -154,7 +154,8 @@ class AnthropicServer(_Server):
             _json(handler, 404, {"type": "error", "error": {"type": "not_found_error", "message": "no such path"}})
             return
         messages = body.get("messages") or []
-        prompt = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+        prompt = next((t for m in messages if m.get("role") == "user" for t in _parts(m.get("content"))
+                       if "```sh" in t), "")
         done = sum(1 for m in messages if m.get("role") == "user" and isinstance(m.get("content"), list)
                    for part in m["content"] if isinstance(part, dict) and part.get("type") == "tool_result")
         tools = {t.get("name") for t in body.get("tools") or []}
@@ -205,13 +206,8 @@ class OpenAIServer(_Server):
         items = body.get("input") or []
         if isinstance(items, str):
             items = [{"type": "message", "role": "user", "content": items}]
-        prompt = ""
-        for item in items:
-            if item.get("role") == "user":
-                text = _text(item.get("content"))
-                if "```sh" in text:
-                    prompt = text
-                    break
+        prompt = next((t for item in items if item.get("role") == "user" for t in _parts(item.get("content"))
+                       if "```sh" in t), "")
         done = sum(1 for item in items if item.get("type") in ("function_call_output", "custom_tool_call_output"))
         tool, args = _shell_tool(body.get("tools") or [])
         command = self.next_command(prompt, done) if tool else None

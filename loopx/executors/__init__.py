@@ -65,6 +65,9 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     from loopx.validate import check_text
 
     provider = get(executor)
+    # A provider that cannot work (no CLI, a bad template) says so before a run is opened.
+    if callable(getattr(provider, "check", None)):
+        provider.check()
     agent = check_text(agent if agent is not None else quota.default_agent(), what="--agent", limit="agent")
     answer = quota.should_run(registry, actor, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
     out = {"decision": answer["decision"], "reasons": answer["reasons"], "run_id": None, "outcome": None,

@@ -55,6 +55,16 @@ def loopx_bin_dir() -> str | None:
     return os.path.dirname(found) if found else None
 
 
+def check_program(program: str, variable: str) -> None:
+    """``executor_unavailable`` unless ``program`` can be run (a path, or a name on PATH)."""
+    found = shutil.which(program)
+    if not found:
+        from loopx.errors import LoopxError
+
+        raise LoopxError("executor_unavailable", f"{program!r} is not installed or not on PATH "
+                                                 f"(install it, or point {variable} at it)")
+
+
 def child_env(registry, contract: dict, *, agent: str) -> dict:
     """The environment an agent CLI runs in: the executor identity for this run, ``loopx`` on PATH.
 

@@ -31,6 +31,12 @@ class ClaudeCodeExecutor:
     def __init__(self, timeout: float | None = None):
         self.timeout = timeout
 
+    def check(self) -> None:
+        """Refuse before a run is opened when the CLI cannot be found."""
+        from loopx.executors.agents import check_program
+
+        check_program(os.environ.get("LOOPX_CLAUDE_BIN") or "claude", "LOOPX_CLAUDE_BIN")
+
     def argv(self, prompt: str, contract: dict) -> list[str]:
         """The command line for one turn."""
         from loopx.errors import LoopxError

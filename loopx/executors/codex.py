@@ -33,11 +33,19 @@ class CodexExecutor:
     def __init__(self, timeout: float | None = None):
         self.timeout = timeout
 
+    def check(self) -> None:
+        """Refuse before a run is opened when the CLI cannot be found."""
+        from loopx.executors.agents import check_program
+
+        check_program(os.environ.get("LOOPX_CODEX_BIN") or "codex", "LOOPX_CODEX_BIN")
+
     def argv(self, prompt: str) -> list[str]:
         """The command line for one turn."""
         argv = [os.environ.get("LOOPX_CODEX_BIN") or "codex", "exec", "--json", "--skip-git-repo-check",
                 "--sandbox", os.environ.get("LOOPX_CODEX_SANDBOX") or "danger-full-access",
-                "-c", "features.plugins=false", "-c", "allow_login_shell=false"]
+                "-c", "features.plugins=false", "-c", "allow_login_shell=false",
+                # A governed turn talks to its model and nothing else.
+                "-c", "analytics.enabled=false", "-c", "check_for_update_on_startup=false"]
         base = os.environ.get("LOOPX_CODEX_BASE_URL")
         if base:
             key = os.environ.get("LOOPX_CODEX_ENV_KEY") or "OPENAI_API_KEY"

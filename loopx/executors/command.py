@@ -44,6 +44,9 @@ def template() -> list[str]:
     return argv
 
 
+PLACEHOLDERS = {"prompt": "", "prompt_file": "", "run_id": "", "goal_id": "", "agent": ""}
+
+
 class CommandExecutor:
     """Runs a configured program for one turn and reads its usage line."""
 
@@ -51,6 +54,15 @@ class CommandExecutor:
 
     def __init__(self, timeout: float | None = None):
         self.timeout = timeout
+
+    def check(self) -> None:
+        """Refuse a missing or malformed template before a run is opened."""
+        from loopx.errors import LoopxError
+
+        try:
+            [a.format_map(PLACEHOLDERS) for a in template()]
+        except (KeyError, ValueError, IndexError) as exc:
+            raise LoopxError("invalid_argument", f"{ENV} has an unknown placeholder: {exc}") from None
 
     def run_turn(self, registry, contract: dict, *, agent: str) -> dict:
         """Run the configured program for the turn ``contract`` allows; returns what ``run finish`` takes."""
