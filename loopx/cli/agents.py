@@ -46,6 +46,12 @@ def mcp_command():
     run_finish, gate_request. Goals are resources (loopx://goals/{goal_id}). Nothing a user
     alone may do is offered. See docs/agents.md for the Claude Code and Codex configuration.
     """
+    try:
+        import mcp.server.lowlevel  # noqa: F401
+    except ImportError:
+        from loopx.errors import LoopxError
+
+        raise LoopxError("executor_unavailable", "loopx mcp needs the MCP SDK: pip install 'loopx[mcp]'") from None
     from loopx.mcp_server import serve
 
     from loopx.cli.output import REGISTRY_KEY
