@@ -50,7 +50,7 @@ class CodexExecutor:
         if base:
             key = os.environ.get("LOOPX_CODEX_ENV_KEY") or "OPENAI_API_KEY"
             argv += ["-c", "model_provider=loopx",
-                     "-c", f"model_providers.loopx={{name={_toml(NAME)}, base_url={_toml(base)}, "
+                     "-c", f"model_providers.loopx={{name=\"loopx\", base_url={_toml(base)}, "
                            f"wire_api=\"responses\", env_key={_toml(key)}}}"]
         if os.environ.get("LOOPX_CODEX_MODEL"):
             argv += ["-m", os.environ["LOOPX_CODEX_MODEL"]]
