@@ -235,3 +235,22 @@ def test_agent_prompt_prints_the_text_the_executor_sends(reg, tmp_path, sqlite_u
         t = agent.loopx(server, "turn", "--goal-id", made["goal"], "--executor", "claude-code", "--agent", "bot")
     assert t["run_id"] == shown["run_id"] and t["outcome"] == "ok"
     assert server.prompts[0] == shown["prompt"]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("executor", ["claude-code", "codex"])
+def test_an_agent_turn_on_a_postgresql_registry(executor, tmp_path):
+    from tests import backends
+
+    url = backends.fresh_registry("postgres", tmp_path)
+    try:
+        agent = Agent(executor, tmp_path, url)
+        with Registry.open(url) as pg:
+            made = make_goal(pg, acts={"test": [PY, "-c", "pass"]})
+            with SERVERS[executor]() as server:
+                t = agent.loopx(server, "turn", "--goal-id", made["goal"], "--executor", executor)
+            assert t["outcome"] == "ok", t["handoff"]
+            assert _run(pg, t["run_id"]).tokens == server.tokens()
+            assert _todo(pg, made["goal"], made["todos"][0]).status == "done"
+    finally:
+        backends.drop_registry("postgres", url)
