@@ -14,7 +14,9 @@ Built on the official ``mcp`` SDK (``pip install 'loopx[mcp]'``); imported only 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 
 ACTOR = "executor"
 GOAL_ID = {"type": "string", "pattern": "^g-[0-9a-f]{12}$", "description": "A goal id (g-…)."}
@@ -249,10 +251,69 @@ def serve(registry_url: str | None = None) -> None:
                     on_list_resource_templates=list_templates, on_read_resource=read_resource)
 
     async def main():
-        async with stdio_server() as (read, write):
+        transport = _pipe_streams() if os.name == "posix" else stdio_server()
+        async with transport as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
     try:
         anyio.run(main)
     finally:
         reg.close()
+
+
+@contextlib.asynccontextmanager
+async def _pipe_streams():
+    """stdin/stdout as MCP message streams, read and written on the event loop itself.
+
+    The SDK's ``stdio_server`` moves every read and write through a worker thread; on a busy
+    machine those thread hand-offs were most of a should-run's round trip. Like the SDK, it keeps
+    the wire to itself: fd 0 becomes /dev/null and fd 1 points at stderr while serving, so a child
+    or a stray print cannot corrupt the protocol.
+    """
+    import asyncio
+
+    import anyio
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    os.close(devnull)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                os.fdopen(wire_in, "rb", buffering=0))
+    out = os.fdopen(wire_out, "wb", buffering=0)
+    read_send, read_recv = anyio.create_memory_object_stream(0)
+    write_send, write_recv = anyio.create_memory_object_stream(0)
+
+    async def pump_in():
+        async with read_send:
+            while line := await reader.readline():
+                try:
+                    message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                except Exception as exc:  # the SDK answers a malformed message itself
+                    await read_send.send(exc)
+                    continue
+                await read_send.send(SessionMessage(message))
+
+    async def pump_out():
+        async with write_recv:
+            async for message in write_recv:
+                data = (message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
+                # A reply is a few KB and the client is reading: a blocking write is immediate.
+                view = memoryview(data)
+                while view:
+                    view = view[out.write(view) or 0:]
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump_in)
+            tg.start_soon(pump_out)
+            yield read_recv, write_send
+            tg.cancel_scope.cancel()
+    finally:
+        transport.close()
+        out.close()
