@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -164,7 +165,7 @@ def test_a_model_server_that_never_answers_is_stopped_by_the_timeout_and_nothing
         t = agent.loopx(server, "turn", "--goal-id", made["goal"], "--executor", agent.executor,
                         LOOPX_AGENT_TIMEOUT="4")
         took = time.monotonic() - started
-    assert t["outcome"] == "failed" and "timed out after 4s" in _run(reg, t["run_id"]).handoff
+    assert t["outcome"] == "failed" and "timed out after 4.0s" in _run(reg, t["run_id"]).handoff
     assert took < 30
     assert server.log, "the CLI never reached the scripted server"
     assert _processes_of(t["run_id"]) == []
@@ -175,7 +176,20 @@ def test_the_goals_remaining_wall_budget_bounds_the_turn(reg, tmp_path, sqlite_u
     made = make_goal(reg, limits={"max_wall_seconds": 3}, acts={"test": [PY, "-c", "pass"]})
     with OpenAIServer(hang=True) as server:
         t = agent.loopx(server, "turn", "--goal-id", made["goal"], "--executor", "codex")
-    assert t["outcome"] == "failed" and "timed out after 3s" in _run(reg, t["run_id"]).handoff
+    handoff = _run(reg, t["run_id"]).handoff
+    bound = float(re.search(r"timed out after ([0-9.]+)s", handoff).group(1))
+    assert t["outcome"] == "failed" and 1 <= bound <= 3
+    assert _processes_of(t["run_id"]) == []
+
+
+def test_the_runs_lease_bounds_the_turn(reg, tmp_path, sqlite_url):
+    agent = Agent("claude-code", tmp_path, sqlite_url)
+    made = make_goal(reg, acts={"test": [PY, "-c", "pass"]})
+    with AnthropicServer(hang=True) as server:
+        t = agent.loopx(server, "turn", "--goal-id", made["goal"], "--executor", "claude-code", "--ttl-seconds", "3")
+    handoff = _run(reg, t["run_id"]).handoff
+    bound = float(re.search(r"timed out after ([0-9.]+)s", handoff).group(1))
+    assert t["outcome"] == "failed" and 1 <= bound <= 3
     assert _processes_of(t["run_id"]) == []
 
 

@@ -86,13 +86,19 @@ def _absolute(url: str) -> str:
 
 
 def time_bound(contract: dict, configured: float) -> float:
-    """Seconds the CLI may run: ``configured``, bounded by the goal's remaining wall budget."""
-    remaining = (contract["interaction_contract"].get("quota") or {}).get("remaining") or {}
+    """Seconds the CLI may run: ``configured``, bounded by the goal's remaining wall budget and
+    by the run's lease (after it expires nothing the agent does under the run is accepted)."""
+    from loopx import clock
+
+    doc = contract["interaction_contract"]
+    remaining = (doc.get("quota") or {}).get("remaining") or {}
     wall = remaining.get("wall_seconds")
     bound = float(configured)
     if isinstance(wall, (int, float)):
-        bound = min(bound, max(float(wall), 1.0))
-    return bound
+        bound = min(bound, float(wall))
+    if doc.get("expires_at"):
+        bound = min(bound, clock.seconds_between(clock.now(), doc["expires_at"]))
+    return max(bound, 1.0)
 
 
 def configured_timeout(default: float = DEFAULT_TIMEOUT) -> float:
@@ -125,7 +131,7 @@ def run_agent(name: str, registry, contract: dict, *, agent: str, argv: list[str
     result = run_command(argv, env=env, timeout=bound, cwd=os.getcwd(), on_line=on_line, reap=True,
                          tail_bytes=16 * 1024)
     if result["timed_out"]:
-        report.failures.insert(0, f"timed out after {bound:g}s; the CLI and everything it started were stopped")
+        report.failures.insert(0, f"timed out after {bound:.1f}s; the CLI and everything it started were stopped")
     elif result["exit_code"] != 0:
         report.failures.insert(0, f"{argv[0].rsplit('/', 1)[-1]} exited {result['exit_code']}: "
                                   f"{_last_line(result['output_tail'])}")
