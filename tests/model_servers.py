@@ -9,7 +9,9 @@ request is logged (method, path, model, the usage reported), so a test can asser
 totals a CLI charged and that nothing but the expected paths was called.
 
 Scripts: ``before`` commands are run first (e.g. a user-only ``loopx gate approve``), then the
-prompt's commands; ``hang=True`` accepts requests and never answers.
+prompt's commands; ``hang=True`` accepts requests and never answers. ``policy(results, tools)``
+(Anthropic only) replaces the script: given the text of every tool result so far and the names
+of the tools offered, it returns the next ``(tool, input)`` to call, or ``None`` to end the turn.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ def prompt_commands(prompt: str) -> list[str]:
 class _Server:
     """Shared part: thread, request log, script."""
 
-    def __init__(self, *, before=(), hang=False, base_input=1000, base_output=50):
-        self.before, self.hang = list(before), hang
+    def __init__(self, *, before=(), hang=False, base_input=1000, base_output=50, policy=None):
+        self.before, self.hang, self.policy = list(before), hang, policy
         self.base_input, self.base_output = base_input, base_output
         self.log: list[dict] = []
         self.prompts: list[str] = []
@@ -159,12 +161,20 @@ class AnthropicServer(_Server):
         done = sum(1 for m in messages if m.get("role") == "user" and isinstance(m.get("content"), list)
                    for part in m["content"] if isinstance(part, dict) and part.get("type") == "tool_result")
         tools = {t.get("name") for t in body.get("tools") or []}
-        command = self.next_command(prompt, done) if "Bash" in tools else None
+        if self.policy is not None:
+            # A scripted policy over the conversation so far: its tool results, the tools offered.
+            results = [_parts(part.get("content")) for m in messages if m.get("role") == "user"
+                       and isinstance(m.get("content"), list) for part in m["content"]
+                       if isinstance(part, dict) and part.get("type") == "tool_result"]
+            call = self.policy(["\n".join(r) for r in results], tools)
+        else:
+            command = self.next_command(prompt, done) if "Bash" in tools else None
+            call = ("Bash", {"command": command, "description": "contract step"}) if command is not None else None
+        command = call
         n_in, n_out = self.usage_for(entry)
-        if command is not None:
-            block = {"type": "tool_use", "id": f"toolu_{len(self.log):04d}", "name": "Bash", "input": {}}
-            delta = {"type": "input_json_delta",
-                     "partial_json": json.dumps({"command": command, "description": "contract step"})}
+        if call is not None:
+            block = {"type": "tool_use", "id": f"toolu_{len(self.log):04d}", "name": call[0], "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(call[1])}
             stop = "tool_use"
         else:
             block = {"type": "text", "text": ""}
@@ -176,7 +186,7 @@ class AnthropicServer(_Server):
         if not body.get("stream"):
             block_full = dict(block)
             if command is not None:
-                block_full["input"] = {"command": command}
+                block_full["input"] = command[1]
             else:
                 block_full["text"] = delta["text"]
             _json(handler, 200, {**message, "content": [block_full], "stop_reason": stop,

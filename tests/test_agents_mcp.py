@@ -94,3 +94,59 @@ def test_an_mcp_client_runs_a_whole_turn_and_is_refused_what_only_a_user_may_do(
             assert kinds == ["command", "note"]
     finally:
         reg.close()
+
+
+def test_claude_code_takes_a_turn_through_loopx_mcp_registered_as_documented(tmp_path, sqlite_url):
+    """The `mcpServers` snippet of docs/agents.md, given to the real Claude Code."""
+    import subprocess
+
+    from tests.model_servers import AnthropicServer
+    from tests.test_agents_cli import cli_path
+
+    claude = cli_path("claude")
+    reg = Registry.open(sqlite_url)
+    made = make_goal(reg, acts={"test": [PY, "-c", "print('green')"]})
+    g, todo = made["goal"], made["todos"][0]
+    seen_tools = []
+
+    def policy(results, tools):
+        seen_tools.append(sorted(t for t in tools if t.startswith("mcp__loopx__")))
+        if not results:
+            return "mcp__loopx__should_run", {"goal_id": g, "agent": "claude"}
+        run_id = json.loads(results[0])["interaction_contract"]["run_id"]
+        steps = [("mcp__loopx__todo_claim", {"goal_id": g, "todo_id": todo, "run_id": run_id}),
+                 ("mcp__loopx__exec_step", {"run_id": run_id, "action": "test"}),
+                 ("mcp__loopx__todo_done", {"goal_id": g, "todo_id": todo, "run_id": run_id}),
+                 ("mcp__loopx__run_finish", {"run_id": run_id, "outcome": "ok", "handoff": "via MCP"})]
+        return steps[len(results) - 1] if len(results) <= len(steps) else None
+
+    # The launcher must find this checkout's loopx: the snippet's "loopx" with an absolute path.
+    config = {"mcpServers": {"loopx": {"type": "stdio", "command": os.path.join(os.path.dirname(PY), "loopx"),
+                                       "args": ["mcp"], "env": {"LOOPX_REGISTRY": sqlite_url}}}}
+    (tmp_path / "mcp.json").write_text(json.dumps(config))
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPX_", "ANTHROPIC_"))}
+    try:
+        with AnthropicServer(policy=policy) as server:
+            env.update({"HOME": str(home), "ANTHROPIC_BASE_URL": server.url(), "ANTHROPIC_API_KEY": "sk-ant-scripted",
+                        "IS_SANDBOX": "1", "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
+                        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                        # MCP tools are offered directly, not behind Claude Code's ToolSearch (a model
+                        # would search for them; a scripted server calls them by name).
+                        "ENABLE_TOOL_SEARCH": "false"})
+            p = subprocess.run([claude, "-p", "Take one LoopX turn.", "--output-format", "stream-json", "--verbose",
+                                "--permission-mode", "bypassPermissions", "--mcp-config", str(tmp_path / "mcp.json"),
+                                "--strict-mcp-config"], env=env, cwd=tmp_path, stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert seen_tools[0] == sorted(f"mcp__loopx__{n}" for n in (
+            "should_run", "goal_status", "todo_add", "todo_claim", "todo_done", "evidence_add", "exec_step",
+            "run_finish", "gate_request"))
+        assert server.paths() == {"POST /v1/messages?beta=true"}
+        with reg.read() as tx:
+            run = tx.one("SELECT status, outcome, handoff FROM runs WHERE goal_id = ?", (g,))
+            assert (run["status"], run["outcome"], run["handoff"]) == ("finished", "ok", "via MCP")
+            assert todos.load_todo(tx, g, todo).status == "done"
+    finally:
+        reg.close()
