@@ -158,12 +158,19 @@ def snapshot(tx, goal_id: str) -> dict[str, list[dict]]:
 
 def replayed_snapshot(goal_events: list[Event]) -> dict[str, list[dict]]:
     """The state a goal's events produce when replayed into an empty scratch registry."""
+    if not goal_events:
+        return {}
+    return replay(goal_events, snapshot)
+
+
+def replay(goal_events: list[Event], read: Callable):
+    """Replay one goal's events into an empty scratch registry; returns ``read(tx, goal_id)`` of it."""
     from loopx.store.sqlite import SqliteStore
 
     scratch = SqliteStore(":memory:")
     try:
 
-        def replay(tx):
+        def work(tx):
             for event in goal_events:
                 # Keep the original global id: goals and todos record it as their creation order.
                 tx.execute(
@@ -173,9 +180,9 @@ def replayed_snapshot(goal_events: list[Event]) -> dict[str, list[dict]]:
                      json.dumps(event.body), event.operation_id),
                 )
                 apply(tx, event)
-            return snapshot(tx, goal_events[0].goal_id) if goal_events else {}
+            return read(tx, goal_events[0].goal_id)
 
-        return scratch.write(replay)
+        return scratch.write(work)
     finally:
         scratch.close()
 
