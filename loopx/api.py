@@ -95,6 +95,7 @@ _OWN = (
     "list_evidence",
     "load_evidence",
     "set_output_format",
+    "apply_state",
     "goal_snapshot",
     "replay_goal",
     "reindex_storage",
@@ -112,6 +113,8 @@ def __getattr__(name: str):
     import importlib
 
     module, attr = target.split(":")
+    if name == "LoopxError":
+        importlib.import_module("loopx.plugins")  # so that plugin-registered codes are known
     value = getattr(importlib.import_module(module), attr)
     globals()[name] = value  # resolve once
     return value
@@ -268,6 +271,14 @@ def abandon_expired_run(w, run_id: str) -> None:
     (``capability:NAME``) as the actor, and the core refuses unless the run is open and expired.
     """
     w.emit("run.abandoned", {"run_id": run_id, "by": w.actor})
+
+
+def apply_state(tx, event, namespace: str, values: dict) -> None:
+    """For the ``apply(tx, event)`` of a plugin's own event kind: set state keys of the event's
+    goal in ``namespace`` (what :func:`get_state` reads), using only the event. Replays run it too."""
+    from loopx.events.capability import set_rows
+
+    set_rows(tx, event, namespace, values)
 
 
 # --- reading evidence -----------------------------------------------------------------------

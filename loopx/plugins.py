@@ -47,6 +47,7 @@ def reset() -> None:
     load_errors.clear()
     distributions.clear()
     faults.clear()
+    _vocabulary.clear()
 
 
 def _names(env: str) -> set[str] | None:
@@ -274,8 +275,8 @@ def registrations(name: str, *, arity: int = 2) -> list[tuple[str, bool, tuple]]
     for impl in impls(name):
         mine: list[tuple] = []
 
-        def register(*args, _mine=mine):
-            _mine.append(args)
+        def register(*args, _mine=mine, **kwargs):
+            _mine.append((*args, kwargs) if kwargs else args)
 
         try:
             _call_one(impl, {a: register for a in impl.argnames}, None)
@@ -305,6 +306,93 @@ def named(name: str, what: str) -> dict[str, tuple[object, str]]:
                              f"{key!r}; disable one (LOOPX_DISABLE_PLUGINS={plugin})")
         found[key] = (value, plugin)
     return found
+
+
+# --- the vocabulary plugins add ------------------------------------------------------------------
+
+_NAMESPACED = None
+_vocabulary: dict = {}
+
+
+def _namespaced(value) -> bool:
+    global _NAMESPACED
+    if _NAMESPACED is None:
+        import re
+
+        _NAMESPACED = re.compile(r"[a-z][a-z0-9_]{0,39}\.[a-z][a-z0-9_]{0,63}")
+    return isinstance(value, str) and bool(_NAMESPACED.fullmatch(value))
+
+
+def _cached(what: str, build):
+    pm = get_plugin_manager()
+    key = (id(pm), tuple((name, id(p)) for name, p in pm.list_name_plugin()))
+    found = _vocabulary.get(what)
+    if found is None or found[0] != key:
+        found = (key, build())
+        _vocabulary[what] = found
+    return found[1]
+
+
+def error_codes() -> dict[str, str]:
+    """``{code: description}`` of every plugin's ``loopx_register_error_codes`` (namespaced codes)."""
+
+    def build():
+        out = {}
+        for plugin, _builtin, args in registrations("loopx_register_error_codes"):
+            code = args[0]
+            description = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+            if not _namespaced(code):
+                report_fault(plugin, "loopx_register_error_codes",
+                             f"registered {code!r}, which is not a namespaced code like 'my_plugin.not_found'")
+                continue
+            out[code] = description
+        return out
+
+    return _cached("error_codes", build)
+
+
+def _load_error_codes() -> None:
+    from loopx import errors
+
+    errors.PLUGIN_CODES.clear()
+    errors.PLUGIN_CODES.update(error_codes())
+
+
+def event_kinds(core_areas=()) -> dict[str, tuple]:
+    """``{name: (apply, writers, guard, plugin)}`` of every plugin's ``loopx_register_event_kinds``.
+
+    A kind must be namespaced outside the core's areas, and writable only by ``user``,
+    ``executor`` or ``capability``; anything else is reported and skipped. Two plugins
+    registering one kind is a ``plugin_error``.
+    """
+    from loopx.errors import LoopxError
+
+    def build():
+        out: dict[str, tuple] = {}
+        for plugin, _builtin, args in registrations("loopx_register_event_kinds"):
+            kwargs = args[-1] if args and isinstance(args[-1], dict) else {}
+            positional = args[:-1] if kwargs else args
+            name = positional[0] if positional else kwargs.get("name")
+            apply = positional[1] if len(positional) > 1 else kwargs.get("apply")
+            writers = tuple(positional[2] if len(positional) > 2 else kwargs.get("writers", ("capability",)))
+            guard = kwargs.get("guard")
+            problem = None
+            if not _namespaced(name) or name.split(".")[0] in core_areas:
+                problem = f"registered the event kind {name!r}: kinds are '<namespace>.<verb>' outside the core's areas"
+            elif not callable(apply):
+                problem = f"registered the event kind {name!r} without an apply(tx, event) function"
+            elif not writers or not set(writers) <= {"user", "executor", "capability"}:
+                problem = f"event kind {name!r}: writers must be some of user, executor, capability, not {writers!r}"
+            if problem:
+                report_fault(plugin, "loopx_register_event_kinds", problem)
+                continue
+            if name in out:
+                raise LoopxError("plugin_error", f"plugins {out[name][3]!r} and {plugin!r} both register the event "
+                                 f"kind {name!r}; disable one (LOOPX_DISABLE_PLUGINS={plugin})")
+            out[name] = (apply, frozenset(writers), guard, plugin)
+        return out
+
+    return _cached("event_kinds", build)
 
 
 def store_factories() -> dict:
@@ -345,3 +433,12 @@ def describe() -> list[dict]:
     for name, message in load_errors:
         out.append({"name": name, "builtin": False, "hooks": [], "error": message})
     return out
+
+
+def _install() -> None:
+    from loopx import errors
+
+    errors.add_code_loader(_load_error_codes)
+
+
+_install()
