@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
+from loopx.cli.ids import goal_option
 from loopx.cli.output import LoopxCommand, actor, emit, open_registry
 
 
 @click.command(cls=LoopxCommand)
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--host", type=click.Choice(["claude-code", "codex", "generic"]), default="generic", show_default=True,
               help="Whose tools the prompt names.")
 @click.option("--agent", default=None, help="Who asks (default: env LOOPX_AGENT, else 'agent').")
@@ -22,10 +23,6 @@ def agent_prompt(goal_id, host, agent, ttl_seconds, managed):
     build theirs: the objective and criteria, the hand-off, the todo, the commands it may run
     (and nothing else), how to record evidence and how the turn ends. A `run` decision opens a
     run, as `quota should-run` does.
-
-    \b
-    Example:
-      loopx agent-prompt --goal-id g-1a2b --host claude-code > TURN.md
     """
     from loopx import quota
     from loopx.executors import prompt
