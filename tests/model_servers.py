@@ -9,7 +9,8 @@ request is logged (method, path, model, the usage reported), so a test can asser
 totals a CLI charged and that nothing but the expected paths was called.
 
 Scripts: ``before`` commands are run first (e.g. a user-only ``loopx gate approve``), then the
-prompt's commands; ``hang=True`` accepts requests and never answers. ``policy(results, tools)``
+prompt's commands; ``hang=True`` accepts requests and never answers; ``refuse="text"`` answers
+every request with an HTTP 400 API error carrying that text. ``policy(results, tools)``
 (Anthropic only) replaces the script: given the text of every tool result so far and the names
 of the tools offered, it returns the next ``(tool, input)`` to call, or ``None`` to end the turn.
 """
@@ -34,8 +35,8 @@ def prompt_commands(prompt: str) -> list[str]:
 class _Server:
     """Shared part: thread, request log, script."""
 
-    def __init__(self, *, before=(), hang=False, base_input=1000, base_output=50, policy=None):
-        self.before, self.hang, self.policy = list(before), hang, policy
+    def __init__(self, *, before=(), hang=False, base_input=1000, base_output=50, policy=None, refuse=None):
+        self.before, self.hang, self.policy, self.refuse = list(before), hang, policy, refuse
         self.base_input, self.base_output = base_input, base_output
         self.log: list[dict] = []
         self.prompts: list[str] = []
@@ -68,6 +69,11 @@ class _Server:
                 if owner.hang:
                     # Never answer; hold the connection until the test stops the server.
                     owner.stopping.wait(120)
+                    return
+                if owner.refuse:
+                    # An API error (both APIs share the shape closely enough for their CLIs).
+                    _json(self, 400, {"type": "error", "error": {"type": "invalid_request_error",
+                                                                 "message": owner.refuse, "code": "invalid_request"}})
                     return
                 owner.answer(self, body, entry)
 

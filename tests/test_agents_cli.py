@@ -158,6 +158,16 @@ def test_an_attempt_to_approve_a_gate_is_refused_and_shows_in_the_evidence(agent
     assert refused and not refused[0]["ok"] and "actor_forbidden" in refused[0]["output"]
 
 
+def test_an_api_error_fails_the_turn_with_the_reason_in_the_handoff(agent, reg):
+    made = make_goal(reg, acts={"test": [PY, "-c", "pass"]})
+    with SERVERS[agent.executor](refuse="scripted refusal: quota exceeded") as server:
+        t = agent.loopx(server, "turn", "--goal-id", made["goal"], "--executor", agent.executor)
+    run = _run(reg, t["run_id"])
+    assert t["outcome"] == "failed" and run.tokens == 0
+    assert "exited 1" in run.handoff and "scripted refusal: quota exceeded" in run.handoff
+    assert _processes_of(t["run_id"]) == []
+
+
 def test_a_model_server_that_never_answers_is_stopped_by_the_timeout_and_nothing_is_left_running(agent, reg):
     made = make_goal(reg, acts={"test": [PY, "-c", "pass"]})
     with SERVERS[agent.executor](hang=True) as server:

@@ -133,8 +133,9 @@ def run_agent(name: str, registry, contract: dict, *, agent: str, argv: list[str
     if result["timed_out"]:
         report.failures.insert(0, f"timed out after {bound:.1f}s; the CLI and everything it started were stopped")
     elif result["exit_code"] != 0:
-        report.failures.insert(0, f"{argv[0].rsplit('/', 1)[-1]} exited {result['exit_code']}: "
-                                  f"{_last_line(result['output_tail'])}")
+        # The CLI's own events usually say why; its last line only when they do not.
+        why = "" if report.failures else f": {_last_line(result['output_tail'])}"
+        report.failures.insert(0, f"{argv[0].rsplit('/', 1)[-1]} exited {result['exit_code']}{why}")
     elif not report.finished:
         report.failures.append("the CLI ended without reporting the end of its turn")
     _record_transcript(name, registry, contract, report, result)
@@ -164,7 +165,7 @@ def handoff(name: str, outcome: str, report: Report) -> str:
     """The hand-off note: why a turn failed first, then the agent's own reply."""
     parts = [f"{name}: {outcome}"]
     if report.failures:
-        parts.append("; ".join(report.failures[:5]))
+        parts.append("; ".join(list(dict.fromkeys(report.failures))[:5]))
     ran = len(report.commands)
     if ran:
         parts.append(f"{ran} command{'s' if ran != 1 else ''} run")

@@ -104,7 +104,9 @@ def parse(report, line: str) -> None:
         report.cost = float(event.get("total_cost_usd") or 0.0)
         report.final_text = str(event.get("result") or "")
         if event.get("is_error"):
-            report.failures.append(f"Claude Code reported an error ({event.get('subtype') or 'error'})")
+            # Its `result` is then the error (e.g. "API Error: 400 ..."), not a reply.
+            report.failures.append(f"Claude Code error: {report.final_text[:300] or event.get('subtype')}")
+            report.final_text = ""
         for denial in event.get("permission_denials") or []:
             tool_input = denial.get("tool_input") or {}
             what = tool_input.get("command") or json.dumps(tool_input)[:200]

@@ -106,7 +106,9 @@ def parse(report, line: str) -> None:
         report.tokens += int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
     elif kind == "turn.failed":
         report.finished = True
-        report.failures.append(f"Codex turn failed: {str((event.get('error') or {}).get('message'))[:300]}")
+        message = f"Codex error: {str((event.get('error') or {}).get('message'))[:300]}"
+        if message not in report.failures:  # the same error usually arrived as an `error` event first
+            report.failures.append(message)
     elif kind == "error":
         message = str(event.get("message"))[:300]
         # "Reconnecting... 2/5" is a retry in progress, not the end of the turn.
