@@ -221,6 +221,27 @@ def _processes_of(run_id: str) -> list[int]:
     return found
 
 
+def test_codex_in_a_read_only_sandbox_runs_nothing_and_the_turn_fails(reg, tmp_path, sqlite_url):
+    agent = Agent("codex", tmp_path, sqlite_url)
+    made = make_goal(reg, acts={"test": [PY, "-c", "pass"]})
+    with OpenAIServer() as server:
+        t = agent.loopx(server, "turn", "--goal-id", made["goal"], "--executor", "codex",
+                        LOOPX_CODEX_SANDBOX="read-only")
+    # Whether Codex reports the refused writes or (as with other settings) shows no command at all,
+    # the turn is failed and the todo untouched.
+    assert t["outcome"] == "failed"
+    assert _todo(reg, made["goal"], made["todos"][0]).status == "open"
+
+
+def test_an_agent_that_only_talks_fails_the_turn(reg, tmp_path, sqlite_url):
+    agent = Agent("claude-code", tmp_path, sqlite_url)
+    made = make_goal(reg, acts={"test": [PY, "-c", "pass"]})
+    with AnthropicServer(policy=lambda results, tools: None) as server:
+        t = agent.loopx(server, "turn", "--goal-id", made["goal"], "--executor", "claude-code")
+    assert t["outcome"] == "failed"
+    assert "ran none of the contract's commands" in _run(reg, t["run_id"]).handoff
+
+
 def test_codex_loop_drives_a_goal_with_three_todos_to_done(reg, tmp_path, sqlite_url):
     agent = Agent("codex", tmp_path, sqlite_url)
     made = make_goal(reg, todo_texts=("one", "two", "three"),

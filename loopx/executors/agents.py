@@ -116,11 +116,13 @@ def configured_timeout(default: float = DEFAULT_TIMEOUT) -> float:
 
 
 def run_agent(name: str, registry, contract: dict, *, agent: str, argv: list[str], env: dict, parse,
-              report: Report, timeout: float) -> dict:
+              report: Report, timeout: float, sees_commands: bool = True) -> dict:
     """Run one agent CLI for the turn and return what ``run finish`` takes.
 
-    ``parse(report, line)`` reads one line of the CLI's standard output into ``report``.
+    ``parse(report, line)`` reads one line of the CLI's standard output into ``report``;
+    ``sees_commands``: the CLI reports the commands it runs (so running none of them is a failure).
     """
+    from loopx.executors import prompt as prompts
     from loopx.process import run_command
 
     def on_line(text: str) -> None:
@@ -138,6 +140,10 @@ def run_agent(name: str, registry, contract: dict, *, agent: str, argv: list[str
         report.failures.insert(0, f"{argv[0].rsplit('/', 1)[-1]} exited {result['exit_code']}{why}")
     elif not report.finished:
         report.failures.append("the CLI ended without reporting the end of its turn")
+    elif sees_commands and not report.commands and prompts.commands(contract, managed=True):
+        # Codex in a read-only sandbox "runs" nothing and exits 0: a turn that ran none of the
+        # contract's commands did not do the work, whatever the CLI says.
+        report.failures.append("the agent ran none of the contract's commands")
     _record_transcript(name, registry, contract, report, result)
     outcome = "failed" if report.failures else _progress(registry, contract)
     return {"outcome": outcome, "tokens": report.tokens, "cost": round(report.cost, 6),

@@ -88,7 +88,8 @@ class CommandExecutor:
             report = agents.Report()
             report.finished = True  # a plain program's exit ends its turn
             return agents.run_agent(NAME, registry, contract, agent=agent, argv=argv, env=env, parse=parse,
-                                    report=report, timeout=self.timeout or agents.configured_timeout())
+                                    report=report, timeout=self.timeout or agents.configured_timeout(),
+                                    sees_commands=False)
 
 
 def parse(report, line: str) -> None:
