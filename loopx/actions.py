@@ -198,7 +198,7 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
     Returns the evidence record (exit code, duration, output tail, output sha256).
     """
     from loopx import evidence
-    from loopx.executors import run_command
+    from loopx.process import run_command
 
     check_id("run", run_id)
     timeout = float(check_number(timeout, what="--timeout", minimum=0.001, maximum=MAX_TIMEOUT))

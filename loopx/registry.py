@@ -55,9 +55,9 @@ def resolve_url(url: str | None) -> str:
 
 def display_url(url: str) -> str:
     """``url`` as safe to print: any password replaced by ``***``."""
-    import re
+    from loopx.store import display_url as safe
 
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+    return safe(url)
 
 
 def open_store(url: str | None = None, *, readonly: bool = False):
