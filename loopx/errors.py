@@ -39,6 +39,7 @@ CODES = frozenset(
         "capability_not_found",
         "capability_conflict",
         "not_found",
+        "id_ambiguous",
         "target_not_empty",
         "copy_mismatch",
         "issue_fix_error",
