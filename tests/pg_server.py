@@ -94,7 +94,7 @@ class ThrowawayPostgres:
             raise
 
     def _start_in(self, bindir: Path) -> str:
-        from mirakuru.exceptions import AlreadyRunning
+        from mirakuru.exceptions import AlreadyRunning, ProcessExitedWithError
         from port_for import select_random
 
         owner = _server_user()
@@ -118,10 +118,10 @@ class ThrowawayPostgres:
                 if launcher is not None and launcher.wait(timeout=90) != 0:
                     raise ServerUnavailable(f"pg_ctl start failed: {_tail(log)}")
                 break
-            except AlreadyRunning:
+            except (AlreadyRunning, ProcessExitedWithError):  # the port was taken: try another
                 self._executor = None
         else:
-            raise ServerUnavailable("no free port found for the throwaway PostgreSQL server")
+            raise ServerUnavailable(f"the throwaway PostgreSQL server did not start: {_tail(log)}")
         self._provision(port, superuser_password, password)
         self.url = f"postgresql://{ROLE}:{password}@127.0.0.1:{port}/{DATABASE}"
         return self.url
@@ -160,7 +160,7 @@ class ThrowawayPostgres:
 
     @staticmethod
     def _provision(port: int, superuser_password: str, password: str) -> None:
-        """The role and database the tests use, as ``scripts/postgres.sh`` used to make them."""
+        """The login role and database the tests use (not a superuser, as on a real deployment)."""
         import psycopg
 
         with psycopg.connect(host="127.0.0.1", port=port, user="postgres", password=superuser_password,
