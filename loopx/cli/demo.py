@@ -108,12 +108,12 @@ def _run(url: str, kept: bool) -> None:
         from loopx.registry import display_url
 
         click.echo("\nDone. Look around in the demo's registry:")
-        click.echo(f"LOOPX_REGISTRY={shlex.quote(display_url(url))} {program()} summary_all")
+        click.echo(f"LOOPX_REGISTRY={shlex.quote(display_url(url))} {program()} summary-all")
     else:
         keep = free_name("loopx-demo.db")
         click.echo("\nDone. The demo's temporary registry is removed. To run it on one you keep and look around:")
         click.echo(f"{program()} demo --registry {shlex.quote(keep)} && "
-                   f"LOOPX_REGISTRY={shlex.quote(keep)} {program()} summary_all")
+                   f"LOOPX_REGISTRY={shlex.quote(keep)} {program()} summary-all")
 
 
 def program() -> str:
