@@ -86,7 +86,9 @@ class ThrowawayPostgres:
             raise ServerUnavailable(f"pytest-postgresql is not installed ({exc}): pip install -e '.[test,postgres]'")
         atexit.register(self.stop)
         self._catch_signals()
+        sweep_orphans(_temp_root())
         self.dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=_temp_root()))
+        (self.dir / "owner.pid").write_text(f"{os.getpid()}\n")
         try:
             return self._start_in(bindir)
         except BaseException:
@@ -252,6 +254,31 @@ def _temp_root() -> str:
     if os.geteuid() == 0 and not all(os.stat(d).st_mode & 0o001 for d in (root, *root.parents)):
         return "/tmp"
     return str(root)
+
+
+def sweep_orphans(root: str) -> list[str]:
+    """Stop and delete throwaway servers whose session died without cleaning up (SIGKILL).
+
+    Each server's directory names the process that started it (``owner.pid``); one whose owner
+    is gone is an orphan. Returns the directories removed.
+    """
+    removed = []
+    for path in Path(root).glob(f"{PREFIX}*"):
+        try:
+            owner = int((path / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being created
+        try:
+            os.kill(owner, 0)
+            continue  # its session is alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # alive, someone else's
+        _kill_postmaster(path / "data")
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(str(path))
+    return removed
 
 
 def _tail(log: Path, lines: int = 5) -> str:

@@ -5,7 +5,8 @@ tiny PostgreSQL test, with ``TMPDIR`` pointing at a directory of ours so that we
 leaves behind, then checks: nothing left in that directory, nothing listening on the port the
 inner session used, no ``postgres`` process on its data directory. The same holds when the inner
 test fails, and when the session is interrupted (Ctrl-C) or terminated (SIGTERM) mid-test. With
-``LOOPX_TEST_POSTGRES_URL`` set, no server is started at all.
+``LOOPX_TEST_POSTGRES_URL`` set, no server is started at all. A session killed outright (SIGKILL)
+leaves its server running: the next session stops and deletes it.
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests import backends
+from tests import backends, pg_server
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.postgres
 
 INNER_TEST = textwrap.dedent("""
     import os, time
-    from tests import backends
+    from tests import backends, pg_server
 
     def test_inner():
         url = backends.postgres_base_url()
@@ -57,15 +58,18 @@ def scratch():
     path = Path(tempfile.mkdtemp(prefix="pgtest-"))
     path.chmod(0o1777)
     yield path
+    # Should a test here fail half-way, its inner servers must not outlive it either.
+    for data in path.glob("tmp/loopx-pg-*/data"):
+        pg_server._kill_postmaster(data)
     shutil.rmtree(path, ignore_errors=True)
 
 
 def inner_session(scratch: Path, mode: str, env_url: str | None = None) -> tuple[subprocess.Popen, Path]:
     tests_dir = scratch / "inner"
-    tests_dir.mkdir()
+    tests_dir.mkdir(exist_ok=True)
     (tests_dir / "test_inner.py").write_text(INNER_TEST)
     tmp = scratch / "tmp"
-    tmp.mkdir()
+    tmp.mkdir(exist_ok=True)
     tmp.chmod(0o1777)
     report = scratch / "report.txt"
     env = {k: v for k, v in os.environ.items() if k not in (backends.POSTGRES_ENV, backends.REQUIRE_ENV)}
@@ -126,6 +130,21 @@ def test_interrupted_session_still_cleans_up(scratch, sig):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0, out
     assert_gone(url, scratch)
+
+
+def test_a_killed_sessions_server_is_swept_by_the_next_session(scratch):
+    proc, report = inner_session(scratch, "hang")
+    url = wait_for(report, proc)
+    os.killpg(proc.pid, signal.SIGKILL)  # no handler, no atexit: the server is orphaned
+    proc.wait(timeout=60)
+    assert [p.name[:9] for p in (scratch / "tmp").iterdir()] == ["loopx-pg-"]
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", urlsplit(url).port)) == 0  # still serving, nobody to stop it
+    report.unlink()
+    proc, report = inner_session(scratch, "pass")  # the next session, in the same temp dir
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert_gone(url, scratch)  # the orphan, and the new session's own server
 
 
 def test_given_url_starts_nothing(scratch):
