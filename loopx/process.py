@@ -5,7 +5,9 @@ the executor's environment added, stdin closed, in its own process group, a time
 that group and every descendant it can find, a bounded tail of the output and the sha256 of
 all of it. With ``on_line`` it also hands each line of standard output to the caller as it
 arrives (agent CLIs print JSON events); with ``reap`` it kills whatever the child left running
-in its group once it exits.
+in its group once it exits. It sits below the domain layer (it imports nothing of LoopX), so
+``loopx exec`` (``loopx.actions``) and the executor providers share it without an import circle;
+``loopx.executors.run_command`` is the same function.
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@ other program, from an argv template). Child processes are run by :func:`loopx.p
 from __future__ import annotations
 
 from loopx.errors import LoopxError
-from loopx.process import TAIL_BYTES, run_command  # noqa: F401  (the old import path keeps working)
+
+# The one way LoopX runs a child process lives in loopx.process (below the domain layer, so that
+# `loopx exec` can use it without importing executors); importable from here as before.
+from loopx.process import TAIL_BYTES, run_command  # noqa: E402,F401
 
 
 def providers() -> dict:
