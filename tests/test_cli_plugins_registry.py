@@ -28,6 +28,7 @@ def test_plugins_install_and_uninstall_into_loopx_own_environment(tmp_path, regi
     assert built.returncode == 0, built.stderr[-2000:]
     loopx = str(venv / "bin" / "loopx")
     env = loopx_env(registry_url, LOOPX_PLUGIN_CACHE="0")
+    del env["LOOPX_PLUGINS"]  # this test is about what installing a plugin loads
 
     before = _run([loopx, "--help"], env=env).stdout
     assert "run-model" not in before

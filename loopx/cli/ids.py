@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import click
 
-from loopx.cli.output import REGISTRY_KEY
+from loopx.cli.keys import REGISTRY_KEY
 
 # kind -> (id letter, table). Ids are globally unique, so a prefix is looked up table-wide.
 TABLES = {

@@ -15,8 +15,7 @@ import click
 
 from loopx.errors import LoopxError
 
-FORMAT_KEY = "loopx.format"
-REGISTRY_KEY = "loopx.registry"
+from loopx.cli.keys import FORMAT_KEY, REGISTRY_KEY  # noqa: F401  (importable from here as before)
 
 
 def _set_format(ctx, param, value):
