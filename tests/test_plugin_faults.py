@@ -117,3 +117,30 @@ def test_a_broken_commands_hook_costs_only_its_commands(faulty):
     p = faulty("faulty-hello", "--json")
     assert p.returncode == 0 and json.loads(p.stdout) == {"hello": "world"}
     assert "faulty-hello" in faulty("--help").stdout
+
+
+def test_a_bad_executor_registration_is_named_and_skipped(loopx_plugin, capsys):
+    from loopx import executors, hookimpl
+
+    class Provider:
+        def run_turn(self, registry, contract, *, agent):
+            return {"outcome": "ok"}
+
+    class Broken:
+        @hookimpl
+        def loopx_register_executors(self, register):
+            register("no-turn", object())
+
+    class Raises:
+        @hookimpl
+        def loopx_register_executors(self, register):
+            register("half", Provider())
+            raise RuntimeError("registry exploded")
+
+    loopx_plugin(Broken(), name="broken-exec")
+    loopx_plugin(Raises(), name="raising-exec")
+    found = executors.providers()
+    assert "shell" in found and "no-turn" not in found and "half" not in found
+    err = capsys.readouterr().err
+    assert "'broken-exec'" in err and "no run_turn" in err
+    assert "'raising-exec'" in err and "registry exploded" in err
