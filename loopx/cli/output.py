@@ -15,7 +15,8 @@ import click
 
 from loopx.errors import LoopxError
 
-from loopx.cli.keys import FORMAT_KEY, REGISTRY_KEY  # noqa: F401  (importable from here as before)
+FORMAT_KEY = "loopx.format"
+from loopx.cli.ids import REGISTRY_KEY  # noqa: E402,F401  (re-exported)
 
 
 def _set_format(ctx, param, value):
