@@ -107,6 +107,11 @@ class PostgresTx:
     def execute(self, sql, params=()):
         return self._conn.execute(translate(sql), _params(params)).rowcount
 
+    def executemany(self, sql, rows):
+        with self._conn.cursor() as cur:
+            cur.executemany(translate(sql), [_params(r) for r in rows])
+            return cur.rowcount
+
     def query(self, sql, params=()):
         return self._conn.execute(translate(sql), _params(params)).fetchall()
 
@@ -198,8 +203,8 @@ class PostgresStore:
                 version = self._stored_version() or 0
                 if version >= schema.CURRENT_VERSION:
                     return
-                for sql in schema.statements("postgres", version):
-                    conn.execute(sql)
+                for step in schema.statements("postgres", version):
+                    step(PostgresTx(conn)) if callable(step) else conn.execute(step)
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES (%s, %s)"
                     " ON CONFLICT (key) DO UPDATE SET value = excluded.value",

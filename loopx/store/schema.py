@@ -24,6 +24,8 @@ GOAL_TABLES = {
     "evidence": ("id",),
     "rewards": ("id",),
     "capability_state": ("goal_id", "namespace", "key"),
+    # Where the overview ranks the goal; kept by loopx.attention from the rows above.
+    "goal_summary": ("goal_id",),
 }
 
 _V1 = [
@@ -160,14 +162,33 @@ _V2 = [
     "ALTER TABLE actions ADD COLUMN gate_id TEXT",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2]
+
+def _v3() -> list:
+    # v3: the attention summary (``goal_summary`` and its counters), so the overview's first page
+    # is one indexed query; built for existing goals by ``loopx.attention.rebuild_all``.
+    from loopx import attention
+
+    return attention.migration()
+
+
+# A step is a list of SQL texts, ``{dialect: [SQL...]}`` for what differs per dialect, or a
+# callable run with the migration's transaction (for data that only Python can derive).
+MIGRATIONS: list = [_V1, _V2, _v3]
 CURRENT_VERSION = len(MIGRATIONS)
+SUMMARY_VERSION = MIGRATIONS.index(_v3) + 1  # the version that added the attention summary
 
 
-def statements(dialect: str, from_version: int) -> list[str]:
-    """The DDL that takes a store at ``from_version`` to :data:`CURRENT_VERSION`."""
+def statements(dialect: str, from_version: int) -> list:
+    """What takes a store at ``from_version`` to :data:`CURRENT_VERSION`: SQL texts and callables
+    (``fn(tx)``), in order."""
     words = DIALECT_WORDS[dialect]
     out = []
     for step in MIGRATIONS[from_version:]:
-        out.extend(sql.format(**words) for sql in step)
+        for item in (step() if callable(step) else step):
+            if isinstance(item, dict):
+                out.extend(sql.format(**words) for sql in item[dialect])
+            elif callable(item):
+                out.append(item)
+            else:
+                out.append(item.format(**words))
     return out

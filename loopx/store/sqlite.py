@@ -40,6 +40,9 @@ class SqliteTx:
     def execute(self, sql, params=()):
         return self._conn.execute(sql, params).rowcount
 
+    def executemany(self, sql, rows):
+        return self._conn.executemany(sql, rows).rowcount
+
     def query(self, sql, params=()):
         cur = self._conn.execute(sql, params)
         names = [d[0] for d in cur.description]
@@ -109,8 +112,8 @@ class SqliteStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            for sql in schema.statements("sqlite", version):
-                conn.execute(sql)
+            for step in schema.statements("sqlite", version):
+                step(SqliteTx(conn)) if callable(step) else conn.execute(step)
             conn.execute(f"PRAGMA user_version = {schema.CURRENT_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
