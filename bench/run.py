@@ -353,8 +353,53 @@ def write_report(path: Path, results: dict, notes: list[str]) -> None:
                              f" {w['p95']:.2f} | {w['p99']:.2f} | {w['max']:.1f} | {w['lost']} | {w['errors']} |")
         lines.append("")
     if notes:
-        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+        lines += ["## Notes on this run", ""] + [f"- {n}" for n in notes] + [""]
+    lines += HOW
     path.write_text("\n".join(lines))
+
+
+HOW = """## How the figures stay flat
+
+**The overview costs a page.** Every write applies its events through `loopx.ledger.apply`,
+which also refreshes the goal's row in `goal_summary` (status, creation order, lane: closed /
+quiet / attention, the attention codes, the earliest expiry of its open runs) when the event's
+area can move it (goal, quota, gate, run, capability events; todo, action, evidence and reward
+events cannot). Triggers keep `summary_counts` (goals per status, goals needing attention) equal
+to that table, whatever writes it. Replay, registry copy and self-repair rebuild it like every
+other goal table; schema migration 3 builds it for older registries with set queries. A page of
+`loopx status` / `GET /api/status` is then: the counters, the goals whose open run has expired
+by now (an index range on `run_expires`), one index range on `(lane, created_seq)` per part of
+the page, and the shown fields of the page's goals only.
+
+*Stored vs. computed at read time:* gate_pending, budget_exhausted (usage counts closed runs
+only), run_abandoned (newest run marked abandoned) and run_failed depend only on rows, so they
+are stored. The one clock-dependent reason, an open run past its expiry, is judged when the page
+is read from the stored `run_expires`. Cadence and todo leases decide whether an agent may run,
+not whether a human must look, so they are not attention reasons.
+
+**The status server never recomputes what did not change.** Views are cached by the revision of
+what they show (a goal view by that goal's revision; the overview by the registry revision and
+change generation), at most 1 s because the clock moves leases and run expiry; concurrent misses
+build once (single-flight); encoded views are capped at 32 MiB (`LOOPX_STATUS_CACHE_BYTES`).
+
+**Writers queue instead of backing off.** A SQLite writer takes an exclusive `flock` on
+`registry.db-lock` before `BEGIN IMMEDIATE`; the kernel wakes the next waiter as soon as the
+holder releases, so waits are the writes ahead of you, not SQLite's busy-handler sleeps (which
+grow to 100 ms). Readers never take it. On a machine whose cores are shared, a writer preempted
+while it holds the lock still delays the queue by a scheduler time slice: see the load average.
+
+**PostgreSQL start-up.** psycopg's package imports all of itself (async connections, every type
+adapter, libpq wrapper, `importlib.metadata` for the binary's version) whatever a command uses,
+so the floor of a PostgreSQL command is the import floor plus `import psycopg` ("import floor +
+psycopg" above); LoopX's PostgreSQL store adds no other import on a command's path (no hashlib /
+OpenSSL), and a command also pays connecting (and SCRAM authentication) to the server.
+
+**Cache.** Filled registries live in `${XDG_CACHE_HOME:-~/.cache}/loopx-bench/` (or
+`$LOOPX_BENCH_CACHE`) and PostgreSQL schemas `loopx_bench_*`; `python bench/run.py --clean`
+removes the files. The fill (`bench/fill.py`) writes ledger events with `executemany` and applies
+them with the ledger's apply code; the commands measured here write a little to the cached
+registries (should-run on one goal, the writers' todos).
+""".splitlines()
 
 
 def main() -> None:
