@@ -7,7 +7,7 @@ import floor, raw SQLite commits per second), on SQLite and on PostgreSQL.
 
 Cache: ``$LOOPX_BENCH_CACHE``, else ``${XDG_CACHE_HOME:-~/.cache}/loopx-bench/``. A registry is
 named by its size, the fill version and the schema version, and is renamed into place only when
-complete, so an interrupted fill is never reused; ``--clean`` deletes the cache. PostgreSQL
+complete, so an interrupted fill is never measured (the next run resumes it); ``--clean`` deletes the cache. PostgreSQL
 registries are schemas ``loopx_bench_*`` in the database ``--postgres`` names (default
 ``$LOOPX_BENCH_POSTGRES_URL``, else ``$LOOPX_TEST_POSTGRES_URL``); without one, PostgreSQL is
 skipped and the report says so.
@@ -74,9 +74,7 @@ def sqlite_registry(n: int, log) -> str:
         Registry.open(str(path)).close()  # migrates a registry cached by an older LoopX
         return str(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    for leftover in path.parent.glob(partial.name + "*"):
-        leftover.unlink()
+    partial = path.with_suffix(".partial")  # an interrupted fill is resumed (batches are transactions)
     log(f"filling {path} with {n:,} goals...")
     started = time.monotonic()
     with Registry.open(str(partial)) as reg:

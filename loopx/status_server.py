@@ -207,6 +207,7 @@ class ViewCache:
         self._items: OrderedDict = OrderedDict()  # key -> (monotonic time, body)
         self._bytes = 0
         self._flights: dict = {}  # key -> _Flight being built
+        self._latest: dict = {}  # family -> its newest key (served while the next is built)
         self._lock = threading.Lock()
         self.builds = 0  # how many views were computed (for tests and the benchmark)
 
@@ -215,20 +216,31 @@ class ViewCache:
         """Bytes of encoded bodies held now."""
         return self._bytes
 
-    def get_or_build(self, key, build) -> bytes:
-        """The cached body for ``key``, else ``build()``'s, computed once however many ask at once."""
+    def get_or_build(self, key, build, family=None) -> bytes:
+        """The cached body for ``key``, else ``build()``'s, computed once however many ask at once.
+
+        ``family`` names the view without its version: while one request builds a new version,
+        the others get the family's previous version if it is under ``ttl`` old (so a writer
+        committing every 100 ms does not make readers queue behind each rebuild); the request
+        that builds - the first after a change - always gets the new one.
+        """
         if self.ttl <= 0:
             self.builds += 1
             return build()
         with self._lock:
+            now = time.monotonic()
             found = self._items.get(key)
-            if found is not None and time.monotonic() - found[0] <= self.ttl:
+            if found is not None and now - found[0] <= self.ttl:
                 self._items.move_to_end(key)
                 return found[1]
             flight = self._flights.get(key)
             leader = flight is None
             if leader:
                 flight = self._flights[key] = _Flight()
+            elif family is not None:
+                previous = self._items.get(self._latest.get(family))
+                if previous is not None and now - previous[0] <= self.ttl:
+                    return previous[1]
         if not leader:
             if flight.done.wait(FLIGHT_WAIT_SECONDS) and flight.body is not None:
                 return flight.body
@@ -245,13 +257,17 @@ class ViewCache:
             with self._lock:
                 self._flights.pop(key, None)
             flight.done.set()
-        self._put(key, body)
+        self._put(key, body, family)
         return body
 
-    def _put(self, key, body: bytes) -> None:
+    def _put(self, key, body: bytes, family=None) -> None:
         if len(body) > self.max_bytes // 4:  # one huge page must not flush everything else
             return
         with self._lock:
+            if family is not None:
+                self._latest[family] = key
+                if len(self._latest) > 4 * len(self._items) + 1024:  # forget families long evicted
+                    self._latest = {f: k for f, k in self._latest.items() if k in self._items}
             old = self._items.pop(key, None)
             if old is not None:
                 self._bytes -= len(old[1])
@@ -508,7 +524,8 @@ class StatusHandler(BaseHTTPRequestHandler):
         def work(tx):
             seen = version(tx) if version else (projection.revision(tx), server.watcher.generation)
             return server.cache.get_or_build(
-                (key, seen), lambda: json.dumps(build(tx), ensure_ascii=False, separators=(",", ":")).encode())
+                (key, seen), lambda: json.dumps(build(tx), ensure_ascii=False, separators=(",", ":")).encode(),
+                family=key)
 
         self._send(200, server.pool.run(work), JSON_TYPE)
 

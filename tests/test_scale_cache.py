@@ -119,3 +119,26 @@ def test_memory_stays_under_the_byte_cap():
         assert cache.size_bytes <= 100_000
     assert cache.get_or_build(99, lambda: b"rebuilt") == b"x" * 10_000  # the newest stay
     assert cache.get_or_build(0, lambda: b"rebuilt") == b"rebuilt"  # the oldest went
+
+
+def test_while_a_new_version_builds_others_get_the_previous_one():
+    cache = ViewCache(ttl=60)
+    assert cache.get_or_build(("overview", 1), lambda: b"v1", family="overview") == b"v1"
+    started, release = threading.Event(), threading.Event()
+
+    def slow():
+        started.set()
+        release.wait(10)
+        return b"v2"
+
+    leader = []
+    t = threading.Thread(target=lambda: leader.append(cache.get_or_build(("overview", 2), slow, family="overview")))
+    t.start()
+    started.wait(10)
+    t0 = time.monotonic()
+    assert cache.get_or_build(("overview", 2), slow, family="overview") == b"v1"  # no queue
+    assert time.monotonic() - t0 < 1
+    release.set()
+    t.join()
+    assert leader == [b"v2"]  # the request that built it saw the new version
+    assert cache.get_or_build(("overview", 2), slow, family="overview") == b"v2"
