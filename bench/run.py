@@ -82,6 +82,7 @@ def sqlite_registry(n: int, log) -> str:
         reg.store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         reg.store._conn.execute("ANALYZE")
     partial.rename(path)
+    Path(f"{partial}-lock").unlink(missing_ok=True)  # the writers' queue file of the partial name
     log(f"  filled in {time.monotonic() - started:.0f} s")
     return str(path)
 

@@ -130,3 +130,35 @@ def test_list_refuses_a_bad_page(loopx, args):
     r = loopx("project_prompt", "list", *args, "--json")
     assert r.code == 2, r
     assert r.json["error"]["code"] == "invalid_argument"
+
+
+def test_stored_budget_verdict_matches_the_quota_module(loopx):
+    """The summary's budget arithmetic (kept below the domain layer) agrees with loopx.usage."""
+    cases = {
+        "turns at the limit": (["--max-turns", "1"], [("ok", {})], []),
+        "turns left": (["--max-turns", "2"], [("ok", {})], []),
+        "tokens exactly used": (["--max-tokens", "30"], [("ok", {"tokens": "10"}), ("ok", {"tokens": "20"})], []),
+        "float cost used up": (["--max-cost", "0.3"], [("ok", {"cost": "0.1"}), ("ok", {"cost": "0.2"})], []),
+        "granted back": (["--max-turns", "1"], [("ok", {})], ["--turns", "1"]),
+        "wall seconds": (["--max-wall-seconds", "0.001"], [("ok", {})], []),
+        "no limits": ([], [("failed", {})], []),
+    }
+    ids = {}
+    for name, (limits, runs, grant) in cases.items():
+        goal = ids[name] = _goal(loopx, name)
+        if limits:
+            assert loopx("quota", "set", "--goal-id", goal, *limits).code == 0
+        for outcome, extra in runs:
+            r = loopx("quota", "should-run", "--goal-id", goal, "--json")
+            assert r.code == 0 and r.json["decision"] == "run", (name, r)
+            args = ["run", "finish", "--run-id", r.json["interaction_contract"]["run_id"], "--outcome", outcome]
+            for k, v in extra.items():
+                args += [f"--{k}", v]
+            assert loopx(*args).code == 0, name
+        if grant:
+            assert loopx("quota", "grant", "--goal-id", goal, *grant).code == 0
+    for name, goal in ids.items():
+        view = loopx("status", "--goal-id", goal, "--json").json
+        assert ("budget_exhausted" in view["attention"]) == bool(view["quota"]["exhausted"]), (name, view["quota"])
+    assert "budget_exhausted" in loopx("status", "--goal-id", ids["float cost used up"], "--json").json["attention"]
+    assert "budget_exhausted" not in loopx("status", "--goal-id", ids["granted back"], "--json").json["attention"]
