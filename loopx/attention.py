@@ -30,6 +30,11 @@ the same counter row; a read sums them.
 
 from __future__ import annotations
 
+import functools
+import json
+
+from loopx.clock import seconds_between
+
 STATIC_CODES = ("gate_pending", "budget_exhausted", "run_abandoned", "run_failed")
 LANE_CLOSED, LANE_QUIET, LANE_ATTENTION = 0, 1, 2
 COUNT_KEYS = ("open", "paused", "closed", "attention")
@@ -38,18 +43,80 @@ SHARDS = 16  # PostgreSQL counter rows per key (SQLite uses shard 0 only: it has
 
 def _row_for(tx, goal_id: str) -> tuple | None:
     """The summary row ``(status, created_seq, lane, attention, run_expires)`` the goal's rows give."""
-    from loopx.status import attention_map
-
-    goal = tx.one("SELECT status, created_seq FROM goals WHERE id = ?", (goal_id,))
+    goal = tx.one("SELECT status, created_seq, limits, grants FROM goals WHERE id = ?", (goal_id,))
     if goal is None:
         return None
     if goal["status"] == "closed":
         return (goal["status"], goal["created_seq"], LANE_CLOSED, "", None)
-    # An empty "now" sorts before every timestamp: only the clock-free codes come back.
-    codes = attention_map(tx, "", [goal_id]).get(goal_id, [])
+    codes = set()
+    if tx.one("SELECT 1 AS x FROM gates WHERE goal_id = ? AND status = 'pending' LIMIT 1", (goal_id,)):
+        codes.add("gate_pending")
+    newest = tx.one("SELECT status FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id DESC LIMIT 1", (goal_id,))
+    if newest and newest["status"] == "abandoned":
+        codes.add("run_abandoned")
+    done = tx.one("SELECT outcome FROM runs WHERE goal_id = ? AND status = 'finished'"
+                  " ORDER BY opened_at DESC, id DESC LIMIT 1", (goal_id,))
+    if done and done["outcome"] == "failed":
+        codes.add("run_failed")
+    if _limited(goal) and _exhausted(goal, _usage(tx, goal_id).get(goal_id, _UNUSED)):
+        codes.add("budget_exhausted")
     expiry = tx.one("SELECT min(expires_at) AS e FROM runs WHERE goal_id = ? AND status = 'open'", (goal_id,))
-    return (goal["status"], goal["created_seq"], LANE_ATTENTION if codes else LANE_QUIET, ",".join(codes),
+    return (goal["status"], goal["created_seq"], LANE_ATTENTION if codes else LANE_QUIET, _codes(codes),
             expiry["e"] if expiry else None)
+
+
+def _codes(found) -> str:
+    return ",".join(c for c in STATIC_CODES if c in found)
+
+
+# ------------------------------------------------------------------------------ budgets
+# The same arithmetic as loopx.usage (usage, effective_limits, remaining, exhausted), here because
+# the summary is kept by the ledger's apply, which sits below the domain modules; a test holds
+# the two to the same verdicts.
+
+_BUDGETS = (("turns", "max_turns"), ("tokens", "max_tokens"), ("cost", "max_cost"),
+            ("wall_seconds", "max_wall_seconds"))
+_UNUSED = {"turns": 0, "tokens": 0, "cost": 0.0, "wall_seconds": 0.0}
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> dict:
+    return json.loads(text or "{}")
+
+
+def _limited(goal: dict) -> bool:
+    limits = _parsed(goal["limits"])
+    return any(limits.get(name) is not None for _, name in _BUDGETS)
+
+
+def _exhausted(goal: dict, used: dict) -> bool:
+    """Whether any budget of ``goal`` (a row with ``limits`` and ``grants``) has nothing left."""
+    limits, grants = _parsed(goal["limits"]), _parsed(goal["grants"])
+    for key, name in _BUDGETS:
+        base = limits.get(name)
+        if base is None:
+            continue
+        left = max(0, base + (grants.get(name) or 0) - used[key])
+        if (round(left, 6) if isinstance(left, float) else left) <= 0:
+            return True
+    return False
+
+
+def _usage(tx, goal_id: str | None) -> dict[str, dict]:
+    """``{goal_id: used}`` for one goal, or for every goal with runs when ``goal_id`` is None."""
+    scope, params = ("", ()) if goal_id is None else (" AND goal_id = ?", (goal_id,))
+    out: dict[str, dict] = {}
+    for r in tx.query("SELECT goal_id, COUNT(*) AS turns, COALESCE(SUM(tokens), 0) AS tokens,"
+                      " COALESCE(SUM(cost), 0) AS cost FROM runs WHERE 1 = 1" + scope + " GROUP BY goal_id", params):
+        out[r["goal_id"]] = {"turns": int(r["turns"]), "tokens": int(r["tokens"]), "cost": float(r["cost"]),
+                             "wall_seconds": 0.0}
+    for r in tx.query("SELECT goal_id, opened_at, finished_at FROM runs"
+                      " WHERE status IN ('finished', 'abandoned')" + scope, params):
+        out[r["goal_id"]]["wall_seconds"] += max(0.0, seconds_between(r["opened_at"], r["finished_at"]))
+    for used in out.values():
+        used["cost"] = round(used["cost"], 6)
+        used["wall_seconds"] = round(used["wall_seconds"], 3)
+    return out
 
 
 def refresh(tx, goal_id: str) -> None:
@@ -75,32 +142,43 @@ def refresh(tx, goal_id: str) -> None:
 def rebuild_all(tx) -> int:
     """Fill ``goal_summary`` for every goal (the schema migration; also a repair tool). Returns the count.
 
-    Set queries over the whole registry (the same rules as :func:`refresh`), then one batched
-    insert: a migration of a million goals takes seconds, not one query per goal.
+    Set queries over the whole registry (the same rules as :func:`refresh`), then batched
+    inserts: a migration of a million goals takes seconds, not one query per goal.
     """
-    from loopx.status import attention_map
-
     tx.execute("DELETE FROM goal_summary")
-    codes = attention_map(tx, "")
+    codes: dict[str, set] = {}
+    for r in tx.query("SELECT DISTINCT goal_id FROM gates WHERE status = 'pending'"):
+        codes.setdefault(r["goal_id"], set()).add("gate_pending")
+    newest: dict[str, tuple] = {}
+    newest_done: dict[str, tuple] = {}
+    for r in tx.query("SELECT goal_id, id, status, outcome, opened_at FROM runs"):
+        order = (r["opened_at"], r["id"])
+        if r["goal_id"] not in newest or order > newest[r["goal_id"]][0]:
+            newest[r["goal_id"]] = (order, r["status"])
+        if r["status"] == "finished" and (r["goal_id"] not in newest_done or order > newest_done[r["goal_id"]][0]):
+            newest_done[r["goal_id"]] = (order, r["outcome"])
+    for goal_id, (_, status) in newest.items():
+        if status == "abandoned":
+            codes.setdefault(goal_id, set()).add("run_abandoned")
+    for goal_id, (_, outcome) in newest_done.items():
+        if outcome == "failed":
+            codes.setdefault(goal_id, set()).add("run_failed")
+    used = _usage(tx, None)
     expiries = {r["goal_id"]: r["e"] for r in tx.query(
         "SELECT goal_id, min(expires_at) AS e FROM runs WHERE status = 'open' GROUP BY goal_id")}
     rows = []
-    for g in tx.query("SELECT id, status, created_seq FROM goals"):
+    for g in tx.query("SELECT id, status, created_seq, limits, grants FROM goals"):
         if g["status"] == "closed":
             rows.append((g["id"], g["status"], g["created_seq"], LANE_CLOSED, "", None))
-        else:
-            mine = codes.get(g["id"], [])
-            rows.append((g["id"], g["status"], g["created_seq"], LANE_ATTENTION if mine else LANE_QUIET,
-                         ",".join(mine), expiries.get(g["id"])))
+            continue
+        mine = codes.get(g["id"], set())
+        if _limited(g) and _exhausted(g, used.get(g["id"], _UNUSED)):
+            mine = mine | {"budget_exhausted"}
+        rows.append((g["id"], g["status"], g["created_seq"], LANE_ATTENTION if mine else LANE_QUIET, _codes(mine),
+                     expiries.get(g["id"])))
     sql = "INSERT INTO goal_summary (goal_id, status, created_seq, lane, attention, run_expires) VALUES (?, ?, ?, ?, ?, ?)"
-    many = getattr(tx, "executemany", None)
     for start in range(0, len(rows), 10_000):
-        chunk = rows[start:start + 10_000]
-        if many is not None:
-            many(sql, chunk)
-        else:
-            for row in chunk:
-                tx.execute(sql, row)
+        tx.executemany(sql, rows[start:start + 10_000])
     return len(rows)
 
 
@@ -112,69 +190,9 @@ def counts(tx) -> dict:
     return out
 
 
-# ------------------------------------------------------------------------------ schema (migration 3)
-
-_TABLES = [
-    """CREATE TABLE IF NOT EXISTS goal_summary (
-        goal_id TEXT PRIMARY KEY,
-        status TEXT NOT NULL,
-        created_seq INTEGER NOT NULL,
-        lane INTEGER NOT NULL,
-        attention TEXT NOT NULL,
-        run_expires TEXT)""",
-    # The overview's pages: attention (lane 2) and the rest (lane 1), newest first.
-    "CREATE INDEX IF NOT EXISTS goal_summary_by_lane ON goal_summary (lane, created_seq)",
-    # --all: every lane but attention, newest first.
-    "CREATE INDEX IF NOT EXISTS goal_summary_by_created ON goal_summary (created_seq)",
-    # Goals whose open run has expired by now (the one clock-dependent attention code).
-    "CREATE INDEX IF NOT EXISTS goal_summary_by_expiry ON goal_summary (run_expires)",
-    """CREATE TABLE IF NOT EXISTS summary_counts (
-        key TEXT NOT NULL,
-        shard INTEGER NOT NULL,
-        n INTEGER NOT NULL,
-        PRIMARY KEY (key, shard))""",
-]
-
-_DEC = "UPDATE summary_counts SET n = n - 1 WHERE shard = {shard} AND (key = OLD.status OR (key = 'attention' AND OLD.lane = 2))"
-_INC = "UPDATE summary_counts SET n = n + 1 WHERE shard = {shard} AND (key = NEW.status OR (key = 'attention' AND NEW.lane = 2))"
-
-_SQLITE_TRIGGERS = [
-    f"CREATE TRIGGER IF NOT EXISTS goal_summary_counted_insert AFTER INSERT ON goal_summary BEGIN"
-    f" {_INC.format(shard=0)}; END",
-    f"CREATE TRIGGER IF NOT EXISTS goal_summary_counted_delete AFTER DELETE ON goal_summary BEGIN"
-    f" {_DEC.format(shard=0)}; END",
-    f"CREATE TRIGGER IF NOT EXISTS goal_summary_counted_update AFTER UPDATE OF status, lane ON goal_summary"
-    f" WHEN OLD.status <> NEW.status OR OLD.lane <> NEW.lane BEGIN"
-    f" {_DEC.format(shard=0)}; {_INC.format(shard=0)}; END",
-]
-
-_PG_SHARD = f"(pg_backend_pid() % {SHARDS})"
-_POSTGRES_TRIGGERS = [
-    f"""CREATE OR REPLACE FUNCTION goal_summary_counted() RETURNS trigger LANGUAGE plpgsql AS $fn$
-    BEGIN
-        IF TG_OP IN ('DELETE', 'UPDATE') THEN
-            {_DEC.format(shard=_PG_SHARD)};
-        END IF;
-        IF TG_OP IN ('INSERT', 'UPDATE') THEN
-            {_INC.format(shard=_PG_SHARD)};
-        END IF;
-        RETURN NULL;
-    END $fn$""",
-    "CREATE TRIGGER goal_summary_counted_rows AFTER INSERT OR DELETE ON goal_summary"
-    " FOR EACH ROW EXECUTE FUNCTION goal_summary_counted()",
-    "CREATE TRIGGER goal_summary_counted_update AFTER UPDATE OF status, lane ON goal_summary FOR EACH ROW"
-    " WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.lane IS DISTINCT FROM NEW.lane)"
-    " EXECUTE FUNCTION goal_summary_counted()",
-]
-
-
-def _seed_counts(tx) -> None:
+def seed_counts(tx) -> None:
+    """Schema step: the counter rows (all zero) before any summary row is written."""
     shards = SHARDS if tx.dialect == "postgres" else 1
     for key in COUNT_KEYS:
         for shard in range(shards):
             tx.execute("INSERT INTO summary_counts (key, shard, n) VALUES (?, ?, 0)", (key, shard))
-
-
-def migration() -> list:
-    """Schema step 3: the tables, the counter triggers, then the summary of every existing goal."""
-    return [*_TABLES, {"sqlite": _SQLITE_TRIGGERS, "postgres": _POSTGRES_TRIGGERS}, _seed_counts, rebuild_all]

@@ -40,7 +40,6 @@ RECENT_EVIDENCE = 50
 RECENT_REWARDS = 20
 RECENT_GATES = 20
 MAX_TODOS = 500
-_BUDGET_KEYS = ("max_turns", "max_tokens", "max_cost", "max_wall_seconds")
 _CHUNK = 500  # ids per IN (...) list: far below every backend's parameter limit
 _WHOLE_TABLE = 2000  # more ids than this: scan the table once instead
 
@@ -94,12 +93,6 @@ def _parsed_budget(limits: str, grants: str) -> _Budget:
     return _Budget(QuotaLimits(**json.loads(limits)), QuotaLimits(**json.loads(grants)))
 
 
-def has_limits(row: dict) -> bool:
-    """Whether a goal row sets any budget (only such goals can run out)."""
-    limits = _parsed_budget(row.get("limits") or "{}", "{}").limits
-    return any(getattr(limits, k) is not None for k in _BUDGET_KEYS)
-
-
 def usage_many(tx, goal_ids: list[str]) -> dict:
     """``{goal_id: QuotaUsage}`` for many goals in a few queries, by the rules of
     :func:`loopx.usage.usage` (one turn per run, reported tokens and cost, wall time of every
@@ -150,78 +143,7 @@ def _quota_for(tx, goal_rows: list[dict]) -> dict[str, dict]:
     return {g["id"]: quota_picture(_budget(g), used[g["id"]]) for g in goal_rows}
 
 
-# ----------------------------------------------------------------------------- attention
-
-
-def attention_map(tx, at: str, goal_ids: list[str] | None = None) -> dict[str, list[str]]:
-    """``{goal_id: [attention codes]}`` for goals that are not closed and need a human.
-
-    With ``goal_ids`` only those goals are examined; otherwise the whole registry, by set
-    queries (never one query per goal).
-    """
-    found: dict[str, set[str]] = {}
-
-    def mark(goal_id, code):
-        found.setdefault(goal_id, set()).add(code)
-
-    scope, scope_params = "", ()
-    if goal_ids is not None:
-        if not goal_ids:
-            return {}
-        scope = " AND {alias}.goal_id IN (" + ", ".join("?" for _ in goal_ids) + ")"
-        scope_params = tuple(goal_ids)
-
-    for r in tx.query(
-        "SELECT DISTINCT x.goal_id FROM gates x JOIN goals g ON g.id = x.goal_id"
-        " WHERE x.status = 'pending' AND g.status <> 'closed'" + scope.format(alias="x"),
-        scope_params,
-    ):
-        mark(r["goal_id"], "gate_pending")
-
-    # Runs: an open run past its expiry is abandoned now; a goal whose newest run was marked
-    # abandoned, or whose newest finished run failed, needs a look until a later run settles it.
-    candidates = tx.query(
-        "SELECT r.goal_id, r.id, r.status, r.outcome, r.opened_at, r.expires_at FROM runs r"
-        " JOIN goals g ON g.id = r.goal_id WHERE g.status <> 'closed' AND (r.status = 'abandoned'"
-        " OR r.outcome = 'failed' OR (r.status = 'open' AND r.expires_at <= ?))" + scope.format(alias="r"),
-        (at, *scope_params),
-    )
-    latest_checks = set()
-    for r in candidates:
-        if r["status"] == "open":
-            mark(r["goal_id"], "run_abandoned")
-        else:
-            latest_checks.add(r["goal_id"])
-    if latest_checks:
-        latest = _latest_runs(tx, sorted(latest_checks))
-        latest_finished = _latest_runs(tx, sorted(latest_checks), status="finished")
-        for goal_id in latest_checks:
-            newest = latest.get(goal_id)
-            if newest and newest["status"] == "abandoned":
-                mark(goal_id, "run_abandoned")
-            done = latest_finished.get(goal_id)
-            if done and done["outcome"] == "failed":
-                mark(goal_id, "run_failed")
-
-    # Budgets: only goals with a limit can run out; their usage is summed in batches.
-    limited = tx.query(
-        "SELECT id, limits, grants FROM goals WHERE status <> 'closed' AND limits <> '{}'"
-        + (" AND id IN (" + ", ".join("?" for _ in goal_ids) + ")" if goal_ids is not None else ""),
-        scope_params,
-    )
-    limited = [g for g in limited if has_limits(g)]
-    used = usage_many(tx, [g["id"] for g in limited])
-    from loopx import usage
-
-    verdicts: dict = {}  # (budget, usage) -> exhausted?; goals without runs share one usage
-    for g in limited:
-        key = (_budget(g), used[g["id"]])
-        if key not in verdicts:
-            verdicts[key] = bool(usage.exhausted(*key))
-        if verdicts[key]:
-            mark(g["id"], "budget_exhausted")
-
-    return {g: [c for c in ATTENTION if c in codes] for g, codes in found.items()}
+# ----------------------------------------------------------------------------- runs
 
 
 def _latest_runs(tx, goal_ids: list[str], status: str | None = None) -> dict[str, dict]:
