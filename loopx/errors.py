@@ -44,6 +44,11 @@ CODES = frozenset(
         "issue_fix_error",
         "not_reproduced",
         "repair_failed",
+        # The issue_fix capability's refusals (namespaced by their capability).
+        "issue_fix.not_a_test_failure",
+        "issue_fix.tests_weakened",
+        "issue_fix.changed_since_verify",
+        "issue_fix.publish_unavailable",
     }
 )
 

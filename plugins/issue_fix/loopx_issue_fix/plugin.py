@@ -19,13 +19,13 @@ def loopx_register_capabilities(register):
     register(Capability(
         name="issue_fix",
         version=__version__,
-        summary="Fix one issue in a local git repository: reproduce (red), fix, verify (green), hand off; "
-                "publishing waits for a production gate.",
+        summary="Fix one issue in a git repository, in a worktree of its own: failing tests (red), fix, "
+                "verify (green, committed), hand off; publishing exactly the verified commit waits for a user.",
         owns=("issue_fix",),
         reads=("goals", "todos", "gates", "runs", "evidence"),
         quota={"turns": 1, "tokens": 0, "wall_seconds": 60},
         commands=("issue-fix",),
-        actions=("reproduce", "verify", "handoff"),
+        actions=("reproduce", "verify", "handoff", "publish"),
         doc="docs/capabilities/issue_fix.md",
     ))
 
@@ -43,4 +43,4 @@ def loopx_contract_actions(tx, goal, run_id, remaining):
     """For an Issue-Fix goal, the next action of its current phase (nothing for other goals)."""
     from loopx_issue_fix.workflow import contract_actions
 
-    return contract_actions(tx, goal, run_id)
+    return contract_actions(tx, goal, run_id, remaining)
