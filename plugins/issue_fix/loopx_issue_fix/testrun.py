@@ -28,6 +28,10 @@ NOT_FOUND = (126, 127)
 #: pytest's exit statuses other than "tests failed": interrupted, internal error, usage error, no tests.
 PYTEST_NOT_A_RUN = (2, 3, 4, 5)
 MAX_CASES = 2000
+#: Runs the test command, then ends whatever it left running in its process group (a server, a
+#: ``sleep &``) even when nothing holds the output pipe; the exit status is the command's.
+#: ``run_command`` starts it in a session of its own and kills the whole group at the time-out.
+_REAP = 'sh -c "$1"; rc=$?; trap "" TERM; kill -TERM 0 2>/dev/null; exit $rc'
 
 
 def is_pytest(command: str) -> bool:
@@ -61,7 +65,7 @@ def run_test(worktree: str, command: str, *, report: Path, report_option: str | 
     ran = command_line(command, report, report_option)
     # The test command is the project's, not LoopX's: it must not act as the run.
     env = {"LOOPX_ACTOR": "", "LOOPX_RUN_ID": "", "LOOPX_GOAL_ID": "", "PYTHONDONTWRITEBYTECODE": "1"}
-    res = run_command(["sh", "-c", ran], env=env, timeout=timeout, cwd=worktree)
+    res = run_command(["sh", "-c", _REAP, "loopx-issue-fix-test", ran], env=env, timeout=timeout, cwd=worktree)
     parsed = parse_report(written)
     if report_option:
         written.unlink(missing_ok=True)  # an output, never code
