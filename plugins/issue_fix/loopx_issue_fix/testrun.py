@@ -28,10 +28,15 @@ NOT_FOUND = (126, 127)
 #: pytest's exit statuses other than "tests failed": interrupted, internal error, usage error, no tests.
 PYTEST_NOT_A_RUN = (2, 3, 4, 5)
 MAX_CASES = 2000
-#: Runs the test command, then ends whatever it left running in its process group (a server, a
-#: ``sleep &``) even when nothing holds the output pipe; the exit status is the command's.
-#: ``run_command`` starts it in a session of its own and kills the whole group at the time-out.
-_REAP = 'sh -c "$1"; rc=$?; trap "" TERM; kill -TERM 0 2>/dev/null; exit $rc'
+#: Runs the test command in the background of a small watcher shell, which ``run_command``
+#: starts in a session of its own (the whole group is killed at the time-out). The watcher ends
+#: whatever the command left running in the group (a server, a ``sleep &``) once it finishes,
+#: even when nothing holds the output pipe, and kills the group if LoopX itself disappears
+#: (killed with SIGKILL: its children would otherwise live on under PID 1). The exit status is
+#: the command's.
+_REAP = ('sh -c "$1" & c=$!; p=$PPID; '
+         'while kill -0 $c 2>/dev/null; do kill -0 $p 2>/dev/null || kill -KILL 0; sleep 0.2; done; '
+         'wait $c; rc=$?; trap "" TERM; kill -TERM 0 2>/dev/null; exit $rc')
 
 
 def is_pytest(command: str) -> bool:

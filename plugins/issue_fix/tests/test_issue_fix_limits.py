@@ -172,3 +172,24 @@ def test_disabling_the_plugin_removes_its_commands_not_the_core(tmp_path):
     assert not any("issue-fix" in a for a in json.loads(p.stdout)["interaction_contract"]["cli_channel"]["next_cli_actions"])
     p = loopx("issue-fix", "show", "--goal-id", g, "--json")
     assert p.returncode == 0 and json.loads(p.stdout)["phase"] == "reproduce"
+
+
+def test_killing_loopx_mid_test_leaves_nothing_running(cli, tmp_path):
+    marker = f"loopx-child-{uuid.uuid4().hex}"
+    repo = make_project(tmp_path, test=_child_test(marker, hang=True))
+    g = start(cli, repo, command=f"{TEST_COMMAND} -s")["goal_id"]
+    run = contract(cli, g)["interaction_contract"]["run_id"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    env.update(LOOPX_REGISTRY=cli.url, LOOPX_ACTOR="executor")
+    proc = subprocess.Popen([sys.executable, "-m", "loopx", "issue-fix", "reproduce", "--run-id", run],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _running(marker), "the test's child never started"
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _running(marker) == []
