@@ -131,8 +131,9 @@ def not_a_test_failure(test: dict) -> str | None:
         return f"the command could not be run (exit {test['exit_code']}): {_last_line(test)}"
     if not report["found"]:
         return f"{report['problem']} (exit {test['exit_code']}): {_last_line(test)}"
-    collection = [i for i, c in report["cases"].items()
-                  if c["status"] == "error" and "collection" in (c["message"] or "")]
+    # pytest: "collection failure"; unittest: a module that fails to import is a _FailedTest.
+    collection = [i for i, c in report["cases"].items() if c["status"] == "error"
+                  and ("collection" in (c["message"] or "") or "_FailedTest" in i)]
     if collection:
         return f"collection error in {', '.join(collection[:3])}: {report['cases'][collection[0]]['message']}"
     if is_pytest(test["command"]) and test["exit_code"] in PYTEST_NOT_A_RUN:

@@ -193,3 +193,77 @@ def test_killing_loopx_mid_test_leaves_nothing_running(cli, tmp_path):
     while _running(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _running(marker) == []
+
+
+RUNNER = '''"""A project's own test runner: unittest, with a JUnit XML report written to build/junit.xml."""
+import os
+import sys
+import unittest
+from xml.sax.saxutils import quoteattr
+
+
+class Result(unittest.TextTestResult):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.outcomes = []
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self.outcomes.append((test, "", ""))
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self.outcomes.append((test, "failure", str(err[1])))
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self.outcomes.append((test, "error", str(err[1])))
+
+
+suite = unittest.defaultTestLoader.discover(".", pattern="check_*.py")
+result = unittest.TextTestRunner(resultclass=Result, verbosity=2).run(suite)
+os.makedirs("build", exist_ok=True)
+with open("build/junit.xml", "w") as fh:
+    fh.write("<testsuite>")
+    for test, kind, message in result.outcomes:
+        cls, name = test.id().rsplit(".", 1)
+        body = f"<{kind} message={quoteattr(message)}/>" if kind else ""
+        fh.write(f"<testcase classname={quoteattr(cls)} name={quoteattr(name)}>{body}</testcase>")
+    fh.write("</testsuite>")
+sys.exit(0 if result.wasSuccessful() else 1)
+'''
+
+
+def test_another_runner_names_its_report_and_an_exception_in_a_test_is_red(cli, tmp_path):
+    check = ("import unittest\n\nfrom calc import add, sub\n\n\nclass CalcTest(unittest.TestCase):\n"
+             "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n"
+             "    def test_sub(self):\n        self.assertEqual(sub(5, 3), 2)\n\n"
+             "    def test_crash(self):\n        self.assertEqual(add('a', 1), 'a1')\n")
+    repo = make_project(tmp_path, test="")
+    (repo / "check_calc.py").write_text(check)
+    (repo / "run_tests.py").write_text(RUNNER)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "own runner")
+    out = start(cli, repo, "--report", "build/junit.xml", command=f"{PY} run_tests.py")
+    g, wt = out["goal_id"], Path(out["worktree"])
+    r, _ = step(cli, g)
+    # add("a", 1) raises TypeError: for unittest an <error>, a test failing all the same.
+    assert r.json["failing"] == ["check_calc.CalcTest::test_add", "check_calc.CalcTest::test_crash"]
+    assert r.json["test_files"] == ["check_calc.py"]
+    assert not (wt / "build" / "junit.xml").exists()
+    (wt / "calc.py").write_text("def add(a, b):\n    return a + b if type(a) is type(b) else f'{a}{b}'\n\n\n"
+                                "def sub(a, b):\n    return a - b\n")
+    r, _ = step(cli, g)
+    assert r.json["verified"] is True
+    assert r.json["diff"]["files"][0]["path"] == "calc.py" and len(r.json["diff"]["files"]) == 1
+
+
+def test_another_runner_failing_to_import_a_module_is_not_red(cli, tmp_path):
+    repo = make_project(tmp_path, test="")
+    (repo / "check_calc.py").write_text("import no_such_module\n")
+    (repo / "run_tests.py").write_text(RUNNER)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "own runner")
+    g = start(cli, repo, "--report", "build/junit.xml", command=f"{PY} run_tests.py")["goal_id"]
+    r, _ = step(cli, g, expect=2)
+    assert r.json["error"]["code"] == "issue_fix.not_a_test_failure" and "collection error" in r.json["error"]["message"]
