@@ -15,7 +15,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from loopx_issue_fix.core import LoopxError
+from loopx.api import LoopxError
 
 GIT_TIMEOUT_SECONDS = 120
 #: Who LoopX's own commits are by.
@@ -199,7 +199,7 @@ def push(worktree: str, remote: str, commit: str, branch: str, timeout: float) -
     Returns ``{"report", "remote_sha", "duration_seconds"}``; ``issue_fix_error`` when git fails
     or the remote does not hold ``commit`` afterwards.
     """
-    from loopx_issue_fix.core import run_command
+    from loopx.api import run_command
 
     env = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
     res = run_command(["git", "-C", worktree, "push", "--porcelain", remote, f"{commit}:refs/heads/{branch}"],

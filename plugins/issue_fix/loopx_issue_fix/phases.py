@@ -22,21 +22,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopx_issue_fix.core import LoopxError
-from loopx_issue_fix.workflow import CAPABILITY, NAMESPACE, load_state
+from loopx.api import LoopxError
+from loopx_issue_fix.workflow import CAPABILITY, CRITERIA, NAMESPACE, load_state
 
 MAX_LOG = 100
 
 
 def _context(reg, run_id: str | None, phases: tuple[str, ...], step: str, timeout: float | None = None):
-    from loopx_issue_fix.core import check_id, runs
+    from loopx.api import check_fresh, check_id
     from loopx_issue_fix.workflow import step_timeout
 
     if not run_id:
         raise LoopxError("invalid_argument", f"issue-fix {step} acts under a run: pass --run-id (or set LOOPX_RUN_ID)")
     check_id("run", run_id)
     with reg.read() as tx:
-        run = runs.check_fresh(tx, run_id)
+        run = check_fresh(tx, run_id)
         state = load_state(tx, run.goal_id)
         limit = step_timeout(tx, state, run, timeout)
     phase = state["phase"]
@@ -72,30 +72,32 @@ def _record(reg, actor: str, run, *, step: str, evidence: dict, update, operatio
     ``update(state, evidence_id, w)`` returns ``(state changes, todo steps now done, result)``;
     it may emit further events through ``w``.
     """
-    from loopx_issue_fix.core import capabilities, new_id, runs
+    from loopx.api import (acting, check_recordable, load_todo, new_id, put_state, writer_add_evidence,
+                           writer_close_goal, writer_criterion_met, writer_todo_done)
 
     evidence_id = new_id("evidence")
 
     def work(w):
-        runs.check_recordable(w.tx, run.id, goal_id=run.goal_id)
+        check_recordable(w.tx, run.id, goal_id=run.goal_id)
         state = load_state(w.tx, run.goal_id)
-        with capabilities.acting(w, CAPABILITY):
-            w.emit("evidence.added", {"evidence_id": evidence_id, "run_id": run.id, **evidence})
+        with acting(w, CAPABILITY) as cw:
+            writer_add_evidence(cw, evidence_id=evidence_id, run_id=run.id, **evidence)
         changes, done_steps, result = update(state, evidence_id, w)
         for s in done_steps:
-            todo_id = state["todos"].get(s)
-            row = w.tx.one("SELECT status, claim_agent, claim_expires_at FROM todos WHERE id = ? AND goal_id = ?",
-                           (todo_id, run.goal_id))
+            todo = load_todo(w.tx, run.goal_id, state["todos"][s])
             # A todo someone holds under a live lease is theirs to settle (the contract tells the
             # claimant to run `todo done`); the plugin settles the ones nobody holds.
-            held = row is not None and row["claim_agent"] is not None and row["claim_expires_at"] > w.at
-            if row is not None and row["status"] == "open" and not held:
-                w.emit("todo.done", {"todo_id": todo_id, "note": f"issue-fix {step}: evidence {evidence_id}"})
-        with capabilities.acting(w, CAPABILITY):
+            held = todo.claim is not None and todo.claim.expires_at > w.at
+            if todo.status == "open" and not held:
+                writer_todo_done(w, todo_id=todo.id, note=f"issue-fix {step}: evidence {evidence_id}")
+        with acting(w, CAPABILITY) as cw:
             if changes:
-                capabilities.put_state(w, NAMESPACE, changes)
-            for emit in result.pop("_capability_events", []):
-                w.emit(*emit)
+                put_state(cw, NAMESPACE, changes)
+            if result.pop("_close", None):
+                # The work is done and a user approved what was published: criteria met, closed.
+                for index in range(len(CRITERIA)):
+                    writer_criterion_met(cw, index=index)
+                writer_close_goal(cw, reason=result["close_reason"])
         return {"goal_id": run.goal_id, "run_id": run.id, "evidence_id": evidence_id,
                 "phase": (changes or {}).get("phase", state["phase"]), **result}
 
@@ -229,11 +231,11 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
 
 
 def _base_passed(reg, evidence_id: str) -> list[str]:
-    import json
+    from loopx.api import load_evidence
 
     with reg.read() as tx:
-        row = tx.one("SELECT data FROM evidence WHERE id = ?", (evidence_id,))
-    cases = (json.loads(row["data"]) if row and row["data"] else {}).get("cases", {})
+        ev = load_evidence(tx, evidence_id)
+    cases = ((ev.data if ev else None) or {}).get("cases", {})
     return [i for i, c in cases.items() if c["status"] == "passed"]
 
 
@@ -347,7 +349,7 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
     import hashlib
 
     from loopx_issue_fix import gitrepo, packet
-    from loopx_issue_fix.core import check_text, new_id
+    from loopx.api import check_text, new_id, writer_request_gate
 
     root_cause = check_text(root_cause, what="--root-cause", limit="note", required=False)
     run, state, _ = _context(reg, run_id, ("handoff",), "handoff", timeout)
@@ -370,9 +372,9 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
         if current["phase"] != "handoff":
             return {}, [], {"gate_id": None}
         # The gate is requested now that there is something to decide on, for this commit.
-        w.emit("gate.added", {"gate_id": gate_id, "scope": "production", "blocks": f"todo:{current['todos']['publish']}",
-                              "title": f"Publish verified commit {ver['commit'][:12]} of {current['branch']['name']} "
-                                       f"({publish['provider']} to {publish['remote']}); packet {path}"})
+        writer_request_gate(w, gate_id=gate_id, scope="production", blocks=f"todo:{current['todos']['publish']}",
+                            title=f"Publish verified commit {ver['commit'][:12]} of {current['branch']['name']} "
+                                  f"({publish['provider']} to {publish['remote']})")
         info = {"evidence_id": evidence_id, "run_id": run.id, "packet": str(path.resolve()), "sha256": sha,
                 "root_cause": root_cause, "warnings": warnings}
         return ({"phase": "publish", "handoff": info, "publish_gate": gate_id, "publish_gate_commit": ver["commit"]},
@@ -399,12 +401,12 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
     goes back to ``fix`` (verify again; a new gate is requested at the next hand-off) and the
     command fails with ``issue_fix.changed_since_verify``.
     """
-    from loopx_issue_fix import gitrepo, workflow
-    from loopx_issue_fix.core import gates
+    from loopx_issue_fix import gitrepo
+    from loopx.api import load_gate, writer_todo_reopen
 
     run, state, limit = _context(reg, run_id, ("publish",), "publish", timeout)
     with reg.read() as tx:
-        gate = gates.load_gate(tx, run.goal_id, state["publish_gate"])
+        gate = load_gate(tx, run.goal_id, state["publish_gate"])
     if gate.status != "approved":
         raise LoopxError("gate_pending", f"publishing waits for a user to approve gate {gate.id} "
                          f"({gate.status}): loopx gate approve --goal-id {run.goal_id} --gate-id {gate.id}")
@@ -424,8 +426,8 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
 
         def back(current, evidence_id, w):
             for step in ("fix", "verify", "handoff"):
-                w.emit("todo.reopened", {"todo_id": current["todos"][step],
-                                         "note": f"issue-fix publish refused: changed since verify ({evidence_id})"})
+                writer_todo_reopen(w, todo_id=current["todos"][step],
+                                   note=f"issue-fix publish refused: changed since verify ({evidence_id})")
             return ({"phase": "fix", "verification": None, "publish_gate": None, "publish_gate_commit": None,
                      "attempts": {**current["attempts"], "publish": current["attempts"].get("publish", 0) + 1},
                      "log": _log(current, "publish", evidence_id, "changed_since_verify", problem)}, [], {})
@@ -444,15 +446,14 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
     def update(current, evidence_id, w):
         if current["phase"] != "publish":
             return {}, [], {}
-        events = [("goal.criterion_met", {"index": i, "met": True}) for i in range(len(workflow.CRITERIA))]
-        events.append(("goal.closed", {"reason": f"issue-fix: verified commit {ver['commit'][:12]} published"}))
         info = {"evidence_id": evidence_id, "commit": ver["commit"], "remote_sha": pushed["remote_sha"],
                 "remote": branch["remote"], "branch": branch["name"], "provider": how["provider"],
                 "request": request}
         return ({"phase": "published", "published": info,
                  "attempts": {**current["attempts"], "publish": current["attempts"].get("publish", 0) + 1},
                  "log": _log(current, "publish", evidence_id, "published")},
-                ["publish"], {"_capability_events": events})
+                ["publish"], {"_close": True,
+                              "close_reason": f"issue-fix: verified commit {ver['commit'][:12]} published"})
 
     out = _record(reg, actor, run, step="publish", update=update, operation_id=operation_id,
                   request={"commit": ver["commit"]},
@@ -470,7 +471,7 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
 
 def _open_request(state: dict, timeout: float) -> str:
     """Open a pull (``gh``) or merge (``glab``) request from the pushed branch; its URL or output."""
-    from loopx_issue_fix.core import run_command
+    from loopx.api import run_command
 
     provider, title = state["publish"]["provider"], state["issue"]["title"]
     body = Path(state["handoff"]["packet"])

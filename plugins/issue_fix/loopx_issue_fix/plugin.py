@@ -14,7 +14,7 @@ from loopx_issue_fix import __version__
 @hookimpl
 def loopx_register_capabilities(register):
     """Declare the ``issue_fix`` capability: its state, quota needs, commands and actions."""
-    from loopx.capabilities import Capability
+    from loopx.api import Capability
 
     register(Capability(
         name="issue_fix",
@@ -44,3 +44,20 @@ def loopx_contract_actions(tx, goal, run_id, remaining):
     from loopx_issue_fix.workflow import contract_actions
 
     return contract_actions(tx, goal, run_id, remaining)
+
+
+#: The capability's own refusals (``docs/capabilities/issue_fix.md`` says when each happens).
+ERROR_CODES = {
+    "issue_fix.not_a_test_failure": "the test run shows no test failing: a time-out, a command not found, "
+                                    "no JUnit report, a collection error or no tests",
+    "issue_fix.tests_weakened": "a failing test, or the file holding it, was edited, deleted or skipped",
+    "issue_fix.changed_since_verify": "the branch head or the worktree is not the verified commit any more",
+    "issue_fix.publish_unavailable": "the chosen publishing tool (gh, glab) is not installed",
+}
+
+
+@hookimpl
+def loopx_register_error_codes(register):
+    """Register the ``issue_fix.*`` refusal codes."""
+    for code, description in ERROR_CODES.items():
+        register(code, description)

@@ -61,7 +61,7 @@ def run_test(worktree: str, command: str, *, report: Path, report_option: str | 
     Returns ``{"command", "ran", "exit_code", "timed_out", "timeout_seconds", "duration_seconds",
     "output_tail", "output_sha256", "output_bytes", "report": {"found", "cases", "problem"}}``.
     """
-    from loopx_issue_fix.core import run_command
+    from loopx.api import run_command
 
     written = Path(worktree, report_option) if report_option else report
     for stale in {report, written}:

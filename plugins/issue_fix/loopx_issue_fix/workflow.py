@@ -18,7 +18,7 @@ import math
 import re
 import shlex
 
-from loopx_issue_fix.core import LoopxError
+from loopx.api import LoopxError
 
 CAPABILITY = "issue_fix"
 NAMESPACE = "issue_fix"
@@ -46,7 +46,7 @@ def _slug(text: str) -> str:
 
 
 def _read_issue(issue_text: str | None, issue_file: str | None) -> tuple[str, str]:
-    from loopx_issue_fix.core import check_text
+    from loopx.api import check_text
 
     if (issue_text is None) == (issue_file is None):
         raise LoopxError("invalid_argument", "give the issue as exactly one of --issue-text TEXT or --issue-file F")
@@ -110,7 +110,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     gate is not requested here but when the work reaches it (``handoff``).
     """
     from loopx_issue_fix import gitrepo
-    from loopx_issue_fix.core import capabilities, check_text, new_id
+    from loopx.api import acting, check_text, new_id, put_state, writer_add_todo, writer_create_goal
 
     title = check_text(title, what="--title", limit="title")
     test_command = check_text(test_command, what="--test-command", limit="text")
@@ -158,15 +158,14 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     }
 
     def work(w):
-        w.emit("goal.created", {"title": title, "description": description, "criteria": CRITERIA,
-                                "parallel_runs": False}, goal_id=goal_id)
+        writer_create_goal(w, title=title, description=description, criteria=CRITERIA, parallel_runs=False,
+                           goal_id=goal_id)
         after: list[str] = []
         for step in STEPS:
-            w.emit("todo.added", {"todo_id": todo_ids[step], "text": TODO_TEXT[step], "priority": "P1",
-                                  "depends_on": after})
+            writer_add_todo(w, todo_id=todo_ids[step], text=TODO_TEXT[step], priority="P1", depends_on=after)
             after = [todo_ids[step]]
-        with capabilities.acting(w, CAPABILITY):
-            capabilities.put_state(w, NAMESPACE, state)
+        with acting(w, CAPABILITY) as cw:
+            put_state(cw, NAMESPACE, state)
         return {"goal_id": goal_id, "repo": root, "worktree": str(worktree), "branch": branch,
                 "base_commit": base_commit, "user_checkout": state["user_checkout"], "todos": todo_ids,
                 "publish": state["publish"], "phase": "reproduce"}
@@ -185,9 +184,9 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
 
 def load_state(tx, goal_id: str) -> dict:
     """The goal's ``issue_fix`` state (``issue_fix_error`` if it is not an Issue-Fix goal)."""
-    from loopx_issue_fix.core import capabilities
+    from loopx.api import get_state
 
-    state = capabilities.get_state(tx, goal_id, NAMESPACE)
+    state = get_state(tx, goal_id, NAMESPACE)
     if not state.get("phase") or "worktree" not in state:
         raise LoopxError("issue_fix_error", f"goal {goal_id} is not an Issue-Fix goal (no issue_fix state)")
     return state
@@ -195,14 +194,14 @@ def load_state(tx, goal_id: str) -> dict:
 
 def show(reg, goal_id: str) -> dict:
     """An Issue-Fix goal's state, its todos, the publish gate, and the next step."""
-    from loopx_issue_fix.core import check_id, gates, load_goal, todos
+    from loopx.api import check_id, list_todos, load_gate, load_goal
 
     check_id("goal", goal_id)
     with reg.read() as tx:
         goal = load_goal(tx, goal_id)
         state = load_state(tx, goal_id)
-        by_id = {t.id: t for t in todos.list_todos(tx, goal_id)}
-        gate = gates.load_gate(tx, goal_id, state["publish_gate"]) if state.get("publish_gate") else None
+        by_id = {t.id: t for t in list_todos(tx, goal_id)}
+        gate = load_gate(tx, goal_id, state["publish_gate"]) if state.get("publish_gate") else None
         return {
             "goal_id": goal_id,
             "title": goal.title,
@@ -245,21 +244,27 @@ def timeout_for(need: float, remaining_wall: float | None, run_expires_in: float
     return max(1, math.floor(limit)), how
 
 
-def _expires_in(run, now: str) -> float:
-    from loopx_issue_fix.core import clock
+def _expires_in(expires_at: str) -> float:
+    """Seconds from now until the ISO 8601 UTC stamp ``expires_at`` (0 when past)."""
+    from datetime import datetime
 
-    return max(0.0, clock.seconds_between(now, run.expires_at))
+    from loopx.api import now
+
+    def parse(stamp):
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+    return max(0.0, (parse(expires_at) - parse(now())).total_seconds())
 
 
 def step_timeout(tx, state: dict, run, given: float | None) -> tuple[float, str]:
     """The time limit of a step run by hand: ``--timeout`` if given, else as the contract would."""
-    from loopx_issue_fix.core import clock, load_goal, remaining, usage
+    from loopx.api import goal_usage, load_goal, remaining_quota
 
     if given is not None:
         return float(given), "--timeout"
     goal = load_goal(tx, run.goal_id)
-    left = remaining(goal, usage(tx, goal.id)).get("wall_seconds")
-    return timeout_for(state["test_timeout"], left, _expires_in(run, clock.now()))
+    left = remaining_quota(goal, goal_usage(tx, goal.id)).get("wall_seconds")
+    return timeout_for(state["test_timeout"], left, _expires_in(run.expires_at))
 
 
 STEP_NOTES = {
@@ -274,9 +279,9 @@ STEP_NOTES = {
 
 def contract_actions(tx, goal, run_id: str | None, left: dict | None) -> list[dict] | None:
     """The one step of the goal's current phase, with its time limit, for a ``run`` contract."""
-    from loopx_issue_fix.core import capabilities, clock, gates
+    from loopx.api import get_state, load_gate, load_run
 
-    state = capabilities.get_state(tx, goal.id, NAMESPACE)
+    state = get_state(tx, goal.id, NAMESPACE)
     phase = state.get("phase")
     if not phase or not run_id or "worktree" not in state:
         return None
@@ -284,12 +289,14 @@ def contract_actions(tx, goal, run_id: str | None, left: dict | None) -> list[di
     if step is None:
         return None
     if step == "publish":
-        gate = gates.load_gate(tx, goal.id, state["publish_gate"]) if state.get("publish_gate") else None
+        gate = load_gate(tx, goal.id, state["publish_gate"]) if state.get("publish_gate") else None
         if gate is None or gate.status != "approved":
             return None
     # A contract that opens a run is built before the run row exists; its lease starts now.
-    row = tx.one("SELECT expires_at FROM runs WHERE id = ?", (run_id,))
-    expires_in = max(0.0, clock.seconds_between(clock.now(), row["expires_at"])) if row else None
+    try:
+        expires_in = _expires_in(load_run(tx, run_id).expires_at)
+    except LoopxError:  # run_not_found: not opened yet
+        expires_in = None
     seconds, how = timeout_for(state["test_timeout"], (left or {}).get("wall_seconds"), expires_in)
     command = shlex.join(["loopx", "issue-fix", step, "--run-id", run_id, "--timeout", str(seconds)])
     note = STEP_NOTES[step].format(worktree=state["worktree"]) + f" (time limit {seconds}s: {how})"
