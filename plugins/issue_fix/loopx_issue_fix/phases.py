@@ -321,6 +321,12 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
                                        "diff": {k: diff[k] for k in ("files_changed", "insertions", "deletions")},
                                        "paths": [f["path"] for f in diff["files"]][:200]}
             return changes, ["fix", "verify"], {"verified": True, "reason": None}
+        if current["phase"] == "handoff":
+            # A failed re-verify takes back the earlier green: its todos are open again.
+            from loopx.api import writer_todo_reopen
+
+            for name in ("fix", "verify"):
+                writer_todo_reopen(w, todo_id=current["todos"][name], note=f"issue-fix verify failed ({evidence_id})")
         changes["phase"] = "fix"
         changes["verification"] = None
         return changes, [], {"verified": False, "reason": reason}

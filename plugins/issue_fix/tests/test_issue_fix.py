@@ -401,3 +401,21 @@ def test_other_goals_get_nothing_from_issue_fix(cli):
     assert not any("issue-fix" in a for a in actions(doc))
     r = cli("issue-fix", "show", "--goal-id", g, "--json")
     assert r.json["error"]["code"] == "issue_fix_error"
+
+
+def test_a_failed_re_verify_takes_the_green_back(cli, project):
+    out = start(cli, project)
+    g, wt = out["goal_id"], Path(out["worktree"])
+    step(cli, g)
+    (wt / "calc.py").write_text(FIXED)
+    doc = contract(cli, g)
+    run = doc["interaction_contract"]["run_id"]
+    assert as_agent(cli, only(doc, "issue-fix") + " --json").code == 0
+    assert state(cli, g)["phase"] == "handoff"
+    # Same run: the agent breaks it again and verifies once more before the hand-off.
+    (wt / "calc.py").write_text(WRONG)
+    r = as_agent(cli, f"loopx issue-fix verify --run-id {run} --json")
+    assert r.code == 1 and r.json["reason"] == "test_failed"
+    s = state(cli, g)
+    assert s["phase"] == "fix" and s["verification"] is None
+    assert s["todo_status"]["fix"] == "open" and s["todo_status"]["verify"] == "open"
