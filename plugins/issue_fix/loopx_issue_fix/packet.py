@@ -81,7 +81,47 @@ def _tail(ev: dict | None, title: str) -> list[str]:
             "```", tail[-3000:] if tail else "(no output)", "```", ""]
 
 
-def _environment(state: dict, after: dict | None) -> list[str]:
+def probe(state: dict, timeout: float = 20) -> dict:
+    """What the test command runs on, asked in the worktree: ``{"interpreter", "python", "runner"}``.
+
+    The command's first word, when it is a Python interpreter or ``pytest``, is asked for its
+    version (through the core's ``run_command``, with a time limit); anything else is ``None``.
+    """
+    import os
+    import shlex
+    import shutil
+
+    from loopx.api import run_command
+
+    from loopx_issue_fix import testrun
+
+    out = {"interpreter": None, "python": None, "runner": None}
+    try:
+        first = shlex.split(state["test_command"])[0]
+    except (ValueError, IndexError):
+        return out
+    exe = first if os.path.sep in first else shutil.which(first)
+    if not exe:
+        return out
+
+    def ask(*argv):
+        res = run_command([*argv], env={}, timeout=timeout, cwd=state["worktree"])
+        lines = res["output_tail"].strip().splitlines()
+        return lines[-1][:200] if res["exit_code"] == 0 and lines else None
+
+    name = os.path.basename(exe)
+    if name.startswith("python"):
+        out["interpreter"] = exe
+        out["python"] = ask(exe, "-c", "import sys; print(sys.version.split()[0])")
+        if testrun.is_pytest(state["test_command"]):
+            out["runner"] = ask(exe, "-m", "pytest", "--version")
+    elif name in ("pytest", "py.test"):
+        out["interpreter"] = exe
+        out["runner"] = ask(exe, "--version")
+    return out
+
+
+def _environment(state: dict, probed: dict) -> list[str]:
     import platform
     import sys
 
@@ -93,25 +133,23 @@ def _environment(state: dict, after: dict | None) -> list[str]:
         loopx_version = version("loopx")
     except Exception:  # noqa: BLE001 - a packet without the version is still a packet
         loopx_version = "unknown"
-    runner = ""
-    m = re.search(r"platform \S+ -- Python (\S+), pytest-(\S+)", (after or {}).get("data", {}).get("output_tail", ""))
-    if m:
-        runner = f"- test runner: pytest {m.group(2)} on Python {m.group(1)} (from the run's own output)"
     lines = ["## Environment", "",
-             f"- interpreter running LoopX: `{sys.executable}` (Python {platform.python_version()}, {platform.platform()})",
-             f"- LoopX {loopx_version}, loopx-issue-fix {__version__}, {gitrepo.git('.', 'version')}",
              f"- test command: `{state['test_command']}`" + (f" (report written to `{state['report']}`)"
                                                             if state.get("report") else ""),
-             f"- tests run in the worktree `{state['worktree']}` (branch `{state['branch']['name']}`)"]
-    if runner:
-        lines.append(runner)
+             f"- test interpreter: `{probed.get('interpreter') or '(not a Python command)'}`"
+             + (f" (Python {probed['python']})" if probed.get("python") else ""),
+             f"- test runner: {probed.get('runner') or '(unknown)'}",
+             f"- tests run in the worktree `{state['worktree']}` (branch `{state['branch']['name']}`)",
+             f"- LoopX {loopx_version} and loopx-issue-fix {__version__} on `{sys.executable}` "
+             f"(Python {platform.python_version()}, {platform.platform()}); {gitrepo.git('.', 'version')}"]
     if state["user_checkout"]["dirty"]:
         lines.append(f"- the user's checkout `{state['repo']}` had uncommitted changes; they were not used and not "
                      f"touched ({', '.join(state['user_checkout']['dirty_paths'][:5])})")
     return lines + [""]
 
 
-def render(tx, goal_id: str, state: dict, diff: dict, root_cause: str | None) -> tuple[str, list[str]]:
+def render(tx, goal_id: str, state: dict, diff: dict, root_cause: str | None,
+           probed: dict) -> tuple[str, list[str]]:
     """The packet's Markdown text and its warnings."""
     issue, branch, ver, repro = state["issue"], state["branch"], state["verification"], state["reproduction"]
     before, after = _evidence(tx, repro["evidence_id"]), _evidence(tx, ver["evidence_id"])
@@ -138,7 +176,7 @@ def render(tx, goal_id: str, state: dict, diff: dict, root_cause: str | None) ->
     lines += ["", f"{repro.get('passed', 0)} other test(s) passed at the reproduction; none of them fails now.", ""]
     lines += _tail(before, "Before the fix (reproduction)")
     lines += _tail(after, "After the fix (verification)")
-    lines += _environment(state, after)
+    lines += _environment(state, probed)
     lines += ["## Attempts, in order", "", "| # | step | outcome | evidence | detail |", "|---|---|---|---|---|"]
     for n, a in enumerate(state.get("log", []), 1):
         detail = (a.get("detail") or "").replace("|", "\\|").replace("\n", " ")

@@ -361,8 +361,9 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
     run, state, _ = _context(reg, run_id, ("handoff",), "handoff", timeout)
     ver = state["verification"]
     diff = gitrepo.diff(state["worktree"], state["branch"]["base_commit"], ver["commit"])
+    probed = packet.probe(state)
     with reg.read() as tx:
-        text, warnings = packet.render(tx, run.goal_id, state, diff, root_cause)
+        text, warnings = packet.render(tx, run.goal_id, state, diff, root_cause, probed)
     path = Path(output).expanduser() if output else Path(state["goal_dir"], "handoff.md")
     data = text.encode("utf-8")
     try:

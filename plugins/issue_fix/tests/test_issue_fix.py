@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from pathlib import Path
+
+import pytest
 
 from issue_fix_helpers import (FAILING_ID, FIXED, PY, TEST_COMMAND, WRONG, as_agent, git, make_project,
                                origin_of)
@@ -203,7 +206,8 @@ def test_red_green_packet_gate_at_handoff_publish_exact_commit_and_close(cli, pr
     for needle in ("add(2, 3) returns -1 instead of 5", "add() used subtraction", FAILING_ID,
                    f"| `{FAILING_ID}` | failed | passed |", s["reproduction"]["evidence_id"],
                    s["verification"]["evidence_id"], "-    return a - b", "+    return a + b", commit,
-                   "## Environment", "test command: `" + TEST_COMMAND, "pytest", "| 2 | verify | test_failed |",
+                   "## Environment", "test command: `" + TEST_COMMAND, f"test interpreter: `{sys.executable}`",
+                   f"test runner: pytest {pytest.__version__}", "| 2 | verify | test_failed |",
                    "1 failed attempt(s)", "AssertionError"):
         assert needle in packet, needle
     assert "WARNING" not in packet
