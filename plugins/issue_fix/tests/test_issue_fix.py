@@ -94,6 +94,14 @@ def test_declared_capability_and_document_agree():
         assert f"`{code}`" in text, code
 
 
+def test_its_refusal_codes_are_registered_through_loopx_register_error_codes():
+    from loopx.api import LoopxError
+    from loopx_issue_fix.plugin import ERROR_CODES
+
+    for code in ERROR_CODES:
+        assert LoopxError(code, "m").to_json() == {"error": {"code": code, "message": "m"}}
+
+
 def test_start_works_in_its_own_worktree_and_leaves_a_dirty_checkout_alone(cli, project):
     # The user's checkout has uncommitted edits (the fix, even) and an untracked file.
     (project / "calc.py").write_text(FIXED)
