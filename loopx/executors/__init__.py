@@ -28,10 +28,15 @@ def providers() -> dict:
 
     found = {}
     for name, (provider, plugin) in plugins.named("loopx_register_executors", "executor").items():
-        check_name(name, what="executor name")
+        try:
+            check_name(name, what="executor name")
+        except LoopxError as err:
+            plugins.report_fault(plugin, "loopx_register_executors", f"registered a bad name: {err.message}")
+            continue
         if not callable(getattr(provider, "run_turn", None)):
-            raise LoopxError("plugin_error", f"plugin {plugin!r}: executor {name!r} has no "
-                             "run_turn(registry, contract, agent=...)")
+            plugins.report_fault(plugin, "loopx_register_executors",
+                                 f"registered executor {name!r}, which has no run_turn(registry, contract, agent=...)")
+            continue
         found[name] = provider
     return found
 
