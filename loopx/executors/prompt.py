@@ -14,7 +14,7 @@ import shlex
 
 HOSTS = ("claude-code", "codex", "generic")
 _TOOL = {"claude-code": "your Bash tool", "codex": "your shell tool", "generic": "a shell"}
-USER_ONLY = ("gate approve", "gate reject", "reward add", "quota set", "quota grant", "project_prompt create")
+USER_ONLY = ("gate approve", "gate reject", "reward add", "quota set", "quota grant", "project-prompt create")
 
 
 def steps(contract: dict) -> list[dict]:
