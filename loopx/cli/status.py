@@ -106,7 +106,11 @@ def goal_text(view: dict) -> str:
 @click.option("--limit", default=50, type=int, help="Goals per page of the overview (1-1000).")
 @click.option("--cursor", default=None, help="The next page: the cursor the previous page ended with.")
 @click.option("--all", "include_closed", is_flag=True, help="Include closed goals in the overview.")
-def status(goal_id, limit, cursor, include_closed):
+@click.option("--watch", is_flag=True,
+              help="Keep the view on screen, redrawn whenever the registry changes (Ctrl-C quits).")
+@click.option("--interval", default=0.5, type=click.FloatRange(0.05, 3600), show_default=True,
+              help="With --watch: seconds between checks for a change.")
+def status(goal_id, limit, cursor, include_closed, watch, interval):
     """What needs attention, and where every goal stands (read-only).
 
     Without --goal-id: all goals, those needing a human first (pending gates, exhausted
@@ -116,6 +120,26 @@ def status(goal_id, limit, cursor, include_closed):
 
     # Opened like every other command (a first run creates the empty registry); the status
     # server is the part that must be read-only by construction.
+    if watch:
+        from loopx import watch as live
+        from loopx.registry import display_url, resolve_url
+        from loopx.cli.output import REGISTRY_KEY
+
+        with open_registry() as reg:
+            if goal_id is not None:
+                projection.goal_view(reg, goal_id)  # a bad id fails now, not in the loop
+
+                def build(tx):
+                    return projection.goal_view_tx(tx, goal_id)
+            else:
+                projection.overview(reg, limit=limit, include_closed=include_closed)  # bad options fail now
+
+                def build(tx):
+                    return projection.overview_tx(tx, limit=limit, include_closed=include_closed)
+            url = display_url(resolve_url(click.get_current_context().meta.get(REGISTRY_KEY)))
+            live.run(reg, build, goal_text if goal_id else overview_text, as_json=wants_json(), interval=interval,
+                     refresh=10.0, label=url)
+        return
     with open_registry() as reg:
         if goal_id is not None:
             emit(projection.goal_view(reg, goal_id), goal_text)
