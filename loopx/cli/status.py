@@ -77,6 +77,9 @@ def goal_text(view: dict) -> str:
         lines.append("gates:")
         for x in gates["pending"] + gates["decided"]:
             lines.append(f"  {x['id']}  {x['status']:<8} {x['scope']:<10} blocks {x['blocks']}  {x['title']}")
+            if x.get("decide"):
+                lines.append(f"    decide: {x['decide']['approve']}")
+                lines.append(f"        or: {x['decide']['reject']}")
     todos = view["todos"]
     ready = set(todos["ready"])
     if todos["items"]:
@@ -90,6 +93,10 @@ def goal_text(view: dict) -> str:
     if quota:
         lines.append("quota:")
         lines.extend(quota)
+    contract = view.get("last_contract")
+    if contract:
+        lines.append(f"last contract: {contract['contract_id']} ({contract['decision']}, run {contract['run_id']},"
+                     f" {contract['issued_at']})")
     if view["handoff"]:
         lines.append(f"hand-off ({view['handoff']['run_id']}): {view['handoff']['note']}")
     if view["rewards"]["total"]:
