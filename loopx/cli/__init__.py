@@ -54,9 +54,10 @@ class RootGroup(LoopxGroup):
     def _load_plugin_commands(self):
         if not self._plugins_loaded:
             self._plugins_loaded = True
-            from loopx.plugins import get_plugin_manager
+            from loopx import plugins
 
-            get_plugin_manager().hook.loopx_register_commands(cli=self)
+            # One plugin's broken commands hook costs that plugin its commands, nothing more.
+            plugins.register_commands(self)
 
     def main(self, args=None, prog_name=None, **extra):
         """Run the CLI; usage errors become LoopX errors (one line, ``invalid_argument``, exit 2)."""
