@@ -50,7 +50,7 @@ def fix(url: str | None, *, goal_id: str | None = None, operation_id: str | None
         repaired.extend(_fix_storage(reg))
         with reg.read() as tx:
             goals = detectors.goals_to_check(tx, goal_id)
-        from loopx.progress import progress
+        from loopx.api import progress
 
         # A bar on stderr when it is a terminal: a large registry takes a while.
         with progress(len(goals), "repairing goals") as bar:
