@@ -54,3 +54,12 @@ def test_goal_view_history_contract_and_gate_commands(loopx_proc):
     assert argv[0] == "loopx"
     r = loopx_proc(*argv[1:], "--json")
     assert r.code == 0 and r.json["status"] == "approved", r
+
+
+def test_terminal_overview_never_says_no_goals_when_there_are_closed_ones(loopx_proc):
+    assert loopx_proc("status").out.splitlines()[-1] == "no goals"
+    g = loopx_proc("project-prompt", "create", "--title", "done and dusted", "--json").json["id"]
+    assert loopx_proc("project-prompt", "close", g).code == 0
+    out = loopx_proc("status").out
+    assert "no goals" not in out and "1 closed (loopx status --all shows them)" in out
+    assert "done and dusted" in loopx_proc("status", "--all").out

@@ -45,7 +45,10 @@ def overview_text(view: dict) -> str:
         f" {view['counts']['attention']} need attention  (revision {view['revision']})"
     ]
     if not view["goals"]:
-        lines.append("no goals")
+        closed = counts["closed"]
+        # Never "no goals" when some exist: say where the closed ones are.
+        lines.append(f"no open or paused goals; {closed} closed (loopx status --all shows them)" if closed
+                     else "no goals")
     for g in view["goals"]:
         flag = "!" if g["attention"] else " "
         todos = g["todos"]
