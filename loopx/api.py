@@ -77,7 +77,7 @@ _LAZY = {
     "id_option": "loopx.cli.ids:id_option",
     "progress": "loopx.progress:progress",
     # --- processes ---
-    "run_command": "loopx.executors:run_command",
+    "run_command": "loopx.process:run_command",
     # --- testing ---
     "CliResult": "loopx.testing:CliResult",
     "capability_doc_problems": "loopx.testing:capability_doc_problems",
