@@ -145,9 +145,10 @@ def _commands(env, path=()):
 
 @pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
 def test_every_help_has_an_example_and_goal_id_is_explained(registry_url):
-    env = loopx_env(registry_url)
+    env = loopx_env(registry_url, LOOPX_PLUGINS="issue_fix,self_repair")  # the shipped capabilities too
     paths = _commands(env)
     assert ("quota", "should-run") in paths and ("registry", "info") in paths and len(paths) > 40
+    assert ("self-repair", "fix") in paths and ("issue-fix", "start") in paths
 
     def help_of(path):
         return path, subprocess.run([sys.executable, "-m", "loopx", *path, "--help"], env=env,

@@ -94,7 +94,7 @@ def _fill(loopx_proc, n):
 @pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
 def test_progress_bars_on_a_terminal_only(registry_url, loopx_proc, tmp_path):
     _fill(loopx_proc, 40)
-    env = loopx_env(registry_url)
+    env = loopx_env(registry_url, LOOPX_PLUGINS="self_repair")  # the capability under test, nothing else
     # registry copy: a bar for the events and one for the verification, on the terminal
     code, out, term = _on_a_terminal([sys.executable, "-m", "loopx", "registry", "copy", "--from", registry_url,
                                       "--to", str(tmp_path / "copy.db")], env)
