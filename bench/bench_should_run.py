@@ -7,7 +7,9 @@ median wall time of whole `python -m loopx --format json quota should-run --goal
 processes beside `python -c pass` and a bare import of LoopX's libraries, measured in the same
 run with the cases interleaved. Usage:
 
-    python bench/bench_should_run.py [--goals 10000] [--small 10] [--runs 15]
+    python bench/bench_should_run.py [--goals 10000] [--small 10] [--runs 15] [--keep]
+
+The registries live in a temp directory that is removed at the end unless ``--keep``.
 
 Targets at 10,000 goals: median < 100 ms, < 1.25x the import floor, 10,000/10 ratio < 1.2.
 It also prints how many SQL statements one should-run of the measured goal makes (counted
@@ -20,10 +22,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 
-from timing import child_env, floors, measure, print_table
+from timing import child_env, floors, measure, print_table, scratch_dir
 
 AGENT = "bench-agent"
 
@@ -78,9 +79,14 @@ def main() -> None:
     parser.add_argument("--goals", type=int, default=10_000)
     parser.add_argument("--small", type=int, default=10)
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--keep", action="store_true", help="keep the filled registries (their directory is printed)")
     args = parser.parse_args()
+    with scratch_dir("should-run", keep=args.keep) as tmp:
+        run(args, tmp)
 
-    tmp = tempfile.mkdtemp(prefix="loopx-bench-should-run-")
+
+def run(args, tmp: str) -> None:
+    """Fill the registries in ``tmp`` and time should-run on them."""
     py = sys.executable
     base = child_env(LOOPX_AGENT=AGENT)
     cases = floors(base)

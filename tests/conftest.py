@@ -94,3 +94,8 @@ def loopx_proc(registry_url):
 
     call.url = registry_url
     return call
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stop the throwaway PostgreSQL server (if one was started), whatever the outcome."""
+    backends.stop_server()
