@@ -24,8 +24,10 @@ def fill(url: str, n: int) -> str:
     from loopx.registry import Registry
 
     middle = None
+    from loopx.progress import counted
+
     with Registry.open(url) as reg:
-        for i in range(n):
+        for i in counted(range(n), n, f"filling {n:,} goals"):  # a bar on a terminal only
             goal = project_prompt.create(reg, "user", title=f"goal {i}", description="benchmark goal",
                                          criteria=["a criterion"])
             if i == n // 2:

@@ -43,8 +43,10 @@ def fill(url: str, n: int) -> list[str]:
     from loopx.registry import Registry
 
     busy = []
+    from loopx.progress import counted
+
     with Registry.open(url) as reg:
-        for i in range(n):
+        for i in counted(range(n), n, f"filling {n:,} goals"):  # a bar on a terminal only
             goal_id = project_prompt.create(reg, "user", title=f"goal {i}", description="benchmark goal",
                                             criteria=["a criterion"])["id"]
             if i % 10 == 0:  # one in ten has a budget, a plan and two finished turns

@@ -74,6 +74,9 @@ _LAZY = {
     "wants_json": "loopx.cli.output:wants_json",
     "operation_option": "loopx.cli.output:operation_option",
     "actor": "loopx.cli.output:actor",
+    "goal_option": "loopx.cli.ids:goal_option",
+    "id_option": "loopx.cli.ids:id_option",
+    "progress": "loopx.progress:progress",
     # --- processes ---
     "run_command": "loopx.process:run_command",
     # --- testing ---

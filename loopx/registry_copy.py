@@ -40,14 +40,20 @@ def copy_registry(source_url: str, target_url: str, *, force: bool = False) -> d
     source_url, target_url = resolve_url(source_url), resolve_url(target_url)
     if _same_place(source_url, target_url):
         raise LoopxError("invalid_argument", "--from and --to name the same registry")
+    from loopx.progress import progress
+
     with Registry.open(source_url, readonly=True) as source, Registry.open(target_url) as target:
         with source.read() as stx:
             dump = _read_source(stx)
+            total = sum(len(evs) for evs in dump["events"].values())
 
             def work(ttx):
-                replaced = _prepare_target(ttx, force)
-                _write(ttx, dump)
-                _verify(ttx, dump)
+                # A retried transaction starts its bars again.
+                with progress(total, "copying events  ") as bar:
+                    replaced = _prepare_target(ttx, force)
+                    _write(ttx, dump, bar)
+                    bar.phase("verifying goals ", len(dump["events"]))
+                    _verify(ttx, dump, bar)
                 return replaced
 
             replaced = target.store.write(work)
@@ -130,7 +136,7 @@ def _prepare_target(tx, force: bool) -> bool:
     return True
 
 
-def _write(tx, dump: dict) -> None:
+def _write(tx, dump: dict, bar=None) -> None:
     """Append every event with its original id and apply it; copy the operations."""
     cols = ", ".join(EVENT_COLUMNS)
     marks = ", ".join("?" for _ in EVENT_COLUMNS)
@@ -140,6 +146,8 @@ def _write(tx, dump: dict) -> None:
         for row in rows:
             tx.execute(insert, tuple(row[c] for c in EVENT_COLUMNS))
             ledger.apply(tx, ledger.event_from_row(row))
+            if bar is not None:
+                bar.advance()
     for op in dump["operations"]:
         tx.execute(
             f"INSERT INTO operations ({', '.join(OPERATION_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",
@@ -156,7 +164,7 @@ def _write(tx, dump: dict) -> None:
 # -- verifying -----------------------------------------------------------------------------------
 
 
-def _verify(tx, dump: dict) -> None:
+def _verify(tx, dump: dict, bar=None) -> None:
     """Raise ``copy_mismatch`` unless the target equals the source, event for event and row for row."""
     cols = ", ".join(EVENT_COLUMNS)
     copied: dict[str, list[dict]] = {}
@@ -178,6 +186,8 @@ def _verify(tx, dump: dict) -> None:
                 "copy_mismatch",
                 f"goal {goal_id}: the source's current state differs from its own ledger; repair the source first",
             )
+        if bar is not None:
+            bar.advance()
     ops = tx.query(f"SELECT {', '.join(OPERATION_COLUMNS)} FROM operations ORDER BY id")
     if sorted(map(_op_key, ops)) != sorted(map(_op_key, dump["operations"])):
         raise LoopxError("copy_mismatch", "the target's operations differ from the source's")

@@ -391,6 +391,11 @@ def goal_view_tx(tx, goal_id: str) -> dict:
     actions = tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY name", (goal_id,))
     handoff = runs.latest_handoff(tx, goal_id)
     items = [_todo_json(t, at) for t in todo_list[:MAX_TODOS]]
+    from loopx import status_history
+
+    for x in pending:
+        x["decide"] = status_history.decide_commands(x)
+    quota = quota_picture(goal, usage.usage(tx, goal_id))
     return {
         "schema": SCHEMA,
         "view": "goal",
@@ -401,7 +406,9 @@ def goal_view_tx(tx, goal_id: str) -> dict:
         "gates": {"pending": pending, "decided": decided[:RECENT_GATES]},
         "todos": {"counts": _todo_counts(todo_list), "items": items, "truncated": len(todo_list) > MAX_TODOS,
                   "ready": ready},
-        "quota": quota_picture(goal, usage.usage(tx, goal_id)),
+        "quota": quota,
+        "history": status_history.history(tx, goal_id, quota["used"], at),
+        "last_contract": status_history.last_contract(tx, goal_id),
         "runs": {"total": int(totals["runs"]), "recent": run_list},
         "evidence": {"total": int(totals["evidence"]), "recent": ev_list},
         "rewards": {"total": int(totals["rewards"]), "recent": rw_list,

@@ -80,6 +80,20 @@ EXAMPLES: dict[str, list[str]] = {
     "todo block": ["loopx todo block g-2ce4 --todo-id t-8d0 --note 'needs the Q3 data'"],
     "todo reopen": ["loopx todo reopen g-2ce4 --todo-id t-8d0"],
     "turn": ["loopx turn g-2ce4 --executor shell", "loopx turn g-2ce4 --executor claude-code"],
+    # The capabilities that ship in this repository (plugins elsewhere give an `epilog`).
+    "issue-fix": ["loopx issue-fix start --repo . --title 'Fix the rounding bug' --issue-file issue.md "
+                  "--test-command 'python -m pytest -q tests/test_rounding.py'"],
+    "issue-fix start": ["loopx issue-fix start --repo . --title 'Fix the rounding bug' --issue-file issue.md "
+                        "--test-command 'python -m pytest -q tests/test_rounding.py'"],
+    "issue-fix reproduce": ["loopx issue-fix reproduce --run-id r-91ab"],
+    "issue-fix verify": ["loopx issue-fix verify --run-id r-91ab"],
+    "issue-fix handoff": ["loopx issue-fix handoff --run-id r-91ab --root-cause 'float division before rounding'"],
+    "issue-fix publish": ["loopx issue-fix publish --run-id r-91ab"],
+    "issue-fix show": ["loopx issue-fix show --goal-id g-2ce4"],
+    "self-repair": ["loopx self-repair check"],
+    "self-repair check": ["loopx self-repair check --json"],
+    "self-repair fix": ["loopx self-repair fix --goal-id g-2ce4"],
+    "self-repair skill": ["loopx self-repair skill --path"],
 }
 
 # The seed's spellings, and the old underscore one of the status server.

@@ -71,11 +71,16 @@ class _Examples:
     """``--help`` ends with an example, from :mod:`loopx.cli.examples` unless the command has an epilog."""
 
     def format_epilog(self, ctx, formatter):
-        if self.epilog:
+        epilog = (self.epilog or "").strip()
+        if epilog and not epilog.startswith("Example"):
             return super().format_epilog(ctx, formatter)
-        from loopx.cli.examples import example_for
+        if epilog:
+            # A plugin's own `epilog="Example:\n  loopx ..."`: one command per line, never re-wrapped.
+            lines = [ln.strip() for ln in epilog.splitlines()[1:] if ln.strip()]
+        else:
+            from loopx.cli.examples import example_for
 
-        lines = example_for(ctx.command_path)
+            lines = example_for(ctx.command_path)
         if lines:
             formatter.write_paragraph()
             formatter.write_text("Example" + ("s:" if len(lines) > 1 else ":"))

@@ -45,7 +45,10 @@ def overview_text(view: dict) -> str:
         f" {view['counts']['attention']} need attention  (revision {view['revision']})"
     ]
     if not view["goals"]:
-        lines.append("no goals")
+        closed = counts["closed"]
+        # Never "no goals" when some exist: say where the closed ones are.
+        lines.append(f"no open or paused goals; {closed} closed (loopx status --all shows them)" if closed
+                     else "no goals")
     for g in view["goals"]:
         flag = "!" if g["attention"] else " "
         todos = g["todos"]
@@ -77,6 +80,9 @@ def goal_text(view: dict) -> str:
         lines.append("gates:")
         for x in gates["pending"] + gates["decided"]:
             lines.append(f"  {x['id']}  {x['status']:<8} {x['scope']:<10} blocks {x['blocks']}  {x['title']}")
+            if x.get("decide"):
+                lines.append(f"    decide: {x['decide']['approve']}")
+                lines.append(f"        or: {x['decide']['reject']}")
     todos = view["todos"]
     ready = set(todos["ready"])
     if todos["items"]:
@@ -90,6 +96,10 @@ def goal_text(view: dict) -> str:
     if quota:
         lines.append("quota:")
         lines.extend(quota)
+    contract = view.get("last_contract")
+    if contract:
+        lines.append(f"last contract: {contract['contract_id']} ({contract['decision']}, run {contract['run_id']},"
+                     f" {contract['issued_at']})")
     if view["handoff"]:
         lines.append(f"hand-off ({view['handoff']['run_id']}): {view['handoff']['note']}")
     if view["rewards"]["total"]:
@@ -106,7 +116,11 @@ def goal_text(view: dict) -> str:
 @click.option("--limit", default=50, type=int, help="Goals per page of the overview (1-1000).")
 @click.option("--cursor", default=None, help="The next page: the cursor the previous page ended with.")
 @click.option("--all", "include_closed", is_flag=True, help="Include closed goals in the overview.")
-def status(goal_id, limit, cursor, include_closed):
+@click.option("--watch", is_flag=True,
+              help="Keep the view on screen, redrawn whenever the registry changes (Ctrl-C quits).")
+@click.option("--interval", default=0.5, type=click.FloatRange(0.05, 3600), show_default=True,
+              help="With --watch: seconds between checks for a change.")
+def status(goal_id, limit, cursor, include_closed, watch, interval):
     """What needs attention, and where every goal stands (read-only).
 
     Without --goal-id: all goals, those needing a human first (pending gates, exhausted
@@ -116,6 +130,26 @@ def status(goal_id, limit, cursor, include_closed):
 
     # Opened like every other command (a first run creates the empty registry); the status
     # server is the part that must be read-only by construction.
+    if watch:
+        from loopx import watch as live
+        from loopx.registry import display_url, resolve_url
+        from loopx.cli.output import REGISTRY_KEY
+
+        with open_registry() as reg:
+            if goal_id is not None:
+                projection.goal_view(reg, goal_id)  # a bad id fails now, not in the loop
+
+                def build(tx):
+                    return projection.goal_view_tx(tx, goal_id)
+            else:
+                projection.overview(reg, limit=limit, include_closed=include_closed)  # bad options fail now
+
+                def build(tx):
+                    return projection.overview_tx(tx, limit=limit, include_closed=include_closed)
+            url = display_url(resolve_url(click.get_current_context().meta.get(REGISTRY_KEY)))
+            live.run(reg, build, goal_text if goal_id else overview_text, as_json=wants_json(), interval=interval,
+                     refresh=10.0, label=url)
+        return
     with open_registry() as reg:
         if goal_id is not None:
             emit(projection.goal_view(reg, goal_id), goal_text)

@@ -5,7 +5,8 @@
 
 const PAGE = 50;
 const SLOW_REFRESH_MS = 30000; // time alone changes some facts (leases, abandoned runs)
-const state = { selected: null, shown: PAGE, next: null, revision: null, loading: false, again: false };
+const state = { selected: null, shown: PAGE, next: null, revision: null, loading: false, again: false,
+  includeClosed: false };
 
 const $ = (id) => document.getElementById(id);
 
@@ -60,7 +61,13 @@ function renderOverview(view) {
   list.replaceChildren(...view.goals.map(goalItem));
   state.next = view.page.next;
   $("more").hidden = !state.next;
-  $("no-goals").hidden = view.goals.length > 0;
+  // "No goals yet" only when there are none at all; closed ones hidden by the toggle are said so.
+  const total = g.open + g.paused + g.closed;
+  $("no-goals").hidden = total > 0;
+  const onlyClosed = !view.goals.length && g.closed > 0 && !state.includeClosed;
+  $("only-closed").hidden = !onlyClosed;
+  $("only-closed").textContent = onlyClosed
+    ? `No open or paused goals; ${g.closed} closed goal${g.closed > 1 ? "s are" : " is"} hidden — tick “Show closed goals”.` : "";
   if (!state.selected && view.goals.length) select(view.goals[0].id, false);
   markSelected();
 }
@@ -116,9 +123,17 @@ function renderGoal(view) {
       badge(x.status), " ", el("strong", {}, x.title), " ",
       el("span", { class: "muted small" }, `${x.scope} · blocks ${x.blocks}` +
         (x.decided_by ? ` · ${x.status} by ${x.decided_by} ${when(x.decided_at)}` : ` · asked by ${x.requested_by}`)),
-      x.comment ? el("div", { class: "muted small" }, x.comment) : null))
+      x.comment ? el("div", { class: "muted small" }, x.comment) : null,
+      x.decide ? decideBlock(x.decide) : null))
       : [el("li", { class: "muted" }, "no gates")]),
   );
+  renderContract(view.last_contract);
+  const h = view.history || { runs: [], usage: [], rewards: [] };
+  if (window.LoopxCharts) {
+    LoopxCharts.burnDown($("burndown"), view.quota, h.usage, h.runs[0] || null);
+    LoopxCharts.runTimeline($("run-timeline"), h.runs);
+    LoopxCharts.rewardTrend($("reward-trend"), h.rewards);
+  }
 
   renderQuota(view.quota);
 
@@ -160,6 +175,46 @@ function renderGoal(view) {
   );
 }
 
+// The exact commands that decide a pending gate (user only), each with a copy button.
+function decideBlock(decide) {
+  return el("div", { class: "decide" }, el("div", { class: "small" }, "Decide it from a terminal (user only):"),
+    ...["approve", "reject"].map((verb) => el("div", { class: "command" },
+      el("code", { "data-verb": verb }, decide[verb]), copyButton(decide[verb], `Copy the ${verb} command`))));
+}
+
+function copyButton(text, label) {
+  const button = el("button", { type: "button", class: "copy", title: label }, "Copy");
+  button.setAttribute("aria-label", label);
+  button.addEventListener("click", async () => {
+    try {
+      await navigator.clipboard.writeText(text);
+      button.textContent = "Copied";
+    } catch (err) {
+      button.textContent = "Select and copy";
+    }
+    setTimeout(() => { button.textContent = "Copy"; }, 1500);
+  });
+  return button;
+}
+
+function renderContract(c) {
+  if (!c) {
+    $("contract-meta").textContent = "";
+    $("contract").replaceChildren(el("p", { class: "muted" }, "No contract issued yet: it is filed when should-run opens a run."));
+    return;
+  }
+  $("contract-meta").textContent = `${c.contract_id} · run ${c.run_id || "–"} · ${when(c.issued_at)}`;
+  $("contract").replaceChildren(...[
+    el("p", {}, "decision ", badge(c.decision, c.decision === "run" ? "ok" : "warn"),
+      c.reasons.length ? " because " : "", ...c.reasons.map((r) => badge(r, "plain"))),
+    c.primary_action ? el("p", { class: "primary" }, c.primary_action) : null,
+    el("ol", { class: "steps" }, ...c.steps.map((s) => el("li", {}, el("code", {}, s.command || s.argv || JSON.stringify(s)),
+      s.why ? el("span", { class: "muted small" }, ` — ${s.why}`) : null))),
+    c.next_user_actions.length ? el("div", { class: "small" }, "for a user: ",
+      ...c.next_user_actions.map((a) => el("code", { class: "user-action" }, a))) : null,
+  ].filter(Boolean));
+}
+
 function fill(share) {
   const node = el("div", { class: "fill" });
   node.style.width = `${(share * 100).toFixed(1)}%`; // CSSOM, allowed by the page's CSP
@@ -187,7 +242,8 @@ function renderQuota(q) {
 // ---------------------------------------------------------------- loading
 
 async function loadOverview() {
-  const view = await getJSON(`/api/status?limit=${Math.min(1000, state.shown)}`);
+  const all = state.includeClosed ? "&all=1" : "";
+  const view = await getJSON(`/api/status?limit=${Math.min(1000, state.shown)}${all}`);
   state.revision = view.revision;
   renderOverview(view);
 }
@@ -235,6 +291,7 @@ function connect() {
 }
 
 $("more").addEventListener("click", () => { state.shown += PAGE; refresh(); });
+$("show-closed").addEventListener("change", (e) => { state.includeClosed = e.target.checked; refresh(); });
 window.addEventListener("hashchange", () => {
   const id = location.hash.slice(1);
   if (id && id !== state.selected) select(id, false);

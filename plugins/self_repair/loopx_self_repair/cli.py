@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from loopx.api import LoopxGroup, emit, open_registry, operation_option
+from loopx.api import LoopxGroup, emit, goal_option, open_registry, operation_option
 
 
 def _finding_line(f: dict) -> str:
@@ -37,7 +37,7 @@ def self_repair():
 
 
 @self_repair.command()
-@click.option("--goal-id", default=None, help="Check one goal (default: every goal).")
+@goal_option(required=False, help="Check one goal (default: every goal); also as the first argument.")
 def check(goal_id):
     """Run every detector; exit status 1 when something needs repair."""
     from loopx_self_repair import detectors
@@ -50,7 +50,7 @@ def check(goal_id):
 
 
 @self_repair.command()
-@click.option("--goal-id", default=None, help="Repair one goal (default: every goal).")
+@goal_option(required=False, help="Repair one goal (default: every goal); also as the first argument.")
 @operation_option
 def fix(goal_id, operation_id):
     """Repair what the detectors find, each repair recorded in the goal's ledger.

@@ -295,8 +295,13 @@ def check(reg, *, goal_id: str | None = None, now: str | None = None) -> dict:
         findings.extend(storage_integrity(reg.store))
         with reg.read() as tx:
             goals = goals_to_check(tx, goal_id)
-            for goal in goals:
-                findings.extend(goal_findings(tx, goal, now))
+            from loopx.api import progress
+
+            # A bar on stderr when it is a terminal (never in a contract veto: that calls veto_findings).
+            with progress(len(goals), "checking goals") as bar:
+                for goal in goals:
+                    findings.extend(goal_findings(tx, goal, now))
+                    bar.advance()
     elif goal_id is not None:
         with reg.read() as tx:
             goals = goals_to_check(tx, goal_id)

@@ -50,8 +50,13 @@ def fix(url: str | None, *, goal_id: str | None = None, operation_id: str | None
         repaired.extend(_fix_storage(reg))
         with reg.read() as tx:
             goals = detectors.goals_to_check(tx, goal_id)
-        for goal in goals:
-            repaired.extend(_fix_goal(reg, goal["id"], operation_id))
+        from loopx.api import progress
+
+        # A bar on stderr when it is a terminal: a large registry takes a while.
+        with progress(len(goals), "repairing goals") as bar:
+            for goal in goals:
+                repaired.extend(_fix_goal(reg, goal["id"], operation_id))
+                bar.advance()
         remaining = detectors.check(reg, goal_id=goal_id)["findings"]
     return {"ok": not remaining, "repaired": repaired, "remaining": remaining}
 
