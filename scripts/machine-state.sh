@@ -26,8 +26,9 @@ live_session() {  # DIR is a loopx-pg-* dir whose owner.pid is a running process
         { comm[$1] = $3; parent[$1] = $2 }
         END { for (p in comm) if (comm[p] == "postgres" && comm[parent[p]] != "postgres" && comm[parent[p]] != "initdb" && comm[parent[p]] != "pg_ctl") print p }' |
     while read -r pid; do
-        [ -s "/proc/$pid/cmdline" ] || continue  # ended since ps listed it
-        datadir=$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | sed -n '/^-D$/{n;p;q}') || true
+        args=$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null) || true
+        [ -n "$args" ] || continue  # it ended since ps listed it
+        datadir=$(sed -n '/^-D$/{n;p;q}' <<< "$args")
         live_session "${datadir%/data}" || echo "postmaster $pid ${datadir:-?}"
     done
     if [ -d /etc/postgresql ]; then find /etc/postgresql -type f | sed 's/^/etc /'; fi
