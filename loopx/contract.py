@@ -4,8 +4,10 @@
 capability veto -> ``repair``; an unapproved gate on the whole goal -> ``ask_user``; a budget
 exhausted -> ``ask_user``; cadence not elapsed -> ``wait``; another agent's run open -> ``wait``;
 nothing ready -> ``ask_user`` (or a planning ``run`` when the goal has no todos at all); else
-``run``. :func:`document` turns a decision into the contract (schema
-``loopx.interaction_contract/1``, shipped as ``loopx/schemas/contract.json``).
+``run``. Between the budget and the cadence rows sits stuck detection: the same step failing in
+the goal's last N runs -> ``ask_user`` (``repeated_failure``). :func:`document` turns a decision
+into the contract (schema ``loopx.interaction_contract/1``, shipped as
+``loopx/schemas/contract.json``); its ``cli_channel.steps`` come from :mod:`loopx.steps`.
 
 Everything here reads; :mod:`loopx.quota` decides when to write.
 """
@@ -37,31 +39,61 @@ class Decision:
     """
 
     __slots__ = ("decision", "reasons", "goal", "agent", "own_run", "blocking", "ready", "next_eligible_at",
-                 "other_run", "veto", "exhausted")
+                 "other_run", "veto", "exhausted", "failure", "problems")
 
     def __init__(self, decision: str, reasons: list[str], *, goal, agent: str, own_run=None,
                  blocking: dict | None = None, ready: list | None = None, next_eligible_at: str | None = None,
-                 other_run=None, veto: dict | None = None, exhausted: list[str] | None = None):
+                 other_run=None, veto: dict | None = None, exhausted: list[str] | None = None,
+                 failure: dict | None = None):
         self.decision, self.reasons, self.goal, self.agent = decision, reasons, goal, agent
         self.own_run, self.blocking, self.ready = own_run, blocking or {}, ready or []
         self.next_eligible_at, self.other_run, self.veto = next_eligible_at, other_run, veto
         self.exhausted = exhausted or []
+        self.failure = failure
+        #: Malformed plugin contributions that were dropped, named by plugin (shown as notes).
+        self.problems: list[str] = []
 
 
 def _q(*argv) -> str:
     return shlex.join([str(a) for a in argv])
 
 
+def _each_impl(hook, **kwargs):
+    """``(plugin name, answer)`` of every implementation of ``hook``, in pluggy's call order.
+
+    Called one by one (not through ``hook(...)``) so that a malformed answer can be reported
+    with the name of the plugin that gave it.
+    """
+    for impl in reversed(hook.get_hookimpls()):
+        yield impl.plugin_name, impl.function(**{k: kwargs[k] for k in impl.argnames})
+
+
+def _report(problems: list[str]) -> None:
+    import sys
+
+    for p in problems:
+        print(f"loopx: {p}", file=sys.stderr)
+
+
 def veto(tx, goal) -> dict | None:
-    """The first capability veto (``loopx_contract_veto``), or ``None``."""
+    """The first capability veto (``loopx_contract_veto``), or ``None``.
+
+    Its ``actions`` are checked like contributed actions (:func:`loopx.steps.veto_actions`) and
+    come back as ``argvs``; malformed ones are dropped and listed in ``problems``.
+    """
+    from loopx import steps
     from loopx.plugins import get_plugin_manager
 
     hook = get_plugin_manager().hook.loopx_contract_veto
     if not hook.get_hookimpls():
         return None
-    for found in hook(tx=tx, goal=goal):
+    for name, found in _each_impl(hook, tx=tx, goal=goal):
         if found:
-            return found
+            if not isinstance(found, dict):
+                found = {"reason": "capability_veto", "message": f"plugin {name} vetoed this goal"}
+            argvs, problems = steps.veto_actions(found.get("actions"), name)
+            _report(problems)
+            return {**found, "argvs": argvs, "problems": problems}
     return None
 
 
@@ -80,7 +112,9 @@ def decide(tx, goal, *, agent: str, now: str, own_run, open_runs: list) -> Decis
         # Reasons are stable machine codes; a plugin's free text is not one.
         if not _CODE.fullmatch(reason):
             reason = "capability_veto"
-        return Decision("repair", [reason], veto=found, **d)
+        out = Decision("repair", [reason], veto=found, **d)
+        out.problems = found["problems"]
+        return out
     blocking = gates.blocking(tx, goal.id)
     d["blocking"] = blocking
     if blocking["all"]:
@@ -90,6 +124,11 @@ def decide(tx, goal, *, agent: str, now: str, own_run, open_runs: list) -> Decis
     spent = exhausted(goal, usage(tx, goal.id, exclude_run=exclude))
     if spent:
         return Decision("ask_user", ["quota_exhausted", *[f"{k}_exhausted" for k in spent]], exhausted=spent, **d)
+    from loopx.steps import repeated_failure
+
+    failure = repeated_failure(tx, goal)
+    if failure:
+        return Decision("ask_user", ["repeated_failure"], failure=failure, **d)
     cadence = goal.limits.cadence_seconds
     if cadence:
         last = tx.one("SELECT MAX(opened_at) AS at FROM runs WHERE goal_id = ? AND id <> ?",
@@ -153,8 +192,10 @@ def _user_channel(d: Decision, gates_shown: list) -> dict:
         actions.append(_q("loopx", "quota", "show", "--goal-id", g))
     if reason == "no_ready_work":
         actions += [_q("loopx", "todo", "list", "--goal-id", g),
-                    _q("loopx", "todo", "add", "--goal-id", g, "--text", "the next step"),
                     _q("loopx", "project_prompt", "close", "--goal-id", g, "--reason", "done")]
+    if reason == "repeated_failure":
+        actions += [_q("loopx", "run", "show", "--run-id", d.failure["run_id"]),
+                    _q("loopx", "project_prompt", "retry", "--goal-id", g)]
     if d.decision != "stop":
         from loopx.gates import decision_commands
 
@@ -167,13 +208,18 @@ def _user_channel(d: Decision, gates_shown: list) -> dict:
 def _primary(d: Decision, run_id: str | None) -> str:
     g, reason = d.goal, d.reasons[0]
     title = _short(g.title, 80)
+    run = f"run {run_id}" if run_id else "the run a real call opens"
     if reason == "ready_work":
         top = d.ready[0]
-        return (f"Goal {title!r}: do todo {top.id} ({_short(top.text, TEXT_SHOWN)}) with only the actions below, "
-                f"record what you did, mark it done, then finish run {run_id}.")
+        return (f"Goal {title!r}: do todo {top.id} ({_short(top.text, TEXT_SHOWN)}) with only the steps below, "
+                f"in order, stopping at the first that fails; then finish {run}.")
     if reason == "no_todos":
-        return (f"Goal {title!r} has no plan yet: read it, add todos with `loopx todo add --goal-id {g.id} "
-                f"--run-id {run_id} --text '...'` (one per step), then finish run {run_id}.")
+        return (f"Goal {title!r} has no plan yet: read it and add one todo per step, in your own words "
+                f"(`loopx todo add --goal-id {g.id} --run-id {run_id or 'R'} --text TEXT`), then finish {run}.")
+    if reason == "repeated_failure":
+        f = d.failure
+        return (f"Stop: step {f['step']} failed in each of the last {f['runs']} runs (latest {f['run_id']}, "
+                f"exit {f['exit_code']}); a user must look and let agents retry.")
     if reason == "goal_closed":
         return "The goal is closed: stop."
     if reason == "goal_paused":
@@ -191,52 +237,64 @@ def _primary(d: Decision, run_id: str | None) -> str:
     if reason == "run_in_progress":
         r = d.other_run
         return f"Wait: agent {r.agent} holds run {r.id} until {r.expires_at}."
-    return "Stop: nothing is ready to do; a user must add or unblock work."
+    return "Stop: nothing is ready to do; a user must add work (`loopx todo add`) or unblock it."
 
 
-def _cli_actions(d: Decision, run_id: str | None, allowed: list, contributed: list[dict]) -> list[str]:
-    g = d.goal.id
+def _steps(d: Decision, run_id: str | None, allowed: list, contributed: list[dict]) -> list[dict]:
+    """The contract's steps (see :mod:`loopx.steps`); every line carries the agent."""
+    from loopx.steps import chain
+
+    g, a = d.goal.id, d.agent
     if d.decision == "repair":
-        return [str(a) for a in d.veto.get("actions") or []]
+        return chain([(f"repair:{i + 1}", "do", argv) for i, argv in enumerate(d.veto.get("argvs") or [])])
     if d.decision != "run":
         out = []
         if d.own_run is not None:
-            out.append(_q("loopx", "run", "finish", "--run-id", d.own_run.id, "--outcome", "partial",
-                          "--handoff", "stopped: " + d.reasons[0]))
+            # No outcome: `run finish` derives it from what the run's steps recorded.
+            out.append(("finish", "finish", ["loopx", "run", "finish", "--run-id", d.own_run.id, "--agent", a,
+                                             "--handoff", "stopped: " + d.reasons[0]]))
         if d.decision == "wait":
-            out.append(_q("loopx", "quota", "should-run", "--goal-id", g, "--agent", d.agent))
-        return out
-    from loopx.actions import exec_command
-
+            out.append(("ask", "claim", ["loopx", "quota", "should-run", "--goal-id", g, "--agent", a]))
+        return chain(out)
+    if run_id is None:  # a dry run opens no run: there is nothing to act under
+        return []
+    exec_ = ["loopx", "exec", "--run-id", run_id, "--agent", a]
     out = []
     top = d.ready[0] if d.ready else None
     if top is not None:
-        out.append(_q("loopx", "todo", "claim", "--goal-id", g, "--todo-id", top.id, "--agent", d.agent,
-                      "--run-id", run_id))
-    else:
-        out.append(_q("loopx", "project_prompt", "show", "--goal-id", g))
-        out.append(_q("loopx", "todo", "add", "--goal-id", g, "--run-id", run_id, "--text", "the first step"))
-    out += [exec_command(run_id, a.name) for a in allowed]
-    out += [c["command"] for c in contributed]
-    out.append(_q("loopx", "evidence", "add", "--run-id", run_id, "--kind", "note", "--summary", "what was done"))
+        out.append(("claim", "claim", ["loopx", "todo", "claim", "--goal-id", g, "--todo-id", top.id, "--agent", a,
+                                       "--run-id", run_id]))
+    out += [(f"action:{x.name}", "do", [*exec_, "--action", x.name]) for x in allowed]
+    for c in contributed:
+        name = f"{c.get('capability') or c['plugin']}:{c.get('action') or c['argv'][1]}"
+        out.append((name, "do", [*exec_, "--", *c["argv"]]))
     if top is not None:
-        out.append(_q("loopx", "todo", "done", "--goal-id", g, "--todo-id", top.id, "--run-id", run_id))
-    out.append(_q("loopx", "run", "finish", "--run-id", run_id, "--outcome", "ok"))
-    return out
+        out.append(("done", "record", ["loopx", "todo", "done", "--goal-id", g, "--todo-id", top.id, "--run-id",
+                                       run_id, "--agent", a]))
+    out.append(("finish", "finish", ["loopx", "run", "finish", "--run-id", run_id, "--agent", a]))
+    return chain(out)
 
 
-def contributions(tx, goal, run_id: str, left: dict) -> list[dict]:
-    """Capability contributions (``loopx_contract_actions``) for a ``run`` contract."""
+def contributions(tx, goal, run_id: str, left: dict, problems: list | None = None) -> list[dict]:
+    """Capability contributions (``loopx_contract_actions``) for a ``run`` contract.
+
+    Each is checked as argv when it is contributed (:func:`loopx.steps.contributed`); a
+    malformed one is dropped, reported on stderr with its plugin's name, and added to
+    ``problems``.
+    """
+    from loopx import steps
     from loopx.plugins import get_plugin_manager
 
     hook = get_plugin_manager().hook.loopx_contract_actions
     if not hook.get_hookimpls():
         return []
     out = []
-    for found in hook(tx=tx, goal=goal, run_id=run_id, remaining=left):
-        for item in found or []:
-            if isinstance(item, dict) and isinstance(item.get("command"), str) and item["command"].startswith("loopx "):
-                out.append(item)
+    for name, found in _each_impl(hook, tx=tx, goal=goal, run_id=run_id, remaining=left):
+        good, bad = steps.contributed(found, name)
+        out += good
+        _report(bad)
+        if problems is not None:
+            problems += bad
     # A capability whose quota needs per run exceed what remains is not offered. Its needs count
     # this run's own turn, so they are measured against what remained before this run.
     from loopx import capabilities
@@ -258,12 +316,13 @@ def document(tx, d: Decision, *, contract_id: str | None, run_id: str | None, fi
     if opening:
         used = type(used)(turns=used.turns + 1, tokens=used.tokens, cost=used.cost, wall_seconds=used.wall_seconds)
     blocking = d.blocking or {"all": [], "actions": {}, "todos": {}}
-    allowed, contributed, notes = [], [], []
+    allowed, contributed, notes = [], [], list(d.problems)
     if d.decision == "run":
         actions = action_rows(tx, goal.id)
         held = gated(tx, goal.id, actions, blocking)
         allowed = [a for a in actions if a.name not in held]
-        contributed = contributions(tx, goal, run_id, remaining(goal, used))
+        if run_id is not None:
+            contributed = contributions(tx, goal, run_id, remaining(goal, used), notes)
         notes += [f"{c.get('capability') or 'plugin'}: {c['note']}" for c in contributed if c.get("note")]
         shown_gates = list({id(g): g for g in [*blocking["all"], *held.values(), *blocking["todos"].values()]}.values())
     else:
@@ -296,6 +355,9 @@ def document(tx, d: Decision, *, contract_id: str | None, run_id: str | None, fi
         agent_channel["open_run"] = d.own_run.id
     if expires_at is None:
         expires_at = d.next_eligible_at or add_seconds(issued_at, RECHECK_SECONDS)
+    from loopx.steps import lines
+
+    steps = _steps(d, run_id, allowed, contributed)
     doc = {
         "schema": SCHEMA,
         "contract_id": contract_id,
@@ -307,8 +369,10 @@ def document(tx, d: Decision, *, contract_id: str | None, run_id: str | None, fi
         "gates": {"pending": [_gate_json(g) for g in shown_gates]},
         "user_channel": _user_channel(d, shown_gates),
         "agent_channel": agent_channel,
-        "cli_channel": {"next_cli_actions": _cli_actions(d, run_id, allowed, contributed)},
+        "cli_channel": {"steps": steps, "next_cli_actions": lines(steps)},
     }
+    if d.failure is not None:
+        doc["repeated_failure"] = d.failure
     if d.next_eligible_at is not None:
         doc["next_eligible_at"] = d.next_eligible_at
     return doc

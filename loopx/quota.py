@@ -20,7 +20,8 @@ from loopx.usage import (  # noqa: F401  (fingerprint, usage, remaining: the pub
 from loopx.validate import check_id, check_number, check_text, new_id
 
 LIMIT_BOUNDS = {"max_turns": (0, 10**9, True), "max_tokens": (0, 10**15, True), "max_cost": (0, 10**9, False),
-                "max_wall_seconds": (0, 10**9, False), "cadence_seconds": (0, 10**8, False)}
+                "max_wall_seconds": (0, 10**9, False), "cadence_seconds": (0, 10**8, False),
+                "stuck_after": (0, 1000, True)}
 GRANT_BOUNDS = {"turns": (1, 10**9, True), "tokens": (1, 10**15, True), "cost": (0.000001, 10**9, False),
                 "wall_seconds": (0.001, 10**9, False)}
 DEFAULT_AGENT = "agent"
@@ -51,12 +52,13 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
                        what="--ttl-seconds", minimum=1, maximum=runs.MAX_TTL_SECONDS)
     if actor == "dashboard" and not dry_run:
         raise LoopxError("actor_forbidden", "the dashboard never writes; use --dry-run")
-    run_id, contract_id = new_id("run"), new_id("contract")
-
     if dry_run:
+        # A preview opens no run, so it shows no run id (a real call would use another one);
+        # an agent's own open run is shown, since a real call would hand it back.
         with reg.read() as tx:
             return _turn(tx, None, goal_id=goal_id, agent=agent, ttl=ttl, now=clock.now(),
-                         run_id=run_id, contract_id=contract_id)
+                         run_id=None, contract_id=None)
+    run_id, contract_id = new_id("run"), new_id("contract")
 
     def work(w):
         return _turn(w.tx, w, goal_id=goal_id, agent=agent, ttl=ttl, now=w.at, run_id=run_id,
@@ -85,6 +87,7 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
     out = {"goal_id": goal_id, "should_run": d.decision == "run", "decision": d.decision, "reasons": d.reasons}
     if w is None:
         out["dry_run"] = True
+        out["preview"] = "dry run: nothing was written and no run was opened; a real call opens one and lists its steps"
     if d.decision != "run":
         fp = fingerprint(tx, goal, exclude_run=own.id if own else None)
         out["interaction_contract"] = contract.document(tx, d, contract_id=None, run_id=own.id if own else None,

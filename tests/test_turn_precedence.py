@@ -93,8 +93,9 @@ def test_a_goal_without_todos_gets_a_planning_run(reg):
     assert (out["decision"], out["reasons"]) == ("run", ["no_todos"])
     c = out["interaction_contract"]
     r = c["run_id"]
-    assert f"loopx todo add --goal-id {g} --run-id {r} --text 'the first step'" in c["cli_channel"]["next_cli_actions"]
-    assert "loopx todo add" in c["agent_channel"]["primary_action"]
+    # No placeholder todo: the agent writes the plan in its own words; the lines only finish.
+    assert c["cli_channel"]["next_cli_actions"] == [f"loopx run finish --run-id {r} --agent me"]
+    assert f"loopx todo add --goal-id {g} --run-id {r} --text TEXT" in c["agent_channel"]["primary_action"]
 
 
 def test_quota_reasons_name_the_exhausted_budgets_and_the_grant_command(reg):
@@ -143,14 +144,14 @@ def test_gated_actions_stay_out_of_contracts_until_approved(reg):
     c = ask(reg, g)["interaction_contract"]
     r = c["run_id"]
     acts = c["cli_channel"]["next_cli_actions"]
-    assert f"loopx exec --run-id {r} --action test" in acts
+    assert f"loopx exec --run-id {r} --agent me --action test" in acts
     assert not any("deploy" in a for a in acts)
     assert c["gates"]["pending"][0]["id"] == gate["id"]
     decide_gate(reg, g, gate["id"])
     # The approval changed the goal's fingerprint: the same agent gets its run back, renewed.
     again = ask(reg, g)["interaction_contract"]
     assert again["run_id"] == r and again["contract_id"] != c["contract_id"]
-    assert f"loopx exec --run-id {r} --action deploy" in again["cli_channel"]["next_cli_actions"]
+    assert f"loopx exec --run-id {r} --agent me --action deploy" in again["cli_channel"]["next_cli_actions"]
 
 
 def test_action_added_behind_a_gate_id_waits_for_that_gate(reg):

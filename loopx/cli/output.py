@@ -130,6 +130,22 @@ def actor() -> str:
     return current_actor()
 
 
+def agent_claim(agent: str | None) -> str | None:
+    """Who the caller says it is: ``--agent``, else ``LOOPX_AGENT``, else ``None`` (nobody in particular)."""
+    import os
+
+    return agent if agent is not None else (os.environ.get("LOOPX_AGENT") or None)
+
+
+def check_inside(run_id: str | None) -> None:
+    """Refuse (``run_not_yours``) acting on another run from inside a governed step of one run."""
+    from loopx.registry import inside_run
+
+    inside = inside_run()
+    if inside is not None and run_id is not None and run_id != inside:
+        raise LoopxError("run_not_yours", f"this command runs inside run {inside}; it may not act on run {run_id}")
+
+
 def operation_option(fn):
     """The ``--operation-id`` option every mutating command takes."""
     return click.option(

@@ -12,7 +12,6 @@ this capability owns in the ``issue_fix`` namespace. The phases, in order:
 from __future__ import annotations
 
 import re
-import shlex
 import sys
 
 from loopx.errors import LoopxError
@@ -117,8 +116,8 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
             w.emit("todo.added", {"todo_id": todo_ids[step], "text": TODO_TEXT[step], "priority": "P1",
                                   "depends_on": after})
             after = [todo_ids[step]]
-        w.emit("action.added", {"name": "test", "argv": ["sh", "-c", f"cd {shlex.quote(root)} && {test_command}"],
-                                "source": f"capability:{CAPABILITY}"})
+        # No `test` action: every action a contract lists is a do step that must succeed, and the
+        # test is *meant* to fail before the fix; reproduce and verify run it and judge it.
         # One production gate holds both the publish todo (so the goal asks the user once the
         # hand-off is written) and the publish action (so no contract offers it before approval).
         w.emit("gate.added", {"gate_id": gate_id, "scope": "production", "blocks": f"todo:{todo_ids['publish']}",
@@ -208,5 +207,5 @@ def contract_actions(tx, goal, run_id: str | None) -> list[dict] | None:
         step, note = "handoff", "write the reviewer packet (add --root-cause TEXT to explain the cause)"
     else:
         return None
-    command = shlex.join(["loopx", "issue-fix", step, "--run-id", run_id])
-    return [{"command": command, "note": note, "capability": CAPABILITY, "action": step}]
+    argv = ["loopx", "issue-fix", step, "--run-id", run_id]
+    return [{"argv": argv, "note": note, "capability": CAPABILITY, "action": step}]
