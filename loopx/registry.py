@@ -114,12 +114,9 @@ class Writer:
         """Append and apply one event to this writer's goal (``goal_id`` only when creating)."""
         kind = ledger.kind(kind_name)
         if ledger.role(self.actor) not in kind.writers:
-            inside = f" (LOOPX_RUN_ID is set: a command started inside run {os.environ[ENV_RUN_ID]} acts as the executor)" \
-                if ENV_RUN_ID in os.environ and self.actor == "executor" else ""
             raise LoopxError(
                 "actor_forbidden",
-                f"{self.actor} may not {kind_name.replace('.', ' ')}: that is for {', '.join(sorted(kind.writers))}"
-                + inside,
+                f"{self.actor} may not {kind_name.replace('.', ' ')}: that is for {', '.join(sorted(kind.writers))}",
             )
         if kind.guard is not None:
             kind.guard(self, body)

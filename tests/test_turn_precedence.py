@@ -1,8 +1,8 @@
 """The precedence table of ``quota should-run``, pinned row by row.
 
 Each row is tested with every lower-precedence condition *also* present, so a row wins only
-because it comes first: closed -> paused -> repair -> gate -> quota -> cadence -> turn in
-progress -> no ready work -> run.
+because it comes first: closed -> paused -> repair -> gate -> quota -> repeated failure ->
+cadence -> turn in progress -> no ready work -> run.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ TABLE = [
     ("veto", "repair", "ledger_mismatch"),
     ("gate", "ask_user", "gate_pending"),
     ("quota", "ask_user", "quota_exhausted"),
+    ("stuck", "ask_user", "repeated_failure"),
     ("cadence", "wait", "cadence"),
     ("in_progress", "wait", "run_in_progress"),
     ("no_ready", "ask_user", "no_ready_work"),
@@ -44,8 +45,14 @@ NAMES = [row[0] for row in TABLE]
 def build(reg, upto: str):
     """A goal where condition ``upto`` and every condition below it in the table hold."""
     active = set(NAMES[NAMES.index(upto):])
-    ids = make_goal(reg, todo_texts=("only step",))
+    ids = make_goal(reg, todo_texts=("only step",), acts={"boom": [PY, "-c", "raise SystemExit(3)"]})
     g, t = ids["goal"], ids["todos"][0]
+    # An earlier run whose step failed (one failed run is "stuck" only with --stuck-after 1).
+    from loopx import actions, runs
+
+    prior = ask(reg, g, agent="prior")["interaction_contract"]["run_id"]
+    actions.execute(reg, "executor", run_id=prior, action="boom")
+    assert runs.finish(reg, "user", run_id=prior)["outcome"] == "failed"
     # Another agent's run, opened while there was work; then the work is done by the user.
     other = ask(reg, g, agent="other")
     assert other["decision"] == "run"
@@ -54,11 +61,13 @@ def build(reg, upto: str):
     if "in_progress" not in active:
         from loopx import runs
 
-        runs.finish(reg, "user", run_id=other["interaction_contract"]["run_id"], outcome="ok")
+        runs.finish(reg, "user", run_id=other["interaction_contract"]["run_id"], outcome="partial")
     if "cadence" in active:
         quota.set_limits(reg, "user", goal_id=g, values={"cadence_seconds": 3600})
+    if "stuck" in active:
+        quota.set_limits(reg, "user", goal_id=g, values={"stuck_after": 1})
     if "quota" in active:
-        quota.set_limits(reg, "user", goal_id=g, values={"max_turns": 1})
+        quota.set_limits(reg, "user", goal_id=g, values={"max_turns": 2})
     if "gate" in active:
         add_gate(reg, g)
     if "paused" in active:

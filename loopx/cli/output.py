@@ -96,6 +96,12 @@ LoopxGroup.group_class = LoopxGroup
 
 def fail(err: LoopxError, ctx: click.Context | None = None):
     """Print ``err`` the way the current format wants and exit with its status."""
+    import os
+
+    if err.code == "actor_forbidden" and "LOOPX_RUN_ID" in os.environ:
+        # Say why a user's command was refused: it runs inside a governed step.
+        err.message += (f" (LOOPX_RUN_ID is set: a command started inside run {os.environ['LOOPX_RUN_ID']}"
+                        " acts as the executor)")
     if wants_json(ctx):
         click.echo(json.dumps(err.to_json()))
     else:
