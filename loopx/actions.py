@@ -1,10 +1,11 @@
 """Actions: the commands a user allowed for a goal, and ``exec``, which runs one under a run.
 
-``action add`` is user-only. A contract lists each allowed, ungated action as
-``loopx exec --run-id R --action NAME``; ``exec`` runs only what the run's (fresh) contract
-allows - a listed action by name, or an exact command that is one of those actions or a
-capability action of the contract - and refuses anything else with ``action_not_allowed``
-before any process starts. What ran is recorded as evidence of kind ``command``.
+``action add`` is user-only. A contract lists each allowed, ungated action as a ``do`` step
+``loopx exec --run-id R --agent A --action NAME`` (and a capability's command as
+``loopx exec --run-id R --agent A -- loopx CMD ...``); ``exec`` runs only what a step of the
+run's (fresh) contract runs and refuses anything else with ``action_not_allowed`` before any
+process starts. What ran is recorded as the step's evidence: kind ``command``, written by the
+core, naming the step.
 """
 
 from __future__ import annotations
@@ -60,11 +61,6 @@ def gated(tx, goal_id: str, actions: list, blocking: dict) -> dict[str, object]:
             if a.name not in held and a.gate_id in rows:
                 held[a.name] = gate_from_row(rows[a.gate_id])
     return held
-
-
-def exec_command(run_id: str, name: str) -> str:
-    """The contract line that runs action ``name`` under ``run_id``."""
-    return shlex.join(["loopx", "exec", "--run-id", run_id, "--action", name])
 
 
 def check_argv(argv) -> list[str]:
