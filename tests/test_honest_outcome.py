@@ -95,6 +95,9 @@ def test_the_same_step_failing_in_three_runs_in_a_row_asks_a_user(loopx):
     assert outcomes == ["failed", "failed", "failed"]
     out = J(loopx("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json", env=EX))
     assert (out["decision"], out["reasons"]) == ("ask_user", ["repeated_failure"])
+    from tests.test_turn_contract import validate
+
+    validate(out)
     c = out["interaction_contract"]
     f = c["repeated_failure"]
     assert (f["step"], f["runs"], f["exit_code"]) == ("action:test", 3, 5)
