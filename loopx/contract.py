@@ -58,47 +58,96 @@ def _q(*argv) -> str:
     return shlex.join([str(a) for a in argv])
 
 
-def _each_impl(hook, **kwargs):
-    """``(plugin name, answer)`` of every implementation of ``hook``, in pluggy's call order.
+class HookTx:
+    """What a contract hook gets as ``tx``: a read-only view of a read transaction.
 
-    Called one by one (not through ``hook(...)``) so that a malformed answer can be reported
-    with the name of the plugin that gave it.
+    Hooks run before the write transaction begins, never while the lock is held; the view is
+    revoked when the hook phase ends, so a hook that overran its deadline and goes on in the
+    background cannot touch the transaction that follows.
     """
-    for impl in reversed(hook.get_hookimpls()):
-        yield impl.plugin_name, impl.function(**{k: kwargs[k] for k in impl.argnames})
+
+    __slots__ = ("_tx",)
+
+    def __init__(self, tx):
+        self._tx = tx
+
+    @property
+    def dialect(self):
+        return self._live().dialect
+
+    def _live(self):
+        if self._tx is None:
+            from loopx.errors import LoopxError
+
+            raise LoopxError("plugin_error", "this transaction ended: a contract hook ran past its deadline")
+        return self._tx
+
+    def one(self, sql, params=()):
+        """One row as a dict, or ``None``."""
+        return self._live().one(sql, params)
+
+    def query(self, sql, params=()):
+        """All rows as dicts."""
+        return self._live().query(sql, params)
+
+    def revoke(self) -> None:
+        """End the view (the hook phase is over)."""
+        self._tx = None
 
 
-def _report(problems: list[str]) -> None:
-    import sys
-
-    for p in problems:
-        print(f"loopx: {p}", file=sys.stderr)
+def _check_veto(found) -> str | None:
+    if found is None:
+        return None
+    if not isinstance(found, dict):
+        return f"a veto is None or a dict, not {type(found).__name__}"
+    if not isinstance(found.get("reason"), str) or not isinstance(found.get("message", ""), str):
+        return "a veto needs a text reason (and message)"
+    if not isinstance(found.get("actions", []), list):
+        return "a veto's actions are a list of argv lists (or commands), not a string"
+    return None
 
 
 def veto(tx, goal) -> dict | None:
     """The first capability veto (``loopx_contract_veto``), or ``None``.
 
-    Its ``actions`` are checked like contributed actions (:func:`loopx.steps.veto_actions`) and
-    come back as ``argvs``; malformed ones are dropped and listed in ``problems``.
+    Fails closed: a veto hook that raises, times out or returns the wrong type makes the decision
+    ``repair`` with reason ``plugin_failed`` naming the plugin (a broken safety check never
+    means "go ahead").
     """
-    from loopx import steps
-    from loopx.plugins import get_plugin_manager
+    from loopx import plugins
 
-    hook = get_plugin_manager().hook.loopx_contract_veto
-    if not hook.get_hookimpls():
+    if not plugins.has_impls("loopx_contract_veto"):
         return None
-    for name, found in _each_impl(hook, tx=tx, goal=goal):
-        if found:
-            if not isinstance(found, dict):
-                found = {"reason": "capability_veto", "message": f"plugin {name} vetoed this goal"}
-            argvs, problems = steps.veto_actions(found.get("actions"), name)
-            _report(problems)
-            return {**found, "argvs": argvs, "problems": problems}
+    try:
+        found = plugins.call("loopx_contract_veto", tx=tx, goal=goal, check=_check_veto,
+                             timeout=plugins.hook_timeout(), raise_faults=True)
+    except plugins.HookFault as fault:
+        plugins.faults.append((fault.plugin, fault.hook, fault.message))
+        import sys
+
+        print(f"loopx: warning: plugin {fault.plugin!r} {fault.hook} {fault.message}; failing closed (repair)",
+              file=sys.stderr)
+        return {"reason": "plugin_failed", "plugin": fault.plugin,
+                "message": f"plugin {fault.plugin!r}: its contract veto {fault.message}; the goal waits until "
+                           f"the plugin is fixed or disabled (LOOPX_DISABLE_PLUGINS={fault.plugin})",
+                "actions": ["loopx plugins"], "argvs": [["loopx", "plugins"]], "problems": []}
+    from loopx import steps
+
+    for name, answer in found:
+        if answer:
+            # Each action is checked as argv (never passed on as text to eval); bad ones are named.
+            argvs, problems = steps.veto_actions(answer.get("actions"), name)
+            for p in problems:
+                plugins.report_fault(name, "loopx_contract_veto", p.split(": ", 1)[-1])
+            return {**answer, "argvs": argvs, "problems": problems}
     return None
 
 
-def decide(tx, goal, *, agent: str, now: str, own_run, open_runs: list) -> Decision:
-    """Apply the precedence table for ``agent`` at ``now`` (``own_run``: its open run, if any)."""
+def decide(tx, goal, *, agent: str, now: str, own_run, open_runs: list, vetoed: dict | None = None) -> Decision:
+    """Apply the precedence table for ``agent`` at ``now`` (``own_run``: its open run, if any).
+
+    ``vetoed`` is the capability veto, asked for before the transaction (:func:`veto`).
+    """
     from loopx import gates, todos
 
     d = dict(goal=goal, agent=agent, own_run=own_run)
@@ -106,14 +155,14 @@ def decide(tx, goal, *, agent: str, now: str, own_run, open_runs: list) -> Decis
         return Decision("stop", ["goal_closed"], **d)
     if goal.status == "paused":
         return Decision("wait", ["goal_paused"], **d)
-    found = veto(tx, goal)
+    found = vetoed
     if found:
         reason = str(found.get("reason") or "")
         # Reasons are stable machine codes; a plugin's free text is not one.
         if not _CODE.fullmatch(reason):
             reason = "capability_veto"
         out = Decision("repair", [reason], veto=found, **d)
-        out.problems = found["problems"]
+        out.problems = list(found.get("problems") or [])
         return out
     blocking = gates.blocking(tx, goal.id)
     d["blocking"] = blocking
@@ -275,38 +324,46 @@ def _steps(d: Decision, run_id: str | None, allowed: list, contributed: list[dic
     return chain(out)
 
 
-def contributions(tx, goal, run_id: str, left: dict, problems: list | None = None) -> list[dict]:
-    """Capability contributions (``loopx_contract_actions``) for a ``run`` contract.
+def _check_actions(found) -> str | None:
+    if found is None or isinstance(found, list):
+        return None
+    return f"contract actions are None or a list of dicts, not {type(found).__name__}"
 
-    Each is checked as argv when it is contributed (:func:`loopx.steps.contributed`); a
-    malformed one is dropped, reported on stderr with its plugin's name, and added to
-    ``problems``.
+
+def contributions(tx, goal, run_id: str, left: dict | None, problems: list | None = None) -> list[dict]:
+    """Plugin contributions (``loopx_contract_actions``) for a ``run`` contract of ``run_id``.
+
+    Asked for before the write transaction begins, each hook under a deadline; a hook that fails
+    or returns the wrong type is named in a warning and skipped. Each action is checked as argv
+    when it is contributed (:func:`loopx.steps.contributed`): a malformed one is dropped, named
+    in a warning and added to ``problems`` (the contract's notes), never passed on.
     """
     from loopx import steps
-    from loopx.plugins import get_plugin_manager
 
-    hook = get_plugin_manager().hook.loopx_contract_actions
-    if not hook.get_hookimpls():
+    from loopx import plugins
+
+    if not plugins.has_impls("loopx_contract_actions"):
         return []
     out = []
-    for name, found in _each_impl(hook, tx=tx, goal=goal, run_id=run_id, remaining=left):
-        good, bad = steps.contributed(found, name)
+    for plugin, found in plugins.call("loopx_contract_actions", tx=tx, goal=goal, run_id=run_id, remaining=left,
+                                      check=_check_actions, timeout=plugins.hook_timeout()):
+        good, bad = steps.contributed(found, plugin)
         out += good
-        _report(bad)
+        for p in bad:
+            plugins.report_fault(plugin, "loopx_contract_actions", p.split(": ", 1)[-1])
         if problems is not None:
             problems += bad
-    # A capability whose quota needs per run exceed what remains is not offered. Its needs count
-    # this run's own turn, so they are measured against what remained before this run.
-    from loopx import capabilities
-
-    return capabilities.filter_actions(out, goal, remaining(goal, usage(tx, goal.id, exclude_run=run_id)))
+    return out
 
 
 def document(tx, d: Decision, *, contract_id: str | None, run_id: str | None, fingerprint: str, issued_at: str,
-             expires_at: str | None = None, opening: bool = False) -> dict:
+             expires_at: str | None = None, opening: bool = False, contributed: list | None = None,
+             problems: list | None = None) -> dict:
     """The interaction contract for decision ``d`` (``run_id``: the run it opens or renews).
 
     ``opening``: the run is about to be opened, so its turn is shown as already used.
+    ``contributed``: the plugins' actions for ``run_id`` (:func:`contributions`, asked for
+    before the transaction); ``problems``: contributions dropped as malformed, named.
     """
     from loopx import rewards, runs
     from loopx.actions import action_rows, gated
@@ -316,13 +373,19 @@ def document(tx, d: Decision, *, contract_id: str | None, run_id: str | None, fi
     if opening:
         used = type(used)(turns=used.turns + 1, tokens=used.tokens, cost=used.cost, wall_seconds=used.wall_seconds)
     blocking = d.blocking or {"all": [], "actions": {}, "todos": {}}
-    allowed, contributed, notes = [], [], list(d.problems)
+    allowed, notes = [], [*d.problems, *(problems or [])]
+    if d.decision != "run" or run_id is None:
+        contributed = []
     if d.decision == "run":
         actions = action_rows(tx, goal.id)
         held = gated(tx, goal.id, actions, blocking)
         allowed = [a for a in actions if a.name not in held]
-        if run_id is not None:
-            contributed = contributions(tx, goal, run_id, remaining(goal, used), notes)
+        # A capability whose quota needs per run exceed what remains is not offered. Its needs count
+        # this run's own turn, so they are measured against what remained before this run.
+        from loopx import capabilities
+
+        contributed = capabilities.filter_actions(contributed or [], goal,
+                                                  remaining(goal, usage(tx, goal.id, exclude_run=run_id)))
         notes += [f"{c.get('capability') or 'plugin'}: {c['note']}" for c in contributed if c.get("note")]
         shown_gates = list({id(g): g for g in [*blocking["all"], *held.values(), *blocking["todos"].values()]}.values())
     else:

@@ -52,17 +52,20 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
                        what="--ttl-seconds", minimum=1, maximum=runs.MAX_TTL_SECONDS)
     if actor == "dashboard" and not dry_run:
         raise LoopxError("actor_forbidden", "the dashboard never writes; use --dry-run")
+    run_id, contract_id = new_id("run"), new_id("contract")
+    # Plugin hooks run here, before the write transaction begins: never while the lock is held.
+    answers = _plugin_answers(reg, goal_id, agent, run_id)
+
     if dry_run:
         # A preview opens no run, so it shows no run id (a real call would use another one);
         # an agent's own open run is shown, since a real call would hand it back.
         with reg.read() as tx:
             return _turn(tx, None, goal_id=goal_id, agent=agent, ttl=ttl, now=clock.now(),
-                         run_id=None, contract_id=None)
-    run_id, contract_id = new_id("run"), new_id("contract")
+                         run_id=None, contract_id=None, answers=answers)
 
     def work(w):
         return _turn(w.tx, w, goal_id=goal_id, agent=agent, ttl=ttl, now=w.at, run_id=run_id,
-                     contract_id=contract_id)
+                     contract_id=contract_id, answers=answers)
 
     # Run and contract entries belong to the core; the caller's actor only asks.
     return reg.mutate("core", work, goal_id=goal_id, allow_closed=True, operation_id=operation_id,
@@ -70,7 +73,56 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
                                "by": actor})
 
 
-def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
+class _Answers:
+    """What the plugins said about one should-run, asked for before its transaction."""
+
+    __slots__ = ("veto", "run_id", "actions", "problems")
+
+    def __init__(self, veto=None, run_id=None, actions=None, problems=None):
+        self.veto, self.run_id, self.actions = veto, run_id, actions
+        self.problems = problems or []  # contributions dropped as malformed, named by plugin
+
+    def actions_for(self, run_id: str) -> list:
+        # Asked for another run than the one the transaction found (a race with another
+        # should-run): offer none rather than call plugins under the lock.
+        return list(self.actions or []) if run_id == self.run_id else []
+
+
+def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
+    from loopx import plugins
+
+    veto_on, actions_on = plugins.has_impls("loopx_contract_veto"), plugins.has_impls("loopx_contract_actions")
+    if not (veto_on or actions_on):
+        return _Answers()
+    from loopx import capabilities, contract, runs
+    from loopx.project_prompt import load_goal
+
+    now = clock.now()
+    with reg.read() as tx:
+        goal = load_goal(tx, goal_id)
+        if goal.status != "open":
+            return _Answers()
+        view = contract.HookTx(tx)
+        try:
+            vetoed = contract.veto(view, goal) if veto_on else None
+            if vetoed or not actions_on:
+                return _Answers(vetoed)
+            own = next((r for r in runs.open_runs(tx, goal_id, now) if r.agent == agent), None)
+            for_run = own.id if own else run_id
+            used = usage(tx, goal_id)
+            if own is None:  # the turn about to be opened counts
+                used = type(used)(turns=used.turns + 1, tokens=used.tokens, cost=used.cost,
+                                  wall_seconds=used.wall_seconds)
+            problems: list[str] = []
+            found = contract.contributions(view, goal, for_run, remaining(goal, used), problems)
+        finally:
+            view.revoke()
+    if any(c.get("capability") for c in found):
+        capabilities.load()  # declarations are hook answers too: read them outside the lock
+    return _Answers(None, for_run, found, problems)
+
+
+def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> dict:
     from loopx import contract, runs
     from loopx.project_prompt import load_goal
 
@@ -83,7 +135,7 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
             goal = load_goal(tx, goal_id)
     live = runs.open_runs(tx, goal_id, now)
     own = next((r for r in live if r.agent == agent), None)
-    d = contract.decide(tx, goal, agent=agent, now=now, own_run=own, open_runs=live)
+    d = contract.decide(tx, goal, agent=agent, now=now, own_run=own, open_runs=live, vetoed=answers.veto)
     out = {"goal_id": goal_id, "should_run": d.decision == "run", "decision": d.decision, "reasons": d.reasons}
     if w is None:
         out["dry_run"] = True
@@ -99,7 +151,8 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
             out["interaction_contract"] = runs.load_contract(tx, own.contract_id)
             return out
         doc = contract.document(tx, d, contract_id=contract_id, run_id=own.id, fingerprint=fp, issued_at=now,
-                                expires_at=own.expires_at)
+                                expires_at=own.expires_at, contributed=answers.actions_for(own.id),
+                                problems=answers.problems)
         if w is not None:
             w.emit("run.renewed", {"run_id": own.id, "contract": doc})
         out["interaction_contract"] = doc
@@ -110,7 +163,8 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
     left = remaining(goal, usage(tx, goal_id))["wall_seconds"]
     expires = add_seconds(now, ttl if left is None else min(ttl, left))
     doc = contract.document(tx, d, contract_id=contract_id, run_id=run_id, fingerprint=fp, issued_at=now,
-                            expires_at=expires, opening=True)
+                            expires_at=expires, opening=True, contributed=answers.actions_for(run_id),
+                            problems=answers.problems)
     if w is not None:
         w.emit("run.opened", {"run_id": run_id, "agent": agent, "expires_at": expires, "contract": doc})
     out["interaction_contract"] = doc

@@ -98,11 +98,17 @@ def open_store(url: str | None = None, *, readonly: bool = False):
 
 
 class Writer:
-    """What a mutation sees: the transaction, the actor, the locked goal, and ``emit``."""
+    """What a mutation sees: the transaction, the actor, the locked goal, and ``emit``.
+
+    The actor is fixed when the writer is created: ``actor`` is read-only, so no code running
+    inside a mutation can make the ledger record another actor. A capability's own writes
+    inside someone else's mutation go through :meth:`as_capability`, which can only narrow the
+    actor to ``capability:NAME``, never widen it to ``user`` or ``core``.
+    """
 
     def __init__(self, tx, actor: str, goal: dict | None, operation_id: str | None):
         self.tx = tx
-        self.actor = actor
+        self._actor = actor
         self.goal = goal
         self.goal_id = goal["id"] if goal else None
         self.operation_id = operation_id
@@ -110,16 +116,35 @@ class Writer:
         self.events: list[Event] = []
         self._revision: int | None = None if goal else 0
 
+    @property
+    def actor(self) -> str:
+        """Who this writer writes as (fixed at creation)."""
+        return self._actor
+
+    def as_capability(self, name: str) -> "Writer":
+        """A writer on the same transaction that records ``capability:NAME`` as its actor.
+
+        Lets a plugin command that acts for the user (creating a goal, say) record its own
+        state in the same transaction. Only ever a capability actor: there is no way to get a
+        ``user`` or ``core`` writer from here.
+        """
+        from loopx.capabilities import check_name
+
+        return _CapabilityWriter(self, f"capability:{check_name(name)}")
+
     def emit(self, kind_name: str, body: dict, *, goal_id: str | None = None) -> Event:
         """Append and apply one event to this writer's goal (``goal_id`` only when creating)."""
+        return self._emit(self._actor, kind_name, body, goal_id=goal_id)
+
+    def _emit(self, actor: str, kind_name: str, body: dict, *, goal_id: str | None = None) -> Event:
         kind = ledger.kind(kind_name)
-        if ledger.role(self.actor) not in kind.writers:
+        if ledger.role(actor) not in kind.writers:
             raise LoopxError(
                 "actor_forbidden",
-                f"{self.actor} may not {kind_name.replace('.', ' ')}: that is for {', '.join(sorted(kind.writers))}",
+                f"{actor} may not {kind_name.replace('.', ' ')}: that is for {', '.join(sorted(kind.writers))}",
             )
         if kind.guard is not None:
-            kind.guard(self, body)
+            kind.guard(self if actor == self._actor else _CapabilityWriter(self, actor), body)
         if goal_id is not None:
             if self.goal_id is not None and goal_id != self.goal_id:
                 raise ValueError("one mutation writes one goal's ledger")
@@ -137,7 +162,7 @@ class Writer:
             goal_id=self.goal_id,
             seq=self._revision,
             at=self.at,
-            actor=self.actor,
+            actor=actor,
             kind=kind_name,
             body=body,
             operation_id=self.operation_id,
@@ -150,6 +175,32 @@ class Writer:
     def revision(self) -> int:
         """The goal's revision after what this writer emitted."""
         return self._revision if self._revision is not None else self.goal["revision"]
+
+
+class _CapabilityWriter:
+    """A view of a :class:`Writer` that writes as one capability (see :meth:`Writer.as_capability`)."""
+
+    __slots__ = ("_parent", "_actor")
+
+    def __init__(self, parent: Writer, actor: str):
+        object.__setattr__(self, "_parent", parent)
+        object.__setattr__(self, "_actor", actor)
+
+    @property
+    def actor(self) -> str:
+        return self._actor
+
+    def __getattr__(self, name):
+        return getattr(self._parent, name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"a capability writer is read-only ({name})")
+
+    def as_capability(self, name: str):
+        return self._parent.as_capability(name)
+
+    def emit(self, kind_name: str, body: dict, *, goal_id: str | None = None) -> Event:
+        return self._parent._emit(self._actor, kind_name, body, goal_id=goal_id)
 
 
 class Registry:

@@ -125,7 +125,8 @@ def contributed(items, plugin: str) -> tuple[list[dict], list[str]]:
     good, problems = [], []
     for item in items:
         if not isinstance(item, dict):
-            problems.append(f"plugin {plugin}: an action must be a dict, not {type(item).__name__}; dropped")
+            problems.append(f"plugin {plugin}: dropped an action ({str(item)[:40]!r} is a {type(item).__name__}, "
+                            "not a dict)")
             continue
         if "argv" in item:
             argv, why = item["argv"], check_argv(item["argv"])

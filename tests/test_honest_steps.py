@@ -62,16 +62,17 @@ def test_a_malformed_contribution_is_dropped_named_and_never_reaches_a_contract(
     notes = [n for n in c["agent_channel"].get("notes", []) if "test-bad-plugin" in n]
     assert len(notes) == 1 and "dropped" in notes[0]
     err = capsys.readouterr().err
-    assert "plugin test-bad-plugin" in err and "dropped" in err
+    assert "plugin 'test-bad-plugin'" in err and "dropped" in err
 
 
 def test_a_veto_whose_actions_are_a_string_is_not_split_into_characters(reg, capsys):
     g = make_goal(reg)["goal"]
     with plugin(Contributes(veto_actions="loopx self-repair fix"), "test-veto-string"):
         out = ask(reg, g)
-    assert out["decision"] == "repair"
-    assert out["interaction_contract"]["cli_channel"]["next_cli_actions"] == []
-    assert "plugin test-veto-string" in capsys.readouterr().err
+    # A malformed veto fails closed (repair, plugin_failed), and its string is never eval-ed or split.
+    assert (out["decision"], out["reasons"]) == ("repair", ["plugin_failed"])
+    assert out["interaction_contract"]["cli_channel"]["next_cli_actions"] == ["loopx plugins"]
+    assert "plugin 'test-veto-string'" in capsys.readouterr().err
     with plugin(Contributes(veto_actions=[["loopx", "history", "--goal-id", g], "loopx x; reboot"]), "test-veto-mixed"):
         out = ask(reg, g)
     c = out["interaction_contract"]["cli_channel"]

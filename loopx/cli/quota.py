@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from loopx.cli.ids import goal_option
 from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
 
 
@@ -60,7 +61,7 @@ def quota():
 
 
 @quota.command("should-run")
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--agent", default=None, help="Who asks (default: env LOOPX_AGENT, else 'agent').")
 @click.option("--ttl-seconds", type=float, default=None, help="How long an opened run stays open (default 3600).")
 @click.option("--dry-run", is_flag=True, help="Preview the decision and contract; write nothing.")
@@ -76,7 +77,7 @@ def should_run(goal_id, agent, ttl_seconds, dry_run, operation_id):
 
 
 @quota.command("set")
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--max-turns", type=int, default=None)
 @click.option("--max-tokens", type=int, default=None)
 @click.option("--max-cost", type=float, default=None, help="In USD.")
@@ -102,7 +103,7 @@ def set_command(goal_id, max_turns, max_tokens, max_cost, max_wall_seconds, cade
 
 
 @quota.command()
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--turns", type=int, default=None)
 @click.option("--tokens", type=int, default=None)
 @click.option("--cost", type=float, default=None, help="In USD.")
@@ -119,7 +120,7 @@ def grant(goal_id, turns, tokens, cost, wall_seconds, operation_id):
 
 
 @quota.command()
-@click.option("--goal-id", required=True)
+@goal_option()
 def show(goal_id):
     """Limits, grants, usage (derived from the ledger) and what remains."""
     from loopx import quota as q

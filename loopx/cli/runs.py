@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from loopx.cli.ids import goal_option, id_option
 from loopx.cli.output import (LoopxCommand, LoopxGroup, actor, agent_claim, check_inside, emit, open_registry,
                               operation_option, wants_json)
 
@@ -21,7 +22,7 @@ def _exec_text(ev: dict) -> str:
 
 
 @click.command("exec", cls=LoopxCommand, context_settings={"ignore_unknown_options": True})
-@click.option("--run-id", envvar="LOOPX_RUN_ID", required=True, help=RUN_ID_HELP)
+@id_option("run", envvar="LOOPX_RUN_ID", help=RUN_ID_HELP)
 @click.option("--action", "action_name", default=None, help="An allowed action of the run's contract.")
 @click.option("--agent", default=None, help=AGENT_HELP)
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds before the command is killed.")
@@ -50,8 +51,8 @@ def evidence():
 
 
 @evidence.command()
-@click.option("--run-id", envvar="LOOPX_RUN_ID", default=None, help=RUN_ID_HELP)
-@click.option("--goal-id", default=None, help="For evidence outside any run (users and capabilities).")
+@id_option("run", envvar="LOOPX_RUN_ID", required=False, help=RUN_ID_HELP)
+@goal_option(positional=False, required=False, help="For evidence outside any run (users and capabilities).")
 @click.option("--kind", required=True, help="note, command, file, metric... (a short name).")
 @click.option("--summary", required=True, help="One line on what was observed.")
 @click.option("--data", default=None, help="A JSON object or array with details.")
@@ -75,8 +76,8 @@ def add(run_id, goal_id, kind, summary, data, file_path, agent, operation_id):
 
 
 @evidence.command("list")
-@click.option("--goal-id", default=None)
-@click.option("--run-id", default=None)
+@goal_option(positional=False, required=False, help="Evidence of this goal.")
+@id_option("run", required=False, help="Evidence of this run.")
 @click.option("--kind", default=None)
 @click.option("--limit", type=int, default=100)
 def list_command(goal_id, run_id, kind, limit):
@@ -106,7 +107,7 @@ def run():
 
 
 @run.command()
-@click.option("--run-id", envvar="LOOPX_RUN_ID", required=True, help=RUN_ID_HELP)
+@id_option("run", envvar="LOOPX_RUN_ID", help=RUN_ID_HELP)
 @click.option("--outcome", default=None, type=click.Choice(["ok", "partial", "failed"]),
               help="Default: what the run's evidence supports (failed when a step failed or never ran, else ok).")
 @click.option("--force-outcome", default=None, metavar="REASON",
@@ -131,7 +132,7 @@ def finish(run_id, outcome, force_outcome, tokens, cost, handoff, agent, operati
 
 
 @run.command()
-@click.option("--run-id", required=True)
+@id_option("run")
 def show(run_id):
     """One run, its contract and its evidence."""
     from loopx import runs
@@ -142,7 +143,7 @@ def show(run_id):
 
 
 @run.command("list")
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--limit", type=int, default=50)
 def list_command_runs(goal_id, limit):
     """The goal's runs, newest first."""

@@ -17,33 +17,22 @@ TAIL_BYTES = 4096
 
 
 def providers() -> dict:
-    """``{name: provider}`` from every plugin's ``loopx_register_executors``."""
-    from loopx.plugins import get_plugin_manager
+    """``{name: provider}`` from every plugin's ``loopx_register_executors``.
 
-    found: dict = {}
-    owners: dict = {}
+    The one rule for overriding (``loopx.plugins.named``): a plugin's provider replaces a
+    built-in one of the same name; two plugins registering one name is a ``plugin_error``.
+    """
+    from loopx import plugins
+    from loopx.validate import check_name
 
-    def register(name, provider):
-        from loopx.validate import check_name
-
+    found = {}
+    for name, (provider, plugin) in plugins.named("loopx_register_executors", "executor").items():
         check_name(name, what="executor name")
         if not callable(getattr(provider, "run_turn", None)):
-            raise LoopxError("plugin_error", f"executor {name!r} has no run_turn(registry, contract, agent=...)")
-        if name in found:
-            # Built-ins register last (trylast): a plugin's provider of the same name wins over them.
-            if _builtin(provider) and owners[name] == "plugin":
-                return
-            raise LoopxError("plugin_error", f"two executor providers are registered as {name!r}")
+            raise LoopxError("plugin_error", f"plugin {plugin!r}: executor {name!r} has no "
+                             "run_turn(registry, contract, agent=...)")
         found[name] = provider
-        owners[name] = "builtin" if _builtin(provider) else "plugin"
-
-    get_plugin_manager().hook.loopx_register_executors(register=register)
     return found
-
-
-def _builtin(provider) -> bool:
-    module = getattr(provider, "__module__", None) or type(provider).__module__
-    return module.startswith("loopx.executors")
 
 
 def get(name: str):

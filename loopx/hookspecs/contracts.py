@@ -3,14 +3,17 @@
 from loopx.hookspecs import hookspec
 
 
-@hookspec
+@hookspec(firstresult=True)
 def loopx_contract_veto(tx, goal):
     """Veto running a goal because its state needs repair.
 
-    ``goal`` is a :class:`loopx.model.Goal`; ``tx`` a read transaction. Return ``None`` to
-    allow, or a dict ``{"reason": CODE, "message": TEXT, "actions": [ARGV, ...]}``: the
-    decision becomes ``repair`` and the actions (argv lists, checked like contributed ones)
-    become the contract's steps.
+    ``goal`` is a :class:`loopx.model.Goal`; ``tx`` a read-only view of a read transaction taken
+    before the write transaction (``tx.one``, ``tx.query``). Return ``None`` to allow, or a dict
+    ``{"reason": CODE, "message": TEXT, "actions": [ARGV, ...]}``: the decision becomes
+    ``repair`` and the actions (argv lists, or command strings split once; checked like
+    contributed actions, bad ones dropped and named) become the contract's steps. The first veto
+    wins. A veto that raises, takes longer than ``LOOPX_HOOK_TIMEOUT`` (2 s) or returns anything
+    else fails closed: ``repair`` with reason ``plugin_failed`` naming the plugin.
     """
 
 
@@ -23,5 +26,7 @@ def loopx_contract_actions(tx, goal, run_id, remaining):
     "action": NAME}`` (a ``"command"`` string is still accepted and split once). Each is checked
     as argv when contributed (``loopx.steps.contributed``): a malformed one is dropped and
     reported with the plugin's name. The core lists each as a ``do`` step run through
-    ``loopx exec``, after the goal's actions and before the record/finish steps.
+    ``loopx exec``, after the goal's actions and before the record/finish steps. Asked before
+    the write transaction, under the same deadline as vetoes; a hook that fails or returns the
+    wrong type is named in a warning and skipped.
     """

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from loopx.cli.output import REGISTRY_KEY, LoopxGroup, emit, open_registry, operation_option
+from loopx.api import LoopxGroup, emit, open_registry, operation_option
 
 
 def _finding_line(f: dict) -> str:
@@ -57,14 +57,12 @@ def fix(goal_id, operation_id):
 
     Exit status 1 when something could not be repaired (it is listed under "remaining").
     """
-    from loopx.registry import current_actor
+    from loopx.api import LoopxError, current_actor, registry_url
     from loopx_self_repair import repairs
 
     if current_actor() == "dashboard":
-        from loopx.errors import LoopxError
-
         raise LoopxError("actor_forbidden", "the dashboard never writes")
-    result = repairs.fix(click.get_current_context().meta.get(REGISTRY_KEY), goal_id=goal_id,
+    result = repairs.fix(registry_url(), goal_id=goal_id,
                          operation_id=operation_id)
     emit(result, _fix_text)
     if not result["ok"]:

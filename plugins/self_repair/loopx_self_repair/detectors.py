@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 
-from loopx import clock
-
 DAMAGE, HOUSEKEEPING = "damage", "housekeeping"
 
 
@@ -161,39 +159,23 @@ def ledger_gaps(tx, goal: dict) -> list[Finding]:
 
 def replay(goal_events) -> tuple[dict, object]:
     """The snapshot and the quota usage a goal's ledger produces in an empty scratch registry."""
-    from loopx import ledger, usage
-    from loopx.store.sqlite import SqliteStore
+    from loopx.api import replay_goal
 
-    if not goal_events:
-        return {}, None
-    goal_id = goal_events[0].goal_id
-    scratch = SqliteStore(":memory:")
-    try:
-        def work(tx):
-            for e in goal_events:
-                tx.execute("INSERT INTO events (id, goal_id, seq, at, actor, kind, body, operation_id)"
-                           " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                           (e.id, e.goal_id, e.seq, e.at, e.actor, e.kind, json.dumps(e.body), e.operation_id))
-                ledger.apply(tx, e)
-            return ledger.snapshot(tx, goal_id), usage.usage(tx, goal_id)
-
-        return scratch.write(work)
-    finally:
-        scratch.close()
+    return replay_goal(goal_events)
 
 
 def _keys(table: str, row: dict) -> str:
-    from loopx.store import schema
+    from loopx.api import GOAL_TABLES
 
-    return "/".join(str(row.get(k)) for k in schema.GOAL_TABLES[table])
+    return "/".join(str(row.get(k)) for k in GOAL_TABLES[table])
 
 
 def ledger_drift(tx, goal: dict, replayed: dict) -> list[Finding]:
     """Current-state rows that differ from what replaying the goal's ledger produces."""
-    from loopx import ledger
+    from loopx.api import goal_snapshot
 
-    live = ledger.normalise(ledger.snapshot(tx, goal["id"]))
-    want = ledger.normalise(replayed)
+    live = goal_snapshot(tx, goal["id"])
+    want = replayed
     differing = {}
     for table in live:
         have_rows = {_keys(table, r): r for r in live[table]}
@@ -216,16 +198,13 @@ def ledger_drift(tx, goal: dict, replayed: dict) -> list[Finding]:
 
 def quota_drift(tx, goal: dict, replayed_usage) -> list[Finding]:
     """The quota usage contracts are computed from disagrees with the usage the ledger implies."""
-    import attrs
-
-    from loopx import usage
+    from loopx.api import goal_usage, to_json
 
     if replayed_usage is None:
         return []
-    live = usage.usage(tx, goal["id"])
-    if attrs.asdict(live) == attrs.asdict(replayed_usage):
+    have, want = to_json(goal_usage(tx, goal["id"])), to_json(replayed_usage)
+    if have == want:
         return []
-    have, want = attrs.asdict(live), attrs.asdict(replayed_usage)
     diff = {k: {"state": have[k], "ledger": want[k]} for k in have if have[k] != want[k]}
     text = ", ".join(f"{k} {v['state']} (ledger says {v['ledger']})" for k, v in diff.items())
     return [Finding("quota_drift", goal["id"], goal["id"], f"goal {goal['id']}'s quota usage disagrees with its ledger: {text}",
@@ -234,14 +213,14 @@ def quota_drift(tx, goal: dict, replayed_usage) -> list[Finding]:
 
 def schema_behind(store) -> list[Finding]:
     """The registry's schema is older than this LoopX's (a store opened read-only is not migrated)."""
-    from loopx.store import schema
+    from loopx.api import SCHEMA_VERSION
 
     version = store.schema_version()
-    if version >= schema.CURRENT_VERSION:
+    if version >= SCHEMA_VERSION:
         return []
     return [Finding("schema_behind", None, None,
-                    f"the registry schema is version {version}; this LoopX uses {schema.CURRENT_VERSION}",
-                    "migrated", details={"version": version, "current": schema.CURRENT_VERSION})]
+                    f"the registry schema is version {version}; this LoopX uses {SCHEMA_VERSION}",
+                    "migrated", details={"version": version, "current": SCHEMA_VERSION})]
 
 
 def storage_integrity(store) -> list[Finding]:
@@ -272,7 +251,7 @@ CODES = {
 
 def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Finding]:
     """Every finding for one goal (``full=False``: without the ledger replay)."""
-    from loopx import ledger
+    from loopx.api import goal_events
 
     out = []
     for detect in CHEAP:
@@ -283,7 +262,7 @@ def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Findin
     out.extend(orphan_evidence(tx, goal))
     if full:
         out.extend(ledger_gaps(tx, goal))
-        replayed, replayed_usage = replay(ledger.events(tx, goal["id"]))
+        replayed, replayed_usage = replay(goal_events(tx, goal["id"]))
         out.extend(ledger_drift(tx, goal, replayed))
         out.extend(quota_drift(tx, goal, replayed_usage))
     return out
@@ -291,8 +270,7 @@ def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Findin
 
 def goals_to_check(tx, goal_id: str | None) -> list[dict]:
     """The goal rows to look at: one (``goal_not_found`` if absent) or all, oldest first."""
-    from loopx.errors import LoopxError
-    from loopx.validate import check_id
+    from loopx.api import LoopxError, check_id
 
     if goal_id is not None:
         row = tx.one("SELECT id, status, revision FROM goals WHERE id = ?", (check_id("goal", goal_id),))
@@ -308,7 +286,9 @@ def check(reg, *, goal_id: str | None = None, now: str | None = None) -> dict:
     When the schema is behind, only that is reported: the other detectors read tables as this
     LoopX lays them out, and would report noise until the registry is migrated.
     """
-    now = now or clock.now()
+    from loopx.api import now as clock_now
+
+    now = now or clock_now()
     findings = schema_behind(reg.store)
     goals: list[dict] = []
     if not findings:

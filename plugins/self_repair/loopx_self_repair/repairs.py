@@ -10,8 +10,8 @@ a repair never acts on state another writer already changed:
 * ``stale_lease`` -> ``lease_released``; ``missing_dependency`` -> ``dependency_dropped``;
   ``dangling_gate`` -> ``gate_widened`` (the gate then blocks the whole goal until a user decides
   it: a repair never removes human control); ``orphan_evidence`` -> ``evidence_unbound``;
-* ``abandoned_run`` -> the core's own ``run.abandoned`` event (written as ``core``, naming
-  ``capability:self_repair`` in ``by``, as ``run finish`` does for whoever reports).
+* ``abandoned_run`` -> the core's own ``run.abandoned`` event, asked for through
+  ``loopx.api.abandon_expired_run`` (the ledger records ``capability:self_repair`` as its actor).
 
 Registry repairs have no goal ledger to go into and are reported in the result only: a schema
 behind is migrated by opening the registry for writing; a storage integrity failure is answered
@@ -21,7 +21,7 @@ backup).
 
 from __future__ import annotations
 
-from loopx.errors import LoopxError
+from loopx.api import LoopxError
 
 from loopx_self_repair import detectors
 
@@ -32,7 +32,7 @@ REBUILD_CODES = ("ledger_drift", "quota_drift", "revision_mismatch")
 
 def fix(url: str | None, *, goal_id: str | None = None, operation_id: str | None = None) -> dict:
     """Repair what the detectors find (one goal or all); returns ``{"ok", "repaired", "remaining"}``."""
-    from loopx.registry import Registry
+    from loopx.api import Registry
 
     repaired: list[dict] = []
     # A read-only open does not migrate, so this is where an old schema is still visible.
@@ -61,16 +61,9 @@ def _fix_storage(reg) -> list[dict]:
     if not found:
         return []
 
-    def reindex(tx):
-        if tx.dialect == "sqlite":
-            tx.execute("REINDEX")
-        else:
-            from loopx.store import schema
+    from loopx.api import reindex_storage
 
-            for table in ("events", "operations", *schema.GOAL_TABLES):
-                tx.execute(f"REINDEX TABLE {table}")
-
-    reg.store.write(reindex)
+    reindex_storage(reg)
     if detectors.storage_integrity(reg.store):
         return []  # still broken: it stays in "remaining"
     return [{**found[0].to_json(), "result": "reindexed"}]
@@ -81,13 +74,13 @@ def _op(operation_id: str | None, goal_id: str, step: str) -> str | None:
 
 
 def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
-    from loopx import ledger
+    from loopx.api import abandon_expired_run, goal_events, put_state
 
     out: list[dict] = []
 
     def drift_of(tx):
         goal = tx.one("SELECT id, status, revision FROM goals WHERE id = ?", (goal_id,))
-        replayed, replayed_usage = detectors.replay(ledger.events(tx, goal_id))
+        replayed, replayed_usage = detectors.replay(goal_events(tx, goal_id))
         return (detectors.revision_mismatch(tx, goal) + detectors.ledger_drift(tx, goal, replayed)
                 + detectors.quota_drift(tx, goal, replayed_usage))
 
@@ -114,11 +107,7 @@ def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
         done = []
         for f in findings:
             if f.repair == "run_abandoned":
-                w.actor = "core"
-                try:
-                    w.emit("run.abandoned", {"run_id": f.subject, "agent": f.details["agent"], "by": ACTOR})
-                finally:
-                    w.actor = ACTOR
+                abandon_expired_run(w, f.subject)
             elif f.repair in REPAIR_BODIES:
                 w.emit("capability.repaired", {"namespace": NAME, "repair": f.repair, "finding": f.code,
                                                **REPAIR_BODIES[f.repair](f)})
@@ -126,8 +115,6 @@ def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
                 continue
             done.append({**f.to_json(), "result": f.repair, "seq": w.revision})
         if done:
-            from loopx.capabilities import put_state
-
             put_state(w, NAME, {"last_fix": {"at": w.at, "repaired": [d["code"] for d in done]}})
         return done
 
