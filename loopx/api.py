@@ -74,7 +74,7 @@ _LAZY = {
     "operation_option": "loopx.cli.output:operation_option",
     "actor": "loopx.cli.output:actor",
     # --- processes ---
-    "run_command": "loopx.executors:run_command",
+    "run_command": "loopx.process:run_command",
     # --- testing ---
     "CliResult": "loopx.testing:CliResult",
     "capability_doc_problems": "loopx.testing:capability_doc_problems",

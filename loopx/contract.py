@@ -19,7 +19,7 @@ import shlex
 
 from loopx.model import to_json
 from loopx.clock import add_seconds
-from loopx.usage import effective_limits, exhausted, remaining, usage
+from loopx.usage import effective_limits, exhausted, remaining
 
 SCHEMA = "loopx.interaction_contract/1"
 _CODE = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")
@@ -143,13 +143,13 @@ def veto(tx, goal) -> dict | None:
     return None
 
 
-def decide(tx, goal, *, agent: str, now: str, own_run, open_runs: list, vetoed: dict | None = None) -> Decision:
+def decide(tx, inputs, *, agent: str, now: str, own_run, vetoed: dict | None = None) -> Decision:
     """Apply the precedence table for ``agent`` at ``now`` (``own_run``: its open run, if any).
 
-    ``vetoed`` is the capability veto, asked for before the transaction (:func:`veto`).
+    ``inputs`` is the goal's :class:`loopx.inputs.TurnInputs` (read once per should-run);
+    ``vetoed`` the capability veto, asked for before the transaction (:func:`veto`).
     """
-    from loopx import gates, todos
-
+    goal = inputs.goal
     d = dict(goal=goal, agent=agent, own_run=own_run)
     if goal.status == "closed":
         return Decision("stop", ["goal_closed"], **d)
@@ -164,13 +164,13 @@ def decide(tx, goal, *, agent: str, now: str, own_run, open_runs: list, vetoed: 
         out = Decision("repair", [reason], veto=found, **d)
         out.problems = list(found.get("problems") or [])
         return out
-    blocking = gates.blocking(tx, goal.id)
+    blocking = inputs.blocking()
     d["blocking"] = blocking
     if blocking["all"]:
         pending = any(g.status == "pending" for g in blocking["all"])
         return Decision("ask_user", ["gate_pending" if pending else "gate_rejected"], **d)
     exclude = own_run.id if own_run else None
-    spent = exhausted(goal, usage(tx, goal.id, exclude_run=exclude))
+    spent = exhausted(goal, inputs.usage(exclude))
     if spent:
         return Decision("ask_user", ["quota_exhausted", *[f"{k}_exhausted" for k in spent]], exhausted=spent, **d)
     from loopx.steps import repeated_failure
@@ -180,18 +180,17 @@ def decide(tx, goal, *, agent: str, now: str, own_run, open_runs: list, vetoed: 
         return Decision("ask_user", ["repeated_failure"], failure=failure, **d)
     cadence = goal.limits.cadence_seconds
     if cadence:
-        last = tx.one("SELECT MAX(opened_at) AS at FROM runs WHERE goal_id = ? AND id <> ?",
-                      (goal.id, exclude or ""))["at"]
+        last = inputs.last_opened_other_than(tx, exclude)
         if last is not None:
             eligible = add_seconds(last, cadence)
             if eligible > now:
                 return Decision("wait", ["cadence"], next_eligible_at=eligible, **d)
-    others = [r for r in open_runs if r.agent != agent]
+    others = [r for r in inputs.live_runs(now) if r.agent != agent]
     if others and not goal.parallel_runs:
         return Decision("wait", ["run_in_progress"], other_run=others[0], next_eligible_at=others[0].expires_at, **d)
-    ready = todos.ready(tx, goal.id, agent=agent, now=now)
+    ready = inputs.ready(agent, now)
     if not ready:
-        if todos.count(tx, goal.id) == 0:
+        if not inputs.todos:
             return Decision("run", ["no_todos"], **d)
         return Decision("ask_user", ["no_ready_work"], **d)
     return Decision("run", ["ready_work"], ready=ready, **d)
@@ -219,8 +218,9 @@ def _quota(goal, used) -> dict:
 
 
 def _grant_command(goal, budget: str) -> str:
-    base = {"turns": goal.limits.max_turns, "tokens": goal.limits.max_tokens, "cost": goal.limits.max_cost,
-            "wall_seconds": goal.limits.max_wall_seconds}[budget]
+    from loopx.model.goal import BUDGETS
+
+    base = getattr(goal.limits, BUDGETS[budget])
     amount = base if base else 1
     if isinstance(amount, float) and amount.is_integer():
         amount = int(amount)
@@ -356,20 +356,20 @@ def contributions(tx, goal, run_id: str, left: dict | None, problems: list | Non
     return out
 
 
-def document(tx, d: Decision, *, contract_id: str | None, run_id: str | None, fingerprint: str, issued_at: str,
-             expires_at: str | None = None, opening: bool = False, contributed: list | None = None,
-             problems: list | None = None) -> dict:
+def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | None, fingerprint: str,
+             issued_at: str, expires_at: str | None = None, opening: bool = False,
+             contributed: list | None = None, problems: list | None = None) -> dict:
     """The interaction contract for decision ``d`` (``run_id``: the run it opens or renews).
 
     ``opening``: the run is about to be opened, so its turn is shown as already used.
     ``contributed``: the plugins' actions for ``run_id`` (:func:`contributions`, asked for
-    before the transaction); ``problems``: contributions dropped as malformed, named.
+    before the transaction). ``inputs``: the goal's :class:`loopx.inputs.TurnInputs`.
+    ``problems``: contributions dropped as malformed, named by plugin (shown as notes).
     """
     from loopx import rewards, runs
-    from loopx.actions import action_rows, gated
 
     goal = d.goal
-    used = usage(tx, goal.id)
+    used = inputs.usage()
     if opening:
         used = type(used)(turns=used.turns + 1, tokens=used.tokens, cost=used.cost, wall_seconds=used.wall_seconds)
     blocking = d.blocking or {"all": [], "actions": {}, "todos": {}}
@@ -377,15 +377,13 @@ def document(tx, d: Decision, *, contract_id: str | None, run_id: str | None, fi
     if d.decision != "run" or run_id is None:
         contributed = []
     if d.decision == "run":
-        actions = action_rows(tx, goal.id)
-        held = gated(tx, goal.id, actions, blocking)
-        allowed = [a for a in actions if a.name not in held]
+        held = inputs.gated_actions(blocking)
+        allowed = [a for a in inputs.actions if a.name not in held]
         # A capability whose quota needs per run exceed what remains is not offered. Its needs count
         # this run's own turn, so they are measured against what remained before this run.
         from loopx import capabilities
 
-        contributed = capabilities.filter_actions(contributed or [], goal,
-                                                  remaining(goal, usage(tx, goal.id, exclude_run=run_id)))
+        contributed = capabilities.filter_actions(contributed or [], goal, remaining(goal, inputs.usage(run_id)))
         notes += [f"{c.get('capability') or 'plugin'}: {c['note']}" for c in contributed if c.get("note")]
         shown_gates = list({id(g): g for g in [*blocking["all"], *held.values(), *blocking["todos"].values()]}.values())
     else:

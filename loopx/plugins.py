@@ -26,6 +26,7 @@ ENV_BLOCK = "LOOPX_DISABLE_PLUGINS"
 ENV_CACHE = "LOOPX_PLUGIN_CACHE"
 
 _pm: pluggy.PluginManager | None = None
+_pm_env: tuple | None = None  # (LOOPX_PLUGINS, LOOPX_DISABLE_PLUGINS) the manager was built with
 #: Problems met while loading plugins: ``[(plugin name, one-line message)]``.
 load_errors: list[tuple[str, str]] = []
 #: ``{plugin name: "distribution version"}`` for entry-point plugins.
@@ -33,10 +34,14 @@ distributions: dict[str, str | None] = {}
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
-    """The process-wide plugin manager, built on first use."""
-    global _pm
-    if _pm is None:
-        _pm = _build()
+    """The process-wide plugin manager, built on first use (and again if ``LOOPX_PLUGINS`` or
+    ``LOOPX_DISABLE_PLUGINS`` changed since: a test suite choosing its plugins gets exactly those)."""
+    global _pm, _pm_env
+    env = (os.environ.get(ENV_ALLOW), os.environ.get(ENV_BLOCK))
+    if _pm is None or env != _pm_env:
+        if _pm is not None:
+            reset()
+        _pm, _pm_env = _build(), env
     return _pm
 
 

@@ -74,12 +74,13 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
 
 
 class _Answers:
-    """What the plugins said about one should-run, asked for before its transaction."""
+    """What the plugins said about one should-run, asked for before its transaction, and the
+    inputs they saw (reused by the transaction when the goal's revision has not moved since)."""
 
-    __slots__ = ("veto", "run_id", "actions", "problems")
+    __slots__ = ("veto", "run_id", "actions", "inputs", "problems")
 
-    def __init__(self, veto=None, run_id=None, actions=None, problems=None):
-        self.veto, self.run_id, self.actions = veto, run_id, actions
+    def __init__(self, veto=None, run_id=None, actions=None, inputs=None, problems=None):
+        self.veto, self.run_id, self.actions, self.inputs = veto, run_id, actions, inputs
         self.problems = problems or []  # contributions dropped as malformed, named by plugin
 
     def actions_for(self, run_id: str) -> list:
@@ -94,22 +95,22 @@ def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
     veto_on, actions_on = plugins.has_impls("loopx_contract_veto"), plugins.has_impls("loopx_contract_actions")
     if not (veto_on or actions_on):
         return _Answers()
-    from loopx import capabilities, contract, runs
-    from loopx.project_prompt import load_goal
+    from loopx import capabilities, contract, inputs
 
     now = clock.now()
     with reg.read() as tx:
-        goal = load_goal(tx, goal_id)
+        seen = inputs.gather(tx, goal_id)
+        goal = seen.goal
         if goal.status != "open":
-            return _Answers()
+            return _Answers(inputs=seen)
         view = contract.HookTx(tx)
         try:
             vetoed = contract.veto(view, goal) if veto_on else None
             if vetoed or not actions_on:
-                return _Answers(vetoed)
-            own = next((r for r in runs.open_runs(tx, goal_id, now) if r.agent == agent), None)
+                return _Answers(vetoed, inputs=seen)
+            own = next((r for r in seen.live_runs(now) if r.agent == agent), None)
             for_run = own.id if own else run_id
-            used = usage(tx, goal_id)
+            used = seen.usage()
             if own is None:  # the turn about to be opened counts
                 used = type(used)(turns=used.turns + 1, tokens=used.tokens, cost=used.cost,
                                   wall_seconds=used.wall_seconds)
@@ -119,50 +120,54 @@ def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
             view.revoke()
     if any(c.get("capability") for c in found):
         capabilities.load()  # declarations are hook answers too: read them outside the lock
-    return _Answers(None, for_run, found, problems)
+    return _Answers(None, for_run, found, seen, problems)
 
 
 def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> dict:
-    from loopx import contract, runs
-    from loopx.project_prompt import load_goal
+    from loopx import contract, inputs, runs
 
-    goal = load_goal(tx, goal_id)
-    if w is not None and goal.status != "closed":
-        expired = runs.expired_runs(tx, goal_id, now)
+    # One read of the goal's inputs per call: the one taken before the transaction when nothing
+    # changed since (same revision), else one now (reusing the goal row the writer locked).
+    seen = answers.inputs
+    if seen is None or w is None or w.goal is None or w.goal["revision"] != seen.revision:
+        seen = inputs.gather(tx, goal_id, goal_row=w.goal if w is not None else None)
+    if w is not None and seen.goal.status != "closed":
+        expired = seen.expired_runs(now)
         for stale in expired:
             w.emit("run.abandoned", {"run_id": stale.id, "agent": stale.agent})
         if expired:
-            goal = load_goal(tx, goal_id)
-    live = runs.open_runs(tx, goal_id, now)
-    own = next((r for r in live if r.agent == agent), None)
-    d = contract.decide(tx, goal, agent=agent, now=now, own_run=own, open_runs=live, vetoed=answers.veto)
+            seen = inputs.gather(tx, goal_id)
+    goal = seen.goal
+    own = next((r for r in seen.live_runs(now) if r.agent == agent), None)
+    d = contract.decide(tx, seen, agent=agent, now=now, own_run=own, vetoed=answers.veto)
     out = {"goal_id": goal_id, "should_run": d.decision == "run", "decision": d.decision, "reasons": d.reasons}
     if w is None:
         out["dry_run"] = True
         out["preview"] = "dry run: nothing was written and no run was opened; a real call opens one and lists its steps"
     if d.decision != "run":
-        fp = fingerprint(tx, goal, exclude_run=own.id if own else None)
-        out["interaction_contract"] = contract.document(tx, d, contract_id=None, run_id=own.id if own else None,
-                                                        fingerprint=fp, issued_at=now)
+        fp = seen.fingerprint(own.id if own else None)
+        out["interaction_contract"] = contract.document(tx, d, seen, contract_id=None,
+                                                        run_id=own.id if own else None, fingerprint=fp,
+                                                        issued_at=now)
         return out
     if own is not None:
-        fp = fingerprint(tx, goal, exclude_run=own.id)
+        fp = seen.fingerprint(own.id)
         if fp == own.fingerprint:
             out["interaction_contract"] = runs.load_contract(tx, own.contract_id)
             return out
-        doc = contract.document(tx, d, contract_id=contract_id, run_id=own.id, fingerprint=fp, issued_at=now,
-                                expires_at=own.expires_at, contributed=answers.actions_for(own.id),
+        doc = contract.document(tx, d, seen, contract_id=contract_id, run_id=own.id, fingerprint=fp,
+                                issued_at=now, expires_at=own.expires_at, contributed=answers.actions_for(own.id),
                                 problems=answers.problems)
         if w is not None:
             w.emit("run.renewed", {"run_id": own.id, "contract": doc})
         out["interaction_contract"] = doc
         return out
-    fp = fingerprint(tx, goal)
+    fp = seen.fingerprint()
     # A run cannot outlive the wall-clock budget: an agent that crashes is charged at most
     # what remained when its run was opened.
-    left = remaining(goal, usage(tx, goal_id))["wall_seconds"]
+    left = remaining(goal, seen.usage())["wall_seconds"]
     expires = add_seconds(now, ttl if left is None else min(ttl, left))
-    doc = contract.document(tx, d, contract_id=contract_id, run_id=run_id, fingerprint=fp, issued_at=now,
+    doc = contract.document(tx, d, seen, contract_id=contract_id, run_id=run_id, fingerprint=fp, issued_at=now,
                             expires_at=expires, opening=True, contributed=answers.actions_for(run_id),
                             problems=answers.problems)
     if w is not None:

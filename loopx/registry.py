@@ -77,9 +77,9 @@ def resolve_url(url: str | None) -> str:
 
 def display_url(url: str) -> str:
     """``url`` as safe to print: any password replaced by ``***``."""
-    import re
+    from loopx.store import display_url as safe
 
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+    return safe(url)
 
 
 def open_store(url: str | None = None, *, readonly: bool = False):
@@ -255,6 +255,12 @@ class Registry:
 
             operation_id = check_text(operation_id, what="--operation-id", limit="agent")
         request_hash = _hash(request or {}) if operation_id is not None else None
+        if actor.startswith("capability:"):
+            # Capability declarations are plugin answers: read them before the lock is taken
+            # (the ownership guards below use the cached result).
+            from loopx import capabilities
+
+            capabilities.load()
 
         def transaction(tx):
             if operation_id is not None:

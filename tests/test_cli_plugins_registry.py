@@ -15,6 +15,17 @@ from tests.conftest import ROOT, loopx_env
 SEED_DOMAIN = ROOT / "examples" / "plugins" / "loopx-seed-domain"
 
 
+def _copy_source(src: Path, dest: Path) -> Path:
+    """A copy of a source tree to install from: pip builds in the source folder (build/,
+    *.egg-info), and the checkout must stay as it was (an egg-info there would make the
+    example plugin's entry point visible to the rest of the suite)."""
+    import shutil
+
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", "test-artifacts", "node_modules"))
+    return dest
+
+
 def _run(argv, env=None, timeout=300):
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -24,15 +35,16 @@ def test_plugins_install_and_uninstall_into_loopx_own_environment(tmp_path, regi
     venv = tmp_path / "venv"
     assert _run([sys.executable, "-m", "venv", str(venv)]).returncode == 0
     py = venv / "bin" / "python"
-    built = _run([str(py), "-m", "pip", "install", "-q", str(ROOT)])
+    built = _run([str(py), "-m", "pip", "install", "-q", str(_copy_source(ROOT, tmp_path / "loopx-src"))])
     assert built.returncode == 0, built.stderr[-2000:]
     loopx = str(venv / "bin" / "loopx")
     env = loopx_env(registry_url, LOOPX_PLUGIN_CACHE="0")
+    env.pop("LOOPX_PLUGINS")  # this test is about what is installed: no allow-list
 
     before = _run([loopx, "--help"], env=env).stdout
     assert "run-model" not in before
 
-    p = _run([loopx, "plugins", "install", str(SEED_DOMAIN)], env=env)
+    p = _run([loopx, "plugins", "install", str(_copy_source(SEED_DOMAIN, tmp_path / "loopx-seed-domain"))], env=env)
     assert p.returncode == 0, p
     assert "installed loopx-seed-domain 0.1.0  (loopx plugin: seed_domain)" in p.stdout
     assert str(py) in p.stdout  # says which environment changed

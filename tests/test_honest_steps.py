@@ -125,7 +125,8 @@ def stamp_env(registry_url, tmp_path):
     (site / "loopx_stamp_test.py").write_text(STAMP)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: loopx-stamp-test\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[loopx]\nstamp = loopx_stamp_test\n")
-    env = loopx_env(registry_url, PYTHONPATH=str(site), LOOPX_PLUGIN_CACHE="0", STAMP_FILE=str(tmp_path / "stamps"))
+    env = loopx_env(registry_url, PYTHONPATH=str(site), LOOPX_PLUGIN_CACHE="0", LOOPX_PLUGINS="stamp",
+                    STAMP_FILE=str(tmp_path / "stamps"))
     return env
 
 

@@ -110,7 +110,7 @@ def test_a_slow_veto_does_not_hold_the_write_lock(faulty):
 def test_a_broken_commands_hook_costs_only_its_commands(faulty):
     p = faulty("--help", FAULTY_COMMANDS="raise")
     assert p.returncode == 0
-    assert "project_prompt" in p.stdout and "quota" in p.stdout
+    assert "project-prompt" in p.stdout and "quota" in p.stdout
     assert "faulty-hello" not in p.stdout  # added before the hook raised: removed again
     assert "'faulty'" in p.stderr and "loopx_register_commands" in p.stderr and "exploded" in p.stderr
     p = faulty("faulty-hello", FAULTY_COMMANDS="raise")

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import click
 
-from loopx.cli.output import REGISTRY_KEY
+# Where the root command keeps the --registry value; loopx.cli.output re-exports it (output
+# imports this module, so the name lives here to keep the import one-way).
+REGISTRY_KEY = "loopx.registry"
 
 # kind -> (id letter, table). Ids are globally unique, so a prefix is looked up table-wide.
 TABLES = {

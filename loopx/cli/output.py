@@ -16,7 +16,7 @@ import click
 from loopx.errors import LoopxError
 
 FORMAT_KEY = "loopx.format"
-REGISTRY_KEY = "loopx.registry"
+from loopx.cli.ids import REGISTRY_KEY  # noqa: E402,F401  (re-exported)
 
 
 def _set_format(ctx, param, value):

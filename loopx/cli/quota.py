@@ -38,7 +38,7 @@ def contract_text(out: dict) -> str:
 
 def quota_text(q: dict) -> str:
     """A goal's quota for people."""
-    names = {"turns": "max_turns", "tokens": "max_tokens", "cost": "max_cost", "wall_seconds": "max_wall_seconds"}
+    from loopx.model.goal import BUDGETS as names
     lines = [f"quota of {q['goal_id']}"]
     for key, limit in names.items():
         cap = q["effective"][limit]
