@@ -49,6 +49,7 @@ CODES = frozenset(
         "run_not_yours",
         "outcome_contradicts_evidence",
         "step_failed",
+        "executor_unavailable",
     }
 )
 

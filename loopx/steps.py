@@ -132,10 +132,10 @@ def contributed(items, plugin: str) -> tuple[list[dict], list[str]]:
             argv, why = item["argv"], check_argv(item["argv"])
         else:
             argv, why = parse_command(item.get("command"))
-        for key in ("note", "capability", "action"):
+        for key, limit in (("note", 1000), ("capability", 100), ("action", 100)):
             value = item.get(key)
-            if value is not None and (not isinstance(value, str) or len(value) > 300):
-                why = why or f"{key} must be short text"
+            if value is not None and (not isinstance(value, str) or len(value) > limit):
+                why = why or f"{key} must be text of at most {limit} characters"
         if why:
             problems.append(f"plugin {plugin}: dropped an action ({why})")
             continue
