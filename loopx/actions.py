@@ -1,10 +1,11 @@
 """Actions: the commands a user allowed for a goal, and ``exec``, which runs one under a run.
 
-``action add`` is user-only. A contract lists each allowed, ungated action as
-``loopx exec --run-id R --action NAME``; ``exec`` runs only what the run's (fresh) contract
-allows - a listed action by name, or an exact command that is one of those actions or a
-capability action of the contract - and refuses anything else with ``action_not_allowed``
-before any process starts. What ran is recorded as evidence of kind ``command``.
+``action add`` is user-only. A contract lists each allowed, ungated action as a ``do`` step
+``loopx exec --run-id R --agent A --action NAME`` (and a capability's command as
+``loopx exec --run-id R --agent A -- loopx CMD ...``); ``exec`` runs only what a step of the
+run's (fresh) contract runs and refuses anything else with ``action_not_allowed`` before any
+process starts. What ran is recorded as the step's evidence: kind ``command``, written by the
+core, naming the step.
 """
 
 from __future__ import annotations
@@ -56,11 +57,6 @@ def gated(tx, goal_id: str, actions: list, blocking: dict) -> dict[str, object]:
             if a.name not in held and a.gate_id in rows:
                 held[a.name] = gate_from_row(rows[a.gate_id])
     return held
-
-
-def exec_command(run_id: str, name: str) -> str:
-    """The contract line that runs action ``name`` under ``run_id``."""
-    return shlex.join(["loopx", "exec", "--run-id", run_id, "--action", name])
 
 
 def check_argv(argv) -> list[str]:
@@ -154,46 +150,56 @@ def list_for(reg: Registry, goal_id: str) -> list[dict]:
         return out
 
 
-def authorize(tx, run_id: str, *, action: str | None = None, argv=None) -> tuple[object, str | None, list[str]]:
-    """``(run, action name or None, argv)`` if the run's fresh contract allows it, else a refusal.
+def authorize(tx, run_id: str, *, action: str | None = None, argv=None) -> tuple[object, str | None, list[str], str]:
+    """``(run, action name or None, argv, step id)`` if a ``do`` step of the run's fresh contract
+    runs it, else a refusal.
 
+    The steps decide (:func:`loopx.steps.exec_target`): ``--action NAME`` must be a step's
+    action, and an exact command must be a step's command or the argv of a step's action.
     ``run_not_open`` / ``contract_stale`` come from :func:`loopx.runs.check_fresh`;
-    ``action_not_allowed`` when the contract does not list the action or command.
+    ``action_not_allowed`` when no step of the contract runs it.
     """
-    from loopx import runs
+    from loopx import runs, steps
 
     if (action is None) == (argv is None):
         raise LoopxError("invalid_argument", "give either --action NAME or a command after `--`, not both")
     run = runs.check_fresh(tx, run_id)
-    contract = runs.load_contract(tx, run.contract_id)
-    listed = contract["cli_channel"]["next_cli_actions"]
-    allowed = {a.name: a for a in list_actions(tx, run.goal_id) if exec_command(run.id, a.name) in listed}
+    doc = runs.load_contract(tx, run.contract_id)
+    targets = [(s["id"], steps.exec_target(s)) for s in steps.of(doc)]
+    by_action = {t[1]: step_id for step_id, t in targets if t and t[0] == "action"}
+    allowed = {a.name: a for a in list_actions(tx, run.goal_id) if a.name in by_action}
     if action is not None:
         check_name(action, what="--action")
         if action not in allowed:
             raise LoopxError("action_not_allowed",
                              f"the contract of run {run_id} does not allow action {action!r}"
                              f" (allowed: {', '.join(sorted(allowed)) or 'none'})")
-        return run, action, allowed[action].argv
+        return run, action, allowed[action].argv, by_action[action]
     argv = check_argv(argv)
     for a in allowed.values():
         if a.argv == argv:
-            return run, a.name, argv
-    if shlex.join(argv) in listed:  # a capability action, listed verbatim
-        return run, None, argv
+            return run, a.name, argv, by_action[a.name]
+    step_id = steps.command_step(doc, argv)
+    if step_id is not None:  # a capability's command
+        return run, None, argv, step_id
     raise LoopxError("action_not_allowed",
                      f"the contract of run {run_id} does not allow `{shlex.join(argv)[:200]}`; nothing was run")
 
 
 def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None, argv=None,
-            timeout: float = DEFAULT_TIMEOUT, cwd: str | None = None) -> dict:
+            timeout: float = DEFAULT_TIMEOUT, cwd: str | None = None, agent: str | None = None) -> dict:
     """Run an allowed action or command under ``run_id`` and record the result as evidence.
 
-    The child runs with ``LOOPX_ACTOR=executor``, ``LOOPX_RUN_ID``, ``LOOPX_GOAL_ID`` and the
-    registry in its environment; after ``timeout`` seconds it (and its process group) is killed.
-    Returns the evidence record (exit code, duration, output tail, output sha256).
+    The child runs with ``LOOPX_ACTOR=executor``, ``LOOPX_RUN_ID``, ``LOOPX_GOAL_ID``,
+    ``LOOPX_AGENT`` and the registry in its environment; after ``timeout`` seconds it (and its
+    process group) is killed. The result is the step's own evidence: kind ``command``, written
+    by the core (so no agent can forge it), naming the step, who ran it (``by``), the exit code,
+    duration, output tail and output sha256. ``agent``: who runs it (``run_not_yours`` if the
+    run is another agent's).
     """
-    from loopx import evidence
+    import sys
+
+    from loopx import evidence, runs
     from loopx.process import run_command
 
     check_id("run", run_id)
@@ -201,12 +207,15 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
     if actor == "dashboard":
         raise LoopxError("actor_forbidden", "the dashboard never writes")
     with reg.read() as tx:
-        run, name, command = authorize(tx, run_id, action=action, argv=argv)
+        run, name, command, step_id = authorize(tx, run_id, action=action, argv=argv)
+    runs.check_owner(run, agent)
     env = {"LOOPX_ACTOR": "executor", "LOOPX_RUN_ID": run.id, "LOOPX_GOAL_ID": run.goal_id,
-           "LOOPX_AGENT": run.agent, "LOOPX_REGISTRY": reg.store.url}
-    result = run_command(command, env=env, timeout=timeout, cwd=cwd)
-    data = {"action": name, "argv": command, **result}
+           "LOOPX_AGENT": run.agent, "LOOPX_REGISTRY": reg.store.url, "LOOPX_STEP_ID": step_id or name}
+    # A capability step runs the very LoopX that runs this exec, whatever PATH says.
+    child = [sys.executable, "-m", "loopx", *command[1:]] if command[0] == "loopx" else command
+    result = run_command(child, env=env, timeout=timeout, cwd=cwd)
+    data = {"action": name, "step": step_id, "argv": command, "by": actor, **result}
     status = "timed out" if result["timed_out"] else f"exit {result['exit_code']}"
-    summary = f"{name or command[0]}: {status} in {result['duration_seconds']:.2f}s"
-    return evidence.record(reg, actor, goal_id=run.goal_id, run_id=run.id, kind="command", summary=summary,
+    summary = f"{name or step_id}: {status} in {result['duration_seconds']:.2f}s"
+    return evidence.record(reg, "core", goal_id=run.goal_id, run_id=run.id, kind="command", summary=summary,
                            data=data)

@@ -4,8 +4,10 @@
 capability veto -> ``repair``; an unapproved gate on the whole goal -> ``ask_user``; a budget
 exhausted -> ``ask_user``; cadence not elapsed -> ``wait``; another agent's run open -> ``wait``;
 nothing ready -> ``ask_user`` (or a planning ``run`` when the goal has no todos at all); else
-``run``. :func:`document` turns a decision into the contract (schema
-``loopx.interaction_contract/1``, shipped as ``loopx/schemas/contract.json``).
+``run``. Between the budget and the cadence rows sits stuck detection: the same step failing in
+the goal's last N runs -> ``ask_user`` (``repeated_failure``). :func:`document` turns a decision
+into the contract (schema ``loopx.interaction_contract/1``, shipped as
+``loopx/schemas/contract.json``); its ``cli_channel.steps`` come from :mod:`loopx.steps`.
 
 Everything here reads; :mod:`loopx.quota` decides when to write.
 """
@@ -37,15 +39,19 @@ class Decision:
     """
 
     __slots__ = ("decision", "reasons", "goal", "agent", "own_run", "blocking", "ready", "next_eligible_at",
-                 "other_run", "veto", "exhausted")
+                 "other_run", "veto", "exhausted", "failure", "problems")
 
     def __init__(self, decision: str, reasons: list[str], *, goal, agent: str, own_run=None,
                  blocking: dict | None = None, ready: list | None = None, next_eligible_at: str | None = None,
-                 other_run=None, veto: dict | None = None, exhausted: list[str] | None = None):
+                 other_run=None, veto: dict | None = None, exhausted: list[str] | None = None,
+                 failure: dict | None = None):
         self.decision, self.reasons, self.goal, self.agent = decision, reasons, goal, agent
         self.own_run, self.blocking, self.ready = own_run, blocking or {}, ready or []
         self.next_eligible_at, self.other_run, self.veto = next_eligible_at, other_run, veto
         self.exhausted = exhausted or []
+        self.failure = failure
+        #: Malformed plugin contributions that were dropped, named by plugin (shown as notes).
+        self.problems: list[str] = []
 
 
 def _q(*argv) -> str:
@@ -103,8 +109,8 @@ def _check_veto(found) -> str | None:
         return f"a veto is None or a dict, not {type(found).__name__}"
     if not isinstance(found.get("reason"), str) or not isinstance(found.get("message", ""), str):
         return "a veto needs a text reason (and message)"
-    if not isinstance(found.get("actions", []), list) or not all(isinstance(a, str) for a in found.get("actions", [])):
-        return "a veto's actions are a list of commands"
+    if not isinstance(found.get("actions", []), list):
+        return "a veto's actions are a list of argv lists (or commands), not a string"
     return None
 
 
@@ -131,10 +137,16 @@ def veto(tx, goal) -> dict | None:
         return {"reason": "plugin_failed", "plugin": fault.plugin,
                 "message": f"plugin {fault.plugin!r}: its contract veto {fault.message}; the goal waits until "
                            f"the plugin is fixed or disabled (LOOPX_DISABLE_PLUGINS={fault.plugin})",
-                "actions": ["loopx plugins"]}
-    for _, answer in found:
+                "actions": ["loopx plugins"], "argvs": [["loopx", "plugins"]], "problems": []}
+    from loopx import steps
+
+    for name, answer in found:
         if answer:
-            return answer
+            # Each action is checked as argv (never passed on as text to eval); bad ones are named.
+            argvs, problems = steps.veto_actions(answer.get("actions"), name)
+            for p in problems:
+                plugins.report_fault(name, "loopx_contract_veto", p.split(": ", 1)[-1])
+            return {**answer, "argvs": argvs, "problems": problems}
     return None
 
 
@@ -156,7 +168,9 @@ def decide(tx, inputs, *, agent: str, now: str, own_run, vetoed: dict | None = N
         # Reasons are stable machine codes; a plugin's free text is not one.
         if not _CODE.fullmatch(reason):
             reason = "capability_veto"
-        return Decision("repair", [reason], veto=found, **d)
+        out = Decision("repair", [reason], veto=found, **d)
+        out.problems = list(found.get("problems") or [])
+        return out
     blocking = inputs.blocking()
     d["blocking"] = blocking
     if blocking["all"]:
@@ -166,6 +180,11 @@ def decide(tx, inputs, *, agent: str, now: str, own_run, vetoed: dict | None = N
     spent = exhausted(goal, inputs.usage(exclude))
     if spent:
         return Decision("ask_user", ["quota_exhausted", *[f"{k}_exhausted" for k in spent]], exhausted=spent, **d)
+    from loopx.steps import repeated_failure
+
+    failure = repeated_failure(tx, goal)
+    if failure:
+        return Decision("ask_user", ["repeated_failure"], failure=failure, **d)
     cadence = goal.limits.cadence_seconds
     if cadence:
         last = inputs.last_opened_other_than(tx, exclude)
@@ -229,8 +248,10 @@ def _user_channel(d: Decision, gates_shown: list) -> dict:
         actions.append(_q("loopx", "quota", "show", "--goal-id", g))
     if reason == "no_ready_work":
         actions += [_q("loopx", "todo", "list", "--goal-id", g),
-                    _q("loopx", "todo", "add", "--goal-id", g, "--text", "the next step"),
                     _q("loopx", "project_prompt", "close", "--goal-id", g, "--reason", "done")]
+    if reason == "repeated_failure":
+        actions += [_q("loopx", "run", "show", "--run-id", d.failure["run_id"]),
+                    _q("loopx", "project_prompt", "retry", "--goal-id", g)]
     if d.decision != "stop":
         from loopx.gates import decision_commands
 
@@ -243,13 +264,18 @@ def _user_channel(d: Decision, gates_shown: list) -> dict:
 def _primary(d: Decision, run_id: str | None) -> str:
     g, reason = d.goal, d.reasons[0]
     title = _short(g.title, 80)
+    run = f"run {run_id}" if run_id else "the run a real call opens"
     if reason == "ready_work":
         top = d.ready[0]
-        return (f"Goal {title!r}: do todo {top.id} ({_short(top.text, TEXT_SHOWN)}) with only the actions below, "
-                f"record what you did, mark it done, then finish run {run_id}.")
+        return (f"Goal {title!r}: do todo {top.id} ({_short(top.text, TEXT_SHOWN)}) with only the steps below, "
+                f"in order, stopping at the first that fails; then finish {run}.")
     if reason == "no_todos":
-        return (f"Goal {title!r} has no plan yet: read it, add todos with `loopx todo add --goal-id {g.id} "
-                f"--run-id {run_id} --text '...'` (one per step), then finish run {run_id}.")
+        return (f"Goal {title!r} has no plan yet: read it and add one todo per step, in your own words "
+                f"(`loopx todo add --goal-id {g.id} --run-id {run_id or 'R'} --text TEXT`), then finish {run}.")
+    if reason == "repeated_failure":
+        f = d.failure
+        return (f"Stop: step {f['step']} failed in each of the last {f['runs']} runs (latest {f['run_id']}, "
+                f"exit {f['exit_code']}); a user must look and let agents retry.")
     if reason == "goal_closed":
         return "The goal is closed: stop."
     if reason == "goal_paused":
@@ -267,38 +293,42 @@ def _primary(d: Decision, run_id: str | None) -> str:
     if reason == "run_in_progress":
         r = d.other_run
         return f"Wait: agent {r.agent} holds run {r.id} until {r.expires_at}."
-    return "Stop: nothing is ready to do; a user must add or unblock work."
+    return "Stop: nothing is ready to do; a user must add work (`loopx todo add`) or unblock it."
 
 
-def _cli_actions(d: Decision, run_id: str | None, allowed: list, contributed: list[dict]) -> list[str]:
-    g = d.goal.id
+def _steps(d: Decision, run_id: str | None, allowed: list, contributed: list[dict]) -> list[dict]:
+    """The contract's steps (see :mod:`loopx.steps`); every line carries the agent."""
+    from loopx.steps import chain
+
+    g, a = d.goal.id, d.agent
     if d.decision == "repair":
-        return [str(a) for a in d.veto.get("actions") or []]
+        return chain([(f"repair:{i + 1}", "do", argv) for i, argv in enumerate(d.veto.get("argvs") or [])])
     if d.decision != "run":
         out = []
         if d.own_run is not None:
-            out.append(_q("loopx", "run", "finish", "--run-id", d.own_run.id, "--outcome", "partial",
-                          "--handoff", "stopped: " + d.reasons[0]))
+            # No outcome: `run finish` derives it from what the run's steps recorded.
+            out.append(("finish", "finish", ["loopx", "run", "finish", "--run-id", d.own_run.id, "--agent", a,
+                                             "--handoff", "stopped: " + d.reasons[0]]))
         if d.decision == "wait":
-            out.append(_q("loopx", "quota", "should-run", "--goal-id", g, "--agent", d.agent))
-        return out
-    from loopx.actions import exec_command
-
+            out.append(("ask", "claim", ["loopx", "quota", "should-run", "--goal-id", g, "--agent", a]))
+        return chain(out)
+    if run_id is None:  # a dry run opens no run: there is nothing to act under
+        return []
+    exec_ = ["loopx", "exec", "--run-id", run_id, "--agent", a]
     out = []
     top = d.ready[0] if d.ready else None
     if top is not None:
-        out.append(_q("loopx", "todo", "claim", "--goal-id", g, "--todo-id", top.id, "--agent", d.agent,
-                      "--run-id", run_id))
-    else:
-        out.append(_q("loopx", "project_prompt", "show", "--goal-id", g))
-        out.append(_q("loopx", "todo", "add", "--goal-id", g, "--run-id", run_id, "--text", "the first step"))
-    out += [exec_command(run_id, a.name) for a in allowed]
-    out += [c["command"] for c in contributed]
-    out.append(_q("loopx", "evidence", "add", "--run-id", run_id, "--kind", "note", "--summary", "what was done"))
+        out.append(("claim", "claim", ["loopx", "todo", "claim", "--goal-id", g, "--todo-id", top.id, "--agent", a,
+                                       "--run-id", run_id]))
+    out += [(f"action:{x.name}", "do", [*exec_, "--action", x.name]) for x in allowed]
+    for c in contributed:
+        name = f"{c.get('capability') or c['plugin']}:{c.get('action') or c['argv'][1]}"
+        out.append((name, "do", [*exec_, "--", *c["argv"]]))
     if top is not None:
-        out.append(_q("loopx", "todo", "done", "--goal-id", g, "--todo-id", top.id, "--run-id", run_id))
-    out.append(_q("loopx", "run", "finish", "--run-id", run_id, "--outcome", "ok"))
-    return out
+        out.append(("done", "record", ["loopx", "todo", "done", "--goal-id", g, "--todo-id", top.id, "--run-id",
+                                       run_id, "--agent", a]))
+    out.append(("finish", "finish", ["loopx", "run", "finish", "--run-id", run_id, "--agent", a]))
+    return chain(out)
 
 
 def _check_actions(found) -> str | None:
@@ -307,13 +337,16 @@ def _check_actions(found) -> str | None:
     return f"contract actions are None or a list of dicts, not {type(found).__name__}"
 
 
-def contributions(tx, goal, run_id: str, left: dict | None) -> list[dict]:
+def contributions(tx, goal, run_id: str, left: dict | None, problems: list | None = None) -> list[dict]:
     """Plugin contributions (``loopx_contract_actions``) for a ``run`` contract of ``run_id``.
 
     Asked for before the write transaction begins, each hook under a deadline; a hook that fails
-    or returns the wrong type is named in a warning and skipped, as is an item that is not a
-    complete ``loopx`` command.
+    or returns the wrong type is named in a warning and skipped. Each action is checked as argv
+    when it is contributed (:func:`loopx.steps.contributed`): a malformed one is dropped, named
+    in a warning and added to ``problems`` (the contract's notes), never passed on.
     """
+    from loopx import steps
+
     from loopx import plugins
 
     if not plugins.has_impls("loopx_contract_actions"):
@@ -321,23 +354,24 @@ def contributions(tx, goal, run_id: str, left: dict | None) -> list[dict]:
     out = []
     for plugin, found in plugins.call("loopx_contract_actions", tx=tx, goal=goal, run_id=run_id, remaining=left,
                                       check=_check_actions, timeout=plugins.hook_timeout()):
-        for item in found or []:
-            if isinstance(item, dict) and isinstance(item.get("command"), str) and item["command"].startswith("loopx "):
-                out.append(item)
-            else:
-                plugins.report_fault(plugin, "loopx_contract_actions",
-                                     f"contributed {str(item)[:80]!r}, which is not {{'command': 'loopx ...'}}")
+        good, bad = steps.contributed(found, plugin)
+        out += good
+        for p in bad:
+            plugins.report_fault(plugin, "loopx_contract_actions", p.split(": ", 1)[-1])
+        if problems is not None:
+            problems += bad
     return out
 
 
 def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | None, fingerprint: str,
              issued_at: str, expires_at: str | None = None, opening: bool = False,
-             contributed: list | None = None) -> dict:
+             contributed: list | None = None, problems: list | None = None) -> dict:
     """The interaction contract for decision ``d`` (``run_id``: the run it opens or renews).
 
     ``opening``: the run is about to be opened, so its turn is shown as already used.
     ``contributed``: the plugins' actions for ``run_id`` (:func:`contributions`, asked for
     before the transaction). ``inputs``: the goal's :class:`loopx.inputs.TurnInputs`.
+    ``problems``: contributions dropped as malformed, named by plugin (shown as notes).
     """
     from loopx import rewards, runs
 
@@ -346,8 +380,8 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
     if opening:
         used = type(used)(turns=used.turns + 1, tokens=used.tokens, cost=used.cost, wall_seconds=used.wall_seconds)
     blocking = d.blocking or {"all": [], "actions": {}, "todos": {}}
-    allowed, notes = [], []
-    if d.decision != "run":
+    allowed, notes = [], [*d.problems, *(problems or [])]
+    if d.decision != "run" or run_id is None:
         contributed = []
     if d.decision == "run":
         held = inputs.gated_actions(blocking)
@@ -389,6 +423,9 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
         agent_channel["open_run"] = d.own_run.id
     if expires_at is None:
         expires_at = d.next_eligible_at or add_seconds(issued_at, RECHECK_SECONDS)
+    from loopx.steps import lines
+
+    steps = _steps(d, run_id, allowed, contributed)
     doc = {
         "schema": SCHEMA,
         "contract_id": contract_id,
@@ -400,8 +437,10 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
         "gates": {"pending": [_gate_json(g) for g in shown_gates]},
         "user_channel": _user_channel(d, shown_gates),
         "agent_channel": agent_channel,
-        "cli_channel": {"next_cli_actions": _cli_actions(d, run_id, allowed, contributed)},
+        "cli_channel": {"steps": steps, "next_cli_actions": lines(steps)},
     }
+    if d.failure is not None:
+        doc["repeated_failure"] = d.failure
     if d.next_eligible_at is not None:
         doc["next_eligible_at"] = d.next_eligible_at
     return doc

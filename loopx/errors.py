@@ -45,6 +45,10 @@ CODES = frozenset(
         "issue_fix_error",
         "not_reproduced",
         "repair_failed",
+        "invalid_actor",
+        "run_not_yours",
+        "outcome_contradicts_evidence",
+        "step_failed",
         "executor_unavailable",
     }
 )

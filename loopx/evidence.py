@@ -68,12 +68,13 @@ def hash_file(path: str) -> tuple[str, str]:
 
 
 def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | None = None,
-           goal_id: str | None = None, data=None, file: str | None = None,
+           goal_id: str | None = None, data=None, file: str | None = None, agent: str | None = None,
            operation_id: str | None = None) -> dict:
     """Append one piece of evidence; returns it.
 
     With ``run_id`` the evidence belongs to that run (and its goal); an executor must name a
-    run. Refused with ``run_not_open`` only when the run was already finished.
+    run. Refused with ``run_not_open`` only when the run was already finished, and with
+    ``run_not_yours`` when ``agent`` names someone other than the run's agent.
     """
     from loopx import runs
 
@@ -98,7 +99,7 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
         file_path, file_sha = hash_file(file)
     if run_id is not None:
         with reg.read() as tx:
-            owner = runs.load_run(tx, run_id).goal_id
+            owner = runs.check_owner(runs.load_run(tx, run_id), agent).goal_id
         if goal_id is not None and goal_id != owner:
             raise LoopxError("run_not_found", f"run {run_id} belongs to goal {owner}, not {goal_id}")
         goal_id = owner

@@ -123,6 +123,8 @@ _TRANSITIONS = {
     "pause": ("goal.paused", ("open",), "paused"),
     "resume": ("goal.resumed", ("paused",), "open"),
     "close": ("goal.closed", ("open", "paused"), "closed"),
+    # Stuck detection ignores runs opened before the latest retry (loopx.steps.repeated_failure).
+    "retry": ("goal.retried", ("open",), "open"),
 }
 
 

@@ -20,7 +20,8 @@ from loopx.usage import (  # noqa: F401  (fingerprint, usage, remaining: the pub
 from loopx.validate import check_id, check_number, check_text, new_id
 
 LIMIT_BOUNDS = {"max_turns": (0, 10**9, True), "max_tokens": (0, 10**15, True), "max_cost": (0, 10**9, False),
-                "max_wall_seconds": (0, 10**9, False), "cadence_seconds": (0, 10**8, False)}
+                "max_wall_seconds": (0, 10**9, False), "cadence_seconds": (0, 10**8, False),
+                "stuck_after": (0, 1000, True)}
 GRANT_BOUNDS = {"turns": (1, 10**9, True), "tokens": (1, 10**15, True), "cost": (0.000001, 10**9, False),
                 "wall_seconds": (0.001, 10**9, False)}
 DEFAULT_AGENT = "agent"
@@ -56,9 +57,11 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
     answers = _plugin_answers(reg, goal_id, agent, run_id)
 
     if dry_run:
+        # A preview opens no run, so it shows no run id (a real call would use another one);
+        # an agent's own open run is shown, since a real call would hand it back.
         with reg.read() as tx:
             return _turn(tx, None, goal_id=goal_id, agent=agent, ttl=ttl, now=clock.now(),
-                         run_id=run_id, contract_id=contract_id, answers=answers)
+                         run_id=None, contract_id=None, answers=answers)
 
     def work(w):
         return _turn(w.tx, w, goal_id=goal_id, agent=agent, ttl=ttl, now=w.at, run_id=run_id,
@@ -74,10 +77,11 @@ class _Answers:
     """What the plugins said about one should-run, asked for before its transaction, and the
     inputs they saw (reused by the transaction when the goal's revision has not moved since)."""
 
-    __slots__ = ("veto", "run_id", "actions", "inputs")
+    __slots__ = ("veto", "run_id", "actions", "inputs", "problems")
 
-    def __init__(self, veto=None, run_id=None, actions=None, inputs=None):
+    def __init__(self, veto=None, run_id=None, actions=None, inputs=None, problems=None):
         self.veto, self.run_id, self.actions, self.inputs = veto, run_id, actions, inputs
+        self.problems = problems or []  # contributions dropped as malformed, named by plugin
 
     def actions_for(self, run_id: str) -> list:
         # Asked for another run than the one the transaction found (a race with another
@@ -110,12 +114,13 @@ def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
             if own is None:  # the turn about to be opened counts
                 used = type(used)(turns=used.turns + 1, tokens=used.tokens, cost=used.cost,
                                   wall_seconds=used.wall_seconds)
-            found = contract.contributions(view, goal, for_run, remaining(goal, used))
+            problems: list[str] = []
+            found = contract.contributions(view, goal, for_run, remaining(goal, used), problems)
         finally:
             view.revoke()
     if any(c.get("capability") for c in found):
         capabilities.load()  # declarations are hook answers too: read them outside the lock
-    return _Answers(None, for_run, found, seen)
+    return _Answers(None, for_run, found, seen, problems)
 
 
 def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> dict:
@@ -138,6 +143,7 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> d
     out = {"goal_id": goal_id, "should_run": d.decision == "run", "decision": d.decision, "reasons": d.reasons}
     if w is None:
         out["dry_run"] = True
+        out["preview"] = "dry run: nothing was written and no run was opened; a real call opens one and lists its steps"
     if d.decision != "run":
         fp = seen.fingerprint(own.id if own else None)
         out["interaction_contract"] = contract.document(tx, d, seen, contract_id=None,
@@ -150,7 +156,8 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> d
             out["interaction_contract"] = runs.load_contract(tx, own.contract_id)
             return out
         doc = contract.document(tx, d, seen, contract_id=contract_id, run_id=own.id, fingerprint=fp,
-                                issued_at=now, expires_at=own.expires_at, contributed=answers.actions_for(own.id))
+                                issued_at=now, expires_at=own.expires_at, contributed=answers.actions_for(own.id),
+                                problems=answers.problems)
         if w is not None:
             w.emit("run.renewed", {"run_id": own.id, "contract": doc})
         out["interaction_contract"] = doc
@@ -161,7 +168,8 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> d
     left = remaining(goal, seen.usage())["wall_seconds"]
     expires = add_seconds(now, ttl if left is None else min(ttl, left))
     doc = contract.document(tx, d, seen, contract_id=contract_id, run_id=run_id, fingerprint=fp, issued_at=now,
-                            expires_at=expires, opening=True, contributed=answers.actions_for(run_id))
+                            expires_at=expires, opening=True, contributed=answers.actions_for(run_id),
+                            problems=answers.problems)
     if w is not None:
         w.emit("run.opened", {"run_id": run_id, "agent": agent, "expires_at": expires, "contract": doc})
     out["interaction_contract"] = doc

@@ -27,20 +27,42 @@ ENV_REGISTRY = "LOOPX_REGISTRY"
 ENV_ACTOR = "LOOPX_ACTOR"
 
 
+ENV_RUN_ID = "LOOPX_RUN_ID"
+# What LOOPX_ACTOR may name. "core" is LoopX itself and never comes from the environment.
+_ENV_ROLES = ("user", "executor", "dashboard")
+
+
 def current_actor() -> str:
-    """The actor this process acts as: ``LOOPX_ACTOR`` (set by ``loopx exec``), else ``user``."""
-    actor = os.environ.get(ENV_ACTOR) or "user"
-    check_actor(actor)
+    """The actor this process acts as: ``LOOPX_ACTOR`` (set by ``loopx exec``), else ``user``.
+
+    An empty or unknown ``LOOPX_ACTOR`` is refused (``invalid_actor``) rather than read as
+    ``user``. A process started inside a governed step (``LOOPX_RUN_ID`` is in its environment)
+    acts as the executor whatever ``LOOPX_ACTOR`` says, so a step cannot approve a gate by
+    prefixing ``LOOPX_ACTOR=user`` to a command.
+    """
+    raw = os.environ.get(ENV_ACTOR)
+    actor = "user" if raw is None else raw
+    if actor not in _ENV_ROLES and not (actor.startswith("capability:") and len(actor) > len("capability:")):
+        shown = "empty" if actor == "" else repr(actor[:60])
+        raise LoopxError("invalid_actor", f"LOOPX_ACTOR is {shown}; use user, executor, dashboard or capability:NAME "
+                                          "(unset means user)")
+    if ENV_RUN_ID in os.environ and actor != "dashboard":
+        return "executor"
     return actor
+
+
+def inside_run() -> str | None:
+    """The run this process was started inside (``LOOPX_RUN_ID``), or ``None``."""
+    return os.environ.get(ENV_RUN_ID)
 
 
 def check_actor(actor: str) -> str:
     """Refuse actor strings that name no known role."""
     if actor in ("user", "executor", "dashboard", "core"):
         return actor
-    if actor.startswith("capability:") and len(actor) > len("capability:"):
+    if isinstance(actor, str) and actor.startswith("capability:") and len(actor) > len("capability:"):
         return actor
-    raise LoopxError("invalid_argument", f"unknown actor {actor!r} (LOOPX_ACTOR)")
+    raise LoopxError("invalid_actor", f"unknown actor {actor!r}")
 
 
 def resolve_url(url: str | None) -> str:

@@ -14,7 +14,7 @@ from loopx import clock
 from loopx.errors import LoopxError
 from loopx.model import RUN_OUTCOMES, to_json
 from loopx.registry import Registry, check_actor
-from loopx.validate import check_id, check_number, check_text
+from loopx.validate import check_id, check_number, check_text, new_id
 
 DEFAULT_TTL_SECONDS = 3600
 MAX_TTL_SECONDS = 7 * 24 * 3600
@@ -89,6 +89,13 @@ def check_fresh(tx, run_id: str, *, goal_id: str | None = None, now: str | None 
     return run
 
 
+def check_owner(run, agent: str | None):
+    """Refuse (``run_not_yours``) a caller that names an agent other than the one that opened ``run``."""
+    if agent is not None and agent != run.agent:
+        raise LoopxError("run_not_yours", f"run {run.id} belongs to agent {run.agent}, not {agent}")
+    return run
+
+
 def check_recordable(tx, run_id: str, *, goal_id: str | None = None):
     """The run, if what happened under it may still be recorded (it is not finished)."""
     run = _of_goal(load_run(tx, run_id), goal_id)
@@ -147,17 +154,30 @@ def load_contract(tx, contract_id: str) -> dict:
     return json.loads(row["document"])
 
 
-def finish(reg: Registry, actor: str, *, run_id: str, outcome: str, tokens: int = 0, cost: float = 0.0,
-           handoff: str | None = None, operation_id: str | None = None) -> dict:
+def finish(reg: Registry, actor: str, *, run_id: str, outcome: str | None = None, tokens: int = 0,
+           cost: float = 0.0, handoff: str | None = None, agent: str | None = None,
+           force_outcome: str | None = None, operation_id: str | None = None) -> dict:
     """Close a run with its outcome, the tokens and cost it used, and a hand-off note.
+
+    Without ``outcome`` the outcome is what the run's own evidence supports
+    (:func:`loopx.steps.derive`): ``failed`` when a ``do`` step failed or never ran, else ``ok``;
+    a failed run without a hand-off gets one saying which step failed and which todo stays
+    open. ``outcome="ok"`` against failed evidence is refused (``outcome_contradicts_evidence``)
+    unless ``force_outcome`` gives a reason, which is recorded as evidence of kind
+    ``outcome_forced``. ``agent``: who reports; ``run_not_yours`` if the run is another's.
 
     Never refused for a stale contract or an expired lease (a late report is still recorded);
     refused with ``run_not_open`` only when the run was already finished.
     """
     check_id("run", run_id)
     check_actor(actor)
-    if outcome not in RUN_OUTCOMES:
+    if outcome is not None and outcome not in RUN_OUTCOMES:
         raise LoopxError("invalid_argument", f"--outcome must be one of {', '.join(RUN_OUTCOMES)}")
+    force_outcome = check_text(force_outcome, what="--force-outcome", limit="note", required=False)
+    if force_outcome is not None and outcome != "ok":
+        raise LoopxError("invalid_argument", "--force-outcome REASON goes with --outcome ok")
+    if agent is not None:
+        agent = check_text(agent, what="--agent", limit="agent")
     tokens = check_number(tokens or 0, what="--tokens", minimum=0, maximum=MAX_TOKENS, integer=True)
     cost = float(check_number(cost or 0.0, what="--cost", minimum=0, maximum=MAX_COST))
     handoff = check_text(handoff, what="--handoff", limit="note", required=False)
@@ -167,10 +187,31 @@ def finish(reg: Registry, actor: str, *, run_id: str, outcome: str, tokens: int 
         goal_id = load_run(tx, run_id).goal_id
 
     def work(w):
-        run = check_recordable(w.tx, run_id)
+        from loopx import steps
+
+        run = check_owner(check_recordable(w.tx, run_id), agent)
         late = state(run, w.at) != "open"
-        body = {"run_id": run_id, "outcome": outcome, "tokens": tokens, "cost": cost, "handoff": handoff,
-                "by": actor}
+        res = steps.run_results(w.tx, run)
+        supported = steps.derive(res)
+        final, note = outcome or supported, handoff
+        if final == "ok" and supported == "failed":
+            why = "; ".join(steps.describe(r) for r in res if r["status"] != "ok")
+            if force_outcome is None:
+                raise LoopxError("outcome_contradicts_evidence",
+                                 f"run {run_id} cannot finish ok: {why}. Finish it without --outcome (its evidence "
+                                 "says failed), or add --force-outcome REASON to record ok anyway")
+            w.emit("evidence.added", {"evidence_id": new_id("evidence"), "run_id": run_id, "kind": "outcome_forced",
+                                      "summary": f"outcome ok forced by {actor} over: {why}"[:500],
+                                      "data": {"reason": force_outcome, "by": actor, "evidence_outcome": supported}})
+        if note is None and supported == "failed":
+            open_todos = [r["id"] for r in w.tx.query(
+                "SELECT id FROM todos WHERE claim_run_id = ? AND status = 'open' ORDER BY id", (run_id,))]
+            note = steps.handoff_for(res, open_todos)
+        body = {"run_id": run_id, "outcome": final, "tokens": tokens, "cost": cost, "handoff": note, "by": actor}
+        if outcome is None:
+            body["derived"] = True
+        if force_outcome is not None and supported == "failed":
+            body["forced"] = force_outcome
         w.emit("run.finished", body)
         done = load_run(w.tx, run_id)
         out = to_json(done)
@@ -181,7 +222,8 @@ def finish(reg: Registry, actor: str, *, run_id: str, outcome: str, tokens: int 
     # Run events belong to the core: whoever reports, the core writes the entry (and names them).
     return reg.mutate("core", work, goal_id=goal_id, operation_id=operation_id, allow_closed=True,
                       request={"op": "run.finish", "run": run_id, "outcome": outcome, "tokens": tokens,
-                               "cost": cost, "handoff": handoff, "by": actor})
+                               "cost": cost, "handoff": handoff, "by": actor, "agent": agent,
+                               "force": force_outcome})
 
 
 def show(reg: Registry, run_id: str) -> dict:

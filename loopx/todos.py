@@ -129,9 +129,9 @@ def _agent_for(run, agent: str | None) -> str | None:
     if agent is not None:
         agent = check_text(agent, what="--agent", limit="agent")
     if run is not None:
-        if agent is not None and agent != run.agent:
-            raise LoopxError("invalid_argument", f"run {run.id} belongs to agent {run.agent}, not {agent}")
-        return run.agent
+        from loopx.runs import check_owner
+
+        return check_owner(run, agent).agent
     return agent
 
 
@@ -287,12 +287,25 @@ def settle(reg: Registry, actor: str, verb: str, *, goal_id: str, todo_id: str, 
                              f"it is at epoch {todo.epoch}" + _holder(todo))
         if who is not None and todo.claim is not None and todo.claim.agent != who:
             raise LoopxError("lease_lost", f"{who} does not hold todo {todo_id}" + _holder(todo))
+        if verb == "done" and run is not None:
+            _check_steps(w.tx, run, todo_id)
         w.emit(kind, {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
         return to_json(load_todo(w.tx, goal_id, todo_id))
 
     return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
                       request={"op": f"todo.{verb}", "goal": goal_id, "todo": todo_id, "note": note,
                                "run": run_id, "agent": agent, "epoch": epoch})
+
+
+def _check_steps(tx, run, todo_id: str) -> None:
+    """Refuse (``step_failed``) to mark a todo done under a run whose ``do`` steps did not all succeed."""
+    from loopx import steps
+
+    bad = [r for r in steps.run_results(tx, run) if r["status"] != "ok"]
+    if bad:
+        raise LoopxError("step_failed", f"todo {todo_id} stays open: " + "; ".join(steps.describe(r) for r in bad)
+                         + f" in run {run.id}. Run the step again, or finish the run "
+                         f"(`loopx run finish --run-id {run.id}`): its hand-off will say why")
 
 
 def _holder(todo: Todo) -> str:

@@ -40,7 +40,7 @@ def effective_limits(goal: Goal) -> QuotaLimits:
     for name in BUDGETS.values():
         base = getattr(goal.limits, name)
         values[name] = None if base is None else base + (getattr(goal.grants, name) or 0)
-    return QuotaLimits(cadence_seconds=goal.limits.cadence_seconds, **values)
+    return QuotaLimits(cadence_seconds=goal.limits.cadence_seconds, stuck_after=goal.limits.stuck_after, **values)
 
 
 def remaining(goal: Goal, used: QuotaUsage) -> dict:

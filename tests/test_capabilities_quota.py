@@ -1,5 +1,7 @@
 """Capabilities in contracts: quota needs decide what is offered; a veto makes the decision ``repair``."""
 
+import shlex
+
 from loopx import hookimpl
 from loopx.capabilities import Capability
 
@@ -32,7 +34,9 @@ def actions(loopx, goal_id, agent):
     r = loopx("quota", "should-run", "--goal-id", goal_id, "--agent", agent, "--json")
     assert r.code == 0, r
     assert r.json["decision"] == "run", r.json
-    return r.json["interaction_contract"]["cli_channel"]["next_cli_actions"]
+    # A capability's command is a do step: `loopx exec --run-id R --agent A -- <its argv>`.
+    steps = r.json["interaction_contract"]["cli_channel"]["steps"]
+    return [shlex.join(s["argv"][s["argv"].index("--") + 1:]) for s in steps if "--" in s["argv"]]
 
 
 def test_every_capability_is_offered_when_the_budget_allows(loopx, loopx_plugin):

@@ -119,7 +119,7 @@ def test_usage_errors_are_one_line_exit_2(loopx):
 
 def test_unknown_actor_is_refused(loopx):
     r = loopx("project_prompt", "create", "--title", "t", "--json", env={"LOOPX_ACTOR": "root"})
-    assert r.code == 2 and r.json["error"]["code"] == "invalid_argument"
+    assert r.code == 2 and r.json["error"]["code"] == "invalid_actor"
 
 
 def test_executor_cannot_create_or_close_goals(loopx):

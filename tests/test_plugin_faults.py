@@ -43,7 +43,9 @@ def should_run(faulty, g, **extra):
 def test_a_healthy_plugin_contributes(faulty):
     doc, err = should_run(faulty, goal(faulty))
     assert doc["decision"] == "run" and err == ""
-    assert "loopx faulty-hello" in doc["interaction_contract"]["cli_channel"]["next_cli_actions"]
+    # A contributed action is a do step: `loopx exec --run-id R --agent A -- loopx faulty-hello`.
+    assert any(line.endswith(" -- loopx faulty-hello")
+               for line in doc["interaction_contract"]["cli_channel"]["next_cli_actions"])
 
 
 @pytest.mark.parametrize("mode, says", [("raise", "the veto exploded"), ("wrongtype", "returned the wrong type"),
@@ -79,7 +81,8 @@ def test_failing_contract_actions_are_named_and_skipped(faulty, mode, says):
     assert "'faulty'" in err and "loopx_contract_actions" in err and says in err and "skipped" in err
     lines = doc["interaction_contract"]["cli_channel"]["next_cli_actions"]
     assert not any("rm -rf" in line for line in lines)
-    assert ("loopx faulty-hello" in lines) == (mode == "baditem")  # good items of a mixed answer stay
+    # good items of a mixed answer stay
+    assert any(line.endswith(" -- loopx faulty-hello") for line in lines) == (mode == "baditem")
     assert lines[-1].startswith("loopx run finish")
 
 

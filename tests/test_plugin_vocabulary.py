@@ -88,10 +88,10 @@ def test_a_plugin_contract_action_and_veto(probe):
     doc = json.loads(probe("quota", "should-run", "--goal-id", g, "--json").stdout)
     assert doc["decision"] == "run"
     lines = doc["interaction_contract"]["cli_channel"]["next_cli_actions"]
-    assert f"loopx probe note --goal-id {g} --text seen" in lines
+    assert f"-- loopx probe note --goal-id {g} --text seen" in lines[0]  # a do step, through loopx exec
     assert "probe: say you saw it" in doc["interaction_contract"]["agent_channel"]["notes"]
     run = doc["interaction_contract"]["run_id"]
-    assert probe("run", "finish", "--run-id", run, "--outcome", "ok").returncode == 0
+    assert probe("run", "finish", "--run-id", run, "--outcome", "partial").returncode == 0
     assert probe("probe", "note", "--goal-id", g, "--text", "halt").returncode == 0
     doc = json.loads(probe("quota", "should-run", "--goal-id", g, "--json").stdout)
     assert (doc["decision"], doc["reasons"]) == ("repair", ["probe.halted"])

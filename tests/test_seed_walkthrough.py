@@ -162,8 +162,10 @@ def test_seed_complete_workflow_example_end_to_end(tmp_path):
 
     # Step 5 ran the contract's actions, the plugin's among them, one action per iteration.
     executed = [line[len("Executing: "):] for line in p.stdout.splitlines() if line.startswith("Executing: ")]
-    assert any(a.startswith("loopx run-model --model revenue-forecast --run-id r-") for a in executed), executed
-    assert any(a.startswith("loopx generate-report --format pdf --run-id r-") for a in executed), executed
+    # A capability's command is a do step run through `loopx exec`, which records its result.
+    assert any(a.startswith("loopx exec --run-id r-") and "-- loopx run-model --model revenue-forecast --run-id r-" in a
+               for a in executed), executed
+    assert any("-- loopx generate-report --format pdf --run-id r-" in a for a in executed), executed
     assert executed[-1].startswith("loopx run finish --run-id r-")
     assert "Investigate Quarterly Revenue Spike" in p.stdout  # step 4's status
 

@@ -87,11 +87,12 @@ def test_a_capability_action_listed_in_the_contract_may_be_executed_verbatim(reg
     g = make_goal(reg)["goal"]
     with plugin(Contributes(), "test-contributes"):
         c = ask(reg, g)["interaction_contract"]
-        line = next(a for a in c["cli_channel"]["next_cli_actions"] if "capability check" in a)
-        argv = shlex.split(line)
+        step = next(s for s in c["cli_channel"]["steps"] if "capability check" in s["argv"])
+        assert step["kind"] == "do" and step["argv"][:2] == ["loopx", "exec"]
+        argv = step["argv"][step["argv"].index("--") + 1:]
         with reg.read() as tx:
-            run, name, command = actions.authorize(tx, c["run_id"], argv=argv)
-    assert name is None and command == argv
+            run, name, command, step_id = actions.authorize(tx, c["run_id"], argv=argv)
+    assert name is None and command == argv and step_id == step["id"]
 
 
 def test_long_texts_are_cut_to_keep_the_contract_small(reg):
@@ -114,7 +115,12 @@ def test_agent_actions_work_when_pasted_in_order(registry_url, tmp_path):
         out = quota.should_run(reg, "user", goal_id=g, agent="paster")
     actions_ = out["interaction_contract"]["cli_channel"]["next_cli_actions"]
     verbs = [shlex.split(a)[1:3] for a in actions_]
-    assert verbs == [["todo", "claim"], ["exec", "--run-id"], ["evidence", "add"], ["todo", "done"], ["run", "finish"]]
+    assert verbs == [["todo", "claim"], ["exec", "--run-id"], ["todo", "done"], ["run", "finish"]]
+    steps_ = out["interaction_contract"]["cli_channel"]["steps"]
+    assert [s["kind"] for s in steps_] == ["claim", "do", "record", "finish"]
+    assert [shlex.join(s["argv"]) for s in steps_] == actions_
+    assert all("--agent" in s["argv"] and "paster" in s["argv"] for s in steps_)
+    assert "what was done" not in json.dumps(out)
     env = loopx_env(registry_url, LOOPX_ACTOR="executor")
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     shim = tmp_path / "bin"
@@ -128,7 +134,7 @@ def test_agent_actions_work_when_pasted_in_order(registry_url, tmp_path):
     with Registry.open(registry_url) as reg:
         shown = runs.show(reg, out["interaction_contract"]["run_id"])
     assert shown["status"] == "finished" and shown["outcome"] == "ok"
-    assert [e["kind"] for e in shown["evidence"]] == ["command", "note"]
+    assert [e["kind"] for e in shown["evidence"]] == ["command"]
 
 
 @pytest.mark.parametrize("where", ["root", "after", "json_flag"])

@@ -92,7 +92,8 @@ def test_loop_with_the_shell_executor_runs_the_plan_and_stops_when_nothing_is_re
     assert {t["status"] for t in todos} == {"done"}
     # Every exec ran as the executor and was recorded under its run.
     ev = loopx("evidence", "list", "--goal-id", g, "--kind", "command", "--json").json
-    assert len(ev) == 2 and {e["actor"] for e in ev} == {"executor"}
+    # The core writes a step's evidence (no agent can forge it) and names who ran it.
+    assert len(ev) == 2 and {e["actor"] for e in ev} == {"core"} and {e["data"]["by"] for e in ev} == {"executor"}
     assert {e["run_id"] for e in ev} == {t["run_id"] for t in res["turns"]}
 
 
@@ -101,7 +102,7 @@ def test_turn_stops_at_a_failing_action_and_leaves_the_todo_open(loopx):
     loopx("action", "add", "--goal-id", g, "--name", "boom", "--", PY, "-c", "raise SystemExit(4)")
     loopx("todo", "add", "--goal-id", g, "--text", "one")
     t = loopx("turn", "--goal-id", g, "--json").json
-    assert t["outcome"] == "failed" and "failed: boom" in t["handoff"]
+    assert t["outcome"] == "failed" and "step action:boom failed (exit 4)" in t["handoff"]
     assert loopx("todo", "list", "--goal-id", g, "--json").json[0]["status"] == "open"
     text = loopx("turn", "--goal-id", g, "--max-turns", "1")
     assert text.code == 2  # turn has no --max-turns: a usage error, not a crash

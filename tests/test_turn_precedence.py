@@ -1,8 +1,8 @@
 """The precedence table of ``quota should-run``, pinned row by row.
 
 Each row is tested with every lower-precedence condition *also* present, so a row wins only
-because it comes first: closed -> paused -> repair -> gate -> quota -> cadence -> turn in
-progress -> no ready work -> run.
+because it comes first: closed -> paused -> repair -> gate -> quota -> repeated failure ->
+cadence -> turn in progress -> no ready work -> run.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ TABLE = [
     ("veto", "repair", "ledger_mismatch"),
     ("gate", "ask_user", "gate_pending"),
     ("quota", "ask_user", "quota_exhausted"),
+    ("stuck", "ask_user", "repeated_failure"),
     ("cadence", "wait", "cadence"),
     ("in_progress", "wait", "run_in_progress"),
     ("no_ready", "ask_user", "no_ready_work"),
@@ -44,8 +45,14 @@ NAMES = [row[0] for row in TABLE]
 def build(reg, upto: str):
     """A goal where condition ``upto`` and every condition below it in the table hold."""
     active = set(NAMES[NAMES.index(upto):])
-    ids = make_goal(reg, todo_texts=("only step",))
+    ids = make_goal(reg, todo_texts=("only step",), acts={"boom": [PY, "-c", "raise SystemExit(3)"]})
     g, t = ids["goal"], ids["todos"][0]
+    # An earlier run whose step failed (one failed run is "stuck" only with --stuck-after 1).
+    from loopx import actions, runs
+
+    prior = ask(reg, g, agent="prior")["interaction_contract"]["run_id"]
+    actions.execute(reg, "executor", run_id=prior, action="boom")
+    assert runs.finish(reg, "user", run_id=prior)["outcome"] == "failed"
     # Another agent's run, opened while there was work; then the work is done by the user.
     other = ask(reg, g, agent="other")
     assert other["decision"] == "run"
@@ -54,11 +61,13 @@ def build(reg, upto: str):
     if "in_progress" not in active:
         from loopx import runs
 
-        runs.finish(reg, "user", run_id=other["interaction_contract"]["run_id"], outcome="ok")
+        runs.finish(reg, "user", run_id=other["interaction_contract"]["run_id"], outcome="partial")
     if "cadence" in active:
         quota.set_limits(reg, "user", goal_id=g, values={"cadence_seconds": 3600})
+    if "stuck" in active:
+        quota.set_limits(reg, "user", goal_id=g, values={"stuck_after": 1})
     if "quota" in active:
-        quota.set_limits(reg, "user", goal_id=g, values={"max_turns": 1})
+        quota.set_limits(reg, "user", goal_id=g, values={"max_turns": 2})
     if "gate" in active:
         add_gate(reg, g)
     if "paused" in active:
@@ -93,8 +102,9 @@ def test_a_goal_without_todos_gets_a_planning_run(reg):
     assert (out["decision"], out["reasons"]) == ("run", ["no_todos"])
     c = out["interaction_contract"]
     r = c["run_id"]
-    assert f"loopx todo add --goal-id {g} --run-id {r} --text 'the first step'" in c["cli_channel"]["next_cli_actions"]
-    assert "loopx todo add" in c["agent_channel"]["primary_action"]
+    # No placeholder todo: the agent writes the plan in its own words; the lines only finish.
+    assert c["cli_channel"]["next_cli_actions"] == [f"loopx run finish --run-id {r} --agent me"]
+    assert f"loopx todo add --goal-id {g} --run-id {r} --text TEXT" in c["agent_channel"]["primary_action"]
 
 
 def test_quota_reasons_name_the_exhausted_budgets_and_the_grant_command(reg):
@@ -143,14 +153,14 @@ def test_gated_actions_stay_out_of_contracts_until_approved(reg):
     c = ask(reg, g)["interaction_contract"]
     r = c["run_id"]
     acts = c["cli_channel"]["next_cli_actions"]
-    assert f"loopx exec --run-id {r} --action test" in acts
+    assert f"loopx exec --run-id {r} --agent me --action test" in acts
     assert not any("deploy" in a for a in acts)
     assert c["gates"]["pending"][0]["id"] == gate["id"]
     decide_gate(reg, g, gate["id"])
     # The approval changed the goal's fingerprint: the same agent gets its run back, renewed.
     again = ask(reg, g)["interaction_contract"]
     assert again["run_id"] == r and again["contract_id"] != c["contract_id"]
-    assert f"loopx exec --run-id {r} --action deploy" in again["cli_channel"]["next_cli_actions"]
+    assert f"loopx exec --run-id {r} --agent me --action deploy" in again["cli_channel"]["next_cli_actions"]
 
 
 def test_action_added_behind_a_gate_id_waits_for_that_gate(reg):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 import sys
 
 import click
@@ -66,6 +67,16 @@ class RootGroup(LoopxGroup):
         """Run the CLI; usage errors become LoopX errors (one line, ``invalid_argument``, exit 2)."""
         args = list(sys.argv[1:] if args is None else args)
         extra.pop("standalone_mode", None)
+        if "--run-id" in args or "LOOPX_RUN_ID" in os.environ:
+            # A capability's command run by hand as a step records its result (steprun).
+            from loopx.cli import steprun
+
+            target = steprun.match(args, builtin=set(COMMANDS) | set(ALIASES))
+            if target is not None:
+                return steprun.run_recorded(target, lambda: self._main(args, prog_name, extra))
+        return self._main(args, prog_name, extra)
+
+    def _main(self, args, prog_name, extra):
         try:
             return super().main(args=args, prog_name=prog_name or "loopx", standalone_mode=False, **extra)
         except click.exceptions.Exit as exc:

@@ -119,3 +119,4 @@ def _transition(verb: str, doc: str):
 _transition("pause", "Pause a goal: agents get `wait` until it is resumed.")
 _transition("resume", "Resume a paused goal.")
 _transition("close", "Close a goal for good: agents get `stop`.")
+_transition("retry", "Let agents try again after the same step failed run after run (repeated_failure).")

@@ -140,6 +140,12 @@ LoopxGroup.group_class = LoopxGroup
 
 def fail(err: LoopxError, ctx: click.Context | None = None):
     """Print ``err`` the way the current format wants and exit with its status."""
+    import os
+
+    if err.code == "actor_forbidden" and "LOOPX_RUN_ID" in os.environ:
+        # Say why a user's command was refused: it runs inside a governed step.
+        err.message += (f" (LOOPX_RUN_ID is set: a command started inside run {os.environ['LOOPX_RUN_ID']}"
+                        " acts as the executor)")
     if wants_json(ctx):
         click.echo(json.dumps(err.to_json()))
     else:
@@ -172,6 +178,22 @@ def actor() -> str:
     from loopx.registry import current_actor
 
     return current_actor()
+
+
+def agent_claim(agent: str | None) -> str | None:
+    """Who the caller says it is: ``--agent``, else ``LOOPX_AGENT``, else ``None`` (nobody in particular)."""
+    import os
+
+    return agent if agent is not None else (os.environ.get("LOOPX_AGENT") or None)
+
+
+def check_inside(run_id: str | None) -> None:
+    """Refuse (``run_not_yours``) acting on another run from inside a governed step of one run."""
+    from loopx.registry import inside_run
+
+    inside = inside_run()
+    if inside is not None and run_id is not None and run_id != inside:
+        raise LoopxError("run_not_yours", f"this command runs inside run {inside}; it may not act on run {run_id}")
 
 
 def operation_option(fn):

@@ -11,7 +11,9 @@ from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_o
 def contract_text(out: dict) -> str:
     """A should-run answer for people."""
     c = out["interaction_contract"]
-    lines = [f"decision: {out['decision']}  ({', '.join(out['reasons'])})" + ("  [dry run]" if out.get("dry_run") else "")]
+    lines = [f"decision: {out['decision']}  ({', '.join(out['reasons'])})" + ("  [dry run: preview]" if out.get("dry_run") else "")]
+    if out.get("preview"):
+        lines.append(out["preview"])
     if c.get("run_id"):
         lines.append(f"run: {c['run_id']}  contract: {c.get('contract_id') or '-'}  expires: {c['expires_at']}")
     if c.get("next_eligible_at"):
@@ -81,16 +83,20 @@ def should_run(goal_id, agent, ttl_seconds, dry_run, operation_id):
 @click.option("--max-cost", type=float, default=None, help="In USD.")
 @click.option("--max-wall-seconds", type=float, default=None, help="Wall-clock seconds of all runs together.")
 @click.option("--cadence-seconds", type=float, default=None, help="Least time between the starts of two turns.")
+@click.option("--stuck-after", type=int, default=None,
+              help="Ask a user after this many runs in a row failed at the same step (default 3; 0 = never).")
 @click.option("--unset", multiple=True,
-              type=click.Choice(["max_turns", "max_tokens", "max_cost", "max_wall_seconds", "cadence_seconds"]),
+              type=click.Choice(["max_turns", "max_tokens", "max_cost", "max_wall_seconds", "cadence_seconds",
+                                 "stuck_after"]),
               help="Make a limit unlimited again (repeatable).")
 @operation_option
-def set_command(goal_id, max_turns, max_tokens, max_cost, max_wall_seconds, cadence_seconds, unset, operation_id):
+def set_command(goal_id, max_turns, max_tokens, max_cost, max_wall_seconds, cadence_seconds, stuck_after, unset,
+                operation_id):
     """Set a goal's budget (user only)."""
     from loopx import quota as q
 
     values = {"max_turns": max_turns, "max_tokens": max_tokens, "max_cost": max_cost,
-              "max_wall_seconds": max_wall_seconds, "cadence_seconds": cadence_seconds}
+              "max_wall_seconds": max_wall_seconds, "cadence_seconds": cadence_seconds, "stuck_after": stuck_after}
     with open_registry() as reg:
         out = q.set_limits(reg, actor(), goal_id=goal_id, values=values, unset=unset, operation_id=operation_id)
     emit(out, quota_text)

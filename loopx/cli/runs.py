@@ -7,9 +7,11 @@ import sys
 import click
 
 from loopx.cli.ids import goal_option, id_option
-from loopx.cli.output import LoopxCommand, LoopxGroup, actor, emit, open_registry, operation_option, wants_json
+from loopx.cli.output import (LoopxCommand, LoopxGroup, actor, agent_claim, check_inside, emit, open_registry,
+                              operation_option, wants_json)
 
 RUN_ID_HELP = "The run (default: env LOOPX_RUN_ID, set for commands started by `loopx exec`)."
+AGENT_HELP = "Who acts (default: env LOOPX_AGENT); refused with run_not_yours if the run is another agent's."
 
 
 def _exec_text(ev: dict) -> str:
@@ -22,9 +24,10 @@ def _exec_text(ev: dict) -> str:
 @click.command("exec", cls=LoopxCommand, context_settings={"ignore_unknown_options": True})
 @id_option("run", envvar="LOOPX_RUN_ID", help=RUN_ID_HELP)
 @click.option("--action", "action_name", default=None, help="An allowed action of the run's contract.")
+@click.option("--agent", default=None, help=AGENT_HELP)
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds before the command is killed.")
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
-def exec_command(run_id, action_name, timeout, argv):
+def exec_command(run_id, action_name, agent, timeout, argv):
     """Run an allowed action (or an exact allowed command after `--`) and record it as evidence.
 
     Exit status 0 when the command succeeded, 1 when it failed or timed out (the evidence is
@@ -32,9 +35,11 @@ def exec_command(run_id, action_name, timeout, argv):
     """
     from loopx import actions
 
+    who = actor()
+    check_inside(run_id)
     with open_registry() as reg:
-        ev = actions.execute(reg, actor(), run_id=run_id, action=action_name, argv=list(argv) if argv else None,
-                             timeout=timeout)
+        ev = actions.execute(reg, who, run_id=run_id, action=action_name, argv=list(argv) if argv else None,
+                             timeout=timeout, agent=agent_claim(agent))
     emit(ev, _exec_text)
     if ev["data"]["exit_code"] != 0 or ev["data"]["timed_out"]:
         sys.exit(1)
@@ -52,14 +57,21 @@ def evidence():
 @click.option("--summary", required=True, help="One line on what was observed.")
 @click.option("--data", default=None, help="A JSON object or array with details.")
 @click.option("--file", "file_path", default=None, help="A file to record by path and sha256.")
+@click.option("--agent", default=None, help=AGENT_HELP)
 @operation_option
-def add(run_id, goal_id, kind, summary, data, file_path, operation_id):
-    """Record evidence (never refused on an unfinished run, even if its contract went stale)."""
+def add(run_id, goal_id, kind, summary, data, file_path, agent, operation_id):
+    """Record evidence in your own words (never refused on an unfinished run, even if its contract went stale).
+
+    What a step does is recorded by the step itself (`loopx exec`); this is for notes.
+    """
     from loopx import evidence as ev
 
+    who = actor()
+    check_inside(run_id)
     with open_registry() as reg:
-        out = ev.record(reg, actor(), run_id=run_id, goal_id=goal_id, kind=kind, summary=summary,
-                        data=ev.parse_data(data), file=file_path, operation_id=operation_id)
+        out = ev.record(reg, who, run_id=run_id, goal_id=goal_id, kind=kind, summary=summary,
+                        data=ev.parse_data(data), file=file_path, agent=agent_claim(agent) if run_id else None,
+                        operation_id=operation_id)
     emit(out, lambda e: f"recorded {e['id']} [{e['kind']}] {e['summary']}")
 
 
@@ -96,20 +108,27 @@ def run():
 
 @run.command()
 @id_option("run", envvar="LOOPX_RUN_ID", help=RUN_ID_HELP)
-@click.option("--outcome", required=True, type=click.Choice(["ok", "partial", "failed"]))
+@click.option("--outcome", default=None, type=click.Choice(["ok", "partial", "failed"]),
+              help="Default: what the run's evidence supports (failed when a step failed or never ran, else ok).")
+@click.option("--force-outcome", default=None, metavar="REASON",
+              help="With --outcome ok: record ok although a step failed, and why (kept as evidence).")
 @click.option("--tokens", type=int, default=0, help="Tokens the turn used.")
 @click.option("--cost", type=float, default=0.0, help="What the turn cost, in USD.")
-@click.option("--handoff", default=None, help="A note for whoever acts next.")
+@click.option("--handoff", default=None, help="A note for whoever acts next (default for a failed run: why).")
+@click.option("--agent", default=None, help=AGENT_HELP)
 @operation_option
-def finish(run_id, outcome, tokens, cost, handoff, operation_id):
+def finish(run_id, outcome, force_outcome, tokens, cost, handoff, agent, operation_id):
     """Close a run with its outcome, usage and hand-off note."""
     from loopx import runs
 
+    who = actor()
+    check_inside(run_id)
     with open_registry() as reg:
-        out = runs.finish(reg, actor(), run_id=run_id, outcome=outcome, tokens=tokens, cost=cost, handoff=handoff,
-                          operation_id=operation_id)
+        out = runs.finish(reg, who, run_id=run_id, outcome=outcome, tokens=tokens, cost=cost, handoff=handoff,
+                          agent=agent_claim(agent), force_outcome=force_outcome, operation_id=operation_id)
     emit(out, lambda r: f"finished {r['id']}: {r['outcome']} after {r['wall_seconds']}s"
-                        + (" (late: the run had expired)" if r.get("late") else ""))
+                        + (" (late: the run had expired)" if r.get("late") else "")
+                        + (f"\n  hand-off: {r['handoff']}" if r.get("handoff") and r["outcome"] == "failed" else ""))
 
 
 @run.command()

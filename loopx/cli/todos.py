@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from loopx.cli.ids import goal_option, id_option
-from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
+from loopx.cli.output import LoopxGroup, actor, agent_claim, check_inside, emit, open_registry, operation_option
 
 PRIORITIES = ["P0", "P1", "P2", "P3", "P4"]
 
@@ -86,8 +86,11 @@ def claim(goal_id, todo_id, agent, run_id, ttl_seconds, operation_id):
     """Claim a ready todo under a lease; claiming it again extends the lease."""
     from loopx import todos
 
+    who = actor()
+    check_inside(run_id)
     with open_registry() as reg:
-        found = todos.claim(reg, actor(), goal_id=goal_id, todo_id=todo_id, agent=agent, run_id=run_id,
+        found = todos.claim(reg, who, goal_id=goal_id, todo_id=todo_id,
+                            agent=agent_claim(agent) if run_id else agent, run_id=run_id,
                             ttl_seconds=ttl_seconds, operation_id=operation_id)
     emit(found, todo_line)
 
@@ -104,9 +107,12 @@ def _settle(verb: str, doc: str):
     def command(goal_id, todo_id, note, run_id, agent, epoch, operation_id):
         from loopx import todos
 
+        who = actor()
+        check_inside(run_id)
         with open_registry() as reg:
-            found = todos.settle(reg, actor(), verb, goal_id=goal_id, todo_id=todo_id, note=note, run_id=run_id,
-                                 agent=agent, epoch=epoch, operation_id=operation_id)
+            found = todos.settle(reg, who, verb, goal_id=goal_id, todo_id=todo_id, note=note, run_id=run_id,
+                                 agent=agent_claim(agent) if run_id else agent, epoch=epoch,
+                                 operation_id=operation_id)
         emit(found, todo_line)
 
     command.__doc__ = doc

@@ -49,6 +49,12 @@ def resumed(tx, event):
     _set_status(tx, event, "open")
 
 
+@event_kind("goal.retried", USER)
+def retried(tx, event):
+    """A user lets agents try again after repeated failures; runs before it no longer count."""
+    _set_status(tx, event, "open")
+
+
 # A capability may close a goal whose work it finished (Issue-Fix after publishing a commit a
 # user approved); the event's actor says it was the capability.
 @event_kind("goal.closed", USER, CAPABILITY)

@@ -56,7 +56,8 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     Returns ``{"decision", "reasons", "run_id", "outcome", "handoff", "evidence", "contract"}``;
     ``run_id`` and the rest are ``None`` when the decision was not ``run``. A provider that
     crashes still gets its run finished (``failed``, with the error as hand-off) before the
-    error is raised again.
+    error is raised again. A provider's ``ok`` is recorded only when the run's evidence supports
+    it (see :func:`loopx.runs.finish`).
     """
     from loopx import quota, runs
     from loopx.validate import check_text
@@ -78,9 +79,12 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
         runs.finish(registry, actor, run_id=run_id, outcome="failed",
                     handoff=f"executor {executor} crashed: {type(exc).__name__}: {exc}"[:2000])
         raise
-    finished = runs.finish(registry, actor, run_id=run_id, outcome=result.get("outcome", "partial"),
+    # A provider may report failed or partial; "ok" (or nothing) is only recorded when the
+    # run's own evidence supports it, so the core derives it.
+    outcome = result.get("outcome")
+    finished = runs.finish(registry, actor, run_id=run_id, outcome=None if outcome in (None, "ok") else outcome,
                            tokens=result.get("tokens", 0), cost=result.get("cost", 0.0),
-                           handoff=result.get("handoff"))
+                           handoff=result.get("handoff"), agent=agent)
     with registry.read() as tx:
         rows = tx.query("SELECT id, kind, summary FROM evidence WHERE run_id = ? ORDER BY created_at, id", (run_id,))
     out.update(run_id=run_id, outcome=finished["outcome"], handoff=finished["handoff"], evidence=rows)

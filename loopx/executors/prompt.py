@@ -86,8 +86,8 @@ def build(contract: dict, *, host: str = "generic", managed: bool = True) -> str
               "Rules:",
               "- Run nothing else. Every command not listed is outside the contract; LoopX refuses what the "
               "contract does not allow (`loopx exec` runs only the goal's allowed actions).",
-              "- Record evidence with the `loopx evidence add` line: you may replace its --summary text with one "
-              "line saying what you did and saw; keep the rest as written. `loopx exec` records its own evidence.",
+              "- Each `loopx exec` step records its own evidence. To add a note, use `loopx evidence add --run-id "
+              f"{run_id} --kind note --summary TEXT` with TEXT in your own words.",
               "- If a command fails (non-zero exit, or `loopx: error: ... [code]`), do not retry it or work around "
               "it: skip `loopx todo done` and end the turn, saying what failed.",
               f"- User-only commands ({', '.join(USER_ONLY)}) refuse you; a human decides those. If you need a "
@@ -102,7 +102,8 @@ def build(contract: dict, *, host: str = "generic", managed: bool = True) -> str
     else:
         lines += [f"- Run them with LOOPX_ACTOR=executor and LOOPX_RUN_ID={run_id} in the environment.",
                   "",
-                  "How the turn ends: the last command (`loopx run finish`) closes the run; give it your real "
-                  "outcome (ok, partial or failed), the tokens and cost you used (--tokens, --cost) and a short "
+                  "How the turn ends: the last command (`loopx run finish`) closes the run with the outcome its "
+                  "steps' evidence supports (add --outcome partial or failed if you know better; ok is refused "
+                  "when a step failed); add the tokens and cost you used (--tokens, --cost) and a short "
                   "--handoff for the next turn. Then stop."]
     return "\n".join(lines) + "\n"

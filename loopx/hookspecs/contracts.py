@@ -9,10 +9,11 @@ def loopx_contract_veto(tx, goal):
 
     ``goal`` is a :class:`loopx.model.Goal`; ``tx`` a read-only view of a read transaction taken
     before the write transaction (``tx.one``, ``tx.query``). Return ``None`` to allow, or a dict
-    ``{"reason": CODE, "message": TEXT, "actions": [COMMAND, ...]}``: the decision becomes
-    ``repair`` and the actions become the contract's CLI actions. The first veto wins. A veto
-    that raises, takes longer than ``LOOPX_HOOK_TIMEOUT`` (2 s) or returns anything else fails
-    closed: ``repair`` with reason ``plugin_failed`` naming the plugin.
+    ``{"reason": CODE, "message": TEXT, "actions": [ARGV, ...]}``: the decision becomes
+    ``repair`` and the actions (argv lists, or command strings split once; checked like
+    contributed actions, bad ones dropped and named) become the contract's steps. The first veto
+    wins. A veto that raises, takes longer than ``LOOPX_HOOK_TIMEOUT`` (2 s) or returns anything
+    else fails closed: ``repair`` with reason ``plugin_failed`` naming the plugin.
     """
 
 
@@ -21,9 +22,11 @@ def loopx_contract_actions(tx, goal, run_id, remaining):
     """Contribute actions and notes to a ``run`` contract.
 
     ``remaining`` is the goal's remaining quota (a dict, ``None`` meaning unlimited). Return
-    ``None`` or a list of dicts ``{"command": TEXT, "note": TEXT, "capability": NAME}``; each
-    command must be a complete shell-quoted ``loopx`` command. The core places them after the
-    claim and before the record/finish steps. Asked before the write transaction, under the same
-    deadline as vetoes; a hook that fails or returns the wrong type is named in a warning and
-    skipped.
+    ``None`` or a list of dicts ``{"argv": ["loopx", ...], "note": TEXT, "capability": NAME,
+    "action": NAME}`` (a ``"command"`` string is still accepted and split once). Each is checked
+    as argv when contributed (``loopx.steps.contributed``): a malformed one is dropped and
+    reported with the plugin's name. The core lists each as a ``do`` step run through
+    ``loopx exec``, after the goal's actions and before the record/finish steps. Asked before
+    the write transaction, under the same deadline as vetoes; a hook that fails or returns the
+    wrong type is named in a warning and skipped.
     """

@@ -11,12 +11,13 @@ def loopx_register_executors(register):
     providers of one name are a ``plugin_error``, except that a plugin's provider replaces a
     built-in one of the same name). ``provider.run_turn(registry, contract, *, agent)`` carries
     out one turn under ``contract`` (the dict ``quota should-run`` returned, decision ``run``),
-    does only what ``contract["interaction_contract"]["cli_channel"]["next_cli_actions"]`` lists,
-    records evidence, and returns what ``run finish`` takes: ``{"outcome": "ok"|"partial"|"failed",
-    "tokens": int, "cost": float, "handoff": str}``. The core finishes the run (``loopx turn``);
-    a provider never finishes it itself. An optional ``provider.check()`` raises a
-    ``LoopxError`` when the provider cannot work (its program is missing, its configuration
-    malformed); it is called before should-run, so no run is opened for nothing. Providers run commands with ``LOOPX_ACTOR=executor``
+    does only the contract's ``cli_channel.steps`` (the same commands as ``next_cli_actions``),
+    and returns what ``run finish`` takes: ``{"outcome": "ok"|"partial"|"failed", "tokens": int,
+    "cost": float, "handoff": str}``. The core finishes the run (``loopx turn``) and records
+    ``ok`` only when the run's evidence supports it; a provider never finishes it itself. An
+    optional ``provider.check()`` raises a ``LoopxError`` when the provider cannot work (its
+    program is missing, its configuration malformed); it is called before should-run, so no run
+    is opened for nothing. Providers run commands with ``LOOPX_ACTOR=executor``
     and ``LOOPX_RUN_ID`` set. Built in: ``shell``, ``claude-code``, ``codex`` and ``command``
     (see ``docs/agents.md``).
     """

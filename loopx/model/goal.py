@@ -26,6 +26,7 @@ class QuotaLimits(Value):
     max_cost: float | None = None
     max_wall_seconds: float | None = None
     cadence_seconds: float | None = None
+    stuck_after: int | None = None  # failed runs in a row at one step before asking a user (default 3)
 
 
 @value

@@ -29,7 +29,10 @@ def contract(cli, goal_id):
 
 
 def actions(doc):
-    return doc["interaction_contract"]["cli_channel"]["next_cli_actions"]
+    """The contract's lines, a capability step (``loopx exec ... -- loopx issue-fix ...``) as the
+    command it runs: an agent may run that by hand, and LoopX records it as the step."""
+    return [a.split(" -- ", 1)[1] if a.startswith("loopx exec ") and " -- loopx " in a else a
+            for a in doc["interaction_contract"]["cli_channel"]["next_cli_actions"]]
 
 
 def only(doc, word):
@@ -312,6 +315,11 @@ def test_editing_or_deleting_the_failing_test_is_weakening(cli, project, loopx_r
     assert s["phase"] == "fix" and "verification" not in s or s.get("verification") is None
     assert [a["outcome"] for a in s["log"]] == ["red", "tests_weakened", "tests_weakened", "tests_weakened"]
     assert git(wt, "rev-parse", "HEAD") == out["base_commit"]
+    # Three runs in a row failed at the verify step: LoopX asks a user before a fourth.
+    stuck = contract(cli, g)
+    assert stuck["reasons"] == ["repeated_failure"]
+    assert stuck["interaction_contract"]["repeated_failure"]["step"] == "issue_fix:verify"
+    assert cli("project-prompt", "retry", "--goal-id", g, "--json").code == 0
     # Restored and fixed properly, it verifies.
     test_file.write_text(original)
     (wt / "calc.py").write_text(FIXED)

@@ -134,7 +134,8 @@ def test_publish_is_refused_before_the_handoff_and_before_approval(cli, project)
     run = contract(cli, g)["interaction_contract"]["run_id"]
     r = as_agent(cli, f"loopx issue-fix publish --run-id {run} --json")
     assert r.code == 2 and r.json["error"]["code"] == "not_reproduced"
-    assert as_agent(cli, f"loopx run finish --run-id {run} --outcome ok").code == 0
+    # The turn's step did not run: its outcome is what the evidence supports (failed).
+    assert as_agent(cli, f"loopx run finish --run-id {run}").code == 0
     step(cli, g)
     (wt / "calc.py").write_text((wt / "calc.py").read_text().replace("return a - b", "return a + b", 1))
     step(cli, g)

@@ -7,7 +7,6 @@ inside the hooks.
 from __future__ import annotations
 
 import os
-import shlex
 
 from loopx import hookimpl
 
@@ -55,10 +54,10 @@ def loopx_contract_actions(tx, goal, run_id, remaining):
         return None
     model = os.environ.get(ENV_MODEL) or "revenue-forecast"
     return [
-        {"command": shlex.join(["loopx", "run-model", "--model", model, "--run-id", run_id]),
+        {"argv": ["loopx", "run-model", "--model", model, "--run-id", run_id],
          "note": f"run the {model} model on the quarterly revenue data (recorded as evidence)",
          "capability": "seed_domain", "action": "run-model"},
-        {"command": shlex.join(["loopx", "generate-report", "--format", "pdf", "--run-id", run_id]),
+        {"argv": ["loopx", "generate-report", "--format", "pdf", "--run-id", run_id],
          "note": "write the report of the model runs (recorded as evidence with its sha256)",
          "capability": "seed_domain", "action": "generate-report"},
     ]

@@ -53,8 +53,11 @@ def test_contracts_offer_the_model_then_the_report(loopx_registry, goal):
     doc = quota.should_run(loopx_registry, "user", goal_id=goal)
     run_id = doc["interaction_contract"]["run_id"]
     actions = doc["interaction_contract"]["cli_channel"]["next_cli_actions"]
-    model = actions.index(f"loopx run-model --model revenue-forecast --run-id {run_id}")
-    report = actions.index(f"loopx generate-report --format pdf --run-id {run_id}")
+    # Each is a do step: `loopx exec --run-id R --agent A -- <the plugin's argv>`, which records its result.
+    model = actions.index(f"loopx exec --run-id {run_id} --agent agent -- "
+                          f"loopx run-model --model revenue-forecast --run-id {run_id}")
+    report = actions.index(f"loopx exec --run-id {run_id} --agent agent -- "
+                           f"loopx generate-report --format pdf --run-id {run_id}")
     assert model < report
 
 
@@ -78,7 +81,7 @@ def test_a_finished_run_is_refused_and_a_closed_goal_gets_no_run(loopx_registry,
     from loopx import project_prompt, runs
 
     out = work.run_model(loopx_registry, "user", model="revenue-trend")
-    runs.finish(loopx_registry, "user", run_id=out["run_id"], outcome="ok")
+    runs.finish(loopx_registry, "user", run_id=out["run_id"])
     with pytest.raises(LoopxError) as err:
         work.run_model(loopx_registry, "user", model="revenue-trend", run_id=out["run_id"])
     assert err.value.code == "run_not_open"

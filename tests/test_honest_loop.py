@@ -1,0 +1,131 @@
+"""A harness that does exactly what the contract lists records the truth.
+
+The README's harness loop is taken verbatim from README.md, and the seed's ``for`` loop from the
+seed's text (with ``IFS`` set to a newline, as the walkthrough test does); both run in bash as
+real processes against goals whose actions fail at each position. Afterwards the run's outcome,
+the todos, ``summary_all`` and ``status`` must all tell the truth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, loopx_env
+from tests.test_seed_walkthrough import ADAPTATIONS, SEED_STEPS
+
+PY = sys.executable
+ACTIONS = ("fetch", "fit", "report")
+
+
+def readme_loop() -> str:
+    """The bash block of README.md's "What an agent harness runs", verbatim."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### What an agent harness runs", 1)[1]
+    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+
+
+def seed_loop() -> str:
+    """Step 5 of the seed's walkthrough, with the IFS adaptation the walkthrough test applies."""
+    start = SEED_STEPS.index("for cmd in $(")
+    loop = SEED_STEPS[start:SEED_STEPS.index("done", start) + len("done")] + "\n"
+    for old, new, _why in ADAPTATIONS[2:]:
+        loop = loop.replace(old, new)
+    assert loop.startswith("IFS=$'\\n'") and loop.rstrip().endswith("unset IFS"), loop
+    return loop
+
+
+def _shim(tmp_path: Path) -> str:
+    """A directory with a ``loopx`` that runs this checkout's LoopX (what `pip install` puts on PATH)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "loopx").write_text(f"#!/bin/sh\nexec {PY} -m loopx \"$@\"\n")
+    (bin_dir / "loopx").chmod(0o755)
+    return str(bin_dir)
+
+
+def cli(url, *args, env=None):
+    p = subprocess.run([PY, "-m", "loopx", *args], env=loopx_env(url, **(env or {})), capture_output=True,
+                       text=True, timeout=120)
+    return p
+
+
+def ok_json(url, *args):
+    args = list(args)
+    at = args.index("--") if "--" in args else len(args)
+    p = cli(url, *args[:at], "--json", *args[at:])
+    assert p.returncode == 0, (args, p.stdout, p.stderr)
+    return json.loads(p.stdout)
+
+
+def goal_failing_at(url, tmp_path, position: int | None) -> tuple[str, str, Path]:
+    """A goal with three actions (the one at ``position`` exits 5) and one todo; and its log file."""
+    log = tmp_path / "ran.log"
+    g = ok_json(url, "project_prompt", "create", "--title", "Honest loop")["id"]
+    for i, name in enumerate(ACTIONS):
+        code = 5 if i == position else 0
+        ok_json(url, "action", "add", "--goal-id", g, "--name", name, "--", PY, "-c",
+                f"open({str(log)!r}, 'a').write('{name}\\n'); print('{name} says exit {code}'); raise SystemExit({code})")
+    todo = ok_json(url, "todo", "add", "--goal-id", g, "--text", "Fit the forecast")["id"]
+    return g, todo, log
+
+
+def run_loop(url, tmp_path, script: str, goal_id: str) -> subprocess.CompletedProcess:
+    env = loopx_env(url)
+    env["PATH"] = _shim(tmp_path) + os.pathsep + env["PATH"]
+    env["GOAL_ID"] = goal_id
+    return subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("loop", ["readme", "seed"])
+@pytest.mark.parametrize("position", [None, 0, 1, 2])
+def test_the_harness_loops_record_the_truth_wherever_an_action_fails(registry_url, tmp_path, loop, position):
+    url = registry_url
+    g, todo, log = goal_failing_at(url, tmp_path, position)
+    script = readme_loop() if loop == "readme" else seed_loop()
+    p = run_loop(url, tmp_path, script, g)
+    assert p.returncode in (0, 1), (p.stdout, p.stderr)
+    [run] = ok_json(url, "run", "list", "--goal-id", g)
+    todos = ok_json(url, "todo", "list", "--goal-id", g)
+    summary = ok_json(url, "summary_all", "--goal-id", g)["goals"][0]["runs"]
+    status = ok_json(url, "status", "--goal-id", g)
+    ran = log.read_text().split() if log.exists() else []
+    if position is None:
+        assert ran == list(ACTIONS)
+        assert (run["status"], run["outcome"]) == ("finished", "ok")
+        assert [t["status"] for t in todos] == ["done"]
+        assert summary["by_outcome"] == {"ok": 1, "partial": 0, "failed": 0}
+        assert "run_failed" not in status["attention"]
+        return
+    failed = ACTIONS[position]
+    # The README's loop stops at the failing step; the seed's evals every line, and is still truthful.
+    assert ran == (list(ACTIONS[: position + 1]) if loop == "readme" else list(ACTIONS))
+    if loop == "readme":
+        assert "Stopped: that step failed" in p.stdout
+    assert (run["status"], run["outcome"]) == ("finished", "failed"), run
+    assert f"step action:{failed} failed (exit 5): {failed} says exit 5" in run["handoff"]
+    assert f"todo {todo} stays open" in run["handoff"]
+    assert [t["status"] for t in todos] == ["open"]
+    assert summary["by_outcome"] == {"ok": 0, "partial": 0, "failed": 1}
+    assert "run_failed" in status["attention"]
+    overview = ok_json(url, "status")
+    assert overview["counts"]["attention"] == 1
+    if loop == "seed":
+        # The todo done line was refused, and said why.
+        assert "[step_failed]" in p.stderr and f"step action:{failed} failed (exit 5)" in p.stderr
+
+
+def test_placeholder_text_is_nowhere_in_a_contract(registry_url, tmp_path):
+    g, _todo, _log = goal_failing_at(registry_url, tmp_path, None)
+    out = ok_json(registry_url, "quota", "should-run", "--goal-id", g)
+    text = json.dumps(out)
+    assert "what was done" not in text and "the first step" not in text and "the next step" not in text
+    finish = out["interaction_contract"]["cli_channel"]["steps"][-1]
+    assert finish["kind"] == "finish" and "--outcome" not in finish["argv"]
