@@ -228,7 +228,9 @@ def load() -> dict[str, Capability]:
     from loopx import plugins
 
     pm = plugins.get_plugin_manager()
-    key = (id(pm), tuple((name, id(p)) for name, p in pm.list_name_plugin()))
+    # The plugin objects themselves, not their ids: the key keeps them alive, so an unregistered
+    # plugin's id can never be reused by a new one and match a stale entry.
+    key = (pm, tuple((name, p) for name, p in pm.list_name_plugin()))
     if _cache is not None and _cache[0] == key:
         return _cache[1]
     found: list[Capability] = []

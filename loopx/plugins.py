@@ -330,7 +330,9 @@ def _namespaced(value) -> bool:
 
 def _cached(what: str, build):
     pm = get_plugin_manager()
-    key = (id(pm), tuple((name, id(p)) for name, p in pm.list_name_plugin()))
+    # The plugin objects themselves, not their ids: the key keeps them alive, so an unregistered
+    # plugin's id can never be reused by a new one and match a stale entry.
+    key = (pm, tuple((name, p) for name, p in pm.list_name_plugin()))
     found = _vocabulary.get(what)
     if found is None or found[0] != key:
         found = (key, build())
