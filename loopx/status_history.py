@@ -101,10 +101,21 @@ def last_contract(tx, goal_id: str) -> dict | None:
         "decision": doc.get("decision", "run"),
         "reasons": doc.get("reasons", []),
         "primary_action": agent.get("primary_action"),
-        "steps": cli.get("steps") or [{"command": c} for c in cli.get("next_cli_actions", [])],
+        "steps": _steps(cli),
         "next_cli_actions": cli.get("next_cli_actions", []),
         "next_user_actions": user.get("next_user_actions", []),
     }
+
+
+def _steps(cli: dict) -> list[dict]:
+    """The contract's steps, each with ``command``: the shell-quoted line a person can read and
+    paste (contracts filed before steps existed have only ``next_cli_actions``)."""
+    import shlex
+
+    steps = cli.get("steps")
+    if not steps:
+        return [{"command": c} for c in cli.get("next_cli_actions", [])]
+    return [{**s, "command": shlex.join(s["argv"])} if isinstance(s.get("argv"), list) else s for s in steps]
 
 
 def decide_commands(gate_json: dict) -> dict:

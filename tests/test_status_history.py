@@ -45,7 +45,8 @@ def test_goal_view_history_contract_and_gate_commands(loopx_proc):
     c = view["last_contract"]
     assert c["run_id"] == open_run["run_id"] and c["contract_id"] == open_run["contract_id"]
     assert c["decision"] == "run" and c["next_cli_actions"] == open_run["cli_channel"]["next_cli_actions"]
-    assert [s["command"] for s in c["steps"]][:1] or c["steps"]
+    assert [s["command"] for s in c["steps"]] == open_run["cli_channel"]["next_cli_actions"]
+    assert [s["kind"] for s in c["steps"]] == [s["kind"] for s in open_run["cli_channel"]["steps"]]
 
     pending = view["gates"]["pending"][0]
     assert pending["decide"]["approve"] == f"loopx gate approve --goal-id {g} --gate-id {gate['id']}"
