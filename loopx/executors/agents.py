@@ -46,6 +46,18 @@ class Report:
             self.failures.append(f"command failed ({code}): {command[:200]}")
 
 
+def json_object(line: str) -> dict | None:
+    """``line`` as a JSON object, or ``None`` when it is anything else (agent CLIs interleave
+    plain text with their JSON events; a line that is not an event is output, not an error)."""
+    import json
+
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
 def loopx_bin_dir() -> str | None:
     """The directory holding the ``loopx`` program this process belongs to (put first on the agent's PATH)."""
     here = os.path.dirname(sys.executable)

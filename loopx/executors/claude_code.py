@@ -74,11 +74,10 @@ class ClaudeCodeExecutor:
 
 def parse(report, line: str) -> None:
     """Read one stream-json event of Claude Code into ``report``."""
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return
-    if not isinstance(event, dict):
+    from loopx.executors.agents import json_object
+
+    event = json_object(line)
+    if event is None:
         return
     kind = event.get("type")
     message = event.get("message") if isinstance(event.get("message"), dict) else {}

@@ -76,11 +76,10 @@ def _toml(text: str) -> str:
 
 def parse(report, line: str) -> None:
     """Read one ``codex exec --json`` event into ``report``."""
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return
-    if not isinstance(event, dict):
+    from loopx.executors.agents import json_object
+
+    event = json_object(line)
+    if event is None:
         return
     kind = event.get("type")
     item = event.get("item") if isinstance(event.get("item"), dict) else {}

@@ -96,11 +96,10 @@ def parse(report, line: str) -> None:
     """Read a usage or hand-off line; anything else is plain output."""
     if not line.startswith("{"):
         return
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return
-    if not isinstance(event, dict):
+    from loopx.executors.agents import json_object
+
+    event = json_object(line)
+    if event is None:
         return
     usage = event.get("loopx_usage")
     if isinstance(usage, dict):
