@@ -73,6 +73,10 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
     from loopx.project_prompt import load_goal
 
     goal = load_goal(tx, goal_id)
+    if goal.status != "closed":
+        tampered = _tampered(tx, w, goal, agent=agent, now=now)
+        if tampered is not None:
+            return tampered
     if w is not None and goal.status != "closed":
         expired = runs.expired_runs(tx, goal_id, now)
         for stale in expired:
@@ -111,6 +115,33 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
     if w is not None:
         w.emit("run.opened", {"run_id": run_id, "agent": agent, "expires_at": expires, "contract": doc})
     out["interaction_contract"] = doc
+    return out
+
+
+def _tampered(tx, w, goal, *, agent, now) -> dict | None:
+    """``repair`` (writing nothing) when the goal's ledger or state fails its integrity check.
+
+    The mutation already verified the goal before this turn (``w.integrity_problems``); a dry
+    run checks here. See :mod:`loopx.integrity`.
+    """
+    from loopx import contract, integrity
+
+    problems = w.integrity_problems if w is not None else integrity.verify_head(tx, goal.id)
+    if not problems:
+        return None
+    import shlex
+
+    codes = sorted({p.code for p in problems})
+    veto = {"reason": "integrity_mismatch", "findings": codes,
+            "message": "; ".join(p.message for p in problems[:3]) + ": run the repair, which never drops a gate,"
+                       " claim or evidence",
+            "actions": [f"loopx self-repair fix --goal-id {shlex.quote(goal.id)}"]}
+    d = contract.Decision("repair", ["integrity_mismatch"], goal=goal, agent=agent, veto=veto)
+    out = {"goal_id": goal.id, "should_run": False, "decision": "repair", "reasons": d.reasons}
+    if w is None:
+        out["dry_run"] = True
+    out["interaction_contract"] = contract.document(tx, d, contract_id=None, run_id=None,
+                                                    fingerprint=fingerprint(tx, goal), issued_at=now)
     return out
 
 

@@ -160,8 +160,33 @@ _V2 = [
     "ALTER TABLE actions ADD COLUMN gate_id TEXT",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2]
+# v3: tamper evidence (loopx/integrity.py). Each event carries its goal's hash chain; goal_heads
+# keeps each goal's chain head and current-state digest. After the DDL, existing ledgers are
+# chained and every goal sealed (:data:`AFTER`).
+_V3 = [
+    "ALTER TABLE events ADD COLUMN prev_hash TEXT",
+    "ALTER TABLE events ADD COLUMN hash TEXT",
+    """CREATE TABLE IF NOT EXISTS goal_heads (
+        goal_id TEXT PRIMARY KEY,
+        seq INTEGER NOT NULL,
+        head_hash TEXT,
+        state_digest TEXT NOT NULL)""",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3]
 CURRENT_VERSION = len(MIGRATIONS)
+
+
+def after_migration(tx, from_version: int) -> None:
+    """Data steps that follow the DDL, run in the migration's transaction (``tx``: a store Tx).
+
+    Sealing runs after *every* migration of a registry that had goals: a later step that changes
+    a state table's columns changes what the state digest covers.
+    """
+    if from_version < CURRENT_VERSION:
+        from loopx import integrity
+
+        integrity.backfill(tx)
 
 
 def statements(dialect: str, from_version: int) -> list[str]:
