@@ -107,8 +107,22 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
         return out
     fp = fingerprint(tx, goal)
     # A run cannot outlive the wall-clock budget: an agent that crashes is charged at most
-    # what remained when its run was opened.
+    # what remained when its run was opened. Parallel runs each reserve their lease out of what
+    # remains, so together they never exceed the budget.
     left = remaining(goal, usage(tx, goal_id))["wall_seconds"]
+    if left is not None:
+        # An open run will be charged from its opening up to its expiry at most: all of that is
+        # spoken for (usage counts closed runs only).
+        reserved = sum(max(0.0, seconds_between(r.opened_at, r.expires_at)) for r in live)
+        left = round(left - reserved, 3)
+        if left <= 0:
+            soonest = min(r.expires_at for r in live)
+            d = contract.Decision("wait", ["wall_budget_reserved"], goal=goal, agent=agent,
+                                  next_eligible_at=soonest, other_run=live[0])
+            out.update(should_run=False, decision="wait", reasons=d.reasons)
+            out["interaction_contract"] = contract.document(tx, d, contract_id=None, run_id=None, fingerprint=fp,
+                                                            issued_at=now)
+            return out
     expires = add_seconds(now, ttl if left is None else min(ttl, left))
     doc = contract.document(tx, d, contract_id=contract_id, run_id=run_id, fingerprint=fp, issued_at=now,
                             expires_at=expires, opening=True)
