@@ -3,7 +3,9 @@
 Not a test. Prints a table of medians over several runs, each beside two floors measured in
 the same run: `python -c pass` and a bare import of LoopX's libraries. Usage:
 
-    python bench/bench_core.py [--goals 10000] [--runs 15]
+    python bench/bench_core.py [--goals 10000] [--runs 15] [--keep]
+
+The registry lives in a temp directory that is removed at the end unless ``--keep``.
 """
 
 from __future__ import annotations
@@ -11,10 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 
-from timing import child_env, floors, measure, print_table
+from timing import child_env, floors, measure, print_table, scratch_dir
 
 
 def fill(url: str, n: int) -> str:
@@ -36,9 +37,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--goals", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--keep", action="store_true", help="keep the filled registry (its path is printed)")
     args = parser.parse_args()
+    with scratch_dir("core", keep=args.keep) as tmp:
+        run(args, tmp)
 
-    tmp = tempfile.mkdtemp(prefix="loopx-bench-")
+
+def run(args, tmp: str) -> None:
+    """Fill a registry in ``tmp`` and time the commands on it."""
     url = os.path.join(tmp, "registry.db")
     started = time.perf_counter()
     goal_id = fill(url, args.goals)

@@ -7,12 +7,14 @@ replays every event and verifies the copy). Then whole ``python -m loopx`` proce
 against both backends, interleaved so drift hits every case alike, beside ``python -c pass``
 and the import floor (including psycopg, which a PostgreSQL registry imports). Usage::
 
-    export LOOPX_TEST_POSTGRES_URL=$(scripts/postgres.sh)
     python bench/bench_postgres.py [--goals 10000] [--runs 15] [--url postgresql://...] [--keep]
 
-Each run uses fresh schemas ``bench_*`` in the given database and drops them afterwards unless
-``--keep`` is given. The server is local (127.0.0.1): a remote server adds its round-trip time
-to every statement.
+Without ``--url`` (or ``LOOPX_TEST_POSTGRES_URL``) it starts a throwaway server of its own, as
+the test suite does (``tests/pg_server.py``: a temp dir, a free 127.0.0.1 port), and deletes it
+at the end. Each run uses fresh schemas ``bench_*`` in the database and drops them afterwards,
+and its SQLite registries live in a temp directory that is removed, unless ``--keep`` is given
+(which keeps nothing of a throwaway server). The server is local (127.0.0.1): a remote server
+adds its round-trip time to every statement.
 """
 
 from __future__ import annotations
@@ -20,12 +22,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from timing import IMPORT_FLOOR, child_env, floors, measure, print_table
+from timing import IMPORT_FLOOR, child_env, floors, measure, print_table, scratch_dir
 
 PG_IMPORT_FLOOR = IMPORT_FLOOR + ", psycopg"
 AGENT = "bench-agent"
@@ -55,15 +56,32 @@ def main() -> None:
                         help="a PostgreSQL database to create schemas in (default: LOOPX_TEST_POSTGRES_URL)")
     parser.add_argument("--keep", action="store_true", help="keep the filled schemas and files")
     args = parser.parse_args()
+    server = None
     if not args.url:
-        sys.exit("bench_postgres: give --url or set LOOPX_TEST_POSTGRES_URL (scripts/postgres.sh starts a server)")
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.pg_server import ServerUnavailable, ThrowawayPostgres
 
+        server = ThrowawayPostgres()
+        try:
+            args.url = server.start()
+        except ServerUnavailable as exc:
+            sys.exit(f"bench_postgres: give --url or set LOOPX_TEST_POSTGRES_URL; no throwaway server: {exc}")
+        print("PostgreSQL: a throwaway server, deleted at the end", file=sys.stderr)
+    try:
+        with scratch_dir("postgres", keep=args.keep and server is None) as tmp:
+            run(args, Path(tmp))
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def run(args, tmp: Path) -> None:
+    """Fill SQLite registries in ``tmp``, copy them to PostgreSQL, time both."""
     import bench_should_run  # beside this script (sys.path[0]), like timing
     import bench_status
 
     from loopx.registry_copy import copy_registry
 
-    tmp = Path(tempfile.mkdtemp(prefix="loopx-bench-postgres-"))
     tag = uuid.uuid4().hex[:8]
     schemas = {"should_run": f"bench_sr_{tag}", "status": f"bench_st_{tag}"}
     py = sys.executable
@@ -113,11 +131,8 @@ def main() -> None:
         if not args.keep:
             for name in schemas.values():
                 drop_schema(args.url, name)
-            for f in tmp.iterdir():
-                f.unlink()
-            tmp.rmdir()
         else:
-            print(f"kept: {tmp} and schemas {', '.join(schemas.values())}")
+            print(f"kept schemas {', '.join(schemas.values())}")
 
 
 if __name__ == "__main__":

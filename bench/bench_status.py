@@ -16,6 +16,8 @@ writes. Usage::
 
     python bench/bench_status.py [--goals 10000] [--runs 15] [--seconds 10] [--threads 8]
                                  [--registry PATH (reused when it exists)] [--wrk]
+
+Without ``--registry`` the registry lives in a temp directory that is removed at the end.
 """
 
 from __future__ import annotations
@@ -27,11 +29,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-from timing import child_env, floors, measure
+from timing import child_env, floors, measure, scratch_dir
 
 MAX_REQUESTS = 200_000  # a hard bound on the load, whatever --seconds says
 
@@ -192,7 +193,15 @@ def main() -> None:
         print(json.dumps(client(args.client, args.paths, args.threads, args.seconds, MAX_REQUESTS)))
         return
 
-    url = args.registry or os.path.join(tempfile.mkdtemp(prefix="loopx-bench-"), "registry.db")
+    if args.registry:
+        run(args, args.registry)
+    else:  # a registry of its own, removed at the end
+        with scratch_dir("status") as tmp:
+            run(args, os.path.join(tmp, "registry.db"))
+
+
+def run(args, url: str) -> None:
+    """Fill (or reuse) the registry at ``url``, then time status and load the dashboard API."""
     if os.path.exists(url):
         print(f"reusing {url}", file=sys.stderr)
         ids = goal_ids(url)

@@ -8,10 +8,13 @@ module as ``timing``.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 IMPORT_FLOOR = "import click, pluggy, attrs, cattrs, platformdirs, sqlite3"
@@ -67,3 +70,20 @@ def print_table(medians: dict[str, float], width: int = 30) -> None:
     print(f"{'case':<{width}} {'median ms':>10} {'x import floor':>15}")
     for name, ms in medians.items():
         print(f"{name:<{width}} {ms:>10.1f} {ms / floor:>15.2f}")
+
+
+@contextlib.contextmanager
+def scratch_dir(name: str, keep: bool = False):
+    """A new ``loopx-bench-<name>-*`` temp directory for a benchmark's registries.
+
+    Removed when the benchmark ends, also on an error or Ctrl-C, unless ``keep`` (then its path
+    is printed). Benchmarks leave nothing behind in /tmp.
+    """
+    path = tempfile.mkdtemp(prefix=f"loopx-bench-{name}-")
+    try:
+        yield path
+    finally:
+        if keep:
+            print(f"kept {path}", file=sys.stderr)
+        else:
+            shutil.rmtree(path, ignore_errors=True)

@@ -39,12 +39,8 @@ def list_actions(tx, goal_id: str) -> list:
 
 
 def action_rows(tx, goal_id: str) -> list:
-    """Like :func:`list_actions`, as plain rows with attribute access (the should-run path
-    avoids building the run area's attrs classes)."""
-    from types import SimpleNamespace
-
-    rows = tx.query("SELECT name, argv, gate_id FROM actions WHERE goal_id = ? ORDER BY created_at, name", (goal_id,))
-    return [SimpleNamespace(name=r["name"], argv=json.loads(r["argv"]), gate_id=r["gate_id"]) for r in rows]
+    """The same as :func:`list_actions` (kept for callers of the old name)."""
+    return list_actions(tx, goal_id)
 
 
 def gated(tx, goal_id: str, actions: list, blocking: dict) -> dict[str, object]:
@@ -220,7 +216,7 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
     Returns the evidence record (exit code, duration, output tail, output sha256).
     """
     from loopx import evidence
-    from loopx.executors import run_command
+    from loopx.process import run_command
 
     check_id("run", run_id)
     timeout = float(check_number(timeout, what="--timeout", minimum=0.001, maximum=MAX_TIMEOUT))

@@ -232,22 +232,15 @@ def load() -> dict[str, Capability]:
     if _cache is not None and _cache[0] == key:
         return _cache[1]
     found: list[Capability] = []
-    for impl in reversed(pm.hook.loopx_register_capabilities.get_hookimpls()):
-        def register(declaration, _plugin=impl.plugin_name):
-            if isinstance(declaration, dict):
+    for plugin, _builtin, (declaration, *_rest) in plugins.registrations("loopx_register_capabilities"):
+        if isinstance(declaration, dict):
+            try:
                 declaration = Capability(**declaration)
-            if not isinstance(declaration, Capability):
-                raise LoopxError("plugin_error", f"plugin {_plugin!r} registered {declaration!r}, not a Capability")
-            found.append(validate(declaration.replace(plugin=_plugin,
-                                                      distribution=plugins.distributions.get(_plugin))))
-
-        try:
-            impl.function(**{name: register for name in impl.argnames})
-        except LoopxError:
-            raise
-        except Exception as exc:
-            raise LoopxError("plugin_error", f"plugin {impl.plugin_name!r} failed to declare its capabilities: "
-                             f"{type(exc).__name__}: {exc}") from None
+            except TypeError as exc:
+                raise LoopxError("plugin_error", f"plugin {plugin!r} declared a capability badly: {exc}") from None
+        if not isinstance(declaration, Capability):
+            raise LoopxError("plugin_error", f"plugin {plugin!r} registered {declaration!r}, not a Capability")
+        found.append(validate(declaration.replace(plugin=plugin, distribution=plugins.distributions.get(plugin))))
     check_conflicts(found)
     result = {cap.name: cap for cap in sorted(found, key=lambda c: c.name)}
     _cache = (key, result)
@@ -302,28 +295,24 @@ def check_owner(actor: str, namespace: str) -> Capability:
     return cap
 
 
+def check_name(name) -> str:
+    """``name`` if it is a well-formed capability name (``invalid_argument`` otherwise)."""
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        raise LoopxError("invalid_argument", f"{name!r} is not a capability name")
+    return name
+
+
 def acting(writer, name: str):
-    """Let a capability's own code write as ``capability:NAME`` inside an existing mutation.
+    """A writer for a capability's own writes inside an existing mutation.
 
     A plugin command that, say, creates a goal as the user and then records its own state does
-    both in one transaction: ``with acting(w, "issue_fix"): put_state(w, ...)``. The events
-    written inside record the capability as their actor, and ownership is checked against it.
+    both in one transaction: ``with acting(w, "issue_fix") as cw: put_state(cw, ...)``. Events
+    written through ``cw`` record ``capability:NAME`` as their actor and ownership is checked
+    against it; ``w`` itself keeps the actor it was created with.
     """
-    if not _NAME_RE.fullmatch(name or ""):
-        raise LoopxError("invalid_argument", f"{name!r} is not a capability name")
-    return _Acting(writer, f"capability:{name}")
+    from contextlib import nullcontext
 
-
-class _Acting:
-    def __init__(self, writer, actor):
-        self.writer, self.actor, self.previous = writer, actor, writer.actor
-
-    def __enter__(self):
-        self.writer.actor = self.actor
-        return self.writer
-
-    def __exit__(self, *exc):
-        self.writer.actor = self.previous
+    return nullcontext(writer.as_capability(name))
 
 
 # --- state -----------------------------------------------------------------------------------

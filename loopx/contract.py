@@ -17,7 +17,7 @@ import shlex
 
 from loopx.model import to_json
 from loopx.clock import add_seconds
-from loopx.usage import effective_limits, exhausted, remaining, usage
+from loopx.usage import effective_limits, exhausted, remaining
 
 SCHEMA = "loopx.interaction_contract/1"
 _CODE = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")
@@ -52,29 +52,98 @@ def _q(*argv) -> str:
     return shlex.join([str(a) for a in argv])
 
 
-def veto(tx, goal) -> dict | None:
-    """The first capability veto (``loopx_contract_veto``), or ``None``."""
-    from loopx.plugins import get_plugin_manager
+class HookTx:
+    """What a contract hook gets as ``tx``: a read-only view of a read transaction.
 
-    hook = get_plugin_manager().hook.loopx_contract_veto
-    if not hook.get_hookimpls():
+    Hooks run before the write transaction begins, never while the lock is held; the view is
+    revoked when the hook phase ends, so a hook that overran its deadline and goes on in the
+    background cannot touch the transaction that follows.
+    """
+
+    __slots__ = ("_tx",)
+
+    def __init__(self, tx):
+        self._tx = tx
+
+    @property
+    def dialect(self):
+        return self._live().dialect
+
+    def _live(self):
+        if self._tx is None:
+            from loopx.errors import LoopxError
+
+            raise LoopxError("plugin_error", "this transaction ended: a contract hook ran past its deadline")
+        return self._tx
+
+    def one(self, sql, params=()):
+        """One row as a dict, or ``None``."""
+        return self._live().one(sql, params)
+
+    def query(self, sql, params=()):
+        """All rows as dicts."""
+        return self._live().query(sql, params)
+
+    def revoke(self) -> None:
+        """End the view (the hook phase is over)."""
+        self._tx = None
+
+
+def _check_veto(found) -> str | None:
+    if found is None:
         return None
-    for found in hook(tx=tx, goal=goal):
-        if found:
-            return found
+    if not isinstance(found, dict):
+        return f"a veto is None or a dict, not {type(found).__name__}"
+    if not isinstance(found.get("reason"), str) or not isinstance(found.get("message", ""), str):
+        return "a veto needs a text reason (and message)"
+    if not isinstance(found.get("actions", []), list) or not all(isinstance(a, str) for a in found.get("actions", [])):
+        return "a veto's actions are a list of commands"
     return None
 
 
-def decide(tx, goal, *, agent: str, now: str, own_run, open_runs: list) -> Decision:
-    """Apply the precedence table for ``agent`` at ``now`` (``own_run``: its open run, if any)."""
-    from loopx import gates, todos
+def veto(tx, goal) -> dict | None:
+    """The first capability veto (``loopx_contract_veto``), or ``None``.
 
+    Fails closed: a veto hook that raises, times out or returns the wrong type makes the decision
+    ``repair`` with reason ``plugin_failed`` naming the plugin (a broken safety check never
+    means "go ahead").
+    """
+    from loopx import plugins
+
+    if not plugins.has_impls("loopx_contract_veto"):
+        return None
+    try:
+        found = plugins.call("loopx_contract_veto", tx=tx, goal=goal, check=_check_veto,
+                             timeout=plugins.hook_timeout(), raise_faults=True)
+    except plugins.HookFault as fault:
+        plugins.faults.append((fault.plugin, fault.hook, fault.message))
+        import sys
+
+        print(f"loopx: warning: plugin {fault.plugin!r} {fault.hook} {fault.message}; failing closed (repair)",
+              file=sys.stderr)
+        return {"reason": "plugin_failed", "plugin": fault.plugin,
+                "message": f"plugin {fault.plugin!r}: its contract veto {fault.message}; the goal waits until "
+                           f"the plugin is fixed or disabled (LOOPX_DISABLE_PLUGINS={fault.plugin})",
+                "actions": ["loopx plugins"]}
+    for _, answer in found:
+        if answer:
+            return answer
+    return None
+
+
+def decide(tx, inputs, *, agent: str, now: str, own_run, vetoed: dict | None = None) -> Decision:
+    """Apply the precedence table for ``agent`` at ``now`` (``own_run``: its open run, if any).
+
+    ``inputs`` is the goal's :class:`loopx.inputs.TurnInputs` (read once per should-run);
+    ``vetoed`` the capability veto, asked for before the transaction (:func:`veto`).
+    """
+    goal = inputs.goal
     d = dict(goal=goal, agent=agent, own_run=own_run)
     if goal.status == "closed":
         return Decision("stop", ["goal_closed"], **d)
     if goal.status == "paused":
         return Decision("wait", ["goal_paused"], **d)
-    found = veto(tx, goal)
+    found = vetoed
     if found:
         reason = str(found.get("reason") or "")
         # Reasons are stable machine codes; a plugin's free text is not one.
@@ -83,29 +152,28 @@ def decide(tx, goal, *, agent: str, now: str, own_run, open_runs: list) -> Decis
         # A veto may ask for a person instead of a repair (self-repair: repair_needs_user).
         decision = "ask_user" if found.get("decision") == "ask_user" else "repair"
         return Decision(decision, [reason], veto=found, **d)
-    blocking = gates.blocking(tx, goal.id)
+    blocking = inputs.blocking()
     d["blocking"] = blocking
     if blocking["all"]:
         pending = any(g.status == "pending" for g in blocking["all"])
         return Decision("ask_user", ["gate_pending" if pending else "gate_rejected"], **d)
     exclude = own_run.id if own_run else None
-    spent = exhausted(goal, usage(tx, goal.id, exclude_run=exclude))
+    spent = exhausted(goal, inputs.usage(exclude))
     if spent:
         return Decision("ask_user", ["quota_exhausted", *[f"{k}_exhausted" for k in spent]], exhausted=spent, **d)
     cadence = goal.limits.cadence_seconds
     if cadence:
-        last = tx.one("SELECT MAX(opened_at) AS at FROM runs WHERE goal_id = ? AND id <> ?",
-                      (goal.id, exclude or ""))["at"]
+        last = inputs.last_opened_other_than(tx, exclude)
         if last is not None:
             eligible = add_seconds(last, cadence)
             if eligible > now:
                 return Decision("wait", ["cadence"], next_eligible_at=eligible, **d)
-    others = [r for r in open_runs if r.agent != agent]
+    others = [r for r in inputs.live_runs(now) if r.agent != agent]
     if others and not goal.parallel_runs:
         return Decision("wait", ["run_in_progress"], other_run=others[0], next_eligible_at=others[0].expires_at, **d)
-    ready = todos.ready(tx, goal.id, agent=agent, now=now)
+    ready = inputs.ready(agent, now)
     if not ready:
-        if todos.count(tx, goal.id) == 0:
+        if not inputs.todos:
             return Decision("run", ["no_todos"], **d)
         return Decision("ask_user", ["no_ready_work"], **d)
     return Decision("run", ["ready_work"], ready=ready, **d)
@@ -133,8 +201,9 @@ def _quota(goal, used) -> dict:
 
 
 def _grant_command(goal, budget: str) -> str:
-    base = {"turns": goal.limits.max_turns, "tokens": goal.limits.max_tokens, "cost": goal.limits.max_cost,
-            "wall_seconds": goal.limits.max_wall_seconds}[budget]
+    from loopx.model.goal import BUDGETS
+
+    base = getattr(goal.limits, BUDGETS[budget])
     amount = base if base else 1
     if isinstance(amount, float) and amount.is_integer():
         amount = int(amount)
@@ -231,45 +300,62 @@ def _cli_actions(d: Decision, run_id: str | None, allowed: list, contributed: li
     return out
 
 
-def contributions(tx, goal, run_id: str, left: dict) -> list[dict]:
-    """Capability contributions (``loopx_contract_actions``) for a ``run`` contract."""
-    from loopx.plugins import get_plugin_manager
+def _check_actions(found) -> str | None:
+    if found is None or isinstance(found, list):
+        return None
+    return f"contract actions are None or a list of dicts, not {type(found).__name__}"
 
-    hook = get_plugin_manager().hook.loopx_contract_actions
-    if not hook.get_hookimpls():
+
+def contributions(tx, goal, run_id: str, left: dict | None) -> list[dict]:
+    """Plugin contributions (``loopx_contract_actions``) for a ``run`` contract of ``run_id``.
+
+    Asked for before the write transaction begins, each hook under a deadline; a hook that fails
+    or returns the wrong type is named in a warning and skipped, as is an item that is not a
+    complete ``loopx`` command.
+    """
+    from loopx import plugins
+
+    if not plugins.has_impls("loopx_contract_actions"):
         return []
     out = []
-    for found in hook(tx=tx, goal=goal, run_id=run_id, remaining=left):
+    for plugin, found in plugins.call("loopx_contract_actions", tx=tx, goal=goal, run_id=run_id, remaining=left,
+                                      check=_check_actions, timeout=plugins.hook_timeout()):
         for item in found or []:
             if isinstance(item, dict) and isinstance(item.get("command"), str) and item["command"].startswith("loopx "):
                 out.append(item)
-    # A capability whose quota needs per run exceed what remains is not offered. Its needs count
-    # this run's own turn, so they are measured against what remained before this run.
-    from loopx import capabilities
+            else:
+                plugins.report_fault(plugin, "loopx_contract_actions",
+                                     f"contributed {str(item)[:80]!r}, which is not {{'command': 'loopx ...'}}")
+    return out
 
-    return capabilities.filter_actions(out, goal, remaining(goal, usage(tx, goal.id, exclude_run=run_id)))
 
-
-def document(tx, d: Decision, *, contract_id: str | None, run_id: str | None, fingerprint: str, issued_at: str,
-             expires_at: str | None = None, opening: bool = False) -> dict:
+def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | None, fingerprint: str,
+             issued_at: str, expires_at: str | None = None, opening: bool = False,
+             contributed: list | None = None) -> dict:
     """The interaction contract for decision ``d`` (``run_id``: the run it opens or renews).
 
     ``opening``: the run is about to be opened, so its turn is shown as already used.
+    ``contributed``: the plugins' actions for ``run_id`` (:func:`contributions`, asked for
+    before the transaction). ``inputs``: the goal's :class:`loopx.inputs.TurnInputs`.
     """
     from loopx import rewards, runs
-    from loopx.actions import action_rows, gated
 
     goal = d.goal
-    used = usage(tx, goal.id)
+    used = inputs.usage()
     if opening:
         used = type(used)(turns=used.turns + 1, tokens=used.tokens, cost=used.cost, wall_seconds=used.wall_seconds)
     blocking = d.blocking or {"all": [], "actions": {}, "todos": {}}
-    allowed, contributed, notes = [], [], []
+    allowed, notes = [], []
+    if d.decision != "run":
+        contributed = []
     if d.decision == "run":
-        actions = action_rows(tx, goal.id)
-        held = gated(tx, goal.id, actions, blocking)
-        allowed = [a for a in actions if a.name not in held]
-        contributed = contributions(tx, goal, run_id, remaining(goal, used))
+        held = inputs.gated_actions(blocking)
+        allowed = [a for a in inputs.actions if a.name not in held]
+        # A capability whose quota needs per run exceed what remains is not offered. Its needs count
+        # this run's own turn, so they are measured against what remained before this run.
+        from loopx import capabilities
+
+        contributed = capabilities.filter_actions(contributed or [], goal, remaining(goal, inputs.usage(run_id)))
         notes += [f"{c.get('capability') or 'plugin'}: {c['note']}" for c in contributed if c.get("note")]
         shown_gates = list({id(g): g for g in [*blocking["all"], *held.values(), *blocking["todos"].values()]}.values())
     else:

@@ -43,6 +43,7 @@ CODES = frozenset(
         "capability_not_found",
         "capability_conflict",
         "not_found",
+        "id_ambiguous",
         "target_not_empty",
         "copy_mismatch",
         "issue_fix_error",
@@ -52,13 +53,34 @@ CODES = frozenset(
 )
 
 
+#: Codes plugins registered (``loopx_register_error_codes``): ``{code: description}``, filled in
+#: on first use of a namespaced code by the loader the plugin layer installs.
+PLUGIN_CODES: dict[str, str] = {}
+_loaders: list = []
+
+
+def add_code_loader(loader) -> None:
+    """Install ``loader()``, which fills :data:`PLUGIN_CODES` (the plugin layer does this)."""
+    _loaders.append(loader)
+
+
+def known(code: str) -> bool:
+    """Whether ``code`` is a core code or one a plugin registered."""
+    if code in CODES or code in PLUGIN_CODES:
+        return True
+    if "." in code:
+        for loader in _loaders:
+            loader()
+    return code in PLUGIN_CODES
+
+
 class LoopxError(Exception):
     """A refusal with a stable ``code`` and a one-line human ``message``."""
 
     exit_code = 2
 
     def __init__(self, code: str, message: str, **details):
-        if code not in CODES:
+        if not known(code):
             raise ValueError(f"unknown error code {code!r}")
         super().__init__(message)
         self.code = code

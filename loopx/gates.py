@@ -12,7 +12,7 @@ import shlex
 
 from loopx import ledger
 from loopx.errors import LoopxError
-from loopx.model import GATE_SCOPES, Gate, from_row, to_json
+from loopx.model import GATE_SCOPES, Gate, to_json
 from loopx.registry import Registry
 from loopx.validate import check_id, check_name, check_text, new_id
 
@@ -21,7 +21,9 @@ DECISIONS = {"approve": ("gate.approved", "approved"), "reject": ("gate.rejected
 
 def gate_from_row(row: dict) -> Gate:
     """A :class:`Gate` from a ``gates`` row."""
-    return from_row(row, Gate)
+    return Gate(id=row["id"], goal_id=row["goal_id"], title=row["title"], scope=row["scope"], blocks=row["blocks"],
+                status=row["status"], requested_by=row["requested_by"], created_at=row["created_at"],
+                decided_by=row["decided_by"], decided_at=row["decided_at"], comment=row["comment"])
 
 
 def list_gates(tx, goal_id: str, *, pending_only: bool = False) -> list[Gate]:
@@ -45,8 +47,13 @@ def blocking(tx, goal_id: str) -> dict:
         "SELECT * FROM gates WHERE goal_id = ? AND status IN ('pending', 'rejected') ORDER BY created_at, id",
         (goal_id,),
     )
+    return group_blocking(map(gate_from_row, rows))
+
+
+def group_blocking(unapproved) -> dict:
+    """Group unapproved gates (oldest first) as :func:`blocking` returns them."""
     out: dict = {"all": [], "actions": {}, "todos": {}}
-    for gate in map(gate_from_row, rows):
+    for gate in unapproved:
         if gate.blocks == "all":
             out["all"].append(gate)
             continue

@@ -74,16 +74,44 @@ def event_kind(name: str, *writers: str, guard: Callable | None = None):
 
 
 def kind(name: str) -> EventKind:
-    """The registered kind called ``name``, importing its area on first use."""
+    """The registered kind called ``name``, importing its area on first use.
+
+    A name outside the core's areas is a plugin's (``loopx_register_event_kinds``).
+    """
     found = _KINDS.get(name)
     if found is None:
         area = AREAS.get(name.split(".", 1)[0])
         if area:
             importlib.import_module(area)
             found = _KINDS.get(name)
+        else:
+            found = plugin_kind(name)
     if found is None:
         raise LoopxError("invalid_argument", f"unknown event kind {name!r}")
     return found
+
+
+def plugin_kind(name: str) -> EventKind | None:
+    """The plugin-registered kind ``name``, or ``None`` (not cached: plugins come and go in tests)."""
+    from loopx import plugins
+
+    found = plugins.event_kinds(tuple(AREAS) + ("core", "loopx")).get(name)
+    if found is None:
+        return None
+    apply, writers, guard, _plugin = found
+    namespace = name.split(".", 1)[0]
+
+    def checked(writer, body):
+        # A capability writes a plugin's kind only in a namespace it owns: one capability cannot
+        # write another's vocabulary.
+        if role(writer.actor) == CAPABILITY:
+            from loopx.capabilities import check_owner
+
+            check_owner(writer.actor, namespace)
+        if guard is not None:
+            guard(writer, body)
+
+    return EventKind(name, apply, writers, checked)
 
 
 def role(actor: str) -> str:
@@ -92,8 +120,17 @@ def role(actor: str) -> str:
 
 
 def apply(tx, event: Event) -> None:
-    """Apply one event to the current-state tables (the same code path as a replay)."""
-    kind(event.kind).apply(tx, event)
+    """Apply one event to the current-state tables (the same code path as a replay).
+
+    An event of a plugin's kind whose plugin is not installed any more replays as a no-op (its
+    history stays readable); an unknown core kind is an error.
+    """
+    if event.kind.split(".", 1)[0] in AREAS:
+        kind(event.kind).apply(tx, event)
+    else:
+        found = plugin_kind(event.kind)
+        if found is not None:
+            found.apply(tx, event)
     tx.execute(
         "UPDATE goals SET revision = ?, updated_at = ? WHERE id = ?",
         (event.seq, event.at, event.goal_id),
@@ -181,12 +218,19 @@ def snapshot(tx, goal_id: str) -> dict[str, list[dict]]:
 
 def replayed_snapshot(goal_events: list[Event]) -> dict[str, list[dict]]:
     """The state a goal's events produce when replayed into an empty scratch registry."""
+    if not goal_events:
+        return {}
+    return replay(goal_events, snapshot)
+
+
+def replay(goal_events: list[Event], read: Callable):
+    """Replay one goal's events into an empty scratch registry; returns ``read(tx, goal_id)`` of it."""
     from loopx.store.sqlite import SqliteStore
 
     scratch = SqliteStore(":memory:")
     try:
 
-        def replay(tx):
+        def work(tx):
             for event in goal_events:
                 # Keep the original global id: goals and todos record it as their creation order.
                 tx.execute(
@@ -196,9 +240,9 @@ def replayed_snapshot(goal_events: list[Event]) -> dict[str, list[dict]]:
                      json.dumps(event.body), event.operation_id),
                 )
                 apply(tx, event)
-            return snapshot(tx, goal_events[0].goal_id) if goal_events else {}
+            return read(tx, goal_events[0].goal_id)
 
-        return scratch.write(replay)
+        return scratch.write(work)
     finally:
         scratch.close()
 

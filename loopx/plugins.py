@@ -26,6 +26,7 @@ ENV_BLOCK = "LOOPX_DISABLE_PLUGINS"
 ENV_CACHE = "LOOPX_PLUGIN_CACHE"
 
 _pm: pluggy.PluginManager | None = None
+_pm_env: tuple | None = None  # (LOOPX_PLUGINS, LOOPX_DISABLE_PLUGINS) the manager was built with
 #: Problems met while loading plugins: ``[(plugin name, one-line message)]``.
 load_errors: list[tuple[str, str]] = []
 #: ``{plugin name: "distribution version"}`` for entry-point plugins.
@@ -33,10 +34,14 @@ distributions: dict[str, str | None] = {}
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
-    """The process-wide plugin manager, built on first use."""
-    global _pm
-    if _pm is None:
-        _pm = _build()
+    """The process-wide plugin manager, built on first use (and again if ``LOOPX_PLUGINS`` or
+    ``LOOPX_DISABLE_PLUGINS`` changed since: a test suite choosing its plugins gets exactly those)."""
+    global _pm, _pm_env
+    env = (os.environ.get(ENV_ALLOW), os.environ.get(ENV_BLOCK))
+    if _pm is None or env != _pm_env:
+        if _pm is not None:
+            reset()
+        _pm, _pm_env = _build(), env
     return _pm
 
 
@@ -46,6 +51,8 @@ def reset() -> None:
     _pm = None
     load_errors.clear()
     distributions.clear()
+    faults.clear()
+    _vocabulary.clear()
 
 
 def _names(env: str) -> set[str] | None:
@@ -146,28 +153,274 @@ def _cache_file() -> Path:
     return Path(platformdirs.user_cache_dir("loopx", appauthor=False)) / f"entry-points-{tag}.json"
 
 
+# --- the façade: every hook call goes through the functions below --------------------------------
+#
+# Each implementation is called on its own, so that one plugin's fault is contained: a hook that
+# raises, runs past its deadline or returns the wrong type is named in a warning on stderr (and in
+# ``faults``) and skipped. What "skipped" means is the caller's decision (a veto fails closed).
+
+ENV_HOOK_TIMEOUT = "LOOPX_HOOK_TIMEOUT"
+DEFAULT_HOOK_TIMEOUT = 2.0
+#: Faults met in this process: ``[(plugin name, hook name, one-line message)]``.
+faults: list[tuple[str, str, str]] = []
+
+
+class HookFault(Exception):
+    """One implementation of a hook failed: it raised, timed out, or returned the wrong type."""
+
+    def __init__(self, plugin: str, hook: str, message: str):
+        super().__init__(f"plugin {plugin!r} hook {hook} {message}")
+        self.plugin, self.hook, self.message = plugin, hook, message
+
+
+def report_fault(plugin: str, hook: str, message: str) -> None:
+    """Name a failed hook implementation on stderr; the caller skips it (or fails closed)."""
+    faults.append((plugin, hook, message))
+    print(f"loopx: warning: plugin {plugin!r} {hook} {message}; skipped", file=sys.stderr)
+
+
+def hook_timeout() -> float:
+    """Seconds a contract hook may take (``LOOPX_HOOK_TIMEOUT``, default 2)."""
+    try:
+        value = float(os.environ.get(ENV_HOOK_TIMEOUT) or DEFAULT_HOOK_TIMEOUT)
+    except ValueError:
+        return DEFAULT_HOOK_TIMEOUT
+    return value if value > 0 else DEFAULT_HOOK_TIMEOUT
+
+
+def has_impls(name: str) -> bool:
+    """Whether any plugin implements hook ``name``."""
+    return bool(getattr(get_plugin_manager().hook, name).get_hookimpls())
+
+
+def is_firstresult(name: str) -> bool:
+    """Whether hook ``name`` has one answer (its spec says ``firstresult``)."""
+    spec = getattr(get_plugin_manager().hook, name).spec
+    return bool(spec and spec.opts.get("firstresult"))
+
+
+def impls(name: str) -> list:
+    """The implementations of hook ``name`` in call order (pluggy's: last registered first,
+    ``tryfirst`` before, ``trylast`` - the built-ins - after)."""
+    return list(reversed(getattr(get_plugin_manager().hook, name).get_hookimpls()))
+
+
+def _call_one(impl, kwargs: dict, timeout: float | None):
+    args = {a: kwargs[a] for a in impl.argnames}
+    if timeout is None:
+        return impl.function(**args)
+    import threading
+
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = impl.function(**args)
+        except BaseException as exc:  # reported by the caller's thread
+            box["error"] = exc
+
+    # A daemon thread: a hook that never returns is abandoned, never waited for.
+    thread = threading.Thread(target=target, name=f"loopx-hook-{impl.plugin_name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"took longer than {timeout:g}s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+class _WrongType(Exception):
+    pass
+
+
+def call(name: str, *, check=None, timeout: float | None = None, stop_at_first: bool | None = None,
+         raise_faults: bool = False, **kwargs) -> list[tuple[str, object]]:
+    """Call every implementation of hook ``name``; ``[(plugin name, result)]`` of those that worked.
+
+    ``check(result)`` returns an error text for a result of the wrong type (``None`` if fine);
+    ``timeout`` bounds each implementation (seconds). A failing implementation is reported
+    (:func:`report_fault`) and left out, or raised as :class:`HookFault` with ``raise_faults``
+    (for callers that must fail closed). A ``firstresult`` hook stops at the first answer that
+    is not ``None``.
+    """
+    if stop_at_first is None:
+        stop_at_first = is_firstresult(name)
+    out = []
+    for impl in impls(name):
+        try:
+            result = _call_one(impl, kwargs, timeout)
+            problem = check(result) if check is not None else None
+            if problem:
+                raise _WrongType(problem)
+        except Exception as exc:
+            if isinstance(exc, TimeoutError):
+                message = f"timed out ({exc})"
+            elif isinstance(exc, _WrongType):
+                message = f"returned the wrong type: {exc}"
+            else:
+                message = f"failed: {type(exc).__name__}: {exc}"
+            if raise_faults:
+                raise HookFault(impl.plugin_name, name, message) from None
+            report_fault(impl.plugin_name, name, message)
+            continue
+        out.append((impl.plugin_name, result))
+        if stop_at_first and result is not None:
+            break
+    return out
+
+
+def registrations(name: str, *, arity: int = 2) -> list[tuple[str, bool, tuple]]:
+    """What every implementation of a ``register(...)``-style hook registered.
+
+    Returns ``[(plugin name, is built-in, args)]`` in call order. A plugin whose hook raises is
+    reported and none of its registrations count (they might be half done).
+    """
+    out = []
+    for impl in impls(name):
+        mine: list[tuple] = []
+
+        def register(*args, _mine=mine, **kwargs):
+            _mine.append((*args, kwargs) if kwargs else args)
+
+        try:
+            _call_one(impl, {a: register for a in impl.argnames}, None)
+        except Exception as exc:
+            report_fault(impl.plugin_name, name, f"failed: {type(exc).__name__}: {exc}")
+            continue
+        out.extend((impl.plugin_name, impl.plugin_name in BUILTINS, args) for args in mine)
+    return out
+
+
+def named(name: str, what: str) -> dict[str, tuple[object, str]]:
+    """``{key: (value, plugin)}`` from a hook whose implementations call ``register(key, value)``.
+
+    The one rule for "a plugin replaces a built-in": built-ins are ``trylast``, so a plugin's
+    registration of a key comes first and wins over a built-in's; two plugins registering one key
+    is a ``plugin_error`` naming both.
+    """
+    from loopx.errors import LoopxError
+
+    found: dict[str, tuple[object, str]] = {}
+    for plugin, builtin, args in registrations(name):
+        key, value = str(args[0]).lower(), args[1]
+        if key in found:
+            if builtin:
+                continue
+            raise LoopxError("plugin_error", f"plugins {found[key][1]!r} and {plugin!r} both register the {what} "
+                             f"{key!r}; disable one (LOOPX_DISABLE_PLUGINS={plugin})")
+        found[key] = (value, plugin)
+    return found
+
+
+# --- the vocabulary plugins add ------------------------------------------------------------------
+
+_NAMESPACED = None
+_vocabulary: dict = {}
+
+
+def _namespaced(value) -> bool:
+    global _NAMESPACED
+    if _NAMESPACED is None:
+        import re
+
+        _NAMESPACED = re.compile(r"[a-z][a-z0-9_]{0,39}\.[a-z][a-z0-9_]{0,63}")
+    return isinstance(value, str) and bool(_NAMESPACED.fullmatch(value))
+
+
+def _cached(what: str, build):
+    pm = get_plugin_manager()
+    key = (id(pm), tuple((name, id(p)) for name, p in pm.list_name_plugin()))
+    found = _vocabulary.get(what)
+    if found is None or found[0] != key:
+        found = (key, build())
+        _vocabulary[what] = found
+    return found[1]
+
+
+def error_codes() -> dict[str, str]:
+    """``{code: description}`` of every plugin's ``loopx_register_error_codes`` (namespaced codes)."""
+
+    def build():
+        out = {}
+        for plugin, _builtin, args in registrations("loopx_register_error_codes"):
+            code = args[0]
+            description = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+            if not _namespaced(code):
+                report_fault(plugin, "loopx_register_error_codes",
+                             f"registered {code!r}, which is not a namespaced code like 'my_plugin.not_found'")
+                continue
+            out[code] = description
+        return out
+
+    return _cached("error_codes", build)
+
+
+def _load_error_codes() -> None:
+    from loopx import errors
+
+    errors.PLUGIN_CODES.clear()
+    errors.PLUGIN_CODES.update(error_codes())
+
+
+def event_kinds(core_areas=()) -> dict[str, tuple]:
+    """``{name: (apply, writers, guard, plugin)}`` of every plugin's ``loopx_register_event_kinds``.
+
+    A kind must be namespaced outside the core's areas, and writable only by ``user``,
+    ``executor`` or ``capability``; anything else is reported and skipped. Two plugins
+    registering one kind is a ``plugin_error``.
+    """
+    from loopx.errors import LoopxError
+
+    def build():
+        out: dict[str, tuple] = {}
+        for plugin, _builtin, args in registrations("loopx_register_event_kinds"):
+            kwargs = args[-1] if args and isinstance(args[-1], dict) else {}
+            positional = args[:-1] if kwargs else args
+            name = positional[0] if positional else kwargs.get("name")
+            apply = positional[1] if len(positional) > 1 else kwargs.get("apply")
+            writers = tuple(positional[2] if len(positional) > 2 else kwargs.get("writers", ("capability",)))
+            guard = kwargs.get("guard")
+            problem = None
+            if not _namespaced(name) or name.split(".")[0] in core_areas:
+                problem = f"registered the event kind {name!r}: kinds are '<namespace>.<verb>' outside the core's areas"
+            elif not callable(apply):
+                problem = f"registered the event kind {name!r} without an apply(tx, event) function"
+            elif not writers or not set(writers) <= {"user", "executor", "capability"}:
+                problem = f"event kind {name!r}: writers must be some of user, executor, capability, not {writers!r}"
+            if problem:
+                report_fault(plugin, "loopx_register_event_kinds", problem)
+                continue
+            if name in out:
+                raise LoopxError("plugin_error", f"plugins {out[name][3]!r} and {plugin!r} both register the event "
+                                 f"kind {name!r}; disable one (LOOPX_DISABLE_PLUGINS={plugin})")
+            out[name] = (apply, frozenset(writers), guard, plugin)
+        return out
+
+    return _cached("event_kinds", build)
+
+
 def store_factories() -> dict:
     """``{scheme: factory}`` from every plugin's ``loopx_register_stores``."""
-    found: dict = {}
-
-    def register(scheme, factory):
-        # Hooks run first-registered-last; trylast built-ins come last, so the first
-        # registration for a scheme (a plugin's) wins over the built-in default.
-        found.setdefault(scheme.lower(), factory)
-
-    get_plugin_manager().hook.loopx_register_stores(register=register)
-    return found
+    return {k: v for k, (v, _) in named("loopx_register_stores", "storage scheme").items()}
 
 
 def notify_committed(registry, events) -> None:
     """Tell ``loopx_event_committed`` observers about committed events; never raises."""
-    pm = get_plugin_manager()
-    if not pm.hook.loopx_event_committed.get_hookimpls():
-        return
-    try:
-        pm.hook.loopx_event_committed(registry=registry, events=events)
-    except Exception as exc:
-        print(f"loopx: an event observer failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    if has_impls("loopx_event_committed"):
+        call("loopx_event_committed", registry=registry, events=events)
+
+
+def register_commands(cli) -> None:
+    """Let every plugin add its commands to ``cli``; a plugin whose hook raises adds none."""
+    for impl in impls("loopx_register_commands"):
+        before = dict(cli.commands)
+        try:
+            _call_one(impl, {"cli": cli}, None)
+        except Exception as exc:
+            cli.commands.clear()
+            cli.commands.update(before)
+            report_fault(impl.plugin_name, "loopx_register_commands", f"failed: {type(exc).__name__}: {exc}")
 
 
 def describe() -> list[dict]:
@@ -185,3 +438,12 @@ def describe() -> list[dict]:
     for name, message in load_errors:
         out.append({"name": name, "builtin": False, "hooks": [], "error": message})
     return out
+
+
+def _install() -> None:
+    from loopx import errors
+
+    errors.add_code_loader(_load_error_codes)
+
+
+_install()

@@ -52,15 +52,17 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
     if actor == "dashboard" and not dry_run:
         raise LoopxError("actor_forbidden", "the dashboard never writes; use --dry-run")
     run_id, contract_id = new_id("run"), new_id("contract")
+    # Plugin hooks run here, before the write transaction begins: never while the lock is held.
+    answers = _plugin_answers(reg, goal_id, agent, run_id)
 
     if dry_run:
         with reg.read() as tx:
             return _turn(tx, None, goal_id=goal_id, agent=agent, ttl=ttl, now=clock.now(),
-                         run_id=run_id, contract_id=contract_id)
+                         run_id=run_id, contract_id=contract_id, answers=answers)
 
     def work(w):
         return _turn(w.tx, w, goal_id=goal_id, agent=agent, ttl=ttl, now=w.at, run_id=run_id,
-                     contract_id=contract_id)
+                     contract_id=contract_id, answers=answers)
 
     # Run and contract entries belong to the core; the caller's actor only asks.
     return reg.mutate("core", work, goal_id=goal_id, allow_closed=True, operation_id=operation_id,
@@ -68,51 +70,104 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
                                "by": actor})
 
 
-def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
-    from loopx import contract, runs
-    from loopx.project_prompt import load_goal
+class _Answers:
+    """What the plugins said about one should-run, asked for before its transaction, and the
+    inputs they saw (reused by the transaction when the goal's revision has not moved since)."""
 
-    goal = load_goal(tx, goal_id)
-    if goal.status != "closed":
-        tampered = _tampered(tx, w, goal, agent=agent, now=now)
+    __slots__ = ("veto", "run_id", "actions", "inputs")
+
+    def __init__(self, veto=None, run_id=None, actions=None, inputs=None):
+        self.veto, self.run_id, self.actions, self.inputs = veto, run_id, actions, inputs
+
+    def actions_for(self, run_id: str) -> list:
+        # Asked for another run than the one the transaction found (a race with another
+        # should-run): offer none rather than call plugins under the lock.
+        return list(self.actions or []) if run_id == self.run_id else []
+
+
+def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
+    from loopx import plugins
+
+    veto_on, actions_on = plugins.has_impls("loopx_contract_veto"), plugins.has_impls("loopx_contract_actions")
+    if not (veto_on or actions_on):
+        return _Answers()
+    from loopx import capabilities, contract, inputs
+
+    now = clock.now()
+    with reg.read() as tx:
+        seen = inputs.gather(tx, goal_id)
+        goal = seen.goal
+        if goal.status != "open":
+            return _Answers(inputs=seen)
+        view = contract.HookTx(tx)
+        try:
+            vetoed = contract.veto(view, goal) if veto_on else None
+            if vetoed or not actions_on:
+                return _Answers(vetoed, inputs=seen)
+            own = next((r for r in seen.live_runs(now) if r.agent == agent), None)
+            for_run = own.id if own else run_id
+            used = seen.usage()
+            if own is None:  # the turn about to be opened counts
+                used = type(used)(turns=used.turns + 1, tokens=used.tokens, cost=used.cost,
+                                  wall_seconds=used.wall_seconds)
+            found = contract.contributions(view, goal, for_run, remaining(goal, used))
+        finally:
+            view.revoke()
+    if any(c.get("capability") for c in found):
+        capabilities.load()  # declarations are hook answers too: read them outside the lock
+    return _Answers(None, for_run, found, seen)
+
+
+def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> dict:
+    from loopx import contract, inputs, runs
+
+    # One read of the goal's inputs per call: the one taken before the transaction when nothing
+    # changed since (same revision), else one now (reusing the goal row the writer locked).
+    seen = answers.inputs
+    if seen is None or w is None or w.goal is None or w.goal["revision"] != seen.revision:
+        seen = inputs.gather(tx, goal_id, goal_row=w.goal if w is not None else None)
+    if seen.goal.status != "closed":
+        tampered = _tampered(tx, w, seen, agent=agent, now=now)
         if tampered is not None:
             return tampered
-    if w is not None and goal.status != "closed":
-        expired = runs.expired_runs(tx, goal_id, now)
+    if w is not None and seen.goal.status != "closed":
+        expired = seen.expired_runs(now)
         for stale in expired:
             w.emit("run.abandoned", {"run_id": stale.id, "agent": stale.agent})
         if expired:
-            goal = load_goal(tx, goal_id)
-    live = runs.open_runs(tx, goal_id, now)
-    own = next((r for r in live if r.agent == agent), None)
-    d = contract.decide(tx, goal, agent=agent, now=now, own_run=own, open_runs=live)
+            seen = inputs.gather(tx, goal_id)
+    goal = seen.goal
+    own = next((r for r in seen.live_runs(now) if r.agent == agent), None)
+    d = contract.decide(tx, seen, agent=agent, now=now, own_run=own, vetoed=answers.veto)
     out = {"goal_id": goal_id, "should_run": d.decision == "run", "decision": d.decision, "reasons": d.reasons}
     if w is None:
         out["dry_run"] = True
     if d.decision != "run":
-        fp = fingerprint(tx, goal, exclude_run=own.id if own else None)
-        out["interaction_contract"] = contract.document(tx, d, contract_id=None, run_id=own.id if own else None,
-                                                        fingerprint=fp, issued_at=now)
+        fp = seen.fingerprint(own.id if own else None)
+        out["interaction_contract"] = contract.document(tx, d, seen, contract_id=None,
+                                                        run_id=own.id if own else None, fingerprint=fp,
+                                                        issued_at=now)
         return out
     if own is not None:
-        fp = fingerprint(tx, goal, exclude_run=own.id)
+        fp = seen.fingerprint(own.id)
         if fp == own.fingerprint:
             out["interaction_contract"] = runs.load_contract(tx, own.contract_id)
             return out
-        doc = contract.document(tx, d, contract_id=contract_id, run_id=own.id, fingerprint=fp, issued_at=now,
-                                expires_at=own.expires_at)
+        doc = contract.document(tx, d, seen, contract_id=contract_id, run_id=own.id, fingerprint=fp,
+                                issued_at=now, expires_at=own.expires_at, contributed=answers.actions_for(own.id))
         if w is not None:
             w.emit("run.renewed", {"run_id": own.id, "contract": doc})
         out["interaction_contract"] = doc
         return out
-    fp = fingerprint(tx, goal)
+    fp = seen.fingerprint()
     # A run cannot outlive the wall-clock budget: an agent that crashes is charged at most
     # what remained when its run was opened. Parallel runs each reserve their lease out of what
     # remains, so together they never exceed the budget.
-    left = remaining(goal, usage(tx, goal_id))["wall_seconds"]
+    left = remaining(goal, seen.usage())["wall_seconds"]
     if left is not None:
         # An open run will be charged from its opening up to its expiry at most: all of that is
         # spoken for (usage counts closed runs only).
+        live = seen.live_runs(now)
         reserved = sum(max(0.0, seconds_between(r.opened_at, r.expires_at)) for r in live)
         left = round(left - reserved, 3)
         if left <= 0:
@@ -120,19 +175,19 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id) -> dict:
             d = contract.Decision("wait", ["wall_budget_reserved"], goal=goal, agent=agent,
                                   next_eligible_at=soonest, other_run=live[0])
             out.update(should_run=False, decision="wait", reasons=d.reasons)
-            out["interaction_contract"] = contract.document(tx, d, contract_id=None, run_id=None, fingerprint=fp,
-                                                            issued_at=now)
+            out["interaction_contract"] = contract.document(tx, d, seen, contract_id=None, run_id=None,
+                                                            fingerprint=fp, issued_at=now)
             return out
     expires = add_seconds(now, ttl if left is None else min(ttl, left))
-    doc = contract.document(tx, d, contract_id=contract_id, run_id=run_id, fingerprint=fp, issued_at=now,
-                            expires_at=expires, opening=True)
+    doc = contract.document(tx, d, seen, contract_id=contract_id, run_id=run_id, fingerprint=fp, issued_at=now,
+                            expires_at=expires, opening=True, contributed=answers.actions_for(run_id))
     if w is not None:
         w.emit("run.opened", {"run_id": run_id, "agent": agent, "expires_at": expires, "contract": doc})
     out["interaction_contract"] = doc
     return out
 
 
-def _tampered(tx, w, goal, *, agent, now) -> dict | None:
+def _tampered(tx, w, seen, *, agent, now) -> dict | None:
     """``repair`` (writing nothing) when the goal's ledger or state fails its integrity check.
 
     The mutation already verified the goal before this turn (``w.integrity_problems``); a dry
@@ -140,6 +195,7 @@ def _tampered(tx, w, goal, *, agent, now) -> dict | None:
     """
     from loopx import contract, integrity
 
+    goal = seen.goal
     problems = w.integrity_problems if w is not None else integrity.verify_head(tx, goal.id)
     if not problems:
         return None
@@ -154,8 +210,8 @@ def _tampered(tx, w, goal, *, agent, now) -> dict | None:
     out = {"goal_id": goal.id, "should_run": False, "decision": "repair", "reasons": d.reasons}
     if w is None:
         out["dry_run"] = True
-    out["interaction_contract"] = contract.document(tx, d, contract_id=None, run_id=None,
-                                                    fingerprint=fingerprint(tx, goal), issued_at=now)
+    out["interaction_contract"] = contract.document(tx, d, seen, contract_id=None, run_id=None,
+                                                    fingerprint=seen.fingerprint(), issued_at=now)
     return out
 
 

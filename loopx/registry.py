@@ -55,9 +55,9 @@ def resolve_url(url: str | None) -> str:
 
 def display_url(url: str) -> str:
     """``url`` as safe to print: any password replaced by ``***``."""
-    import re
+    from loopx.store import display_url as safe
 
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+    return safe(url)
 
 
 def open_store(url: str | None = None, *, readonly: bool = False, create: bool = True):
@@ -129,11 +129,17 @@ class MissingStore:
 
 
 class Writer:
-    """What a mutation sees: the transaction, the actor, the locked goal, and ``emit``."""
+    """What a mutation sees: the transaction, the actor, the locked goal, and ``emit``.
+
+    The actor is fixed when the writer is created: ``actor`` is read-only, so no code running
+    inside a mutation can make the ledger record another actor. A capability's own writes
+    inside someone else's mutation go through :meth:`as_capability`, which can only narrow the
+    actor to ``capability:NAME``, never widen it to ``user`` or ``core``.
+    """
 
     def __init__(self, tx, actor: str, goal: dict | None, operation_id: str | None):
         self.tx = tx
-        self.actor = actor
+        self._actor = actor
         self.goal = goal
         self.goal_id = goal["id"] if goal else None
         self.operation_id = operation_id
@@ -146,16 +152,35 @@ class Writer:
         #: Set by a repair that rebuilt the goal's state from its ledger: the result is trusted.
         self.rebuilt = False
 
+    @property
+    def actor(self) -> str:
+        """Who this writer writes as (fixed at creation)."""
+        return self._actor
+
+    def as_capability(self, name: str) -> "Writer":
+        """A writer on the same transaction that records ``capability:NAME`` as its actor.
+
+        Lets a plugin command that acts for the user (creating a goal, say) record its own
+        state in the same transaction. Only ever a capability actor: there is no way to get a
+        ``user`` or ``core`` writer from here.
+        """
+        from loopx.capabilities import check_name
+
+        return _CapabilityWriter(self, f"capability:{check_name(name)}")
+
     def emit(self, kind_name: str, body: dict, *, goal_id: str | None = None) -> Event:
         """Append and apply one event to this writer's goal (``goal_id`` only when creating)."""
+        return self._emit(self._actor, kind_name, body, goal_id=goal_id)
+
+    def _emit(self, actor: str, kind_name: str, body: dict, *, goal_id: str | None = None) -> Event:
         kind = ledger.kind(kind_name)
-        if ledger.role(self.actor) not in kind.writers:
+        if ledger.role(actor) not in kind.writers:
             raise LoopxError(
                 "actor_forbidden",
-                f"{self.actor} may not {kind_name.replace('.', ' ')}: that is for {', '.join(sorted(kind.writers))}",
+                f"{actor} may not {kind_name.replace('.', ' ')}: that is for {', '.join(sorted(kind.writers))}",
             )
         if kind.guard is not None:
-            kind.guard(self, body)
+            kind.guard(self if actor == self._actor else _CapabilityWriter(self, actor), body)
         if goal_id is not None:
             if self.goal_id is not None and goal_id != self.goal_id:
                 raise ValueError("one mutation writes one goal's ledger")
@@ -179,7 +204,7 @@ class Writer:
             goal_id=self.goal_id,
             seq=self._revision,
             at=self.at,
-            actor=self.actor,
+            actor=actor,
             kind=kind_name,
             body=body,
             operation_id=self.operation_id,
@@ -192,6 +217,32 @@ class Writer:
     def revision(self) -> int:
         """The goal's revision after what this writer emitted."""
         return self._revision if self._revision is not None else self.goal["revision"]
+
+
+class _CapabilityWriter:
+    """A view of a :class:`Writer` that writes as one capability (see :meth:`Writer.as_capability`)."""
+
+    __slots__ = ("_parent", "_actor")
+
+    def __init__(self, parent: Writer, actor: str):
+        object.__setattr__(self, "_parent", parent)
+        object.__setattr__(self, "_actor", actor)
+
+    @property
+    def actor(self) -> str:
+        return self._actor
+
+    def __getattr__(self, name):
+        return getattr(self._parent, name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"a capability writer is read-only ({name})")
+
+    def as_capability(self, name: str):
+        return self._parent.as_capability(name)
+
+    def emit(self, kind_name: str, body: dict, *, goal_id: str | None = None) -> Event:
+        return self._parent._emit(self._actor, kind_name, body, goal_id=goal_id)
 
 
 class Registry:
@@ -250,6 +301,12 @@ class Registry:
             # Only creating a goal may create a registry; anything about an existing goal is a
             # mistyped path.
             raise LoopxError("registry_not_found", _not_found(self.store.path))
+        if actor.startswith("capability:"):
+            # Capability declarations are plugin answers: read them before the lock is taken
+            # (the ownership guards below use the cached result).
+            from loopx import capabilities
+
+            capabilities.load()
 
         def transaction(tx):
             if operation_id is not None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from loopx import ledger
 from loopx.errors import LoopxError
-from loopx.model import from_row, to_json
+from loopx.model import to_json
 from loopx.registry import Registry
 from loopx.validate import check_id, check_number, check_text, new_id
 
@@ -29,7 +29,8 @@ def reward_from_row(row: dict) -> Reward:
     """A :class:`Reward` from a ``rewards`` row."""
     from loopx.model import Reward
 
-    return from_row({**row, "score": float(row["score"])}, Reward)
+    return Reward(id=row["id"], goal_id=row["goal_id"], run_id=row["run_id"], score=float(row["score"]),
+                  author=row["author"], created_at=row["created_at"], comment=row["comment"])
 
 
 def list_rewards(tx, goal_id: str) -> list[Reward]:

@@ -9,7 +9,6 @@ always recorded, even after the contract went stale or the run's lease ran out.
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 from loopx import clock
 from loopx.errors import LoopxError
@@ -122,24 +121,22 @@ def latest_handoff_note(tx, goal_id: str) -> str | None:
     return None if row is None else row["handoff"]
 
 
-# Runs on the should-run path are plain rows with attribute access (``run.id``, ``run.agent``...):
-# building the attrs model classes of the run area costs ~2 ms in a process that lives ~80 ms.
-def open_runs(tx, goal_id: str, now: str) -> list[SimpleNamespace]:
-    """The goal's runs that are open and unexpired at ``now``, oldest first (rows as attributes)."""
+def open_runs(tx, goal_id: str, now: str) -> list:
+    """The goal's runs that are open and unexpired at ``now``, oldest first."""
     rows = tx.query(
         "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at > ? ORDER BY opened_at, id",
         (goal_id, now),
     )
-    return [SimpleNamespace(**r) for r in rows]
+    return [run_from_row(r) for r in rows]
 
 
-def expired_runs(tx, goal_id: str, now: str) -> list[SimpleNamespace]:
+def expired_runs(tx, goal_id: str, now: str) -> list:
     """The goal's runs still marked open whose expiry has passed (to be marked abandoned)."""
     rows = tx.query(
         "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at <= ? ORDER BY opened_at, id",
         (goal_id, now),
     )
-    return [SimpleNamespace(**r) for r in rows]
+    return [run_from_row(r) for r in rows]
 
 
 def load_contract(tx, contract_id: str) -> dict:

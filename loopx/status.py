@@ -27,6 +27,7 @@ import attrs
 
 from loopx import clock
 from loopx.errors import LoopxError
+from loopx.model.goal import BUDGETS as _BUDGETS
 from loopx.validate import check_id, check_number
 
 SCHEMA = "loopx.status/1"
@@ -39,7 +40,7 @@ RECENT_EVIDENCE = 50
 RECENT_REWARDS = 20
 RECENT_GATES = 20
 MAX_TODOS = 500
-_BUDGET_KEYS = ("max_turns", "max_tokens", "max_cost", "max_wall_seconds")
+_BUDGET_KEYS = tuple(_BUDGETS.values())
 _CHUNK = 500  # ids per IN (...) list: far below every backend's parameter limit
 _WHOLE_TABLE = 2000  # more ids than this: scan the table once instead
 

@@ -13,9 +13,7 @@ import json
 
 from loopx.clock import seconds_between
 from loopx.model import Goal, QuotaLimits, QuotaUsage
-
-# usage name -> limit name
-BUDGETS = {"turns": "max_turns", "tokens": "max_tokens", "cost": "max_cost", "wall_seconds": "max_wall_seconds"}
+from loopx.model.goal import BUDGETS  # noqa: F401  (usage name -> limit name; the one table)
 
 
 def usage(tx, goal_id: str, *, exclude_run: str | None = None) -> QuotaUsage:
@@ -78,14 +76,22 @@ def fingerprint(tx, goal: Goal, *, exclude_run: str | None = None) -> str:
     """
     gates = tx.query("SELECT id, status, blocks FROM gates WHERE goal_id = ? ORDER BY id", (goal.id,))
     actions = tx.query("SELECT name, argv, gate_id FROM actions WHERE goal_id = ? ORDER BY name", (goal.id,))
+    return fingerprint_of(goal, [(g["id"], g["status"], g["blocks"]) for g in gates],
+                          [(a["name"], json.loads(a["argv"]), a["gate_id"]) for a in actions],
+                          usage(tx, goal.id, exclude_run=exclude_run))
+
+
+def fingerprint_of(goal: Goal, gates, actions, used: QuotaUsage) -> str:
+    """The fingerprint from values already read: ``gates`` as ``(id, status, blocks)``, ``actions`` as
+    ``(name, argv, gate_id)`` (any order), ``used`` without the run's own charges."""
     inputs = {
         "goal": goal.id,
         "status": goal.status,
         "limits": attrs_dict(effective_limits(goal)),
         "parallel_runs": goal.parallel_runs,
-        "gates": [[g["id"], g["status"], g["blocks"]] for g in gates],
-        "actions": [[a["name"], json.loads(a["argv"]), a["gate_id"]] for a in actions],
-        "exhausted": exhausted(goal, usage(tx, goal.id, exclude_run=exclude_run)),
+        "gates": [list(g) for g in sorted(gates)],
+        "actions": [list(a) for a in sorted(actions, key=lambda a: a[0])],
+        "exhausted": exhausted(goal, used),
     }
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
     return "sha256:" + _sha256(blob).hexdigest()

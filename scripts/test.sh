@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# Install everything LoopX's tests need, then run them:
+# Install what LoopX's tests need, then run them — leaving the machine as it was found:
 #
 #     bash scripts/test.sh [pytest arguments]
 #
-# 1. System packages from Debian (PostgreSQL, Chromium and its driver, git, jq) when they are
-#    missing and this machine can install them (root or sudo with apt-get). Without them the
-#    PostgreSQL and browser tests are skipped, and pytest says so.
+# 1. System packages from Debian (PostgreSQL's server binaries, Chromium and its driver, git,
+#    jq) when they are missing. The script names them first, and installs them only as root or
+#    with passwordless sudo; otherwise the tests that need them are skipped, and pytest says so.
+#    Debian's postgresql package creates and starts a cluster "main" when it is installed: the
+#    script drops a cluster that this very install created (never one that was there before).
 # 2. A virtualenv in .venv with LoopX, its test and postgres extras, and the capability plugins
 #    in plugins/, all editable.
-# 3. A local PostgreSQL server (scripts/postgres.sh) unless LOOPX_TEST_POSTGRES_URL is set.
-# 4. pytest over the core and plugin suites.
+# 3. The real agent CLIs the executor tests drive (Claude Code, Codex; pinned versions), with
+#    npm into ${XDG_CACHE_HOME:-~/.cache}/loopx-test/agents, reused while the versions match;
+#    skipped, saying so, without npm. LOOPX_TEST_AGENTS_DIR names their bin directory.
+# 4. pytest over the core and plugin suites. PostgreSQL tests run on a throwaway server the
+#    session starts in a temp dir (tests/pg_server.py) and deletes at its end, or on
+#    LOOPX_TEST_POSTGRES_URL if you set it (then nothing is started).
 #
-# LOOPX_TEST_SYSTEM=0 skips steps 1 and 3 (no system changes): the suite then runs on SQLite only.
+# LOOPX_TEST_SYSTEM=0 skips steps 1 and 3's download (nothing installed outside the checkout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { echo "test.sh: $*" >&2; }
@@ -20,6 +26,7 @@ SYSTEM=${LOOPX_TEST_SYSTEM:-1}
 SUDO=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO=sudo; fi
 can_install() { [ "$SYSTEM" = 1 ] && command -v apt-get >/dev/null && { [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; }; }
+clusters() { ls -d /etc/postgresql/*/*/ 2>/dev/null || true; }
 
 want=()
 command -v git >/dev/null || want+=(git)
@@ -30,11 +37,22 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || want+=(postgresql)
 if [ ${#want[@]} -gt 0 ]; then
     if can_install; then
         log "installing from Debian's packages: ${want[*]}"
+        before=$(clusters)
         export DEBIAN_FRONTEND=noninteractive
         $SUDO apt-get update -qq >&2
         $SUDO apt-get install -y -qq --no-install-recommends "${want[@]}" >&2
+        # The tests need only the server binaries. A cluster the package's install script just
+        # created (and started) is dropped again, so no server keeps running and /etc/postgresql
+        # holds what it held before.
+        for dir in $(clusters); do
+            case "$before" in *"$dir"*) continue ;; esac
+            version=$(basename "$(dirname "$dir")") name=$(basename "$dir")
+            log "dropping the cluster $version/$name that installing postgresql just created"
+            $SUDO pg_dropcluster --stop "$version" "$name" >&2
+        done
     else
-        log "not installing ${want[*]} (no root/sudo, or LOOPX_TEST_SYSTEM=0): tests that need them skip"
+        log "would install from Debian's packages: ${want[*]} — not installing (needs root or passwordless" \
+            "sudo, and LOOPX_TEST_SYSTEM=1): the tests that need them skip"
     fi
 fi
 
@@ -53,15 +71,40 @@ for plugin in plugins/*/; do
     [ -f "$plugin/pyproject.toml" ] && .venv/bin/python -m pip install -q -e "$plugin" >&2
 done
 
-if [ -z "${LOOPX_TEST_POSTGRES_URL:-}" ] && [ "$SYSTEM" = 1 ] && [ "$(id -u)" = 0 ]; then
-    if url=$(bash scripts/postgres.sh); then
-        export LOOPX_TEST_POSTGRES_URL=$url
-        log "PostgreSQL tests run against $url"
-    else
-        log "could not start PostgreSQL: its tests skip"
+# The real agent CLIs, pinned, in a cache of their own (never in the checkout or system paths).
+AGENTS=("@anthropic-ai/claude-code@2.1.328" "@openai/codex@0.169.0")
+AGENTS_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/loopx-test/agents
+agents_current() {
+    local spec name version
+    for spec in "${AGENTS[@]}"; do
+        name=${spec%@*} version=${spec##*@}
+        [ "$(.venv/bin/python -c 'import json, sys; print(json.load(open(sys.argv[1]))["version"])' \
+            "$AGENTS_DIR/node_modules/$name/package.json" 2>/dev/null)" = "$version" ] || return 1
+    done
+}
+if agents_current; then
+    log "agent CLIs: reusing $AGENTS_DIR (${AGENTS[*]})"
+elif [ "$SYSTEM" != 1 ]; then
+    log "agent CLIs: not installing ${AGENTS[*]} (LOOPX_TEST_SYSTEM=0): their tests skip"
+elif ! command -v npm >/dev/null; then
+    log "agent CLIs: npm is not installed, so ${AGENTS[*]} are not: their tests skip"
+else
+    log "agent CLIs: installing ${AGENTS[*]} into $AGENTS_DIR"
+    mkdir -p "$AGENTS_DIR"
+    if ! npm install --prefix "$AGENTS_DIR" --save-exact --no-audit --no-fund --loglevel=error "${AGENTS[@]}" >&2; then
+        log "agent CLIs: npm install failed: their tests skip"
     fi
 fi
-[ -n "${LOOPX_TEST_POSTGRES_URL:-}" ] || log "LOOPX_TEST_POSTGRES_URL is not set: PostgreSQL tests are SKIPPED"
+if agents_current; then
+    export LOOPX_TEST_AGENTS_DIR=$AGENTS_DIR/node_modules/.bin
+    log "agent CLIs: LOOPX_TEST_AGENTS_DIR=$LOOPX_TEST_AGENTS_DIR"
+fi
+
+if [ -n "${LOOPX_TEST_POSTGRES_URL:-}" ]; then
+    log "PostgreSQL tests run against LOOPX_TEST_POSTGRES_URL (nothing is started)"
+else
+    log "PostgreSQL tests run against a throwaway server in a temp dir, deleted when they end"
+fi
 
 export PATH="$PWD/.venv/bin:$PATH"
 exec .venv/bin/python -m pytest -rs "$@"

@@ -1,7 +1,10 @@
 """Which storage backends the suite runs on, and how a test gets a fresh registry on each.
 
-SQLite always runs. PostgreSQL runs when ``LOOPX_TEST_POSTGRES_URL`` names a reachable server
-(``.ci/run`` starts one); otherwise its tests are skipped with that reason.
+SQLite always runs. PostgreSQL runs against ``LOOPX_TEST_POSTGRES_URL`` when a contributor
+sets it (a server of their own; nothing is started then), else against a throwaway server the
+first PostgreSQL test starts for the session (``tests/pg_server.py``), stopped and deleted when
+the session ends. Without server binaries the PostgreSQL tests are skipped, saying why, unless
+``LOOPX_TEST_REQUIRE_POSTGRES=1`` (CI) turns that into a failure.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import uuid
 import pytest
 
 POSTGRES_ENV = "LOOPX_TEST_POSTGRES_URL"
+REQUIRE_ENV = "LOOPX_TEST_REQUIRE_POSTGRES"
 KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
@@ -47,13 +51,37 @@ def drop_registry(kind: str, url: str) -> None:
 # milliseconds, where a database per test would take a second, and real processes given the
 # URL land in the same schema.
 _reachable: dict[str, str | None] = {}
+_server = None  # the session's ThrowawayPostgres, once started
+_unavailable: str | None = None  # why it could not be started
+
+
+def _skip(reason: str):
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_ENV}=1: PostgreSQL tests must run)", pytrace=False)
+    pytest.skip(reason)
 
 
 def postgres_base_url() -> str:
-    """``LOOPX_TEST_POSTGRES_URL`` if it names a reachable server; else skip the test, saying why."""
-    base = os.environ.get(POSTGRES_ENV)
-    if not base:
-        pytest.skip(f"PostgreSQL tests skipped: set {POSTGRES_ENV} to run them (scripts/postgres.sh starts a server)")
+    """The URL of the session's PostgreSQL test database; skip the test, saying why, if there is none.
+
+    ``LOOPX_TEST_POSTGRES_URL`` when set; else a throwaway server, started on first use and
+    exported in ``LOOPX_TEST_POSTGRES_URL`` so processes the tests start see it too.
+    """
+    global _server, _unavailable
+    if _server is None and not os.environ.get(POSTGRES_ENV) and _unavailable is None:
+        from tests.pg_server import ServerUnavailable, ThrowawayPostgres
+
+        server = ThrowawayPostgres()
+        try:
+            os.environ[POSTGRES_ENV] = server.start()
+            _server = server
+        except ServerUnavailable as exc:
+            _unavailable = str(exc)
+        except Exception as exc:  # a broken start is reported on every PostgreSQL test, not raised once
+            _unavailable = f"the throwaway server did not start: {type(exc).__name__}: {exc}"
+    if _unavailable is not None:
+        _skip(f"PostgreSQL tests skipped: {_unavailable} (or set {POSTGRES_ENV} to a server of yours)")
+    base = os.environ[POSTGRES_ENV]
     if base not in _reachable:
         try:
             with _admin(base) as conn:
@@ -62,8 +90,18 @@ def postgres_base_url() -> str:
         except Exception as exc:  # any failure to connect means: skip, and say why
             _reachable[base] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
     if _reachable[base] is not None:
-        pytest.skip(f"PostgreSQL tests skipped: {POSTGRES_ENV} is not reachable ({_reachable[base]})")
+        _skip(f"PostgreSQL tests skipped: {POSTGRES_ENV} is not reachable ({_reachable[base]})")
     return base
+
+
+def stop_server() -> None:
+    """Stop and delete the throwaway server, if this session started one (conftest: session end)."""
+    global _server
+    server, _server = _server, None
+    if server is not None:
+        if os.environ.get(POSTGRES_ENV) == server.url:
+            del os.environ[POSTGRES_ENV]
+        server.stop()
 
 
 def _admin(base: str):

@@ -16,6 +16,17 @@ from tests import backends
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def only_builtin_plugins(monkeypatch):
+    """The core suite sees LoopX's built-ins and the plugins a test registers, nothing installed.
+
+    ``LOOPX_PLUGINS`` set to nothing is an empty allow-list: the plugin manager (rebuilt when the
+    variable changes) loads no entry point, here and in every ``loopx`` process a test starts, so
+    installing a plugin into the same environment changes no core test's result.
+    """
+    monkeypatch.setenv("LOOPX_PLUGINS", "")
+
+
 @pytest.fixture(params=backends.KINDS)
 def registry_url(request, tmp_path):
     """A fresh, empty registry URL, once per backend (PostgreSQL skips without a server)."""
@@ -61,6 +72,7 @@ def loopx_env(registry_url: str, **extra) -> dict:
     """Environment for a real ``loopx`` process on ``registry_url``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     env["LOOPX_REGISTRY"] = registry_url
+    env["LOOPX_PLUGINS"] = ""  # built-ins only (see only_builtin_plugins)
     env.update(extra)
     return env
 
@@ -82,3 +94,8 @@ def loopx_proc(registry_url):
 
     call.url = registry_url
     return call
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stop the throwaway PostgreSQL server (if one was started), whatever the outcome."""
+    backends.stop_server()

@@ -9,6 +9,12 @@ from tests.conftest import ROOT
 INSTALLED = sorted(capabilities.load())
 
 
+@pytest.fixture(autouse=True)
+def only_builtin_plugins():
+    """This module checks what is installed, so it does not isolate the core from it (the
+    suite-wide fixture of this name loads built-ins only)."""
+
+
 def test_the_plugins_shipped_here_are_installed():
     # The documents below are checked against what is installed; make sure the repository's own
     # capabilities are among them (the CI installs every plugin of plugins/).

@@ -12,6 +12,14 @@ detectors = pytest.importorskip("loopx_self_repair.detectors", reason="pip insta
 repairs = pytest.importorskip("loopx_self_repair.repairs")
 
 
+@pytest.fixture(autouse=True)
+def self_repair_plugin(loopx_plugin):
+    """The core suite loads no installed plugin: register self_repair's hooks for these tests."""
+    import loopx_self_repair.plugin
+
+    loopx_plugin(loopx_self_repair.plugin, name="self_repair")
+
+
 def damage(reg, sql, params=()):
     reg.store.write(lambda tx: tx.execute(sql, params))
 

@@ -48,12 +48,38 @@ def test_demo_refuses_a_registry_that_is_not_fresh(tmp_path):
 
 
 def test_demo_json_transcript_and_default_temp_registry(tmp_path):
-    env = loopx_env(str(tmp_path / "untouched.db"))
+    env = loopx_env(str(tmp_path / "elsewhere" / "untouched.db"))
     env["TMPDIR"] = str(tmp_path)
     p = subprocess.run([sys.executable, "-m", "loopx", "demo", "--json"], env=env, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert doc["registry"].startswith(str(tmp_path)) and not (tmp_path / "untouched.db").exists()
+    assert doc["registry"].startswith(str(tmp_path)) and not (tmp_path / "elsewhere").exists()
+    # The temporary registry is gone with the demo: nothing left in TMPDIR.
+    assert doc["registry_kept"] is False and sorted(tmp_path.iterdir()) == []
     kinds = [e["show"] for e in doc["transcript"] if e["kind"] == "command"]
     assert kinds[-1] == "summary" and "loop" in kinds and "reward" in kinds
+
+
+def test_demo_removes_its_temporary_registry_and_its_last_line_works_as_printed(tmp_path):
+    temp, work = tmp_path / "tmp", tmp_path / "work"
+    temp.mkdir()
+    work.mkdir()
+    env = {**loopx_env(str(tmp_path / "untouched.db")), "TMPDIR": str(temp)}
+    p = subprocess.run([sys.executable, "-m", "loopx", "demo"], cwd=work, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert list(temp.iterdir()) == []  # the temporary registry is removed
+    last = p.stdout.strip().splitlines()[-1]
+    assert "loopx-demo.db" in last
+    # Pasted into a shell in the same directory, it builds a registry that is kept, and shows it.
+    again = subprocess.run(["sh", "-c", last], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "rewards   1, mean +1.00" in again.stdout
+    assert (work / "loopx-demo.db").exists() and list(temp.iterdir()) == []
+    # Given a registry, the demo keeps it, and its last line looks around in it.
+    kept = subprocess.run([sys.executable, "-m", "loopx", "demo", "--registry", "mine.db"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=300)
+    last = kept.stdout.strip().splitlines()[-1]
+    look = subprocess.run(["sh", "-c", last], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert look.returncode == 0 and "rewards   1, mean +1.00" in look.stdout, look.stderr

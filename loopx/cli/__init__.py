@@ -15,10 +15,12 @@ import click
 
 from loopx import __version__
 from loopx.cli.output import REGISTRY_KEY, LoopxGroup, wants_json
+from loopx.errors import LoopxError
 
-# name -> "module:attribute". Hyphen and underscore spellings of the seed's names both work.
+# name -> "module:attribute". Hyphenated names are canonical; the seed's underscore spellings
+# (`project_prompt`, `summary_all`) are promises to users and keep working as aliases.
 COMMANDS = {
-    "project_prompt": "loopx.cli.goals:project_prompt",
+    "project-prompt": "loopx.cli.goals:project_prompt",
     "history": "loopx.cli.inspect:history",
     "plugins": "loopx.cli.inspect:plugins_command",
     "quota": "loopx.cli.quota:quota",
@@ -34,26 +36,28 @@ COMMANDS = {
     "todo": "loopx.cli.todos:todo",
     "handoff": "loopx.cli.rewards:handoff",
     "reward": "loopx.cli.rewards:reward",
-    "summary_all": "loopx.cli.rewards:summary_all",
+    "summary-all": "loopx.cli.rewards:summary_all",
     "status": "loopx.cli.status:status",
     "status-server": "loopx.cli.status:status_server",
     "capabilities": "loopx.cli.capabilities:capabilities",
     "registry": "loopx.cli.registry:registry",
 }
-ALIASES = {"project-prompt": "project_prompt", "summary-all": "summary_all", "status_server": "status-server"}
+ALIASES = {"project_prompt": "project-prompt", "summary_all": "summary-all", "status_server": "status-server"}
 
 
 class RootGroup(LoopxGroup):
     """The root group: built-in commands load on demand; plugin commands through a hook."""
 
     _plugins_loaded = False
+    aliases = ALIASES
 
     def _load_plugin_commands(self):
         if not self._plugins_loaded:
             self._plugins_loaded = True
-            from loopx.plugins import get_plugin_manager
+            from loopx import plugins
 
-            get_plugin_manager().hook.loopx_register_commands(cli=self)
+            # One plugin's broken commands hook costs that plugin its commands, nothing more.
+            plugins.register_commands(self)
 
     def main(self, args=None, prog_name=None, **extra):
         """Run the CLI; usage errors become LoopX errors (one line, ``invalid_argument``, exit 2)."""
@@ -66,16 +70,27 @@ class RootGroup(LoopxGroup):
         except click.exceptions.Abort:
             click.echo("Aborted!", err=True)
             sys.exit(1)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help())  # `loopx` alone: the help, as asked
+            sys.exit(0)
         except click.ClickException as exc:
+            # One line, like every other error (the usage block is one `--help` away).
             ctx = getattr(exc, "ctx", None)
-            message = exc.format_message()
+            message = " ".join(exc.format_message().split())
+            if ctx is not None and isinstance(exc, click.UsageError) and "--help" not in message:
+                message += f" (see `{ctx.command_path} --help`)"
             if (ctx is not None and wants_json(ctx)) or _json_requested(args):
                 click.echo(json.dumps({"error": {"code": "invalid_argument", "message": message}}))
             else:
-                if ctx is not None and isinstance(exc, click.UsageError):
-                    click.echo(ctx.get_usage(), err=True)
                 click.echo(f"loopx: error: {message} [invalid_argument]", err=True)
             sys.exit(2)
+        except LoopxError as err:
+            # Raised while parsing, e.g. an id prefix that is ambiguous or matches nothing.
+            if _json_requested(args):
+                click.echo(json.dumps(err.to_json()))
+            else:
+                click.echo(f"loopx: error: {err.message} [{err.code}]", err=True)
+            sys.exit(err.exit_code)
 
     def list_commands(self, ctx):
         self._load_plugin_commands()

@@ -6,6 +6,7 @@ import shlex
 
 import click
 
+from loopx.cli.ids import goal_option, id_option
 from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
 
 
@@ -21,9 +22,9 @@ def action():
 
 
 @action.command(context_settings={"ignore_unknown_options": True})
-@click.option("--goal-id", required=True)
+@goal_option(positional=False)
 @click.option("--name", required=True, help="Short name, e.g. test.")
-@click.option("--gate-id", default=None, help="Keep the action out of contracts until this gate is approved.")
+@id_option("gate", required=False, help="Keep the action out of contracts until this gate is approved.")
 @operation_option
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED, required=True)
 def add(goal_id, name, gate_id, operation_id, argv):
@@ -37,7 +38,7 @@ def add(goal_id, name, gate_id, operation_id, argv):
 
 
 @action.command("list")
-@click.option("--goal-id", required=True)
+@goal_option()
 def list_command(goal_id):
     """The goal's allowed commands, and which a gate holds back."""
     from loopx import actions
@@ -47,7 +48,7 @@ def list_command(goal_id):
 
 
 @action.command()
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--name", required=True)
 @operation_option
 def remove(goal_id, name, operation_id):

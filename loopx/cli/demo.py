@@ -55,7 +55,8 @@ def render(entry: dict) -> str:
 
 @click.command(cls=LoopxCommand)
 @click.option("--registry", "demo_registry", default=None,
-              help="Where to build the demo registry (default: a new temporary directory). Must be new or empty.")
+              help="Where to build the demo registry, kept afterwards (default: a temporary directory, "
+                   "removed when the demo ends). Must be new or empty.")
 def demo(demo_registry):
     """Run a governed agent loop end to end on a fresh registry, printing a readable transcript.
 
@@ -65,31 +66,78 @@ def demo(demo_registry):
     import tempfile
     from pathlib import Path
 
-    from loopx import demo as d
-    from loopx.registry import Registry
-
     ctx = click.get_current_context()
     url = demo_registry
     root = ctx.find_root()
     if url is None and root.get_parameter_source("registry_url") == click.core.ParameterSource.COMMANDLINE:
         url = root.meta.get(REGISTRY_KEY) or ctx.meta.get(REGISTRY_KEY)
+    temp_dir = None
     if url is None:
-        # Never the user's own registry (LOOPX_REGISTRY is ignored here): always a fresh one.
-        url = str(Path(tempfile.mkdtemp(prefix="loopx-demo-")) / "registry.db")
+        # Never the user's own registry (LOOPX_REGISTRY is ignored here): always a fresh one,
+        # in a temporary directory removed when the demo ends.
+        temp_dir = tempfile.mkdtemp(prefix="loopx-demo-")
+        url = str(Path(temp_dir) / "registry.db")
+    try:
+        _run(url, kept=temp_dir is None)
+    finally:
+        if temp_dir is not None:
+            import shutil
+
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _run(url: str, kept: bool) -> None:
+    from loopx import demo as d
+    from loopx.registry import Registry
+
     d.check_fresh_target(url)
     entries = []
     as_json = wants_json()
     if not as_json:
         click.echo("LoopX demo: a governed agent loop, end to end")
-        click.echo(f"registry: {url}")
+        click.echo(f"registry: {url}" + ("" if kept else "  (temporary: removed when the demo ends)"))
     with Registry.open(url) as reg:
         for entry in d.steps(reg):
             entries.append(entry)
             if not as_json:
                 click.echo(render(entry))
     if as_json:
-        click.echo(json.dumps({"registry": url, "transcript": entries}, indent=2, ensure_ascii=False))
-    else:
+        click.echo(json.dumps({"registry": url, "registry_kept": kept, "transcript": entries}, indent=2,
+                              ensure_ascii=False))
+    elif kept:
         from loopx.registry import display_url
 
-        click.echo(f"\nDone. Look around: LOOPX_REGISTRY={shlex.quote(display_url(url))} loopx summary_all")
+        click.echo("\nDone. Look around in the demo's registry:")
+        click.echo(f"LOOPX_REGISTRY={shlex.quote(display_url(url))} {program()} summary-all")
+    else:
+        keep = free_name("loopx-demo.db")
+        click.echo("\nDone. The demo's temporary registry is removed. To run it on one you keep and look around:")
+        click.echo(f"{program()} demo --registry {shlex.quote(keep)} && "
+                   f"LOOPX_REGISTRY={shlex.quote(keep)} {program()} summary-all")
+
+
+def program() -> str:
+    """How to call LoopX again the way this process was called: ``loopx`` if that is on PATH, else its path."""
+    import os
+    import shutil
+    import sys
+
+    argv0 = sys.argv[0]
+    if os.path.basename(argv0) == "__main__.py":  # python -m loopx
+        return f"{shlex.quote(sys.executable)} -m loopx"
+    on_path = shutil.which("loopx")
+    if on_path and os.path.realpath(on_path) == os.path.realpath(shutil.which(argv0) or argv0):
+        return "loopx"
+    return shlex.quote(argv0)
+
+
+def free_name(name: str) -> str:
+    """``name`` in the current directory, or ``stem-2.db``, ``stem-3.db``, … if it is taken."""
+    import os
+
+    stem, ext = os.path.splitext(name)
+    candidate, n = name, 1
+    while os.path.exists(candidate):
+        n += 1
+        candidate = f"{stem}-{n}{ext}"
+    return candidate

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from loopx.cli.ids import goal_option, id_option
 from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
 
 SCOPES = ["production", "privacy", "safety", "other"]
@@ -38,7 +39,7 @@ def gate():
 
 
 @gate.command()
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--title", required=True, help="What needs approval, e.g. 'Publish the report'.")
 @click.option("--scope", type=click.Choice(SCOPES), default="other", show_default=True,
               help="What is at stake.")
@@ -56,8 +57,8 @@ def add(goal_id, title, scope, blocks, operation_id):
 
 
 def _decision(verb: str, doc: str):
-    @click.option("--goal-id", required=True)
-    @click.option("--gate-id", required=True)
+    @goal_option()
+    @id_option("gate")
     @click.option("--comment", default=None, help="Why; a rejection's comment reaches the agent.")
     @operation_option
     def command(goal_id, gate_id, comment, operation_id):
@@ -77,7 +78,7 @@ _decision("reject", "Reject a pending gate (user only): what it blocks stays blo
 
 
 @gate.command("list")
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--pending", is_flag=True, help="Only gates still waiting for a decision.")
 def list_command(goal_id, pending):
     """List a goal's gates, oldest first."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from loopx.cli.ids import goal_option
 from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
 
 
@@ -69,7 +70,7 @@ def list_command(status, limit):
 
 
 @project_prompt.command()
-@click.option("--goal-id", required=True)
+@goal_option()
 def show(goal_id):
     """Show one goal."""
     from loopx import project_prompt as goals
@@ -79,7 +80,7 @@ def show(goal_id):
 
 
 @project_prompt.command("criterion")
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--number", required=True, type=int, help="Which criterion, counting from 1 as `show` lists them.")
 @click.option("--met/--unmet", default=True, help="Mark it met (default) or not met again.")
 @operation_option
@@ -93,7 +94,7 @@ def criterion(goal_id, number, met, operation_id):
 
 
 def _transition(verb: str, doc: str):
-    @click.option("--goal-id", required=True)
+    @goal_option()
     @click.option("--reason", default=None, help="Why (kept in the ledger).")
     @operation_option
     def command(goal_id, reason, operation_id):

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from loopx.cli.output import LoopxCommand, emit, open_registry
+from loopx.cli.ids import goal_option
+from loopx.cli.output import LoopxCommand, LoopxGroup, emit, open_registry
 
 
 def _event_line(e: dict) -> str:
@@ -17,7 +18,7 @@ def _event_line(e: dict) -> str:
 
 
 @click.command(cls=LoopxCommand)
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--after", default=0, type=int, help="Only events after this sequence number.")
 @click.option("--limit", default=None, type=click.IntRange(1, 100000), help="At most this many events.")
 def history(goal_id, after, limit):
@@ -29,9 +30,58 @@ def history(goal_id, after, limit):
     emit(events, lambda es: "\n".join(_event_line(e) for e in es) or "no events")
 
 
-@click.command("plugins", cls=LoopxCommand)
-def plugins_command():
+@click.group("plugins", cls=LoopxGroup, invoke_without_command=True)
+@click.pass_context
+def plugins_command(ctx):
+    """Installed plugins and the hooks each implements; install and uninstall plugins.
+
+    Without a subcommand, the same as `loopx plugins list`.
+    """
+    if ctx.invoked_subcommand is None:
+        _list_plugins()
+
+
+@plugins_command.command("list")
+def list_plugins():
     """Installed plugins and the hooks each implements."""
+    _list_plugins()
+
+
+def _changed_text(out: dict) -> str:
+    if not out["changed"]:
+        return f"nothing changed in {out['python']}"
+    lines = [f"changed in the environment of {out['python']}:"]
+    for c in out["changed"]:
+        verb = "installed" if c["before"] is None else "removed" if c["after"] is None else "upgraded"
+        version = c["after"] or c["before"]
+        if c["before"] and c["after"]:
+            version = f"{c['before']} -> {c['after']}"
+        plugins = f"  (loopx plugin: {', '.join(c['plugins'])})" if c["plugins"] else ""
+        lines.append(f"  {verb:<9} {c['distribution']} {version}{plugins}")
+    return "\n".join(lines)
+
+
+@plugins_command.command()
+@click.argument("specs", nargs=-1, required=True, metavar="NAME|PATH...")
+@click.option("--upgrade", "-U", is_flag=True, help="Upgrade it if it is already installed.")
+@click.option("--editable", "-e", is_flag=True, help="Install a local checkout in editable mode.")
+def install(specs, upgrade, editable):
+    """Install plugins into the Python environment LoopX runs in (`python -m pip install`)."""
+    from loopx import plugin_install
+
+    emit(plugin_install.install(list(specs), upgrade=upgrade, editable=editable), _changed_text)
+
+
+@plugins_command.command()
+@click.argument("names", nargs=-1, required=True, metavar="NAME...")
+def uninstall(names):
+    """Uninstall plugin distributions from the environment LoopX runs in."""
+    from loopx import plugin_install
+
+    emit(plugin_install.uninstall(list(names)), _changed_text)
+
+
+def _list_plugins():
     from loopx import plugins
 
     found = plugins.describe()

@@ -16,7 +16,7 @@ import click
 from loopx.errors import LoopxError
 
 FORMAT_KEY = "loopx.format"
-REGISTRY_KEY = "loopx.registry"
+from loopx.cli.ids import REGISTRY_KEY  # noqa: E402,F401  (re-exported)
 
 
 def _set_format(ctx, param, value):
@@ -67,12 +67,37 @@ class _PlainHelp:
         return self._help_option
 
 
-class LoopxCommand(_PlainHelp, click.Command):
+class _Examples:
+    """``--help`` ends with an example, from :mod:`loopx.cli.examples` unless the command has an epilog."""
+
+    def format_epilog(self, ctx, formatter):
+        if self.epilog:
+            return super().format_epilog(ctx, formatter)
+        from loopx.cli.examples import example_for
+
+        lines = example_for(ctx.command_path)
+        if lines:
+            formatter.write_paragraph()
+            formatter.write_text("Example" + ("s:" if len(lines) > 1 else ":"))
+            with formatter.indentation():
+                for line in lines:
+                    formatter.write(f"{' ' * formatter.current_indent}{line}\n")
+
+
+class LoopxCommand(_Examples, _PlainHelp, click.Command):
     """A click command with LoopX's format options and error rendering."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.params.extend(format_options())
+
+    def parse_args(self, ctx, args):
+        rest = super().parse_args(ctx, args)
+        if "goal_id" in ctx.params and not ctx.resilient_parsing:
+            from loopx.cli.ids import merge_goal_argument
+
+            merge_goal_argument(self, ctx)
+        return rest
 
     def invoke(self, ctx):
         try:
@@ -81,7 +106,7 @@ class LoopxCommand(_PlainHelp, click.Command):
             fail(err, ctx)
 
 
-class LoopxGroup(_PlainHelp, click.Group):
+class LoopxGroup(_Examples, _PlainHelp, click.Group):
     """A click group whose subcommands are LoopX commands by default."""
 
     command_class = LoopxCommand
@@ -89,6 +114,20 @@ class LoopxGroup(_PlainHelp, click.Group):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.params.extend(format_options())
+
+    def resolve_command(self, ctx, args):
+        """As click's, but an unknown name gets "Did you mean ...?" (closest names by difflib)."""
+        name = args[0] if args else ""
+        if (name and not name.startswith("-") and not ctx.resilient_parsing
+                and self.get_command(ctx, name) is None):
+            import difflib
+
+            names = self.list_commands(ctx) + list(getattr(self, "aliases", {}))
+            close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            where = f"loopx {ctx.command_path.split(' ', 1)[1]} --help" if " " in ctx.command_path else "loopx --help"
+            ctx.fail(f"No such command {name!r}.{hint} (see `{where}`)")
+        return super().resolve_command(ctx, args)
 
 
 LoopxGroup.group_class = LoopxGroup

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from loopx.cli.ids import goal_option
 from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
 
 
@@ -35,7 +36,7 @@ def contract_text(out: dict) -> str:
 
 def quota_text(q: dict) -> str:
     """A goal's quota for people."""
-    names = {"turns": "max_turns", "tokens": "max_tokens", "cost": "max_cost", "wall_seconds": "max_wall_seconds"}
+    from loopx.model.goal import BUDGETS as names
     lines = [f"quota of {q['goal_id']}"]
     for key, limit in names.items():
         cap = q["effective"][limit]
@@ -58,7 +59,7 @@ def quota():
 
 
 @quota.command("should-run")
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--agent", default=None, help="Who asks (default: env LOOPX_AGENT, else 'agent').")
 @click.option("--ttl-seconds", type=float, default=None, help="How long an opened run stays open (default 3600).")
 @click.option("--dry-run", is_flag=True, help="Preview the decision and contract; write nothing.")
@@ -74,7 +75,7 @@ def should_run(goal_id, agent, ttl_seconds, dry_run, operation_id):
 
 
 @quota.command("set")
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--max-turns", type=int, default=None)
 @click.option("--max-tokens", type=int, default=None)
 @click.option("--max-cost", type=float, default=None, help="In USD.")
@@ -96,7 +97,7 @@ def set_command(goal_id, max_turns, max_tokens, max_cost, max_wall_seconds, cade
 
 
 @quota.command()
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--turns", type=int, default=None)
 @click.option("--tokens", type=int, default=None)
 @click.option("--cost", type=float, default=None, help="In USD.")
@@ -113,7 +114,7 @@ def grant(goal_id, turns, tokens, cost, wall_seconds, operation_id):
 
 
 @quota.command()
-@click.option("--goal-id", required=True)
+@goal_option()
 def show(goal_id):
     """Limits, grants, usage (derived from the ledger) and what remains."""
     from loopx import quota as q

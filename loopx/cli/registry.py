@@ -38,6 +38,47 @@ def copy(source, target, force):
     emit(copy_registry(source, target, force=force), _copied_text)
 
 
+def _size_text(n) -> str:
+    if n is None:
+        return "unknown"
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _info_text(info: dict) -> str:
+    lines = [f"registry  {info['url']}",
+             f"  chosen by   {info['source_text']}",
+             f"  backend     {info['backend']}"]
+    if not info["exists"]:
+        lines.append("  not created yet (the first command that writes creates it)")
+        return "\n".join(lines)
+    lines += [f"  schema      version {info['schema_version']} (this LoopX: {info['schema_supported']})",
+              f"  size        {_size_text(info['size_bytes'])}",
+              f"  goals       {info['goals']} ({info['goals_closed']} closed)",
+              f"  events      {info['events']}"]
+    return "\n".join(lines)
+
+
+@registry.command()
+@click.pass_context
+def info(ctx):
+    """Which registry is in use, why (flag, environment or default), its backend, schema, size and goals.
+
+    Opens the registry read-only: a registry that does not exist yet is reported, not created.
+    """
+    from loopx.registry_info import describe
+
+    root = ctx.find_root()
+    source = root.get_parameter_source("registry_url")
+    origin = {"COMMANDLINE": "flag", "ENVIRONMENT": "env"}.get(getattr(source, "name", ""), "default")
+    from loopx.cli.output import REGISTRY_KEY
+
+    emit(describe(ctx.meta.get(REGISTRY_KEY), origin), _info_text)
+
+
 @registry.command()
 def init():
     """Create an empty registry where --registry / LOOPX_REGISTRY points (or say it exists).

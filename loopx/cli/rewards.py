@@ -6,6 +6,7 @@ import json
 
 import click
 
+from loopx.cli.ids import goal_option, id_option
 from loopx.cli.output import LoopxCommand, LoopxGroup, actor, emit, open_registry, operation_option
 
 
@@ -15,7 +16,7 @@ def handoff():
 
 
 @handoff.command()
-@click.option("--goal-id", required=True)
+@goal_option()
 def show(goal_id):
     """The goal's latest hand-off note and the run that left it."""
     from loopx.rewards import latest_handoff
@@ -44,8 +45,8 @@ def reward():
 
 
 @reward.command()
-@click.option("--goal-id", required=True)
-@click.option("--run-id", required=True)
+@goal_option()
+@id_option("run")
 @click.option("--score", required=True, type=float, help="From -1 (harmful) to 1 (exactly right).")
 @click.option("--comment", default=None, help="What was good or bad; the agent reads it in its next contract.")
 @operation_option
@@ -60,7 +61,7 @@ def add(goal_id, run_id, score, comment, operation_id):
 
 
 @reward.command("list")
-@click.option("--goal-id", required=True)
+@goal_option()
 def list_command(goal_id):
     """The goal's rewards, oldest first."""
     from loopx import rewards
@@ -71,7 +72,7 @@ def list_command(goal_id):
 
 
 @reward.command()
-@click.option("--goal-id", default=None, help="Only this goal's rewards (default: every goal).")
+@goal_option(required=False, help="Only this goal's rewards (default: every goal).")
 def export(goal_id):
     """Write one loopx.reward_record/1 JSON line per reward, for reward-model training.
 
@@ -102,7 +103,7 @@ def export(goal_id):
 
 
 @click.command("summary_all", cls=LoopxCommand)
-@click.option("--goal-id", default=None, help="One goal (default: every goal).")
+@goal_option(required=False, help="One goal (default: every goal).")
 def summary_all(goal_id):
     """Runs, evidence, rewards, quota, open gates and todos, and the latest hand-off, per goal."""
     from loopx import summary_all as summaries

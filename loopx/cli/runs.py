@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from loopx.cli.ids import goal_option, id_option
 from loopx.cli.output import LoopxCommand, LoopxGroup, actor, emit, open_registry, operation_option, wants_json
 
 RUN_ID_HELP = "The run (default: env LOOPX_RUN_ID, set for commands started by `loopx exec`)."
@@ -19,7 +20,7 @@ def _exec_text(ev: dict) -> str:
 
 
 @click.command("exec", cls=LoopxCommand, context_settings={"ignore_unknown_options": True})
-@click.option("--run-id", envvar="LOOPX_RUN_ID", required=True, help=RUN_ID_HELP)
+@id_option("run", envvar="LOOPX_RUN_ID", help=RUN_ID_HELP)
 @click.option("--action", "action_name", default=None, help="An allowed action of the run's contract.")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds before the command is killed.")
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
@@ -45,8 +46,8 @@ def evidence():
 
 
 @evidence.command()
-@click.option("--run-id", envvar="LOOPX_RUN_ID", default=None, help=RUN_ID_HELP)
-@click.option("--goal-id", default=None, help="For evidence outside any run (users and capabilities).")
+@id_option("run", envvar="LOOPX_RUN_ID", required=False, help=RUN_ID_HELP)
+@goal_option(positional=False, required=False, help="For evidence outside any run (users and capabilities).")
 @click.option("--kind", required=True, help="note, command, file, metric... (a short name).")
 @click.option("--summary", required=True, help="One line on what was observed.")
 @click.option("--data", default=None, help="A JSON object or array with details.")
@@ -63,8 +64,8 @@ def add(run_id, goal_id, kind, summary, data, file_path, operation_id):
 
 
 @evidence.command("list")
-@click.option("--goal-id", default=None)
-@click.option("--run-id", default=None)
+@goal_option(positional=False, required=False, help="Evidence of this goal.")
+@id_option("run", required=False, help="Evidence of this run.")
 @click.option("--kind", default=None)
 @click.option("--limit", type=int, default=100)
 def list_command(goal_id, run_id, kind, limit):
@@ -94,7 +95,7 @@ def run():
 
 
 @run.command()
-@click.option("--run-id", envvar="LOOPX_RUN_ID", required=True, help=RUN_ID_HELP)
+@id_option("run", envvar="LOOPX_RUN_ID", help=RUN_ID_HELP)
 @click.option("--outcome", required=True, type=click.Choice(["ok", "partial", "failed"]))
 @click.option("--tokens", type=int, default=0, help="Tokens the turn used.")
 @click.option("--cost", type=float, default=0.0, help="What the turn cost, in USD.")
@@ -112,7 +113,7 @@ def finish(run_id, outcome, tokens, cost, handoff, operation_id):
 
 
 @run.command()
-@click.option("--run-id", required=True)
+@id_option("run")
 def show(run_id):
     """One run, its contract and its evidence."""
     from loopx import runs
@@ -123,7 +124,7 @@ def show(run_id):
 
 
 @run.command("list")
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--limit", type=int, default=50)
 def list_command_runs(goal_id, limit):
     """The goal's runs, newest first."""

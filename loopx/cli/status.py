@@ -6,6 +6,7 @@ import json
 
 import click
 
+from loopx.cli.ids import goal_option
 from loopx.cli.output import LoopxCommand, emit, open_registry, wants_json
 
 BAR_WIDTH = 20
@@ -101,7 +102,7 @@ def goal_text(view: dict) -> str:
 
 
 @click.command(cls=LoopxCommand)
-@click.option("--goal-id", default=None, help="Show one goal in full instead of the overview.")
+@goal_option(required=False, help="Show one goal in full instead of the overview (also as the first argument).")
 @click.option("--limit", default=50, type=int, help="Goals per page of the overview (1-1000).")
 @click.option("--cursor", default=None, help="The next page: the cursor the previous page ended with.")
 @click.option("--all", "include_closed", is_flag=True, help="Include closed goals in the overview.")

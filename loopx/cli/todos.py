@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from loopx.cli.ids import goal_option, id_option
 from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
 
 PRIORITIES = ["P0", "P1", "P2", "P3", "P4"]
@@ -29,11 +30,11 @@ def todo():
 
 
 @todo.command()
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--text", required=True, help="What to do.")
-@click.option("--depends-on", "depends_on", multiple=True, help="A todo that must be done first (repeatable).")
+@id_option("todo", "--depends-on", "depends_on", required=False, multiple=True, help="A todo that must be done first (repeatable).")
 @click.option("--priority", type=click.Choice(PRIORITIES), default="P2", show_default=True)
-@click.option("--run-id", default=None, help="The open run an agent adds it under (required for agents).")
+@id_option("run", required=False, help="The open run an agent adds it under (required for agents).")
 @operation_option
 def add(goal_id, text, depends_on, priority, run_id, operation_id):
     """Add a todo."""
@@ -46,10 +47,10 @@ def add(goal_id, text, depends_on, priority, run_id, operation_id):
 
 
 @todo.command()
-@click.option("--goal-id", required=True)
-@click.option("--todo-id", required=True)
-@click.option("--on", "on", multiple=True, required=True, help="A todo it must wait for (repeatable).")
-@click.option("--run-id", default=None, help="The open run an agent works under (required for agents).")
+@goal_option()
+@id_option("todo")
+@id_option("todo", "--on", "on", multiple=True, help="A todo it must wait for (repeatable).")
+@id_option("run", required=False, help="The open run an agent works under (required for agents).")
 @operation_option
 def depend(goal_id, todo_id, on, run_id, operation_id):
     """Make a todo wait for other todos (dependency cycles are refused)."""
@@ -62,7 +63,7 @@ def depend(goal_id, todo_id, on, run_id, operation_id):
 
 
 @todo.command("list")
-@click.option("--goal-id", required=True)
+@goal_option()
 @click.option("--ready", is_flag=True, help="Only the ready set: open, unblocked, not claimed by someone else.")
 @click.option("--agent", default=None, help="With --ready: whose view (their own claims stay in).")
 def list_command(goal_id, ready, agent):
@@ -75,10 +76,10 @@ def list_command(goal_id, ready, agent):
 
 
 @todo.command()
-@click.option("--goal-id", required=True)
-@click.option("--todo-id", required=True)
+@goal_option()
+@id_option("todo")
 @click.option("--agent", default=None, help="Who claims it (default: the agent of --run-id).")
-@click.option("--run-id", default=None, help="The open run the claim is made under (required for agents).")
+@id_option("run", required=False, help="The open run the claim is made under (required for agents).")
 @click.option("--ttl-seconds", default=2700.0, type=float, show_default=True, help="Lease length.")
 @operation_option
 def claim(goal_id, todo_id, agent, run_id, ttl_seconds, operation_id):
@@ -92,10 +93,10 @@ def claim(goal_id, todo_id, agent, run_id, ttl_seconds, operation_id):
 
 
 def _settle(verb: str, doc: str):
-    @click.option("--goal-id", required=True)
-    @click.option("--todo-id", required=True)
+    @goal_option()
+    @id_option("todo")
     @click.option("--note", default=None, help="What happened (kept on the todo and in the ledger).")
-    @click.option("--run-id", default=None, help="The open run it happens under (required for agents).")
+    @id_option("run", required=False, help="The open run it happens under (required for agents).")
     @click.option("--agent", default=None, help="Who reports it (default: the agent of --run-id).")
     @click.option("--epoch", default=None, type=int,
                   help="The claim epoch the reporter holds; refused with lease_lost if it moved on.")

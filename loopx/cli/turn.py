@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from loopx.cli.ids import goal_option
 from loopx.cli.output import LoopxCommand, actor, emit, open_registry
 
 
@@ -37,7 +38,7 @@ def _options(fn):
     fn = click.option("--ttl-seconds", type=float, default=None, help="Lease of each run (default 3600).")(fn)
     fn = click.option("--agent", default=None, help="Agent name (default: env LOOPX_AGENT, else 'agent').")(fn)
     fn = click.option("--executor", default="shell", show_default=True, help="Executor provider.")(fn)
-    return click.option("--goal-id", required=True)(fn)
+    return goal_option()(fn)
 
 
 @click.command(cls=LoopxCommand)

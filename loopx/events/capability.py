@@ -33,15 +33,19 @@ def _owned_repair(writer, body):
                          capability=cap.name, repair=body["repair"])
 
 
+def set_rows(tx, event, namespace: str, values: dict) -> None:
+    """Set state keys of ``event``'s goal in ``namespace`` (insert or replace), at the event's time."""
+    for key, value in sorted(values.items()):
+        tx.execute("DELETE FROM capability_state WHERE goal_id = ? AND namespace = ? AND key = ?",
+                   (event.goal_id, namespace, key))
+        tx.execute("INSERT INTO capability_state (goal_id, namespace, key, value, updated_at) VALUES (?, ?, ?, ?, ?)",
+                   (event.goal_id, namespace, key, json.dumps(value, sort_keys=True), event.at))
+
+
 @event_kind("capability.state_set", CAPABILITY, guard=_owned)
 def state_set(tx, event):
     """``body = {"namespace", "values": {key: JSON value}}``: set keys (insert or replace)."""
-    ns = event.body["namespace"]
-    for key, value in sorted(event.body["values"].items()):
-        tx.execute("DELETE FROM capability_state WHERE goal_id = ? AND namespace = ? AND key = ?",
-                   (event.goal_id, ns, key))
-        tx.execute("INSERT INTO capability_state (goal_id, namespace, key, value, updated_at) VALUES (?, ?, ?, ?, ?)",
-                   (event.goal_id, ns, key, json.dumps(value, sort_keys=True), event.at))
+    set_rows(tx, event, event.body["namespace"], event.body["values"])
 
 
 @event_kind("capability.state_deleted", CAPABILITY, guard=_owned)

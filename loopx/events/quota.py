@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 
 from loopx.ledger import USER, event_kind
-
-# The keys a grant may add to, and the limit each one raises.
-GRANT_KEYS = {"turns": "max_turns", "tokens": "max_tokens", "cost": "max_cost", "wall_seconds": "max_wall_seconds"}
+from loopx.model.goal import BUDGETS as GRANT_KEYS  # the keys a grant may add to -> the limit each raises
 
 
 @event_kind("quota.set", USER)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from loopx.ledger import CORE, event_kind
+from loopx.ledger import CAPABILITY, CORE, event_kind
 
 
 def _file_contract(tx, event, run_id):
@@ -54,9 +54,28 @@ def finished(tx, event):
     )
 
 
-@event_kind("run.abandoned", CORE)
+def _only_expired(writer, body):
+    # A capability may ask for this core transition (self-repair records runs the core already
+    # treats as abandoned), never use it to end a live run.
+    if writer.actor == CORE:
+        return
+    from loopx.errors import LoopxError
+
+    row = writer.tx.one("SELECT status, expires_at FROM runs WHERE id = ? AND goal_id = ?",
+                        (body.get("run_id"), writer.goal_id))
+    if row is None:
+        raise LoopxError("run_not_found", f"goal {writer.goal_id} has no run {body.get('run_id')}")
+    if row["status"] != "open" or row["expires_at"] > writer.at:
+        raise LoopxError("actor_forbidden", f"{writer.actor} may abandon only an open run past its expiry; "
+                         f"run {body['run_id']} is {row['status']} until {row['expires_at']}")
+
+
+@event_kind("run.abandoned", CORE, CAPABILITY, guard=_only_expired)
 def abandoned(tx, event):
-    """``body = {"run_id"}``: an open run past its expiry; its wall time is charged up to the expiry."""
+    """``body = {"run_id"}``: an open run past its expiry; its wall time is charged up to the expiry.
+
+    Written by the core (should-run) or, through ``loopx.api.abandon_expired_run``, by a
+    capability, which the ledger then names as the actor."""
     tx.execute(
         "UPDATE runs SET status = 'abandoned', finished_at = expires_at WHERE id = ?", (event.body["run_id"],)
     )

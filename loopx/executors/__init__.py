@@ -13,37 +13,28 @@ import os
 
 from loopx.errors import LoopxError
 
-TAIL_BYTES = 4096
+# The one way LoopX runs a child process lives in loopx.process (below the domain layer, so that
+# `loopx exec` can use it without importing executors); importable from here as before.
+from loopx.process import TAIL_BYTES, run_command  # noqa: E402,F401
 
 
 def providers() -> dict:
-    """``{name: provider}`` from every plugin's ``loopx_register_executors``."""
-    from loopx.plugins import get_plugin_manager
+    """``{name: provider}`` from every plugin's ``loopx_register_executors``.
 
-    found: dict = {}
-    owners: dict = {}
+    The one rule for overriding (``loopx.plugins.named``): a plugin's provider replaces a
+    built-in one of the same name; two plugins registering one name is a ``plugin_error``.
+    """
+    from loopx import plugins
+    from loopx.validate import check_name
 
-    def register(name, provider):
-        from loopx.validate import check_name
-
+    found = {}
+    for name, (provider, plugin) in plugins.named("loopx_register_executors", "executor").items():
         check_name(name, what="executor name")
         if not callable(getattr(provider, "run_turn", None)):
-            raise LoopxError("plugin_error", f"executor {name!r} has no run_turn(registry, contract, agent=...)")
-        if name in found:
-            # Built-ins register last (trylast): a plugin's provider of the same name wins over them.
-            if _builtin(provider) and owners[name] == "plugin":
-                return
-            raise LoopxError("plugin_error", f"two executor providers are registered as {name!r}")
+            raise LoopxError("plugin_error", f"plugin {plugin!r}: executor {name!r} has no "
+                             "run_turn(registry, contract, agent=...)")
         found[name] = provider
-        owners[name] = "builtin" if _builtin(provider) else "plugin"
-
-    get_plugin_manager().hook.loopx_register_executors(register=register)
     return found
-
-
-def _builtin(provider) -> bool:
-    module = getattr(provider, "__module__", None) or type(provider).__module__
-    return module.startswith("loopx.executors")
 
 
 def get(name: str):
@@ -52,77 +43,6 @@ def get(name: str):
     if name not in found:
         raise LoopxError("not_found", f"no executor {name!r} (available: {', '.join(sorted(found)) or 'none'})")
     return found[name]
-
-
-def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: str | None = None) -> dict:
-    """Run ``argv`` with ``env`` added to this process's environment.
-
-    Returns ``{"exit_code", "timed_out", "duration_seconds", "output_tail", "output_bytes",
-    "output_sha256"}``; stdout and stderr are merged in the order written. A command that
-    cannot start gets exit code 127 and the reason as its output.
-    """
-    import hashlib
-    import signal
-    import subprocess
-    import threading
-    import time
-
-    digest = hashlib.sha256()
-    tail = bytearray()
-    total = 0
-    started = time.monotonic()
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env={**os.environ, **env}, cwd=cwd, start_new_session=True)
-    except OSError as exc:
-        message = f"cannot start {argv[0]!r}: {exc.strerror or exc}\n".encode()
-        return {"exit_code": 127, "timed_out": False, "duration_seconds": 0.0,
-                "output_tail": message.decode(), "output_bytes": len(message),
-                "output_sha256": "sha256:" + hashlib.sha256(message).hexdigest()}
-
-    def pump():
-        nonlocal total
-        for chunk in iter(lambda: proc.stdout.read1(65536), b""):
-            digest.update(chunk)
-            total += len(chunk)
-            tail.extend(chunk)
-            if len(tail) > TAIL_BYTES:
-                del tail[: len(tail) - TAIL_BYTES]
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc, signal.SIGKILL)
-            proc.wait()
-    # Grandchildren may keep the pipe open; after the child is gone give them a moment, then stop.
-    reader.join(timeout=5 if not timed_out else 1)
-    if reader.is_alive():
-        _kill_group(proc, signal.SIGKILL)
-        reader.join(timeout=5)
-    duration = time.monotonic() - started
-    return {
-        "exit_code": proc.returncode,
-        "timed_out": timed_out,
-        "duration_seconds": round(duration, 3),
-        "output_tail": bytes(tail).decode("utf-8", errors="replace"),
-        "output_bytes": total,
-        "output_sha256": "sha256:" + digest.hexdigest(),
-    }
-
-
-def _kill_group(proc, sig) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: str | None = None,

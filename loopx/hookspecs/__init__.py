@@ -5,6 +5,7 @@
 * :mod:`.executors` - providers that carry out one turn under a contract.
 * :mod:`.capabilities` - capability declarations.
 * :mod:`.commands` - click commands a plugin adds.
+* :mod:`.vocabulary` - a plugin's own event kinds and error codes.
 
 A plugin implements hooks with ``@loopx.hookimpl`` and is found through the ``loopx``
 entry-point group. See ``docs/plugins.md``.
@@ -20,4 +21,5 @@ MODULES = (
     "loopx.hookspecs.executors",
     "loopx.hookspecs.capabilities",
     "loopx.hookspecs.commands",
+    "loopx.hookspecs.vocabulary",
 )

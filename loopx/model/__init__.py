@@ -1,5 +1,9 @@
 """The vocabulary of LoopX as attrs classes, and the one cattrs converter for the edges.
 
+Rows become values one way: each area's hand-written ``<area>_from_row`` (``goal_from_row``,
+``todo_from_row``, ``gate_from_row``, ``run_from_row``, ``action_from_row``, ``evidence_from_row``,
+``reward_from_row``, ``event_from_row``).
+
 These are plain values: the registry builds them from rows, the CLI and the status server turn
 them into JSON with :func:`to_json`. Nothing here touches storage.
 
@@ -12,8 +16,6 @@ every agent turn, so a command pays only for the classes it touches.
 from __future__ import annotations
 
 import importlib
-
-import cattrs
 
 GOAL_STATUSES = ("open", "paused", "closed")
 GATE_SCOPES = ("production", "privacy", "safety", "other")
@@ -42,10 +44,14 @@ _WHERE = {
     "Event": "event",
 }
 
-__all__ = [*_WHERE, "converter", "to_json", "from_json", "from_row"]
+__all__ = [*_WHERE, "BUDGETS", "to_json", "from_json"]
 
 
 def __getattr__(name: str):
+    if name == "BUDGETS":
+        from loopx.model.goal import BUDGETS
+
+        return BUDGETS
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'loopx.model' has no attribute {name!r}")
@@ -54,28 +60,25 @@ def __getattr__(name: str):
     return value
 
 
-converter = cattrs.Converter()
+_converter = None
+
+
+def _get_converter():
+    # cattrs is imported where it is used (turning values into JSON), not by every command that
+    # merely loads the model: rows become values through each area's hand-written ``*_from_row``.
+    global _converter
+    if _converter is None:
+        import cattrs
+
+        _converter = cattrs.Converter()
+    return _converter
 
 
 def to_json(value):
     """Turn a model value (or list/dict of them) into JSON-ready data."""
-    return converter.unstructure(value)
+    return _get_converter().unstructure(value)
 
 
 def from_json(data, cls):
     """Build a model value of ``cls`` from JSON-ready data."""
-    return converter.structure(data, cls)
-
-
-def from_row(row: dict, cls, json_columns: tuple[str, ...] = ()):
-    """Build a model value of ``cls`` from a SQL row whose ``json_columns`` hold JSON text.
-
-    Columns the class does not have (sequence numbers, foreign keys) are ignored.
-    """
-    import json
-
-    data = dict(row)
-    for column in json_columns:
-        if data.get(column) is not None:
-            data[column] = json.loads(data[column])
-    return converter.structure(data, cls)
+    return _get_converter().structure(data, cls)

@@ -13,6 +13,10 @@ class Criterion(Value):
     met: bool = False
 
 
+#: The one budget-name table: usage/grant name -> limit name.
+BUDGETS = {"turns": "max_turns", "tokens": "max_tokens", "cost": "max_cost", "wall_seconds": "max_wall_seconds"}
+
+
 @value
 class QuotaLimits(Value):
     """Budget limits for a goal; ``None`` means unlimited."""

@@ -91,7 +91,7 @@ class _NumberLoader(NumericLoader):
 
 def redact(url: str) -> str:
     """``url`` without its password, for messages."""
-    from loopx.registry import display_url
+    from loopx.store import display_url
 
     return display_url(url)
 

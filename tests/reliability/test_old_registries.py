@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.conftest import loopx_env
+from tests.reliability.conftest import env as loopx_env
 
 
 def run(url, *args):

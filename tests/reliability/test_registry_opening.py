@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import loopx_env
+from tests.reliability.conftest import env as loopx_env
 
 READ_COMMANDS = [
     ["status"],

@@ -64,7 +64,11 @@ def test_four_parallel_runs_never_use_more_than_the_budget(registry_url):
                               env=loopx_env(registry_url), stdout=subprocess.PIPE, text=True) for r in run_ids]
     for p in procs:
         out, _ = p.communicate(timeout=60)
-        assert json.loads(out)["data"]["duration_seconds"] <= 3.2
+        answer = json.loads(out)
+        if "error" in answer:  # a loaded machine started it after the lease ended: refused, not run
+            assert answer["error"]["code"] == "run_not_open", answer
+        else:
+            assert answer["data"]["duration_seconds"] <= 3.2, answer
     for r in run_ids:
         cli(registry_url, "run", "finish", "--run-id", r, "--outcome", "partial")
     assert _used(registry_url, g) <= 12.0

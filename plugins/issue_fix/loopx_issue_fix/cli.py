@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
+from loopx.api import LoopxGroup, actor, emit, open_registry, operation_option
 
 RUN_ID = click.option("--run-id", envvar="LOOPX_RUN_ID", default=None,
                       help="The run to act under (default: $LOOPX_RUN_ID, set by `loopx exec`).")

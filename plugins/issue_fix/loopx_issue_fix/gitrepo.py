@@ -10,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from loopx.errors import LoopxError
+from loopx.api import LoopxError
 
 GIT_TIMEOUT_SECONDS = 120
 

@@ -7,28 +7,27 @@ status, output tail and output sha256), each tied to its evidence id in the ledg
 
 from __future__ import annotations
 
-import json
 
 
 def _evidence(tx, evidence_id: str | None) -> dict | None:
-    if not evidence_id:
+    from loopx.api import load_evidence
+
+    ev = load_evidence(tx, evidence_id) if evidence_id else None
+    if ev is None:
         return None
-    row = tx.one("SELECT id, run_id, summary, created_at, data FROM evidence WHERE id = ?", (evidence_id,))
-    if row is None:
-        return None
-    row = dict(row)
-    row["data"] = json.loads(row["data"]) if row["data"] else {}
-    return row
+    return {"id": ev.id, "run_id": ev.run_id, "summary": ev.summary, "created_at": ev.created_at,
+            "data": ev.data if ev.data is not None else {}}
 
 
 def _root_cause(tx, goal_id: str, given: str | None) -> str:
     """The note given, else the latest ``root_cause`` (or ``note``) evidence an agent recorded."""
     if given:
         return given
-    row = tx.one("SELECT summary FROM evidence WHERE goal_id = ? AND kind IN ('root_cause', 'note')"
-                 " ORDER BY created_at DESC, id DESC LIMIT 1", (goal_id,))
-    if row is not None:
-        return row["summary"]
+    from loopx.api import list_evidence
+
+    notes = [ev for ev in list_evidence(tx, goal_id) if ev.kind in ("root_cause", "note")]
+    if notes:
+        return notes[-1].summary
     return ("(not recorded: pass --root-cause TEXT, or record it with "
             "`loopx evidence add --run-id R --kind root_cause --summary TEXT`)")
 

@@ -14,20 +14,19 @@ flaky test, not a fix: it is recorded and does not count.
 
 from __future__ import annotations
 
-from loopx.errors import LoopxError
+from loopx.api import LoopxError
 
 from loopx_issue_fix.workflow import CAPABILITY, NAMESPACE, load_state
 
 
 def _context(reg, run_id: str | None, phases: tuple[str, ...], step: str) -> tuple:
-    from loopx import runs
-    from loopx.validate import check_id
+    from loopx.api import check_fresh, check_id
 
     if not run_id:
         raise LoopxError("invalid_argument", f"issue-fix {step} acts under a run: pass --run-id (or set LOOPX_RUN_ID)")
     check_id("run", run_id)
     with reg.read() as tx:
-        run = runs.check_fresh(tx, run_id)
+        run = check_fresh(tx, run_id)
         state = load_state(tx, run.goal_id)
     phase = state["phase"]
     if phase not in phases:
@@ -55,28 +54,30 @@ def _record(reg, actor: str, run, *, step: str, evidence: dict, update, operatio
     ``update(state, evidence_id)`` returns ``(state changes, todo steps now done, result)``,
     or ``None`` changes when the phase moved on meanwhile (the evidence is still kept).
     """
-    from loopx import capabilities, runs
-    from loopx.validate import new_id
+    from loopx.api import (acting, check_recordable, load_todo, new_id, put_state, writer_add_evidence,
+                           writer_todo_done)
 
     evidence_id = new_id("evidence")
 
     def work(w):
-        runs.check_recordable(w.tx, run.id, goal_id=run.goal_id)
+        check_recordable(w.tx, run.id, goal_id=run.goal_id)
         state = load_state(w.tx, run.goal_id)
         changes, done_steps, result = update(state, evidence_id)
-        with capabilities.acting(w, CAPABILITY):
-            w.emit("evidence.added", {"evidence_id": evidence_id, "run_id": run.id, **evidence})
+        with acting(w, CAPABILITY) as cw:
+            writer_add_evidence(cw, evidence_id=evidence_id, run_id=run.id, **evidence)
             if changes:
-                capabilities.put_state(w, NAMESPACE, changes)
+                put_state(cw, NAMESPACE, changes)
         for s in done_steps:
             todo_id = state["todos"].get(s)
-            row = w.tx.one("SELECT status, claim_agent, claim_expires_at FROM todos WHERE id = ? AND goal_id = ?",
-                           (todo_id, run.goal_id))
+            try:
+                todo = load_todo(w.tx, run.goal_id, todo_id)
+            except LoopxError:
+                continue
             # A todo someone holds under a live lease is theirs to settle (the contract tells the
             # claimant to run `todo done`); the plugin settles the ones nobody holds.
-            held = row is not None and row["claim_agent"] is not None and row["claim_expires_at"] > w.at
-            if row is not None and row["status"] == "open" and not held:
-                w.emit("todo.done", {"todo_id": todo_id, "note": f"issue-fix {step}: evidence {evidence_id}"})
+            held = todo.claim is not None and todo.claim.expires_at > w.at
+            if todo.status == "open" and not held:
+                writer_todo_done(w, todo_id=todo_id, note=f"issue-fix {step}: evidence {evidence_id}")
         return {"goal_id": run.goal_id, "run_id": run.id, "evidence_id": evidence_id,
                 "phase": (changes or {}).get("phase", state["phase"]), **result}
 
@@ -183,7 +184,7 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
     import hashlib
     from pathlib import Path
 
-    from loopx.validate import check_text
+    from loopx.api import check_text
 
     from loopx_issue_fix import gitrepo, packet
 
@@ -226,13 +227,13 @@ def publish(reg, actor: str, *, run_id: str | None, operation_id: str | None = N
     Normally run as the goal's ``publish`` action (``loopx exec --run-id R --action publish``),
     which the core keeps out of contracts until the gate is approved; checked here again.
     """
-    from loopx import gates
+    from loopx.api import load_gate
 
     from loopx_issue_fix import gitrepo
 
     run, state = _context(reg, run_id, ("publish",), "publish")
     with reg.read() as tx:
-        gate = gates.load_gate(tx, run.goal_id, state["publish_gate"])
+        gate = load_gate(tx, run.goal_id, state["publish_gate"])
     if gate.status != "approved":
         raise LoopxError("gate_pending", f"publishing waits for a user to approve gate {gate.id} "
                          f"({gate.status}): loopx gate approve --goal-id {run.goal_id} --gate-id {gate.id}")

@@ -14,7 +14,7 @@ from loopx_issue_fix import __version__
 @hookimpl
 def loopx_register_capabilities(register):
     """Declare the ``issue_fix`` capability: its state, quota needs, commands and actions."""
-    from loopx.capabilities import Capability
+    from loopx.api import Capability
 
     register(Capability(
         name="issue_fix",

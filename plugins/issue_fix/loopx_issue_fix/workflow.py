@@ -15,7 +15,7 @@ import re
 import shlex
 import sys
 
-from loopx.errors import LoopxError
+from loopx.api import LoopxError
 
 CAPABILITY = "issue_fix"
 NAMESPACE = "issue_fix"
@@ -37,7 +37,7 @@ def _slug(text: str) -> str:
 
 
 def _read_issue(issue_text: str | None, issue_file: str | None) -> tuple[str, str]:
-    from loopx.validate import check_text
+    from loopx.api import check_text
 
     if (issue_text is None) == (issue_file is None):
         raise LoopxError("invalid_argument", "give the issue as exactly one of --issue-text TEXT or --issue-file F")
@@ -73,8 +73,8 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     checked before anything is written; the new branch is
     removed again if the registry refuses.
     """
-    from loopx import capabilities
-    from loopx.validate import check_text, new_id
+    from loopx.api import (acting, check_text, new_id, put_state, writer_add_action, writer_add_todo,
+                           writer_create_goal, writer_request_gate)
 
     from loopx_issue_fix import gitrepo
 
@@ -108,25 +108,22 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     }
 
     def work(w):
-        w.emit("goal.created", {"title": title, "description": description,
-                                "criteria": ["the test command fails before the fix and passes after it",
-                                             "a reviewer packet is written"], "parallel_runs": False},
-               goal_id=goal_id)
+        writer_create_goal(w, title=title, description=description, goal_id=goal_id, parallel_runs=False,
+                           criteria=["the test command fails before the fix and passes after it",
+                                     "a reviewer packet is written"])
         after: list[str] = []
         for step in STEPS:
-            w.emit("todo.added", {"todo_id": todo_ids[step], "text": TODO_TEXT[step], "priority": "P1",
-                                  "depends_on": after})
+            writer_add_todo(w, todo_id=todo_ids[step], text=TODO_TEXT[step], priority="P1", depends_on=after)
             after = [todo_ids[step]]
-        w.emit("action.added", {"name": "test", "argv": ["sh", "-c", f"cd {shlex.quote(root)} && {test_command}"],
-                                "source": f"capability:{CAPABILITY}"})
+        writer_add_action(w, name="test", argv=["sh", "-c", f"cd {shlex.quote(root)} && {test_command}"],
+                          source=f"capability:{CAPABILITY}")
         # One production gate holds both the publish todo (so the goal asks the user once the
         # hand-off is written) and the publish action (so no contract offers it before approval).
-        w.emit("gate.added", {"gate_id": gate_id, "scope": "production", "blocks": f"todo:{todo_ids['publish']}",
-                              "title": f"Publish the fix: push {branch} to {remote} for a pull request"})
-        w.emit("action.added", {"name": "publish", "argv": publish_argv(), "gate_id": gate_id,
-                                "source": f"capability:{CAPABILITY}"})
-        with capabilities.acting(w, CAPABILITY):
-            capabilities.put_state(w, NAMESPACE, state)
+        writer_request_gate(w, gate_id=gate_id, scope="production", blocks=f"todo:{todo_ids['publish']}",
+                            title=f"Publish the fix: push {branch} to {remote} for a pull request")
+        writer_add_action(w, name="publish", argv=publish_argv(), gate_id=gate_id, source=f"capability:{CAPABILITY}")
+        with acting(w, CAPABILITY) as cw:
+            put_state(cw, NAMESPACE, state)
         return {"goal_id": goal_id, "repo": root, "branch": branch, "base_commit": base,
                 "todos": todo_ids, "publish_gate": gate_id, "phase": "reproduce"}
 
@@ -142,7 +139,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
 
 def load_state(tx, goal_id: str) -> dict:
     """The goal's ``issue_fix`` state (``issue_fix_error`` if it is not an Issue-Fix goal)."""
-    from loopx.capabilities import get_state
+    from loopx.api import get_state
 
     state = get_state(tx, goal_id, NAMESPACE)
     if not state.get("phase"):
@@ -152,16 +149,14 @@ def load_state(tx, goal_id: str) -> dict:
 
 def show(reg, goal_id: str) -> dict:
     """An Issue-Fix goal's state, its todos, the publish gate, and the next step."""
-    from loopx import gates, todos
-    from loopx.project_prompt import load_goal
-    from loopx.validate import check_id
+    from loopx.api import check_id, list_todos, load_gate, load_goal
 
     check_id("goal", goal_id)
     with reg.read() as tx:
         goal = load_goal(tx, goal_id)
         state = load_state(tx, goal_id)
-        by_id = {t.id: t for t in todos.list_todos(tx, goal_id)}
-        gate = gates.load_gate(tx, goal_id, state["publish_gate"])
+        by_id = {t.id: t for t in list_todos(tx, goal_id)}
+        gate = load_gate(tx, goal_id, state["publish_gate"])
         return {
             "goal_id": goal_id,
             "title": goal.title,
@@ -192,7 +187,7 @@ def next_step(state: dict, gate_status: str) -> str:
 
 def contract_actions(tx, goal, run_id: str | None) -> list[dict] | None:
     """The next action of the goal's current phase, for a ``run`` contract (or ``None``)."""
-    from loopx.capabilities import get_state
+    from loopx.api import get_state
 
     state = get_state(tx, goal.id, NAMESPACE)
     phase = state.get("phase")

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from loopx.cli.output import REGISTRY_KEY, LoopxGroup, emit, open_registry, operation_option
+from loopx.api import LoopxGroup, emit, open_registry, operation_option
 
 
 def _finding_line(f: dict) -> str:
@@ -65,15 +65,12 @@ def fix(goal_id, dry_run, operation_id):
     (`loopx self-repair accept`). Exit status 1 when something could not be repaired (it is
     listed under "remaining").
     """
-    from loopx.registry import current_actor
+    from loopx.api import LoopxError, current_actor, registry_url
     from loopx_self_repair import repairs
 
     if current_actor() == "dashboard":
-        from loopx.errors import LoopxError
-
         raise LoopxError("actor_forbidden", "the dashboard never writes")
-    result = repairs.fix(click.get_current_context().find_root().meta.get(REGISTRY_KEY), goal_id=goal_id,
-                         operation_id=operation_id, dry_run=dry_run)
+    result = repairs.fix(registry_url(), goal_id=goal_id, operation_id=operation_id, dry_run=dry_run)
     emit(result, _fix_text)
     if not result["ok"]:
         sys.exit(1)
@@ -87,8 +84,7 @@ def accept(goal_id, operation_id):
 
     Until a user runs this, `quota should-run` answers ask_user (repair_needs_user). Users only.
     """
-    from loopx.errors import LoopxError
-    from loopx.registry import current_actor
+    from loopx.api import LoopxError, current_actor
     from loopx_self_repair import repairs
 
     if current_actor() != "user":

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 
-from loopx import clock
-from loopx.integrity import CODES as CHAIN_CODES
 
 DAMAGE, HOUSEKEEPING = "damage", "housekeeping"
 
@@ -153,11 +151,11 @@ def ledger_gaps(tx, goal: dict) -> list[Finding]:
                  (goal["id"],))
     if not row or not row["n"] or (row["n"] == row["last"] and row["first"] == 1):
         return []
-    from loopx import integrity
+    from loopx.api import chain_acknowledged
 
     rows = tx.query("SELECT seq, kind, body FROM events WHERE goal_id = ?", (goal["id"],))
     seqs = {r["seq"] for r in rows}
-    recorded, _ = integrity.acknowledged(rows)  # loss a repair already recorded stays in the ledger
+    recorded, _ = chain_acknowledged(rows)  # loss a repair already recorded stays in the ledger
     missing = [n for n in range(1, row["last"] + 1) if n not in seqs and n not in recorded]
     if not missing:
         return []
@@ -170,39 +168,23 @@ def ledger_gaps(tx, goal: dict) -> list[Finding]:
 
 def replay(goal_events) -> tuple[dict, object]:
     """The snapshot and the quota usage a goal's ledger produces in an empty scratch registry."""
-    from loopx import ledger, usage
-    from loopx.store.sqlite import SqliteStore
+    from loopx.api import replay_goal
 
-    if not goal_events:
-        return {}, None
-    goal_id = goal_events[0].goal_id
-    scratch = SqliteStore(":memory:")
-    try:
-        def work(tx):
-            for e in goal_events:
-                tx.execute("INSERT INTO events (id, goal_id, seq, at, actor, kind, body, operation_id)"
-                           " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                           (e.id, e.goal_id, e.seq, e.at, e.actor, e.kind, json.dumps(e.body), e.operation_id))
-                ledger.apply(tx, e)
-            return ledger.snapshot(tx, goal_id), usage.usage(tx, goal_id)
-
-        return scratch.write(work)
-    finally:
-        scratch.close()
+    return replay_goal(goal_events)
 
 
 def _keys(table: str, row: dict) -> str:
-    from loopx.store import schema
+    from loopx.api import GOAL_TABLES
 
-    return "/".join(str(row.get(k)) for k in schema.GOAL_TABLES[table])
+    return "/".join(str(row.get(k)) for k in GOAL_TABLES[table])
 
 
 def ledger_drift(tx, goal: dict, replayed: dict) -> list[Finding]:
     """Current-state rows that differ from what replaying the goal's ledger produces."""
-    from loopx import ledger
+    from loopx.api import goal_snapshot
 
-    live = ledger.normalise(ledger.snapshot(tx, goal["id"]))
-    want = ledger.normalise(replayed)
+    live = goal_snapshot(tx, goal["id"])
+    want = replayed
     differing = {}
     for table in live:
         have_rows = {_keys(table, r): r for r in live[table]}
@@ -225,16 +207,13 @@ def ledger_drift(tx, goal: dict, replayed: dict) -> list[Finding]:
 
 def quota_drift(tx, goal: dict, replayed_usage) -> list[Finding]:
     """The quota usage contracts are computed from disagrees with the usage the ledger implies."""
-    import attrs
-
-    from loopx import usage
+    from loopx.api import goal_usage, to_json
 
     if replayed_usage is None:
         return []
-    live = usage.usage(tx, goal["id"])
-    if attrs.asdict(live) == attrs.asdict(replayed_usage):
+    have, want = to_json(goal_usage(tx, goal["id"])), to_json(replayed_usage)
+    if have == want:
         return []
-    have, want = attrs.asdict(live), attrs.asdict(replayed_usage)
     diff = {k: {"state": have[k], "ledger": want[k]} for k in have if have[k] != want[k]}
     text = ", ".join(f"{k} {v['state']} (ledger says {v['ledger']})" for k, v in diff.items())
     return [Finding("quota_drift", goal["id"], goal["id"], f"goal {goal['id']}'s quota usage disagrees with its ledger: {text}",
@@ -243,14 +222,14 @@ def quota_drift(tx, goal: dict, replayed_usage) -> list[Finding]:
 
 def schema_behind(store) -> list[Finding]:
     """The registry's schema is older than this LoopX's (a store opened read-only is not migrated)."""
-    from loopx.store import schema
+    from loopx.api import SCHEMA_VERSION
 
     version = store.schema_version()
-    if version >= schema.CURRENT_VERSION:
+    if version >= SCHEMA_VERSION:
         return []
     return [Finding("schema_behind", None, None,
-                    f"the registry schema is version {version}; this LoopX uses {schema.CURRENT_VERSION}",
-                    "migrated", details={"version": version, "current": schema.CURRENT_VERSION})]
+                    f"the registry schema is version {version}; this LoopX uses {SCHEMA_VERSION}",
+                    "migrated", details={"version": version, "current": SCHEMA_VERSION})]
 
 
 def storage_integrity(store) -> list[Finding]:
@@ -265,10 +244,10 @@ def storage_integrity(store) -> list[Finding]:
 
 def chain_findings(tx, goal: dict) -> list[Finding]:
     """The goal's hash chain and state digest (:func:`loopx.integrity.verify_chain`)."""
-    from loopx import integrity
+    from loopx.api import verify_chain
 
     out = []
-    for p in integrity.verify_chain(tx, goal["id"]):
+    for p in verify_chain(tx, goal["id"]):
         # An edited event cannot be undone from the ledger (its original is gone): never rebuild
         # from it; a person restores a backup or decides.
         repair = None if p.code == "event_tampered" else "state_rebuilt"
@@ -279,7 +258,7 @@ def chain_findings(tx, goal: dict) -> list[Finding]:
 
 def unreadable_data(tx, goal: dict) -> list[Finding]:
     """Events whose bodies hold values older versions let in: NaN/Infinity, lone surrogates."""
-    from loopx import jsonsafe
+    from loopx.api import json_problem
 
     out = []
     for row in tx.query("SELECT seq, kind, body FROM events WHERE goal_id = ? ORDER BY seq", (goal["id"],)):
@@ -288,7 +267,7 @@ def unreadable_data(tx, goal: dict) -> list[Finding]:
         if "\\ud" not in text.lower() and "Infinity" not in text and "NaN" not in text:
             continue
         try:
-            found = jsonsafe.problem(json.loads(text))
+            found = json_problem(json.loads(text))
         except ValueError:
             found = "is not JSON"
         if found:
@@ -335,13 +314,19 @@ CODES = {
     "unreadable_data": "an event holds NaN/Infinity or a lone surrogate (older versions let them in)",
     "repair_needs_user": "a repair kept a gate, claim, approval or evidence the ledger lacked; a person must accept",
     "goal_row_missing": "a goal's row is gone while its ledger survives",
-    **CHAIN_CODES,
+    # and the hash chain's own (loopx.api.INTEGRITY_CODES): head_mismatch, event_tampered,
+    # chain_broken, state_digest_mismatch, goal_unsealed
+    "head_mismatch": "the newest events are not the ones the goal's chain head names (events lost or inserted)",
+    "event_tampered": "an event's stored content does not match its hash (the event was edited)",
+    "chain_broken": "an event does not link to the hash of the event before it",
+    "state_digest_mismatch": "the goal's current-state rows differ from the digest written with its last change",
+    "goal_unsealed": "the goal has no recorded chain head",
 }
 
 
 def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Finding]:
     """Every finding for one goal (``full=False``: without the ledger replay)."""
-    from loopx import ledger
+    from loopx.api import goal_events
 
     out = []
     for detect in CHEAP:
@@ -355,7 +340,7 @@ def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Findin
         out.extend(chain_findings(tx, goal))
         out.extend(unreadable_data(tx, goal))
         out.extend(ledger_gaps(tx, goal))
-        replayed, replayed_usage = replay(ledger.events(tx, goal["id"]))
+        replayed, replayed_usage = replay(goal_events(tx, goal["id"]))
         out.extend(ledger_drift(tx, goal, replayed))
         out.extend(quota_drift(tx, goal, replayed_usage))
     return out
@@ -363,8 +348,7 @@ def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Findin
 
 def goals_to_check(tx, goal_id: str | None) -> list[dict]:
     """The goal rows to look at: one (``goal_not_found`` if absent) or all, oldest first."""
-    from loopx.errors import LoopxError
-    from loopx.validate import check_id
+    from loopx.api import LoopxError, check_id
 
     if goal_id is not None:
         row = tx.one("SELECT id, status, revision FROM goals WHERE id = ?", (check_id("goal", goal_id),))
@@ -380,7 +364,9 @@ def check(reg, *, goal_id: str | None = None, now: str | None = None) -> dict:
     When the schema is behind, only that is reported: the other detectors read tables as this
     LoopX lays them out, and would report noise until the registry is migrated.
     """
-    now = now or clock.now()
+    from loopx.api import now as clock_now
+
+    now = now or clock_now()
     findings = schema_behind(reg.store)
     goals: list[dict] = []
     if not findings:

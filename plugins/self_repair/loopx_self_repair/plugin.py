@@ -17,7 +17,7 @@ REPAIRS = ("state_rebuilt", "lease_released", "dependency_dropped", "gate_widene
 @hookimpl
 def loopx_register_capabilities(register):
     """Declare the ``self_repair`` capability (see docs/capabilities/self_repair.md)."""
-    from loopx.capabilities import Capability
+    from loopx.api import Capability
 
     register(Capability(
         name="self_repair",

@@ -10,8 +10,8 @@ a repair never acts on state another writer already changed:
 * ``stale_lease`` -> ``lease_released``; ``missing_dependency`` -> ``dependency_dropped``;
   ``dangling_gate`` -> ``gate_widened`` (the gate then blocks the whole goal until a user decides
   it: a repair never removes human control); ``orphan_evidence`` -> ``evidence_unbound``;
-* ``abandoned_run`` -> the core's own ``run.abandoned`` event (written as ``core``, naming
-  ``capability:self_repair`` in ``by``, as ``run finish`` does for whoever reports).
+* ``abandoned_run`` -> the core's own ``run.abandoned`` event, asked for through
+  ``loopx.api.abandon_expired_run`` (the ledger records ``capability:self_repair`` as its actor).
 
 A rebuild never removes human control and never hides loss: a gate, a claim, an approval or
 evidence that exists in current state but not in the ledger is *kept* (the repair event carries
@@ -31,7 +31,7 @@ backup).
 
 from __future__ import annotations
 
-from loopx.errors import LoopxError
+from loopx.api import LoopxError
 
 from loopx_self_repair import detectors
 
@@ -44,7 +44,7 @@ def fix(url: str | None, *, goal_id: str | None = None, operation_id: str | None
         dry_run: bool = False) -> dict:
     """Repair what the detectors find (one goal or all); returns ``{"ok", "repaired", "remaining"}``
     (and ``backup``: where the registry was copied first). ``dry_run``: ``{"plan", ...}``, no writes."""
-    from loopx.registry import Registry
+    from loopx.api import Registry
 
     if dry_run:
         with Registry.open(url, readonly=True) as ro:
@@ -85,12 +85,12 @@ def _backup(reg) -> str | None:
     """Copy an SQLite registry next to itself before repairing (online backup: consistent)."""
     import sqlite3
 
-    from loopx import clock
+    from loopx.api import now
 
     path = getattr(reg.store, "path", None)
     if reg.store.dialect != "sqlite" or path is None or str(path) == ":memory:":
         return None  # PostgreSQL: back up with pg_dump or `loopx registry copy`
-    stamp = clock.now().replace(":", "").replace("-", "").split(".")[0]
+    stamp = now().replace(":", "").replace("-", "").split(".")[0]
     dest = path.with_name(f"{path.name}.bak-{stamp}")
     n = 1
     while dest.exists():
@@ -110,7 +110,7 @@ def _backup(reg) -> str | None:
 
 def _restore_goal_rows(reg) -> list[dict]:
     """Goals whose row was deleted while their ledger survives: rebuilt from the ledger."""
-    from loopx.registry import Writer
+    from loopx.api import Writer, seal_goal
 
     with reg.read() as tx:
         found = detectors.missing_goal_rows(tx)
@@ -122,9 +122,7 @@ def _restore_goal_rows(reg) -> list[dict]:
             w = Writer(tx, ACTOR, None, None)
             w.goal_id, w._revision = f.goal_id, None
             done = _rebuild(w, [f])
-            from loopx import integrity
-
-            integrity.seal(tx, f.goal_id)
+            seal_goal(tx, f.goal_id)
             return done
 
         out.extend(reg.store.write(work))
@@ -159,20 +157,20 @@ def _kept(live: dict, replayed: dict) -> dict:
 
 def _rebuild(w, findings: list) -> list[dict]:
     """Rebuild ``w``'s goal from its ledger, keeping human control and recording loss."""
-    from loopx import integrity, ledger
+    from loopx.api import chain_acknowledged, chain_head, goal_events, goal_rows, verify_chain
 
     tx, goal_id = w.tx, w.goal_id
     if any(f.code == "event_tampered" for f in findings):
         return []  # never copy an edited event into state
     rows = tx.query("SELECT seq, kind, body, prev_hash, hash FROM events WHERE goal_id = ? ORDER BY seq", (goal_id,))
-    replayed, _ = detectors.replay(ledger.events(tx, goal_id))
-    kept = _kept(ledger.snapshot(tx, goal_id), replayed)
-    sealed = integrity.head(tx, goal_id)
+    replayed, _ = detectors.replay(goal_events(tx, goal_id))
+    kept = _kept(goal_rows(tx, goal_id), replayed)
+    sealed = chain_head(tx, goal_id)
     top = max(rows[-1]["seq"] if rows else 0, sealed["seq"] if sealed else 0)
-    recorded, _ = integrity.acknowledged(rows)
+    recorded, _ = chain_acknowledged(rows)
     seqs = {r["seq"] for r in rows}
     lost = [n for n in range(1, top + 1) if n not in seqs and n not in recorded]
-    broken = sorted({p.seq for p in integrity.verify_chain(tx, goal_id) if p.code == "chain_broken" and p.seq})
+    broken = sorted({p.seq for p in verify_chain(tx, goal_id) if p.code == "chain_broken" and p.seq})
     body = {"namespace": NAME, "repair": "state_rebuilt", "finding": findings[0].code,
             "findings": sorted({f.code for f in findings}), "lost": lost, "acknowledged": broken}
     if kept:
@@ -181,7 +179,7 @@ def _rebuild(w, findings: list) -> list[dict]:
     w.emit("capability.repaired", body)
     result = "state_rebuilt"
     if kept:
-        from loopx.capabilities import put_state
+        from loopx.api import put_state
 
         what = ", ".join(f"{len(v)} {k}" for k, v in sorted(kept.items()))
         message = (f"goal {goal_id}: the ledger lacked {what} that current state holds; the repair kept them."
@@ -199,16 +197,9 @@ def _fix_storage(reg) -> list[dict]:
     if not found:
         return []
 
-    def reindex(tx):
-        if tx.dialect == "sqlite":
-            tx.execute("REINDEX")
-        else:
-            from loopx.store import schema
+    from loopx.api import reindex_storage
 
-            for table in ("events", "operations", *schema.GOAL_TABLES):
-                tx.execute(f"REINDEX TABLE {table}")
-
-    reg.store.write(reindex)
+    reindex_storage(reg)
     if detectors.storage_integrity(reg.store):
         return []  # still broken: it stays in "remaining"
     return [{**found[0].to_json(), "result": "reindexed"}]
@@ -219,13 +210,13 @@ def _op(operation_id: str | None, goal_id: str, step: str) -> str | None:
 
 
 def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
-    from loopx import ledger
+    from loopx.api import abandon_expired_run, goal_events, put_state
 
     out: list[dict] = []
 
     def drift_of(tx):
         goal = tx.one("SELECT id, status, revision FROM goals WHERE id = ?", (goal_id,))
-        replayed, replayed_usage = detectors.replay(ledger.events(tx, goal_id))
+        replayed, replayed_usage = detectors.replay(goal_events(tx, goal_id))
         return (detectors.chain_findings(tx, goal) + detectors.ledger_gaps(tx, goal)
                 + detectors.revision_mismatch(tx, goal) + detectors.ledger_drift(tx, goal, replayed)
                 + detectors.quota_drift(tx, goal, replayed_usage))
@@ -263,11 +254,7 @@ def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
         done = []
         for f in findings:
             if f.repair == "run_abandoned":
-                w.actor = "core"
-                try:
-                    w.emit("run.abandoned", {"run_id": f.subject, "agent": f.details["agent"], "by": ACTOR})
-                finally:
-                    w.actor = ACTOR
+                abandon_expired_run(w, f.subject)
             elif f.repair in REPAIR_BODIES:
                 w.emit("capability.repaired", {"namespace": NAME, "repair": f.repair, "finding": f.code,
                                                **REPAIR_BODIES[f.repair](f)})
@@ -275,8 +262,6 @@ def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
                 continue
             done.append({**f.to_json(), "result": f.repair, "seq": w.revision})
         if done:
-            from loopx.capabilities import put_state
-
             put_state(w, NAME, {"last_fix": {"at": w.at, "repaired": [d["code"] for d in done]}})
         return done
 
@@ -300,16 +285,15 @@ def _escape(w, found: list) -> list[dict]:
     as evidence, re-chain, and rebuild the state from the readable ledger."""
     import json
 
-    from loopx import integrity, jsonsafe
-    from loopx.validate import new_id
+    from loopx.api import json_escaped, new_id, rechain_goal
 
     tx, originals = w.tx, []
     for f in found:
         row = tx.one("SELECT id, body FROM events WHERE goal_id = ? AND seq = ?", (w.goal_id, f.details["seq"]))
-        fixed = json.dumps(jsonsafe.escaped(json.loads(row["body"])), sort_keys=True, separators=(",", ":"))
+        fixed = json.dumps(json_escaped(json.loads(row["body"])), sort_keys=True, separators=(",", ":"))
         tx.execute("UPDATE events SET body = ? WHERE id = ?", (fixed, row["id"]))
         originals.append({"seq": f.details["seq"], "original_body": row["body"]})
-    integrity.rechain(tx, w.goal_id, min(o["seq"] for o in originals))
+    rechain_goal(tx, w.goal_id, min(o["seq"] for o in originals))
     evidence_id = new_id("evidence")
     w.rebuilt = True
     w.emit("evidence.added", {"evidence_id": evidence_id, "run_id": None, "kind": "repair.original_bytes",
@@ -323,8 +307,7 @@ def _escape(w, found: list) -> list[dict]:
 
 def accept(reg, goal_id: str, *, operation_id: str | None = None) -> dict:
     """A user confirms what a repair kept (``self-repair accept``): the goal may run again."""
-    from loopx.capabilities import put_state
-    from loopx.validate import check_id
+    from loopx.api import check_id, put_state
 
     check_id("goal", goal_id)
 

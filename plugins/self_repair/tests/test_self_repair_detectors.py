@@ -202,7 +202,8 @@ def test_abandoned_run_is_recorded_with_the_core_event(loopx_registry, loopx_cli
     r = fix(loopx_cli, "--goal-id", g)
     assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["abandoned_run"], r
     e = event_of(reg, g, "run.abandoned", run_id=run)
-    assert e.actor == "core" and e.body["by"] == "capability:self_repair"
+    # A core transition the capability asked for: the ledger names the capability, never "core".
+    assert e.actor == "capability:self_repair" and e.body["by"] == "capability:self_repair"
     with reg.read() as tx:
         assert tx.one("SELECT status FROM runs WHERE id = ?", (run,))["status"] == "abandoned"
     assert_replay_matches(reg, g)

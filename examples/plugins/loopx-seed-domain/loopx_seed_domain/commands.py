@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from loopx.cli.output import LoopxCommand, actor, emit, open_registry
+from loopx.api import LoopxCommand, actor, emit, open_registry
 
 RUN = click.option("--run-id", default=None, help="Run to act under (default: $LOOPX_RUN_ID, else ask should-run).")
 GOAL = click.option("--goal-id", default=None, help="Goal to ask a contract for when no run is given "
@@ -39,13 +39,12 @@ def run_model(model, data, run_id, goal_id):
 @click.pass_context
 def generate_report(ctx, fmt, output, json_flag, run_id, goal_id):
     """Write the report of the goal's model runs and record it (with its sha256) as evidence."""
-    from loopx.cli.output import FORMAT_KEY, fail
-    from loopx.errors import LoopxError
+    from loopx.api import LoopxError, fail, set_output_format
 
     from loopx_seed_domain import work
 
     if json_flag:
-        ctx.meta[FORMAT_KEY] = "json"
+        set_output_format("json", ctx)
     try:
         with open_registry() as reg:
             out = work.generate_report(reg, actor(), fmt=fmt, run_id=run_id, goal_id=goal_id, output=output)

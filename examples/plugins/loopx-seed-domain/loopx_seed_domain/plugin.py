@@ -22,7 +22,7 @@ ENV_MODEL = "LOOPX_SEED_DOMAIN_MODEL"
 @hookimpl
 def loopx_register_capabilities(register):
     """Declare the ``seed_domain`` capability (it owns no state: its results are evidence)."""
-    from loopx.capabilities import Capability
+    from loopx.api import Capability
 
     register(Capability(
         name="seed_domain",

@@ -1,0 +1,29 @@
+"""Hooks through which a plugin extends LoopX's vocabulary: its own event kinds and error codes."""
+
+from loopx.hookspecs import hookspec
+
+
+@hookspec
+def loopx_register_event_kinds(register):
+    """Register the plugin's own ledger event kinds.
+
+    Call ``register(name, apply, writers=("capability",), guard=None)`` once per kind. ``name``
+    is namespaced, ``<namespace>.<verb>`` (``probe.noted``), and the namespace is not one of the
+    core's areas (``goal``, ``todo``, ``gate``, ``run``, ...). ``apply(tx, event)`` applies one
+    event to current state using only the event (it is also what a replay runs); ``writers`` are
+    the roles allowed to write it (``user``, ``executor``, ``capability``; never ``core``);
+    ``guard(writer, body)`` may refuse a write before it happens. Events of a kind whose plugin is
+    no longer installed stay in the ledger and replay as no-ops. Two plugins registering one kind
+    is a ``plugin_error``.
+    """
+
+
+@hookspec
+def loopx_register_error_codes(register):
+    """Register the plugin's own error codes.
+
+    Call ``register(code, description)`` once per code; ``code`` is namespaced,
+    ``<namespace>.<name>`` (``issue_fix.not_reproduced``). Raising ``LoopxError(code, message)``
+    then works like a core code: exit status 2, one line, ``{"error": {"code", "message"}}``
+    under ``--json``.
+    """

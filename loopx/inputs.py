@@ -1,0 +1,140 @@
+"""What one ``quota should-run`` decides on, read once.
+
+:func:`gather` reads a goal's rows in a handful of statements - the goal, its open runs, its
+usage, its gates, its todos, its actions - into one :class:`TurnInputs`, which the decision, the
+fingerprint, the contract document and the plugins' contributions all use; none of them reads
+those tables again. Everything that depends on the time (which runs and claims are still live,
+the ready set, cadence) is computed from the rows at the instant the decision is made, so inputs
+gathered before the write transaction stay good for it as long as the goal's revision is
+unchanged (every change to a goal is an event, and every event moves the revision).
+"""
+
+from __future__ import annotations
+
+from loopx.clock import seconds_between
+from loopx.model import QuotaUsage
+
+
+class TurnInputs:
+    """One goal's decision inputs: the goal, its open runs, usage, limits, gates, todos, actions."""
+
+    __slots__ = ("goal", "revision", "open_runs", "totals", "last_opened", "gates", "todos", "actions",
+                 "_blocking", "_limits")
+
+    def __init__(self, goal, revision, open_runs, totals, last_opened, gates, todos, actions):
+        self.goal, self.revision, self.open_runs = goal, revision, open_runs
+        self.totals, self.last_opened = totals, last_opened
+        self.gates, self.todos, self.actions = gates, todos, actions
+        self._blocking = None
+        self._limits = None
+
+    # --- runs and usage ---
+
+    def live_runs(self, now: str) -> list:
+        """Open runs unexpired at ``now``, oldest first."""
+        return [r for r in self.open_runs if r.expires_at > now]
+
+    def expired_runs(self, now: str) -> list:
+        """Runs still marked open whose expiry has passed at ``now``."""
+        return [r for r in self.open_runs if r.expires_at <= now]
+
+    def usage(self, exclude_run: str | None = None) -> QuotaUsage:
+        """What the goal has used (without ``exclude_run``'s own charges: an open run's turn,
+        tokens and cost; an open run has no wall time yet)."""
+        turns, tokens, cost, wall = self.totals
+        run = next((r for r in self.open_runs if r.id == exclude_run), None) if exclude_run else None
+        if run is not None:
+            turns, tokens, cost = turns - 1, tokens - int(run.tokens), cost - float(run.cost)
+        return QuotaUsage(turns=int(turns), tokens=int(tokens), cost=round(float(cost), 6),
+                          wall_seconds=round(wall, 3))
+
+    def effective_limits(self):
+        """The goal's limits raised by its grants."""
+        if self._limits is None:
+            from loopx.usage import effective_limits
+
+            self._limits = effective_limits(self.goal)
+        return self._limits
+
+    def last_opened_other_than(self, tx, run_id: str | None) -> str | None:
+        """When the latest run other than ``run_id`` was opened (for cadence; reads only when
+        ``run_id`` is the latest)."""
+        latest = self.last_opened
+        if latest is None or run_id is None:
+            return latest
+        own = next((r for r in self.open_runs if r.id == run_id), None)
+        if own is None or own.opened_at != latest:
+            return latest
+        row = tx.one("SELECT MAX(opened_at) AS at FROM runs WHERE goal_id = ? AND id <> ?",
+                           (self.goal.id, run_id))
+        return row["at"]
+
+    # --- gates ---
+
+    def blocking(self) -> dict:
+        """Unapproved gates by what they block: ``{"all": [Gate], "actions": {name: Gate}, "todos": {id: Gate}}``."""
+        if self._blocking is None:
+            from loopx.gates import group_blocking
+
+            self._blocking = group_blocking(g for g in self.gates if g.status in ("pending", "rejected"))
+        return self._blocking
+
+    def gated_actions(self, blocking: dict | None = None) -> dict:
+        """``{action name: Gate}`` for the actions an unapproved gate holds back."""
+        blocking = blocking or self.blocking()
+        held = dict(blocking["actions"])
+        unapproved = {g.id: g for g in self.gates if g.status in ("pending", "rejected")}
+        for a in self.actions:
+            if a.name not in held and a.gate_id in unapproved:
+                held[a.name] = unapproved[a.gate_id]
+        return held
+
+    def fingerprint(self, exclude_run: str | None = None) -> str:
+        """The contract fingerprint (:func:`loopx.usage.fingerprint`) from these inputs."""
+        from loopx.usage import fingerprint_of
+
+        return fingerprint_of(self.goal, [(g.id, g.status, g.blocks) for g in self.gates],
+                              [(a.name, a.argv, a.gate_id) for a in self.actions], self.usage(exclude_run))
+
+    # --- todos ---
+
+    def ready(self, agent: str | None, now: str) -> list:
+        """The ready set for ``agent`` at ``now`` (see :func:`loopx.todos.ready`)."""
+        from loopx.todos import why_not_ready
+
+        statuses = {t.id: t.status for t in self.todos}
+        gated = {g.blocks[5:]: g.status for g in self.gates
+                 if g.status in ("pending", "rejected") and g.blocks.startswith("todo:")}
+        return [t for t in self.todos if why_not_ready(t, statuses=statuses, gated=gated, agent=agent, now=now) is None]
+
+
+def gather(tx, goal_id: str, *, goal_row: dict | None = None) -> TurnInputs:
+    """Read everything a turn decision needs about ``goal_id`` (``goal_not_found`` if absent).
+
+    ``goal_row``: the goal's row when the caller already holds it (the write transaction locked
+    it), so it is not read twice.
+    """
+    from loopx.actions import action_from_row
+    from loopx.gates import gate_from_row
+    from loopx.project_prompt import goal_from_row, load_goal
+    from loopx.runs import run_from_row
+    from loopx.todos import todo_from_row
+
+    goal = goal_from_row(goal_row) if goal_row is not None else load_goal(tx, goal_id)
+    open_runs = [run_from_row(r) for r in tx.query(
+        "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' ORDER BY opened_at, id", (goal_id,))]
+    agg = tx.one("SELECT COUNT(*) AS turns, COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost), 0) AS cost,"
+                 " MAX(opened_at) AS last FROM runs WHERE goal_id = ?", (goal_id,))
+    wall = 0.0
+    if agg["turns"] > len(open_runs):  # closed runs exist: their wall time counts
+        for r in tx.query("SELECT opened_at, finished_at FROM runs WHERE goal_id = ?"
+                          " AND status IN ('finished', 'abandoned')", (goal_id,)):
+            wall += max(0.0, seconds_between(r["opened_at"], r["finished_at"]))
+    totals = (int(agg["turns"]), int(agg["tokens"]), float(agg["cost"]), wall)
+    gates = [gate_from_row(r) for r in tx.query("SELECT * FROM gates WHERE goal_id = ? ORDER BY created_at, id",
+                                                (goal_id,))]
+    todos = [todo_from_row(r) for r in tx.query("SELECT * FROM todos WHERE goal_id = ? ORDER BY priority, created_seq",
+                                                (goal_id,))]
+    actions = [action_from_row(r) for r in tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY created_at, name",
+                                                    (goal_id,))]
+    return TurnInputs(goal, goal.revision, open_runs, totals, agg["last"], gates, todos, actions)

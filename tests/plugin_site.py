@@ -1,0 +1,24 @@
+"""Install test plugins into a throwaway site directory, through real entry points."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+
+
+def plugin_env(tmp_path: Path, registry_url: str, **entry_points: str) -> dict:
+    """Environment for a real ``loopx`` process with ``entry_points`` (name -> module) installed.
+
+    Only those plugins load (``LOOPX_PLUGINS``), so installed capabilities change nothing.
+    """
+    site = tmp_path / "site"
+    dist = site / "loopx_test_plugins-1.0.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: loopx-test-plugins\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[loopx]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items()))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPX_", "FAULTY_"))}
+    env.update({"PYTHONPATH": os.pathsep.join([str(site), str(PLUGINS)]), "LOOPX_REGISTRY": registry_url,
+                "LOOPX_PLUGIN_CACHE": "0", "LOOPX_PLUGINS": ",".join(entry_points)})
+    return env

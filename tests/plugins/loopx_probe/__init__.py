@@ -1,0 +1,85 @@
+"""A test plugin written only against ``loopx.api``: it adds an event kind, an error code, a
+command, a contract action and a veto (see tests/test_plugin_vocabulary.py)."""
+
+from loopx import hookimpl
+
+NS = "probe"
+
+
+@hookimpl
+def loopx_register_capabilities(register):
+    from loopx.api import Capability
+
+    register(Capability(name="probe", version="1.0", summary="Notes, for the plugin API tests.", owns=(NS,),
+                        commands=("probe",), actions=("note",), doc="docs/capabilities/probe.md"))
+
+
+def _noted(tx, event):
+    """Apply ``probe.noted``: append the note to the goal's ``probe`` state."""
+    from loopx.api import apply_state, get_state
+
+    notes = get_state(tx, event.goal_id, NS).get("notes", [])
+    apply_state(tx, event, NS, {"notes": [*notes, event.body["text"]]})
+
+
+@hookimpl
+def loopx_register_event_kinds(register):
+    register("probe.noted", _noted, writers=("user", "executor"))
+
+
+@hookimpl
+def loopx_register_error_codes(register):
+    register("probe.too_loud", "a note written in capital letters")
+
+
+@hookimpl
+def loopx_register_commands(cli):
+    import click
+
+    from loopx.api import (LoopxError, LoopxGroup, actor, check_id, check_text, emit, get_state, open_registry,
+                           operation_option)
+
+    @click.group("probe", cls=LoopxGroup)
+    def probe():
+        """Notes, for the plugin API tests."""
+
+    @probe.command()
+    @click.option("--goal-id", required=True)
+    @click.option("--text", required=True)
+    @operation_option
+    def note(goal_id, text, operation_id):
+        """Record a note (a probe.noted event)."""
+        check_id("goal", goal_id)
+        text = check_text(text, what="--text", limit="note")
+        if text.isupper():
+            raise LoopxError("probe.too_loud", f"{text!r} is shouted; say it quietly")
+
+        def work(w):
+            w.emit("probe.noted", {"text": text})
+            return get_state(w.tx, goal_id, NS)
+
+        with open_registry() as reg:
+            out = reg.mutate(actor(), work, goal_id=goal_id, operation_id=operation_id,
+                             request={"op": "probe.note", "goal": goal_id, "text": text})
+        emit(out, lambda o: ", ".join(o["notes"]))
+
+    cli.add_command(probe)
+
+
+@hookimpl
+def loopx_contract_actions(tx, goal, run_id, remaining):
+    import shlex
+
+    return [{"command": shlex.join(["loopx", "probe", "note", "--goal-id", goal.id, "--text", "seen"]),
+             "note": "say you saw it", "capability": "probe", "action": "note"}]
+
+
+@hookimpl
+def loopx_contract_veto(tx, goal):
+    from loopx.api import get_state
+
+    notes = get_state(tx, goal.id, NS).get("notes", [])
+    if notes and notes[-1] == "halt":
+        return {"reason": "probe.halted", "message": "the last note said halt",
+                "actions": [f"loopx probe note --goal-id {goal.id} --text go"]}
+    return None

@@ -1,0 +1,189 @@
+"""A CLI that forgives: suggestions, one-line usage errors, positional and prefix ids,
+hyphenated names with the seed's aliases, an example in every --help, and id completion.
+
+Every call is a real ``loopx`` process.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import loopx_env
+
+
+def _goals_sharing_a_prefix(reg, n_min=2):
+    """Create goals until two ids share their first hex digit; return (all ids, the shared prefix)."""
+    from loopx import project_prompt as goals
+
+    ids: list[str] = []
+    while True:
+        ids.append(goals.create(reg, "user", title=f"goal {len(ids)}")["id"])
+        by_first = {}
+        for i in ids:
+            by_first.setdefault(i[:3], []).append(i)
+        shared = [p for p, members in by_first.items() if len(members) >= n_min]
+        if shared:
+            return ids, shared[0]
+
+
+def _one_line_error(r, code):
+    assert r.code == 2, r
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r.err
+    assert lines[0].startswith("loopx: error: ") and lines[0].endswith(f"[{code}]"), r.err
+    return lines[0]
+
+
+def test_mistyped_commands_get_a_suggestion_on_one_line(loopx_proc):
+    line = _one_line_error(loopx_proc("qouta"), "invalid_argument")
+    assert "No such command 'qouta'" in line and "Did you mean 'quota'?" in line
+    line = _one_line_error(loopx_proc("quota", "shuld-run", "g-000000000000"), "invalid_argument")
+    assert "Did you mean 'should-run'?" in line
+    line = _one_line_error(loopx_proc("project_promt", "list"), "invalid_argument")
+    assert "project-prompt" in line
+    r = loopx_proc("qouta", "--json")
+    assert r.code == 2 and r.json["error"]["code"] == "invalid_argument"
+    assert "Did you mean 'quota'?" in r.json["error"]["message"]
+
+
+def test_usage_errors_are_one_line_without_a_usage_block(loopx_proc):
+    for args in (["gate", "add", "--goal-id"], ["quota", "set", "g-000000000000", "--max-turns", "many"],
+                 ["todo", "add", "--text", "no goal given"], ["project-prompt", "list", "--status", "nope"],
+                 ["project-prompt", "show", "--goal-idd", "g-000000000000"]):
+        r = loopx_proc(*args)
+        line = _one_line_error(r, "invalid_argument")
+        assert "Usage:" not in r.err and not r.out, (args, r)
+    line = _one_line_error(loopx_proc("todo", "add", "--text", "x"), "invalid_argument")
+    assert "missing the goal" in line and "--goal-id" in line
+
+
+def test_goal_ids_positionally_and_by_unique_prefix(reg, loopx_proc):
+    ids, shared = _goals_sharing_a_prefix(reg)
+    target = ids[0]
+    # the shortest prefix naming only `target`
+    short = next(target[:n] for n in range(3, 15) if sum(i.startswith(target[:n]) for i in ids) == 1)
+    for args in (["project-prompt", "show", target], ["project-prompt", "show", short],
+                 ["project-prompt", "show", short[2:]], ["project-prompt", "show", "--goal-id", short]):
+        r = loopx_proc(*args, "--json")
+        assert r.code == 0 and r.json["id"] == target, (args, r)
+    r = loopx_proc("quota", "should-run", short, "--dry-run", "--json")
+    assert r.code == 0 and r.json["goal_id"] == target, r
+    # a positional id and a different --goal-id: refused
+    other = next(i for i in ids if i != target)
+    _one_line_error(loopx_proc("project-prompt", "show", target, "--goal-id", other), "invalid_argument")
+
+
+def test_an_ambiguous_prefix_lists_the_candidates_and_changes_nothing(reg, loopx_proc):
+    ids, shared = _goals_sharing_a_prefix(reg)
+    candidates = sorted(i for i in ids if i.startswith(shared))
+    r = loopx_proc("project-prompt", "pause", shared)
+    line = _one_line_error(r, "id_ambiguous")
+    for c in candidates[:5]:
+        assert c in line
+    r = loopx_proc("project-prompt", "pause", "--goal-id", shared, "--json")
+    assert r.code == 2 and r.json["error"]["code"] == "id_ambiguous"
+    assert r.json["error"]["details"]["candidates"] == candidates[:5]
+    listed = loopx_proc("project-prompt", "list", "--status", "all", "--json").json
+    assert {g["status"] for g in listed} == {"open"}, "an ambiguous id paused something"
+    _one_line_error(loopx_proc("project-prompt", "show", "g-fffffffffff"[: len(shared) + 0] + "z"), "invalid_argument")
+
+
+def test_todo_gate_and_run_ids_take_prefixes(reg, loopx_proc):
+    from loopx import project_prompt as goals
+
+    g = goals.create(reg, "user", title="prefixes")["id"]
+    t = loopx_proc("todo", "add", g[:6], "--text", "one step", "--json").json["id"]
+    x = loopx_proc("gate", "add", g, "--title", "ship it", "--json").json["id"]
+    r = loopx_proc("gate", "approve", g[:5], "--gate-id", x[:7], "--json")
+    assert r.code == 0 and r.json["id"] == x and r.json["status"] == "approved", r
+    run = loopx_proc("quota", "should-run", g, "--json").json["interaction_contract"]["run_id"]
+    assert run
+    r = loopx_proc("todo", "claim", g, "--todo-id", t[:6], "--run-id", run[:6], "--json",
+                   env={"LOOPX_ACTOR": "executor"})
+    assert r.code == 0 and r.json["id"] == t, r
+    r = loopx_proc("run", "show", "--run-id", run[2:8], "--json")
+    assert r.code == 0 and r.json["id"] == run, r
+
+
+@pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+def test_hyphenated_names_are_canonical_and_the_seed_spellings_still_work(loopx_proc):
+    top = loopx_proc("--help").out
+    assert "project-prompt" in top and "summary-all" in top
+    assert "project_prompt" not in top.split("Commands:")[1] and "summary_all" not in top.split("Commands:")[1]
+    made = loopx_proc("project_prompt", "create", "--title", "seed spelling", "--json")
+    assert made.code == 0, made
+    a = loopx_proc("project_prompt", "list", "--json").json
+    b = loopx_proc("project-prompt", "list", "--json").json
+    assert a == b and a[0]["title"] == "seed spelling"
+    s1 = loopx_proc("summary_all", "--goal-id", a[0]["id"], "--json")
+    s2 = loopx_proc("summary-all", a[0]["id"], "--json")
+    assert s1.code == s2.code == 0 and s1.json["goals"] == s2.json["goals"]
+
+
+def _commands(env, path=()):
+    """Every command path under ``path``, read from real `--help` output."""
+    out = subprocess.run([sys.executable, "-m", "loopx", *path, "--help"], env=env, capture_output=True,
+                         text=True, timeout=60).stdout
+    if "Commands:" not in out:
+        return [path]
+    names = []
+    for line in out.split("Commands:", 1)[1].split("\n\n")[0].splitlines():
+        m = re.match(r"  (\S+)", line)
+        if m:
+            names.append(m.group(1))
+    found = [path]
+    for n in names:
+        found += _commands(env, (*path, n))
+    return found
+
+
+@pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+def test_every_help_has_an_example_and_goal_id_is_explained(registry_url):
+    env = loopx_env(registry_url)
+    paths = _commands(env)
+    assert ("quota", "should-run") in paths and ("registry", "info") in paths and len(paths) > 40
+
+    def help_of(path):
+        return path, subprocess.run([sys.executable, "-m", "loopx", *path, "--help"], env=env,
+                                    capture_output=True, text=True, timeout=60).stdout
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        helps = dict(pool.map(help_of, paths))
+    # Plugin commands (issue-fix, self-repair) come from other distributions; the core's own must all have one.
+    core = [p for p in paths if not p or p[0] not in ("issue-fix", "self-repair")]
+    missing = [" ".join(p) for p in core if not re.search(r"\nExamples?:\n  loopx ", helps[p])]
+    assert not missing, f"--help without an example: {missing}"
+    bare = [" ".join(p) for p, text in helps.items() if re.search(r"--goal-id \S+\s*\n", text)]
+    assert not bare, f"--goal-id without help text: {bare}"
+
+
+def _complete(env, words: str) -> list[str]:
+    cword = len(words.split()) - (0 if words.endswith(" ") else 1)
+    p = subprocess.run([sys.executable, "-m", "loopx"], capture_output=True, text=True, timeout=60,
+                       env={**env, "_LOOPX_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(cword)})
+    assert p.returncode == 0 and not p.stderr, p
+    return [line.split(",", 1)[1] for line in p.stdout.splitlines() if line.startswith("plain,")]
+
+
+def test_shell_completion_offers_goal_todo_and_gate_ids(reg, loopx_proc):
+    from loopx import gates, project_prompt as goals, todos
+
+    env = loopx_env(loopx_proc.url)
+    g1 = goals.create(reg, "user", title="one")["id"]
+    g2 = goals.create(reg, "user", title="two")["id"]
+    t1 = todos.add(reg, "user", goal_id=g1, text="a", depends_on=(), priority="P2")["id"]
+    t2 = todos.add(reg, "user", goal_id=g2, text="b", depends_on=(), priority="P2")["id"]
+    x1 = gates.add(reg, "user", goal_id=g1, title="ok?", scope="other", blocks="all")["id"]
+    assert sorted(_complete(env, "loopx project-prompt show ")) == sorted([g1, g2])
+    assert _complete(env, f"loopx project-prompt show {g2[:5]}") == [g2] or g1.startswith(g2[:5])
+    assert sorted(_complete(env, "loopx quota should-run --goal-id ")) == sorted([g1, g2])
+    # todos and gates of the goal already on the line
+    assert _complete(env, f"loopx todo done {g1} --todo-id ") == [t1]
+    assert _complete(env, f"loopx todo done --goal-id {g2} --todo-id ") == [t2]
+    assert _complete(env, f"loopx gate approve {g1} --gate-id ") == [x1]

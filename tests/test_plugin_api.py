@@ -1,0 +1,124 @@
+"""The plugin API (``loopx.api``): documented name by name, the only thing shipped plugins import,
+usable outside a command, and unable to write as another actor."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, loopx_env
+
+PLUGIN_PACKAGES = [
+    ROOT / "plugins" / "issue_fix" / "loopx_issue_fix",
+    ROOT / "plugins" / "self_repair" / "loopx_self_repair",
+    ROOT / "examples" / "plugins" / "loopx-seed-domain" / "loopx_seed_domain",
+]
+
+
+@pytest.mark.parametrize("package", PLUGIN_PACKAGES, ids=lambda p: p.name)
+def test_shipped_plugins_import_only_the_plugin_api(package):
+    from loopx.api import check_plugin_imports
+
+    assert package.is_dir()
+    assert check_plugin_imports(package) == []
+
+
+def test_the_import_check_names_every_other_loopx_import(tmp_path):
+    from loopx.api import check_plugin_imports
+
+    pkg = tmp_path / "loopx_bad"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from loopx import hookimpl\nimport loopx.api\nfrom loopx.api import emit\n")
+    (pkg / "deep.py").write_text("def f():\n    from loopx.store import schema\n    import loopx.ledger\n"
+                                 "    from loopx import clock\n")
+    problems = check_plugin_imports(pkg)
+    assert problems == ["loopx_bad/deep.py:2: from loopx.store import schema",
+                        "loopx_bad/deep.py:3: import loopx.ledger",
+                        "loopx_bad/deep.py:4: from loopx import clock"]
+
+
+def test_every_api_name_resolves_and_is_documented():
+    import loopx.api as api
+
+    guide = (ROOT / "docs" / "plugins.md").read_text()
+    section = guide[guide.index("## The plugin API"):guide.index("## Every hook")]
+    missing = [n for n in api.__all__ if not re.search(rf"`{re.escape(n)}[`(]", section)]
+    assert not missing, f"docs/plugins.md does not document loopx.api names: {missing}"
+    for name in api.__all__:
+        assert getattr(api, name) is not None, name
+    assert api.hookimpl is __import__("loopx").hookimpl
+
+
+def test_importing_the_api_loads_nothing_heavy():
+    code = "import sys, loopx.api; print(sorted(m for m in sys.modules if m.startswith('loopx')))"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(p.stdout.replace("'", '"')) == ["loopx", "loopx.api"]
+
+
+def test_open_registry_works_outside_a_command(sqlite_url, tmp_path):
+    # A script, not a click command: no "no active click context" RuntimeError.
+    code = ("from loopx.api import open_registry, create_goal, load_goal\n"
+            "with open_registry() as reg:\n"
+            "    g = create_goal(reg, 'user', title='from a script')['id']\n"
+            "    with reg.read() as tx:\n"
+            "        print(load_goal(tx, g).title)\n")
+    p = subprocess.run([sys.executable, "-c", code], env=loopx_env(sqlite_url), capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "from a script"
+    out = subprocess.run([sys.executable, "-m", "loopx", "project_prompt", "list", "--json"],
+                         env=loopx_env(sqlite_url), capture_output=True, text=True)
+    assert [g["title"] for g in json.loads(out.stdout)] == ["from a script"]
+
+
+def test_the_actor_of_a_writer_is_fixed(reg):
+    from loopx import api
+    from loopx.api import LoopxError
+
+    g = api.create_goal(reg, "user", title="t")["id"]
+    gate = api.request_gate(reg, "executor", goal_id=g, title="ship it", scope="production")["id"]
+
+    def approve_as_user(w):
+        w.actor = "user"
+
+    with pytest.raises(AttributeError):
+        reg.mutate("executor", approve_as_user, goal_id=g)
+
+    def through_acting(w):
+        with api.acting(w, "user") as cw:
+            cw.emit("gate.approved", {"gate_id": gate})
+
+    # acting() only ever narrows to a capability: "user" becomes capability:user, not the user.
+    with pytest.raises(LoopxError) as err:
+        reg.mutate("capability:alpha", through_acting, goal_id=g)
+    assert err.value.code == "actor_forbidden" and "capability:user may not" in err.value.message
+
+    def capability_writer_cannot_be_widened(w):
+        cw = w.as_capability("alpha")
+        cw.actor = "user"
+
+    with pytest.raises(AttributeError):
+        reg.mutate("capability:alpha", capability_writer_cannot_be_widened, goal_id=g)
+
+    with pytest.raises(LoopxError) as err:
+        reg.mutate("capability:alpha", lambda w: w.emit("gate.approved", {"gate_id": gate}), goal_id=g)
+    assert err.value.code == "actor_forbidden"
+    with reg.read() as tx:
+        assert api.load_gate(tx, g, gate).status == "pending"
+        assert "gate.approved" not in [e.kind for e in api.goal_events(tx, g)]
+
+
+def test_a_capability_may_abandon_only_an_expired_run(reg):
+    from loopx import api
+    from loopx.api import LoopxError
+
+    g = api.create_goal(reg, "user", title="t")["id"]
+    run = api.should_run(reg, "executor", goal_id=g)["interaction_contract"]["run_id"]
+    with pytest.raises(LoopxError) as err:
+        reg.mutate("capability:alpha", lambda w: api.abandon_expired_run(w, run), goal_id=g)
+    assert err.value.code == "actor_forbidden"
+    with reg.read() as tx:
+        assert api.load_run(tx, run).status == "open"

@@ -1,0 +1,123 @@
+"""A plugin extends LoopX through hooks, not core edits: its own event kind (replayed like core
+events), error code, command, contract action and veto. The plugin (tests/plugins/loopx_probe)
+is written only against ``loopx.api`` and installed through a real entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent / "plugins"))
+
+from tests.plugin_site import PLUGINS, plugin_env
+
+
+@pytest.fixture
+def probe(tmp_path, sqlite_url):
+    env = plugin_env(tmp_path, sqlite_url, probe="loopx_probe")
+
+    def run(*args, actor=None):
+        e = dict(env, **({"LOOPX_ACTOR": actor} if actor else {}))
+        p = subprocess.run([sys.executable, "-m", "loopx", *args], env=e, capture_output=True, text=True, timeout=60)
+        return p
+
+    run.url = sqlite_url
+    return run
+
+
+def test_the_probe_plugin_imports_only_the_api():
+    from loopx.api import check_plugin_imports
+
+    assert check_plugin_imports(PLUGINS / "loopx_probe") == []
+
+
+def test_a_plugin_event_kind_is_written_shown_and_replayed(probe, monkeypatch):
+    g = json.loads(probe("project_prompt", "create", "--title", "T", "--json").stdout)["id"]
+    p = probe("probe", "note", "--goal-id", g, "--text", "first", "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == {"notes": ["first"]}
+    run = json.loads(probe("quota", "should-run", "--goal-id", g, "--json").stdout)["interaction_contract"]["run_id"]
+    assert probe("probe", "note", "--goal-id", g, "--text", "second", actor="executor").returncode == 0
+    history = json.loads(probe("history", "--goal-id", g, "--json").stdout)
+    noted = [e for e in history if e["kind"] == "probe.noted"]
+    assert [(e["actor"], e["body"]["text"]) for e in noted] == [("user", "first"), ("executor", "second")]
+    assert run
+    # Replayed into an empty registry, the ledger gives the same state, the plugin's rows included.
+    from loopx import api
+
+    with api.open_registry(probe.url) as reg, reg.read() as tx:
+        live = api.goal_snapshot(tx, g)
+        assert api.get_state(tx, g, "probe") == {"notes": ["first", "second"]}
+        events = api.goal_events(tx, g)
+    # This process has no probe plugin: its events replay as no-ops (history stays readable).
+    without, _ = api.replay_goal(events)
+    assert [r for r in without["capability_state"] if r["namespace"] == "probe"] == []
+    code = ("import json, sys; from loopx import api\n"
+            "with api.open_registry() as reg, reg.read() as tx:\n"
+            "    ev = api.goal_events(tx, sys.argv[1]); live = api.goal_snapshot(tx, sys.argv[1])\n"
+            "print(json.dumps(api.replay_goal(ev)[0] == live))\n")
+    env = plugin_env_for(probe)
+    p = subprocess.run([sys.executable, "-c", code, g], env=env, capture_output=True, text=True)
+    assert p.stdout.strip() == "true", p.stderr
+    assert live["capability_state"]
+
+
+def plugin_env_for(probe):
+    import tempfile
+    from pathlib import Path
+
+    return plugin_env(Path(tempfile.mkdtemp()), probe.url, probe="loopx_probe")
+
+
+def test_a_plugin_error_code_exits_2_with_the_json_error(probe):
+    g = json.loads(probe("project_prompt", "create", "--title", "T", "--json").stdout)["id"]
+    before = probe("history", "--goal-id", g, "--json").stdout
+    p = probe("probe", "note", "--goal-id", g, "--text", "LOUD", "--json")
+    assert p.returncode == 2
+    assert json.loads(p.stdout) == {"error": {"code": "probe.too_loud", "message": "'LOUD' is shouted; say it quietly"}}
+    p = probe("probe", "note", "--goal-id", g, "--text", "LOUD")
+    assert p.returncode == 2 and p.stderr.strip().endswith("[probe.too_loud]") and "Traceback" not in p.stderr
+    assert probe("history", "--goal-id", g, "--json").stdout == before
+
+
+def test_a_plugin_contract_action_and_veto(probe):
+    g = json.loads(probe("project_prompt", "create", "--title", "T", "--json").stdout)["id"]
+    doc = json.loads(probe("quota", "should-run", "--goal-id", g, "--json").stdout)
+    assert doc["decision"] == "run"
+    lines = doc["interaction_contract"]["cli_channel"]["next_cli_actions"]
+    assert f"loopx probe note --goal-id {g} --text seen" in lines
+    assert "probe: say you saw it" in doc["interaction_contract"]["agent_channel"]["notes"]
+    run = doc["interaction_contract"]["run_id"]
+    assert probe("run", "finish", "--run-id", run, "--outcome", "ok").returncode == 0
+    assert probe("probe", "note", "--goal-id", g, "--text", "halt").returncode == 0
+    doc = json.loads(probe("quota", "should-run", "--goal-id", g, "--json").stdout)
+    assert (doc["decision"], doc["reasons"]) == ("repair", ["probe.halted"])
+    assert doc["interaction_contract"]["cli_channel"]["next_cli_actions"] == [
+        f"loopx probe note --goal-id {g} --text go"]
+    assert probe("probe", "note", "--goal-id", g, "--text", "go").returncode == 0
+    assert json.loads(probe("quota", "should-run", "--goal-id", g, "--json").stdout)["decision"] == "run"
+
+
+def test_a_plugin_kind_refuses_roles_it_did_not_name(probe):
+    from loopx import api, plugins
+    from loopx.api import LoopxError
+
+    class Probe:
+        pass
+
+    import loopx_probe  # noqa: F401  (tests/plugins is on sys.path through PYTHONPATH below)
+
+    assert probe  # registry url
+    pm = plugins.get_plugin_manager()
+    pm.register(loopx_probe, name="probe-inproc")
+    try:
+        with api.open_registry(probe.url) as reg:
+            g = api.create_goal(reg, "user", title="T")["id"]
+            with pytest.raises(LoopxError) as err:
+                reg.mutate("capability:other", lambda w: w.emit("probe.noted", {"text": "x"}), goal_id=g)
+            assert err.value.code == "actor_forbidden"
+    finally:
+        pm.unregister(name="probe-inproc")

@@ -1,0 +1,105 @@
+"""The README runs as written: its bash blocks, in order, in one shell, in a temporary directory
+with a temporary registry, as a new user would type them after set-up command 1.
+
+A block preceded by ``<!-- doc-test: skip — why -->`` is not run (set-up, the test suite itself,
+changes to the environment); ``<!-- doc-test: server -->`` marks a long-running server, which is
+started on a free port, asked for its pages, and stopped with Ctrl-C (SIGINT).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+README = ROOT / "README.md"
+_BLOCK = re.compile(r"(?:<!-- doc-test: (?P<mark>[^>]*?) -->\n)?```bash\n(?P<body>.*?)```", re.S)
+
+
+def blocks() -> list[tuple[str | None, str]]:
+    """``[(mark or None, body)]`` of every bash block in the README, in order."""
+    return [(m.group("mark"), m.group("body")) for m in _BLOCK.finditer(README.read_text())]
+
+
+def _env(tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    # After set-up command 1, `loopx` is on PATH: the virtualenv running this test is that one.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["LOOPX_REGISTRY"] = str(tmp_path / "registry.db")
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    return env
+
+
+def test_setup_puts_loopx_on_path_and_names_the_prerequisites():
+    text = README.read_text()
+    setup = blocks()[0][1]
+    assert "python3 -m venv .venv" in setup and ". .venv/bin/activate" in setup and "loopx demo" in setup
+    prerequisites = text.split("**1. Install LoopX", 1)[0]
+    assert "jq" in prerequisites and "Python ≥ 3.11" in prerequisites
+    marks = [m for m, _ in blocks() if m]
+    assert all(m.startswith("skip — ") or m == "server" for m in marks), marks
+
+
+def test_every_bash_block_runs_in_order_in_one_shell(tmp_path):
+    runnable = [body for mark, body in blocks() if mark is None]
+    assert len(runnable) >= 6
+    script = ["set -e -o pipefail"]
+    for i, body in enumerate(runnable, 1):
+        script += [f"echo '### README block {i}' >&2", body]
+    (tmp_path / "readme.sh").write_text("\n".join(script) + "\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    env = _env(tmp_path)
+    p = subprocess.run(["bash", str(tmp_path / "readme.sh")], cwd=work, env=env, capture_output=True, text=True,
+                       timeout=600)
+    last = [ln for ln in p.stderr.splitlines() if ln.startswith("### README block")][-1:]
+    assert p.returncode == 0, f"failed in {last}:\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}"
+    assert last == [f"### README block {len(runnable)}"]
+
+    # What the README says happened, happened.
+    def loopx(*args):
+        out = subprocess.run([sys.executable, "-m", "loopx", *args, "--json"], env=env, capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out
+        return json.loads(out.stdout)
+
+    goal = loopx("project-prompt", "list")[0]
+    assert goal["title"] == "Investigate Quarterly Revenue Spike" and goal["criteria"][0]["met"]
+    runs = loopx("run", "list", goal["id"])
+    assert len(runs) >= 2 and all(r["status"] == "finished" for r in runs)
+    gates = {g["title"]: g["status"] for g in loopx("gate", "list", goal["id"])}
+    assert gates == {"Publish the report": "approved", "Share with finance": "rejected"}
+    assert (work / "report.csv").exists(), "the harness loop ran the publish action once the gate was approved"
+    assert (work / "rewards.jsonl").read_text().count("\n") == 1
+    assert "Did you mean" not in p.stderr and "Traceback" not in p.stderr
+
+
+def test_server_blocks_serve_and_stop_on_ctrl_c(tmp_path):
+    servers = [body for mark, body in blocks() if mark == "server"]
+    assert servers
+    env = _env(tmp_path)
+    subprocess.run([sys.executable, "-m", "loopx", "project-prompt", "create", "--title", "seen"], env=env,
+                   check=True, capture_output=True)
+    for body in servers:
+        command = body.split("#", 1)[0].split()
+        assert command[:2] == ["loopx", "status-server"], body
+        proc = subprocess.Popen([*command, "--port", "0"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            url = proc.stdout.readline().split(" on ", 1)[1].split()[0]
+            assert urllib.request.urlopen(url + "healthz", timeout=10).status == 200
+            page = urllib.request.urlopen(url, timeout=10).read().decode()
+            assert "<html" in page.lower()
+            status = json.loads(urllib.request.urlopen(url + "api/status", timeout=10).read())
+            assert [g["title"] for g in status["goals"]] == ["seen"]
+        finally:
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=20) == 0
+            assert "Traceback" not in proc.stderr.read()

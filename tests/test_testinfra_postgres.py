@@ -1,0 +1,156 @@
+"""The suite's own PostgreSQL server is a throwaway: started for a session, gone after it.
+
+Each test runs a real inner pytest session (a separate process, as a contributor runs it) on a
+tiny PostgreSQL test, with ``TMPDIR`` pointing at a directory of ours so that we can see what it
+leaves behind, then checks: nothing left in that directory, nothing listening on the port the
+inner session used, no ``postgres`` process on its data directory. The same holds when the inner
+test fails, and when the session is interrupted (Ctrl-C) or terminated (SIGTERM) mid-test. With
+``LOOPX_TEST_POSTGRES_URL`` set, no server is started at all. A session killed outright (SIGKILL)
+leaves its server running: the next session stops and deletes it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests import backends, pg_server
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.postgres
+
+INNER_TEST = textwrap.dedent("""
+    import os, time
+    from tests import backends, pg_server
+
+    def test_inner():
+        url = backends.postgres_base_url()
+        assert os.environ["LOOPX_TEST_POSTGRES_URL"] == url  # child processes inherit it
+        schema_url = backends.fresh_registry("postgres", None)
+        from loopx.registry import Registry
+        with Registry.open(schema_url):
+            pass
+        backends.drop_registry("postgres", schema_url)
+        with open(os.environ["INNER_REPORT"], "w") as f:
+            f.write(url)
+        mode = os.environ["INNER_MODE"]
+        if mode == "fail":
+            assert False, "this inner test fails on purpose"
+        if mode == "hang":
+            time.sleep(600)
+""")
+
+
+@pytest.fixture
+def scratch():
+    """A temp dir the server's user can reach (``nobody`` when we are root), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="pgtest-"))
+    path.chmod(0o1777)
+    yield path
+    # Should a test here fail half-way, its inner servers must not outlive it either.
+    for data in path.glob("tmp/loopx-pg-*/data"):
+        pg_server._kill_postmaster(data)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def inner_session(scratch: Path, mode: str, env_url: str | None = None) -> tuple[subprocess.Popen, Path]:
+    tests_dir = scratch / "inner"
+    tests_dir.mkdir(exist_ok=True)
+    (tests_dir / "test_inner.py").write_text(INNER_TEST)
+    tmp = scratch / "tmp"
+    tmp.mkdir(exist_ok=True)
+    tmp.chmod(0o1777)
+    report = scratch / "report.txt"
+    env = {k: v for k, v in os.environ.items() if k not in (backends.POSTGRES_ENV, backends.REQUIRE_ENV)}
+    env.update(TMPDIR=str(tmp), INNER_MODE=mode, INNER_REPORT=str(report), PYTHONPATH=str(ROOT))
+    if env_url:
+        env[backends.POSTGRES_ENV] = env_url
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:pytest_postgresql",
+         "-p", "tests.conftest", "--rootdir", str(tests_dir), "--basetemp", str(scratch / "basetemp"),
+         str(tests_dir / "test_inner.py")],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+    return proc, report
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return path.read_text()
+        if proc.poll() is not None:
+            pytest.fail(f"inner session ended early:\n{proc.stdout.read()}")
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail("inner session never reached its PostgreSQL test")
+
+
+def assert_gone(url: str, scratch: Path) -> None:
+    """Nothing left: no files in the inner TMPDIR, no listener on the port, no postgres on its data."""
+    assert list((scratch / "tmp").iterdir()) == []
+    port = urlsplit(url).port
+    with socket.socket() as s:
+        s.settimeout(2)
+        assert s.connect_ex(("127.0.0.1", port)) != 0, f"something still listens on {port}"
+    leftovers = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(scratch / "tmp") not in leftovers
+
+
+@pytest.mark.parametrize("mode,status", [("pass", 0), ("fail", 1)])
+def test_session_server_is_stopped_and_deleted(scratch, mode, status):
+    proc, report = inner_session(scratch, mode)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == status, out
+    url = report.read_text()
+    assert urlsplit(url).hostname == "127.0.0.1" and urlsplit(url).username == "loopx"
+    assert urlsplit(url).password not in ("", "loopx")  # a random one
+    assert_gone(url, scratch)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_session_still_cleans_up(scratch, sig):
+    proc, report = inner_session(scratch, "hang")
+    url = wait_for(report, proc)
+    tmp_entries = list((scratch / "tmp").iterdir())
+    assert [p.name[:9] for p in tmp_entries] == ["loopx-pg-"]  # the running server's directory
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0, out
+    assert_gone(url, scratch)
+
+
+def test_a_killed_sessions_server_is_swept_by_the_next_session(scratch):
+    proc, report = inner_session(scratch, "hang")
+    url = wait_for(report, proc)
+    os.killpg(proc.pid, signal.SIGKILL)  # no handler, no atexit: the server is orphaned
+    proc.wait(timeout=60)
+    assert [p.name[:9] for p in (scratch / "tmp").iterdir()] == ["loopx-pg-"]
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", urlsplit(url).port)) == 0  # still serving, nobody to stop it
+    report.unlink()
+    proc, report = inner_session(scratch, "pass")  # the next session, in the same temp dir
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert_gone(url, scratch)  # the orphan, and the new session's own server
+
+
+def test_given_url_starts_nothing(scratch):
+    own = backends.postgres_base_url()  # this session's server stands in for a contributor's own
+    proc, report = inner_session(scratch, "pass", env_url=own)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert report.read_text() == own
+    assert list((scratch / "tmp").iterdir()) == []
