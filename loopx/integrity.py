@@ -44,12 +44,27 @@ def row_hash(row: dict) -> str:
 
 
 def state_digest(tx, goal_id: str) -> str:
-    """sha256 over the goal's rows in :data:`STATE_TABLES` (columns by name, rows by key)."""
+    """sha256 over the goal's rows in :data:`STATE_TABLES` (columns by name, rows by key; closed
+    runs summarised)."""
     from loopx.store import schema
 
     h = hashlib.sha256()
     for table in STATE_TABLES:
         column = "id" if table == "goals" else "goal_id"
+        if table == "runs":
+            # Open runs row by row; closed runs (a list that grows with every turn) by what the
+            # decision reads of them - count, charges, latest times - so the check stays cheap on
+            # a goal with thousands of turns. The full check replays every run.
+            rows = tx.query("SELECT * FROM runs WHERE goal_id = ? AND status = 'open'", (goal_id,))
+            closed = tx.one("SELECT COUNT(*) AS n, COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost), 0) AS cost,"
+                            " MAX(opened_at) AS opened, MAX(finished_at) AS finished, MAX(expires_at) AS expires"
+                            " FROM runs WHERE goal_id = ? AND status <> 'open'", (goal_id,))
+            closed = [int(closed["n"]), int(closed["tokens"]), round(float(closed["cost"]), 6), closed["opened"],
+                      closed["finished"], closed["expires"]]
+            rows.sort(key=lambda r: r["id"])
+            h.update(json.dumps(["runs", [sorted(r.items()) for r in rows], closed], default=str,
+                                separators=(",", ":")).encode("utf-8", "backslashreplace"))
+            continue
         rows = tx.query(f"SELECT * FROM {table} WHERE {column} = ?", (goal_id,))
         keys = schema.GOAL_TABLES[table]
         rows.sort(key=lambda r: tuple(r[k] for k in keys))

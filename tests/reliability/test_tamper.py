@@ -216,3 +216,14 @@ def test_fix_takes_a_backup_first_and_dry_run_writes_nothing(loopx, goal):
     conn = sqlite3.connect(backup)
     assert conn.execute("SELECT COUNT(*) FROM gates WHERE id = ?", (goal["gate"],)).fetchone()[0] == 0
     conn.close()
+
+
+def test_a_closed_runs_charges_edited_by_hand_are_seen(loopx, goal):
+    url, g = loopx.url, goal["id"]
+    assert loopx("gate", "approve", "--goal-id", g, "--gate-id", goal["gate"]).code == 0
+    run = should_run(loopx, g)["interaction_contract"]["run_id"]
+    assert loopx("run", "finish", "--run-id", run, "--outcome", "ok", "--tokens", "5000").code == 0
+    raw(url, "UPDATE runs SET tokens = 0 WHERE id = ?", (run,))  # hide what the turn spent
+    assert_repair_and_nothing_written(loopx, url, g)
+    assert fix(loopx, "--goal-id", g)["ok"]
+    assert rows(url, "SELECT tokens FROM runs WHERE id = ?", (run,)) == [{"tokens": 5000}]
