@@ -38,12 +38,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--goals", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--keep", action="store_true", help="Keep the filled registry.")
     args = parser.parse_args()
+    tmp = tempfile.mkdtemp(prefix="loopx-bench-integrity-")
+    try:
+        run(args, os.path.join(tmp, "registry.db"))
+    finally:
+        if not args.keep:
+            import shutil
 
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(args, url: str) -> None:
+    """Fill ``url`` and print the table."""
     from loopx import integrity, quota
     from loopx.registry import Registry
 
-    url = os.path.join(tempfile.mkdtemp(prefix="loopx-bench-integrity-"), "registry.db")
     started = time.perf_counter()
     goal_id = fill(url, args.goals)
     print(f"{args.goals} goals filled in {time.perf_counter() - started:.1f} s")
