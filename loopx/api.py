@@ -37,6 +37,7 @@ _LAZY = {
     "check_recordable": "loopx.runs:check_recordable",
     "goal_events": "loopx.ledger:events",
     "goal_usage": "loopx.usage:usage",
+    "remaining_quota": "loopx.usage:remaining",
     "GOAL_TABLES": "loopx.store.schema:GOAL_TABLES",
     "SCHEMA_VERSION": "loopx.store.schema:CURRENT_VERSION",
     "list_evidence_for": "loopx.evidence:list_for",
@@ -102,6 +103,9 @@ _OWN = (
     "writer_add_action",
     "writer_add_evidence",
     "writer_todo_done",
+    "writer_todo_reopen",
+    "writer_criterion_met",
+    "writer_close_goal",
     "abandon_expired_run",
     "list_evidence",
     "load_evidence",
@@ -275,6 +279,35 @@ def writer_todo_done(w, *, todo_id: str, note: str | None = None) -> None:
         raise LoopxError("todo_not_open", f"todo {todo_id} is {todo.status}")
     note = check_text(note, what="note", limit="note", required=False)
     w.emit("todo.done", {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
+
+
+def writer_todo_reopen(w, *, todo_id: str, note: str | None = None) -> None:
+    """Open a done or blocked todo of the writer's goal again, unclaimed (an open one stays as it is)."""
+    from loopx import todos
+    from loopx.validate import check_text
+
+    if todos.load_todo(w.tx, w.goal_id, todo_id).status == "open":
+        return
+    note = check_text(note, what="note", limit="note", required=False)
+    w.emit("todo.reopened", {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
+
+
+def writer_criterion_met(w, *, index: int, met: bool = True) -> None:
+    """Mark criterion ``index`` (0-based) of the writer's goal met (a user, or a capability that did the work)."""
+    from loopx.errors import LoopxError
+    from loopx.project_prompt import load_goal
+
+    if not isinstance(index, int) or not 0 <= index < len(load_goal(w.tx, w.goal_id).criteria):
+        raise LoopxError("invalid_argument", f"goal {w.goal_id} has no criterion {index!r}")
+    w.emit("goal.criterion_met", {"index": index, "met": bool(met)})
+
+
+def writer_close_goal(w, *, reason: str | None = None) -> None:
+    """Close the writer's goal (a user, or a capability that finished the goal's work)."""
+    from loopx.validate import check_text
+
+    reason = check_text(reason, what="reason", limit="note", required=False)
+    w.emit("goal.closed", {"reason": reason} if reason else {})
 
 
 def abandon_expired_run(w, run_id: str) -> None:

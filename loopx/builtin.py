@@ -34,3 +34,11 @@ def loopx_register_executors(register):
     from loopx.executors.shell import NAME, ShellExecutor
 
     register(NAME, ShellExecutor())
+    # The agent executors import nothing until a turn runs; registering them costs three classes.
+    from loopx.executors.claude_code import ClaudeCodeExecutor
+    from loopx.executors.codex import CodexExecutor
+    from loopx.executors.command import CommandExecutor
+
+    register("claude-code", ClaudeCodeExecutor())
+    register("codex", CodexExecutor())
+    register("command", CommandExecutor())

@@ -60,33 +60,40 @@ class HookTx:
     background cannot touch the transaction that follows.
     """
 
-    __slots__ = ("_tx",)
+    __slots__ = ("_tx", "_lock")
 
     def __init__(self, tx):
+        import threading
+
         self._tx = tx
+        # Held while a query runs, and by revoke(): once revoked, no query is still in flight.
+        self._lock = threading.Lock()
 
     @property
     def dialect(self):
-        return self._live().dialect
+        return self._call("dialect")
 
-    def _live(self):
-        if self._tx is None:
-            from loopx.errors import LoopxError
+    def _call(self, what, *args):
+        with self._lock:
+            if self._tx is None:
+                from loopx.errors import LoopxError
 
-            raise LoopxError("plugin_error", "this transaction ended: a contract hook ran past its deadline")
-        return self._tx
+                raise LoopxError("plugin_error", "this transaction ended: a contract hook ran past its deadline")
+            attr = getattr(self._tx, what)
+            return attr(*args) if args else attr
 
     def one(self, sql, params=()):
         """One row as a dict, or ``None``."""
-        return self._live().one(sql, params)
+        return self._call("one", sql, params)
 
     def query(self, sql, params=()):
         """All rows as dicts."""
-        return self._live().query(sql, params)
+        return self._call("query", sql, params)
 
     def revoke(self) -> None:
-        """End the view (the hook phase is over)."""
-        self._tx = None
+        """End the view (the hook phase is over); waits for a query in flight."""
+        with self._lock:
+            self._tx = None
 
 
 def _check_veto(found) -> str | None:

@@ -49,6 +49,7 @@ CODES = frozenset(
         "issue_fix_error",
         "not_reproduced",
         "repair_failed",
+        "executor_unavailable",
     }
 )
 

@@ -119,11 +119,13 @@ def role(actor: str) -> str:
     return actor.split(":", 1)[0]
 
 
-def apply(tx, event: Event) -> None:
+def apply(tx, event: Event, *, summary: bool = True) -> None:
     """Apply one event to the current-state tables (the same code path as a replay).
 
     An event of a plugin's kind whose plugin is not installed any more replays as a no-op (its
-    history stays readable); an unknown core kind is an error.
+    history stays readable); an unknown core kind is an error. The goal's attention summary
+    (:mod:`loopx.attention`) is refreshed too, unless the event's area cannot change it;
+    ``summary=False`` leaves that to the caller (:func:`apply_many`).
     """
     if event.kind.split(".", 1)[0] in AREAS:
         kind(event.kind).apply(tx, event)
@@ -135,6 +137,30 @@ def apply(tx, event: Event) -> None:
         "UPDATE goals SET revision = ?, updated_at = ? WHERE id = ?",
         (event.seq, event.at, event.goal_id),
     )
+    if summary and event.kind.split(".", 1)[0] not in _QUIET_AREAS:
+        from loopx import attention
+
+        attention.refresh(tx, event.goal_id)
+
+
+# Areas whose events never move a goal in the overview (kept in step with loopx.attention).
+_QUIET_AREAS = frozenset({"todo", "action", "evidence", "reward"})
+
+
+def apply_many(tx, batch: list[Event]) -> None:
+    """Apply already-appended events in order, refreshing each goal's summary once at the end.
+
+    The same state as :func:`apply` one by one (the summary is a function of the rows), for
+    bulk loads such as the benchmark's fill.
+    """
+    from loopx import attention
+
+    touched: dict[str, None] = {}
+    for event in batch:
+        apply(tx, event, summary=False)
+        touched[event.goal_id] = None
+    for goal_id in touched:
+        attention.refresh(tx, goal_id)
 
 
 def append(tx, event: Event, prev_hash: str | None = None) -> Event:

@@ -76,11 +76,23 @@ def create(
     return reg.mutate(actor, work, operation_id=operation_id, request={"op": "goal.create", **body})
 
 
-def list_goals(reg: Registry, *, status: str = "active", limit: int = 50, before: int | None = None) -> list[dict]:
-    """Goals, newest first. ``status``: open, paused, closed, active (not closed) or all."""
+def list_goals(reg: Registry, *, status: str = "active", limit: int = 50, before: int | None = None,
+               cursor: str | None = None) -> list[dict]:
+    """Goals, newest first. ``status``: open, paused, closed, active (not closed) or all.
+
+    ``cursor`` is the id of the last goal of the previous page: the page continues after it
+    (one indexed range on ``created_seq``, however many goals there are).
+    """
     if status not in LIST_STATUSES:
         raise LoopxError("invalid_argument", f"--status must be one of {', '.join(LIST_STATUSES)}")
     limit = check_number(limit, what="--limit", minimum=1, maximum=MAX_LIST_LIMIT, integer=True)
+    if cursor is not None:
+        check_id("goal", cursor, option="--cursor")
+        with reg.read() as tx:
+            row = tx.one("SELECT created_seq FROM goals WHERE id = ?", (cursor,))
+        if row is None:
+            raise LoopxError("invalid_argument", f"--cursor: no goal {cursor} (pass the last id of a page)")
+        before = row["created_seq"] if before is None else min(before, row["created_seq"])
     where, params = [], []
     if status == "active":
         where.append("status IN ('open', 'paused')")

@@ -9,9 +9,10 @@ Two views:
 
 * :func:`overview` - all goals, *attention first* (pending gates, exhausted budgets, abandoned
   runs, a failing last run), then the rest, newest first, one page at a time. Which goals need
-  attention is found with a handful of set queries over the whole registry; everything shown
-  per goal is then fetched for the page only, in batches, so the cost follows the page size,
-  not the number of goals.
+  attention is kept on every write in the ``goal_summary`` table (:mod:`loopx.attention`, which
+  also says what is stored and what is judged against the clock at read time), so a page is an
+  indexed range over it; everything shown per goal is then fetched for the page only, in
+  batches, so the cost follows the page size, not the number of goals.
 * :func:`goal_view` - one goal in full: gates, todos and the ready set, quota used/remaining,
   runs, evidence, the merged timeline, rewards, the latest hand-off and actions.
 
@@ -27,7 +28,6 @@ import attrs
 
 from loopx import clock
 from loopx.errors import LoopxError
-from loopx.model.goal import BUDGETS as _BUDGETS
 from loopx.validate import check_id, check_number
 
 SCHEMA = "loopx.status/1"
@@ -40,7 +40,6 @@ RECENT_EVIDENCE = 50
 RECENT_REWARDS = 20
 RECENT_GATES = 20
 MAX_TODOS = 500
-_BUDGET_KEYS = tuple(_BUDGETS.values())
 _CHUNK = 500  # ids per IN (...) list: far below every backend's parameter limit
 _WHOLE_TABLE = 2000  # more ids than this: scan the table once instead
 
@@ -94,12 +93,6 @@ def _parsed_budget(limits: str, grants: str) -> _Budget:
     return _Budget(QuotaLimits(**json.loads(limits)), QuotaLimits(**json.loads(grants)))
 
 
-def has_limits(row: dict) -> bool:
-    """Whether a goal row sets any budget (only such goals can run out)."""
-    limits = _parsed_budget(row.get("limits") or "{}", "{}").limits
-    return any(getattr(limits, k) is not None for k in _BUDGET_KEYS)
-
-
 def usage_many(tx, goal_ids: list[str]) -> dict:
     """``{goal_id: QuotaUsage}`` for many goals in a few queries, by the rules of
     :func:`loopx.usage.usage` (one turn per run, reported tokens and cost, wall time of every
@@ -150,78 +143,7 @@ def _quota_for(tx, goal_rows: list[dict]) -> dict[str, dict]:
     return {g["id"]: quota_picture(_budget(g), used[g["id"]]) for g in goal_rows}
 
 
-# ----------------------------------------------------------------------------- attention
-
-
-def attention_map(tx, at: str, goal_ids: list[str] | None = None) -> dict[str, list[str]]:
-    """``{goal_id: [attention codes]}`` for goals that are not closed and need a human.
-
-    With ``goal_ids`` only those goals are examined; otherwise the whole registry, by set
-    queries (never one query per goal).
-    """
-    found: dict[str, set[str]] = {}
-
-    def mark(goal_id, code):
-        found.setdefault(goal_id, set()).add(code)
-
-    scope, scope_params = "", ()
-    if goal_ids is not None:
-        if not goal_ids:
-            return {}
-        scope = " AND {alias}.goal_id IN (" + ", ".join("?" for _ in goal_ids) + ")"
-        scope_params = tuple(goal_ids)
-
-    for r in tx.query(
-        "SELECT DISTINCT x.goal_id FROM gates x JOIN goals g ON g.id = x.goal_id"
-        " WHERE x.status = 'pending' AND g.status <> 'closed'" + scope.format(alias="x"),
-        scope_params,
-    ):
-        mark(r["goal_id"], "gate_pending")
-
-    # Runs: an open run past its expiry is abandoned now; a goal whose newest run was marked
-    # abandoned, or whose newest finished run failed, needs a look until a later run settles it.
-    candidates = tx.query(
-        "SELECT r.goal_id, r.id, r.status, r.outcome, r.opened_at, r.expires_at FROM runs r"
-        " JOIN goals g ON g.id = r.goal_id WHERE g.status <> 'closed' AND (r.status = 'abandoned'"
-        " OR r.outcome = 'failed' OR (r.status = 'open' AND r.expires_at <= ?))" + scope.format(alias="r"),
-        (at, *scope_params),
-    )
-    latest_checks = set()
-    for r in candidates:
-        if r["status"] == "open":
-            mark(r["goal_id"], "run_abandoned")
-        else:
-            latest_checks.add(r["goal_id"])
-    if latest_checks:
-        latest = _latest_runs(tx, sorted(latest_checks))
-        latest_finished = _latest_runs(tx, sorted(latest_checks), status="finished")
-        for goal_id in latest_checks:
-            newest = latest.get(goal_id)
-            if newest and newest["status"] == "abandoned":
-                mark(goal_id, "run_abandoned")
-            done = latest_finished.get(goal_id)
-            if done and done["outcome"] == "failed":
-                mark(goal_id, "run_failed")
-
-    # Budgets: only goals with a limit can run out; their usage is summed in batches.
-    limited = tx.query(
-        "SELECT id, limits, grants FROM goals WHERE status <> 'closed' AND limits <> '{}'"
-        + (" AND id IN (" + ", ".join("?" for _ in goal_ids) + ")" if goal_ids is not None else ""),
-        scope_params,
-    )
-    limited = [g for g in limited if has_limits(g)]
-    used = usage_many(tx, [g["id"] for g in limited])
-    from loopx import usage
-
-    verdicts: dict = {}  # (budget, usage) -> exhausted?; goals without runs share one usage
-    for g in limited:
-        key = (_budget(g), used[g["id"]])
-        if key not in verdicts:
-            verdicts[key] = bool(usage.exhausted(*key))
-        if verdicts[key]:
-            mark(g["id"], "budget_exhausted")
-
-    return {g: [c for c in ATTENTION if c in codes] for g, codes in found.items()}
+# ----------------------------------------------------------------------------- runs
 
 
 def _latest_runs(tx, goal_ids: list[str], status: str | None = None) -> dict[str, dict]:
@@ -282,69 +204,102 @@ def overview(reg, *, limit: int = 50, cursor: str | None = None, include_closed:
 
 
 def overview_tx(tx, *, limit: int, part: str = "a", after: int | None = None, include_closed: bool = False) -> dict:
-    """:func:`overview` inside an open read transaction."""
+    """:func:`overview` inside an open read transaction.
+
+    Reads the attention summary (:mod:`loopx.attention`), never the whole registry: the stored
+    counters, the goals whose open run expired by now (an indexed range), and then one indexed
+    range per part of the page; what each goal shows is fetched for the page's goals only.
+    """
+    from loopx import attention as summary
+
     at = clock.now()
     rev = revision(tx)
-    counts = {"open": 0, "paused": 0, "closed": 0}
-    for r in tx.query("SELECT status, count(*) AS n FROM goals GROUP BY status"):
-        counts[r["status"]] = int(r["n"])
-    attention = attention_map(tx, at)
-    shown = "status <> 'closed'" if not include_closed else "1 = 1"
+    stored = summary.counts(tx)
+    # The one clock-dependent code: goals in the quiet lane whose open run has expired by now.
+    # (The lane is checked here, not in SQL, so the planner has only the expiry index to use.)
+    late = {r["goal_id"]: r["created_seq"] for r in tx.query(
+        "SELECT goal_id, created_seq, lane FROM goal_summary WHERE run_expires <= ?", (at,)) if r["lane"] == 1}
+    quiet = "lane <> 2" if include_closed else "lane = 1"
 
-    # The attention part: few goals by nature, all known from the set queries above.
-    att_rows = []
-    if attention:
-        att_rows = _in_query(tx, "SELECT id, created_seq FROM goals WHERE id IN ({ids})", sorted(attention))
-        att_rows.sort(key=lambda r: -r["created_seq"])
     page: list[tuple[str, int]] = []  # (goal id, created_seq)
     next_cursor = None
     if part == "a":
-        pending = [r for r in att_rows if after is None or r["created_seq"] < after]
-        page = [(r["id"], r["created_seq"]) for r in pending[:limit]]
+        pending = _attention_after(tx, after, limit + 1, late)
+        page = pending[:limit]
         if len(pending) > limit:
             next_cursor = f"a.{page[-1][1]}"
-        elif len(page) == limit and _has_rest(tx, shown, attention):
+        elif len(page) == limit and _quiet_after(tx, quiet, None, 1, late):
             next_cursor = "r"
         part, after = "r", None
     if next_cursor is None and len(page) < limit:
-        # The rest, newest first, skipping attention goals; fetched in slices so a page costs
-        # about one indexed range scan however many goals there are.
         want = limit - len(page)
-        rest: list[tuple[str, int]] = []
-        bound = after
-        while len(rest) <= want:
-            sql = f"SELECT id, created_seq FROM goals WHERE {shown}"
-            params: list = []
-            if bound is not None:
-                sql += " AND created_seq < ?"
-                params.append(bound)
-            sql += " ORDER BY created_seq DESC LIMIT ?"
-            params.append(want + 1 + min(len(attention), 200))
-            rows = tx.query(sql, params)
-            rest.extend((r["id"], r["created_seq"]) for r in rows if r["id"] not in attention)
-            if len(rows) < params[-1]:
-                break
-            bound = rows[-1]["created_seq"]
+        rest = _quiet_after(tx, quiet, after, want + 1, late)
         if len(rest) > want:
             rest = rest[:want]
             next_cursor = f"r.{rest[-1][1]}"
         page.extend(rest)
 
-    goals = _summaries(tx, [gid for gid, _ in page], attention, at)
+    ids = [gid for gid, _ in page]
+    goals = _summaries(tx, ids, attention_of(tx, ids, at), at)
     return {
         "schema": SCHEMA,
         "view": "overview",
         "generated_at": at,
         "revision": rev,
-        "counts": {"goals": counts, "attention": len(attention)},
+        "counts": {"goals": {k: stored[k] for k in ("open", "paused", "closed")},
+                   "attention": stored["attention"] + len(late)},
         "goals": goals,
         "page": {"limit": limit, "next": next_cursor},
     }
 
 
-def _has_rest(tx, shown: str, attention: dict) -> bool:
-    rows = tx.query(f"SELECT id FROM goals WHERE {shown} ORDER BY created_seq DESC LIMIT ?", (len(attention) + 1,))
-    return any(r["id"] not in attention for r in rows)
+def _attention_after(tx, bound: int | None, n: int, late: dict[str, int]) -> list[tuple[str, int]]:
+    """Up to ``n`` attention goals older than ``bound``, newest first: the stored lane, merged
+    with the goals whose open run expired by now."""
+    sql = "SELECT goal_id, created_seq FROM goal_summary WHERE lane = 2"
+    params: list = []
+    if bound is not None:
+        sql += " AND created_seq < ?"
+        params.append(bound)
+    rows = [(r["goal_id"], r["created_seq"]) for r in tx.query(sql + " ORDER BY created_seq DESC LIMIT ?",
+                                                               (*params, n))]
+    rows.extend((g, seq) for g, seq in late.items() if bound is None or seq < bound)
+    rows.sort(key=lambda r: -r[1])
+    return rows[:n]
+
+
+def _quiet_after(tx, lanes: str, bound: int | None, n: int, late: dict[str, int]) -> list[tuple[str, int]]:
+    """Up to ``n`` goals outside attention older than ``bound``, newest first (one index range;
+    more only when expired runs moved goals out of the lane)."""
+    out: list[tuple[str, int]] = []
+    while len(out) < n:
+        sql = f"SELECT goal_id, created_seq FROM goal_summary WHERE {lanes}"
+        params: list = []
+        if bound is not None:
+            sql += " AND created_seq < ?"
+            params.append(bound)
+        size = n - len(out) + min(len(late), 200)
+        rows = tx.query(sql + " ORDER BY created_seq DESC LIMIT ?", (*params, size))
+        out.extend((r["goal_id"], r["created_seq"]) for r in rows if r["goal_id"] not in late)
+        if len(rows) < size:
+            break
+        bound = rows[-1]["created_seq"]
+    return out[:n]
+
+
+def attention_of(tx, goal_ids: list[str], at: str) -> dict[str, list[str]]:
+    """``{goal_id: [attention codes]}`` now, for a few goals, from their summary rows."""
+    out: dict[str, list[str]] = {}
+    for r in _in_query(tx, "SELECT goal_id, lane, attention, run_expires FROM goal_summary"
+                           " WHERE goal_id IN ({ids})", goal_ids):
+        if r["lane"] == 0:
+            continue
+        codes = set(filter(None, r["attention"].split(",")))
+        if r["run_expires"] is not None and r["run_expires"] <= at:
+            codes.add("run_abandoned")
+        if codes:
+            out[r["goal_id"]] = [c for c in ATTENTION if c in codes]
+    return out
 
 
 def _summaries(tx, ids: list[str], attention: dict[str, list[str]], at: str) -> list[dict]:
@@ -442,7 +397,7 @@ def goal_view_tx(tx, goal_id: str) -> dict:
         "generated_at": at,
         "revision": revision(tx),
         "goal": to_json(goal),
-        "attention": attention_map(tx, at, [goal_id]).get(goal_id, []),
+        "attention": attention_of(tx, [goal_id], at).get(goal_id, []),
         "gates": {"pending": pending, "decided": decided[:RECENT_GATES]},
         "todos": {"counts": _todo_counts(todo_list), "items": items, "truncated": len(todo_list) > MAX_TODOS,
                   "ready": ready},

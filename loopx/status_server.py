@@ -48,6 +48,8 @@ POLL_SECONDS = 0.5
 KEEPALIVE_SECONDS = 15.0
 MAX_IDLE_CONNECTIONS = 16
 CACHE_SECONDS = 1.0
+CACHE_BYTES = 32 << 20  # encoded views kept at most (LOOPX_STATUS_CACHE_BYTES)
+FLIGHT_WAIT_SECONDS = 30.0
 #: A connection must deliver a request's line and headers within this many seconds of starting
 #: to wait for it (keep-alive idle time included): slow or idle clients cannot hold threads.
 HEAD_SECONDS = 20.0
@@ -196,34 +198,104 @@ class RevisionWatcher:
 
 
 class ViewCache:
-    """Encoded JSON views keyed on (route, registry revision, watcher generation), for at most
-    ``ttl`` seconds: the projection is a function of the registry and the clock (leases and
-    run expiry), so a view is reused only while neither can have moved it."""
+    """Encoded JSON views, each keyed on the revision of what it shows.
 
-    def __init__(self, ttl: float = CACHE_SECONDS, size: int = 512):
-        self.ttl, self.size = ttl, size
-        self._items: dict = {}
+    A key names the view *and* the version of its inputs: a goal view (or a goal's events) the
+    goal's own revision, so writes to other goals leave it cached; the overview the registry's
+    revision and the watcher's change generation, since any write may move it. A view is also
+    reused for at most ``ttl`` seconds, because the projection reads the clock too (lease
+    validity, run expiry). Misses are single-flight: while one request builds a view, others
+    asking for the same key wait for its result instead of building it again. Memory is bounded
+    by ``max_bytes`` of encoded bodies, least recently used out first.
+    """
+
+    def __init__(self, ttl: float = CACHE_SECONDS, max_bytes: int = CACHE_BYTES):
+        from collections import OrderedDict
+
+        self.ttl, self.max_bytes = ttl, max_bytes
+        self._items: OrderedDict = OrderedDict()  # key -> (monotonic time, body)
+        self._bytes = 0
+        self._flights: dict = {}  # key -> _Flight being built
+        self._latest: dict = {}  # family -> its newest key (served while the next is built)
         self._lock = threading.Lock()
+        self.builds = 0  # how many views were computed (for tests and the benchmark)
 
-    def get(self, key):
-        """The cached bytes for ``key``, or None."""
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of encoded bodies held now."""
+        return self._bytes
+
+    def get_or_build(self, key, build, family=None) -> bytes:
+        """The cached body for ``key``, else ``build()``'s, computed once however many ask at once.
+
+        ``family`` names the view without its version: while one request builds a new version,
+        the others get the family's previous version if it is under ``ttl`` old (so a writer
+        committing every 100 ms does not make readers queue behind each rebuild); the request
+        that builds - the first after a change - always gets the new one.
+        """
         if self.ttl <= 0:
-            return None
+            self.builds += 1
+            return build()
         with self._lock:
+            now = time.monotonic()
             found = self._items.get(key)
-        if found is None or time.monotonic() - found[0] > self.ttl:
-            return None
-        return found[1]
+            if found is not None and now - found[0] <= self.ttl:
+                self._items.move_to_end(key)
+                return found[1]
+            flight = self._flights.get(key)
+            leader = flight is None
+            if leader:
+                flight = self._flights[key] = _Flight()
+            elif family is not None:
+                previous = self._items.get(self._latest.get(family))
+                if previous is not None and now - previous[0] <= self.ttl:
+                    return previous[1]
+        if not leader:
+            if flight.done.wait(FLIGHT_WAIT_SECONDS) and flight.body is not None:
+                return flight.body
+            if flight.error is not None:
+                raise flight.error
+            return build()  # the leader is stuck: answer this request on its own
+        try:
+            self.builds += 1
+            body = flight.body = build()
+        except BaseException as exc:
+            flight.error = exc
+            raise
+        finally:
+            with self._lock:
+                self._flights.pop(key, None)
+            flight.done.set()
+        self._put(key, body, family)
+        return body
 
-    def put(self, key, body: bytes) -> None:
-        """Remember ``body`` for ``key`` (evicting the oldest entries when full)."""
-        if self.ttl <= 0:
+    def _put(self, key, body: bytes, family=None) -> None:
+        if len(body) > self.max_bytes // 4:  # one huge page must not flush everything else
             return
         with self._lock:
-            if len(self._items) >= self.size:
-                for old in list(self._items)[: self.size // 4]:
-                    del self._items[old]
+            if family is not None:
+                self._latest[family] = key
+                if len(self._latest) > 4 * len(self._items) + 1024:  # forget families long evicted
+                    self._latest = {f: k for f, k in self._latest.items() if k in self._items}
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old[1])
             self._items[key] = (time.monotonic(), body)
+            self._bytes += len(body)
+            while self._bytes > self.max_bytes:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._bytes -= len(dropped)
+
+
+class _Flight:
+    """One view being built: waiters block on ``done``."""
+
+    __slots__ = ("done", "body", "error")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.body: bytes | None = None
+        self.error: BaseException | None = None
 
 
 def _assets() -> dict[str, Path]:
@@ -254,7 +326,7 @@ class StatusServer(ThreadingHTTPServer):
         self.reaper = HeadReaper()
         self.pool = RegistryPool(registry_url)
         self.watcher = RevisionWatcher(registry_url, self.pool, poll_interval)
-        self.cache = ViewCache(cache_seconds())
+        self.cache = ViewCache(cache_seconds(), cache_bytes())
         self.assets = _assets()
         if ":" in host and not host.startswith("["):
             import socket
@@ -355,6 +427,18 @@ def cache_seconds() -> float:
     if not 0 <= seconds <= 60:
         raise LoopxError("invalid_argument", "LOOPX_STATUS_CACHE_SECONDS must be between 0 and 60")
     return seconds
+
+
+def cache_bytes() -> int:
+    """The view cache's memory bound: ``LOOPX_STATUS_CACHE_BYTES`` (default 32 MiB)."""
+    import os
+
+    value = os.environ.get("LOOPX_STATUS_CACHE_BYTES", "")
+    if not value:
+        return CACHE_BYTES
+    if not value.isdigit() or not 1 << 16 <= int(value) <= 1 << 34:
+        raise LoopxError("invalid_argument", "LOOPX_STATUS_CACHE_BYTES must be a whole number from 65536 to 2^34")
+    return int(value)
 
 
 def make_server(registry_url: str | None, *, host: str = "127.0.0.1", port: int = 8765,
@@ -512,27 +596,28 @@ class StatusHandler(BaseHTTPRequestHandler):
         if len(segments) in (4, 5) and segments[1:3] == ["api", "goals"]:
             goal_id = check_id("goal", segments[3], option="goal id")
             if len(segments) == 4:
-                return self._view(("goal", goal_id), lambda tx: projection.goal_view_tx(tx, goal_id))
+                return self._view(("goal", goal_id), lambda tx: projection.goal_view_tx(tx, goal_id),
+                                  version=_goal_revision(goal_id))
             if segments[4] == "events":
                 after = _int(q, "after", 0)
                 limit = _int(q, "limit", 200)
                 if after < 0 or not 1 <= limit <= projection.MAX_EVENTS:
                     raise LoopxError("invalid_argument", f"after must be >= 0 and limit 1-{projection.MAX_EVENTS}")
                 return self._view(("events", goal_id, after, limit),
-                                  lambda tx: projection.goal_events_tx(tx, goal_id, after=after, limit=limit))
+                                  lambda tx: projection.goal_events_tx(tx, goal_id, after=after, limit=limit),
+                                  version=_goal_revision(goal_id))
         self._error(404, "not_found", "no such page")
 
-    def _view(self, key, build):
-        """Send ``build(tx)`` as JSON, reusing an encoding made at this revision (see :class:`ViewCache`)."""
+    def _view(self, key, build, version=None):
+        """Send ``build(tx)`` as JSON, reusing an encoding made at the same ``version(tx)`` (default:
+        the registry's revision and change generation; see :class:`ViewCache`)."""
         server = self.server
 
         def work(tx):
-            full = (key, projection.revision(tx), server.watcher.generation)
-            body = server.cache.get(full)
-            if body is None:
-                body = dumps_out(build(tx), separators=(",", ":")).encode()
-                server.cache.put(full, body)
-            return body
+            seen = version(tx) if version else (projection.revision(tx), server.watcher.generation)
+            return server.cache.get_or_build(
+                (key, seen), lambda: dumps_out(build(tx), separators=(",", ":")).encode(),
+                family=key)
 
         self._send(200, server.pool.run(work), JSON_TYPE)
 
@@ -609,6 +694,17 @@ class StatusHandler(BaseHTTPRequestHandler):
         head = "retry: 2000\n" if retry else ""
         self.wfile.write(f"{head}event: revision\nid: {generation}\ndata: {data}\n\n".encode())
         self.wfile.flush()
+
+
+def _goal_revision(goal_id: str):
+    """``version(tx)`` of one goal's views: its own revision (None when there is no such goal;
+    the view then raises goal_not_found, which is never cached)."""
+
+    def version(tx):
+        row = tx.one("SELECT revision FROM goals WHERE id = ?", (goal_id,))
+        return None if row is None else row["revision"]
+
+    return version
 
 
 def _host_name(header: str) -> str:

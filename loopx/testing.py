@@ -79,6 +79,10 @@ def loopx_plugin():
     added = []
 
     def register(plugin, name=None):
+        if pm.is_registered(plugin):
+            # Already loaded (the package under test is installed, so its entry point loaded it):
+            # its hooks take part already, and it stays registered after the test.
+            return plugin
         added.append(pm.register(plugin, name=name))
         pm.check_pending()
         hook = getattr(plugin, "loopx_register_commands", None)

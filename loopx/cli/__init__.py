@@ -41,8 +41,11 @@ COMMANDS = {
     "status-server": "loopx.cli.status:status_server",
     "capabilities": "loopx.cli.capabilities:capabilities",
     "registry": "loopx.cli.registry:registry",
+    "agent-prompt": "loopx.cli.agents:agent_prompt",
+    "mcp": "loopx.cli.agents:mcp_command",
 }
-ALIASES = {"project_prompt": "project-prompt", "summary_all": "summary-all", "status_server": "status-server"}
+ALIASES = {"agent_prompt": "agent-prompt", "project_prompt": "project-prompt", "summary_all": "summary-all",
+           "status_server": "status-server"}
 
 
 class RootGroup(LoopxGroup):

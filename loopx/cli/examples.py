@@ -10,6 +10,8 @@ from __future__ import annotations
 EXAMPLES: dict[str, list[str]] = {
     "": ["loopx project-prompt create --title 'Fix the flaky test'",
          "loopx quota should-run g-2ce4 --json"],
+    "agent-prompt": ["loopx agent-prompt g-2ce4 --host claude-code > TURN.md",
+                     "loopx agent-prompt g-2ce4 --host codex --managed   # exactly what --executor codex sends"],
     "action": ["loopx action add --goal-id g-2ce4 --name test -- python -m pytest -q"],
     "action add": ["loopx action add --goal-id g-2ce4 --name test -- python -m pytest -q"],
     "action list": ["loopx action list g-2ce4"],
@@ -30,7 +32,10 @@ EXAMPLES: dict[str, list[str]] = {
     "handoff": ["loopx handoff show g-2ce4"],
     "handoff show": ["loopx handoff show g-2ce4"],
     "history": ["loopx history g-2ce4 --after 10 --limit 20"],
-    "loop": ["loopx loop g-2ce4 --executor shell --max-turns 5"],
+    "loop": ["loopx loop g-2ce4 --executor shell --max-turns 5",
+             "loopx loop g-2ce4 --executor codex --max-turns 3"],
+    "mcp": ["loopx mcp                       # an MCP host starts it; see docs/agents.md",
+            "claude mcp add loopx -- loopx mcp"],
     "plugins": ["loopx plugins", "loopx plugins install ./examples/plugins/loopx-seed-domain"],
     "plugins list": ["loopx plugins list --json"],
     "plugins install": ["loopx plugins install ./examples/plugins/loopx-seed-domain",
@@ -75,7 +80,7 @@ EXAMPLES: dict[str, list[str]] = {
     "todo done": ["loopx todo done g-2ce4 --todo-id t-8d0 --note 'fitted; MAPE 4.1%'"],
     "todo block": ["loopx todo block g-2ce4 --todo-id t-8d0 --note 'needs the Q3 data'"],
     "todo reopen": ["loopx todo reopen g-2ce4 --todo-id t-8d0"],
-    "turn": ["loopx turn g-2ce4 --executor shell"],
+    "turn": ["loopx turn g-2ce4 --executor shell", "loopx turn g-2ce4 --executor claude-code"],
 }
 
 # The seed's spellings, and the old underscore one of the status server.

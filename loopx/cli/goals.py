@@ -60,13 +60,21 @@ def create(title, description, description_file, criteria, parallel_runs, operat
 @click.option("--status", default="active", type=click.Choice(["open", "paused", "closed", "active", "all"]),
               help="Which goals (default: active = everything not closed).")
 @click.option("--limit", default=50, type=int, help="Page size, newest first (1-1000).")
-def list_command(status, limit):
-    """List goals, newest first."""
+@click.option("--cursor", default=None, help="The next page: the id of the last goal the previous page listed.")
+def list_command(status, limit, cursor):
+    """List goals, newest first, one page at a time (--cursor LAST_ID for the next)."""
     from loopx import project_prompt as goals
 
     with open_registry() as reg:
-        found = goals.list_goals(reg, status=status, limit=limit)
-    emit(found, lambda gs: "\n".join(f"{g['id']}  [{g['status']}]  {g['title']}" for g in gs) or "no goals")
+        found = goals.list_goals(reg, status=status, limit=limit, cursor=cursor)
+
+    def text(gs):
+        lines = [f"{g['id']}  [{g['status']}]  {g['title']}" for g in gs] or ["no goals"]
+        if len(gs) == limit:
+            lines.append(f"more: loopx project_prompt list --cursor {gs[-1]['id']}")
+        return "\n".join(lines)
+
+    emit(found, text)
 
 
 @project_prompt.command()

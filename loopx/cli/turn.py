@@ -37,7 +37,7 @@ def loop_text(out: dict) -> str:
 def _options(fn):
     fn = click.option("--ttl-seconds", type=float, default=None, help="Lease of each run (default 3600).")(fn)
     fn = click.option("--agent", default=None, help="Agent name (default: env LOOPX_AGENT, else 'agent').")(fn)
-    fn = click.option("--executor", default="shell", show_default=True, help="Executor provider.")(fn)
+    fn = click.option("--executor", default="shell", show_default=True, help="Executor provider: shell, claude-code, codex, command or a plugin's (docs/agents.md).")(fn)
     return goal_option()(fn)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from loopx.ledger import USER, event_kind
+from loopx.ledger import CAPABILITY, USER, event_kind
 
 EMPTY_LIMITS = json.dumps({}, sort_keys=True)
 
@@ -49,12 +49,14 @@ def resumed(tx, event):
     _set_status(tx, event, "open")
 
 
-@event_kind("goal.closed", USER)
+# A capability may close a goal whose work it finished (Issue-Fix after publishing a commit a
+# user approved); the event's actor says it was the capability.
+@event_kind("goal.closed", USER, CAPABILITY)
 def closed(tx, event):
     _set_status(tx, event, "closed")
 
 
-@event_kind("goal.criterion_met", USER)
+@event_kind("goal.criterion_met", USER, CAPABILITY)
 def criterion_met(tx, event):
     row = tx.one("SELECT criteria FROM goals WHERE id = ?", (event.goal_id,))
     criteria = json.loads(row["criteria"])

@@ -2,14 +2,13 @@
 
 A provider carries out one turn under a contract. Providers are registered through the
 ``loopx_register_executors(register)`` hook (the built-in ``shell`` provider too): the host
-owns registration and refuses a second provider for one name. :func:`run_command` runs a
-command the way ``loopx exec`` does: with the executor's environment, a timeout that kills the
-whole process group, a bounded tail of the output, and the sha256 of all of it.
+owns registration and refuses a second provider for one name. Built in: ``shell`` (the
+contract's own commands), ``claude-code`` and ``codex`` (real agent CLIs) and ``command`` (any
+other program, from an argv template). Child processes are run by :func:`loopx.process.run_command`
+(still importable from here).
 """
 
 from __future__ import annotations
-
-import os
 
 from loopx.errors import LoopxError
 
@@ -29,10 +28,15 @@ def providers() -> dict:
 
     found = {}
     for name, (provider, plugin) in plugins.named("loopx_register_executors", "executor").items():
-        check_name(name, what="executor name")
+        try:
+            check_name(name, what="executor name")
+        except LoopxError as err:
+            plugins.report_fault(plugin, "loopx_register_executors", f"registered a bad name: {err.message}")
+            continue
         if not callable(getattr(provider, "run_turn", None)):
-            raise LoopxError("plugin_error", f"plugin {plugin!r}: executor {name!r} has no "
-                             "run_turn(registry, contract, agent=...)")
+            plugins.report_fault(plugin, "loopx_register_executors",
+                                 f"registered executor {name!r}, which has no run_turn(registry, contract, agent=...)")
+            continue
         found[name] = provider
     return found
 
@@ -58,6 +62,9 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     from loopx.validate import check_text
 
     provider = get(executor)
+    # A provider that cannot work (no CLI, a bad template) says so before a run is opened.
+    if callable(getattr(provider, "check", None)):
+        provider.check()
     agent = check_text(agent if agent is not None else quota.default_agent(), what="--agent", limit="agent")
     answer = quota.should_run(registry, actor, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
     out = {"decision": answer["decision"], "reasons": answer["reasons"], "run_id": None, "outcome": None,

@@ -14,6 +14,9 @@ def loopx_register_executors(register):
     does only what ``contract["interaction_contract"]["cli_channel"]["next_cli_actions"]`` lists,
     records evidence, and returns what ``run finish`` takes: ``{"outcome": "ok"|"partial"|"failed",
     "tokens": int, "cost": float, "handoff": str}``. The core finishes the run (``loopx turn``);
-    a provider never finishes it itself. Providers run commands with ``LOOPX_ACTOR=executor``
-    and ``LOOPX_RUN_ID`` set. Built in: ``shell``.
+    a provider never finishes it itself. An optional ``provider.check()`` raises a
+    ``LoopxError`` when the provider cannot work (its program is missing, its configuration
+    malformed); it is called before should-run, so no run is opened for nothing. Providers run commands with ``LOOPX_ACTOR=executor``
+    and ``LOOPX_RUN_ID`` set. Built in: ``shell``, ``claude-code``, ``codex`` and ``command``
+    (see ``docs/agents.md``).
     """

@@ -15,12 +15,14 @@ channel ``loopx.<schema>``; :meth:`PostgresStore.data_version` turns those notif
 a number that changes on every commit, for cheap change polling.
 
 psycopg is imported here, and this module is imported only when a ``postgresql://`` URL is used.
+psycopg's package imports all of itself (async connections, every type adapter, libpq wrapper)
+however little a command uses, so ``import psycopg`` is this backend's start-up floor
+(``docs/performance.md`` measures it); this module adds nothing more at import: ``hashlib``
+(OpenSSL) and ``random`` are loaded only by the rare paths that use them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import random
 import threading
 import time
 from contextlib import contextmanager
@@ -107,6 +109,11 @@ class PostgresTx:
     def execute(self, sql, params=()):
         return self._conn.execute(translate(sql), _params(params)).rowcount
 
+    def executemany(self, sql, rows):
+        with self._conn.cursor() as cur:
+            cur.executemany(translate(sql), [_params(r) for r in rows])
+            return cur.rowcount
+
     def query(self, sql, params=()):
         return self._conn.execute(translate(sql), _params(params)).fetchall()
 
@@ -192,6 +199,8 @@ class PostgresStore:
     def _migrate(self) -> None:
         conn = self._conn
         # Concurrent first openers queue on an advisory lock; the loser finds the work done.
+        import hashlib
+
         key = int.from_bytes(hashlib.sha256(self._channel.encode()).digest()[:8], "big", signed=True)
         try:
             with conn.transaction():
@@ -199,9 +208,8 @@ class PostgresStore:
                 version = self._stored_version() or 0
                 if version >= schema.CURRENT_VERSION:
                     return
-                for sql in schema.statements("postgres", version):
-                    conn.execute(sql)
-                schema.after_migration(PostgresTx(conn), version)
+                for step in schema.statements("postgres", version):
+                    step(PostgresTx(conn)) if callable(step) else conn.execute(step)
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES (%s, %s)"
                     " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -287,6 +295,8 @@ class PostgresStore:
                 "registry_unavailable", f"gave up after {attempt} conflicting attempts: {exc}".strip()
             ) from None
         # Jittered exponential backoff: concurrent losers must not collide again in lockstep.
+        import random
+
         time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 8))))
 
     def _unavailable(self, exc: Exception) -> LoopxError:

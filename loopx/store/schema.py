@@ -24,6 +24,8 @@ GOAL_TABLES = {
     "evidence": ("id",),
     "rewards": ("id",),
     "capability_state": ("goal_id", "namespace", "key"),
+    # Where the overview ranks the goal; kept by loopx.attention from the rows above.
+    "goal_summary": ("goal_id",),
 }
 
 _V1 = [
@@ -160,10 +162,87 @@ _V2 = [
     "ALTER TABLE actions ADD COLUMN gate_id TEXT",
 ]
 
-# v3: tamper evidence (loopx/integrity.py). Each event carries its goal's hash chain; goal_heads
-# keeps each goal's chain head and current-state digest. After the DDL, existing ledgers are
-# chained and every goal sealed (:data:`AFTER`).
-_V3 = [
+
+# v3: the attention summary (``goal_summary`` and its counters, kept by ``loopx.attention``), so
+# the overview's first page is one indexed query; its rows for existing goals are derived by
+# ``loopx.attention.rebuild_all``. The store sits below the ledger, so data steps are named,
+# not imported: ``Call`` resolves them when a migration runs.
+
+_TABLES = [
+    """CREATE TABLE IF NOT EXISTS goal_summary (
+        goal_id TEXT PRIMARY KEY,
+        status TEXT NOT NULL,
+        created_seq INTEGER NOT NULL,
+        lane INTEGER NOT NULL,
+        attention TEXT NOT NULL,
+        run_expires TEXT)""",
+    # The overview's pages: attention (lane 2) and the rest (lane 1), newest first.
+    "CREATE INDEX IF NOT EXISTS goal_summary_by_lane ON goal_summary (lane, created_seq)",
+    # --all: every lane but attention, newest first.
+    "CREATE INDEX IF NOT EXISTS goal_summary_by_created ON goal_summary (created_seq)",
+    # Goals whose open run has expired by now (the one clock-dependent attention code).
+    "CREATE INDEX IF NOT EXISTS goal_summary_by_expiry ON goal_summary (run_expires)",
+    """CREATE TABLE IF NOT EXISTS summary_counts (
+        key TEXT NOT NULL,
+        shard INTEGER NOT NULL,
+        n INTEGER NOT NULL,
+        PRIMARY KEY (key, shard))""",
+]
+
+_DEC = "UPDATE summary_counts SET n = n - 1 WHERE shard = {shard} AND (key = OLD.status OR (key = 'attention' AND OLD.lane = 2))"
+_INC = "UPDATE summary_counts SET n = n + 1 WHERE shard = {shard} AND (key = NEW.status OR (key = 'attention' AND NEW.lane = 2))"
+
+_SQLITE_TRIGGERS = [
+    f"CREATE TRIGGER IF NOT EXISTS goal_summary_counted_insert AFTER INSERT ON goal_summary BEGIN"
+    f" {_INC.format(shard=0)}; END",
+    f"CREATE TRIGGER IF NOT EXISTS goal_summary_counted_delete AFTER DELETE ON goal_summary BEGIN"
+    f" {_DEC.format(shard=0)}; END",
+    f"CREATE TRIGGER IF NOT EXISTS goal_summary_counted_update AFTER UPDATE OF status, lane ON goal_summary"
+    f" WHEN OLD.status <> NEW.status OR OLD.lane <> NEW.lane BEGIN"
+    f" {_DEC.format(shard=0)}; {_INC.format(shard=0)}; END",
+]
+
+_PG_SHARD = "(pg_backend_pid() % 16)"  # loopx.attention.SHARDS
+_POSTGRES_TRIGGERS = [
+    f"""CREATE OR REPLACE FUNCTION goal_summary_counted() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+        IF TG_OP IN ('DELETE', 'UPDATE') THEN
+            {_DEC.format(shard=_PG_SHARD)};
+        END IF;
+        IF TG_OP IN ('INSERT', 'UPDATE') THEN
+            {_INC.format(shard=_PG_SHARD)};
+        END IF;
+        RETURN NULL;
+    END $fn$""",
+    "CREATE TRIGGER goal_summary_counted_rows AFTER INSERT OR DELETE ON goal_summary"
+    " FOR EACH ROW EXECUTE FUNCTION goal_summary_counted()",
+    "CREATE TRIGGER goal_summary_counted_update AFTER UPDATE OF status, lane ON goal_summary FOR EACH ROW"
+    " WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.lane IS DISTINCT FROM NEW.lane)"
+    " EXECUTE FUNCTION goal_summary_counted()",
+]
+
+
+class Call:
+    """A migration step run as ``module.function(tx)``, imported only when a migration needs it."""
+
+    def __init__(self, module: str, function: str):
+        self.module, self.function = module, function
+
+    def __call__(self, tx):
+        import importlib
+
+        return getattr(importlib.import_module(self.module), self.function)(tx)
+
+
+_V3 = [*_TABLES, {"sqlite": _SQLITE_TRIGGERS, "postgres": _POSTGRES_TRIGGERS},
+       Call("loopx.attention", "seed_counts"), Call("loopx.attention", "rebuild_all")]
+
+
+# v4: tamper evidence (loopx/integrity.py). Each event carries its goal's hash chain; goal_heads
+# keeps each goal's chain head and current-state digest. Existing ledgers are chained as they
+# stand and every goal sealed. A later step that changes a state table's columns (what the
+# digest covers) must end with the same Call, to re-seal.
+_V4 = [
     "ALTER TABLE events ADD COLUMN prev_hash TEXT",
     "ALTER TABLE events ADD COLUMN hash TEXT",
     """CREATE TABLE IF NOT EXISTS goal_heads (
@@ -171,28 +250,28 @@ _V3 = [
         seq INTEGER NOT NULL,
         head_hash TEXT,
         state_digest TEXT NOT NULL)""",
+    Call("loopx.integrity", "backfill"),
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3]
+# A step is a list of SQL texts, ``{dialect: [SQL...]}`` for what differs per dialect, or a
+# callable run with the migration's transaction (for data that only Python can derive).
+MIGRATIONS: list = [_V1, _V2, _V3, _V4]
 CURRENT_VERSION = len(MIGRATIONS)
+SUMMARY_VERSION = MIGRATIONS.index(_V3) + 1  # the version that added the attention summary
+INTEGRITY_VERSION = MIGRATIONS.index(_V4) + 1  # the version that added the hash chain and digests
 
 
-def after_migration(tx, from_version: int) -> None:
-    """Data steps that follow the DDL, run in the migration's transaction (``tx``: a store Tx).
-
-    Sealing runs after *every* migration of a registry that had goals: a later step that changes
-    a state table's columns changes what the state digest covers.
-    """
-    if from_version < CURRENT_VERSION:
-        from loopx import integrity
-
-        integrity.backfill(tx)
-
-
-def statements(dialect: str, from_version: int) -> list[str]:
-    """The DDL that takes a store at ``from_version`` to :data:`CURRENT_VERSION`."""
+def statements(dialect: str, from_version: int) -> list:
+    """What takes a store at ``from_version`` to :data:`CURRENT_VERSION`: SQL texts and callables
+    (``fn(tx)``), in order."""
     words = DIALECT_WORDS[dialect]
     out = []
     for step in MIGRATIONS[from_version:]:
-        out.extend(sql.format(**words) for sql in step)
+        for item in step:
+            if isinstance(item, dict):
+                out.extend(sql.format(**words) for sql in item[dialect])
+            elif callable(item):
+                out.append(item)
+            else:
+                out.append(item.format(**words))
     return out

@@ -1,8 +1,14 @@
 """The embedded default store: one SQLite file, WAL mode, serialised writers.
 
 Writers take the database lock up front (``BEGIN IMMEDIATE``) so a transaction never has to
-upgrade a read lock and deadlock; a generous busy timeout makes concurrent processes queue
-instead of failing. A read-only store opens the file with ``mode=ro``: SQLite itself refuses
+upgrade a read lock and deadlock. Before that, a writer queues on an exclusive ``flock`` of a
+sidecar file (``registry.db-lock``): the kernel wakes a waiter the moment the holder lets go, so
+concurrent writing processes wait about as long as the writes ahead of them take. SQLite's own
+busy handler, which is what stands in for a queue without it, polls with sleeps that grow to
+100 ms and lets a newcomer overtake a process that has been waiting for a while; it remains
+only as the fallback (a writer that cannot open the sidecar, an older LoopX, the sqlite3 shell),
+with a generous timeout so such writers still queue instead of failing. Readers never take the
+lock: WAL lets them read while one process writes. A read-only store opens the file with ``mode=ro``: SQLite itself refuses
 every write, which is what the status server relies on.
 """
 
@@ -41,6 +47,9 @@ class SqliteTx:
     def execute(self, sql, params=()):
         return self._conn.execute(sql, params).rowcount
 
+    def executemany(self, sql, rows):
+        return self._conn.executemany(sql, rows).rowcount
+
     def query(self, sql, params=()):
         cur = self._conn.execute(sql, params)
         names = [d[0] for d in cur.description]
@@ -70,6 +79,7 @@ class SqliteStore:
         # One connection per store; threads sharing a store (the status server) take turns.
         self._lock = threading.RLock()
         self._readonly_file = False
+        self._queue_fd: int | None = None  # the sidecar lock file, opened at the first write
         self._conn = self._connect()
 
     def _connect(self) -> sqlite3.Connection:
@@ -143,9 +153,8 @@ class SqliteStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            for sql in schema.statements("sqlite", version):
-                conn.execute(sql)
-            schema.after_migration(SqliteTx(conn), version)
+            for step in schema.statements("sqlite", version):
+                step(SqliteTx(conn)) if callable(step) else conn.execute(step)
             conn.execute(f"PRAGMA user_version = {schema.CURRENT_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
@@ -172,8 +181,11 @@ class SqliteStore:
             raise LoopxError("registry_readonly", f"registry {self.path} is read-only (file permissions);"
                              " reading works, writing needs write permission on it and its directory")
         with self._lock:
-            conn = self._conn
+            queue = self._writer_queue()
+            if queue is not None:
+                queue.flock(self._queue_fd, queue.LOCK_EX)
             try:
+                conn = self._conn
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     result = work(SqliteTx(conn))
@@ -181,9 +193,31 @@ class SqliteStore:
                     conn.execute("ROLLBACK")
                     raise
                 conn.execute("COMMIT")
+                return result
             except sqlite3.DatabaseError as exc:
                 raise storage_error(exc, self.path) from None
-            return result
+            finally:
+                if queue is not None:
+                    queue.flock(self._queue_fd, queue.LOCK_UN)
+
+    def _writer_queue(self):
+        """The ``fcntl`` module with ``self._queue_fd`` open on the sidecar lock file, or None
+        (in-memory registries, platforms without ``flock``, a directory we cannot write)."""
+        if self._queue_fd is None:
+            if str(self.path) == ":memory:":
+                self._queue_fd = -1
+            else:
+                try:
+                    import fcntl  # noqa: F401 - probed here: Windows has none
+
+                    self._queue_fd = os.open(f"{self.path}-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                except (ImportError, OSError):
+                    self._queue_fd = -1
+        if self._queue_fd < 0:
+            return None
+        import fcntl
+
+        return fcntl
 
     def schema_version(self) -> int:
         return self._conn.execute("PRAGMA user_version").fetchone()[0]
@@ -198,6 +232,9 @@ class SqliteStore:
 
     def close(self) -> None:
         self._conn.close()
+        if self._queue_fd is not None and self._queue_fd >= 0:
+            os.close(self._queue_fd)
+            self._queue_fd = None
 
 
 def storage_error(exc: sqlite3.Error, path) -> LoopxError:

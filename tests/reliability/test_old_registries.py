@@ -1,7 +1,7 @@
 """Registries written by an older LoopX: chains computed on migration, poisoned values readable.
 
-An old (schema 2) registry is made by writing with this LoopX and then taking away what schema 3
-added; values older versions let in (a lone surrogate, Infinity) are written the way they stored
+An old registry (the schema before tamper evidence) is made by writing with this LoopX and then
+taking away what that migration added; values older versions let in (a lone surrogate, Infinity) are written the way they stored
 them: Python's json.dumps of the parsed value.
 """
 
@@ -44,7 +44,9 @@ def _make_old(path, poisoned: bool):
     conn.execute("ALTER TABLE events DROP COLUMN prev_hash")
     conn.execute("ALTER TABLE events DROP COLUMN hash")
     conn.execute("DROP TABLE goal_heads")
-    conn.execute("PRAGMA user_version = 2")
+    from loopx.store import schema
+
+    conn.execute(f"PRAGMA user_version = {schema.INTEGRITY_VERSION - 1}")
     conn.commit()
     conn.close()
     return g, gate, ev
@@ -57,7 +59,9 @@ def test_migration_chains_an_old_ledger_and_seals_every_goal(tmp_path):
     p = run(str(path), "quota", "should-run", "--goal-id", g, "--json")  # a write: migrates
     assert p.returncode == 0 and json.loads(p.stdout)["reasons"] == ["gate_pending"], p.stdout
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] >= 3
+    from loopx.store import schema
+
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.CURRENT_VERSION
     assert conn.execute("SELECT COUNT(*) FROM events WHERE hash IS NULL").fetchone()[0] == 0
     conn.close()
     assert run(str(path), "self-repair", "check").returncode == 0

@@ -11,40 +11,62 @@ from loopx.api import LoopxGroup, actor, emit, open_registry, operation_option
 RUN_ID = click.option("--run-id", envvar="LOOPX_RUN_ID", default=None,
                       help="The run to act under (default: $LOOPX_RUN_ID, set by `loopx exec`).")
 TIMEOUT = click.option("--timeout", type=click.FloatRange(1, 86400), default=None,
-                       help="Seconds the test command may take (default 1800).")
+                       help="Seconds this step may take (default: the capability's quota need, cut to the run's "
+                            "remaining wall budget; the contract names it).")
 
 
-def _test_text(out: dict) -> str:
-    t = out["test"]
-    status = "timed out" if t["timed_out"] else ("passed" if t["passed"] else f"failed (exit {t['exit_code']})")
+def _test_text(t: dict | None) -> str:
+    if not t:
+        return "tests not run"
+    how = f"timed out after {t['timeout_seconds']:g}s" if t["timed_out"] else f"exit {t['exit_code']}"
     tail = "\n".join(t["output_tail"].rstrip().splitlines()[-15:])
-    return f"test `{t['command']}` {status} in {t['duration_seconds']}s\n{tail}"
+    return f"`{t['command']}` {how} in {t['duration_seconds']}s\n{tail}"
 
 
 @click.group("issue-fix", cls=LoopxGroup)
 def issue_fix():
-    """Fix one issue in a local git repository: reproduce, fix, verify, hand off, publish."""
+    """Fix one issue in a git repository: reproduce, fix, verify, hand off, publish."""
 
 
 @issue_fix.command()
-@click.option("--repo", required=True, help="The git working tree the issue is in.")
+@click.option("--repo", required=True, help="The git repository the issue is in (your checkout is not changed).")
 @click.option("--title", required=True, help="Short name of the issue.")
 @click.option("--issue-text", default=None, help="The issue, as text.")
 @click.option("--issue-file", default=None, help="The issue, from a UTF-8 file.")
-@click.option("--test-command", required=True, help="Shell command that fails while the issue exists.")
+@click.option("--test-command", required=True,
+              help="Shell command running the tests (pytest gets --junitxml added; other runners: {report} or --report).")
+@click.option("--test-id", "test_ids", multiple=True, help="A test that must fail (repeatable; default: every failing test).")
+@click.option("--report", default=None, help="The JUnit XML file a non-pytest runner writes, relative to the repository.")
+@click.option("--allow-test-changes", is_flag=True, help="Let the fix edit the files holding the failing tests.")
+@click.option("--base", default=None, help="The commit to start from (default: HEAD; uncommitted changes are not used).")
 @click.option("--branch", default=None, help="Working branch to create (default issue-fix/<title>-<id>).")
 @click.option("--remote", default="origin", show_default=True, help="Where publishing pushes the branch.")
+@click.option("--publish", "provider", type=click.Choice(["push", "gh", "glab"]), default="push", show_default=True,
+              help="How to publish: push the branch, or also open a pull (gh) / merge (glab) request.")
+@click.option("--test-timeout", type=click.FloatRange(1, 86400), default=None,
+              help="Seconds one test run may take (default 60, the capability's quota need).")
 @operation_option
-def start(repo, title, issue_text, issue_file, test_command, branch, remote, operation_id):
-    """Create an Issue-Fix goal: todos, the test action, and a production gate on publishing."""
+def start(repo, title, issue_text, issue_file, test_command, test_ids, report, allow_test_changes, base, branch,
+          remote, provider, test_timeout, operation_id):
+    """Create an Issue-Fix goal with a git worktree and branch of its own."""
     from loopx_issue_fix import workflow
 
     with open_registry() as reg:
-        out = workflow.start(reg, actor(), repo=repo, title=title, test_command=test_command,
-                             issue_text=issue_text, issue_file=issue_file, branch=branch, remote=remote,
-                             operation_id=operation_id)
-    emit(out, lambda o: f"{o['goal_id']}  issue-fix goal on branch {o['branch']} of {o['repo']}\n"
-                        f"next: loopx quota should-run --goal-id {o['goal_id']}")
+        out = workflow.start(reg, actor(), repo=repo, title=title, test_command=test_command, issue_text=issue_text,
+                             issue_file=issue_file, test_ids=test_ids, report=report,
+                             allow_test_changes=allow_test_changes, base=base, branch=branch, remote=remote,
+                             provider=provider, test_timeout=test_timeout, operation_id=operation_id)
+
+    def text(o):
+        lines = [f"{o['goal_id']}  issue-fix goal: worktree {o['worktree']} on branch {o['branch']} "
+                 f"(base {o['base_commit'][:12]})"]
+        if o["user_checkout"]["dirty"]:
+            lines.append(f"note: {o['repo']} has uncommitted changes; they are not used and not touched "
+                         f"(the worktree starts from commit {o['base_commit'][:12]})")
+        lines.append(f"next: loopx quota should-run --goal-id {o['goal_id']}")
+        return "\n".join(lines)
+
+    emit(out, text)
 
 
 @issue_fix.command()
@@ -58,8 +80,8 @@ def show(goal_id):
 
     def text(o):
         todos = ", ".join(f"{k} {v}" for k, v in o["todo_status"].items())
-        return (f"{o['goal_id']}  [{o['status']}]  {o['title']}\n  repo {o['repo']}  branch {o['branch']['name']}\n"
-                f"  phase {o['phase']}  attempts {o['attempts']}\n  todos: {todos}\n"
+        return (f"{o['goal_id']}  [{o['status']}]  {o['title']}\n  worktree {o['worktree']}  branch "
+                f"{o['branch']['name']}\n  phase {o['phase']}  attempts {o['attempts']}\n  todos: {todos}\n"
                 f"  publish gate {o['publish_gate']} ({o['publish_gate_status']})\n  next: {o['next']}")
 
     emit(out, text)
@@ -70,13 +92,13 @@ def show(goal_id):
 @TIMEOUT
 @operation_option
 def reproduce(run_id, timeout, operation_id):
-    """Run the test command and see it fail (exit 1 when it passes: not reproduced)."""
+    """Run the tests and record the failing test ids (exit 1 when nothing fails: not reproduced)."""
     from loopx_issue_fix import phases
 
     with open_registry() as reg:
         out = phases.reproduce(reg, actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
-    emit(out, lambda o: f"{'reproduced (red)' if o['reproduced'] else 'NOT reproduced'}: {_test_text(o)}\n"
-                        f"phase {o['phase']}; evidence {o['evidence_id']}")
+    emit(out, lambda o: f"{'reproduced (red): ' + ', '.join(o['failing']) if o['reproduced'] else 'NOT reproduced'}"
+                        f"\n{_test_text(o['test'])}\nphase {o['phase']}; evidence {o['evidence_id']}")
     if not out["reproduced"]:
         sys.exit(1)
 
@@ -86,41 +108,46 @@ def reproduce(run_id, timeout, operation_id):
 @TIMEOUT
 @operation_option
 def verify(run_id, timeout, operation_id):
-    """Run the test command on the fix (exit 1 unless it passes on changed code)."""
+    """Prove the fix and commit it (exit 1 unless the failing tests pass on changed code)."""
     from loopx_issue_fix import phases
 
     with open_registry() as reg:
         out = phases.verify(reg, actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
-    emit(out, lambda o: f"{'verified (green)' if o['verified'] else 'not verified: ' + str(o['reason'])}: "
-                        f"{_test_text(o)}\n{o['diff']['stat']}\ncommit {o['commit']}; phase {o['phase']}; "
-                        f"evidence {o['evidence_id']}")
+    emit(out, lambda o: (f"verified (green): commit {o['commit']}" if o["verified"]
+                         else f"not verified ({o['reason']}): {o['problem']}")
+                        + f"\n{_test_text(o['test'])}\n{o['diff']['stat']}\nphase {o['phase']}; "
+                          f"evidence {o['evidence_id']}")
     if not out["verified"]:
         sys.exit(1)
 
 
 @issue_fix.command()
 @RUN_ID
+@TIMEOUT
 @click.option("--root-cause", default=None, help="What caused the issue, for the reviewer.")
-@click.option("--output", default=None, help="Where to write the packet (default: inside the repo's .git).")
+@click.option("--output", default=None, help="Where to write the packet (default: in the goal's directory in .git).")
 @operation_option
-def handoff(run_id, root_cause, output, operation_id):
-    """Write the reviewer-ready packet: issue, root cause, diff stat, test evidence."""
+def handoff(run_id, timeout, root_cause, output, operation_id):
+    """Write the reviewer packet and request the publish gate."""
     from loopx_issue_fix import phases
 
     with open_registry() as reg:
-        out = phases.handoff(reg, actor(), run_id=run_id, root_cause=root_cause, output=output,
+        out = phases.handoff(reg, actor(), run_id=run_id, root_cause=root_cause, output=output, timeout=timeout,
                              operation_id=operation_id)
-    emit(out, lambda o: f"hand-off packet: {o['packet_path']} (sha256 {o['packet_sha256'][:16]}...)\n"
-                        f"phase {o['phase']}; evidence {o['evidence_id']}")
+    emit(out, lambda o: "".join(f"WARNING: {w}\n" for w in o["warnings"])
+                        + f"hand-off packet: {o['packet_path']} (sha256 {o['packet_sha256'][:16]}...)\n"
+                          f"publish gate {o['gate_id']} requested; phase {o['phase']}; evidence {o['evidence_id']}")
 
 
 @issue_fix.command()
 @RUN_ID
+@TIMEOUT
 @operation_option
-def publish(run_id, operation_id):
-    """Push the branch for a pull request (only after a user approved the production gate)."""
+def publish(run_id, timeout, operation_id):
+    """Publish exactly the verified commit (only after a user approved the gate)."""
     from loopx_issue_fix import phases
 
     with open_registry() as reg:
-        out = phases.publish(reg, actor(), run_id=run_id, operation_id=operation_id)
-    emit(out, lambda o: f"pushed {o['branch']} ({o['commit'][:12]}) to {o['remote']}; open a pull request from it")
+        out = phases.publish(reg, actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
+    emit(out, lambda o: f"pushed {o['commit']} to {o['remote']} {o['branch']}"
+                        + (f"; {o['provider']}: {o['request']}" if o.get("request") else "") + "; the goal is closed")

@@ -1,26 +1,36 @@
 """The doing-commands of an Issue-Fix run: reproduce, verify, handoff, publish.
 
-Each one acts under a run (``--run-id``, or ``LOOPX_RUN_ID`` set by ``loopx exec``) and is
-refused like every doing-command when the run is not open or its contract went stale
-(:func:`loopx.runs.check_fresh`), before anything runs. The slow part (the test command, git)
-runs outside any transaction; then one transaction records the evidence as the capability,
-moves the phase (``issue_fix`` state) and marks the finished todos done as the caller (except a
-todo someone holds under a live claim: the contract tells its holder to settle it).
+Each acts under a run (``--run-id``, or ``LOOPX_RUN_ID`` set by ``loopx exec``) and is refused
+like every doing-command when the run is not open or its contract went stale, before anything
+runs. Tests and git run in the goal's worktree outside any transaction; then one transaction
+records the attempt as evidence (as the capability), moves the phase and marks todos done.
 
-Red then green: ``verify`` is refused (``not_reproduced``) until ``reproduce`` has seen the test
-fail, and a pass on unchanged code (the same worktree fingerprint as the failing run) is a
-flaky test, not a fix: it is recorded and does not count.
+- ``reproduce`` records the *failing test ids* from the run's JUnit report. A run that is not
+  a test failure (time-out, command not found, no report, collection error) is recorded as an
+  attempt and refused with ``issue_fix.not_a_test_failure``: it never counts as red.
+- ``verify`` proves the fix: the code changed since the reproduction, the files holding the
+  failing tests are unchanged (else ``issue_fix.tests_weakened``), the failing tests now pass,
+  and no test that passed at the reproduction fails. The verified code is committed by LoopX
+  (parent: the base commit) and the branch points at it.
+- ``handoff`` writes the reviewer packet and requests the publish gate for that commit.
+- ``publish`` publishes exactly the verified commit once a user approved; a worktree or branch
+  that moved since is refused (``issue_fix.changed_since_verify``) and the goal goes back to
+  verify. Afterwards the goal is closed with its criteria met.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from loopx.api import LoopxError
+from loopx_issue_fix.workflow import CAPABILITY, CRITERIA, NAMESPACE, load_state
 
-from loopx_issue_fix.workflow import CAPABILITY, NAMESPACE, load_state
+MAX_LOG = 100
 
 
-def _context(reg, run_id: str | None, phases: tuple[str, ...], step: str) -> tuple:
+def _context(reg, run_id: str | None, phases: tuple[str, ...], step: str, timeout: float | None = None):
     from loopx.api import check_fresh, check_id
+    from loopx_issue_fix.workflow import step_timeout
 
     if not run_id:
         raise LoopxError("invalid_argument", f"issue-fix {step} acts under a run: pass --run-id (or set LOOPX_RUN_ID)")
@@ -28,17 +38,18 @@ def _context(reg, run_id: str | None, phases: tuple[str, ...], step: str) -> tup
     with reg.read() as tx:
         run = check_fresh(tx, run_id)
         state = load_state(tx, run.goal_id)
+        limit = step_timeout(tx, state, run, timeout)
     phase = state["phase"]
     if phase not in phases:
         if phase == "reproduce" and step != "reproduce":
             raise LoopxError(
                 "not_reproduced",
                 f"no failing reproduction is recorded for goal {run.goal_id}: run `loopx issue-fix reproduce "
-                f"--run-id {run_id}` and see the test fail first (red, then green)",
+                f"--run-id {run_id}` and see the tests fail first (red, then green)",
             )
         raise LoopxError("issue_fix_error", f"issue-fix {step} does not apply in phase {phase!r} of goal "
                          f"{run.goal_id}; the goal waits for: {_waits_for(phase)}")
-    return run, state
+    return run, state, limit
 
 
 def _waits_for(phase: str) -> str:
@@ -47,37 +58,46 @@ def _waits_for(phase: str) -> str:
             "published": "nothing: it is published"}.get(phase, phase)
 
 
+def _log(current: dict, step: str, evidence_id: str, outcome: str, detail: str | None = None) -> list:
+    entry = {"step": step, "evidence_id": evidence_id, "outcome": outcome}
+    if detail:
+        entry["detail"] = detail[:300]
+    return [*current.get("log", []), entry][-MAX_LOG:]
+
+
 def _record(reg, actor: str, run, *, step: str, evidence: dict, update, operation_id: str | None,
             request: dict) -> dict:
     """One transaction: evidence (as the capability), state changes, todos done (as ``actor``).
 
-    ``update(state, evidence_id)`` returns ``(state changes, todo steps now done, result)``,
-    or ``None`` changes when the phase moved on meanwhile (the evidence is still kept).
+    ``update(state, evidence_id, w)`` returns ``(state changes, todo steps now done, result)``;
+    it may emit further events through ``w``.
     """
     from loopx.api import (acting, check_recordable, load_todo, new_id, put_state, writer_add_evidence,
-                           writer_todo_done)
+                           writer_close_goal, writer_criterion_met, writer_todo_done)
 
     evidence_id = new_id("evidence")
 
     def work(w):
         check_recordable(w.tx, run.id, goal_id=run.goal_id)
         state = load_state(w.tx, run.goal_id)
-        changes, done_steps, result = update(state, evidence_id)
         with acting(w, CAPABILITY) as cw:
             writer_add_evidence(cw, evidence_id=evidence_id, run_id=run.id, **evidence)
-            if changes:
-                put_state(cw, NAMESPACE, changes)
+        changes, done_steps, result = update(state, evidence_id, w)
         for s in done_steps:
-            todo_id = state["todos"].get(s)
-            try:
-                todo = load_todo(w.tx, run.goal_id, todo_id)
-            except LoopxError:
-                continue
+            todo = load_todo(w.tx, run.goal_id, state["todos"][s])
             # A todo someone holds under a live lease is theirs to settle (the contract tells the
             # claimant to run `todo done`); the plugin settles the ones nobody holds.
             held = todo.claim is not None and todo.claim.expires_at > w.at
             if todo.status == "open" and not held:
-                writer_todo_done(w, todo_id=todo_id, note=f"issue-fix {step}: evidence {evidence_id}")
+                writer_todo_done(w, todo_id=todo.id, note=f"issue-fix {step}: evidence {evidence_id}")
+        with acting(w, CAPABILITY) as cw:
+            if changes:
+                put_state(cw, NAMESPACE, changes)
+            if result.pop("_close", None):
+                # The work is done and a user approved what was published: criteria met, closed.
+                for index in range(len(CRITERIA)):
+                    writer_criterion_met(cw, index=index)
+                writer_close_goal(cw, reason=result["close_reason"])
         return {"goal_id": run.goal_id, "run_id": run.id, "evidence_id": evidence_id,
                 "phase": (changes or {}).get("phase", state["phase"]), **result}
 
@@ -85,116 +105,266 @@ def _record(reg, actor: str, run, *, step: str, evidence: dict, update, operatio
                       request={"op": f"issue_fix.{step}", "run": run.id, **request})
 
 
-def _summary(step: str, test: dict, verdict: str) -> str:
-    how = "timed out" if test["timed_out"] else ("passed" if test["passed"] else f"failed (exit {test['exit_code']})")
-    return f"issue-fix {step}: `{test['command']}` {how} in {test['duration_seconds']}s: {verdict}"
+def _run_tests(state: dict, timeout: tuple[float, str]) -> tuple[dict, list[str]]:
+    """One run of the tests in the worktree; the run and the untracked files it wrote."""
+    from loopx_issue_fix import gitrepo, testrun
+
+    wt = state["worktree"]
+    before = gitrepo.untracked(wt)
+    test = testrun.run_test(wt, state["test_command"], report=Path(state["goal_dir"], "reports", "last.xml"),
+                            report_option=state.get("report"), timeout=timeout[0])
+    test["timeout_source"] = timeout[1]
+    after = gitrepo.untracked(wt)
+    wrote = sorted(p for p, h in after.items() if before.get(p) != h)
+    if state.get("report"):
+        wrote.append(state["report"])
+    return test, wrote
+
+
+def _outputs(state: dict, wrote: list[str]) -> list[str]:
+    return sorted(set(state.get("outputs", [])) | set(wrote))[:200]
+
+
+def _red_statuses(state: dict) -> tuple[str, ...]:
+    from loopx_issue_fix import testrun
+
+    # pytest reports set-up and tear-down errors as <error>; other runners (unittest) report an
+    # exception raised inside the test that way, which is a test failing.
+    return ("failed",) if testrun.is_pytest(state["test_command"]) else ("failed", "error")
+
+
+def _test_files(worktree: str, cases: dict, ids: list[str]) -> list[str]:
+    """The files that hold the tests ``ids``: the report's ``file``, else the module of its class."""
+    files = set()
+    for i in ids:
+        case = cases.get(i) or {}
+        if case.get("file"):
+            files.add(case["file"])
+            continue
+        dotted = i.split("::")[0].split(".")
+        for n in range(len(dotted), 0, -1):
+            path = "/".join(dotted[:n]) + ".py"
+            if Path(worktree, path).is_file():
+                files.add(path)
+                break
+    return sorted(files)
+
+
+def _evidence(step: str, test: dict | None, summary: str, **data) -> dict:
+    from loopx_issue_fix import testrun
+
+    body = {"step": step, **data}
+    if test is not None:
+        body.update(testrun.slim(test))
+    return {"kind": "test" if test is not None else "note", "summary": summary[:2000], "data": body}
 
 
 def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
               operation_id: str | None = None) -> dict:
-    """Run the test command and expect it to fail; a failure moves the goal to ``fix``.
+    """Run the tests and record the failing test ids (red); the goal moves to ``fix``.
 
-    Returns ``{"reproduced": bool, "test": {...}, "evidence_id", "phase", ...}``. A passing
-    test is recorded (``reproduced: false``) and the goal stays in ``reproduce``.
+    A run where nothing fails is recorded (``reproduced: false``, exit 1, phase unchanged). A
+    run that is not a test failure is recorded and refused: ``issue_fix.not_a_test_failure``.
     """
     from loopx_issue_fix import gitrepo, testrun
 
-    run, state = _context(reg, run_id, ("reproduce",), "reproduce")
-    repo = state["repo"]
-    commit, tree = gitrepo.head(repo), gitrepo.worktree_fingerprint(repo)
-    test = testrun.run_test(repo, state["test_command"], **({"timeout": timeout} if timeout else {}))
-    red = not test["passed"]
-    verdict = "the issue is reproduced (red)" if red else "the issue did NOT reproduce: the test must fail first"
+    run, state, limit = _context(reg, run_id, ("reproduce",), "reproduce", timeout)
+    wt = state["worktree"]
+    commit, tree = gitrepo.commit_of(wt), gitrepo.candidate_tree(wt, state.get("outputs", []))
+    test, wrote = _run_tests(state, limit)
+    cases = test["report"]["cases"]
+    problem = testrun.not_a_test_failure(test)
+    failing = testrun.ids_with(test, *_red_statuses(state))
+    red_ids: list[str] = []
+    outcome = "red"
+    if problem is None and state["test_ids"]:
+        found = testrun.match_ids(state["test_ids"], cases)
+        missing = [w for w, m in found.items() if m is None]
+        if missing:
+            problem = f"the named test(s) did not run: {', '.join(missing)}"
+        else:
+            red_ids = [found[w] for w in state["test_ids"]]
+            passing = [i for i in red_ids if cases[i]["status"] == "passed"]
+            other = [i for i in red_ids if i not in failing and i not in passing]
+            if other:
+                problem = f"the named test(s) did not fail but were {cases[other[0]]['status']}: {', '.join(other)}"
+            elif passing:
+                outcome = "not_reproduced"
+    elif problem is None:
+        red_ids = failing
+        if not failing:
+            if test["exit_code"] == 0:
+                outcome = "not_reproduced"
+            else:
+                problem = f"exit {test['exit_code']} but no test failed in the report"
+    if problem:
+        outcome = "not_a_test_failure"
+    files = _test_files(wt, cases, red_ids) if outcome == "red" else []
+    passed = testrun.ids_with(test, "passed")
+    verdict = {"red": f"reproduced (red): {len(red_ids)} failing test(s): {', '.join(red_ids[:5])}",
+               "not_reproduced": "NOT reproduced: the tests pass; they must fail first",
+               "not_a_test_failure": f"not a test failure ({problem}): not counted as red"}[outcome]
 
-    def update(current, evidence_id):
-        attempts = {**current["attempts"], "reproduce": current["attempts"]["reproduce"] + 1}
+    def update(current, evidence_id, w):
+        changes = {"attempts": {**current["attempts"], "reproduce": current["attempts"]["reproduce"] + 1},
+                   "log": _log(current, "reproduce", evidence_id, outcome, problem),
+                   "outputs": _outputs(current, wrote)}
         if current["phase"] != "reproduce":
-            return None, [], {"reproduced": red, "note": f"the goal moved on to {current['phase']} meanwhile"}
-        changes = {"attempts": attempts}
-        if red:
+            return changes, [], {"reproduced": False, "note": f"the goal moved on to {current['phase']} meanwhile"}
+        if outcome == "red":
             changes["phase"] = "fix"
-            changes["reproduction"] = {"evidence_id": evidence_id, "run_id": run.id, "commit": commit,
-                                       "worktree": tree, "exit_code": test["exit_code"]}
-        return changes, ["reproduce"] if red else [], {"reproduced": red}
+            changes["reproduction"] = {"evidence_id": evidence_id, "run_id": run.id, "commit": commit, "tree": tree,
+                                       "failing": red_ids, "files": files, "passed": len(passed),
+                                       "exit_code": test["exit_code"]}
+        return changes, ["reproduce"] if outcome == "red" else [], {"reproduced": outcome == "red"}
 
     out = _record(reg, actor, run, step="reproduce", update=update, operation_id=operation_id,
-                  request={"commit": commit, "worktree": tree},
-                  evidence={"kind": "test", "summary": _summary("reproduce", test, verdict),
-                            "data": {"step": "reproduce", "expected": "fail", "commit": commit,
-                                     "worktree": tree, **test}})
-    out["test"] = test
+                  request={"commit": commit, "tree": tree},
+                  evidence=_evidence("reproduce", test, f"issue-fix reproduce: {testrun.summary_line(test)}: {verdict}",
+                                     expected="fail", outcome=outcome, problem=problem, commit=commit, tree=tree,
+                                     failing=red_ids, test_files=files))
+    out.update(test=testrun.slim(test), outcome=outcome, failing=red_ids, test_files=files)
+    if outcome == "not_a_test_failure":
+        raise LoopxError("issue_fix.not_a_test_failure",
+                         f"not a test failure, not counted as red: {problem} (evidence {out['evidence_id']})")
     return out
+
+
+def _base_passed(reg, evidence_id: str) -> list[str]:
+    from loopx.api import load_evidence
+
+    with reg.read() as tx:
+        ev = load_evidence(tx, evidence_id)
+    cases = ((ev.data if ev else None) or {}).get("cases", {})
+    return [i for i, c in cases.items() if c["status"] == "passed"]
 
 
 def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
            operation_id: str | None = None) -> dict:
-    """Run the test command on the changed code; a pass moves the goal to ``handoff``.
+    """Prove the fix on the worktree's code; on success commit it and move to ``handoff``.
 
-    Refused with ``not_reproduced`` unless a failing reproduction came first. Records pass or
-    fail, the diff stat since the base commit, and the commit. A pass on the very code that
-    failed (nothing changed) is recorded as ``verified: false`` with reason ``unchanged``.
+    Refused (nothing runs) with ``not_reproduced`` before a red reproduction and with
+    ``issue_fix.tests_weakened`` when a file holding a failing test changed (unless test
+    changes were allowed at ``start``). Otherwise the tests run once: ``verified`` is true when
+    every failing test passes, nothing that passed at the reproduction fails or disappears,
+    and the code differs from the reproduced code; else ``reason`` is ``test_failed``,
+    ``regression``, ``unchanged`` (a pass on the very code that failed: flaky) or the refusal
+    ``issue_fix.not_a_test_failure``.
     """
     from loopx_issue_fix import gitrepo, testrun
 
-    run, state = _context(reg, run_id, ("fix", "handoff"), "verify")
-    repo = state["repo"]
-    commit, tree = gitrepo.head(repo), gitrepo.worktree_fingerprint(repo)
-    diff = gitrepo.diff_stat(repo, state["branch"]["base_commit"])
-    test = testrun.run_test(repo, state["test_command"], **({"timeout": timeout} if timeout else {}))
-    unchanged = tree == state["reproduction"]["worktree"]
-    green = test["passed"] and not unchanged
-    if green:
-        verdict = f"the fix is verified (green; {diff['files_changed']} file(s) changed)"
-    elif test["passed"]:
-        verdict = "the test passed on the very code that failed: a flaky test, not a fix"
+    run, state, limit = _context(reg, run_id, ("fix", "handoff"), "verify", timeout)
+    wt, repro, allow = state["worktree"], state["reproduction"], state.get("allow_test_changes")
+    head = gitrepo.commit_of(wt)
+    tree = gitrepo.candidate_tree(wt, state.get("outputs", []))
+    touched = [] if allow else gitrepo.changed_paths(wt, repro["tree"], tree, repro["files"]) if repro["files"] else []
+    test, wrote, problem, result = None, [], None, {}
+    if touched:
+        reason = "tests_weakened"
+        problem = f"the file(s) holding the failing tests changed: {', '.join(touched)}"
     else:
-        verdict = "the test still fails: keep fixing"
-    reason = None if green else ("unchanged" if test["passed"] else "test_failed")
-
-    def update(current, evidence_id):
-        attempts = {**current["attempts"], "verify": current["attempts"]["verify"] + 1}
-        if current["phase"] not in ("fix", "handoff"):
-            return None, [], {"verified": False, "reason": "phase_moved"}
-        changes = {"attempts": attempts}
-        if green:
-            changes["phase"] = "handoff"
-            changes["verification"] = {"evidence_id": evidence_id, "run_id": run.id, "commit": commit,
-                                       "worktree": tree, "diff": {k: diff[k] for k in
-                                                                  ("files_changed", "insertions", "deletions")}}
+        test, wrote = _run_tests(state, limit)
+        cases = test["report"]["cases"]
+        problem = testrun.not_a_test_failure(test)
+        if problem:
+            reason = "not_a_test_failure"
         else:
-            changes["phase"] = "fix"
-        return changes, ["fix", "verify"] if green else [], {"verified": green, "reason": reason}
+            found = testrun.match_ids(repro["failing"], cases)
+            gone = [w for w, m in found.items() if m is None or cases[m]["status"] == "skipped"]
+            still = [w for w, m in found.items() if m is not None and cases[m]["status"] in ("failed", "error")]
+            base_passed = _base_passed(reg, repro["evidence_id"])
+            broke = [i for i in base_passed if i in cases and cases[i]["status"] in ("failed", "error")]
+            vanished = [i for i in base_passed if i not in cases]
+            unchanged = tree == repro["tree"]
+            result = {"still_failing": still, "regressions": broke, "missing": gone + vanished}
+            if (gone or vanished) and not allow:
+                reason = "tests_weakened"
+                problem = f"test(s) that ran at the reproduction are missing or skipped now: {', '.join((gone + vanished)[:5])}"
+            elif still or gone:
+                reason, problem = "test_failed", f"still failing: {', '.join((still + gone)[:5])}"
+            elif broke:
+                reason, problem = "regression", f"passed at the reproduction, fail now: {', '.join(broke[:5])}"
+            elif unchanged:
+                reason, problem = "unchanged", "the failing tests passed on the very code that failed: flaky, not a fix"
+            else:
+                reason = None
+    commit = None
+    if reason is None:
+        branch = state["branch"]
+        commit = gitrepo.commit_tree(wt, tree, branch["base_commit"],
+                                     f"{state['issue']['title']}\n\nVerified by LoopX Issue-Fix under run {run.id}: "
+                                     f"{', '.join(repro['failing'][:10])} fail at {branch['base_commit'][:12]} and "
+                                     "pass here.")
+        gitrepo.move_branch(wt, branch["name"], commit, head)
+    diff = gitrepo.diff(wt, state["branch"]["base_commit"], commit or tree)
+    outcome = "green" if reason is None else reason
+    if test is not None:
+        how = testrun.summary_line(test)
+    else:
+        how = "tests not run"
+    verdict = (f"verified (green): commit {commit[:12]}, {diff['files_changed']} file(s) changed" if commit
+               else f"not verified ({reason}): {problem}")
+
+    def update(current, evidence_id, w):
+        changes = {"attempts": {**current["attempts"], "verify": current["attempts"]["verify"] + 1},
+                   "log": _log(current, "verify", evidence_id, outcome, problem),
+                   "outputs": _outputs(current, wrote)}
+        if reason == "unchanged":
+            changes["flaky"] = sorted(set(current.get("flaky", [])) | set(repro["failing"]))
+        if current["phase"] not in ("fix", "handoff"):
+            return changes, [], {"verified": False, "reason": "phase_moved"}
+        if commit:
+            changes["phase"] = "handoff"
+            changes["verification"] = {"evidence_id": evidence_id, "run_id": run.id, "commit": commit, "tree": tree,
+                                       "parent": state["branch"]["base_commit"],
+                                       "passed": repro["failing"],
+                                       "diff": {k: diff[k] for k in ("files_changed", "insertions", "deletions")},
+                                       "paths": [f["path"] for f in diff["files"]][:200]}
+            return changes, ["fix", "verify"], {"verified": True, "reason": None}
+        if current["phase"] == "handoff":
+            # A failed re-verify takes back the earlier green: its todos are open again.
+            from loopx.api import writer_todo_reopen
+
+            for name in ("fix", "verify"):
+                writer_todo_reopen(w, todo_id=current["todos"][name], note=f"issue-fix verify failed ({evidence_id})")
+        changes["phase"] = "fix"
+        changes["verification"] = None
+        return changes, [], {"verified": False, "reason": reason}
 
     out = _record(reg, actor, run, step="verify", update=update, operation_id=operation_id,
-                  request={"commit": commit, "worktree": tree},
-                  evidence={"kind": "test", "summary": _summary("verify", test, verdict),
-                            "data": {"step": "verify", "expected": "pass", "commit": commit, "worktree": tree,
-                                     "diff": diff, **test}})
-    out.update(test=test, diff=diff, commit=commit)
+                  request={"head": head, "tree": tree},
+                  evidence=_evidence("verify", test, f"issue-fix verify: {how}: {verdict}", expected="pass",
+                                     outcome=outcome, problem=problem, head=head, tree=tree, commit=commit,
+                                     touched_test_files=touched, **result,
+                                     diff={k: diff[k] for k in ("files_changed", "insertions", "deletions", "stat")}))
+    out.update(test=testrun.slim(test) if test else None, commit=commit, tree=tree, problem=problem,
+               diff={k: diff[k] for k in ("files", "files_changed", "insertions", "deletions", "stat")}, **result)
+    if reason in ("tests_weakened", "not_a_test_failure"):
+        raise LoopxError(f"issue_fix.{reason}", f"not verified: {problem} (evidence {out['evidence_id']})")
     return out
 
 
 def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = None, output: str | None = None,
-            operation_id: str | None = None) -> dict:
-    """Write the reviewer packet (issue, root cause, diff stat, test evidence) and record it.
+            timeout: float | None = None, operation_id: str | None = None) -> dict:
+    """Write the reviewer packet for the verified commit and request the publish gate.
 
-    The packet goes to ``output`` or ``<repo>/.git/loopx-issue-fix/<goal>-handoff.md`` (inside
-    ``.git`` so it never shows up in the diff it describes). The goal moves to ``publish``.
+    The packet goes to ``output`` or ``<git-common-dir>/loopx-issue-fix/<goal>/handoff.md``
+    (never in the diff it describes). One transaction records it, adds the ``production``
+    gate that holds the publish todo (the goal now waits for a user) and moves to ``publish``.
     """
     import hashlib
-    from pathlib import Path
-
-    from loopx.api import check_text
 
     from loopx_issue_fix import gitrepo, packet
+    from loopx.api import check_text, new_id, writer_request_gate
 
     root_cause = check_text(root_cause, what="--root-cause", limit="note", required=False)
-    run, state = _context(reg, run_id, ("handoff",), "handoff")
-    repo = state["repo"]
-    diff = gitrepo.diff_stat(repo, state["branch"]["base_commit"])
+    run, state, _ = _context(reg, run_id, ("handoff",), "handoff", timeout)
+    ver = state["verification"]
+    diff = gitrepo.diff(state["worktree"], state["branch"]["base_commit"], ver["commit"])
+    probed = packet.probe(state)
     with reg.read() as tx:
-        text = packet.render(tx, run.goal_id, state, diff, root_cause)
-    path = Path(output).expanduser() if output else gitrepo.git_dir(repo) / "loopx-issue-fix" / f"{run.goal_id}-handoff.md"
+        text, warnings = packet.render(tx, run.goal_id, state, diff, root_cause, probed)
+    path = Path(output).expanduser() if output else Path(state["goal_dir"], "handoff.md")
     data = text.encode("utf-8")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -202,57 +372,123 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
     except OSError as exc:
         raise LoopxError("issue_fix_error", f"cannot write the hand-off packet to {path}: {exc.strerror}") from None
     sha = hashlib.sha256(data).hexdigest()
+    gate_id = new_id("gate")
+    publish = state["publish"]
 
-    def update(current, evidence_id):
+    def update(current, evidence_id, w):
         if current["phase"] != "handoff":
-            return None, [], {}
+            return {}, [], {"gate_id": None}
+        # The gate is requested now that there is something to decide on, for this commit.
+        writer_request_gate(w, gate_id=gate_id, scope="production", blocks=f"todo:{current['todos']['publish']}",
+                            title=f"Publish verified commit {ver['commit'][:12]} of {current['branch']['name']} "
+                                  f"({publish['provider']} to {publish['remote']})")
         info = {"evidence_id": evidence_id, "run_id": run.id, "packet": str(path.resolve()), "sha256": sha,
-                "root_cause": root_cause}
-        return {"phase": "publish", "handoff": info}, ["handoff"], {}
+                "root_cause": root_cause, "warnings": warnings}
+        return ({"phase": "publish", "handoff": info, "publish_gate": gate_id, "publish_gate_commit": ver["commit"]},
+                ["handoff"], {"gate_id": gate_id})
 
     out = _record(reg, actor, run, step="handoff", update=update, operation_id=operation_id,
                   request={"root_cause": root_cause, "packet_sha256": sha},
-                  evidence={"kind": "handoff", "summary": f"issue-fix handoff: reviewer packet {path.name} "
-                            f"({diff['files_changed']} file(s), +{diff['insertions']} -{diff['deletions']})",
-                            "data": {"step": "handoff", "diff": {k: diff[k] for k in
-                                                                 ("files_changed", "insertions", "deletions")}},
+                  evidence={"kind": "handoff", "summary": f"issue-fix handoff: reviewer packet {path.name} for "
+                            f"{ver['commit'][:12]} ({diff['files_changed']} file(s), +{diff['insertions']} "
+                            f"-{diff['deletions']}){'; WARNINGS: ' + '; '.join(warnings) if warnings else ''}",
+                            "data": {"step": "handoff", "commit": ver["commit"], "warnings": warnings},
                             "file_path": str(path.resolve()), "file_sha256": "sha256:" + sha})
-    out.update(packet_path=str(path.resolve()), packet_sha256=sha, packet=text)
+    out.update(packet_path=str(path.resolve()), packet_sha256=sha, packet=text, warnings=warnings,
+               commit=ver["commit"])
     return out
 
 
-def publish(reg, actor: str, *, run_id: str | None, operation_id: str | None = None) -> dict:
-    """Push the goal's branch to its remote, once a user approved the production gate.
+def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
+            operation_id: str | None = None) -> dict:
+    """Publish exactly the verified commit, once a user approved the gate; then close the goal.
 
-    Normally run as the goal's ``publish`` action (``loopx exec --run-id R --action publish``),
-    which the core keeps out of contracts until the gate is approved; checked here again.
+    Refused with ``gate_pending`` before approval. When the branch head or the worktree's code
+    is not the verified commit any more, nothing is pushed: the attempt is recorded, the goal
+    goes back to ``fix`` (verify again; a new gate is requested at the next hand-off) and the
+    command fails with ``issue_fix.changed_since_verify``.
     """
-    from loopx.api import load_gate
-
     from loopx_issue_fix import gitrepo
+    from loopx.api import load_gate, writer_todo_reopen
 
-    run, state = _context(reg, run_id, ("publish",), "publish")
+    run, state, limit = _context(reg, run_id, ("publish",), "publish", timeout)
     with reg.read() as tx:
         gate = load_gate(tx, run.goal_id, state["publish_gate"])
     if gate.status != "approved":
         raise LoopxError("gate_pending", f"publishing waits for a user to approve gate {gate.id} "
                          f"({gate.status}): loopx gate approve --goal-id {run.goal_id} --gate-id {gate.id}")
-    repo, branch = state["repo"], state["branch"]
-    report = gitrepo.push(repo, branch["remote"], branch["name"])
-    commit = gitrepo.head(repo)
+    wt, ver, branch, how = state["worktree"], state["verification"], state["branch"], state["publish"]
+    head = gitrepo.commit_of(wt)
+    tree = gitrepo.candidate_tree(wt, state.get("outputs", []))
+    moved = []
+    if head != ver["commit"]:
+        moved.append(f"the branch head is {head[:12]}, not the verified {ver['commit'][:12]}")
+    if tree != ver["tree"]:
+        changed = gitrepo.changed_paths(wt, ver["tree"], tree)
+        moved.append(f"the worktree's code differs from it ({', '.join(changed[:5])})")
+    if state.get("publish_gate_commit") != ver["commit"]:
+        moved.append("the approved gate was for another commit")
+    if moved:
+        problem = "; ".join(moved)
 
-    def update(current, evidence_id):
+        def back(current, evidence_id, w):
+            for step in ("fix", "verify", "handoff"):
+                writer_todo_reopen(w, todo_id=current["todos"][step],
+                                   note=f"issue-fix publish refused: changed since verify ({evidence_id})")
+            return ({"phase": "fix", "verification": None, "publish_gate": None, "publish_gate_commit": None,
+                     "attempts": {**current["attempts"], "publish": current["attempts"].get("publish", 0) + 1},
+                     "log": _log(current, "publish", evidence_id, "changed_since_verify", problem)}, [], {})
+
+        out = _record(reg, actor, run, step="publish", update=back, operation_id=operation_id,
+                      request={"head": head, "tree": tree},
+                      evidence=_evidence("publish", None, f"issue-fix publish refused: changed since verify: {problem}",
+                                         outcome="changed_since_verify", head=head, tree=tree,
+                                         verified=ver["commit"]))
+        raise LoopxError("issue_fix.changed_since_verify",
+                         f"nothing published: {problem}; the goal is back to verify (evidence {out['evidence_id']})")
+    seconds = limit[0]
+    pushed = gitrepo.push(wt, branch["remote"], ver["commit"], branch["name"], seconds)
+    request = _open_request(state, seconds) if how["provider"] != "push" else None
+
+    def update(current, evidence_id, w):
         if current["phase"] != "publish":
-            return None, [], {}
-        return {"phase": "published", "published": {"evidence_id": evidence_id, "commit": commit,
-                                                    "remote": branch["remote"], "branch": branch["name"]}}, \
-            ["publish"], {}
+            return {}, [], {}
+        info = {"evidence_id": evidence_id, "commit": ver["commit"], "remote_sha": pushed["remote_sha"],
+                "remote": branch["remote"], "branch": branch["name"], "provider": how["provider"],
+                "request": request}
+        return ({"phase": "published", "published": info,
+                 "attempts": {**current["attempts"], "publish": current["attempts"].get("publish", 0) + 1},
+                 "log": _log(current, "publish", evidence_id, "published")},
+                ["publish"], {"_close": True,
+                              "close_reason": f"issue-fix: verified commit {ver['commit'][:12]} published"})
 
     out = _record(reg, actor, run, step="publish", update=update, operation_id=operation_id,
-                  request={"commit": commit},
-                  evidence={"kind": "publish", "summary": f"issue-fix publish: pushed {branch['name']} "
-                            f"({commit[:12]}) to {branch['remote']}; open a pull request from it",
-                            "data": {"step": "publish", "commit": commit, "remote": branch["remote"],
-                                     "branch": branch["name"], "gate_id": gate.id, "report": report[-2000:]}})
-    out.update(commit=commit, branch=branch["name"], remote=branch["remote"])
+                  request={"commit": ver["commit"]},
+                  evidence={"kind": "publish", "summary": f"issue-fix publish: {branch['remote']} now holds "
+                            f"{pushed['remote_sha']} at refs/heads/{branch['name']} (the verified commit)"
+                            + (f"; {how['provider']}: {request}" if request else ""),
+                            "data": {"step": "publish", "commit": ver["commit"], "remote_sha": pushed["remote_sha"],
+                                     "remote": branch["remote"], "branch": branch["name"], "gate_id": gate.id,
+                                     "provider": how["provider"], "request": request, "report": pushed["report"],
+                                     "timeout_seconds": seconds, "timeout_source": limit[1]}})
+    out.update(commit=ver["commit"], remote_sha=pushed["remote_sha"], branch=branch["name"], remote=branch["remote"],
+               provider=how["provider"], request=request)
     return out
+
+
+def _open_request(state: dict, timeout: float) -> str:
+    """Open a pull (``gh``) or merge (``glab``) request from the pushed branch; its URL or output."""
+    from loopx.api import run_command
+
+    provider, title = state["publish"]["provider"], state["issue"]["title"]
+    body = Path(state["handoff"]["packet"])
+    if provider == "gh":
+        argv = ["gh", "pr", "create", "--head", state["branch"]["name"], "--title", title, "--body-file", str(body)]
+    else:
+        argv = ["glab", "mr", "create", "--source-branch", state["branch"]["name"], "--title", title,
+                "--description", body.read_text(encoding="utf-8")[:60000], "--yes"]
+    res = run_command(argv, env={}, timeout=timeout, cwd=state["worktree"])
+    if res["exit_code"] != 0 or res["timed_out"]:
+        raise LoopxError("issue_fix_error", f"the branch is pushed, but `{provider}` could not open the request: "
+                         f"{(res['output_tail'].strip().splitlines() or ['timed out'])[-1]}")
+    return res["output_tail"].strip().splitlines()[-1]

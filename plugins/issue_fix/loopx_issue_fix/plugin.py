@@ -19,13 +19,13 @@ def loopx_register_capabilities(register):
     register(Capability(
         name="issue_fix",
         version=__version__,
-        summary="Fix one issue in a local git repository: reproduce (red), fix, verify (green), hand off; "
-                "publishing waits for a production gate.",
+        summary="Fix one issue in a git repository, in a worktree of its own: failing tests (red), fix, "
+                "verify (green, committed), hand off; publishing exactly the verified commit waits for a user.",
         owns=("issue_fix",),
         reads=("goals", "todos", "gates", "runs", "evidence"),
         quota={"turns": 1, "tokens": 0, "wall_seconds": 60},
         commands=("issue-fix",),
-        actions=("reproduce", "verify", "handoff"),
+        actions=("reproduce", "verify", "handoff", "publish"),
         doc="docs/capabilities/issue_fix.md",
     ))
 
@@ -43,4 +43,21 @@ def loopx_contract_actions(tx, goal, run_id, remaining):
     """For an Issue-Fix goal, the next action of its current phase (nothing for other goals)."""
     from loopx_issue_fix.workflow import contract_actions
 
-    return contract_actions(tx, goal, run_id)
+    return contract_actions(tx, goal, run_id, remaining)
+
+
+#: The capability's own refusals (``docs/capabilities/issue_fix.md`` says when each happens).
+ERROR_CODES = {
+    "issue_fix.not_a_test_failure": "the test run shows no test failing: a time-out, a command not found, "
+                                    "no JUnit report, a collection error or no tests",
+    "issue_fix.tests_weakened": "a failing test, or the file holding it, was edited, deleted or skipped",
+    "issue_fix.changed_since_verify": "the branch head or the worktree is not the verified commit any more",
+    "issue_fix.publish_unavailable": "the chosen publishing tool (gh, glab) is not installed",
+}
+
+
+@hookimpl
+def loopx_register_error_codes(register):
+    """Register the ``issue_fix.*`` refusal codes."""
+    for code, description in ERROR_CODES.items():
+        register(code, description)

@@ -1,64 +1,198 @@
-"""Running the issue's test command in the repository, and what one run of it shows.
+"""Running the issue's test command in the goal's worktree, and what one run of it shows.
 
-The command is a shell command line (``pytest -q tests/test_x.py``, ``make test``) run with
-``sh -c`` in the repository root. What is kept as evidence: exit status, duration, a bounded
-tail of the combined output and the sha256 of all of it (the tail is what a reviewer reads;
-the hash proves which output the tail came from).
+The command is a shell command line run with ``sh -c`` in the worktree through the core's
+``run_command`` (its own process group, killed whole at the time-out). Every run writes a
+machine-readable JUnit XML report, and that report, not the exit status, says which tests
+failed:
+
+- a pytest command (``pytest ...``, ``python -m pytest ...``) gets ``--junitxml=PATH`` added,
+  with ``-o junit_family=xunit1`` (test file names in the report) and ``-p no:cacheprovider``;
+- any other runner names where it writes its report: ``{report}`` in the command is replaced
+  by the report's path, or ``start --report PATH`` names the file (relative to the worktree)
+  the runner writes.
+
+What is kept as evidence: exit status, duration, time-out, a bounded tail of the output and
+the sha256 of all of it, and every test case's id and status.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import subprocess
-import time
+import re
+import shlex
+from pathlib import Path
 
-DEFAULT_TIMEOUT_SECONDS = 1800
-TAIL_BYTES = 4000
+#: Test runners whose JUnit option LoopX adds itself.
+_PYTEST = re.compile(r"(^|[\s/])(py\.test|pytest)(\s|$)")
+#: Exit statuses of a shell that could not find or run the command.
+NOT_FOUND = (126, 127)
+#: pytest's exit statuses other than "tests failed": interrupted, internal error, usage error, no tests.
+PYTEST_NOT_A_RUN = (2, 3, 4, 5)
+MAX_CASES = 2000
+#: Runs the test command in the background of a small watcher shell, which ``run_command``
+#: starts in a session of its own (the whole group is killed at the time-out). The watcher ends
+#: whatever the command left running in the group (a server, a ``sleep &``) once it finishes,
+#: even when nothing holds the output pipe, and kills the group if LoopX itself disappears
+#: (killed with SIGKILL: its children would otherwise live on under PID 1). The exit status is
+#: the command's.
+_REAP = ('sh -c "$1" & c=$!; p=$PPID; '
+         'while kill -0 $c 2>/dev/null; do kill -0 $p 2>/dev/null || kill -KILL 0; sleep 0.2; done; '
+         'wait $c; rc=$?; trap "" TERM; kill -TERM 0 2>/dev/null; exit $rc')
 
 
-def run_test(repo: str, command: str, *, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> dict:
-    """Run ``command`` in ``repo``; returns ``{"command", "exit_code", "passed", "timed_out",
-    "duration_seconds", "output_tail", "output_sha256", "output_bytes"}``.
+def is_pytest(command: str) -> bool:
+    """Whether LoopX adds pytest's ``--junitxml`` itself."""
+    return bool(_PYTEST.search(command))
 
-    A command that cannot start, or that outlives ``timeout`` (its process group is killed),
-    counts as failing: exit code 127 or ``None`` with ``timed_out``.
+
+def command_line(command: str, report: Path, report_option: str | None) -> str:
+    """The command actually run: the user's, wired to write its JUnit report to ``report``."""
+    if "{report}" in command:
+        return command.replace("{report}", shlex.quote(str(report)))
+    if report_option:
+        return command
+    if is_pytest(command):
+        return (f"{command} --junitxml={shlex.quote(str(report))} -o junit_family=xunit1 -p no:cacheprovider")
+    return command
+
+
+def run_test(worktree: str, command: str, *, report: Path, report_option: str | None, timeout: float) -> dict:
+    """Run ``command`` in ``worktree``; the run's facts and its parsed report.
+
+    Returns ``{"command", "ran", "exit_code", "timed_out", "timeout_seconds", "duration_seconds",
+    "output_tail", "output_sha256", "output_bytes", "report": {"found", "cases", "problem"}}``.
     """
-    env = dict(os.environ)
-    # The test command is the project's, not LoopX's: it must not inherit a run's identity.
-    for key in ("LOOPX_ACTOR", "LOOPX_RUN_ID", "LOOPX_GOAL_ID"):
-        env.pop(key, None)
-    started = time.monotonic()
-    timed_out = False
-    try:
-        proc = subprocess.Popen(
-            ["sh", "-c", command], cwd=repo, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    except OSError as exc:
-        output, code = f"cannot start the test command: {exc}".encode(), 127
-    else:
-        try:
-            output, _ = proc.communicate(timeout=timeout)
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            import signal
+    from loopx.api import run_command
 
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            output, _ = proc.communicate()
-            code = None
-    tail = output[-TAIL_BYTES:].decode("utf-8", errors="replace")
-    return {
-        "command": command,
-        "exit_code": code,
-        "passed": code == 0,
-        "timed_out": timed_out,
-        "duration_seconds": round(time.monotonic() - started, 3),
-        "output_tail": tail,
-        "output_sha256": hashlib.sha256(output).hexdigest(),
-        "output_bytes": len(output),
-    }
+    written = Path(worktree, report_option) if report_option else report
+    for stale in {report, written}:
+        stale.unlink(missing_ok=True)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    ran = command_line(command, report, report_option)
+    # The test command is the project's, not LoopX's: it must not act as the run.
+    env = {"LOOPX_ACTOR": "", "LOOPX_RUN_ID": "", "LOOPX_GOAL_ID": "", "PYTHONDONTWRITEBYTECODE": "1"}
+    res = run_command(["sh", "-c", _REAP, "loopx-issue-fix-test", ran], env=env, timeout=timeout, cwd=worktree)
+    parsed = parse_report(written)
+    if report_option:
+        written.unlink(missing_ok=True)  # an output, never code
+    return {"command": command, "ran": ran, "timeout_seconds": timeout, **res, "report": parsed}
+
+
+def _case_id(case) -> str:
+    name = case.get("name") or "?"
+    classname = case.get("classname") or ""
+    file = case.get("file")
+    if file:
+        module = file[:-3].replace("/", ".") if file.endswith(".py") else file
+        rest = classname[len(module):].lstrip(".") if classname.startswith(module) else ""
+        return "::".join([file, *([rest] if rest else []), name])
+    return f"{classname}::{name}" if classname else name
+
+
+def parse_report(path: Path) -> dict:
+    """``{"found": bool, "cases": {id: {"status", "message", "file"}}, "problem": TEXT|None}``.
+
+    A case's status is ``passed``, ``failed`` (an assertion failed: ``<failure>``), ``error``
+    (``<error>``: a crash outside the test's assertions, or a collection error) or ``skipped``.
+    """
+    import xml.etree.ElementTree as ET
+
+    if not path.is_file():
+        return {"found": False, "cases": {}, "problem": "no JUnit report was written"}
+    try:
+        root = ET.parse(path).getroot()
+    except (ET.ParseError, OSError) as exc:
+        return {"found": False, "cases": {}, "problem": f"the JUnit report is not readable XML: {exc}"}
+    cases = {}
+    for case in root.iter("testcase"):
+        status, message = "passed", None
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                status = {"failure": "failed", "error": "error", "skipped": "skipped"}[child.tag]
+                message = (child.get("message") or (child.text or "").strip().splitlines()[-1:] or [""])
+                message = (message if isinstance(message, str) else message[0])[:300]
+                break
+        cases[_case_id(case)] = {"status": status, "message": message, "file": case.get("file")}
+        if len(cases) >= MAX_CASES:
+            break
+    return {"found": True, "cases": cases, "problem": None}
+
+
+def not_a_test_failure(test: dict) -> str | None:
+    """Why this run is not a test result at all (``None`` when it is one).
+
+    Time-outs, a command that cannot be run, a runner that wrote no report (``No module named
+    pytest``), collection errors (an import failing in a test module) and runs without tests
+    are refused: none of them shows a test failing.
+    """
+    report = test["report"]
+    if test["timed_out"]:
+        return f"timed out after {test['timeout_seconds']:g}s (the whole process group was killed)"
+    if test["exit_code"] in NOT_FOUND:
+        return f"the command could not be run (exit {test['exit_code']}): {_last_line(test)}"
+    if not report["found"]:
+        return f"{report['problem']} (exit {test['exit_code']}): {_last_line(test)}"
+    # pytest: "collection failure"; unittest: a module that fails to import is a _FailedTest.
+    collection = [i for i, c in report["cases"].items() if c["status"] == "error"
+                  and ("collection" in (c["message"] or "") or "_FailedTest" in i)]
+    if collection:
+        return f"collection error in {', '.join(collection[:3])}: {report['cases'][collection[0]]['message']}"
+    if is_pytest(test["command"]) and test["exit_code"] in PYTEST_NOT_A_RUN:
+        return f"pytest exit {test['exit_code']} (interrupted, internal or usage error, or no tests): {_last_line(test)}"
+    if not report["cases"]:
+        return f"the report holds no test cases (exit {test['exit_code']})"
+    return None
+
+
+def _last_line(test: dict) -> str:
+    lines = [ln for ln in test["output_tail"].strip().splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else "(no output)"
+
+
+def ids_with(test: dict, *statuses: str) -> list[str]:
+    """The ids of the report's cases with one of ``statuses``, in report order."""
+    return [i for i, c in test["report"]["cases"].items() if c["status"] in statuses]
+
+
+def match_ids(wanted: list[str], cases: dict) -> dict[str, str | None]:
+    """``{given id: the report's id for it, or None}``: exact ids, or a unique suffix match."""
+    out = {}
+    for w in wanted:
+        if w in cases:
+            out[w] = w
+            continue
+        found = [c for c in cases if c.endswith("::" + w) or c.replace("::", ".").endswith(w.replace("::", "."))]
+        out[w] = found[0] if len(found) == 1 else None
+    return out
+
+
+def summary_line(test: dict) -> str:
+    """One line for humans: how the run ended and the counts by status."""
+    if test["timed_out"]:
+        how = f"timed out after {test['timeout_seconds']:g}s"
+    else:
+        how = f"exit {test['exit_code']}"
+    counts: dict[str, int] = {}
+    for c in test["report"]["cases"].values():
+        counts[c["status"]] = counts.get(c["status"], 0) + 1
+    tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no test report"
+    return f"`{test['command']}`: {how} in {test['duration_seconds']}s ({tally})"
+
+
+def slim(test: dict, budget: int = 40_000) -> dict:
+    """The run as evidence data, bounded: failing cases first, then passing ones while ``budget``
+    bytes last (``cases_truncated`` says when some were left out)."""
+    import json
+
+    cases = test["report"]["cases"]
+    order = sorted(cases, key=lambda i: cases[i]["status"] == "passed")
+    keep, used = {}, 0
+    for i in order:
+        c = cases[i]
+        entry = {"status": c["status"], **({"message": c["message"]} if c["status"] != "passed" and c["message"] else {})}
+        used += len(json.dumps([i, entry]))
+        if used > budget:
+            break
+        keep[i] = entry
+    out = {k: v for k, v in test.items() if k != "report"}
+    return out | {"cases": keep, "cases_total": len(cases), "cases_truncated": len(keep) < len(cases),
+                  "report_found": test["report"]["found"]}

@@ -1,19 +1,22 @@
-"""Issue-Fix goals: starting one, reading its state, and the next action of its current phase.
+"""Issue-Fix goals: starting one, reading its state, time-outs, and the next contract action.
 
-An Issue-Fix goal is an ordinary LoopX goal (todos, actions, a gate, evidence) plus the state
-this capability owns in the ``issue_fix`` namespace. The phases, in order:
+An Issue-Fix goal is an ordinary LoopX goal (todos, a gate, evidence) plus the state this
+capability owns in the ``issue_fix`` namespace. Its work happens in a git worktree of its own
+(branch ``issue-fix/...`` from a clean base commit); the user's checkout is never used or
+changed. The phases, in order:
 
-``reproduce``  the test command must be seen failing (red) -> ``fix``
-``fix``        the agent edits; ``verify`` must see the test pass on changed code -> ``handoff``
-``handoff``    a reviewer-ready packet is written -> ``publish``
-``publish``    behind a ``production`` gate: a user approves, then the branch is pushed -> ``published``
+``reproduce``  the test command must show named tests failing (red) -> ``fix``
+``fix``        the agent edits the worktree; ``verify`` proves the fix, commits it -> ``handoff``
+``handoff``    the reviewer packet is written and the publish gate requested -> ``publish``
+``publish``    a user approves the gate; exactly the verified commit is published -> ``published``
+               (the goal is closed with its criteria met)
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
-import sys
 
 from loopx.api import LoopxError
 
@@ -21,14 +24,20 @@ CAPABILITY = "issue_fix"
 NAMESPACE = "issue_fix"
 PHASES = ("reproduce", "fix", "handoff", "publish", "published")
 STEPS = ("reproduce", "fix", "verify", "handoff", "publish")
+PROVIDERS = ("push", "gh", "glab")
 TODO_TEXT = {
-    "reproduce": "Reproduce the issue: run the test command and see it fail",
-    "fix": "Fix the issue: edit the code so that the failing test passes",
-    "verify": "Verify the fix: run the test command again and see it pass on the changed code",
-    "handoff": "Hand off: write the reviewer packet (issue, root cause, diff stat, test evidence)",
-    "publish": "Publish: push the branch for a pull request (after a user approves the production gate)",
+    "reproduce": "Reproduce the issue: run the tests and see the named tests fail",
+    "fix": "Fix the issue: edit the code in the goal's worktree so that the failing tests pass",
+    "verify": "Verify the fix: the failing tests pass, nothing that passed breaks, the tests are unchanged",
+    "handoff": "Hand off: write the reviewer packet and request the publish gate",
+    "publish": "Publish exactly the verified commit (after a user approves the production gate)",
 }
+CRITERIA = ["the failing tests fail before the fix and pass after it, with no test weakened or broken",
+            "a reviewer packet is written",
+            "exactly the verified commit is published after a user's approval"]
 MAX_ISSUE_BYTES = 64 * 1024
+#: The declared per-run wall-clock need; also the default time limit of one test run.
+WALL_NEED_SECONDS = 60
 
 
 def _slug(text: str) -> str:
@@ -57,83 +66,119 @@ def _read_issue(issue_text: str | None, issue_file: str | None) -> tuple[str, st
     return check_text(issue_text, what="the issue text", limit="description"), source
 
 
-def publish_argv() -> list[str]:
-    """The command of the goal's ``publish`` action: this LoopX, run by ``loopx exec``."""
-    return [sys.executable, "-m", "loopx", "issue-fix", "publish"]
+def check_provider(provider: str) -> dict:
+    """``{"provider", "tool"}`` if publishing through ``provider`` can work here, else refused."""
+    import shutil
+
+    if provider not in PROVIDERS:
+        raise LoopxError("invalid_argument", f"--publish must be one of {', '.join(PROVIDERS)}")
+    if provider == "push":
+        return {"provider": "push", "tool": None}
+    tool = shutil.which(provider)
+    if tool is None:
+        raise LoopxError("issue_fix.publish_unavailable",
+                         f"--publish {provider}: the `{provider}` command is not installed; use --publish push "
+                         "(push the branch and open the pull request yourself)")
+    return {"provider": provider, "tool": tool}
+
+
+def _check_report(report: str | None, command: str) -> str | None:
+    from loopx_issue_fix import testrun
+
+    if report is not None:
+        if not report or report.startswith("/") or ".." in report.split("/"):
+            raise LoopxError("invalid_argument", f"--report {report!r}: give a path inside the repository")
+        return report
+    if "{report}" in command or testrun.is_pytest(command):
+        return None
+    raise LoopxError("invalid_argument", "the test command must write a JUnit XML report: use pytest (LoopX adds "
+                     "--junitxml), put {report} where the runner takes its report path, or name the file it writes "
+                     "with --report PATH")
 
 
 def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_text: str | None = None,
-          issue_file: str | None = None, branch: str | None = None, remote: str = "origin",
+          issue_file: str | None = None, test_ids: tuple[str, ...] = (), report: str | None = None,
+          allow_test_changes: bool = False, base: str | None = None, branch: str | None = None,
+          remote: str = "origin", provider: str = "push", test_timeout: float | None = None,
           operation_id: str | None = None) -> dict:
-    """Create an Issue-Fix goal for ``repo`` and check out its working branch.
+    """Create an Issue-Fix goal with a worktree and branch of its own, from a clean base commit.
 
-    One transaction writes the goal, the todos reproduce -> fix -> verify -> hand-off ->
-    publish, the allowed ``test`` action, the ``publish`` action, the ``production`` gate that
-    holds both the publish todo and the publish action, and the capability's state. Git is
-    checked before anything is written; the new branch is
-    removed again if the registry refuses.
+    The base is ``--base`` or the user's ``HEAD`` commit; uncommitted changes in the user's
+    checkout are neither used nor touched (they are reported as ``user_checkout.dirty``). One
+    transaction writes the goal, the todos reproduce -> fix -> verify -> hand-off -> publish and
+    the capability's state; the worktree is removed again if the registry refuses. The publish
+    gate is not requested here but when the work reaches it (``handoff``).
     """
-    from loopx.api import (acting, check_text, new_id, put_state, writer_add_action, writer_add_todo,
-                           writer_create_goal, writer_request_gate)
-
     from loopx_issue_fix import gitrepo
+    from loopx.api import acting, check_text, new_id, put_state, writer_add_todo, writer_create_goal
 
     title = check_text(title, what="--title", limit="title")
     test_command = check_text(test_command, what="--test-command", limit="text")
     issue, source = _read_issue(issue_text, issue_file)
+    ids = [check_text(t, what="--test-id", limit="summary") for t in test_ids]
+    report = _check_report(report, test_command)
     remote = check_text(remote, what="--remote", limit="agent")
     if remote.startswith("-") or any(c.isspace() for c in remote):
         raise LoopxError("invalid_argument", f"--remote: {remote!r} is not a git remote name")
+    publish = check_provider(provider)
+    need = float(test_timeout or WALL_NEED_SECONDS)
     root = gitrepo.toplevel(repo)
-    base = gitrepo.head(root)
-    previous = gitrepo.current_branch(root)
+    base_commit = gitrepo.commit_of(root, base or "HEAD")
+    dirty = gitrepo.dirty_paths(root)
     goal_id = new_id("goal")
     branch = gitrepo.check_branch_name(root, branch or f"issue-fix/{_slug(title)}-{goal_id[2:8]}")
     if gitrepo.branch_exists(root, branch):
         raise LoopxError("issue_fix_error", f"branch {branch} already exists in {root}; name another with --branch")
+    goal_dir = gitrepo.common_dir(root) / "loopx-issue-fix" / goal_id
+    worktree = goal_dir / "worktree"
     todo_ids = {step: new_id("todo") for step in STEPS}
-    gate_id = new_id("gate")
-    description = f"Fix this issue in {root} (test: {test_command}).\n\n{issue}"
+    description = f"Fix this issue (worktree {worktree}, tests: {test_command}).\n\n{issue}"
     if len(description.encode()) > MAX_ISSUE_BYTES:
         description = issue
     state = {
         "repo": root,
+        "worktree": str(worktree),
+        "goal_dir": str(goal_dir),
         "issue": {"title": title, "text": issue, "source": source},
         "test_command": test_command,
-        "branch": {"name": branch, "base_commit": base, "previous": previous, "remote": remote},
+        "test_ids": ids,
+        "report": report,
+        "allow_test_changes": bool(allow_test_changes),
+        "test_timeout": need,
+        "branch": {"name": branch, "base_commit": base_commit, "base_tree": gitrepo.tree_of(root, base_commit),
+                   "remote": remote},
+        "user_checkout": {"dirty": bool(dirty), "dirty_paths": dirty[:20], "branch": gitrepo.current_branch(root)},
+        "publish": {"provider": publish["provider"], "remote": remote},
         "phase": "reproduce",
-        "attempts": {"reproduce": 0, "verify": 0},
+        "attempts": {"reproduce": 0, "verify": 0, "publish": 0},
+        "log": [],
+        "outputs": [],
         "todos": todo_ids,
-        "publish_gate": gate_id,
+        "publish_gate": None,
     }
 
     def work(w):
-        writer_create_goal(w, title=title, description=description, goal_id=goal_id, parallel_runs=False,
-                           criteria=["the test command fails before the fix and passes after it",
-                                     "a reviewer packet is written"])
+        writer_create_goal(w, title=title, description=description, criteria=CRITERIA, parallel_runs=False,
+                           goal_id=goal_id)
         after: list[str] = []
         for step in STEPS:
             writer_add_todo(w, todo_id=todo_ids[step], text=TODO_TEXT[step], priority="P1", depends_on=after)
             after = [todo_ids[step]]
-        writer_add_action(w, name="test", argv=["sh", "-c", f"cd {shlex.quote(root)} && {test_command}"],
-                          source=f"capability:{CAPABILITY}")
-        # One production gate holds both the publish todo (so the goal asks the user once the
-        # hand-off is written) and the publish action (so no contract offers it before approval).
-        writer_request_gate(w, gate_id=gate_id, scope="production", blocks=f"todo:{todo_ids['publish']}",
-                            title=f"Publish the fix: push {branch} to {remote} for a pull request")
-        writer_add_action(w, name="publish", argv=publish_argv(), gate_id=gate_id, source=f"capability:{CAPABILITY}")
         with acting(w, CAPABILITY) as cw:
             put_state(cw, NAMESPACE, state)
-        return {"goal_id": goal_id, "repo": root, "branch": branch, "base_commit": base,
-                "todos": todo_ids, "publish_gate": gate_id, "phase": "reproduce"}
+        return {"goal_id": goal_id, "repo": root, "worktree": str(worktree), "branch": branch,
+                "base_commit": base_commit, "user_checkout": state["user_checkout"], "todos": todo_ids,
+                "publish": state["publish"], "phase": "reproduce"}
 
-    gitrepo.switch_new_branch(root, branch)
+    gitrepo.add_worktree(root, worktree, branch, base_commit)
     try:
         return reg.mutate(actor, work, operation_id=operation_id,
                           request={"op": "issue_fix.start", "repo": root, "title": title, "issue": issue,
-                                   "test": test_command, "branch": branch, "remote": remote})
+                                   "test": test_command, "test_ids": ids, "report": report, "base": base_commit,
+                                   "branch": branch, "remote": remote, "provider": provider,
+                                   "allow_test_changes": bool(allow_test_changes), "test_timeout": need})
     except BaseException:
-        gitrepo.undo_new_branch(root, branch, previous, base)
+        gitrepo.remove_worktree(root, worktree, branch)
         raise
 
 
@@ -142,7 +187,7 @@ def load_state(tx, goal_id: str) -> dict:
     from loopx.api import get_state
 
     state = get_state(tx, goal_id, NAMESPACE)
-    if not state.get("phase"):
+    if not state.get("phase") or "worktree" not in state:
         raise LoopxError("issue_fix_error", f"goal {goal_id} is not an Issue-Fix goal (no issue_fix state)")
     return state
 
@@ -156,52 +201,103 @@ def show(reg, goal_id: str) -> dict:
         goal = load_goal(tx, goal_id)
         state = load_state(tx, goal_id)
         by_id = {t.id: t for t in list_todos(tx, goal_id)}
-        gate = load_gate(tx, goal_id, state["publish_gate"])
+        gate = load_gate(tx, goal_id, state["publish_gate"]) if state.get("publish_gate") else None
         return {
             "goal_id": goal_id,
             "title": goal.title,
             "status": goal.status,
+            "criteria": [{"text": c.text, "met": c.met} for c in goal.criteria],
             **state,
             "todo_status": {step: by_id[tid].status if tid in by_id else "missing"
                             for step, tid in state["todos"].items()},
-            "publish_gate_status": gate.status,
-            "next": next_step(state, gate.status),
+            "publish_gate_status": gate.status if gate else "not requested",
+            "next": next_step(state, gate.status if gate else None),
         }
 
 
-def next_step(state: dict, gate_status: str) -> str:
+def next_step(state: dict, gate_status: str | None) -> str:
     """In words, what the goal waits for."""
     phase = state["phase"]
     if phase == "reproduce":
-        return "run the test command and see it fail (loopx issue-fix reproduce)"
+        return "run the tests and see the named tests fail (loopx issue-fix reproduce)"
     if phase == "fix":
-        return "edit the code until the test passes, then loopx issue-fix verify"
+        return f"edit the code in {state['worktree']}, then loopx issue-fix verify"
     if phase == "handoff":
-        return "write the reviewer packet (loopx issue-fix handoff)"
+        return "write the reviewer packet and request the publish gate (loopx issue-fix handoff)"
     if phase == "publish":
         if gate_status == "approved":
-            return "publish: loopx exec --run-id R --action publish"
+            return "publish the verified commit: loopx issue-fix publish"
         return f"a user decides the production gate {state['publish_gate']} ({gate_status})"
-    return "done: the branch is published"
+    return "done: the verified commit is published and the goal closed"
 
 
-def contract_actions(tx, goal, run_id: str | None) -> list[dict] | None:
-    """The next action of the goal's current phase, for a ``run`` contract (or ``None``)."""
-    from loopx.api import get_state
+def timeout_for(need: float, remaining_wall: float | None, run_expires_in: float | None) -> tuple[int, str]:
+    """The time limit of one step: the quota need, cut to the run's remaining wall budget.
+
+    Returns ``(seconds, how)``; at least 1 second.
+    """
+    limit, how = need, f"the capability's quota need ({need:g}s)"
+    if remaining_wall is not None and remaining_wall < limit:
+        limit, how = remaining_wall, f"the goal's remaining wall budget ({remaining_wall:g}s)"
+    if run_expires_in is not None and run_expires_in < limit:
+        limit, how = run_expires_in, f"the run's remaining lease ({run_expires_in:g}s)"
+    return max(1, math.floor(limit)), how
+
+
+def _expires_in(expires_at: str) -> float:
+    """Seconds from now until the ISO 8601 UTC stamp ``expires_at`` (0 when past)."""
+    from datetime import datetime
+
+    from loopx.api import now
+
+    def parse(stamp):
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+    return max(0.0, (parse(expires_at) - parse(now())).total_seconds())
+
+
+def step_timeout(tx, state: dict, run, given: float | None) -> tuple[float, str]:
+    """The time limit of a step run by hand: ``--timeout`` if given, else as the contract would."""
+    from loopx.api import goal_usage, load_goal, remaining_quota
+
+    if given is not None:
+        return float(given), "--timeout"
+    goal = load_goal(tx, run.goal_id)
+    left = remaining_quota(goal, goal_usage(tx, goal.id)).get("wall_seconds")
+    return timeout_for(state["test_timeout"], left, _expires_in(run.expires_at))
+
+
+STEP_NOTES = {
+    "reproduce": "run the tests and record which tests fail (red); not a test failure (time-out, collection "
+                 "error, missing module) is refused",
+    "verify": "edit the code in {worktree} (do not touch the failing tests), then run this: the failing tests "
+              "must pass and nothing that passed may break; LoopX commits what it verified",
+    "handoff": "write the reviewer packet (add --root-cause TEXT) and request the publish gate",
+    "publish": "publish exactly the verified commit (the gate is approved)",
+}
+
+
+def contract_actions(tx, goal, run_id: str | None, left: dict | None) -> list[dict] | None:
+    """The one step of the goal's current phase, with its time limit, for a ``run`` contract."""
+    from loopx.api import get_state, load_gate, load_run
 
     state = get_state(tx, goal.id, NAMESPACE)
     phase = state.get("phase")
-    if not phase or not run_id:
+    if not phase or not run_id or "worktree" not in state:
         return None
-    repo = state.get("repo", "the repository")
-    if phase == "reproduce":
-        step, note = "reproduce", "run the test command and record the failure it shows (red)"
-    elif phase == "fix":
-        step, note = "verify", (f"edit the code in {repo} to fix the issue, then run this to see the test "
-                                "pass on the changed code (green)")
-    elif phase == "handoff":
-        step, note = "handoff", "write the reviewer packet (add --root-cause TEXT to explain the cause)"
-    else:
+    step = {"reproduce": "reproduce", "fix": "verify", "handoff": "handoff", "publish": "publish"}.get(phase)
+    if step is None:
         return None
-    command = shlex.join(["loopx", "issue-fix", step, "--run-id", run_id])
+    if step == "publish":
+        gate = load_gate(tx, goal.id, state["publish_gate"]) if state.get("publish_gate") else None
+        if gate is None or gate.status != "approved":
+            return None
+    # A contract that opens a run is built before the run row exists; its lease starts now.
+    try:
+        expires_in = _expires_in(load_run(tx, run_id).expires_at)
+    except LoopxError:  # run_not_found: not opened yet
+        expires_in = None
+    seconds, how = timeout_for(state["test_timeout"], (left or {}).get("wall_seconds"), expires_in)
+    command = shlex.join(["loopx", "issue-fix", step, "--run-id", run_id, "--timeout", str(seconds)])
+    note = STEP_NOTES[step].format(worktree=state["worktree"]) + f" (time limit {seconds}s: {how})"
     return [{"command": command, "note": note, "capability": CAPABILITY, "action": step}]

@@ -1,8 +1,11 @@
-"""Helpers for Issue-Fix tests: a real git repository with a failing test, and the CLI.
+"""Helpers for Issue-Fix tests: real git repositories with failing pytest suites, and the CLI.
 
-:func:`make_project` makes a tiny Python project (``calc.add`` subtracts instead of adding)
-with a unittest that fails, committed in a fresh repository, with a bare repository as its
-``origin``. :func:`as_agent` runs a contract action the way an agent pastes it.
+:func:`make_project` makes a tiny project (``calc.add`` subtracts instead of adding) whose
+pytest suite has one failing and one passing test. :func:`make_library` builds a small library
+(``chunkit``: split sequences into chunks, windows and pages) with its own pytest suite of
+several modules, and seeds an off-by-one into it. Both are committed in a fresh repository
+with a bare repository as ``origin``. :func:`as_agent` runs a contract action the way an agent
+pastes it.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-
-TEST_COMMAND = f"{shlex.quote(sys.executable)} -m unittest -q test_calc"
-BUGGY = "def add(a, b):\n    return a - b\n"
-FIXED = "def add(a, b):\n    return a + b\n"
-TEST = ("import unittest\n\nfrom calc import add\n\n\nclass AddTest(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n")
+PY = shlex.quote(sys.executable)
+TEST_COMMAND = f"{PY} -m pytest -q"
+BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+WRONG = "def add(a, b):\n    return a * b\n\n\ndef sub(a, b):\n    return a - b\n"
+TEST = ("from calc import add, sub\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+        "def test_sub():\n    assert sub(5, 3) == 2\n")
+FAILING_ID = "test_calc.py::test_add"
 
 
 def git(repo, *args) -> str:
@@ -26,21 +31,112 @@ def git(repo, *args) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def make_project(root: Path, *, code: str = BUGGY) -> Path:
-    """A committed git repository holding ``calc.py`` (``code``) and its unittest."""
-    repo = root / "project"
-    repo.mkdir()
+def _init(repo: Path, files: dict[str, str]) -> Path:
+    repo.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
     git(repo, "config", "user.email", "dev@example.invalid")
     git(repo, "config", "user.name", "Dev")
-    (repo / "calc.py").write_text(code)
-    (repo / "test_calc.py").write_text(TEST)
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
     git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "calc: add")
-    origin = root / "origin.git"
+    git(repo, "commit", "-q", "-m", "initial")
+    origin = repo.parent / (repo.name + "-origin.git")
     subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
     git(repo, "remote", "add", "origin", str(origin))
     return repo
+
+
+def make_project(root: Path, *, code: str = BUGGY, test: str = TEST) -> Path:
+    """A committed repository holding ``calc.py`` (``code``) and its pytest suite."""
+    return _init(root / "project", {"calc.py": code, "test_calc.py": test})
+
+
+def origin_of(repo: Path) -> Path:
+    """The bare repository that is ``repo``'s ``origin``."""
+    return repo.parent / (repo.name + "-origin.git")
+
+
+LIB_CHUNKS = '''"""Split sequences into pieces."""
+
+
+def chunks(seq, size):
+    """Consecutive pieces of ``seq`` of ``size`` items (the last may be shorter)."""
+    if size < 1:
+        raise ValueError("size must be at least 1")
+    return [seq[i:i + size] for i in range(0, len(seq), size)]
+
+
+def windows(seq, size):
+    """Every run of ``size`` consecutive items, in order."""
+    return [seq[i:i + size] for i in range(len(seq) - size + 1)]
+'''
+LIB_PAGES = '''"""Pages of a sequence, numbered from 1."""
+
+from chunkit.chunks import chunks
+
+
+def page_count(total, per_page):
+    """How many pages ``total`` items fill."""
+    return -(-total // per_page)
+
+
+def page(seq, number, per_page):
+    """Page ``number`` (1-based) of ``seq``."""
+    return chunks(seq, per_page)[number - 1] if 1 <= number <= page_count(len(seq), per_page) else []
+'''
+LIB_TESTS = {
+    "tests/test_chunks.py": '''import pytest
+
+from chunkit.chunks import chunks, windows
+
+
+def test_chunks_even():
+    assert chunks([1, 2, 3, 4], 2) == [[1, 2], [3, 4]]
+
+
+def test_chunks_ragged():
+    assert chunks([1, 2, 3], 2) == [[1, 2], [3]]
+
+
+def test_chunks_rejects_zero():
+    with pytest.raises(ValueError):
+        chunks([1], 0)
+
+
+def test_windows():
+    assert windows([1, 2, 3, 4], 3) == [[1, 2, 3], [2, 3, 4]]
+
+
+def test_windows_whole():
+    assert windows([1, 2], 2) == [[1, 2]]
+''',
+    "tests/test_pages.py": '''from chunkit.pages import page, page_count
+
+
+class TestPages:
+    def test_count(self):
+        assert page_count(5, 2) == 3
+
+    def test_last_page(self):
+        assert page([1, 2, 3, 4, 5], 3, 2) == [5]
+
+    def test_out_of_range(self):
+        assert page([1, 2], 2, 2) == []
+''',
+}
+
+
+def make_library(root: Path) -> Path:
+    """``chunkit`` with its suite, and an off-by-one seeded in ``windows`` (the last window is lost)."""
+    seeded = LIB_CHUNKS.replace("range(len(seq) - size + 1)", "range(len(seq) - size)")
+    assert seeded != LIB_CHUNKS
+    files = {"chunkit/__init__.py": '"""chunkit: sequences in pieces."""\n__version__ = "1.0"\n',
+             "chunkit/chunks.py": seeded, "chunkit/pages.py": LIB_PAGES,
+             "pyproject.toml": '[project]\nname = "chunkit"\nversion = "1.0"\n\n[tool.pytest.ini_options]\n'
+                               'testpaths = ["tests"]\npythonpath = ["."]\n',
+             ".gitignore": "__pycache__/\n", **LIB_TESTS}
+    return _init(root / "chunkit", files)
 
 
 class Result:

@@ -1,0 +1,470 @@
+"""One-command benchmark: ``python bench/run.py`` measures LoopX from 10 to 1,000,000 goals.
+
+It builds (once) registries of each size with the bulk fill of ``bench/fill.py`` (ledger events
+applied by the ledger's own apply code), caches them, and writes ``docs/performance.md``: every
+figure a median with its p95, beside floors measured in the same run (``python -c pass``, the
+import floor, raw SQLite commits per second), on SQLite and on PostgreSQL.
+
+Cache: ``$LOOPX_BENCH_CACHE``, else ``${XDG_CACHE_HOME:-~/.cache}/loopx-bench/``. A registry is
+named by its size, the fill version and the schema version, and is renamed into place only when
+complete, so an interrupted fill is never measured (the next run resumes it); ``--clean`` deletes the cache. PostgreSQL
+registries are schemas ``loopx_bench_*`` in the database ``--postgres`` names (default
+``$LOOPX_BENCH_POSTGRES_URL``, else ``$LOOPX_TEST_POSTGRES_URL``); without one, PostgreSQL is
+skipped and the report says so.
+
+Usage::
+
+    python bench/run.py                       # everything (the 1,000,000 fill takes minutes, once)
+    python bench/run.py --sizes 10,10000      # a quick run
+    python bench/run.py --fill-only --sizes 1000000   # just build the cache
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from timing import IMPORT_FLOOR, child_env  # noqa: E402
+
+DEFAULT_SIZES = (10, 10_000, 100_000, 1_000_000)
+DEFAULT_PG_SIZES = (10, 10_000, 100_000)
+LOOPX = [sys.executable, "-m", "loopx"]
+
+
+# ------------------------------------------------------------------------------ cache
+
+
+def cache_dir() -> Path:
+    """Where filled registries are kept between runs."""
+    base = os.environ.get("LOOPX_BENCH_CACHE")
+    if base:
+        return Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "loopx-bench"
+
+
+def _tag(n: int) -> str:
+    # Not the schema version: a cached registry is migrated when opened (read-write) by a newer LoopX.
+    from fill import FILL_VERSION
+
+    return f"f{FILL_VERSION}_{n}"
+
+
+def sqlite_registry(n: int, log) -> str:
+    """The cached SQLite registry of ``n`` goals, filled first when missing."""
+    import fill
+
+    from loopx.registry import Registry
+
+    path = cache_dir() / f"sqlite_{_tag(n)}.db"
+    if path.exists():
+        Registry.open(str(path)).close()  # migrates a registry cached by an older LoopX
+        return str(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")  # an interrupted fill is resumed (batches are transactions)
+    log(f"filling {path} with {n:,} goals...")
+    started = time.monotonic()
+    with Registry.open(str(partial)) as reg:
+        fill.fill(reg, n, progress=log if n >= 100_000 else None)
+        reg.store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        reg.store._conn.execute("ANALYZE")
+    partial.rename(path)
+    Path(f"{partial}-lock").unlink(missing_ok=True)  # the writers' queue file of the partial name
+    log(f"  filled in {time.monotonic() - started:.0f} s")
+    return str(path)
+
+
+def postgres_registry(base: str, n: int, log) -> str:
+    """The cached PostgreSQL registry (a schema) of ``n`` goals, filled first when missing."""
+    import fill
+    import psycopg
+
+    from loopx.registry import Registry
+
+    name = f"loopx_bench_{_tag(n)}"
+    url = _with_schema(base, name)
+    with psycopg.connect(base, autocommit=True) as conn:
+        done = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (name,)).fetchone()
+        if done:
+            complete = conn.execute(f"SELECT 1 FROM {name}.meta WHERE key = 'bench_complete'").fetchone()
+            if complete:
+                Registry.open(url).close()  # migrates a registry cached by an older LoopX
+                return url
+            conn.execute(f"DROP SCHEMA {name} CASCADE")
+        conn.execute(f"CREATE SCHEMA {name}")
+    log(f"filling PostgreSQL schema {name} with {n:,} goals...")
+    started = time.monotonic()
+    with Registry.open(url) as reg:
+        fill.fill(reg, n, progress=log if n >= 100_000 else None)
+        reg.store.write(lambda tx: tx.execute("INSERT INTO meta (key, value) VALUES ('bench_complete', '1')"))
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+    log(f"  filled in {time.monotonic() - started:.0f} s")
+    return url
+
+
+def _with_schema(base: str, name: str) -> str:
+    sep = "&" if "?" in base else "?"
+    return f"{base}{sep}options=-csearch_path%3D{name}"
+
+
+# ------------------------------------------------------------------------------ measuring
+
+
+def run_once(argv: list[str], env: dict) -> float:
+    """Wall ms of one whole process; a failure raises."""
+    start = time.perf_counter()
+    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = (time.perf_counter() - start) * 1000
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
+    return wall
+
+
+def peak_rss_mb(argv: list[str], env: dict) -> float | None:
+    """The process's peak RSS, from GNU time (a child forked from this big process would count
+    the parent's pages copied before exec, so ``wait4`` here over-reports)."""
+    if not os.path.exists("/usr/bin/time"):
+        return None
+    with tempfile.NamedTemporaryFile("r", dir=cache_dir(), suffix=".rss") as out:
+        subprocess.run(["/usr/bin/time", "-f", "%M", "-o", out.name, *argv], env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        return int(out.read().split()[-1]) / 1024
+
+
+def pct(values: list[float], p: float) -> float:
+    """The ``p``-th percentile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
+
+
+def measure(cases: dict, runs: int) -> dict:
+    """``{name: {"median", "p95", "rss_mb"}}``, the cases interleaved after one warm-up each."""
+    for argv, env in cases.values():
+        run_once(argv, env)
+    walls = {name: [] for name in cases}
+    for _ in range(runs):
+        for name, (argv, env) in cases.items():
+            walls[name].append(run_once(argv, env))
+    rss = {name: max((peak_rss_mb(argv, env) or 0) for _ in range(2)) for name, (argv, env) in cases.items()}
+    return {name: {"median": statistics.median(v), "p95": pct(v, 95), "rss_mb": rss[name]}
+            for name, v in walls.items()}
+
+
+def sqlite_commits_per_second(seconds: float = 2.0) -> float:
+    """Raw SQLite: single-row INSERT + COMMIT in WAL mode, synchronous NORMAL (LoopX's settings)."""
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        conn = sqlite3.connect(os.path.join(tmp, "raw.db"), isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+        n, end = 0, time.perf_counter() + seconds
+        start = time.perf_counter()
+        while time.perf_counter() < end:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t (v) VALUES ('x')")
+            conn.execute("COMMIT")
+            n += 1
+        rate = n / (time.perf_counter() - start)
+        conn.close()
+    return rate
+
+
+def sample_goals(url: str, k: int = 20) -> list[str]:
+    """Goals for per-goal commands: the newest ``k`` (they have todos, actions and limits)."""
+    from loopx.registry import Registry
+
+    with Registry.open(url, readonly=True) as reg, reg.read() as tx:
+        return [r["id"] for r in tx.query("SELECT id FROM goals ORDER BY created_seq DESC LIMIT ?", (k,))]
+
+
+def cli_cases(url: str, goal: str, env: dict) -> dict:
+    """The timed commands at one registry."""
+    env = {**env, "LOOPX_REGISTRY": url}
+    return {
+        "status (first page)": ([*LOOPX, "status", "--json"], env),
+        "status --goal-id": ([*LOOPX, "status", "--goal-id", goal, "--json"], env),
+        "quota should-run": ([*LOOPX, "quota", "should-run", "--goal-id", goal, "--agent", "bench-should-run",
+                              "--json"], env),
+        "project_prompt list": ([*LOOPX, "project_prompt", "list", "--json"], env),
+    }
+
+
+def server_load(url: str, goals: list[str], env: dict, seconds: float, writer: bool) -> dict:
+    """``GET /api/status`` and ``GET /api/goals/{id}`` from 8 keep-alive connections in another
+    process; with ``writer``, a third process commits a todo every 100 ms meanwhile."""
+    env = {**env, "LOOPX_REGISTRY": url}
+    server = subprocess.Popen([*LOOPX, "status-server", "--port", "0", "--json"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    write_proc = None
+    try:
+        base = json.loads(server.stdout.readline())["url"]
+        if writer:
+            write_proc = subprocess.Popen([sys.executable, str(HERE / "writers.py"), "--tick", url, goals[-1]],
+                                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out = {}
+        for name, paths in (("GET /api/status", ["/api/status"]),
+                            ("GET /api/goals/{id}", [f"/api/goals/{g}" for g in goals[:10]])):
+            load = subprocess.run([sys.executable, str(HERE / "bench_status.py"), "--client", base, "--threads", "8",
+                                   "--seconds", str(seconds), *paths],
+                                  capture_output=True, text=True, timeout=seconds + 120, check=True)
+            out[name] = json.loads(load.stdout)
+        out["server_rss_mb"] = _peak_rss_mb(server.pid)
+        return out
+    finally:
+        if write_proc is not None:
+            write_proc.terminate()
+            write_proc.wait(timeout=30)
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _peak_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def writers(url: str, env: dict, processes: int = 8, writes: int = 100) -> dict:
+    """``processes`` real processes writing at once (see ``bench/writers.py``); plus one alone."""
+    goals = sample_goals(url, processes)
+    env = {**env, "LOOPX_REGISTRY": url}
+
+    def start(n_proc):
+        env["LOOPX_BENCH_START_AT"] = str(time.time() + 2.0 + 0.2 * n_proc)
+        return [subprocess.Popen([sys.executable, str(HERE / "writers.py"), url, goals[k % len(goals)], str(writes)],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for k in range(n_proc)]
+
+    def collect(procs):
+        lat, errors = [], 0
+        for p in procs:
+            out, err = p.communicate(timeout=600)
+            if p.returncode != 0:
+                errors += 1
+                continue
+            data = json.loads(out)
+            lat += data["latencies_ms"]
+            errors += data["errors"]
+        return lat, errors
+
+    from loopx.registry import Registry
+
+    def todo_count():
+        with Registry.open(url, readonly=True) as reg, reg.read() as tx:
+            return tx.one("SELECT count(*) AS n FROM todos")["n"]
+
+    alone, _ = collect(start(1))
+    before = todo_count()
+    lat, errors = collect(start(processes))
+    lost = processes * writes - (todo_count() - before)
+    return {"alone_p50": statistics.median(alone), "alone_p99": pct(alone, 99),
+            "p50": statistics.median(lat), "p95": pct(lat, 95), "p99": pct(lat, 99), "max": max(lat),
+            "writes": len(lat), "lost": lost, "errors": errors, "processes": processes}
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def write_report(path: Path, results: dict, notes: list[str]) -> None:
+    """``docs/performance.md`` from ``results``."""
+    floors = results["floors"]
+    f = floors["cases"]
+    lines = [
+        "# Performance",
+        "",
+        "Written by `python bench/run.py` (do not edit by hand; re-run it). Every time is a median with its",
+        "p95 beside it, over whole `python -m loopx` processes, measured in the same run as the floors.",
+        "",
+        f"Machine: {results['machine']}. Run at {results['at']}.",
+        "",
+        "## Floors",
+        "",
+        "| floor | median ms | p95 ms |",
+        "|---|---:|---:|",
+        f"| `python -c pass` | {_ms(f['python -c pass']['median'])} | {_ms(f['python -c pass']['p95'])} |",
+        f"| import floor (`{IMPORT_FLOOR}`) | {_ms(f['import floor']['median'])} | {_ms(f['import floor']['p95'])} |",
+        f"| import floor + psycopg | {_ms(f['import floor + psycopg']['median'])} |"
+        f" {_ms(f['import floor + psycopg']['p95'])} |",
+        f"| raw SQLite commits/s (WAL, synchronous NORMAL) | {floors['sqlite_commits_per_s']:,.0f} | |",
+        "",
+    ]
+    for backend, by_size in results["backends"].items():
+        if not by_size:
+            continue
+        floor_name = "import floor" if backend == "sqlite" else "import floor + psycopg"
+        floor = f[floor_name]["median"]
+        lines += [f"## {backend}: commands", "",
+                  f"Ratio = median / the {floor_name} median ({floor:.1f} ms). Peak RSS: GNU time's maximum resident set, largest of two runs.", "",
+                  "| goals | command | median ms | p95 ms | x floor | peak RSS MB |", "|---:|---|---:|---:|---:|---:|"]
+        for n, res in by_size.items():
+            for name, m in res["cli"].items():
+                lines.append(f"| {n:,} | {name} | {m['median']:.1f} | {m['p95']:.1f} | {m['median'] / floor:.2f} |"
+                             f" {m['rss_mb']:.1f} |")
+        sizes = list(by_size)
+        if len(sizes) > 1:
+            lo, hi = sizes[0], sizes[-1]
+            lines += ["", f"Largest/smallest ({hi:,}/{lo:,} goals) median ratios: " + ", ".join(
+                f"{name} {by_size[hi]['cli'][name]['median'] / by_size[lo]['cli'][name]['median']:.2f}"
+                for name in by_size[lo]["cli"])]
+        lines += ["", f"## {backend}: status server", "",
+                  "8 keep-alive connections from another process; `writer` = a third process commits a todo every",
+                  "100 ms to one goal during the load.", "",
+                  "| goals | load | route | req/s | p50 ms | p99 ms | max ms | errors | server peak RSS MB |",
+                  "|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+        for n, res in by_size.items():
+            for load_name, load in res.get("server", {}).items():
+                for route in ("GET /api/status", "GET /api/goals/{id}"):
+                    x = load[route]
+                    lines.append(f"| {n:,} | {load_name} | `{route}` | {x['requests_per_second']:,.0f} |"
+                                 f" {_ms(x['p50_ms'])} | {_ms(x['p99_ms'])} | {_ms(x['max_ms'])} | {x['errors']} |"
+                                 f" {_ms(load.get('server_rss_mb'))} |")
+        rows = [(n, res["writers"]) for n, res in by_size.items() if res.get("writers")]
+        if rows:
+            lines += ["", f"## {backend}: concurrent writers", "",
+                      "Each process adds todos through the Python API (one transaction each) as fast as it can;",
+                      "latency is one write, measured inside the writer. `alone` = one process by itself.", "",
+                      "| goals | processes | writes | alone p50 ms | p50 ms | p95 ms | p99 ms | max ms | lost | errors |",
+                      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            for n, w in rows:
+                lines.append(f"| {n:,} | {w['processes']} | {w['writes']} | {w['alone_p50']:.2f} | {w['p50']:.2f} |"
+                             f" {w['p95']:.2f} | {w['p99']:.2f} | {w['max']:.1f} | {w['lost']} | {w['errors']} |")
+        lines.append("")
+    if notes:
+        lines += ["## Notes on this run", ""] + [f"- {n}" for n in notes] + [""]
+    lines += HOW
+    path.write_text("\n".join(lines))
+
+
+HOW = """## How the figures stay flat
+
+**The overview costs a page.** Every write applies its events through `loopx.ledger.apply`,
+which also refreshes the goal's row in `goal_summary` (status, creation order, lane: closed /
+quiet / attention, the attention codes, the earliest expiry of its open runs) when the event's
+area can move it (goal, quota, gate, run, capability events; todo, action, evidence and reward
+events cannot). Triggers keep `summary_counts` (goals per status, goals needing attention) equal
+to that table, whatever writes it. Replay, registry copy and self-repair rebuild it like every
+other goal table; schema migration 3 builds it for older registries with set queries. A page of
+`loopx status` / `GET /api/status` is then: the counters, the goals whose open run has expired
+by now (an index range on `run_expires`), one index range on `(lane, created_seq)` per part of
+the page, and the shown fields of the page's goals only.
+
+*Stored vs. computed at read time:* gate_pending, budget_exhausted (usage counts closed runs
+only), run_abandoned (newest run marked abandoned) and run_failed depend only on rows, so they
+are stored. The one clock-dependent reason, an open run past its expiry, is judged when the page
+is read from the stored `run_expires`. Cadence and todo leases decide whether an agent may run,
+not whether a human must look, so they are not attention reasons.
+
+**The status server never recomputes what did not change.** Views are cached by the revision of
+what they show (a goal view by that goal's revision; the overview by the registry revision and
+change generation), at most 1 s because the clock moves leases and run expiry; concurrent misses
+build once (single-flight); encoded views are capped at 32 MiB (`LOOPX_STATUS_CACHE_BYTES`).
+
+**Writers queue instead of backing off.** A SQLite writer takes an exclusive `flock` on
+`registry.db-lock` before `BEGIN IMMEDIATE`; the kernel wakes the next waiter as soon as the
+holder releases, so waits are the writes ahead of you, not SQLite's busy-handler sleeps (which
+grow to 100 ms). Readers never take it. On a machine whose cores are shared, a writer preempted
+while it holds the lock still delays the queue by a scheduler time slice: see the load average.
+
+**PostgreSQL start-up.** psycopg's package imports all of itself (async connections, every type
+adapter, libpq wrapper, `importlib.metadata` for the binary's version) whatever a command uses,
+so the floor of a PostgreSQL command is the import floor plus `import psycopg` ("import floor +
+psycopg" above); LoopX's PostgreSQL store adds no other import on a command's path (no hashlib /
+OpenSSL), and a command also pays connecting (and SCRAM authentication) to the server.
+
+**Cache.** Filled registries live in `${XDG_CACHE_HOME:-~/.cache}/loopx-bench/` (or
+`$LOOPX_BENCH_CACHE`) and PostgreSQL schemas `loopx_bench_*`; `python bench/run.py --clean`
+removes the files. The fill (`bench/fill.py`) writes ledger events with `executemany` and applies
+them with the ledger's apply code; the commands measured here write a little to the cached
+registries (should-run on one goal, the writers' todos).
+""".splitlines()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="SQLite registry sizes")
+    parser.add_argument("--pg-sizes", default=",".join(map(str, DEFAULT_PG_SIZES)), help="PostgreSQL sizes")
+    parser.add_argument("--postgres", default=os.environ.get("LOOPX_BENCH_POSTGRES_URL")
+                        or os.environ.get("LOOPX_TEST_POSTGRES_URL"), help="PostgreSQL URL (default: env)")
+    parser.add_argument("--runs", type=int, default=15, help="timed runs per command")
+    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per server load")
+    parser.add_argument("--writes", type=int, default=100, help="writes per writer process")
+    parser.add_argument("--fill-only", action="store_true", help="build the cached registries and stop")
+    parser.add_argument("--clean", action="store_true", help="delete the cache and stop")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
+    parser.add_argument("--note", action="append", default=[], help="a line for the report's notes")
+    args = parser.parse_args()
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    if args.clean:
+        shutil.rmtree(cache_dir(), ignore_errors=True)
+        log(f"removed {cache_dir()}")
+        return
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    pg_sizes = [int(s) for s in args.pg_sizes.split(",") if s] if args.postgres else []
+    notes = list(args.note)
+    if not args.postgres:
+        notes.append("PostgreSQL skipped: no --postgres URL (LOOPX_BENCH_POSTGRES_URL / LOOPX_TEST_POSTGRES_URL).")
+
+    urls = {("sqlite", n): sqlite_registry(n, log) for n in sizes}
+    for n in pg_sizes:
+        urls[("postgres", n)] = postgres_registry(args.postgres, n, log)
+    if args.fill_only:
+        return
+
+    env = child_env()
+    log("floors...")
+    floor_cases = {"python -c pass": ([sys.executable, "-c", "pass"], env),
+                   "import floor": ([sys.executable, "-c", IMPORT_FLOOR], env),
+                   "import floor + psycopg": ([sys.executable, "-c", IMPORT_FLOOR + ", psycopg"], env)}
+    results = {
+        "machine": f"{os.cpu_count()} CPUs, load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at start,"
+                   f" Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}",
+        "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "floors": {"cases": measure(floor_cases, args.runs), "sqlite_commits_per_s": sqlite_commits_per_second()},
+        "backends": {"sqlite": {}, "postgres": {}},
+    }
+    for (backend, n), url in urls.items():
+        log(f"{backend} {n:,} goals: commands...")
+        goals = sample_goals(url)
+        res = {"cli": measure({**floor_cases, **cli_cases(url, goals[0], env)}, args.runs)}
+        for name in floor_cases:  # the floors are interleaved with every size; report them once
+            res["cli"].pop(name)
+        log(f"{backend} {n:,} goals: status server...")
+        res["server"] = {"cold": server_load(url, goals, env, args.seconds, writer=False),
+                         "writer": server_load(url, goals, env, args.seconds, writer=True)}
+        if n == max(s for b, s in urls if b == backend):
+            log(f"{backend} {n:,} goals: writers...")
+            res["writers"] = writers(url, env, writes=args.writes)
+        results["backends"][backend][n] = res
+    results["machine"] += f"; load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end"
+    write_report(Path(args.out), results, notes)
+    (cache_dir() / "last-run.json").write_text(json.dumps(results, indent=1, default=str))
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""The attention summary: one small row per goal that says where the overview ranks it.
+
+``loopx status`` and ``GET /api/status`` show goals *attention first*, then the rest, newest
+first. Finding the goals that need a human used to mean scanning every gate, run and budget
+in the registry on every request. Instead, :func:`refresh` keeps a ``goal_summary`` row per goal
+in the same transaction as every event that can change it (it is called from
+:func:`loopx.ledger.apply`, so a replay rebuilds it like every other current-state table), and
+the overview's first page is one indexed range query over it.
+
+What is stored and what is computed when a page is read:
+
+* **Stored** (depends only on the goal's rows): the goal's status, its creation order, the
+  *lane* (0 closed, 1 nothing to see, 2 needs attention) and the attention codes that follow
+  from the rows alone - ``gate_pending`` (a pending gate), ``budget_exhausted`` (usage from the
+  runs against limits and grants), ``run_abandoned`` (the newest run was marked abandoned),
+  ``run_failed`` (the newest finished run failed).
+* **Stored, judged at read time**: ``run_expires``, the earliest expiry among the goal's open
+  runs. An open run past its expiry is abandoned *now*, before anyone has marked it, so the
+  page query adds ``run_abandoned`` to every goal with ``run_expires <= now`` (an indexed range:
+  only goals with an open run have a value). No other attention code depends on the clock:
+  budgets count only closed runs, and cadence and todo leases decide whether an agent may run,
+  not whether a human must look.
+
+``summary_counts`` holds the overview's totals (goals per status, goals in lane 2). Triggers on
+``goal_summary`` keep it equal to the table whatever writes the table (a replay, a repair that
+deletes and rebuilds a goal, a registry copy). On PostgreSQL the counters are spread over
+:data:`SHARDS` rows per key, chosen by the writer's backend, so concurrent writers rarely touch
+the same counter row; a read sums them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from loopx.clock import seconds_between
+
+STATIC_CODES = ("gate_pending", "budget_exhausted", "run_abandoned", "run_failed")
+LANE_CLOSED, LANE_QUIET, LANE_ATTENTION = 0, 1, 2
+COUNT_KEYS = ("open", "paused", "closed", "attention")
+SHARDS = 16  # PostgreSQL counter rows per key (SQLite uses shard 0 only: it has one writer)
+
+
+def _row_for(tx, goal_id: str) -> tuple | None:
+    """The summary row ``(status, created_seq, lane, attention, run_expires)`` the goal's rows give."""
+    goal = tx.one("SELECT status, created_seq, limits, grants FROM goals WHERE id = ?", (goal_id,))
+    if goal is None:
+        return None
+    if goal["status"] == "closed":
+        return (goal["status"], goal["created_seq"], LANE_CLOSED, "", None)
+    codes = set()
+    if tx.one("SELECT 1 AS x FROM gates WHERE goal_id = ? AND status = 'pending' LIMIT 1", (goal_id,)):
+        codes.add("gate_pending")
+    newest = tx.one("SELECT status FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id DESC LIMIT 1", (goal_id,))
+    if newest and newest["status"] == "abandoned":
+        codes.add("run_abandoned")
+    done = tx.one("SELECT outcome FROM runs WHERE goal_id = ? AND status = 'finished'"
+                  " ORDER BY opened_at DESC, id DESC LIMIT 1", (goal_id,))
+    if done and done["outcome"] == "failed":
+        codes.add("run_failed")
+    if _limited(goal) and _exhausted(goal, _usage(tx, goal_id).get(goal_id, _UNUSED)):
+        codes.add("budget_exhausted")
+    expiry = tx.one("SELECT min(expires_at) AS e FROM runs WHERE goal_id = ? AND status = 'open'", (goal_id,))
+    return (goal["status"], goal["created_seq"], LANE_ATTENTION if codes else LANE_QUIET, _codes(codes),
+            expiry["e"] if expiry else None)
+
+
+def _codes(found) -> str:
+    return ",".join(c for c in STATIC_CODES if c in found)
+
+
+# ------------------------------------------------------------------------------ budgets
+# The same arithmetic as loopx.usage (usage, effective_limits, remaining, exhausted), here because
+# the summary is kept by the ledger's apply, which sits below the domain modules; a test holds
+# the two to the same verdicts.
+
+_BUDGETS = (("turns", "max_turns"), ("tokens", "max_tokens"), ("cost", "max_cost"),
+            ("wall_seconds", "max_wall_seconds"))
+_UNUSED = {"turns": 0, "tokens": 0, "cost": 0.0, "wall_seconds": 0.0}
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> dict:
+    return json.loads(text or "{}")
+
+
+def _limited(goal: dict) -> bool:
+    limits = _parsed(goal["limits"])
+    return any(limits.get(name) is not None for _, name in _BUDGETS)
+
+
+def _exhausted(goal: dict, used: dict) -> bool:
+    """Whether any budget of ``goal`` (a row with ``limits`` and ``grants``) has nothing left."""
+    limits, grants = _parsed(goal["limits"]), _parsed(goal["grants"])
+    for key, name in _BUDGETS:
+        base = limits.get(name)
+        if base is None:
+            continue
+        left = max(0, base + (grants.get(name) or 0) - used[key])
+        if (round(left, 6) if isinstance(left, float) else left) <= 0:
+            return True
+    return False
+
+
+def _usage(tx, goal_id: str | None) -> dict[str, dict]:
+    """``{goal_id: used}`` for one goal, or for every goal with runs when ``goal_id`` is None."""
+    scope, params = ("", ()) if goal_id is None else (" AND goal_id = ?", (goal_id,))
+    out: dict[str, dict] = {}
+    for r in tx.query("SELECT goal_id, COUNT(*) AS turns, COALESCE(SUM(tokens), 0) AS tokens,"
+                      " COALESCE(SUM(cost), 0) AS cost FROM runs WHERE 1 = 1" + scope + " GROUP BY goal_id", params):
+        out[r["goal_id"]] = {"turns": int(r["turns"]), "tokens": int(r["tokens"]), "cost": float(r["cost"]),
+                             "wall_seconds": 0.0}
+    for r in tx.query("SELECT goal_id, opened_at, finished_at FROM runs"
+                      " WHERE status IN ('finished', 'abandoned')" + scope, params):
+        out[r["goal_id"]]["wall_seconds"] += max(0.0, seconds_between(r["opened_at"], r["finished_at"]))
+    for used in out.values():
+        used["cost"] = round(used["cost"], 6)
+        used["wall_seconds"] = round(used["wall_seconds"], 3)
+    return out
+
+
+def refresh(tx, goal_id: str) -> None:
+    """Bring ``goal_id``'s summary row up to date with its current rows (inside the writer's transaction).
+
+    Writes only when something changed, so the counter triggers fire only on a real change.
+    """
+    want = _row_for(tx, goal_id)
+    have = tx.one("SELECT status, created_seq, lane, attention, run_expires FROM goal_summary WHERE goal_id = ?",
+                  (goal_id,))
+    if want is None:
+        if have is not None:
+            tx.execute("DELETE FROM goal_summary WHERE goal_id = ?", (goal_id,))
+        return
+    if have is None:
+        tx.execute("INSERT INTO goal_summary (goal_id, status, created_seq, lane, attention, run_expires)"
+                   " VALUES (?, ?, ?, ?, ?, ?)", (goal_id, *want))
+    elif tuple(have.values()) != want:
+        tx.execute("UPDATE goal_summary SET status = ?, created_seq = ?, lane = ?, attention = ?, run_expires = ?"
+                   " WHERE goal_id = ?", (*want, goal_id))
+
+
+def rebuild_all(tx) -> int:
+    """Fill ``goal_summary`` for every goal (the schema migration; also a repair tool). Returns the count.
+
+    Set queries over the whole registry (the same rules as :func:`refresh`), then batched
+    inserts: a migration of a million goals takes seconds, not one query per goal.
+    """
+    tx.execute("DELETE FROM goal_summary")
+    codes: dict[str, set] = {}
+    for r in tx.query("SELECT DISTINCT goal_id FROM gates WHERE status = 'pending'"):
+        codes.setdefault(r["goal_id"], set()).add("gate_pending")
+    newest: dict[str, tuple] = {}
+    newest_done: dict[str, tuple] = {}
+    for r in tx.query("SELECT goal_id, id, status, outcome, opened_at FROM runs"):
+        order = (r["opened_at"], r["id"])
+        if r["goal_id"] not in newest or order > newest[r["goal_id"]][0]:
+            newest[r["goal_id"]] = (order, r["status"])
+        if r["status"] == "finished" and (r["goal_id"] not in newest_done or order > newest_done[r["goal_id"]][0]):
+            newest_done[r["goal_id"]] = (order, r["outcome"])
+    for goal_id, (_, status) in newest.items():
+        if status == "abandoned":
+            codes.setdefault(goal_id, set()).add("run_abandoned")
+    for goal_id, (_, outcome) in newest_done.items():
+        if outcome == "failed":
+            codes.setdefault(goal_id, set()).add("run_failed")
+    used = _usage(tx, None)
+    expiries = {r["goal_id"]: r["e"] for r in tx.query(
+        "SELECT goal_id, min(expires_at) AS e FROM runs WHERE status = 'open' GROUP BY goal_id")}
+    rows = []
+    for g in tx.query("SELECT id, status, created_seq, limits, grants FROM goals"):
+        if g["status"] == "closed":
+            rows.append((g["id"], g["status"], g["created_seq"], LANE_CLOSED, "", None))
+            continue
+        mine = codes.get(g["id"], set())
+        if _limited(g) and _exhausted(g, used.get(g["id"], _UNUSED)):
+            mine = mine | {"budget_exhausted"}
+        rows.append((g["id"], g["status"], g["created_seq"], LANE_ATTENTION if mine else LANE_QUIET, _codes(mine),
+                     expiries.get(g["id"])))
+    sql = "INSERT INTO goal_summary (goal_id, status, created_seq, lane, attention, run_expires) VALUES (?, ?, ?, ?, ?, ?)"
+    for start in range(0, len(rows), 10_000):
+        tx.executemany(sql, rows[start:start + 10_000])
+    return len(rows)
+
+
+def counts(tx) -> dict:
+    """``{"open", "paused", "closed", "attention"}``: the stored totals (attention without expired runs)."""
+    out = {k: 0 for k in COUNT_KEYS}
+    for r in tx.query("SELECT key, SUM(n) AS n FROM summary_counts GROUP BY key"):
+        out[r["key"]] = int(r["n"] or 0)
+    return out
+
+
+def seed_counts(tx) -> None:
+    """Schema step: the counter rows (all zero) before any summary row is written."""
+    shards = SHARDS if tx.dialect == "postgres" else 1
+    for key in COUNT_KEYS:
+        for shard in range(shards):
+            tx.execute("INSERT INTO summary_counts (key, shard, n) VALUES (?, ?, 0)", (key, shard))

@@ -1,0 +1,203 @@
+"""What the agent-CLI executors share: environment, time bound, the report, the verdict.
+
+An agent executor starts a CLI once per turn with a prompt built from the contract
+(:mod:`loopx.executors.prompt`), reads the JSON events it prints (a :class:`Report` collects
+them), records the transcript's tail as evidence, and returns the outcome and the usage the CLI
+reported - never what the model says about itself. The turn is ``failed`` when the CLI says
+so, a command it ran failed, a tool call was denied, the CLI exited non-zero, or the time ran
+out; ``partial`` when the todo it was given is not done; ``ok`` otherwise.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import sys
+
+DEFAULT_TIMEOUT = 1800.0
+TRANSCRIPT_LINES = 40
+LINE_SHOWN = 600
+
+
+class Report:
+    """What an agent CLI reported during one turn."""
+
+    def __init__(self):
+        self.tokens = 0
+        self.cost = 0.0
+        self.commands: list[dict] = []  # {"command", "exit_code", "ok", "output"}
+        self.failures: list[str] = []
+        self.warnings: list[str] = []
+        self.final_text = ""
+        self.finished = False  # the CLI reported the end of its turn
+        self.tail: collections.deque = collections.deque(maxlen=TRANSCRIPT_LINES)
+
+    def line(self, text: str) -> None:
+        """Keep ``text`` for the transcript tail (long lines are cut)."""
+        self.tail.append(text if len(text) <= LINE_SHOWN else text[: LINE_SHOWN - 1] + "…")
+
+    def command(self, command: str, *, ok: bool, exit_code=None, output: str = "") -> None:
+        """One command the agent ran through its shell tool."""
+        self.commands.append({"command": command[:LINE_SHOWN], "exit_code": exit_code, "ok": ok,
+                              "output": (output or "")[-LINE_SHOWN:]})
+        if not ok:
+            code = f"exit {exit_code}" if exit_code is not None else "error"
+            self.failures.append(f"command failed ({code}): {command[:200]}")
+
+
+def loopx_bin_dir() -> str | None:
+    """The directory holding the ``loopx`` program this process belongs to (put first on the agent's PATH)."""
+    here = os.path.dirname(sys.executable)
+    if os.path.exists(os.path.join(here, "loopx")):
+        return here
+    found = shutil.which("loopx")
+    return os.path.dirname(found) if found else None
+
+
+def check_program(program: str, variable: str) -> None:
+    """``executor_unavailable`` unless ``program`` can be run (a path, or a name on PATH)."""
+    found = shutil.which(program)
+    if not found:
+        from loopx.errors import LoopxError
+
+        raise LoopxError("executor_unavailable", f"{program!r} is not installed or not on PATH "
+                                                 f"(install it, or point {variable} at it)")
+
+
+def child_env(registry, contract: dict, *, agent: str) -> dict:
+    """The environment an agent CLI runs in: the executor identity for this run, ``loopx`` on PATH.
+
+    Other ``LOOPX_*`` variables of this process are removed so the agent cannot act as anyone else.
+    """
+    env: dict = {k: None for k in os.environ if k.startswith("LOOPX_")}
+    env.update({"LOOPX_ACTOR": "executor", "LOOPX_RUN_ID": contract["interaction_contract"]["run_id"],
+                "LOOPX_AGENT": agent, "LOOPX_GOAL_ID": contract["goal_id"],
+                "LOOPX_REGISTRY": _absolute(registry.store.url)})
+    bindir = loopx_bin_dir()
+    if bindir:
+        env["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    return env
+
+
+def _absolute(url: str) -> str:
+    # The agent runs in another directory than ours may be; a relative SQLite path would move.
+    return url if "://" in url else os.path.abspath(url)
+
+
+def time_bound(contract: dict, configured: float) -> float:
+    """Seconds the CLI may run: ``configured``, bounded by the goal's remaining wall budget and
+    by the run's lease (after it expires nothing the agent does under the run is accepted)."""
+    from loopx import clock
+
+    doc = contract["interaction_contract"]
+    remaining = (doc.get("quota") or {}).get("remaining") or {}
+    wall = remaining.get("wall_seconds")
+    bound = float(configured)
+    if isinstance(wall, (int, float)):
+        bound = min(bound, float(wall))
+    if doc.get("expires_at"):
+        bound = min(bound, clock.seconds_between(clock.now(), doc["expires_at"]))
+    return max(bound, 1.0)
+
+
+def configured_timeout(default: float = DEFAULT_TIMEOUT) -> float:
+    """``LOOPX_AGENT_TIMEOUT`` seconds, else ``default``."""
+    raw = os.environ.get("LOOPX_AGENT_TIMEOUT")
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        from loopx.errors import LoopxError
+
+        raise LoopxError("invalid_argument", f"LOOPX_AGENT_TIMEOUT must be a number of seconds, not {raw!r}") from None
+    return value if value > 0 else default
+
+
+def run_agent(name: str, registry, contract: dict, *, agent: str, argv: list[str], env: dict, parse,
+              report: Report, timeout: float, sees_commands: bool = True) -> dict:
+    """Run one agent CLI for the turn and return what ``run finish`` takes.
+
+    ``parse(report, line)`` reads one line of the CLI's standard output into ``report``;
+    ``sees_commands``: the CLI reports the commands it runs (so running none of them is a failure).
+    """
+    from loopx.executors import prompt as prompts
+    from loopx.process import run_command
+
+    def on_line(text: str) -> None:
+        report.line(text)
+        parse(report, text)
+
+    bound = time_bound(contract, timeout)
+    result = run_command(argv, env=env, timeout=bound, cwd=os.getcwd(), on_line=on_line, reap=True,
+                         tail_bytes=16 * 1024)
+    if result["timed_out"]:
+        report.failures.insert(0, f"timed out after {bound:.1f}s; the CLI and everything it started were stopped")
+    elif result["exit_code"] != 0:
+        # The CLI's own events usually say why; its last line only when they do not.
+        why = "" if report.failures else f": {_last_line(result['output_tail'])}"
+        report.failures.insert(0, f"{argv[0].rsplit('/', 1)[-1]} exited {result['exit_code']}{why}")
+    elif not report.finished:
+        report.failures.append("the CLI ended without reporting the end of its turn")
+    elif sees_commands and not report.commands and prompts.commands(contract, managed=True):
+        # Codex in a read-only sandbox "runs" nothing and exits 0: a turn that ran none of the
+        # contract's commands did not do the work, whatever the CLI says.
+        report.failures.append("the agent ran none of the contract's commands")
+    _record_transcript(name, registry, contract, report, result)
+    outcome = "failed" if report.failures else _progress(registry, contract)
+    return {"outcome": outcome, "tokens": report.tokens, "cost": round(report.cost, 6),
+            "handoff": handoff(name, outcome, report)}
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _progress(registry, contract: dict) -> str:
+    """``ok`` when the turn's todo is done (or, planning, the goal now has todos); else ``partial``."""
+    from loopx import todos
+
+    goal_id = contract["goal_id"]
+    ready = contract["interaction_contract"]["agent_channel"].get("ready_todos") or []
+    with registry.read() as tx:
+        if not ready:
+            return "ok" if todos.count(tx, goal_id) else "partial"
+        return "ok" if todos.load_todo(tx, goal_id, ready[0]["id"]).status == "done" else "partial"
+
+
+def handoff(name: str, outcome: str, report: Report) -> str:
+    """The hand-off note: why a turn failed first, then the agent's own reply."""
+    parts = [f"{name}: {outcome}"]
+    if report.failures:
+        parts.append("; ".join(list(dict.fromkeys(report.failures))[:5]))
+    ran = len(report.commands)
+    if ran:
+        parts.append(f"{ran} command{'s' if ran != 1 else ''} run")
+    if report.final_text:
+        parts.append("agent: " + report.final_text.strip())
+    return "; ".join(parts)[:4000]
+
+
+def _record_transcript(name: str, registry, contract: dict, report: Report, result: dict) -> None:
+    from loopx import evidence
+
+    failed = [c for c in report.commands if not c["ok"]]
+    summary = f"{name}: {len(report.commands)} commands"
+    if failed:
+        summary += f", {len(failed)} failed ({'; '.join(c['command'][:120] for c in failed[:3])})"
+    summary += f"; {report.tokens} tokens, ${report.cost:.4f}"
+    if result["timed_out"]:
+        summary += "; timed out"
+    data = {"commands": report.commands[-50:], "failures": report.failures[:20], "warnings": report.warnings[:20],
+            "exit_code": result["exit_code"], "timed_out": result["timed_out"],
+            "duration_seconds": result["duration_seconds"], "output_sha256": result["output_sha256"],
+            "transcript_tail": list(report.tail)}
+    # The data cap is 64 KiB: shrink the tail until it fits rather than lose the record.
+    import json
+
+    while len(json.dumps(data)) > 60 * 1024 and data["transcript_tail"]:
+        data["transcript_tail"] = data["transcript_tail"][len(data["transcript_tail"]) // 2 + 1:]
+    evidence.record(registry, "executor", run_id=contract["interaction_contract"]["run_id"], kind="transcript",
+                    summary=summary, data=data)

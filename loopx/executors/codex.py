@@ -1,0 +1,115 @@
+"""The ``codex`` executor: one turn of Codex (``codex exec``) under the contract.
+
+Runs ``codex exec --json --skip-git-repo-check`` with stdin closed (Codex reads stdin
+otherwise), plugins off (``features.plugins=false``: it would try the network for them),
+non-login shells (``allow_login_shell=false``: a login shell re-reads ``/etc/profile`` and loses
+the PATH that finds ``loopx``), and a sandbox that lets commands run (Codex's default read-only
+sandbox makes commands fail silently): ``LOOPX_CODEX_SANDBOX``, default ``danger-full-access``,
+since the registry may live anywhere (or on a PostgreSQL server) and LoopX, not the sandbox,
+decides what the turn may do.
+
+Configuration: ``LOOPX_CODEX_BIN`` (default ``codex``), ``LOOPX_CODEX_MODEL`` (``-m``),
+``CODEX_HOME`` (created if missing), ``LOOPX_CODEX_BASE_URL`` (a custom Responses-API provider
+named ``loopx``; its key is read from the variable ``LOOPX_CODEX_ENV_KEY`` names, default
+``OPENAI_API_KEY``), ``LOOPX_AGENT_TIMEOUT``. Tokens are summed from every
+``turn.completed.usage`` (input + output; Codex reports no cost, so the cost charged is 0);
+``command_execution`` items with a non-zero exit code, error items after the turn started,
+``turn.failed`` and ``error`` events fail the turn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+NAME = "codex"
+
+
+class CodexExecutor:
+    """Carries out one turn with the Codex CLI."""
+
+    host = NAME
+
+    def __init__(self, timeout: float | None = None):
+        self.timeout = timeout
+
+    def check(self) -> None:
+        """Refuse before a run is opened when the CLI cannot be found."""
+        from loopx.executors.agents import check_program
+
+        check_program(os.environ.get("LOOPX_CODEX_BIN") or "codex", "LOOPX_CODEX_BIN")
+
+    def argv(self, prompt: str) -> list[str]:
+        """The command line for one turn."""
+        argv = [os.environ.get("LOOPX_CODEX_BIN") or "codex", "exec", "--json", "--skip-git-repo-check",
+                "--sandbox", os.environ.get("LOOPX_CODEX_SANDBOX") or "danger-full-access",
+                "-c", "features.plugins=false", "-c", "allow_login_shell=false",
+                # A governed turn talks to its model and nothing else.
+                "-c", "analytics.enabled=false", "-c", "check_for_update_on_startup=false"]
+        base = os.environ.get("LOOPX_CODEX_BASE_URL")
+        if base:
+            key = os.environ.get("LOOPX_CODEX_ENV_KEY") or "OPENAI_API_KEY"
+            argv += ["-c", "model_provider=loopx",
+                     "-c", f"model_providers.loopx={{name=\"loopx\", base_url={_toml(base)}, "
+                           f"wire_api=\"responses\", env_key={_toml(key)}}}"]
+        if os.environ.get("LOOPX_CODEX_MODEL"):
+            argv += ["-m", os.environ["LOOPX_CODEX_MODEL"]]
+        return [*argv, prompt]
+
+    def run_turn(self, registry, contract: dict, *, agent: str) -> dict:
+        """Run Codex for the turn ``contract`` allows; returns what ``run finish`` takes."""
+        from loopx.executors import agents, prompt as prompts
+
+        env = agents.child_env(registry, contract, agent=agent)
+        home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+        os.makedirs(home, exist_ok=True)  # Codex refuses to start without it
+        env["CODEX_HOME"] = home
+        report = agents.Report()
+        return agents.run_agent(NAME, registry, contract, agent=agent,
+                                argv=self.argv(prompts.build(contract, host=NAME, managed=True)), env=env,
+                                parse=parse, report=report, timeout=self.timeout or agents.configured_timeout())
+
+
+def _toml(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a valid TOML basic string
+
+
+def parse(report, line: str) -> None:
+    """Read one ``codex exec --json`` event into ``report``."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return
+    if not isinstance(event, dict):
+        return
+    kind = event.get("type")
+    item = event.get("item") if isinstance(event.get("item"), dict) else {}
+    if kind == "turn.started":
+        report.__dict__["started"] = True
+    elif kind == "item.completed" and item.get("type") == "command_execution":
+        code = item.get("exit_code")
+        report.command(str(item.get("command") or "?"), ok=code == 0 and item.get("status") != "failed",
+                       exit_code=code, output=str(item.get("aggregated_output") or ""))
+    elif kind == "item.completed" and item.get("type") == "error":
+        message = str(item.get("message") or "error")
+        # Before the turn starts Codex reports configuration warnings (e.g. unknown model
+        # metadata) as error items; they do not make the turn fail.
+        if report.__dict__.get("started"):
+            report.failures.append(f"Codex error: {message[:300]}")
+        else:
+            report.warnings.append(message[:300])
+    elif kind == "item.completed" and item.get("type") == "agent_message":
+        report.final_text = str(item.get("text") or "")
+    elif kind == "turn.completed":
+        report.finished = True
+        usage = event.get("usage") or {}
+        report.tokens += int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+    elif kind == "turn.failed":
+        report.finished = True
+        message = f"Codex error: {str((event.get('error') or {}).get('message'))[:300]}"
+        if message not in report.failures:  # the same error usually arrived as an `error` event first
+            report.failures.append(message)
+    elif kind == "error":
+        message = str(event.get("message"))[:300]
+        # "Reconnecting... 2/5" is a retry in progress, not the end of the turn.
+        (report.warnings if message.startswith("Reconnecting") else report.failures).append(f"Codex error: {message}")

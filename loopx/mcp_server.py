@@ -1,0 +1,319 @@
+"""``loopx mcp``: LoopX as a Model Context Protocol server on stdio, acting as the executor.
+
+An agent host (Claude Code, Codex, anything that speaks MCP) starts ``loopx mcp`` once and keeps
+it: every tool call is a query on an open registry, not a Python start-up. The server acts as
+``executor`` and offers only what an executor may do - ask should-run, read a goal, add / claim /
+finish todos inside a run, record evidence, run an allowed action, finish the run, ask for a gate.
+What only a user may do (decide gates, set budgets, score runs, create or close goals) is not
+offered, and a call for it is refused with ``actor_forbidden``. Errors are tool results with
+``isError`` and ``{"error": {"code", "message"}}``, the CLI's stable codes. Goals are resources:
+``loopx://goals/{goal_id}``.
+
+Built on the official ``mcp`` SDK (``pip install 'loopx[mcp]'``); imported only by ``loopx mcp``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+
+ACTOR = "executor"
+GOAL_ID = {"type": "string", "pattern": "^g-[0-9a-f]{12}$", "description": "A goal id (g-…)."}
+RUN_ID = {"type": "string", "pattern": "^r-[0-9a-f]{12}$", "description": "The run id the contract gave (r-…)."}
+TODO_ID = {"type": "string", "pattern": "^t-[0-9a-f]{12}$", "description": "A todo id (t-…)."}
+AGENT = {"type": "string", "minLength": 1, "maxLength": 200, "description": "Agent name (default: LOOPX_AGENT or 'agent')."}
+
+# Operations only a user may do; a call for one is refused, never forwarded.
+USER_ONLY = ("gate_approve", "gate_reject", "reward_add", "quota_set", "quota_grant", "goal_create", "goal_close",
+             "goal_pause", "goal_resume", "action_add", "criterion_met")
+
+
+def _schema(required: list[str], **props) -> dict:
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+TOOLS = {
+    "should_run": ("Ask before every turn: the decision (run, wait, ask_user, repair, stop), its reasons and the "
+                   "interaction contract (a run decision opens a run). Do only what the contract lists.",
+                   _schema(["goal_id"], goal_id=GOAL_ID, agent=AGENT,
+                           ttl_seconds={"type": "number", "exclusiveMinimum": 0, "maximum": 86400,
+                                        "description": "Lease of the run opened (default 3600)."})),
+    "goal_status": ("A goal: objective, criteria, lifecycle, gates, todos, quota.", _schema(["goal_id"], goal_id=GOAL_ID)),
+    "todo_add": ("Add a todo to the goal's plan inside your run.",
+                 _schema(["goal_id", "run_id", "text"], goal_id=GOAL_ID, run_id=RUN_ID,
+                         text={"type": "string", "minLength": 1, "maxLength": 2000},
+                         priority={"type": "string", "enum": ["P0", "P1", "P2", "P3"]},
+                         depends_on={"type": "array", "items": TODO_ID, "maxItems": 50})),
+    "todo_claim": ("Claim the contract's todo for your run (a lease).",
+                   _schema(["goal_id", "todo_id", "run_id"], goal_id=GOAL_ID, todo_id=TODO_ID, run_id=RUN_ID,
+                           agent=AGENT)),
+    "todo_done": ("Mark your claimed todo done.",
+                  _schema(["goal_id", "todo_id", "run_id"], goal_id=GOAL_ID, todo_id=TODO_ID, run_id=RUN_ID,
+                          note={"type": "string", "maxLength": 8192})),
+    "evidence_add": ("Record evidence of what you did or saw in your run.",
+                     _schema(["run_id", "summary"], run_id=RUN_ID,
+                             kind={"type": "string", "pattern": "^[a-z][a-z0-9_.-]{0,63}$",
+                                   "description": "note (default), file, test, …"},
+                             summary={"type": "string", "minLength": 1, "maxLength": 8192},
+                             data={"type": "object", "description": "Structured details (≤ 64 KiB as JSON)."})),
+    "exec_step": ("Run one action the contract allows (`loopx exec`): its exit code, output tail and sha256 are "
+                  "recorded as evidence. Name the action, or give a capability step's argv exactly as listed.",
+                  {**_schema(["run_id"], run_id=RUN_ID,
+                             action={"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"},
+                             argv={"type": "array", "items": {"type": "string"}, "minItems": 1},
+                             timeout_seconds={"type": "number", "exclusiveMinimum": 0, "maximum": 86400}),
+                   "oneOf": [{"required": ["action"]}, {"required": ["argv"]}]}),
+    "run_finish": ("Finish your run: outcome, the tokens and cost used, a hand-off for the next turn.",
+                   _schema(["run_id", "outcome"], run_id=RUN_ID,
+                           outcome={"type": "string", "enum": ["ok", "partial", "failed"]},
+                           tokens={"type": "integer", "minimum": 0}, cost={"type": "number", "minimum": 0},
+                           handoff={"type": "string", "maxLength": 8192})),
+    "gate_request": ("Ask a human for a decision: a pending gate (a user approves or rejects it).",
+                     _schema(["goal_id", "title"], goal_id=GOAL_ID,
+                             title={"type": "string", "minLength": 1, "maxLength": 500},
+                             scope={"type": "string", "enum": ["production", "privacy", "safety", "other"]},
+                             blocks={"type": "string", "description": "all (default), action:NAME or todo:ID"})),
+}
+
+
+class Tools:
+    """The tool handlers on one open registry (sync: every call is one short transaction)."""
+
+    def __init__(self, registry):
+        self.reg = registry
+
+    def call(self, name: str, args: dict) -> dict:
+        """Run tool ``name``; raises ``LoopxError`` with the CLI's codes."""
+        from loopx.errors import LoopxError
+
+        if name in USER_ONLY:
+            raise LoopxError("actor_forbidden", f"{name} is for users only; loopx mcp acts as the executor")
+        if name not in TOOLS:
+            raise LoopxError("invalid_argument", f"no tool {name!r} (tools: {', '.join(TOOLS)})")
+        check_args(TOOLS[name][1], args)
+        return getattr(self, name)(**args)
+
+    def should_run(self, goal_id, agent=None, ttl_seconds=None):
+        from loopx import quota
+
+        return quota.should_run(self.reg, ACTOR, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
+
+    def goal_status(self, goal_id):
+        from loopx import project_prompt
+
+        return project_prompt.show(self.reg, goal_id)
+
+    def todo_add(self, goal_id, run_id, text, priority="P2", depends_on=()):
+        from loopx import todos
+
+        return todos.add(self.reg, ACTOR, goal_id=goal_id, run_id=run_id, text=text, priority=priority,
+                         depends_on=list(depends_on))
+
+    def todo_claim(self, goal_id, todo_id, run_id, agent=None):
+        from loopx import todos
+
+        return todos.claim(self.reg, ACTOR, goal_id=goal_id, todo_id=todo_id, run_id=run_id, agent=agent)
+
+    def todo_done(self, goal_id, todo_id, run_id, note=None):
+        from loopx import todos
+
+        return todos.settle(self.reg, ACTOR, "done", goal_id=goal_id, todo_id=todo_id, run_id=run_id, note=note)
+
+    def evidence_add(self, run_id, summary, kind="note", data=None):
+        from loopx import evidence
+
+        return evidence.record(self.reg, ACTOR, run_id=run_id, kind=kind, summary=summary, data=data)
+
+    def exec_step(self, run_id, action=None, argv=None, timeout_seconds=None):
+        from loopx import actions
+
+        kw = {"timeout": timeout_seconds} if timeout_seconds else {}
+        return actions.execute(self.reg, ACTOR, run_id=run_id, action=action, argv=argv, **kw)
+
+    def run_finish(self, run_id, outcome, tokens=0, cost=0.0, handoff=None):
+        from loopx import runs
+
+        return runs.finish(self.reg, ACTOR, run_id=run_id, outcome=outcome, tokens=tokens, cost=cost, handoff=handoff)
+
+    def gate_request(self, goal_id, title, scope="other", blocks="all"):
+        from loopx import gates
+
+        return gates.add(self.reg, ACTOR, goal_id=goal_id, title=title, scope=scope, blocks=blocks)
+
+
+_TYPES = {"string": str, "integer": int, "number": (int, float), "object": dict, "array": list, "boolean": bool}
+
+
+def check_args(schema: dict, args: dict, where: str = "") -> None:
+    """Check ``args`` against the subset of JSON Schema the tool schemas use (``invalid_argument``)."""
+    import re
+
+    from loopx.errors import LoopxError
+
+    def bad(msg):
+        raise LoopxError("invalid_argument", msg)
+
+    if not isinstance(args, dict):
+        bad("arguments must be an object")
+    for key in schema.get("required", []):
+        if key not in args:
+            bad(f"missing argument {key!r}")
+    if schema.get("oneOf") and sum(all(k in args for k in alt["required"]) for alt in schema["oneOf"]) != 1:
+        bad("give exactly one of " + " or ".join(repr(alt["required"][0]) for alt in schema["oneOf"]))
+    props = schema.get("properties", {})
+    for key, value in args.items():
+        spec = props.get(key)
+        if spec is None:
+            bad(f"unknown argument {key!r} (expected: {', '.join(props)})")
+        want = _TYPES[spec["type"]]
+        if not isinstance(value, want) or isinstance(value, bool) and spec["type"] != "boolean":
+            bad(f"{key} must be of type {spec['type']}")
+        if "enum" in spec and value not in spec["enum"]:
+            bad(f"{key} must be one of {', '.join(map(str, spec['enum']))}")
+        if "pattern" in spec and not re.fullmatch(spec["pattern"].strip("^$"), value):
+            bad(f"{key} is malformed: {value[:80]!r}")
+        if isinstance(value, str) and len(value) > spec.get("maxLength", 1 << 30):
+            bad(f"{key} is longer than {spec['maxLength']} characters")
+        if isinstance(value, str) and len(value) < spec.get("minLength", 0):
+            bad(f"{key} must not be empty")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if value < spec.get("minimum", float("-inf")) or value > spec.get("maximum", float("inf")):
+                bad(f"{key} is out of range")
+            if "exclusiveMinimum" in spec and value <= spec["exclusiveMinimum"]:
+                bad(f"{key} must be more than {spec['exclusiveMinimum']}")
+        if isinstance(value, list):
+            if len(value) < spec.get("minItems", 0) or len(value) > spec.get("maxItems", 1 << 30):
+                bad(f"{key} has the wrong number of items")
+            items = spec.get("items") or {}
+            for item in value:
+                check_args({"properties": {"item": items}}, {"item": item})
+
+
+def serve(registry_url: str | None = None) -> None:
+    """Serve MCP on stdin/stdout until the client disconnects."""
+    import anyio
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+
+    from loopx import __version__
+    from loopx.errors import LoopxError
+    from loopx.registry import Registry
+
+    reg = Registry.open(registry_url)
+    tools = Tools(reg)
+
+    async def list_tools(ctx, params):
+        return types.ListToolsResult(tools=[types.Tool(name=n, description=d, input_schema=s)
+                                            for n, (d, s) in TOOLS.items()])
+
+    async def call_tool(ctx, params):
+        try:
+            out = tools.call(params.name, dict(params.arguments or {}))
+        except LoopxError as exc:
+            err = {"error": {"code": exc.code, "message": str(exc)}}
+            return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(err))],
+                                        structured_content=err, is_error=True)
+        # The answer is JSON text only: sending it again as structuredContent (which clients
+        # validate) cost about 1.5 ms of the ~4 ms a should-run takes over MCP.
+        return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(out, ensure_ascii=False))])
+
+    async def list_resources(ctx, params):
+        from loopx import project_prompt
+
+        goals = project_prompt.list_goals(reg, limit=50)
+        return types.ListResourcesResult(resources=[
+            types.Resource(name=g["id"], title=g["title"], uri=f"loopx://goals/{g['id']}", mime_type="application/json")
+            for g in goals])
+
+    async def list_templates(ctx, params):
+        return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
+            name="goal", uri_template="loopx://goals/{goal_id}", mime_type="application/json",
+            description="A goal: objective, criteria, lifecycle, gates, todos, quota.")])
+
+    async def read_resource(ctx, params):
+        uri = str(params.uri)
+        prefix = "loopx://goals/"
+        if not uri.startswith(prefix):
+            raise ValueError(f"unknown resource {uri} [not_found]")
+        try:
+            out = tools.goal_status(goal_id=uri[len(prefix):])
+        except LoopxError as exc:
+            raise ValueError(f"{exc} [{exc.code}]") from None
+        return types.ReadResourceResult(contents=[types.TextResourceContents(
+            uri=uri, mime_type="application/json", text=json.dumps(out, ensure_ascii=False))])
+
+    server = Server("loopx", version=__version__,
+                    instructions="LoopX governs this agent's work. Call should_run before every turn and do "
+                                 "only what its contract lists; finish the run with run_finish.",
+                    on_list_tools=list_tools, on_call_tool=call_tool, on_list_resources=list_resources,
+                    on_list_resource_templates=list_templates, on_read_resource=read_resource)
+
+    async def main():
+        transport = _pipe_streams() if os.name == "posix" else stdio_server()
+        async with transport as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    try:
+        anyio.run(main)
+    finally:
+        reg.close()
+
+
+@contextlib.asynccontextmanager
+async def _pipe_streams():
+    """stdin/stdout as MCP message streams, read and written on the event loop itself.
+
+    The SDK's ``stdio_server`` moves every read and write through a worker thread; on a busy
+    machine those thread hand-offs were most of a should-run's round trip. Like the SDK, it keeps
+    the wire to itself: fd 0 becomes /dev/null and fd 1 points at stderr while serving, so a child
+    or a stray print cannot corrupt the protocol.
+    """
+    import asyncio
+
+    import anyio
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    os.close(devnull)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                os.fdopen(wire_in, "rb", buffering=0))
+    out = os.fdopen(wire_out, "wb", buffering=0)
+    read_send, read_recv = anyio.create_memory_object_stream(0)
+    write_send, write_recv = anyio.create_memory_object_stream(0)
+
+    async def pump_in():
+        async with read_send:
+            while line := await reader.readline():
+                try:
+                    message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                except Exception as exc:  # the SDK answers a malformed message itself
+                    await read_send.send(exc)
+                    continue
+                await read_send.send(SessionMessage(message))
+
+    async def pump_out():
+        async with write_recv:
+            async for message in write_recv:
+                data = (message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
+                # A reply is a few KB and the client is reading: a blocking write is immediate.
+                view = memoryview(data)
+                while view:
+                    view = view[out.write(view) or 0:]
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump_in)
+            tg.start_soon(pump_out)
+            yield read_recv, write_send
+            tg.cancel_scope.cancel()
+    finally:
+        transport.close()
+        out.close()

@@ -1,0 +1,41 @@
+"""``loopx agent-prompt``: the turn's prompt, built from the contract."""
+
+from __future__ import annotations
+
+import re
+
+
+def _goal(loopx, *todo_texts):
+    g = loopx("project_prompt", "create", "--title", "Ship it", "--description", "Make the report.",
+              "--criterion", "report exists", "--json").json["id"]
+    assert loopx("action", "add", "--goal-id", g, "--name", "test", "--", "python3", "-c", "pass").code == 0
+    for text in todo_texts:
+        assert loopx("todo", "add", "--goal-id", g, "--text", text, "--priority", "P1").code == 0
+    return g
+
+
+def test_the_prompt_holds_the_objective_the_todo_and_exactly_the_contracts_commands(loopx):
+    g = _goal(loopx, "Fit the forecast")
+    out = loopx("agent-prompt", "--goal-id", g, "--host", "codex", "--json").json
+    prompt = out["prompt"]
+    for fact in ("Ship it", "Make the report.", "- [ ] report exists", "Fit the forecast", "your shell tool",
+                 "loopx evidence add", "User-only commands"):
+        assert fact in prompt, fact
+    contract = loopx("run", "show", "--run-id", out["run_id"], "--json").json
+    block = re.search(r"```sh\n(.*?)\n```", prompt, re.S).group(1).splitlines()
+    listed = [a for a in loopx("quota", "should-run", "--goal-id", g, "--json").json
+              ["interaction_contract"]["cli_channel"]["next_cli_actions"]]
+    assert block == listed and block[-1].startswith("loopx run finish")  # by hand: the host finishes
+    managed = loopx("agent-prompt", "--goal-id", g, "--host", "claude-code", "--managed", "--json").json
+    assert managed["run_id"] == out["run_id"] and "your Bash tool" in managed["prompt"]
+    assert "loopx run finish" not in re.search(r"```sh\n(.*?)\n```", managed["prompt"], re.S).group(1)
+    assert contract["id"] == out["run_id"]
+
+
+def test_no_turn_no_commands_and_a_bad_host_is_refused(loopx):
+    g = _goal(loopx)
+    loopx("project_prompt", "pause", "--goal-id", g)
+    out = loopx("agent-prompt", "--goal-id", g, "--json").json
+    assert out["decision"] == "wait" and out["run_id"] is None and "```sh" not in out["prompt"]
+    bad = loopx("agent-prompt", "--goal-id", g, "--host", "gpt", "--json")
+    assert bad.code == 2 and bad.json["error"]["code"] == "invalid_argument"

@@ -1,0 +1,144 @@
+"""The status server's view cache: keyed by the revision of what a view shows, single-flight, bounded."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+
+import pytest
+
+from loopx.registry import Registry
+from loopx.status_server import ViewCache, make_server
+
+
+def _goal(loopx, title):
+    r = loopx("project_prompt", "create", "--title", title, "--json")
+    assert r.code == 0, r
+    return r.json["id"]
+
+
+def _get(port, path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = resp.read()
+        assert resp.status == 200, body
+        return json.loads(body)
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def server(registry_url, monkeypatch):
+    monkeypatch.setenv("LOOPX_STATUS_CACHE_SECONDS", "60")  # only revisions may invalidate here
+    Registry.open(registry_url).close()
+    srv = make_server(registry_url, port=0, poll_interval=0.05)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield srv
+    srv.shutdown_all()
+
+
+def test_a_write_to_one_goal_leaves_other_goal_views_cached(loopx, server):
+    port = server.server_address[1]
+    a, b = _goal(loopx, "a"), _goal(loopx, "b")
+    first = _get(port, f"/api/goals/{a}")
+    assert loopx("todo", "add", "--goal-id", b, "--text", "elsewhere").code == 0
+    time.sleep(0.3)  # the watcher has seen the commit
+    assert _get(port, f"/api/goals/{a}") == first  # same bytes: built once, generated_at and all
+    overview = _get(port, "/api/status")
+    assert overview["revision"] > first["revision"]  # the overview did move
+
+    assert loopx("todo", "add", "--goal-id", a, "--text", "here").code == 0
+    again = _get(port, f"/api/goals/{a}")
+    assert again["goal"]["revision"] == first["goal"]["revision"] + 1
+    assert [t["text"] for t in again["todos"]["items"]] == ["here"]
+    events = _get(port, f"/api/goals/{a}/events")
+    assert [e["kind"] for e in events["events"]] == ["goal.created", "todo.added"]
+
+
+def test_the_overview_follows_every_write(loopx, server):
+    port = server.server_address[1]
+    a = _goal(loopx, "a")
+    assert [g["id"] for g in _get(port, "/api/status")["goals"]] == [a]
+    b = _goal(loopx, "b")
+    time.sleep(0.3)
+    assert [g["id"] for g in _get(port, "/api/status")["goals"]] == [b, a]
+
+
+def test_concurrent_misses_build_once():
+    cache = ViewCache(ttl=60)
+    calls = []
+
+    def build():
+        calls.append(1)
+        time.sleep(0.3)
+        return b"view"
+
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(cache.get_or_build(("k", 1), build))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == [b"view"] * 8 and len(calls) == 1
+    cache.get_or_build(("k", 2), build)  # a new revision is a new view
+    assert len(calls) == 2
+
+
+def test_a_failed_build_is_not_cached_and_reaches_every_waiter():
+    cache = ViewCache(ttl=60)
+
+    def fail():
+        time.sleep(0.2)
+        raise ValueError("broken")
+
+    errors = []
+
+    def ask():
+        try:
+            cache.get_or_build("k", fail)
+        except ValueError as exc:
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == ["broken"] * 4
+    assert cache.get_or_build("k", lambda: b"fixed") == b"fixed"
+
+
+def test_memory_stays_under_the_byte_cap():
+    cache = ViewCache(ttl=60, max_bytes=100_000)
+    for i in range(100):
+        cache.get_or_build(i, lambda: b"x" * 10_000)
+        assert cache.size_bytes <= 100_000
+    assert cache.get_or_build(99, lambda: b"rebuilt") == b"x" * 10_000  # the newest stay
+    assert cache.get_or_build(0, lambda: b"rebuilt") == b"rebuilt"  # the oldest went
+
+
+def test_while_a_new_version_builds_others_get_the_previous_one():
+    cache = ViewCache(ttl=60)
+    assert cache.get_or_build(("overview", 1), lambda: b"v1", family="overview") == b"v1"
+    started, release = threading.Event(), threading.Event()
+
+    def slow():
+        started.set()
+        release.wait(10)
+        return b"v2"
+
+    leader = []
+    t = threading.Thread(target=lambda: leader.append(cache.get_or_build(("overview", 2), slow, family="overview")))
+    t.start()
+    started.wait(10)
+    t0 = time.monotonic()
+    assert cache.get_or_build(("overview", 2), slow, family="overview") == b"v1"  # no queue
+    assert time.monotonic() - t0 < 1
+    release.set()
+    t.join()
+    assert leader == [b"v2"]  # the request that built it saw the new version
+    assert cache.get_or_build(("overview", 2), slow, family="overview") == b"v2"
