@@ -16,8 +16,15 @@ docs/state-interaction-model.md ("Tamper evidence").
 
 from __future__ import annotations
 
-import hashlib
 import json
+
+try:  # the built-in sha256 (no OpenSSL to load: should-run keeps its start-up cheap)
+    from _sha256 import sha256 as _sha256
+except ImportError:  # pragma: no cover - other Pythons
+    try:
+        from _sha2 import sha256 as _sha256
+    except ImportError:
+        from hashlib import sha256 as _sha256
 
 GENESIS = "0" * 64
 #: The current-state tables the digest covers: what a turn decision reads. Contracts, evidence
@@ -34,7 +41,7 @@ def event_hash(prev_hash: str, goal_id: str, seq: int, at: str, actor: str, kind
     """The chain hash of one event (``body_text``: the body exactly as stored)."""
     canonical = json.dumps([prev_hash, goal_id, seq, at, actor, kind, body_text, operation_id],
                            separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("ascii", "backslashreplace")).hexdigest()
+    return _sha256(canonical.encode("ascii", "backslashreplace")).hexdigest()
 
 
 def row_hash(row: dict) -> str:
@@ -48,7 +55,7 @@ def state_digest(tx, goal_id: str) -> str:
     runs summarised)."""
     from loopx.store import schema
 
-    h = hashlib.sha256()
+    h = _sha256()
     for table in STATE_TABLES:
         column = "id" if table == "goals" else "goal_id"
         if table == "runs":
