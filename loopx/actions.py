@@ -186,6 +186,28 @@ def authorize(tx, run_id: str, *, action: str | None = None, argv=None) -> tuple
                      f"the contract of run {run_id} does not allow `{shlex.join(argv)[:200]}`; nothing was run")
 
 
+def time_left(tx, run) -> float:
+    """Seconds ``run`` may still work: the smaller of its remaining lease and its goal's
+    remaining wall-clock budget (other open runs' reservations and this run's time so far
+    taken out). Executor providers bound their work by it too."""
+    from loopx import clock
+    from loopx.clock import seconds_between
+    from loopx.project_prompt import load_goal
+    from loopx.runs import open_runs
+    from loopx.usage import remaining, usage
+
+    now = clock.now()
+    lease = seconds_between(now, run.expires_at)
+    left = remaining(load_goal(tx, run.goal_id), usage(tx, run.goal_id))["wall_seconds"]
+    if left is None:
+        return max(0.0, lease)
+    # What the goal's open runs will be charged: others their whole lease (reserved when they
+    # opened), this one the time it has used so far.
+    committed = sum(seconds_between(r.opened_at, r.expires_at if r.id != run.id else now)
+                    for r in open_runs(tx, run.goal_id, now))
+    return max(0.0, min(lease, left - committed))
+
+
 def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None, argv=None,
             timeout: float = DEFAULT_TIMEOUT, cwd: str | None = None, agent: str | None = None) -> dict:
     """Run an allowed action or command under ``run_id`` and record the result as evidence.
@@ -208,7 +230,10 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
         raise LoopxError("actor_forbidden", "the dashboard never writes")
     with reg.read() as tx:
         run, name, command, step_id = authorize(tx, run_id, action=action, argv=argv)
+        bound = time_left(tx, run)
     runs.check_owner(run, agent)
+    # Never past the run's lease nor the goal's wall-clock budget (whichever ends first).
+    timeout = max(0.001, min(timeout, bound))
     env = {"LOOPX_ACTOR": "executor", "LOOPX_RUN_ID": run.id, "LOOPX_GOAL_ID": run.goal_id,
            "LOOPX_AGENT": run.agent, "LOOPX_REGISTRY": reg.store.url, "LOOPX_STEP_ID": step_id or name}
     # A capability step runs the very LoopX that runs this exec, whatever PATH says.

@@ -42,6 +42,17 @@ _LAZY = {
     "SCHEMA_VERSION": "loopx.store.schema:CURRENT_VERSION",
     "list_evidence_for": "loopx.evidence:list_for",
     "to_json": "loopx.model:to_json",
+    # --- tamper evidence and strict data (docs/state-interaction-model.md) ---
+    "Writer": "loopx.registry:Writer",
+    "goal_rows": "loopx.ledger:snapshot",
+    "verify_chain": "loopx.integrity:verify_chain",
+    "chain_head": "loopx.integrity:head",
+    "chain_acknowledged": "loopx.integrity:acknowledged",
+    "rechain_goal": "loopx.integrity:rechain",
+    "seal_goal": "loopx.integrity:seal",
+    "INTEGRITY_CODES": "loopx.integrity:CODES",
+    "json_problem": "loopx.jsonsafe:problem",
+    "json_escaped": "loopx.jsonsafe:escaped",
     # --- domain operations, one transaction each ---
     "create_goal": "loopx.project_prompt:create",
     "add_todo": "loopx.todos:add",
@@ -160,7 +171,9 @@ def open_registry(url: str | None = None, *, readonly: bool = False):
     """
     from loopx.registry import Registry
 
-    return Registry.open(registry_url(url), readonly=readonly)
+    # create=False: a registry file that does not exist is refused for reading
+    # (registry_not_found) and created only by the first write.
+    return Registry.open(registry_url(url), readonly=readonly, create=False)
 
 
 def set_output_format(fmt: str, ctx=None) -> None:

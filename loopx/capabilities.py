@@ -328,6 +328,9 @@ def _check_values(values: dict) -> dict:
     clean = {}
     for key, value in values.items():
         _check_key(key)
+        from loopx import jsonsafe
+
+        jsonsafe.check_value(value, what=f"state value for {key!r}")
         try:
             text = json.dumps(value, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as exc:

@@ -168,7 +168,9 @@ def decide(tx, inputs, *, agent: str, now: str, own_run, vetoed: dict | None = N
         # Reasons are stable machine codes; a plugin's free text is not one.
         if not _CODE.fullmatch(reason):
             reason = "capability_veto"
-        out = Decision("repair", [reason], veto=found, **d)
+        # A veto may ask for a person instead of a repair (self-repair: repair_needs_user).
+        decision = "ask_user" if found.get("decision") == "ask_user" else "repair"
+        out = Decision(decision, [reason], veto=found, **d)
         out.problems = list(found.get("problems") or [])
         return out
     blocking = inputs.blocking()
@@ -240,6 +242,8 @@ def _user_channel(d: Decision, gates_shown: list) -> dict:
     reason = d.reasons[0]
     if reason == "goal_paused":
         actions.append(_q("loopx", "project_prompt", "resume", "--goal-id", g))
+    if d.veto and d.decision == "ask_user":
+        actions += [str(a) for a in d.veto.get("user_actions") or []]
     if reason == "gate_rejected":
         actions += [_q("loopx", "gate", "list", "--goal-id", g),
                     _q("loopx", "project_prompt", "close", "--goal-id", g, "--reason", "gate rejected")]
@@ -282,6 +286,8 @@ def _primary(d: Decision, run_id: str | None) -> str:
         return "The goal is paused: do nothing; ask again after a user resumes it."
     if d.decision == "repair":
         return str(d.veto.get("message") or "A capability found state that needs repair: run the repair actions.")
+    if d.veto and d.decision == "ask_user":
+        return "Stop and wait: a user must decide. " + str(d.veto.get("message") or "")
     if reason in ("gate_pending", "gate_rejected"):
         gate = d.blocking["all"][0]
         verb = "decide" if reason == "gate_pending" else "reconsider (it was rejected)"

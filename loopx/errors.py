@@ -34,7 +34,11 @@ CODES = frozenset(
         "operation_conflict",
         "registry_unavailable",
         "registry_readonly",
-        "schema_too_new",
+        "registry_not_found",
+        "registry_invalid",
+        "registry_corrupt",
+        "registry_newer",
+        "schema_too_new",  # no longer raised (now registry_newer); kept so matching code still loads
         "plugin_error",
         "capability_not_found",
         "capability_conflict",

@@ -31,22 +31,16 @@ def evidence_from_row(row: dict) -> Evidence:
 
 
 def parse_data(text: str | None):
-    """``--data`` JSON text -> a JSON object or list (64 KiB at most)."""
+    """``--data`` JSON text -> a JSON object or list (64 KiB at most), parsed strictly
+    (see :mod:`loopx.jsonsafe`: no NaN/Infinity, no lone surrogates, bounded depth)."""
+    from loopx import jsonsafe
+
     if text is None:
         return None
-    if len(text.encode("utf-8", errors="surrogatepass")) > MAX_DATA_BYTES:
-        raise LoopxError("invalid_argument", f"--data is larger than {MAX_DATA_BYTES} bytes")
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except ValueError as exc:
-        raise LoopxError("invalid_argument", f"--data is not valid JSON: {exc}") from None
+    data = jsonsafe.loads(text, what="--data", max_bytes=MAX_DATA_BYTES)
     if not isinstance(data, (dict, list)):
         raise LoopxError("invalid_argument", "--data must be a JSON object or array")
     return data
-
-
-def _no_constant(name):
-    raise ValueError(f"{name} is not allowed")
 
 
 def hash_file(path: str) -> tuple[str, str]:

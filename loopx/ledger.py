@@ -163,24 +163,47 @@ def apply_many(tx, batch: list[Event]) -> None:
         attention.refresh(tx, goal_id)
 
 
-def append(tx, event: Event) -> Event:
+def append(tx, event: Event, prev_hash: str | None = None) -> Event:
     """Write ``event`` to the ledger and apply it; returns it with its global id."""
+    return append_chained(tx, event, prev_hash)[0]
+
+
+def append_chained(tx, event: Event, prev_hash: str | None = None) -> tuple[Event, str]:
+    """:func:`append`, also returning the event's chain hash (what the next event links to).
+
+    The body must be interoperable JSON (:func:`loopx.jsonsafe.problem`): whatever a command,
+    a plugin or a capability put in it, nothing that a reader could not emit is ever written.
+    The event is chained to ``prev_hash`` (looked up when not given; see :mod:`loopx.integrity`).
+    """
+    from loopx import integrity, jsonsafe
+
+    found = jsonsafe.problem(event.body)
+    if found:
+        raise LoopxError("invalid_argument", f"{event.kind} refused: its data {found}")
+    if prev_hash is None:
+        prev = tx.one("SELECT hash FROM events WHERE goal_id = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
+                      (event.goal_id, event.seq))
+        prev_hash = (prev["hash"] if prev else None) or integrity.GENESIS
+    body_text = json.dumps(event.body, sort_keys=True, separators=(",", ":"))
+    digest = integrity.event_hash(prev_hash, event.goal_id, event.seq, event.at, event.actor, event.kind,
+                                  body_text, event.operation_id)
     row = tx.one(
-        "INSERT INTO events (goal_id, seq, at, actor, kind, body, operation_id)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-        (
-            event.goal_id,
-            event.seq,
-            event.at,
-            event.actor,
-            event.kind,
-            json.dumps(event.body, sort_keys=True, separators=(",", ":")),
-            event.operation_id,
-        ),
+        "INSERT INTO events (goal_id, seq, at, actor, kind, body, operation_id, prev_hash, hash)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        (event.goal_id, event.seq, event.at, event.actor, event.kind, body_text, event.operation_id,
+         prev_hash, digest),
     )
     event = attrs.evolve(event, id=row["id"])
     apply(tx, event)
-    return event
+    return event, digest
+
+
+def last_hash(tx, goal_id: str) -> str:
+    """The hash of the goal's newest event (what the next event links to)."""
+    from loopx import integrity
+
+    row = integrity.last_event(tx, goal_id)
+    return (row["hash"] if row else None) or integrity.GENESIS
 
 
 def event_from_row(row: dict) -> Event:

@@ -131,6 +131,10 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> d
     seen = answers.inputs
     if seen is None or w is None or w.goal is None or w.goal["revision"] != seen.revision:
         seen = inputs.gather(tx, goal_id, goal_row=w.goal if w is not None else None)
+    if seen.goal.status != "closed":
+        tampered = _tampered(tx, w, seen, agent=agent, now=now)
+        if tampered is not None:
+            return tampered
     if w is not None and seen.goal.status != "closed":
         expired = seen.expired_runs(now)
         for stale in expired:
@@ -164,8 +168,23 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> d
         return out
     fp = seen.fingerprint()
     # A run cannot outlive the wall-clock budget: an agent that crashes is charged at most
-    # what remained when its run was opened.
+    # what remained when its run was opened. Parallel runs each reserve their lease out of what
+    # remains, so together they never exceed the budget.
     left = remaining(goal, seen.usage())["wall_seconds"]
+    if left is not None:
+        # An open run will be charged from its opening up to its expiry at most: all of that is
+        # spoken for (usage counts closed runs only).
+        live = seen.live_runs(now)
+        reserved = sum(max(0.0, seconds_between(r.opened_at, r.expires_at)) for r in live)
+        left = round(left - reserved, 3)
+        if left <= 0:
+            soonest = min(r.expires_at for r in live)
+            d = contract.Decision("wait", ["wall_budget_reserved"], goal=goal, agent=agent,
+                                  next_eligible_at=soonest, other_run=live[0])
+            out.update(should_run=False, decision="wait", reasons=d.reasons)
+            out["interaction_contract"] = contract.document(tx, d, seen, contract_id=None, run_id=None,
+                                                            fingerprint=fp, issued_at=now)
+            return out
     expires = add_seconds(now, ttl if left is None else min(ttl, left))
     doc = contract.document(tx, d, seen, contract_id=contract_id, run_id=run_id, fingerprint=fp, issued_at=now,
                             expires_at=expires, opening=True, contributed=answers.actions_for(run_id),
@@ -173,6 +192,34 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> d
     if w is not None:
         w.emit("run.opened", {"run_id": run_id, "agent": agent, "expires_at": expires, "contract": doc})
     out["interaction_contract"] = doc
+    return out
+
+
+def _tampered(tx, w, seen, *, agent, now) -> dict | None:
+    """``repair`` (writing nothing) when the goal's ledger or state fails its integrity check.
+
+    The mutation already verified the goal before this turn (``w.integrity_problems``); a dry
+    run checks here. See :mod:`loopx.integrity`.
+    """
+    from loopx import contract, integrity
+
+    goal = seen.goal
+    problems = w.integrity_problems if w is not None else integrity.verify_head(tx, goal.id)
+    if not problems:
+        return None
+    import shlex
+
+    codes = sorted({p.code for p in problems})
+    veto = {"reason": "integrity_mismatch", "findings": codes,
+            "message": "; ".join(p.message for p in problems[:3]) + ": run the repair, which never drops a gate,"
+                       " claim or evidence",
+            "actions": [f"loopx self-repair fix --goal-id {shlex.quote(goal.id)}"]}
+    d = contract.Decision("repair", ["integrity_mismatch"], goal=goal, agent=agent, veto=veto)
+    out = {"goal_id": goal.id, "should_run": False, "decision": "repair", "reasons": d.reasons}
+    if w is None:
+        out["dry_run"] = True
+    out["interaction_contract"] = contract.document(tx, d, seen, contract_id=None, run_id=None,
+                                                    fingerprint=seen.fingerprint(), issued_at=now)
     return out
 
 

@@ -82,8 +82,13 @@ def display_url(url: str) -> str:
     return safe(url)
 
 
-def open_store(url: str | None = None, *, readonly: bool = False):
-    """Open the store for ``url`` through the backend registered for its scheme."""
+def open_store(url: str | None = None, *, readonly: bool = False, create: bool = True):
+    """Open the store for ``url`` through the backend registered for its scheme.
+
+    With ``create=False`` (what the CLI uses) a registry file that does not exist is not made
+    now: reads are refused with ``registry_not_found`` and the first write creates it, saying
+    where on stderr, so a mistyped ``--registry`` on a read command never leaves a file behind.
+    """
     from loopx import plugins
 
     url = resolve_url(url)
@@ -94,7 +99,55 @@ def open_store(url: str | None = None, *, readonly: bool = False):
     if factory is None:
         hint = " (pip install 'loopx[postgres]')" if scheme.startswith("postgres") else ""
         raise LoopxError("registry_unavailable", f"no storage backend for {scheme}://{hint}")
+    if scheme == "sqlite" and not create:
+        from loopx.store.sqlite import path_from_url
+
+        path = path_from_url(url)
+        if str(path) != ":memory:" and not path.exists():
+            if readonly:
+                raise LoopxError("registry_not_found", _not_found(path))
+            return MissingStore(url, path, factory)
     return factory(url, readonly)
+
+
+def _not_found(path) -> str:
+    return (f"no registry at {path} (check --registry / LOOPX_REGISTRY; creating a goal with"
+            " `loopx project_prompt create` makes one)")
+
+
+class MissingStore:
+    """A registry file that does not exist yet: reads are refused, the first write creates it."""
+
+    dialect = "sqlite"
+    readonly = False
+
+    def __init__(self, url: str, path, factory):
+        self.url, self.path, self._factory, self._store = url, path, factory, None
+
+    @property
+    def missing(self) -> bool:
+        """True until the first write created the file."""
+        return self._store is None
+
+    def write(self, work):
+        if self._store is None:
+            import sys
+
+            self._store = self._factory(self.url, False)
+            print(f"loopx: created a new registry at {self.path}", file=sys.stderr)
+        return self._store.write(work)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+    def __getattr__(self, name):
+        store = self.__dict__.get("_store")
+        if store is not None:
+            return getattr(store, name)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise LoopxError("registry_not_found", _not_found(self.__dict__.get("path")))
 
 
 class Writer:
@@ -115,6 +168,11 @@ class Writer:
         self.at = clock.now()
         self.events: list[Event] = []
         self._revision: int | None = None if goal else 0
+        self._prev_hash: str | None = None
+        #: What :func:`loopx.integrity.verify_head` found before this mutation (goal writes only).
+        self.integrity_problems: list = []
+        #: Set by a repair that rebuilt the goal's state from its ledger: the result is trusted.
+        self.rebuilt = False
 
     @property
     def actor(self) -> str:
@@ -153,9 +211,15 @@ class Writer:
             raise ValueError("emit needs a goal")
         if self._revision is None:
             # Number from the ledger itself, not from goals.revision: if that column were ever
-            # damaged, trusting it would collide with an existing (goal_id, seq).
-            last = self.tx.one("SELECT MAX(seq) AS last FROM events WHERE goal_id = ?", (self.goal_id,))
-            self._revision = (last["last"] if last else None) or 0
+            # damaged, trusting it would collide with an existing (goal_id, seq). And never below
+            # the recorded chain head: events lost at the end leave a visible gap, never a reused
+            # number.
+            from loopx import integrity
+
+            last = integrity.last_event(self.tx, self.goal_id)
+            sealed = integrity.head(self.tx, self.goal_id)
+            self._revision = max((last["seq"] if last else 0), (sealed["seq"] if sealed else 0))
+            self._prev_hash = (last["hash"] if last else None) or integrity.GENESIS
         self._revision += 1
         event = Event(
             id=0,
@@ -167,7 +231,7 @@ class Writer:
             body=body,
             operation_id=self.operation_id,
         )
-        event = ledger.append(self.tx, event)
+        event, self._prev_hash = ledger.append_chained(self.tx, event, self._prev_hash)
         self.events.append(event)
         return event
 
@@ -210,9 +274,9 @@ class Registry:
         self.store = store
 
     @classmethod
-    def open(cls, url: str | None = None, *, readonly: bool = False) -> "Registry":
-        """Open the registry at ``url`` (see :func:`resolve_url`)."""
-        return cls(open_store(url, readonly=readonly))
+    def open(cls, url: str | None = None, *, readonly: bool = False, create: bool = True) -> "Registry":
+        """Open the registry at ``url`` (see :func:`resolve_url`; ``create``: :func:`open_store`)."""
+        return cls(open_store(url, readonly=readonly, create=create))
 
     def close(self) -> None:
         """Release the store."""
@@ -255,6 +319,10 @@ class Registry:
 
             operation_id = check_text(operation_id, what="--operation-id", limit="agent")
         request_hash = _hash(request or {}) if operation_id is not None else None
+        if goal_id is not None and getattr(self.store, "missing", False):
+            # Only creating a goal may create a registry; anything about an existing goal is a
+            # mistyped path.
+            raise LoopxError("registry_not_found", _not_found(self.store.path))
         if actor.startswith("capability:"):
             # Capability declarations are plugin answers: read them before the lock is taken
             # (the ownership guards below use the cached result).
@@ -280,7 +348,17 @@ class Registry:
                 if goal["status"] == "closed" and not allow_closed:
                     raise LoopxError("goal_closed", f"goal {goal_id} is closed")
             writer = Writer(tx, actor, goal, operation_id)
+            if goal is not None:
+                from loopx import integrity
+
+                # Checked before the change: a write must never seal state that was altered
+                # outside the ledger (that would launder the tampering).
+                writer.integrity_problems = integrity.verify_head(tx, goal_id)
             result = work(writer)
+            if writer.events:
+                from loopx import integrity
+
+                integrity.seal(tx, writer.goal_id, trusted=not writer.integrity_problems or writer.rebuilt)
             if operation_id is not None:
                 tx.execute(
                     "INSERT INTO operations (id, goal_id, actor, request, result, at) VALUES (?, ?, ?, ?, ?, ?)",

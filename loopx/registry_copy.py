@@ -23,7 +23,8 @@ from loopx import ledger
 from loopx.errors import LoopxError
 from loopx.store import schema
 
-EVENT_COLUMNS = ("id", "goal_id", "seq", "at", "actor", "kind", "body", "operation_id")
+# The hash chain travels with the events (it covers no ids), so a copy keeps its tamper evidence.
+EVENT_COLUMNS = ("id", "goal_id", "seq", "at", "actor", "kind", "body", "operation_id", "prev_hash", "hash")
 OPERATION_COLUMNS = ("id", "goal_id", "actor", "request", "result", "at")
 # Everything that makes a registry non-empty.
 DATA_TABLES = ("events", "operations", *schema.GOAL_TABLES)
@@ -131,7 +132,7 @@ def _prepare_target(tx, force: bool) -> bool:
             "target_not_empty",
             f"the target registry already holds data ({', '.join(busy)}); --force replaces it",
         )
-    for table in DATA_TABLES:
+    for table in (*DATA_TABLES, "goal_heads"):
         tx.execute(f"DELETE FROM {table}")
     return True
 
@@ -148,6 +149,10 @@ def _write(tx, dump: dict, bar=None) -> None:
             ledger.apply(tx, ledger.event_from_row(row))
             if bar is not None:
                 bar.advance()
+    from loopx import integrity
+
+    for goal_id in dump["events"]:
+        integrity.seal(tx, goal_id)  # the target's own digest of the state it rebuilt
     for op in dump["operations"]:
         tx.execute(
             f"INSERT INTO operations ({', '.join(OPERATION_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",

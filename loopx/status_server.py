@@ -39,6 +39,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from loopx import status as projection
 from loopx.errors import LoopxError
+from loopx.jsonsafe import dumps_out
 from loopx.validate import check_id
 
 ASSETS = Path(__file__).with_name("dashboard")
@@ -49,6 +50,13 @@ MAX_IDLE_CONNECTIONS = 16
 CACHE_SECONDS = 1.0
 CACHE_BYTES = 32 << 20  # encoded views kept at most (LOOPX_STATUS_CACHE_BYTES)
 FLIGHT_WAIT_SECONDS = 30.0
+#: A connection must deliver a request's line and headers within this many seconds of starting
+#: to wait for it (keep-alive idle time included): slow or idle clients cannot hold threads.
+HEAD_SECONDS = 20.0
+#: A socket read or write that makes no progress for this long ends the connection.
+IO_SECONDS = 60.0
+#: At most this many ``/api/stream`` subscribers at once; more get 503 ``too_many_streams``.
+MAX_STREAMS = 64
 JSON_TYPE = "application/json; charset=utf-8"
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -59,7 +67,8 @@ CONTENT_TYPES = {
     ".ico": "image/x-icon",
 }
 ERROR_STATUS = {"goal_not_found": 404, "not_found": 404, "invalid_argument": 400, "registry_unavailable": 503,
-                "schema_too_new": 503}
+                "schema_too_new": 503, "registry_newer": 503, "registry_corrupt": 503, "registry_invalid": 503,
+                "registry_not_found": 503}
 SECURITY_HEADERS = {
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
@@ -91,7 +100,7 @@ class RegistryPool:
         try:
             self._idle.put(self._open())  # open one now, so a bad URL fails at start-up
         except LoopxError as err:
-            if err.code == "registry_unavailable":
+            if err.code in ("registry_unavailable", "registry_not_found"):
                 raise LoopxError(err.code, f"{err.message} (the status server never creates one: create a goal"
                                            " first, or point --registry / LOOPX_REGISTRY at a registry)") from None
             raise
@@ -310,6 +319,11 @@ class StatusServer(ThreadingHTTPServer):
             raise LoopxError("invalid_argument",
                              f"--host {host} is not a loopback address: binding it requires --token")
         self.token = token
+        self.head_seconds = _env_number("LOOPX_STATUS_HEAD_SECONDS", HEAD_SECONDS, 0.1, 3600)
+        self.max_streams = int(_env_number("LOOPX_STATUS_MAX_STREAMS", MAX_STREAMS, 0, 10_000))
+        self.streams = 0
+        self.streams_lock = threading.Lock()
+        self.reaper = HeadReaper()
         self.pool = RegistryPool(registry_url)
         self.watcher = RevisionWatcher(registry_url, self.pool, poll_interval)
         self.cache = ViewCache(cache_seconds(), cache_bytes())
@@ -335,9 +349,69 @@ class StatusServer(ThreadingHTTPServer):
     def shutdown_all(self):
         """Stop serving, end live streams and close the registries."""
         self.watcher.stop()
+        self.reaper.stop()
         self.shutdown()
         self.server_close()
         self.pool.close()
+
+
+class HeadReaper:
+    """Shuts down connections that did not deliver a request head by their deadline.
+
+    One thread for the whole server (started on first use) instead of a timer per request:
+    a socket time-out alone would let a client trickle one header byte at a time forever.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._deadlines: dict = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, conn, seconds: float) -> None:
+        """Close ``conn`` unless :meth:`done` is called within ``seconds``."""
+        with self._lock:
+            self._deadlines[conn] = time.monotonic() + seconds
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="loopx-head-reaper", daemon=True)
+                self._thread.start()
+
+    def done(self, conn) -> None:
+        """``conn`` delivered its request head (or is gone)."""
+        with self._lock:
+            self._deadlines.pop(conn, None)
+
+    def _loop(self):
+        import socket
+
+        while not self._stop.wait(0.1):
+            now = time.monotonic()
+            with self._lock:
+                late = [c for c, t in self._deadlines.items() if t <= now]
+                for c in late:
+                    del self._deadlines[c]
+            for c in late:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self):
+        """End the thread."""
+        self._stop.set()
+
+
+def _env_number(name: str, default: float, low: float, high: float) -> float:
+    import os
+
+    value = os.environ.get(name, "")
+    try:
+        number = float(value) if value else default
+    except ValueError:
+        raise LoopxError("invalid_argument", f"{name}={value!r} is not a number") from None
+    if not low <= number <= high:
+        raise LoopxError("invalid_argument", f"{name} must be between {low:g} and {high:g}")
+    return number
 
 
 def cache_seconds() -> float:
@@ -382,6 +456,24 @@ class StatusHandler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server_version = "loopx-status"
     server: StatusServer
+    #: Socket time-out for every read and write (StreamRequestHandler applies it in setup()).
+    timeout = IO_SECONDS
+
+    def handle_one_request(self):
+        """Serve one request, closing the connection if its head is not in by the deadline."""
+        self.server.reaper.watch(self.connection, self.server.head_seconds)
+        try:
+            super().handle_one_request()
+        except (TimeoutError, ConnectionError, OSError):
+            self.close_connection = True
+        finally:
+            self.server.reaper.done(self.connection)
+
+    def parse_request(self):
+        """Parse the request line and headers; the head deadline stops counting once they are in."""
+        ok = super().parse_request()
+        self.server.reaper.done(self.connection)
+        return ok
 
     def version_string(self):
         """The ``Server`` header: no Python version on the wire."""
@@ -409,7 +501,7 @@ class StatusHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _json(self, status: int, data, extra: dict | None = None):
-        body = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+        body = dumps_out(data, separators=(",", ":")).encode()
         self._send(status, body, JSON_TYPE, extra)
 
     def _error(self, status: int, code: str, message: str, extra: dict | None = None):
@@ -418,7 +510,7 @@ class StatusHandler(BaseHTTPRequestHandler):
     def _not_allowed(self):
         # Drain a request body so the connection stays usable, but never act on it.
         length = self.headers.get("Content-Length")
-        if length and length.isdigit() and int(length) <= 1 << 20:
+        if length and length.isascii() and length.isdigit() and int(length) <= 1 << 20:
             self.rfile.read(int(length))
         elif length:
             self.close_connection = True
@@ -524,7 +616,7 @@ class StatusHandler(BaseHTTPRequestHandler):
         def work(tx):
             seen = version(tx) if version else (projection.revision(tx), server.watcher.generation)
             return server.cache.get_or_build(
-                (key, seen), lambda: json.dumps(build(tx), ensure_ascii=False, separators=(",", ":")).encode(),
+                (key, seen), lambda: dumps_out(build(tx), separators=(",", ":")).encode(),
                 family=key)
 
         self._send(200, server.pool.run(work), JSON_TYPE)
@@ -536,7 +628,27 @@ class StatusHandler(BaseHTTPRequestHandler):
         self._send(200, found.read_bytes(), CONTENT_TYPES[found.suffix])
 
     def _stream(self):
-        """Server-sent events: ``revision`` now and whenever the registry's revision changes."""
+        """Server-sent events: ``revision`` now and whenever the registry's revision changes.
+
+        At most ``max_streams`` at once (each holds a thread); one more gets 503.
+        """
+        server = self.server
+        with server.streams_lock:
+            full = server.streams >= server.max_streams
+            if not full:
+                server.streams += 1
+        if full:
+            self.close_connection = True
+            return self._error(503, "too_many_streams",
+                               f"{server.max_streams} event streams are open already; poll /api/status or retry later",
+                               {"Retry-After": "5", "Connection": "close"})
+        try:
+            self._stream_events()
+        finally:
+            with server.streams_lock:
+                server.streams -= 1
+
+    def _stream_events(self):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         for k, v in SECURITY_HEADERS.items():
@@ -551,7 +663,10 @@ class StatusHandler(BaseHTTPRequestHandler):
         self._event(watcher.revision, seen, retry=True)
         last_write = time.monotonic()
         while not watcher.stopped:
-            generation = watcher.wait(seen, KEEPALIVE_SECONDS)
+            # Wake every second to notice a client that hung up, so its stream slot frees quickly.
+            generation = watcher.wait(seen, 1.0)
+            if self._client_gone():
+                break
             if watcher.stopped:
                 break
             if generation != seen:
@@ -562,6 +677,17 @@ class StatusHandler(BaseHTTPRequestHandler):
                 self.wfile.write(b": keep-alive\n\n")
                 self.wfile.flush()
                 last_write = time.monotonic()
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its end (readable with nothing to read)."""
+        import select
+        import socket
+
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     def _event(self, rev: int, generation: int, retry: bool = False):
         data = json.dumps({"revision": rev, "generation": generation})
@@ -592,6 +718,7 @@ def _int(q: dict, name: str, default: int) -> int:
     value = q.get(name)
     if value is None or value == "":
         return default
-    if not value.isdigit() or len(value) > 18:
+    # isascii() first: str.isdigit() accepts "²" and other Unicode digits int() refuses.
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
         raise LoopxError("invalid_argument", f"{name} must be a whole number")
     return int(value)

@@ -2,7 +2,8 @@
 
 Usage is derived, every time, from the ``runs`` rows that the ledger's ``run.*`` events wrote:
 a turn is a run opened; tokens and cost are what ``run finish`` reported; wall seconds are
-``finished_at - opened_at`` of every closed run (an abandoned run is charged up to its expiry).
+``finished_at - opened_at`` of every closed run, never past its expiry (an abandoned run is
+charged up to its expiry).
 There is no counter that could drift from the ledger.
 """
 
@@ -25,11 +26,13 @@ def usage(tx, goal_id: str, *, exclude_run: str | None = None) -> QuotaUsage:
     )
     wall = 0.0
     for r in tx.query(
-        "SELECT opened_at, finished_at FROM runs WHERE goal_id = ? AND status IN ('finished', 'abandoned')"
-        " AND id <> ?",
+        "SELECT opened_at, finished_at, expires_at FROM runs WHERE goal_id = ?"
+        " AND status IN ('finished', 'abandoned') AND id <> ?",
         (goal_id, other),
     ):
-        wall += max(0.0, seconds_between(r["opened_at"], r["finished_at"]))
+        # Charged up to the run's expiry at most: its lease was the wall time reserved for it,
+        # and a late `run finish` must not push the goal past its budget.
+        wall += max(0.0, seconds_between(r["opened_at"], min(r["finished_at"], r["expires_at"])))
     return QuotaUsage(turns=int(row["turns"]), tokens=int(row["tokens"]), cost=round(float(row["cost"]), 6),
                       wall_seconds=round(wall, 3))
 

@@ -23,7 +23,12 @@ KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 def fresh_registry(kind: str, tmp_path) -> str:
     """A URL of a new, empty registry of ``kind``."""
     if kind == "sqlite":
-        return str(tmp_path / "registry.db")
+        # Created now: read commands refuse a registry path that does not exist (registry_not_found).
+        from loopx.registry import Registry
+
+        path = str(tmp_path / "registry.db")
+        Registry.open(path).close()
+        return path
     base = postgres_base_url()
     schema_name = f"t_{uuid.uuid4().hex[:16]}"
     with _admin(base) as conn:

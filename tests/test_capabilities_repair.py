@@ -36,10 +36,10 @@ def test_rebuild_and_reference_repairs_on_every_backend(reg, registry_url):
     assert codes(reg, g) == []
     # Current state lost a todo behind the ledger's back: the rebuild brings it back.
     damage(reg, "DELETE FROM todos WHERE id = ?", (a,))
-    assert codes(reg, g) == ["dangling_gate", "ledger_drift", "missing_dependency"]
+    assert codes(reg, g) == ["dangling_gate", "ledger_drift", "missing_dependency", "state_digest_mismatch"]
     result = repairs.fix(registry_url, goal_id=g)
     # One rebuild; the references it restores are no longer findings.
-    assert result["ok"] and [r["code"] for r in result["repaired"]] == ["ledger_drift"]
+    assert result["ok"] and [r["code"] for r in result["repaired"]] == ["state_digest_mismatch", "ledger_drift"]
     with reg.read() as tx:
         assert [t.id for t in todos.list_todos(tx, g)] == [a, b]
         assert tx.one("SELECT blocks FROM gates WHERE id = ?", (gate,))["blocks"] == f"todo:{a}"
@@ -48,6 +48,19 @@ def test_rebuild_and_reference_repairs_on_every_backend(reg, registry_url):
     ghost = "t-000000000000"
     damage(reg, "UPDATE events SET body = REPLACE(body, ?, ?) WHERE goal_id = ? AND kind = 'todo.added'"
            " AND body LIKE ?", (a, ghost, g, f'%"todo_id":"{a}"%'))
+    # The edited event no longer matches its hash: fix never copies it into state.
+    result = repairs.fix(registry_url, goal_id=g)
+    assert not result["ok"] and "event_tampered" in {f["code"] for f in result["remaining"]}
+    with reg.read() as tx:
+        assert [t.id for t in todos.list_todos(tx, g)] == [a, b]
+    # Damage that predates the chain (an older LoopX; the migration chained it as it stood).
+    from loopx import integrity
+
+    def rechain(tx):
+        integrity.rechain(tx, g, 1)
+        integrity.seal(tx, g)
+
+    reg.store.write(rechain)
     result = repairs.fix(registry_url, goal_id=g)
     assert result["ok"], result
     assert [r["result"] for r in result["repaired"]] == ["state_rebuilt", "dependency_dropped", "gate_widened"]

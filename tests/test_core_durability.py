@@ -69,7 +69,7 @@ def test_concurrent_first_open_of_a_new_registry(sqlite_url):
 
 
 def test_sigkill_mid_stream_leaves_a_consistent_registry(registry_url):
-    from loopx import ledger
+    from loopx import integrity, ledger
     from loopx.registry import Registry
 
     Registry.open(registry_url).close()
@@ -94,6 +94,8 @@ def test_sigkill_mid_stream_leaves_a_consistent_registry(registry_url):
                 events = ledger.events(tx, goal_id)
                 assert [e.seq for e in events] == list(range(1, len(events) + 1))
                 assert ledger.normalise(ledger.replayed_snapshot(events)) == ledger.normalise(ledger.snapshot(tx, goal_id))
+                # The hash chain and state digest were committed with every write, or not at all.
+                assert integrity.verify_chain(tx, goal_id) == []
             orphans = tx.one("SELECT count(*) AS n FROM events WHERE goal_id NOT IN (SELECT id FROM goals)")
             assert orphans["n"] == 0
 

@@ -82,6 +82,9 @@ def test_plugin_implementing_unknown_hook_is_reported_by_name(tmp_path, monkeypa
     listed = {x["name"]: x for x in json.loads(p.stdout)}
     assert "error" in listed["bad"] and "error" in listed["broken"]
     # The core keeps working with the broken plugins installed, and the block-list silences them.
+    from loopx.registry import Registry
+
+    Registry.open(str(tmp_path / "r.db")).close()  # read commands need an existing registry
     env["LOOPX_DISABLE_PLUGINS"] = "bad,broken"
     p = subprocess.run([sys.executable, "-m", "loopx", "project_prompt", "list"], env=env, capture_output=True, text=True)
     assert p.returncode == 0 and p.stderr == ""

@@ -18,6 +18,9 @@ from tests.plugin_site import plugin_env
 
 @pytest.fixture
 def faulty(tmp_path, sqlite_url):
+    from loopx.registry import Registry
+
+    Registry.open(sqlite_url).close()  # read commands refuse a registry that does not exist
     env = plugin_env(tmp_path, sqlite_url, faulty="loopx_faulty")
 
     def run(*args, **extra):

@@ -142,7 +142,7 @@ def test_an_older_schema_is_migrated_and_a_newer_one_refused(pg_url):
                      (str(schema.CURRENT_VERSION + 1),))
     with pytest.raises(LoopxError) as err:
         postgres.PostgresStore(pg_url)
-    assert err.value.code == "schema_too_new"
+    assert err.value.code == "registry_newer"
 
 
 @pytestmark_server

@@ -182,7 +182,7 @@ def test_the_same_postgres_schema_is_the_same_registry(make):
 def test_a_missing_source_is_an_error(make, tmp_path):
     with pytest.raises(LoopxError) as err:
         copy_registry(str(tmp_path / "nowhere.db"), make("sqlite"))
-    assert err.value.code == "registry_unavailable"
+    assert err.value.code == "registry_not_found"
 
 
 def test_an_empty_source_copies_nothing_and_verifies(make):

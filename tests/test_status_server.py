@@ -276,7 +276,7 @@ def test_missing_registry_is_an_error_not_a_new_file(tmp_path):
     path = tmp_path / "none.db"
     with pytest.raises(LoopxError) as err:
         make_server(str(path), port=0)
-    assert err.value.code == "registry_unavailable" and not path.exists()
+    assert err.value.code == "registry_not_found" and not path.exists()
 
 
 def test_status_server_command_as_a_real_process(loopx, registry_url):

@@ -60,6 +60,7 @@ EXAMPLES: dict[str, list[str]] = {
     "quota show": ["loopx quota show g-2ce4"],
     "registry": ["loopx registry info"],
     "registry info": ["loopx registry info --json", "loopx --registry postgresql://loopx@db/loopx registry info"],
+    "registry init": ["loopx --registry ~/work/registry.db registry init"],
     "registry copy": ["loopx registry copy --from ~/.local/share/loopx/registry.db --to postgresql://loopx@db/loopx"],
     "reward": ["loopx reward add g-2ce4 --run-id r-91ab --score 1 --comment 'Keep this approach.'"],
     "reward add": ["loopx reward add g-2ce4 --run-id r-91ab --score 1 --comment 'Keep this approach.'"],

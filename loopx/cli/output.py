@@ -155,14 +155,20 @@ def fail(err: LoopxError, ctx: click.Context | None = None):
 
 def emit(data, text=None) -> None:
     """Print ``data``: JSON under ``--format json``, else ``text(data)`` (or a JSON fallback)."""
+    from loopx.jsonsafe import dumps_out, escaped
+
     if wants_json():
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        click.echo(dumps_out(data, indent=2))
     elif text is not None:
         out = text(data)
         if out:
+            try:
+                out.encode("utf-8")
+            except UnicodeEncodeError:  # text from an older registry: show it escaped, never crash
+                out = escaped(out)
             click.echo(out)
     else:
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        click.echo(dumps_out(data, indent=2))
 
 
 def open_registry(readonly: bool = False):
@@ -170,7 +176,7 @@ def open_registry(readonly: bool = False):
     from loopx.registry import Registry
 
     ctx = click.get_current_context()
-    return Registry.open(ctx.meta.get(REGISTRY_KEY), readonly=readonly)
+    return Registry.open(ctx.meta.get(REGISTRY_KEY), readonly=readonly, create=False)
 
 
 def actor() -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from loopx.cli.output import LoopxGroup, emit
+from loopx.errors import LoopxError
 
 
 @click.group(cls=LoopxGroup)
@@ -76,3 +77,25 @@ def info(ctx):
     from loopx.cli.output import REGISTRY_KEY
 
     emit(describe(ctx.meta.get(REGISTRY_KEY), origin), _info_text)
+
+
+@registry.command()
+def init():
+    """Create an empty registry where --registry / LOOPX_REGISTRY points (or say it exists).
+
+    Read commands never create one: they refuse a path with no registry (registry_not_found).
+    """
+    from loopx.registry import Registry, display_url, open_store, resolve_url
+
+    url = resolve_url(click.get_current_context().find_root().meta.get("loopx.registry"))
+    try:
+        open_store(url, readonly=True).close()
+        created = False
+    except LoopxError as err:
+        if err.code != "registry_not_found":
+            raise
+        created = True
+    with Registry.open(url) as reg:
+        version = reg.store.schema_version()
+    emit({"registry": display_url(url), "created": created, "schema_version": version},
+         lambda d: f"{'created' if d['created'] else 'exists'}: {d['registry']} (schema {d['schema_version']})")

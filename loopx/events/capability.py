@@ -90,10 +90,12 @@ def _evidence_unbound(tx, event):
 
 
 def _state_rebuilt(tx, event):
-    """Rebuild the goal's current state from its ledger before this event.
+    """Rebuild the goal's current state from its ledger before this event, then put back what the
+    repair kept (``body["kept"]``: rows of human control the ledger lacked - a gate, a claim, an
+    approval, evidence - which a rebuild must never drop; see docs/state-interaction-model.md).
 
-    Earlier rebuilds are skipped: each one restored exactly the state its predecessors produce,
-    so replaying without them gives the same rows (and keeps replay linear).
+    Earlier rebuilds are replayed only for what they kept: each restored exactly the state its
+    predecessors produce, so replaying without them gives the same rows (and keeps replay linear).
     """
     from loopx import ledger
     from loopx.store import schema
@@ -104,9 +106,31 @@ def _state_rebuilt(tx, event):
     for earlier in ledger.events(tx, event.goal_id):
         if earlier.seq >= event.seq:
             break
-        if earlier.kind == "capability.repaired" and earlier.body.get("repair") == "state_rebuilt":
+        if earlier.kind == "capability.repaired" and earlier.body.get("repair") in ("state_rebuilt", "data_escaped"):
+            _put_back(tx, earlier)
             continue
         ledger.apply(tx, earlier)
+    _put_back(tx, event)
+
+
+def _put_back(tx, event):
+    """Re-insert the rows a rebuild kept (each replaces the row with the same key)."""
+    from loopx.store import schema
+
+    for table, rows in sorted((event.body.get("kept") or {}).items()):
+        if table not in ("gates", "todos", "evidence"):
+            continue
+        keys = schema.GOAL_TABLES[table]
+        for row in rows:
+            # Column names come from the ledger: only plain lowercase names reach the SQL.
+            if row.get("goal_id") != event.goal_id or not all(c[:1].isalpha() and c.isascii() and c.islower()
+                                                                  and c.replace("_", "").isalnum() for c in row):
+                continue
+            tx.execute(f"DELETE FROM {table} WHERE {' AND '.join(f'{k} = ?' for k in keys)}",
+                       tuple(row[k] for k in keys))
+            cols = sorted(row)
+            tx.execute(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                       tuple(row[c] for c in cols))
 
 
 REPAIRS = {
@@ -115,6 +139,9 @@ REPAIRS = {
     "gate_widened": _gate_widened,
     "evidence_unbound": _evidence_unbound,
     "state_rebuilt": _state_rebuilt,
+    # Event bodies older versions stored with NaN/Infinity or lone surrogates were rewritten
+    # escaped (the originals are in this event's body); the state is rebuilt from them.
+    "data_escaped": _state_rebuilt,
 }
 
 

@@ -189,7 +189,8 @@ class PostgresStore:
         if version == schema.CURRENT_VERSION:
             return
         if version is not None and version > schema.CURRENT_VERSION:
-            raise LoopxError("schema_too_new", f"registry schema {version} is newer than this LoopX")
+            raise LoopxError("registry_newer", f"registry schema {version} is newer than this LoopX's"
+                             f" {schema.CURRENT_VERSION}: upgrade LoopX to use it")
         if self.readonly:
             what = "no LoopX registry" if version is None else f"registry schema {version} needs migrating"
             raise LoopxError("registry_unavailable", f"{what} at {redact(self.url)} (open it read-write once)")
@@ -331,7 +332,12 @@ class PostgresStore:
             ):
                 problems.append(f"index {row['name']} is not valid")
             for row in tx.query(
-                "SELECT goal_id, count(*) AS n, min(seq) AS first, max(seq) AS last FROM events"
+                # A gap a self-repair already recorded (its event lists the "lost" numbers) is
+                # known loss, reported by the ledger_gap detector if it grows.
+                "SELECT goal_id, count(*) AS n, min(seq) AS first, max(seq) AS last FROM events e"
+                " WHERE NOT EXISTS (SELECT 1 FROM events r WHERE r.goal_id = e.goal_id"
+                " AND r.kind = 'capability.repaired' AND r.body LIKE '%\"lost\":[%'"
+                " AND r.body NOT LIKE '%\"lost\":[]%')"
                 " GROUP BY goal_id HAVING count(*) <> max(seq) OR min(seq) <> 1"
             ):
                 problems.append(

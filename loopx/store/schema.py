@@ -238,11 +238,27 @@ _V3 = [*_TABLES, {"sqlite": _SQLITE_TRIGGERS, "postgres": _POSTGRES_TRIGGERS},
        Call("loopx.attention", "seed_counts"), Call("loopx.attention", "rebuild_all")]
 
 
+# v4: tamper evidence (loopx/integrity.py). Each event carries its goal's hash chain; goal_heads
+# keeps each goal's chain head and current-state digest. Existing ledgers are chained as they
+# stand and every goal sealed. A later step that changes a state table's columns (what the
+# digest covers) must end with the same Call, to re-seal.
+_V4 = [
+    "ALTER TABLE events ADD COLUMN prev_hash TEXT",
+    "ALTER TABLE events ADD COLUMN hash TEXT",
+    """CREATE TABLE IF NOT EXISTS goal_heads (
+        goal_id TEXT PRIMARY KEY,
+        seq INTEGER NOT NULL,
+        head_hash TEXT,
+        state_digest TEXT NOT NULL)""",
+    Call("loopx.integrity", "backfill"),
+]
+
 # A step is a list of SQL texts, ``{dialect: [SQL...]}`` for what differs per dialect, or a
 # callable run with the migration's transaction (for data that only Python can derive).
-MIGRATIONS: list = [_V1, _V2, _V3]
+MIGRATIONS: list = [_V1, _V2, _V3, _V4]
 CURRENT_VERSION = len(MIGRATIONS)
 SUMMARY_VERSION = MIGRATIONS.index(_V3) + 1  # the version that added the attention summary
+INTEGRITY_VERSION = MIGRATIONS.index(_V4) + 1  # the version that added the hash chain and digests
 
 
 def statements(dialect: str, from_version: int) -> list:

@@ -20,7 +20,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 from loopx.errors import LoopxError
 from loopx.store import schema
@@ -78,36 +78,69 @@ class SqliteStore:
         self.path = path_from_url(url)
         # One connection per store; threads sharing a store (the status server) take turns.
         self._lock = threading.RLock()
+        self._readonly_file = False
         self._queue_fd: int | None = None  # the sidecar lock file, opened at the first write
         self._conn = self._connect()
 
     def _connect(self) -> sqlite3.Connection:
-        if self.readonly:
-            if not self.path.exists():
-                raise LoopxError("registry_unavailable", f"no registry at {self.path}")
-            conn = sqlite3.connect(
-                f"file:{self.path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
-            )
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > schema.CURRENT_VERSION:
-                raise LoopxError("schema_too_new", f"registry schema {version} is newer than this LoopX")
+        if str(self.path) == ":memory:":
+            conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            self._migrate(conn)
             return conn
+        exists = self.path.exists()
+        if self.readonly and not exists:
+            raise LoopxError("registry_not_found", f"no registry at {self.path}")
+        # A file this process may not write is opened read-only, so that reading it still works
+        # and a write is refused with registry_readonly rather than failing half-way.
+        ro = self.readonly or (exists and not os.access(self.path, os.W_OK))
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            if ro:
+                conn = sqlite3.connect(f"file:{quote(str(self.path))}?mode=ro", uri=True, isolation_level=None,
+                                       check_same_thread=False)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise LoopxError("registry_unavailable", f"cannot open registry {self.path}: {exc}") from None
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version < schema.CURRENT_VERSION:
-            self._migrate(conn)
-        elif version > schema.CURRENT_VERSION:
-            raise LoopxError("schema_too_new", f"registry schema {version} is newer than this LoopX")
-        # NORMAL is durable against a killed process in WAL mode; only an OS crash can lose the
-        # last commits, and never corrupts the file.
-        conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            version = self._identify(conn)
+            if ro:
+                self._readonly_file = not self.readonly
+            elif version < schema.CURRENT_VERSION:
+                self._migrate(conn)
+            # NORMAL is durable against a killed process in WAL mode; only an OS crash can lose
+            # the last commits, and never corrupts the file.
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise storage_error(exc, self.path) from None
+        except BaseException:
+            conn.close()
+            raise
         return conn
+
+    def _identify(self, conn: sqlite3.Connection) -> int:
+        """The file's schema version, after making sure it is a LoopX registry we can use.
+
+        Nothing here writes: a file that is not a LoopX registry is refused *before* any table
+        is created or the journal mode is switched, so another application's database is never
+        touched.
+        """
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if version == 0:
+            if tables:
+                raise LoopxError("registry_invalid", f"{self.path} is an SQLite database of another application"
+                                 " (not a LoopX registry); LoopX leaves it untouched")
+            return 0
+        if not {"meta", "events", "goals"} <= tables:
+            raise LoopxError("registry_invalid", f"{self.path} is an SQLite database but not a LoopX registry"
+                             " (no ledger tables); LoopX leaves it untouched")
+        if version > schema.CURRENT_VERSION:
+            raise LoopxError("registry_newer", f"registry {self.path} has schema {version}, newer than this"
+                             f" LoopX's {schema.CURRENT_VERSION}: upgrade LoopX to use it")
+        return version
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         # Switching to WAL needs a moment alone with the file; concurrent first openers retry.
@@ -132,15 +165,21 @@ class SqliteStore:
     def read(self):
         with self._lock:
             conn = self._conn
-            conn.execute("BEGIN")
             try:
-                yield SqliteTx(conn)
-            finally:
-                conn.execute("ROLLBACK")
+                conn.execute("BEGIN")
+                try:
+                    yield SqliteTx(conn)
+                finally:
+                    conn.execute("ROLLBACK")
+            except sqlite3.DatabaseError as exc:
+                raise storage_error(exc, self.path) from None
 
     def write(self, work):
         if self.readonly:
             raise LoopxError("registry_readonly", "this registry was opened read-only")
+        if self._readonly_file:
+            raise LoopxError("registry_readonly", f"registry {self.path} is read-only (file permissions);"
+                             " reading works, writing needs write permission on it and its directory")
         with self._lock:
             queue = self._writer_queue()
             if queue is not None:
@@ -155,6 +194,8 @@ class SqliteStore:
                     raise
                 conn.execute("COMMIT")
                 return result
+            except sqlite3.DatabaseError as exc:
+                raise storage_error(exc, self.path) from None
             finally:
                 if queue is not None:
                     queue.flock(self._queue_fd, queue.LOCK_UN)
@@ -194,6 +235,30 @@ class SqliteStore:
         if self._queue_fd is not None and self._queue_fd >= 0:
             os.close(self._queue_fd)
             self._queue_fd = None
+
+
+def storage_error(exc: sqlite3.Error, path) -> LoopxError:
+    """A LoopxError for what SQLite said about a file (one line, a stable code).
+
+    Integrity errors are bugs, not damage, and are re-raised as they are.
+    """
+    if isinstance(exc, (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError)):
+        raise exc
+    text = str(exc)
+    if "not a database" in text:
+        return LoopxError("registry_invalid", f"{path} is not a LoopX registry (not an SQLite database);"
+                          " LoopX leaves it untouched")
+    if "malformed" in text or "corrupt" in text or isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+            exc, sqlite3.OperationalError):
+        return LoopxError("registry_corrupt", f"registry {path} is damaged ({text}); self-repair cannot rebuild a"
+                          " damaged file: restore a backup (`loopx self-repair fix` saves one next to it before"
+                          f" repairing) or salvage it with `sqlite3 {path} .recover`")
+    if "readonly" in text or "read-only" in text:
+        return LoopxError("registry_readonly", f"registry {path} is read-only ({text})")
+    if "locked" in text or "busy" in text:
+        return LoopxError("registry_unavailable", f"registry {path} stayed locked by another writer ({text});"
+                          " try again")
+    return LoopxError("registry_unavailable", f"registry {path}: {text}")
 
 
 def default_path() -> Path:

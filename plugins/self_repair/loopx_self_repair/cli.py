@@ -24,7 +24,11 @@ def _check_text(report: dict) -> str:
 
 
 def _fix_text(result: dict) -> str:
-    lines = [f"repaired  {_finding_line(r)}  -> {r['result']}" for r in result["repaired"]]
+    if result.get("dry_run"):
+        lines = [f"would   {_finding_line(f)}  -> {f['would']}" for f in result["plan"]]
+        return "\n".join(lines + ["dry run: nothing written" if lines else "ok: nothing to repair"])
+    lines = [f"backup  {result['backup']}"] if result.get("backup") else []
+    lines += [f"repaired  {_finding_line(r)}  -> {r['result']}" for r in result["repaired"]]
     lines += [f"REMAINING {_finding_line(f)}" for f in result["remaining"]]
     if result["ok"]:
         lines.append("ok: nothing left to repair" if lines else "ok: nothing to repair")
@@ -51,22 +55,43 @@ def check(goal_id):
 
 @self_repair.command()
 @goal_option(required=False, help="Repair one goal (default: every goal); also as the first argument.")
+@click.option("--dry-run", is_flag=True, help="Show what would be repaired; write nothing (no backup either).")
 @operation_option
-def fix(goal_id, operation_id):
+def fix(goal_id, dry_run, operation_id):
     """Repair what the detectors find, each repair recorded in the goal's ledger.
 
-    Exit status 1 when something could not be repaired (it is listed under "remaining").
+    An SQLite registry is first copied to FILE.bak-TIME. A rebuild never drops a gate, claim,
+    approval or evidence the ledger lacks: it keeps them and the goal waits for a user
+    (`loopx self-repair accept`). Exit status 1 when something could not be repaired (it is
+    listed under "remaining").
     """
     from loopx.api import LoopxError, current_actor, registry_url
     from loopx_self_repair import repairs
 
     if current_actor() == "dashboard":
         raise LoopxError("actor_forbidden", "the dashboard never writes")
-    result = repairs.fix(registry_url(), goal_id=goal_id,
-                         operation_id=operation_id)
+    result = repairs.fix(registry_url(), goal_id=goal_id, operation_id=operation_id, dry_run=dry_run)
     emit(result, _fix_text)
     if not result["ok"]:
         sys.exit(1)
+
+
+@self_repair.command()
+@click.option("--goal-id", required=True, help="The goal whose kept state you checked.")
+@operation_option
+def accept(goal_id, operation_id):
+    """Confirm what a repair kept (a gate, claim, approval or evidence the ledger lacked).
+
+    Until a user runs this, `quota should-run` answers ask_user (repair_needs_user). Users only.
+    """
+    from loopx.api import LoopxError, current_actor
+    from loopx_self_repair import repairs
+
+    if current_actor() != "user":
+        raise LoopxError("actor_forbidden", "only a user accepts what a repair kept")
+    with open_registry() as reg:
+        result = repairs.accept(reg, goal_id, operation_id=operation_id)
+    emit(result, lambda r: f"accepted: goal {r['goal_id']} may run again" if r["accepted"] else r["message"])
 
 
 @self_repair.command()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+
 DAMAGE, HOUSEKEEPING = "damage", "housekeeping"
 
 
@@ -94,11 +95,12 @@ CHEAP = (revision_mismatch, missing_dependencies, dangling_gates)
 
 
 def veto_findings(tx, goal_id: str) -> list[Finding]:
-    """What the contract veto looks at: the cheap damage detectors, for one goal."""
+    """What the contract veto looks at: the cheap damage detectors, for one goal (and whether a
+    repair waits for a person, :func:`needs_user`)."""
     goal = tx.one("SELECT id, status, revision FROM goals WHERE id = ?", (goal_id,))
     if goal is None:
         return []
-    out: list[Finding] = []
+    out: list[Finding] = needs_user(tx, goal)
     for detect in CHEAP:
         out.extend(detect(tx, goal))
     return out
@@ -149,12 +151,19 @@ def ledger_gaps(tx, goal: dict) -> list[Finding]:
                  (goal["id"],))
     if not row or not row["n"] or (row["n"] == row["last"] and row["first"] == 1):
         return []
-    seqs = {r["seq"] for r in tx.query("SELECT seq FROM events WHERE goal_id = ?", (goal["id"],))}
-    missing = [n for n in range(1, row["last"] + 1) if n not in seqs]
+    from loopx.api import chain_acknowledged
+
+    rows = tx.query("SELECT seq, kind, body FROM events WHERE goal_id = ?", (goal["id"],))
+    seqs = {r["seq"] for r in rows}
+    recorded, _ = chain_acknowledged(rows)  # loss a repair already recorded stays in the ledger
+    missing = [n for n in range(1, row["last"] + 1) if n not in seqs and n not in recorded]
+    if not missing:
+        return []
     return [Finding("ledger_gap", goal["id"], goal["id"],
                     f"goal {goal['id']}'s ledger lost {len(missing)} event(s) ({', '.join(map(str, missing[:5]))}"
-                    f"{'...' if len(missing) > 5 else ''}); they cannot be recreated: restore a backup to get them back",
-                    None, details={"missing": missing[:100]})]
+                    f"{'...' if len(missing) > 5 else ''}); fix records the loss and rebuilds without dropping a"
+                    " gate, claim or evidence (restore a backup to get the events back)",
+                    "state_rebuilt", details={"missing": missing[:100]})]
 
 
 def replay(goal_events) -> tuple[dict, object]:
@@ -233,6 +242,62 @@ def storage_integrity(store) -> list[Finding]:
                     "reindexed", details={"problems": problems[:20]})]
 
 
+def chain_findings(tx, goal: dict) -> list[Finding]:
+    """The goal's hash chain and state digest (:func:`loopx.integrity.verify_chain`)."""
+    from loopx.api import verify_chain
+
+    out = []
+    for p in verify_chain(tx, goal["id"]):
+        # An edited event cannot be undone from the ledger (its original is gone): never rebuild
+        # from it; a person restores a backup or decides.
+        repair = None if p.code == "event_tampered" else "state_rebuilt"
+        out.append(Finding(p.code, goal["id"], goal["id"] if p.seq is None else f"{goal['id']}#{p.seq}",
+                           p.message, repair, details={"seq": p.seq}))
+    return out
+
+
+def unreadable_data(tx, goal: dict) -> list[Finding]:
+    """Events whose bodies hold values older versions let in: NaN/Infinity, lone surrogates."""
+    from loopx.api import json_problem
+
+    out = []
+    for row in tx.query("SELECT seq, kind, body FROM events WHERE goal_id = ? ORDER BY seq", (goal["id"],)):
+        text = row["body"]
+        # Stored bodies are ASCII JSON: only these spellings can carry such values.
+        if "\\ud" not in text.lower() and "Infinity" not in text and "NaN" not in text:
+            continue
+        try:
+            found = json_problem(json.loads(text))
+        except ValueError:
+            found = "is not JSON"
+        if found:
+            out.append(Finding("unreadable_data", goal["id"], f"{goal['id']}#{row['seq']}",
+                               f"event {row['seq']} ({row['kind']}) of goal {goal['id']} {found}",
+                               "data_escaped", details={"seq": row["seq"]}))
+    return out
+
+
+def needs_user(tx, goal: dict) -> list[Finding]:
+    """A repair kept state the ledger did not hold and waits for a person (``self-repair accept``)."""
+    row = tx.one("SELECT value FROM capability_state WHERE goal_id = ? AND namespace = 'self_repair'"
+                 " AND key = 'needs_user'", (goal["id"],))
+    if row is None:
+        return []
+    value = json.loads(row["value"])
+    return [Finding("repair_needs_user", goal["id"], goal["id"], value.get("message") or
+                    f"goal {goal['id']}: a repair kept state its ledger did not hold; a person must look",
+                    None, details=value)]
+
+
+def missing_goal_rows(tx) -> list[Finding]:
+    """Goals whose row is gone while their ledger survives (todos, runs, evidence orphaned)."""
+    rows = tx.query("SELECT DISTINCT e.goal_id FROM events e WHERE NOT EXISTS"
+                    " (SELECT 1 FROM goals g WHERE g.id = e.goal_id) ORDER BY e.goal_id")
+    return [Finding("goal_row_missing", r["goal_id"], r["goal_id"],
+                    f"goal {r['goal_id']} has a ledger but no goal row: its todos, runs and evidence are orphaned",
+                    "state_rebuilt") for r in rows]
+
+
 #: Every detector code, with what it means (for ``check`` output and the docs).
 CODES = {
     "revision_mismatch": "the goal's revision is not its ledger's last event",
@@ -242,10 +307,20 @@ CODES = {
     "abandoned_run": "a run is still open after its expiry",
     "orphan_evidence": "evidence is bound to a run that does not exist",
     "ledger_drift": "current state differs from the ledger replayed",
-    "ledger_gap": "events are missing from the goal's ledger (cannot be repaired)",
+    "ledger_gap": "events are missing from the goal's ledger (fix records the loss; a backup brings them back)",
     "quota_drift": "quota usage disagrees with the ledger",
     "storage_integrity": "the storage engine reports corruption",
     "schema_behind": "the registry schema is older than this LoopX",
+    "unreadable_data": "an event holds NaN/Infinity or a lone surrogate (older versions let them in)",
+    "repair_needs_user": "a repair kept a gate, claim, approval or evidence the ledger lacked; a person must accept",
+    "goal_row_missing": "a goal's row is gone while its ledger survives",
+    # and the hash chain's own (loopx.api.INTEGRITY_CODES): head_mismatch, event_tampered,
+    # chain_broken, state_digest_mismatch, goal_unsealed
+    "head_mismatch": "the newest events are not the ones the goal's chain head names (events lost or inserted)",
+    "event_tampered": "an event's stored content does not match its hash (the event was edited)",
+    "chain_broken": "an event does not link to the hash of the event before it",
+    "state_digest_mismatch": "the goal's current-state rows differ from the digest written with its last change",
+    "goal_unsealed": "the goal has no recorded chain head",
 }
 
 
@@ -260,7 +335,10 @@ def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Findin
         out.extend(stale_leases(tx, goal, now))
         out.extend(abandoned_runs(tx, goal, now))
     out.extend(orphan_evidence(tx, goal))
+    out.extend(needs_user(tx, goal))
     if full:
+        out.extend(chain_findings(tx, goal))
+        out.extend(unreadable_data(tx, goal))
         out.extend(ledger_gaps(tx, goal))
         replayed, replayed_usage = replay(goal_events(tx, goal["id"]))
         out.extend(ledger_drift(tx, goal, replayed))
@@ -297,6 +375,8 @@ def check(reg, *, goal_id: str | None = None, now: str | None = None) -> dict:
             goals = goals_to_check(tx, goal_id)
             from loopx.api import progress
 
+            if goal_id is None:
+                findings.extend(missing_goal_rows(tx))
             # A bar on stderr when it is a terminal (never in a contract veto: that calls veto_findings).
             with progress(len(goals), "checking goals") as bar:
                 for goal in goals:

@@ -10,7 +10,8 @@ from loopx import hookimpl
 
 from loopx_self_repair import __version__
 
-REPAIRS = ("state_rebuilt", "lease_released", "dependency_dropped", "gate_widened", "evidence_unbound")
+REPAIRS = ("state_rebuilt", "lease_released", "dependency_dropped", "gate_widened", "evidence_unbound",
+           "data_escaped")
 
 
 @hookimpl
@@ -53,6 +54,16 @@ def loopx_contract_veto(tx, goal):
     if not found:
         return None
     codes = sorted({f.code for f in found})
+    if codes == ["repair_needs_user"]:
+        # A repair kept human control the ledger lacked: only a person can say what is true.
+        return {
+            "decision": "ask_user",
+            "reason": "repair_needs_user",
+            "message": found[0].message,
+            "findings": codes,
+            "actions": [],
+            "user_actions": [repairs.accept_command(goal.id)],
+        }
     return {
         "reason": "needs_repair",
         "message": "; ".join(f.message for f in found[:3]) + (f" (+{len(found) - 3} more)" if len(found) > 3 else ""),

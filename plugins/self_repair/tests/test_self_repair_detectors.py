@@ -32,8 +32,13 @@ def open_run(reg, g, agent="a1", ttl=3600):
     return r["interaction_contract"]["run_id"]
 
 
-def raw(reg, *statements):
-    """Damage the registry behind LoopX's back: raw SQL on the SQLite file."""
+def raw(reg, *statements, sealed=True):
+    """Damage the registry behind LoopX's back: raw SQL on the SQLite file.
+
+    ``sealed`` (the default) re-chains and re-seals every goal afterwards, as migrating a registry
+    an older LoopX damaged would: the damage predates the hash chain, so only these detectors can
+    find it. tests/reliability/test_tamper.py covers damage done after the chain existed.
+    """
     con = sqlite3.connect(reg.store.path)
     try:
         for sql, params in statements:
@@ -41,6 +46,15 @@ def raw(reg, *statements):
         con.commit()
     finally:
         con.close()
+    if sealed:
+        from loopx import integrity
+
+        def reseal(tx):
+            for r in tx.query("SELECT DISTINCT goal_id FROM events"):
+                integrity.rechain(tx, r["goal_id"], 1)
+                integrity.seal(tx, r["goal_id"])
+
+        reg.store.write(reseal)
 
 
 def event_of(reg, g, kind, **match):
@@ -376,18 +390,20 @@ def test_a_lost_ledger_entry_is_repaired_in_order(loopx_registry, loopx_cli):
     gate = gates.add(reg, "user", goal_id=g, title="a ok?", blocks=f"todo:{a}")["id"]
     lost = event_of(reg, g, "todo.added", todo_id=a)
     raw(reg, ("DELETE FROM events WHERE id = ?", (lost.id,)))
-    assert codes(check(reg, g)) == ["ledger_drift", "ledger_gap"]
+    assert codes(check(reg, g)) == ["chain_broken", "ledger_drift", "ledger_gap"]
     r = fix(loopx_cli, "--goal-id", g)
-    # The lost entry itself cannot come back: fix says so, and exits 1.
-    assert r.code == 1 and not r.json["ok"], r
-    assert [f["code"] for f in r.json["remaining"]] == ["ledger_gap"]
-    assert r.json["remaining"][0]["details"]["missing"] == [lost.seq]
-    assert [x["code"] for x in r.json["repaired"]] == ["ledger_drift", "missing_dependency", "dangling_gate"]
+    # The lost entry cannot come back, but the loss is recorded in the repair event (never hidden).
+    assert r.code == 0 and r.json["ok"], r
+    rebuilt = [x for x in r.json["repaired"] if x["result"].startswith("state_rebuilt")]
+    assert rebuilt and all(x["lost"] == [lost.seq] for x in rebuilt)
+    assert [x["code"] for x in r.json["repaired"] if x not in rebuilt] == ["missing_dependency", "dangling_gate"]
     assert [e[2] for e in repair_events(reg, g)] == ["state_rebuilt", "dependency_dropped", "gate_widened", None]
     with reg.read() as tx:
         assert [t.id for t in todos.list_todos(tx, g)] == [b]
         assert tx.one("SELECT blocks FROM gates WHERE id = ?", (gate,))["blocks"] == "all"
-    assert codes(check(reg, g)) == ["ledger_gap"]
+        assert tx.one("SELECT seq FROM events WHERE goal_id = ? AND seq = ?", (g, lost.seq)) is None
+    assert event_of(reg, g, "capability.repaired", repair="state_rebuilt").body["lost"] == [lost.seq]
+    assert check(reg, g)["ok"]
     assert_replay_matches(reg, g)
     # The capability's own record of what it did, in the namespace it owns.
     from loopx.capabilities import get_state

@@ -19,7 +19,7 @@ def run(*args, env_extra=None, tmp_path):
 
 
 def test_installed_plugin_is_listed_with_its_capability(tmp_path):
-    assert run("project_prompt", "list", tmp_path=tmp_path).returncode == 0  # creates the registry
+    assert run("registry", "init", tmp_path=tmp_path).returncode == 0  # creates the registry
     p = run("plugins", "--json", tmp_path=tmp_path)
     assert p.returncode == 0, p.stderr
     listed = {x["name"]: x for x in json.loads(p.stdout)}

@@ -1,0 +1,256 @@
+"""Tamper evidence: a hash chain over each goal's ledger and a digest of its current state.
+
+Every event carries ``prev_hash`` (the hash of the goal's previous event; :data:`GENESIS` for
+the first) and ``hash`` = sha256 of the previous hash and the event's own canonical fields
+(goal, seq, time, actor, kind, the stored body text, operation id). The ``goal_heads`` table
+keeps, per goal, the sequence number and hash of the last event and a digest of the goal's
+current state (:data:`STATE_TABLES`: every row ``quota should-run`` decides from). Both are
+written by :meth:`loopx.registry.Registry.mutate` in the same transaction as every change.
+
+``quota should-run`` calls :func:`verify_head` on the goal it decides on: the last events'
+links and hashes, the head, and the state digest. Any difference - a row deleted, inserted or
+edited by hand, an event edited, inserted or lost at the head - answers ``repair``. ``loopx
+self-repair check`` walks whole chains with :func:`verify_chain`. See
+docs/state-interaction-model.md ("Tamper evidence").
+"""
+
+from __future__ import annotations
+
+import json
+
+try:  # the built-in sha256 (no OpenSSL to load: should-run keeps its start-up cheap)
+    from _sha256 import sha256 as _sha256
+except ImportError:  # pragma: no cover - other Pythons
+    try:
+        from _sha2 import sha256 as _sha256
+    except ImportError:
+        from hashlib import sha256 as _sha256
+
+GENESIS = "0" * 64
+#: The current-state tables the digest covers: what a turn decision reads. Contracts, evidence
+#: and rewards are append-only records the decision never reads; the full check replays them.
+STATE_TABLES = ("goals", "gates", "todos", "actions", "runs", "capability_state")
+#: The digest recorded when a write lands on state that was already altered outside the ledger.
+UNTRUSTED = "untrusted"
+#: How many of the newest events ``should-run`` re-hashes.
+HEAD_WINDOW = 4
+
+
+def event_hash(prev_hash: str, goal_id: str, seq: int, at: str, actor: str, kind: str, body_text: str,
+               operation_id: str | None) -> str:
+    """The chain hash of one event (``body_text``: the body exactly as stored)."""
+    canonical = json.dumps([prev_hash, goal_id, seq, at, actor, kind, body_text, operation_id],
+                           separators=(",", ":"))
+    return _sha256(canonical.encode("ascii", "backslashreplace")).hexdigest()
+
+
+def row_hash(row: dict) -> str:
+    """:func:`event_hash` of an ``events`` row against its own ``prev_hash``."""
+    return event_hash(row["prev_hash"] or GENESIS, row["goal_id"], row["seq"], row["at"], row["actor"],
+                      row["kind"], row["body"], row["operation_id"])
+
+
+def state_digest(tx, goal_id: str) -> str:
+    """sha256 over the goal's rows in :data:`STATE_TABLES` (columns by name, rows by key; closed
+    runs summarised)."""
+    from loopx.store import schema
+
+    h = _sha256()
+    for table in STATE_TABLES:
+        column = "id" if table == "goals" else "goal_id"
+        if table == "runs":
+            # Open runs row by row; closed runs (a list that grows with every turn) by what the
+            # decision reads of them - count, charges, latest times - so the check stays cheap on
+            # a goal with thousands of turns. The full check replays every run.
+            rows = tx.query("SELECT * FROM runs WHERE goal_id = ? AND status = 'open'", (goal_id,))
+            closed = tx.one("SELECT COUNT(*) AS n, COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost), 0) AS cost,"
+                            " MAX(opened_at) AS opened, MAX(finished_at) AS finished, MAX(expires_at) AS expires"
+                            " FROM runs WHERE goal_id = ? AND status <> 'open'", (goal_id,))
+            closed = [int(closed["n"]), int(closed["tokens"]), round(float(closed["cost"]), 6), closed["opened"],
+                      closed["finished"], closed["expires"]]
+            rows.sort(key=lambda r: r["id"])
+            h.update(json.dumps(["runs", [sorted(r.items()) for r in rows], closed], default=str,
+                                separators=(",", ":")).encode("utf-8", "backslashreplace"))
+            continue
+        rows = tx.query(f"SELECT * FROM {table} WHERE {column} = ?", (goal_id,))
+        keys = schema.GOAL_TABLES[table]
+        rows.sort(key=lambda r: tuple(r[k] for k in keys))
+        # Floats through repr (via json) and every other value through str: the same text on
+        # SQLite and PostgreSQL for the column types the schema uses.
+        h.update(json.dumps([table, [sorted(r.items()) for r in rows]], default=str,
+                            separators=(",", ":")).encode("utf-8", "backslashreplace"))
+    return h.hexdigest()
+
+
+def last_event(tx, goal_id: str) -> dict | None:
+    """The goal's newest ``events`` row (seq and hash), or None."""
+    return tx.one("SELECT seq, hash FROM events WHERE goal_id = ? ORDER BY seq DESC LIMIT 1", (goal_id,))
+
+
+def head(tx, goal_id: str) -> dict | None:
+    """The goal's ``goal_heads`` row, or None."""
+    return tx.one("SELECT goal_id, seq, head_hash, state_digest FROM goal_heads WHERE goal_id = ?", (goal_id,))
+
+
+def seal(tx, goal_id: str, *, trusted: bool = True) -> None:
+    """Record the goal's current chain head and state digest (inside the writing transaction).
+
+    ``trusted=False`` (the state was already altered outside the ledger before this write):
+    the head moves on but the digest is marked untrusted, so the mismatch stays visible until
+    ``self-repair fix`` rebuilds the state.
+    """
+    last = last_event(tx, goal_id)
+    if last is None:
+        return
+    digest = state_digest(tx, goal_id) if trusted else UNTRUSTED
+    tx.execute(
+        "INSERT INTO goal_heads (goal_id, seq, head_hash, state_digest) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (goal_id) DO UPDATE SET seq = excluded.seq, head_hash = excluded.head_hash,"
+        " state_digest = excluded.state_digest",
+        (goal_id, last["seq"], last["hash"], digest),
+    )
+
+
+class Problem:
+    """One integrity mismatch: a stable ``code``, the goal, where, and a one-line message."""
+
+    __slots__ = ("code", "goal_id", "seq", "message")
+
+    def __init__(self, code: str, goal_id: str, message: str, seq: int | None = None):
+        self.code, self.goal_id, self.message, self.seq = code, goal_id, message, seq
+
+    def __repr__(self):
+        return f"Problem({self.code!r}, {self.goal_id!r}, seq={self.seq})"
+
+
+#: Every problem code, with what it means.
+CODES = {
+    "head_mismatch": "the goal's newest events are not the ones its recorded head names (events lost or inserted)",
+    "event_tampered": "an event's stored content does not match its hash (the event was edited)",
+    "chain_broken": "an event does not link to the hash of the event before it (events lost, inserted or reordered)",
+    "state_digest_mismatch": "the goal's current-state rows differ from the digest written with the last change",
+    "goal_unsealed": "the goal has no recorded chain head (its head row was deleted, or the goal was inserted by hand)",
+}
+
+
+def _repair_note(row: dict) -> dict:
+    """What a self-repair event recorded about loss: ``{"lost": [seq...], "acknowledged": [seq...]}``."""
+    if row["kind"] != "capability.repaired" or '"lost"' not in row["body"] and '"acknowledged"' not in row["body"]:
+        return {}
+    try:
+        body = json.loads(row["body"])
+    except ValueError:
+        return {}
+    return {"lost": set(body.get("lost") or ()), "acknowledged": set(body.get("acknowledged") or ())}
+
+
+def acknowledged(rows: list[dict]) -> tuple[set, set]:
+    """Sequence numbers repairs recorded as lost, and chain breaks they acknowledged."""
+    lost, acked = set(), set()
+    for row in rows:
+        note = _repair_note(row)
+        lost |= note.get("lost", set())
+        acked |= note.get("acknowledged", set())
+    return lost, acked
+
+
+def _links(goal_id: str, rows: list[dict], prev: dict | None, acked: set = frozenset()) -> list[Problem]:
+    """Check ``rows`` (ascending seq) hash and link correctly, the first to ``prev`` (or genesis).
+
+    A repair event that records the sequence numbers it found lost may follow the gap; a break a
+    repair acknowledged (``acked``) is known, recorded loss, not fresh damage.
+    """
+    out = []
+    for row in rows:
+        want_prev = prev["hash"] if prev is not None else GENESIS
+        expected = prev["seq"] + 1 if prev is not None else 1
+        if row["seq"] != expected and not (
+                set(range(expected, row["seq"])) <= _repair_note(row).get("lost", set()) or row["seq"] in acked):
+            out.append(Problem("chain_broken", goal_id, f"goal {goal_id}: event {row['seq']} follows event"
+                               f" {expected - 1}: events are missing or inserted", row["seq"]))
+        elif (row["prev_hash"] or GENESIS) != want_prev and row["seq"] not in acked:
+            out.append(Problem("chain_broken", goal_id, f"goal {goal_id}: event {row['seq']} does not link to the"
+                               " event before it", row["seq"]))
+        if row["hash"] != row_hash(row):
+            out.append(Problem("event_tampered", goal_id, f"goal {goal_id}: event {row['seq']} ({row['kind']}) was"
+                               " edited: its content does not match its hash", row["seq"]))
+        prev = row
+    return out
+
+
+def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW) -> list[Problem]:
+    """The cheap check ``should-run`` makes: head, the newest ``window`` events, state digest."""
+    recorded = head(tx, goal_id)
+    rows = tx.query("SELECT * FROM events WHERE goal_id = ? ORDER BY seq DESC LIMIT ?", (goal_id, window + 1))
+    rows.reverse()
+    if not rows:
+        return []
+    if recorded is None:
+        return [Problem("goal_unsealed", goal_id, f"goal {goal_id} has no recorded chain head")]
+    out = []
+    newest = rows[-1]
+    if newest["seq"] != recorded["seq"] or newest["hash"] != recorded["head_hash"]:
+        out.append(Problem("head_mismatch", goal_id, f"goal {goal_id}: its ledger ends at event {newest['seq']} but"
+                           f" the last change recorded event {recorded['seq']}", newest["seq"]))
+    # The oldest fetched row anchors the window (its own hash is checked, its link is not).
+    anchor, checked = (rows[0], rows[1:]) if len(rows) > window else (None, rows)
+    if anchor is not None:
+        out.extend(p for p in _links(goal_id, [anchor], None) if p.code == "event_tampered")
+    out.extend(_links(goal_id, checked, anchor, acknowledged(rows)[1]))
+    if state_digest(tx, goal_id) != recorded["state_digest"]:
+        out.append(Problem("state_digest_mismatch", goal_id, f"goal {goal_id}: its current state was changed"
+                           " outside the ledger (rows deleted, inserted or edited)"))
+    return out
+
+
+def verify_chain(tx, goal_id: str) -> list[Problem]:
+    """The full check: every event's hash and link, the head, and the state digest."""
+    rows = tx.query("SELECT * FROM events WHERE goal_id = ? ORDER BY seq", (goal_id,))
+    if not rows:
+        return []
+    out = _links(goal_id, rows, None, acknowledged(rows)[1])
+    recorded = head(tx, goal_id)
+    if recorded is None:
+        return out + [Problem("goal_unsealed", goal_id, f"goal {goal_id} has no recorded chain head")]
+    if rows[-1]["seq"] != recorded["seq"] or rows[-1]["hash"] != recorded["head_hash"]:
+        out.append(Problem("head_mismatch", goal_id, f"goal {goal_id}: its ledger ends at event {rows[-1]['seq']}"
+                           f" but the last change recorded event {recorded['seq']}", rows[-1]["seq"]))
+    if state_digest(tx, goal_id) != recorded["state_digest"]:
+        out.append(Problem("state_digest_mismatch", goal_id, f"goal {goal_id}: its current state was changed"
+                           " outside the ledger (rows deleted, inserted or edited)"))
+    return out
+
+
+def backfill(tx) -> int:
+    """Compute chains for events that have none and seal every goal (the schema migration).
+
+    Trusts the ledger as it stands at migration time: that is all an older registry offers.
+    Returns the number of goals sealed.
+    """
+    goals = [r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM events")]
+    for goal_id in goals:
+        prev = GENESIS
+        for row in tx.query("SELECT id, goal_id, seq, at, actor, kind, body, operation_id, hash FROM events"
+                            " WHERE goal_id = ? ORDER BY seq", (goal_id,)):
+            if row["hash"] is None:
+                row["prev_hash"] = prev
+                digest = row_hash(row)
+                tx.execute("UPDATE events SET prev_hash = ?, hash = ? WHERE id = ?", (prev, digest, row["id"]))
+                prev = digest
+            else:
+                prev = row["hash"]
+        seal(tx, goal_id)
+    return len(goals)
+
+
+def rechain(tx, goal_id: str, from_seq: int) -> None:
+    """Recompute the chain of the goal's events from ``from_seq`` on (after a repair rewrote an
+    event body on purpose; the repair event records the original)."""
+    prev = tx.one("SELECT hash FROM events WHERE goal_id = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
+                  (goal_id, from_seq))
+    prev_hash = (prev["hash"] if prev else None) or GENESIS
+    for row in tx.query("SELECT * FROM events WHERE goal_id = ? AND seq >= ? ORDER BY seq", (goal_id, from_seq)):
+        row["prev_hash"] = prev_hash
+        digest = row_hash(row)
+        tx.execute("UPDATE events SET prev_hash = ?, hash = ? WHERE id = ?", (prev_hash, digest, row["id"]))
+        prev_hash = digest
