@@ -8,7 +8,6 @@ always recorded, even after the contract went stale or the run's lease ran out.
 
 from __future__ import annotations
 
-import json
 
 from loopx import clock
 from loopx.errors import LoopxError
@@ -147,11 +146,10 @@ def expired_runs(tx, goal_id: str, now: str) -> list:
 
 
 def load_contract(tx, contract_id: str) -> dict:
-    """The document of an issued contract."""
-    row = tx.one("SELECT document FROM contracts WHERE id = ?", (contract_id,))
-    if row is None:
-        raise LoopxError("not_found", f"no contract {contract_id}")
-    return json.loads(row["document"])
+    """The document of an issued contract (read in :mod:`loopx.steps`, which runs imports)."""
+    from loopx.steps import load_contract as load
+
+    return load(tx, contract_id)
 
 
 def finish(reg: Registry, actor: str, *, run_id: str, outcome: str | None = None, tokens: int = 0,

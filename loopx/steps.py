@@ -224,8 +224,6 @@ def results(tx, run_id: str, doc: dict | None) -> list[dict]:
 
 def run_results(tx, run) -> list[dict]:
     """:func:`results` for a run row (its current contract)."""
-    from loopx.runs import load_contract
-
     return results(tx, run.id, load_contract(tx, run.contract_id))
 
 
@@ -295,8 +293,6 @@ def repeated_failure(tx, goal) -> dict | None:
     retried = tx.one("SELECT MAX(at) AS at FROM events WHERE goal_id = ? AND kind = 'goal.retried'", (goal.id,))
     if retried and retried["at"] and rows[-1]["opened_at"] <= retried["at"]:
         return None
-    from loopx.runs import load_contract
-
     failures = []
     for r in rows:
         found = first_failure(results(tx, r["id"], load_contract(tx, r["contract_id"])))
@@ -307,3 +303,13 @@ def repeated_failure(tx, goal) -> dict | None:
     tail = latest.get("output_tail") or ""
     return {"step": latest["step"], "runs": n, "run_id": rows[0]["id"], "exit_code": latest["exit_code"],
             "output_tail": tail[-TAIL_SHOWN:]}
+
+
+def load_contract(tx, contract_id: str) -> dict:
+    """The document of an issued contract."""
+    from loopx.errors import LoopxError
+
+    row = tx.one("SELECT document FROM contracts WHERE id = ?", (contract_id,))
+    if row is None:
+        raise LoopxError("not_found", f"no contract {contract_id}")
+    return json.loads(row["document"])
