@@ -213,7 +213,9 @@ def _tampered(tx, w, seen, *, agent, now) -> dict | None:
     veto = {"reason": "integrity_mismatch", "findings": codes,
             "message": "; ".join(p.message for p in problems[:3]) + ": run the repair, which never drops a gate,"
                        " claim or evidence",
-            "actions": [f"loopx self-repair fix --goal-id {shlex.quote(goal.id)}"]}
+            "actions": [f"loopx self-repair fix --goal-id {shlex.quote(goal.id)}"],
+            # The contract's steps are built from argv lists only (see loopx.steps).
+            "argvs": [["loopx", "self-repair", "fix", "--goal-id", goal.id]]}
     d = contract.Decision("repair", ["integrity_mismatch"], goal=goal, agent=agent, veto=veto)
     out = {"goal_id": goal.id, "should_run": False, "decision": "repair", "reasons": d.reasons}
     if w is None:

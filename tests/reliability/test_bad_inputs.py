@@ -69,7 +69,7 @@ CASES = [
      {"LOOPX_ACTOR": "executor"}, "actor_forbidden"),
     ("executor creates goal", ["project_prompt", "create", "--title", "mine"], {"LOOPX_ACTOR": "executor"},
      "actor_forbidden"),
-    ("bogus actor", ["project_prompt", "create", "--title", "t"], {"LOOPX_ACTOR": "root"}, "invalid_argument"),
+    ("bogus actor", ["project_prompt", "create", "--title", "t"], {"LOOPX_ACTOR": "root"}, "invalid_actor"),
     ("dashboard writes", ["todo", "add", "--goal-id", "{G}", "--text", "x"], {"LOOPX_ACTOR": "dashboard"},
      "actor_forbidden"),
     ("negative max turns", ["quota", "set", "--goal-id", "{G}", "--max-turns", "-1"], None, "invalid_argument"),
