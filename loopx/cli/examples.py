@@ -97,6 +97,7 @@ EXAMPLES: dict[str, list[str]] = {
     "self-repair": ["loopx self-repair check"],
     "self-repair check": ["loopx self-repair check --json"],
     "self-repair fix": ["loopx self-repair fix --goal-id g-2ce4"],
+    "self-repair accept": ["loopx self-repair accept --goal-id g-2ce4"],
     "self-repair skill": ["loopx self-repair skill --path"],
 }
 
