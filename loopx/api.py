@@ -49,6 +49,8 @@ _LAZY = {
     "chain_head": "loopx.integrity:head",
     "chain_acknowledged": "loopx.integrity:acknowledged",
     "rechain_goal": "loopx.integrity:rechain",
+    "rebuild_state": "loopx.events.capability:rebuild_state",
+    "put_rows": "loopx.events.capability:put_rows",
     "seal_goal": "loopx.integrity:seal",
     "INTEGRITY_CODES": "loopx.integrity:CODES",
     "json_problem": "loopx.jsonsafe:problem",
@@ -110,6 +112,7 @@ _OWN = (
     "writer_criterion_met",
     "writer_close_goal",
     "abandon_expired_run",
+    "record_loss",
     "list_evidence",
     "load_evidence",
     "set_output_format",
@@ -320,6 +323,17 @@ def abandon_expired_run(w, run_id: str) -> None:
     (``capability:NAME``) as the actor, and the core refuses unless the run is open and expired.
     """
     w.emit("run.abandoned", {"run_id": run_id, "by": w.actor})
+
+
+def record_loss(w, *, lost=(), acknowledged=()) -> None:
+    """Record on the writer's goal the event numbers a repair found lost, and the chain breaks it
+    acknowledged (``capability.loss_recorded``; only a capability that declared repairs).
+
+    Emit it first in the repair's mutation: a gap in the ledger is recorded loss, not fresh damage,
+    when the event right after it names the lost numbers. The core's hash-chain check reads it
+    whether or not the plugin that wrote it is still installed.
+    """
+    w.emit("capability.loss_recorded", {"lost": sorted(set(lost)), "acknowledged": sorted(set(acknowledged))})
 
 
 def apply_state(tx, event, namespace: str, values: dict) -> None:

@@ -114,8 +114,8 @@ class Capability(_Frozen):
     :class:`QuotaNeeds` or a dict of ``turns``/``tokens``/``wall_seconds``. ``commands``: the
     top-level ``loopx`` commands it adds. ``actions``: names of the contract actions it
     contributes (a contributed action carries ``"capability": NAME`` and ``"action": one of
-    these``). ``repairs``: the kinds of core-state repair it may record (``capability.repaired``
-    events; only self-repair-like capabilities need any). ``doc``: its contract document,
+    these``). ``repairs``: the kinds of core-state repair it may record (its own repair event
+    kind checks them; declaring any lets it record ledger loss, ``capability.loss_recorded``). ``doc``: its contract document,
     ``docs/capabilities/<name>.md`` by default. ``plugin`` and ``distribution`` are filled in by
     :func:`load`.
     """
@@ -304,13 +304,45 @@ def check_name(name) -> str:
     return name
 
 
+#: Actors no capability name may stand for, even spelled ``capability:user``.
+_NOT_CAPABILITIES = frozenset({"user", "executor", "dashboard", "core", "loopx"})
+
+
+def check_acting(name) -> str:
+    """``name`` if the code asking may write as ``capability:NAME``; ``actor_forbidden`` otherwise.
+
+    A plugin acts only as a capability it registered itself: the façade knows which plugin
+    declared which capability (:attr:`Capability.plugin`) and whose code is asking
+    (:func:`loopx.plugins.calling_plugins`). Code that belongs to no plugin (the core, a
+    script, a test) may name any well-formed capability; ownership guards still apply.
+    """
+    check_name(name)
+    if name in _NOT_CAPABILITIES:
+        raise LoopxError("actor_forbidden", f"{name!r} is not a capability: nothing may write as capability:{name}")
+    from loopx import plugins
+
+    asking = plugins.calling_plugins(1)
+    if asking is None:
+        return name
+    mine = sorted(cap.name for cap in load().values() if cap.plugin in asking)
+    if name not in mine:
+        who = ", ".join(repr(p) for p in sorted(asking))
+        raise LoopxError(
+            "actor_forbidden",
+            f"plugin {who} may act only as the capabilities it registered ({', '.join(mine) or 'none'}), not {name!r}",
+            capability=name, plugins=sorted(asking),
+        )
+    return name
+
+
 def acting(writer, name: str):
     """A writer for a capability's own writes inside an existing mutation.
 
     A plugin command that, say, creates a goal as the user and then records its own state does
     both in one transaction: ``with acting(w, "issue_fix") as cw: put_state(cw, ...)``. Events
     written through ``cw`` record ``capability:NAME`` as their actor and ownership is checked
-    against it; ``w`` itself keeps the actor it was created with.
+    against it; ``w`` itself keeps the actor it was created with. ``NAME`` must be a capability
+    the calling plugin registered (:func:`check_acting`): ``actor_forbidden`` otherwise.
     """
     from contextlib import nullcontext
 
@@ -374,7 +406,7 @@ def set_state(reg, capability: str, goal_id: str, values: dict, *, namespace: st
     from loopx.validate import check_id
 
     check_id("goal", goal_id)
-    cap = get(capability)
+    cap = get(check_acting(capability))
     namespace = namespace or (cap.owns[0] if cap.owns else capability)
     values = _check_values(values)
 
@@ -392,7 +424,7 @@ def delete_state(reg, capability: str, goal_id: str, keys, *, namespace: str | N
     from loopx.validate import check_id
 
     check_id("goal", goal_id)
-    cap = get(capability)
+    cap = get(check_acting(capability))
     namespace = namespace or (cap.owns[0] if cap.owns else capability)
     keys = sorted(set(keys))
 

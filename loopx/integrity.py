@@ -133,9 +133,15 @@ CODES = {
 }
 
 
+#: The event kinds that record loss: the core's own, and the one older registries hold (a
+#: self-repair ``capability.repaired`` event carried its loss in its body). Read whether or not
+#: the plugin that wrote them is installed: recorded loss stays recorded.
+LOSS_KINDS = ("capability.loss_recorded", "capability.repaired")
+
+
 def _repair_note(row: dict) -> dict:
-    """What a self-repair event recorded about loss: ``{"lost": [seq...], "acknowledged": [seq...]}``."""
-    if row["kind"] != "capability.repaired" or '"lost"' not in row["body"] and '"acknowledged"' not in row["body"]:
+    """What a repair recorded about loss: ``{"lost": [seq...], "acknowledged": [seq...]}``."""
+    if row["kind"] not in LOSS_KINDS or '"lost"' not in row["body"] and '"acknowledged"' not in row["body"]:
         return {}
     try:
         body = json.loads(row["body"])

@@ -63,6 +63,14 @@ AREAS = {
 }
 
 
+#: Core kinds that moved out of the core into a plugin, with the plugin that took each over.
+#: The ledger of an older registry still holds them: they are never written again, and replay
+#: through the plugin that registers them as a former name (``formerly=`` of
+#: ``loopx_register_event_kinds``); without it they stay in the ledger, replay as no-ops and are
+#: reported as a kind no installed plugin knows (:func:`unknown_kind`).
+RETIRED_KINDS = {"capability.repaired": "self_repair"}
+
+
 def event_kind(name: str, *writers: str, guard: Callable | None = None):
     """Register the decorated ``apply(tx, event)`` function for event kind ``name``."""
 
@@ -84,18 +92,39 @@ def kind(name: str) -> EventKind:
         if area:
             importlib.import_module(area)
             found = _KINDS.get(name)
-        else:
+        if found is None and (not area or name in RETIRED_KINDS):
             found = plugin_kind(name)
     if found is None:
         raise LoopxError("invalid_argument", f"unknown event kind {name!r}")
     return found
 
 
+def unknown_kind(name: str) -> str | None:
+    """``None`` if installed code knows event kind ``name``; else why not, in one line.
+
+    Such events stay in the ledger (their hashes still verify) and replay as no-ops; this is
+    what ``loopx history`` shows beside them and what ``registry copy`` names when their
+    absence makes a replay differ.
+    """
+    area = name.split(".", 1)[0]
+    if area in AREAS and name not in RETIRED_KINDS:
+        return None
+    try:
+        kind(name)
+        return None
+    except LoopxError:
+        pass
+    owner = RETIRED_KINDS.get(name)
+    if owner:
+        return f"written by LoopX core before it moved to the {owner} plugin, which is not installed"
+    return f"written by a plugin that is not installed (namespace {area!r})"
+
+
 def plugin_kind(name: str) -> EventKind | None:
     """The plugin-registered kind ``name``, or ``None`` (not cached: plugins come and go in tests)."""
     from loopx import plugins
 
-    found = plugins.event_kinds(tuple(AREAS) + ("core", "loopx")).get(name)
+    found = plugins.event_kinds(tuple(AREAS) + ("core", "loopx"), RETIRED_KINDS).get(name)
     if found is None:
         return None
     apply, writers, guard, _plugin = found
@@ -122,12 +151,13 @@ def role(actor: str) -> str:
 def apply(tx, event: Event, *, summary: bool = True) -> None:
     """Apply one event to the current-state tables (the same code path as a replay).
 
-    An event of a plugin's kind whose plugin is not installed any more replays as a no-op (its
-    history stays readable); an unknown core kind is an error. The goal's attention summary
+    An event of a plugin's kind whose plugin is not installed any more (or of a retired core
+    kind, :data:`RETIRED_KINDS`, whose plugin is not) replays as a no-op: its history stays
+    readable (:func:`unknown_kind` names it). An unknown core kind is an error. The goal's attention summary
     (:mod:`loopx.attention`) is refreshed too, unless the event's area cannot change it;
     ``summary=False`` leaves that to the caller (:func:`apply_many`).
     """
-    if event.kind.split(".", 1)[0] in AREAS:
+    if event.kind.split(".", 1)[0] in AREAS and event.kind not in RETIRED_KINDS:
         kind(event.kind).apply(tx, event)
     else:
         found = plugin_kind(event.kind)

@@ -365,17 +365,26 @@ def _load_error_codes() -> None:
     errors.PLUGIN_CODES.update(error_codes())
 
 
-def event_kinds(core_areas=()) -> dict[str, tuple]:
+def event_kinds(core_areas=(), retired=()) -> dict[str, tuple]:
     """``{name: (apply, writers, guard, plugin)}`` of every plugin's ``loopx_register_event_kinds``.
 
     A kind must be namespaced outside the core's areas, and writable only by ``user``,
     ``executor`` or ``capability``; anything else is reported and skipped. Two plugins
-    registering one kind is a ``plugin_error``.
+    registering one kind is a ``plugin_error``. A kind's former names (``formerly=``: its own
+    older names, or core kinds in ``retired`` that moved into the plugin) map to the same
+    ``apply`` with no writers: the ledger may hold them, nobody writes them again.
     """
     from loopx.errors import LoopxError
 
     def build():
         out: dict[str, tuple] = {}
+
+        def add(name, entry, plugin):
+            if name in out:
+                raise LoopxError("plugin_error", f"plugins {out[name][3]!r} and {plugin!r} both register the event "
+                                 f"kind {name!r}; disable one (LOOPX_DISABLE_PLUGINS={plugin})")
+            out[name] = entry
+
         for plugin, _builtin, args in registrations("loopx_register_event_kinds"):
             kwargs = args[-1] if args and isinstance(args[-1], dict) else {}
             positional = args[:-1] if kwargs else args
@@ -383,6 +392,8 @@ def event_kinds(core_areas=()) -> dict[str, tuple]:
             apply = positional[1] if len(positional) > 1 else kwargs.get("apply")
             writers = tuple(positional[2] if len(positional) > 2 else kwargs.get("writers", ("capability",)))
             guard = kwargs.get("guard")
+            formerly = kwargs.get("formerly") or ()
+            formerly = (formerly,) if isinstance(formerly, str) else tuple(formerly)
             problem = None
             if not _namespaced(name) or name.split(".")[0] in core_areas:
                 problem = f"registered the event kind {name!r}: kinds are '<namespace>.<verb>' outside the core's areas"
@@ -390,16 +401,69 @@ def event_kinds(core_areas=()) -> dict[str, tuple]:
                 problem = f"registered the event kind {name!r} without an apply(tx, event) function"
             elif not writers or not set(writers) <= {"user", "executor", "capability"}:
                 problem = f"event kind {name!r}: writers must be some of user, executor, capability, not {writers!r}"
+            else:
+                for old in formerly:
+                    if not _namespaced(old) or (old.split(".")[0] in core_areas and old not in retired):
+                        problem = (f"event kind {name!r}: formerly={old!r} is neither a namespaced kind outside the"
+                                   " core's areas nor a core kind that moved out of the core")
             if problem:
                 report_fault(plugin, "loopx_register_event_kinds", problem)
                 continue
-            if name in out:
-                raise LoopxError("plugin_error", f"plugins {out[name][3]!r} and {plugin!r} both register the event "
-                                 f"kind {name!r}; disable one (LOOPX_DISABLE_PLUGINS={plugin})")
-            out[name] = (apply, frozenset(writers), guard, plugin)
+            add(name, (apply, frozenset(writers), guard, plugin), plugin)
+            for old in formerly:
+                add(old, (apply, frozenset(), None, plugin), plugin)
         return out
 
     return _cached("event_kinds", build)
+
+
+def _homes() -> dict[str, set]:
+    """``{home: {plugin name, ...}}``: where each registered plugin's code lives.
+
+    A module plugin's home is its top-level package (``loopx_self_repair`` for
+    ``loopx_self_repair.plugin``), an object plugin's the module its class is defined in.
+    LoopX's built-ins have none.
+    """
+
+    def build():
+        import types
+
+        out: dict[str, set] = {}
+        for name, obj in get_plugin_manager().list_name_plugin():
+            if name in BUILTINS or obj is None:
+                continue
+            if isinstance(obj, types.ModuleType):
+                home = obj.__name__.split(".", 1)[0]
+            else:
+                home = type(obj).__module__
+            if home and home != "loopx" and home != "builtins":
+                out.setdefault(home, set()).add(name)
+        return out
+
+    return _cached("homes", build)
+
+
+def calling_plugins(depth: int = 2) -> set | None:
+    """The plugins whose code called into the core here: the names of the registered plugins
+    whose home holds the nearest calling frame that lives in any plugin's home; ``None`` when
+    no plugin's code is on the stack (the core itself, a script, a test).
+
+    Not a security boundary (plugins are Python in the same process): it keeps a plugin from
+    *accidentally* or carelessly speaking for a capability that is not its own.
+    """
+    homes = _homes()
+    if not homes:
+        return None
+    frame = sys._getframe(depth)
+    while frame is not None:
+        module = frame.f_globals.get("__name__") or ""
+        if module != "loopx" and not module.startswith("loopx."):
+            top = module.split(".", 1)[0]
+            found = homes.get(module) or homes.get(top)
+            if found:
+                return found
+        frame = frame.f_back
+    return None
 
 
 def store_factories() -> dict:

@@ -166,9 +166,18 @@ def mark_criterion(reg: Registry, actor: str, goal_id: str, number: int, *, met:
 
 
 def history(reg: Registry, goal_id: str, *, after: int = 0, limit: int | None = None) -> list[dict]:
-    """The goal's ledger: every event, who caused it, when."""
+    """The goal's ledger: every event, who caused it, when.
+
+    An event of a kind no installed code knows (its plugin was uninstalled) is listed like any
+    other, with ``"unknown_kind"`` saying why it is not understood (:func:`loopx.ledger.unknown_kind`).
+    """
     check_id("goal", goal_id)
     after = check_number(after, what="--after", minimum=0, integer=True)
     with reg.read() as tx:
         load_goal(tx, goal_id)
-        return [to_json(e) for e in ledger.events(tx, goal_id, after=after, limit=limit)]
+        out, why = [], {}
+        for e in ledger.events(tx, goal_id, after=after, limit=limit):
+            if e.kind not in why:
+                why[e.kind] = ledger.unknown_kind(e.kind)
+            out.append(to_json(e) if why[e.kind] is None else {**to_json(e), "unknown_kind": why[e.kind]})
+        return out

@@ -186,9 +186,9 @@ class Writer:
         state in the same transaction. Only ever a capability actor: there is no way to get a
         ``user`` or ``core`` writer from here.
         """
-        from loopx.capabilities import check_name
+        from loopx.capabilities import check_acting
 
-        return _CapabilityWriter(self, f"capability:{check_name(name)}")
+        return _CapabilityWriter(self, f"capability:{check_acting(name)}")
 
     def emit(self, kind_name: str, body: dict, *, goal_id: str | None = None) -> Event:
         """Append and apply one event to this writer's goal (``goal_id`` only when creating)."""
@@ -196,6 +196,9 @@ class Writer:
 
     def _emit(self, actor: str, kind_name: str, body: dict, *, goal_id: str | None = None) -> Event:
         kind = ledger.kind(kind_name)
+        if not kind.writers:
+            raise LoopxError("actor_forbidden", f"{kind_name} is a former name of an event kind, kept for replay;"
+                                                " nobody writes it any more")
         if ledger.role(actor) not in kind.writers:
             raise LoopxError(
                 "actor_forbidden",
@@ -329,6 +332,8 @@ class Registry:
             from loopx import capabilities
 
             capabilities.load()
+            # A plugin writes only as a capability it registered (not as another plugin's).
+            capabilities.check_acting(actor.split(":", 1)[1])
 
         def transaction(tx):
             if operation_id is not None:

@@ -81,10 +81,15 @@ def _read_source(tx) -> dict:
     for row in tx.query(f"SELECT {cols} FROM events ORDER BY goal_id, seq"):
         by_goal.setdefault(row["goal_id"], []).append(row)
     ordered = dict(sorted(by_goal.items(), key=lambda item: (item[1][0]["id"], item[0])))
+    from loopx import integrity
+
     for goal_id, rows in ordered.items():
         seqs = [r["seq"] for r in rows]
         if seqs != list(range(1, len(rows) + 1)):
-            raise LoopxError("copy_mismatch", f"source goal {goal_id}: ledger is not numbered 1..{len(rows)}")
+            # A gap a repair recorded as loss (capability.loss_recorded) is known history: copied as is.
+            gap = set(range(1, seqs[-1] + 1)) - set(seqs)
+            if seqs[0] < 1 or not gap <= integrity.acknowledged(rows)[0]:
+                raise LoopxError("copy_mismatch", f"source goal {goal_id}: ledger is not numbered 1..{len(rows)}")
     operations = tx.query(f"SELECT {', '.join(OPERATION_COLUMNS)} FROM operations ORDER BY id")
     return {"events": ordered, "operations": operations, "state": snapshots(tx)}
 
@@ -169,6 +174,16 @@ def _write(tx, dump: dict, bar=None) -> None:
 # -- verifying -----------------------------------------------------------------------------------
 
 
+def _unknown_kinds(events) -> str:
+    """Why a replay may differ: event kinds no installed plugin knows (they replay as no-ops)."""
+    why = {}
+    for e in events:
+        if e.kind not in why:
+            why[e.kind] = ledger.unknown_kind(e.kind)
+    unknown = [f"{kind} ({text})" for kind, text in why.items() if text]
+    return f" (its ledger holds kinds no installed plugin knows: {'; '.join(unknown)})" if unknown else ""
+
+
 def _verify(tx, dump: dict, bar=None) -> None:
     """Raise ``copy_mismatch`` unless the target equals the source, event for event and row for row."""
     cols = ", ".join(EVENT_COLUMNS)
@@ -185,11 +200,13 @@ def _verify(tx, dump: dict, bar=None) -> None:
         replayed = ledger.normalise(_sorted(ledger.replayed_snapshot(events)))
         state = ledger.normalise(target_state.get(goal_id, _empty()))
         if replayed != state:
-            raise LoopxError("copy_mismatch", f"goal {goal_id}: the target's state is not its replayed ledger")
+            raise LoopxError("copy_mismatch", f"goal {goal_id}: the target's state is not its replayed ledger"
+                             + _unknown_kinds(events))
         if ledger.normalise(dump["state"].get(goal_id, _empty())) != state:
             raise LoopxError(
                 "copy_mismatch",
-                f"goal {goal_id}: the source's current state differs from its own ledger; repair the source first",
+                f"goal {goal_id}: the source's current state differs from its own ledger; repair the source first"
+                + _unknown_kinds(events),
             )
         if bar is not None:
             bar.advance()

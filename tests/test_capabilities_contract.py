@@ -272,18 +272,30 @@ def test_operation_id_retry_writes_once(reg, loopx_plugin):
     assert count_events(reg, g) == before
 
 
-def test_repairs_need_a_declared_repair(reg, loopx_plugin):
+def test_repairs_are_no_longer_core_vocabulary_and_loss_needs_declared_repairs(reg, loopx_plugin):
+    # The repair kinds live in the self_repair plugin now: without it, the core knows no
+    # capability.repaired, and nobody can write that old name (it is kept for replay only).
     loopx_plugin(Declares(alpha(), beta(repairs=["lease_released"])))
     g = goal(reg)
-    body = {"namespace": "alpha", "repair": "lease_released", "todo_id": "t-0123456789ab", "finding": "stale_lease"}
+    body = {"namespace": "beta", "repair": "lease_released", "todo_id": "t-0123456789ab", "finding": "stale_lease"}
     with pytest.raises(LoopxError) as err:
-        reg.mutate("capability:alpha", lambda w: w.emit("capability.repaired", body), goal_id=g)
-    assert err.value.code == "ownership_violation" and "lease_released" in err.value.message
-    body = {**body, "namespace": "beta"}
-    reg.mutate("capability:beta", lambda w: w.emit("capability.repaired", body), goal_id=g)
+        reg.mutate("capability:beta", lambda w: w.emit("capability.repaired", body), goal_id=g)
+    assert err.value.code == "invalid_argument" and "unknown event kind" in err.value.message
+    assert ledger.unknown_kind("capability.repaired").endswith("self_repair plugin, which is not installed")
+    # What the core still reads - loss a repair recorded - is written only by a capability that
+    # declared repairs.
+    loss = {"lost": [3], "acknowledged": []}
     with pytest.raises(LoopxError) as err:
-        reg.mutate("capability:beta", lambda w: w.emit("capability.repaired", {**body, "repair": "rm_rf"}), goal_id=g)
+        reg.mutate("capability:alpha", lambda w: w.emit("capability.loss_recorded", loss), goal_id=g)
+    assert err.value.code == "ownership_violation" and "declared no repairs" in err.value.message
+    with pytest.raises(LoopxError) as err:
+        reg.mutate("user", lambda w: w.emit("capability.loss_recorded", loss), goal_id=g)
+    assert err.value.code == "actor_forbidden"
+    with pytest.raises(LoopxError) as err:
+        reg.mutate("capability:beta", lambda w: w.emit("capability.loss_recorded", {"lost": ["3"], "acknowledged": []}),
+                   goal_id=g)
     assert err.value.code == "invalid_argument"
+    reg.mutate("capability:beta", lambda w: w.emit("capability.loss_recorded", loss), goal_id=g)
 
 
 # --- quota needs -----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Repairs recorded as ``capability.repaired`` events, on every storage backend.
+"""Repairs recorded as ``self_repair.repaired`` events, on every storage backend.
 
 The self_repair plugin's own suite damages SQLite files byte-for-byte; here the damage is done with
 backend-neutral SQL through the store, so the rebuild and the detectors run on PostgreSQL too.

@@ -91,10 +91,10 @@ def test_the_actor_of_a_writer_is_fixed(reg):
         with api.acting(w, "user") as cw:
             cw.emit("gate.approved", {"gate_id": gate})
 
-    # acting() only ever narrows to a capability: "user" becomes capability:user, not the user.
+    # acting() only ever narrows to a capability: "user" names none, so it is refused outright.
     with pytest.raises(LoopxError) as err:
         reg.mutate("capability:alpha", through_acting, goal_id=g)
-    assert err.value.code == "actor_forbidden" and "capability:user may not" in err.value.message
+    assert err.value.code == "actor_forbidden" and "'user' is not a capability" in err.value.message
 
     def capability_writer_cannot_be_widened(w):
         cw = w.as_capability("alpha")

@@ -121,3 +121,33 @@ def test_a_plugin_kind_refuses_roles_it_did_not_name(probe):
             assert err.value.code == "actor_forbidden"
     finally:
         pm.unregister(name="probe-inproc")
+
+
+@pytest.mark.parametrize("how", [[], ["--whole"]])
+def test_a_plugin_acts_only_as_the_capability_it_registered(tmp_path, sqlite_url, how):
+    # Two real plugins installed through entry points: probe (capability "probe") and self_repair.
+    env = plugin_env(tmp_path, sqlite_url, probe="loopx_probe", self_repair="loopx_self_repair.plugin")
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "loopx", *args], env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    g = json.loads(run("project_prompt", "create", "--title", "T", "--json").stdout)["id"]
+    p = run("probe", "tag", "--goal-id", g, "--as", "probe", *how, "--json")
+    assert p.returncode == 0 and json.loads(p.stdout) == {"tag": "x"}, p.stderr
+    history = lambda: json.loads(run("history", "--goal-id", g, "--json").stdout)
+    assert history()[-1]["actor"] == "capability:probe"
+    before = history()
+    # Another plugin's capability (even in the namespace that capability owns), or a name that
+    # stands for no capability at all: refused with one stable code, nothing written.
+    for name, namespace in (("self_repair", "self_repair"), ("self_repair", "probe"), ("user", "probe"),
+                            ("core", "probe")):
+        p = run("probe", "tag", "--goal-id", g, "--as", name, "--namespace", namespace, *how, "--json")
+        assert p.returncode == 2, (name, p.stdout, p.stderr)
+        error = json.loads(p.stdout)["error"]
+        assert error["code"] == "actor_forbidden", (name, error)
+        assert history() == before
+    assert "plugin 'probe' may act only as the capabilities it registered (probe)" in json.loads(
+        run("probe", "tag", "--goal-id", g, "--as", "self_repair", *how, "--json").stdout)["error"]["message"]
+    # The capability that registered it still writes as itself.
+    assert run("self-repair", "check", "--goal-id", g).returncode == 0

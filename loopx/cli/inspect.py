@@ -14,7 +14,8 @@ def _event_line(e: dict) -> str:
     body = json.dumps(e["body"], ensure_ascii=False, sort_keys=True)
     if len(body) > 120:
         body = body[:117] + "..."
-    return f"{e['seq']:>5}  {e['at']}  {e['actor']:<12} {e['kind']:<22} {body}"
+    line = f"{e['seq']:>5}  {e['at']}  {e['actor']:<12} {e['kind']:<22} {body}"
+    return line + f"  [unknown kind: {e['unknown_kind']}]" if e.get("unknown_kind") else line
 
 
 @click.command(cls=LoopxCommand)

@@ -1,10 +1,9 @@
-"""Capability events: state a capability owns, and repairs a capability records on core state.
+"""Capability events: state a capability owns, and loss a repair capability records.
 
-Only the ``capability`` role writes these, and every body names the ``namespace`` it is written
-in. A guard (run by ``Writer.emit``, never on replay) refuses with ``ownership_violation``
-unless the acting capability owns that namespace, and, for ``capability.repaired``, declared
-that kind of repair. Replay applies whatever the ledger holds, so uninstalling a plugin never
-makes its history unreadable.
+Only the ``capability`` role writes these. A guard (run by ``Writer.emit``, never on replay)
+refuses with ``ownership_violation`` unless the acting capability owns the body's
+``namespace`` (state) or declared repairs (loss). Replay applies whatever the ledger holds, so
+uninstalling a plugin never makes its history unreadable.
 """
 
 from __future__ import annotations
@@ -56,46 +55,43 @@ def state_deleted(tx, event):
                    (event.goal_id, event.body["namespace"], key))
 
 
-# --- repairs of core state -------------------------------------------------------------------
-# Each takes (tx, event) and uses only the event and the ledger, like every apply function.
+# --- what repair capabilities record on the core's ledger --------------------------------------
+# The repairs themselves are the repair plugin's own vocabulary (``self_repair.repaired`` in
+# plugins/self_repair, which also replays the ``capability.repaired`` events older registries
+# hold). What stays here is what the core itself reads: loss a repair recorded (the hash-chain
+# check honours it on every should-run, plugin installed or not), and the two state operations a
+# repair's apply function needs to rebuild a goal from its ledger.
 
 
-def _lease_released(tx, event):
-    # A claim that outlived its holder: clear it; the epoch stays, so a later claim still bumps it.
-    tx.execute("UPDATE todos SET claim_agent = NULL, claim_run_id = NULL, claim_expires_at = NULL, updated_at = ?"
-               " WHERE id = ? AND goal_id = ?", (event.at, event.body["todo_id"], event.goal_id))
+def _declared_repairs(writer, body):
+    from loopx.capabilities import capability_of, load
+
+    name = capability_of(writer.actor)
+    cap = load().get(name) if name else None
+    if cap is None or not cap.repairs:
+        raise LoopxError("ownership_violation", f"{writer.actor} declared no repairs, so it may not record ledger loss",
+                         capability=name)
+    for field in ("lost", "acknowledged"):
+        value = body.get(field)
+        if not isinstance(value, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0
+                                                  for n in value):
+            raise LoopxError("invalid_argument", f"{field} must be a list of event numbers")
+    if not body["lost"] and not body["acknowledged"]:
+        raise LoopxError("invalid_argument", "a loss record names lost or acknowledged event numbers")
 
 
-def _dependency_dropped(tx, event):
-    b = event.body
-    row = tx.one("SELECT depends_on FROM todos WHERE id = ? AND goal_id = ?", (b["todo_id"], event.goal_id))
-    if row is None:
-        return
-    deps = [d for d in json.loads(row["depends_on"]) if d not in set(b["missing"])]
-    tx.execute("UPDATE todos SET depends_on = ?, updated_at = ? WHERE id = ? AND goal_id = ?",
-               (json.dumps(deps), event.at, b["todo_id"], event.goal_id))
+@event_kind("capability.loss_recorded", CAPABILITY, guard=_declared_repairs)
+def loss_recorded(tx, event):
+    """``body = {"lost": [seq...], "acknowledged": [seq...]}``: event numbers a repair found lost
+    (never reused) and chain breaks it acknowledged. Changes no state; :mod:`loopx.integrity`
+    reads it so that recorded loss is not reported as fresh damage."""
 
 
-def _gate_widened(tx, event):
-    # A pending gate whose target vanished blocks the whole goal until a user decides it: the
-    # repair never removes human control, it only makes it impossible to miss.
-    tx.execute("UPDATE gates SET blocks = 'all' WHERE id = ? AND goal_id = ?", (event.body["gate_id"], event.goal_id))
+def rebuild_state(tx, event, *, instead=None) -> None:
+    """Clear ``event``'s goal's current state and re-apply its events before ``event``.
 
-
-def _evidence_unbound(tx, event):
-    # Evidence is append-only: the observation stays; only its reference to a missing run goes
-    # (the event body keeps the old run id).
-    tx.execute("UPDATE evidence SET run_id = NULL WHERE id = ? AND goal_id = ?",
-               (event.body["evidence_id"], event.goal_id))
-
-
-def _state_rebuilt(tx, event):
-    """Rebuild the goal's current state from its ledger before this event, then put back what the
-    repair kept (``body["kept"]``: rows of human control the ledger lacked - a gate, a claim, an
-    approval, evidence - which a rebuild must never drop; see docs/state-interaction-model.md).
-
-    Earlier rebuilds are replayed only for what they kept: each restored exactly the state its
-    predecessors produce, so replaying without them gives the same rows (and keeps replay linear).
+    ``instead(earlier)`` may handle an earlier event itself (returning True), e.g. an earlier
+    rebuild that is put back (:func:`put_rows`) rather than replayed, which keeps replay linear.
     """
     from loopx import ledger
     from loopx.store import schema
@@ -106,19 +102,22 @@ def _state_rebuilt(tx, event):
     for earlier in ledger.events(tx, event.goal_id):
         if earlier.seq >= event.seq:
             break
-        if earlier.kind == "capability.repaired" and earlier.body.get("repair") in ("state_rebuilt", "data_escaped"):
-            _put_back(tx, earlier)
+        if instead is not None and instead(earlier):
             continue
         ledger.apply(tx, earlier)
-    _put_back(tx, event)
 
 
-def _put_back(tx, event):
-    """Re-insert the rows a rebuild kept (each replaces the row with the same key)."""
+#: The tables whose rows a repair may put back (human control a rebuild must never drop).
+PUT_BACK_TABLES = ("gates", "todos", "evidence")
+
+
+def put_rows(tx, event, kept: dict) -> None:
+    """Re-insert rows of ``event``'s goal a repair kept (``{table: [row, ...]}``, tables of
+    :data:`PUT_BACK_TABLES`); each replaces the row with the same key. Others are ignored."""
     from loopx.store import schema
 
-    for table, rows in sorted((event.body.get("kept") or {}).items()):
-        if table not in ("gates", "todos", "evidence"):
+    for table, rows in sorted((kept or {}).items()):
+        if table not in PUT_BACK_TABLES:
             continue
         keys = schema.GOAL_TABLES[table]
         for row in rows:
@@ -131,21 +130,3 @@ def _put_back(tx, event):
             cols = sorted(row)
             tx.execute(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
                        tuple(row[c] for c in cols))
-
-
-REPAIRS = {
-    "lease_released": _lease_released,
-    "dependency_dropped": _dependency_dropped,
-    "gate_widened": _gate_widened,
-    "evidence_unbound": _evidence_unbound,
-    "state_rebuilt": _state_rebuilt,
-    # Event bodies older versions stored with NaN/Infinity or lone surrogates were rewritten
-    # escaped (the originals are in this event's body); the state is rebuilt from them.
-    "data_escaped": _state_rebuilt,
-}
-
-
-@event_kind("capability.repaired", CAPABILITY, guard=_owned_repair)
-def repaired(tx, event):
-    """``body = {"namespace", "repair": one of REPAIRS, "finding": CODE, ...the repair's fields}``."""
-    REPAIRS[event.body["repair"]](tx, event)

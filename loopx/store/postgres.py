@@ -336,7 +336,7 @@ class PostgresStore:
                 # known loss, reported by the ledger_gap detector if it grows.
                 "SELECT goal_id, count(*) AS n, min(seq) AS first, max(seq) AS last FROM events e"
                 " WHERE NOT EXISTS (SELECT 1 FROM events r WHERE r.goal_id = e.goal_id"
-                " AND r.kind = 'capability.repaired' AND r.body LIKE '%\"lost\":[%'"
+                " AND r.kind IN ('capability.loss_recorded', 'capability.repaired') AND r.body LIKE '%\"lost\":[%'"
                 " AND r.body NOT LIKE '%\"lost\":[]%')"
                 " GROUP BY goal_id HAVING count(*) <> max(seq) OR min(seq) <> 1"
             ):

@@ -129,9 +129,11 @@ def test_a_lost_gate_event_keeps_the_gate_asks_the_user_and_shows_the_gap(loopx,
     assert gate_row(url, goal["gate"]) == {"status": "pending", "blocks": "all"}
     d = should_run(loopx, g)
     assert d["decision"] == "ask_user" and d["reasons"] == ["repair_needs_user"]
-    repair = [e for e in events(url, g) if e["kind"] == "capability.repaired"]
+    repair = [e for e in events(url, g) if e["kind"] == "capability.loss_recorded"]
     assert repair and repair[0]["seq"] == top + 1  # a new number: the lost one is never reused
     assert f'"lost":{lost}'.replace(" ", "") in repair[0]["body"]
+    assert [e["kind"] for e in events(url, g)][len(events(url, g)) - 3:][:2] == [
+        "capability.loss_recorded", "self_repair.repaired"]
     assert all(e["seq"] not in lost for e in events(url, g))
 
 
@@ -144,7 +146,7 @@ def test_a_lost_last_event_keeps_its_evidence_and_takes_a_new_number(loopx, goal
     assert "head_mismatch" in check_codes(loopx, g)
     result = fix(loopx, "--goal-id", g)
     assert rows(url, "SELECT id FROM evidence WHERE id = ?", (goal["evidence"],)), result
-    repair = [e for e in events(url, g) if e["kind"] == "capability.repaired"][0]
+    repair = [e for e in events(url, g) if e["kind"] == "capability.loss_recorded"][0]
     assert repair["seq"] == last["seq"] + 1 and f'"lost":[{last["seq"]}]' in repair["body"]
     assert should_run(loopx, g)["reasons"] == ["repair_needs_user"]
 

@@ -33,6 +33,34 @@ def loopx_register_capabilities(register):
     ))
 
 
+def _apply(tx, event):
+    from loopx_self_repair import events
+
+    events.apply(tx, event)
+
+
+def _guard(writer, body):
+    from loopx_self_repair import events
+
+    events.guard(writer, body)
+
+
+@hookimpl
+def loopx_register_event_kinds(register):
+    """``self_repair.repaired``: one repair of a goal's current state, recorded in its ledger.
+
+    Also replays ``capability.repaired``, its name when LoopX's core defined it (older registries).
+    """
+    register("self_repair.repaired", _apply, writers=("capability",), guard=_guard,
+             formerly=("capability.repaired",))
+
+
+@hookimpl
+def loopx_register_error_codes(register):
+    """Self-repair's own refusals."""
+    register("self_repair.unknown_repair", "a repair event names a repair self-repair does not know")
+
+
 @hookimpl
 def loopx_register_commands(cli):
     """Add ``loopx self-repair check|fix|skill``."""

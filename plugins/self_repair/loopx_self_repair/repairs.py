@@ -4,7 +4,7 @@ Goal repairs are events, written as ``capability:self_repair`` (ownership-checke
 in one transaction per goal and step, with each finding re-detected inside that transaction so
 a repair never acts on state another writer already changed:
 
-* ``ledger_drift``, ``quota_drift``, ``revision_mismatch`` -> ``capability.repaired``
+* ``ledger_drift``, ``quota_drift``, ``revision_mismatch`` -> ``self_repair.repaired``
   ``state_rebuilt``: the goal's current state is rebuilt from its ledger (done first: the ledger
   is the truth, and a rebuild often clears other findings too);
 * ``stale_lease`` -> ``lease_released``; ``missing_dependency`` -> ``dependency_dropped``;
@@ -18,7 +18,7 @@ evidence that exists in current state but not in the ledger is *kept* (the repai
 the rows, so a replay reproduces them) and the goal then waits for a person
 (``ask_user``/``repair_needs_user``, cleared by ``loopx self-repair accept``); sequence numbers
 found lost are recorded in the repair event (``lost``), which takes a new number after the last
-one the goal ever recorded. An event whose content no longer matches its hash is never copied
+one the goal ever recorded (the core's ``capability.loss_recorded``, through ``loopx.api.record_loss``). An event whose content no longer matches its hash is never copied
 into state: that finding stays until a person restores a backup. A goal row deleted while its
 ledger survives is rebuilt from the ledger. ``fix`` copies an SQLite registry to
 ``<file>.bak-<time>`` before it writes anything; ``--dry-run`` shows the plan and writes nothing.
@@ -37,6 +37,8 @@ from loopx_self_repair import detectors
 
 NAME = "self_repair"
 ACTOR = f"capability:{NAME}"
+#: This plugin's event kind (``events.py``); older ledgers hold it as ``capability.repaired``.
+KIND = "self_repair.repaired"
 REBUILD_CODES = ("ledger_drift", "quota_drift", "revision_mismatch")
 
 
@@ -176,12 +178,17 @@ def _rebuild(w, findings: list) -> list[dict]:
     seqs = {r["seq"] for r in rows}
     lost = [n for n in range(1, top + 1) if n not in seqs and n not in recorded]
     broken = sorted({p.seq for p in verify_chain(tx, goal_id) if p.code == "chain_broken" and p.seq})
+    if lost or broken:
+        from loopx.api import record_loss
+
+        # First: the event right after a gap must be the one naming the lost numbers.
+        record_loss(w, lost=lost, acknowledged=broken)
     body = {"namespace": NAME, "repair": "state_rebuilt", "finding": findings[0].code,
-            "findings": sorted({f.code for f in findings}), "lost": lost, "acknowledged": broken}
+            "findings": sorted({f.code for f in findings}), "lost": lost}
     if kept:
         body["kept"] = kept
     w.rebuilt = True
-    w.emit("capability.repaired", body)
+    w.emit(KIND, body)
     result = "state_rebuilt"
     if kept:
         from loopx.api import put_state
@@ -261,7 +268,7 @@ def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
             if f.repair == "run_abandoned":
                 abandon_expired_run(w, f.subject)
             elif f.repair in REPAIR_BODIES:
-                w.emit("capability.repaired", {"namespace": NAME, "repair": f.repair, "finding": f.code,
+                w.emit(KIND, {"namespace": NAME, "repair": f.repair, "finding": f.code,
                                                **REPAIR_BODIES[f.repair](f)})
             else:
                 continue
@@ -304,7 +311,7 @@ def _escape(w, found: list) -> list[dict]:
     w.emit("evidence.added", {"evidence_id": evidence_id, "run_id": None, "kind": "repair.original_bytes",
                               "summary": f"the original text of {len(originals)} event(s) rewritten readable",
                               "data": {"events": originals}})
-    w.emit("capability.repaired", {"namespace": NAME, "repair": "data_escaped", "finding": "unreadable_data",
+    w.emit(KIND, {"namespace": NAME, "repair": "data_escaped", "finding": "unreadable_data",
                                    "events": [o["seq"] for o in originals], "evidence_id": evidence_id})
     return [{**f.to_json(), "result": f"data_escaped (originals in evidence {evidence_id})", "seq": w.revision}
             for f in found]

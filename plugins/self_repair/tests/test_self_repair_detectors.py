@@ -143,7 +143,7 @@ def test_revision_mismatch_vetoes_and_fix_rebuilds(loopx_registry, loopx_cli):
     r = fix(loopx_cli, "--goal-id", g)
     assert r.code == 0 and r.json["ok"], r
     assert {x["code"] for x in r.json["repaired"]} >= {"revision_mismatch"}
-    assert ("capability:self_repair", "capability.repaired", "state_rebuilt") in repair_events(reg, g)
+    assert ("capability:self_repair", "self_repair.repaired", "state_rebuilt") in repair_events(reg, g)
     assert check(reg, g)["ok"]
     assert decision(loopx_cli, g)["decision"] == "run"
     assert_replay_matches(reg, g)
@@ -187,7 +187,7 @@ def test_stale_lease_is_housekeeping_never_a_veto(loopx_registry, loopx_cli):
     with reg.read() as tx:
         assert todos.load_todo(tx, g, a).claim is None
         assert todos.load_todo(tx, g, a).epoch == 1  # a later claim still bumps the epoch
-    assert ("capability:self_repair", "capability.repaired", "lease_released") in repair_events(reg, g)
+    assert ("capability:self_repair", "self_repair.repaired", "lease_released") in repair_events(reg, g)
     assert_replay_matches(reg, g)
 
 
@@ -225,7 +225,7 @@ def test_evidence_without_a_run(loopx_registry, loopx_cli):
     with reg.read() as tx:
         row = tx.one("SELECT run_id, summary FROM evidence WHERE id = ?", (ev,))
     assert row == {"run_id": None, "summary": "observed"}  # the observation stays
-    repaired = event_of(reg, g, "capability.repaired", repair="evidence_unbound")
+    repaired = event_of(reg, g, "self_repair.repaired", repair="evidence_unbound")
     assert repaired.body["run_id_was"] == "r-000000000000"
     assert_replay_matches(reg, g)
 
@@ -397,12 +397,17 @@ def test_a_lost_ledger_entry_is_repaired_in_order(loopx_registry, loopx_cli):
     rebuilt = [x for x in r.json["repaired"] if x["result"].startswith("state_rebuilt")]
     assert rebuilt and all(x["lost"] == [lost.seq] for x in rebuilt)
     assert [x["code"] for x in r.json["repaired"] if x not in rebuilt] == ["missing_dependency", "dangling_gate"]
-    assert [e[2] for e in repair_events(reg, g)] == ["state_rebuilt", "dependency_dropped", "gate_widened", None]
+    # The loss first (the core's record, which its chain check reads), then the repairs.
+    assert [e[1:] for e in repair_events(reg, g)] == [
+        ("capability.loss_recorded", None), ("self_repair.repaired", "state_rebuilt"),
+        ("self_repair.repaired", "dependency_dropped"), ("self_repair.repaired", "gate_widened"),
+        ("capability.state_set", None)]
     with reg.read() as tx:
         assert [t.id for t in todos.list_todos(tx, g)] == [b]
         assert tx.one("SELECT blocks FROM gates WHERE id = ?", (gate,))["blocks"] == "all"
         assert tx.one("SELECT seq FROM events WHERE goal_id = ? AND seq = ?", (g, lost.seq)) is None
-    assert event_of(reg, g, "capability.repaired", repair="state_rebuilt").body["lost"] == [lost.seq]
+    assert event_of(reg, g, "self_repair.repaired", repair="state_rebuilt").body["lost"] == [lost.seq]
+    assert event_of(reg, g, "capability.loss_recorded").body["lost"] == [lost.seq]
     assert check(reg, g)["ok"]
     assert_replay_matches(reg, g)
     # The capability's own record of what it did, in the namespace it owns.

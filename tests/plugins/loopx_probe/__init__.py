@@ -63,6 +63,27 @@ def loopx_register_commands(cli):
                              request={"op": "probe.note", "goal": goal_id, "text": text})
         emit(out, lambda o: ", ".join(o["notes"]))
 
+    @probe.command()
+    @click.option("--goal-id", required=True)
+    @click.option("--as", "name", required=True, help="The capability to act as.")
+    @click.option("--namespace", default=NS)
+    @click.option("--whole", is_flag=True, help="Write in a mutation of its own (set_state), not inside the user's.")
+    def tag(goal_id, name, namespace, whole):
+        """Tag the goal in capability state, acting as capability NAME (only probe is ours)."""
+        from loopx.api import acting, put_state, set_state
+
+        with open_registry() as reg:
+            if whole:
+                out = set_state(reg, name, goal_id, {"tag": "x"}, namespace=namespace)
+            else:
+                def work(w):
+                    with acting(w, name) as cw:
+                        put_state(cw, namespace, {"tag": "x"})
+                    return get_state(w.tx, goal_id, namespace)
+
+                out = reg.mutate(actor(), work, goal_id=goal_id)
+        emit(out, lambda o: o["tag"])
+
     cli.add_command(probe)
 
 
