@@ -164,6 +164,16 @@ def test_every_help_has_an_example_and_goal_id_is_explained(registry_url):
     assert not bare, f"--goal-id without help text: {bare}"
 
 
+@pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+def test_the_core_example_table_holds_only_core_commands(registry_url):
+    # Plugins own their examples (click's epilog, docs/plugins.md): the core's table names no
+    # command that the core alone does not have.
+    from loopx.cli.examples import EXAMPLES
+
+    core = {" ".join(p) for p in _commands(loopx_env(registry_url, LOOPX_PLUGINS=""))}
+    assert set(EXAMPLES) - core == set()
+
+
 def _complete(env, words: str) -> list[str]:
     cword = len(words.split()) - (0 if words.endswith(" ") else 1)
     p = subprocess.run([sys.executable, "-m", "loopx"], capture_output=True, text=True, timeout=60,

@@ -151,3 +151,10 @@ def test_a_plugin_acts_only_as_the_capability_it_registered(tmp_path, sqlite_url
         run("probe", "tag", "--goal-id", g, "--as", "self_repair", *how, "--json").stdout)["error"]["message"]
     # The capability that registered it still writes as itself.
     assert run("self-repair", "check", "--goal-id", g).returncode == 0
+
+
+def test_a_plugin_gives_its_command_its_own_help_example(probe):
+    p = probe("probe", "note", "--help")
+    assert p.returncode == 0
+    assert p.stdout.rstrip().endswith("Examples:\n  loopx probe note --goal-id g-2ce4 --text seen\n"
+                                      "  loopx probe note --goal-id g-2ce4 --text halt")

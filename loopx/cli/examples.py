@@ -1,8 +1,11 @@
-"""One example per command, printed at the end of its ``--help``.
+"""One example per core command, printed at the end of its ``--help``.
 
 Kept in one table rather than in each docstring so that every example can be checked against
 the command list in one place (tests/test_cli_forgiving.py fails for a command without one).
 Ids are written as the short prefixes users type; any unique prefix of an id works.
+
+Only the core's commands are here: a plugin gives its own commands their examples with click's
+``epilog="Example:\n  loopx my-command ..."`` (docs/plugins.md), as the shipped capabilities do.
 """
 
 from __future__ import annotations
@@ -84,21 +87,6 @@ EXAMPLES: dict[str, list[str]] = {
     "todo block": ["loopx todo block g-2ce4 --todo-id t-8d0 --note 'needs the Q3 data'"],
     "todo reopen": ["loopx todo reopen g-2ce4 --todo-id t-8d0"],
     "turn": ["loopx turn g-2ce4 --executor shell", "loopx turn g-2ce4 --executor claude-code"],
-    # The capabilities that ship in this repository (plugins elsewhere give an `epilog`).
-    "issue-fix": ["loopx issue-fix start --repo . --title 'Fix the rounding bug' --issue-file issue.md "
-                  "--test-command 'python -m pytest -q tests/test_rounding.py'"],
-    "issue-fix start": ["loopx issue-fix start --repo . --title 'Fix the rounding bug' --issue-file issue.md "
-                        "--test-command 'python -m pytest -q tests/test_rounding.py'"],
-    "issue-fix reproduce": ["loopx issue-fix reproduce --run-id r-91ab"],
-    "issue-fix verify": ["loopx issue-fix verify --run-id r-91ab"],
-    "issue-fix handoff": ["loopx issue-fix handoff --run-id r-91ab --root-cause 'float division before rounding'"],
-    "issue-fix publish": ["loopx issue-fix publish --run-id r-91ab"],
-    "issue-fix show": ["loopx issue-fix show --goal-id g-2ce4"],
-    "self-repair": ["loopx self-repair check"],
-    "self-repair check": ["loopx self-repair check --json"],
-    "self-repair fix": ["loopx self-repair fix --goal-id g-2ce4"],
-    "self-repair accept": ["loopx self-repair accept --goal-id g-2ce4"],
-    "self-repair skill": ["loopx self-repair skill --path"],
 }
 
 # The seed's spellings, and the old underscore one of the status server.

@@ -23,12 +23,12 @@ def _test_text(t: dict | None) -> str:
     return f"`{t['command']}` {how} in {t['duration_seconds']}s\n{tail}"
 
 
-@click.group("issue-fix", cls=LoopxGroup)
+@click.group("issue-fix", cls=LoopxGroup, epilog="Example:\n  loopx issue-fix start --repo . --title 'Fix the rounding bug' --issue-file issue.md --test-command 'python -m pytest -q tests/test_rounding.py'")
 def issue_fix():
     """Fix one issue in a git repository: reproduce, fix, verify, hand off, publish."""
 
 
-@issue_fix.command()
+@issue_fix.command(epilog="Example:\n  loopx issue-fix start --repo . --title 'Fix the rounding bug' --issue-file issue.md --test-command 'python -m pytest -q tests/test_rounding.py'")
 @click.option("--repo", required=True, help="The git repository the issue is in (your checkout is not changed).")
 @click.option("--title", required=True, help="Short name of the issue.")
 @click.option("--issue-text", default=None, help="The issue, as text.")
@@ -69,7 +69,7 @@ def start(repo, title, issue_text, issue_file, test_command, test_ids, report, a
     emit(out, text)
 
 
-@issue_fix.command()
+@issue_fix.command(epilog="Example:\n  loopx issue-fix show --goal-id g-2ce4")
 @click.option("--goal-id", required=True)
 def show(goal_id):
     """An Issue-Fix goal's phase, attempts, todos, publish gate and next step."""
@@ -87,7 +87,7 @@ def show(goal_id):
     emit(out, text)
 
 
-@issue_fix.command()
+@issue_fix.command(epilog="Example:\n  loopx issue-fix reproduce --run-id r-91ab")
 @RUN_ID
 @TIMEOUT
 @operation_option
@@ -103,7 +103,7 @@ def reproduce(run_id, timeout, operation_id):
         sys.exit(1)
 
 
-@issue_fix.command()
+@issue_fix.command(epilog="Example:\n  loopx issue-fix verify --run-id r-91ab")
 @RUN_ID
 @TIMEOUT
 @operation_option
@@ -121,7 +121,7 @@ def verify(run_id, timeout, operation_id):
         sys.exit(1)
 
 
-@issue_fix.command()
+@issue_fix.command(epilog="Example:\n  loopx issue-fix handoff --run-id r-91ab --root-cause 'float division before rounding'")
 @RUN_ID
 @TIMEOUT
 @click.option("--root-cause", default=None, help="What caused the issue, for the reviewer.")
@@ -139,7 +139,7 @@ def handoff(run_id, timeout, root_cause, output, operation_id):
                           f"publish gate {o['gate_id']} requested; phase {o['phase']}; evidence {o['evidence_id']}")
 
 
-@issue_fix.command()
+@issue_fix.command(epilog="Example:\n  loopx issue-fix publish --run-id r-91ab")
 @RUN_ID
 @TIMEOUT
 @operation_option

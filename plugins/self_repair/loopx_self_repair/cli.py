@@ -35,12 +35,12 @@ def _fix_text(result: dict) -> str:
     return "\n".join(lines)
 
 
-@click.group(cls=LoopxGroup)
+@click.group(cls=LoopxGroup, epilog="Example:\n  loopx self-repair check")
 def self_repair():
     """Detect and repair state that disagrees with the ledger or points at nothing."""
 
 
-@self_repair.command()
+@self_repair.command(epilog="Example:\n  loopx self-repair check --json")
 @goal_option(required=False, help="Check one goal (default: every goal); also as the first argument.")
 def check(goal_id):
     """Run every detector; exit status 1 when something needs repair."""
@@ -53,7 +53,7 @@ def check(goal_id):
         sys.exit(1)
 
 
-@self_repair.command()
+@self_repair.command(epilog="Examples:\n  loopx self-repair fix --goal-id g-2ce4\n  loopx self-repair fix --dry-run")
 @goal_option(required=False, help="Repair one goal (default: every goal); also as the first argument.")
 @click.option("--dry-run", is_flag=True, help="Show what would be repaired; write nothing (no backup either).")
 @operation_option
@@ -76,7 +76,7 @@ def fix(goal_id, dry_run, operation_id):
         sys.exit(1)
 
 
-@self_repair.command()
+@self_repair.command(epilog="Example:\n  loopx self-repair accept --goal-id g-2ce4")
 @click.option("--goal-id", required=True, help="The goal whose kept state you checked.")
 @operation_option
 def accept(goal_id, operation_id):
@@ -94,7 +94,7 @@ def accept(goal_id, operation_id):
     emit(result, lambda r: f"accepted: goal {r['goal_id']} may run again" if r["accepted"] else r["message"])
 
 
-@self_repair.command()
+@self_repair.command(epilog="Example:\n  loopx self-repair skill --path")
 @click.option("--path", "path_only", is_flag=True, help="Print where the skill file is instead of its text.")
 def skill(path_only):
     """Print the loopx-self-repair agent skill (SKILL.md), to install it in an agent host."""

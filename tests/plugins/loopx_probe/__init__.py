@@ -43,7 +43,7 @@ def loopx_register_commands(cli):
     def probe():
         """Notes, for the plugin API tests."""
 
-    @probe.command()
+    @probe.command(epilog="Examples:\n  loopx probe note --goal-id g-2ce4 --text seen\n  loopx probe note --goal-id g-2ce4 --text halt")
     @click.option("--goal-id", required=True)
     @click.option("--text", required=True)
     @operation_option
