@@ -34,6 +34,7 @@ import functools
 import json
 
 from loopx.clock import seconds_between
+from loopx.model import BUDGETS
 
 STATIC_CODES = ("gate_pending", "budget_exhausted", "run_abandoned", "run_failed")
 LANE_CLOSED, LANE_QUIET, LANE_ATTENTION = 0, 1, 2
@@ -74,8 +75,7 @@ def _codes(found) -> str:
 # the summary is kept by the ledger's apply, which sits below the domain modules; a test holds
 # the two to the same verdicts.
 
-_BUDGETS = (("turns", "max_turns"), ("tokens", "max_tokens"), ("cost", "max_cost"),
-            ("wall_seconds", "max_wall_seconds"))
+_BUDGETS = tuple(BUDGETS.items())
 _UNUSED = {"turns": 0, "tokens": 0, "cost": 0.0, "wall_seconds": 0.0}
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 import shlex
 
-from loopx.model import to_json
 from loopx.clock import add_seconds
 from loopx.usage import effective_limits, exhausted, remaining
 
@@ -220,10 +219,13 @@ def _gate_json(gate) -> dict:
 
 
 def _quota(goal, used) -> dict:
+    import attrs
+
     from loopx.usage import attrs_dict
 
     limits = attrs_dict(effective_limits(goal))
-    return {"limits": limits, "used": to_json(used), "remaining": remaining(goal, used)}
+    # attrs.asdict, not to_json: a flat value needs no cattrs, which should-run never imports.
+    return {"limits": limits, "used": attrs.asdict(used), "remaining": remaining(goal, used)}
 
 
 def _grant_command(goal, budget: str) -> str:

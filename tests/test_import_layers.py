@@ -16,3 +16,27 @@ def test_import_contracts_are_kept():
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
     assert "Contracts: 2 kept, 0 broken." in p.stdout
+
+
+@pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+def test_should_run_imports_cattrs_nowhere(registry_url):
+    # cattrs is imported only where it is used (to_json of nested values); `quota should-run`,
+    # which runs before every agent turn, turns its flat values into JSON without it.
+    from tests.conftest import loopx_env
+
+    env = loopx_env(registry_url)
+
+    def loopx(*args, importtime=False):
+        return subprocess.run([sys.executable, *(["-X", "importtime"] if importtime else []), "-m", "loopx", *args],
+                              env=env, capture_output=True, text=True, timeout=120)
+
+    import json
+
+    g = json.loads(loopx("project_prompt", "create", "--title", "T", "--json").stdout)["id"]
+    assert loopx("todo", "add", "--goal-id", g, "--text", "a step").returncode == 0
+    assert loopx("quota", "set", "--goal-id", g, "--max-turns", "5").returncode == 0
+    for _ in range(2):  # a new run, then the same agent's open run handed back
+        p = loopx("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json", importtime=True)
+        assert json.loads(p.stdout)["decision"] == "run"
+        imported = [line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")]
+        assert "loopx.contract" in imported and not [m for m in imported if m.split(".")[0] == "cattrs"]

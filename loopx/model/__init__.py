@@ -25,6 +25,9 @@ TODO_PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
 RUN_STATUSES = ("open", "finished", "abandoned")
 RUN_OUTCOMES = ("ok", "partial", "failed")
 ACTORS = ("user", "executor", "dashboard", "core")  # plus "capability:NAME"
+#: The one budget-name table: usage/grant name -> limit name. Here, beside the other constants
+#: and away from the attrs classes, so that the ledger's apply (loopx.attention) reads it for free.
+BUDGETS = {"turns": "max_turns", "tokens": "max_tokens", "cost": "max_cost", "wall_seconds": "max_wall_seconds"}
 
 _WHERE = {
     "Criterion": "goal",
@@ -48,10 +51,6 @@ __all__ = [*_WHERE, "BUDGETS", "to_json", "from_json"]
 
 
 def __getattr__(name: str):
-    if name == "BUDGETS":
-        from loopx.model.goal import BUDGETS
-
-        return BUDGETS
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'loopx.model' has no attribute {name!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from loopx.model import BUDGETS  # noqa: F401  (the one budget-name table; importable from here too)
 from loopx.model._value import Value, value
 
 
@@ -11,10 +12,6 @@ class Criterion(Value):
 
     text: str
     met: bool = False
-
-
-#: The one budget-name table: usage/grant name -> limit name.
-BUDGETS = {"turns": "max_turns", "tokens": "max_tokens", "cost": "max_cost", "wall_seconds": "max_wall_seconds"}
 
 
 @value
