@@ -7,14 +7,16 @@ from loopx.hookspecs import hookspec
 def loopx_register_event_kinds(register):
     """Register the plugin's own ledger event kinds.
 
-    Call ``register(name, apply, writers=("capability",), guard=None)`` once per kind. ``name``
+    Call ``register(name, apply, writers=("capability",), guard=None, formerly=())`` once per kind. ``name``
     is namespaced, ``<namespace>.<verb>`` (``probe.noted``), and the namespace is not one of the
     core's areas (``goal``, ``todo``, ``gate``, ``run``, ...). ``apply(tx, event)`` applies one
     event to current state using only the event (it is also what a replay runs); ``writers`` are
     the roles allowed to write it (``user``, ``executor``, ``capability``; never ``core``);
-    ``guard(writer, body)`` may refuse a write before it happens. Events of a kind whose plugin is
-    no longer installed stay in the ledger and replay as no-ops. Two plugins registering one kind
-    is a ``plugin_error``.
+    ``guard(writer, body)`` may refuse a write before it happens. ``formerly`` names older names of
+    the kind that ledgers may hold (or a core kind that moved into the plugin, such as
+    ``capability.repaired``): they replay through ``apply`` and are never written again. Events of a
+    kind whose plugin is not installed stay in the ledger, replay as no-ops and are shown as an
+    unknown kind (``loopx history``). Two plugins registering one kind is a ``plugin_error``.
     """
 
 
