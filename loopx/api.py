@@ -113,6 +113,7 @@ _OWN = (
     "writer_close_goal",
     "abandon_expired_run",
     "record_loss",
+    "escape_event_bodies",
     "list_evidence",
     "load_evidence",
     "set_output_format",
@@ -334,6 +335,35 @@ def record_loss(w, *, lost=(), acknowledged=()) -> None:
     whether or not the plugin that wrote it is still installed.
     """
     w.emit("capability.loss_recorded", {"lost": sorted(set(lost)), "acknowledged": sorted(set(acknowledged))})
+
+
+def escape_event_bodies(w, seqs) -> list[dict]:
+    """Make the stored bodies of the writer's goal's events ``seqs`` interoperable JSON again
+    (NaN/Infinity, lone surrogates older versions let in; :func:`json_escaped`) and re-chain the
+    goal from the first; returns ``[{"seq", "original_body"}]`` for the repair to keep as
+    evidence. The one sanctioned rewrite of the ledger: only a capability that declared repairs.
+    """
+    import json
+
+    from loopx import integrity, jsonsafe
+    from loopx.capabilities import capability_of, load
+    from loopx.errors import LoopxError
+
+    name = capability_of(w.actor)
+    cap = load().get(name) if name else None
+    if cap is None or not cap.repairs:
+        raise LoopxError("ownership_violation", f"{w.actor} declared no repairs, so it may not rewrite the ledger")
+    originals = []
+    for seq in sorted(set(seqs)):
+        row = w.tx.one("SELECT id, body FROM events WHERE goal_id = ? AND seq = ?", (w.goal_id, seq))
+        if row is None:
+            continue
+        fixed = json.dumps(jsonsafe.escaped(json.loads(row["body"])), sort_keys=True, separators=(",", ":"))
+        w.tx.execute("UPDATE events SET body = ? WHERE id = ?", (fixed, row["id"]))
+        originals.append({"seq": seq, "original_body": row["body"]})
+    if originals:
+        integrity.rechain(w.tx, w.goal_id, originals[0]["seq"])
+    return originals
 
 
 def apply_state(tx, event, namespace: str, values: dict) -> None:

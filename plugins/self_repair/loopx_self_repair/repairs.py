@@ -295,17 +295,9 @@ REPAIR_BODIES = {
 def _escape(w, found: list) -> list[dict]:
     """Rewrite event bodies holding NaN/Infinity or lone surrogates escaped, keep each original
     as evidence, re-chain, and rebuild the state from the readable ledger."""
-    import json
+    from loopx.api import escape_event_bodies, new_id
 
-    from loopx.api import json_escaped, new_id, rechain_goal
-
-    tx, originals = w.tx, []
-    for f in found:
-        row = tx.one("SELECT id, body FROM events WHERE goal_id = ? AND seq = ?", (w.goal_id, f.details["seq"]))
-        fixed = json.dumps(json_escaped(json.loads(row["body"])), sort_keys=True, separators=(",", ":"))
-        tx.execute("UPDATE events SET body = ? WHERE id = ?", (fixed, row["id"]))
-        originals.append({"seq": f.details["seq"], "original_body": row["body"]})
-    rechain_goal(tx, w.goal_id, min(o["seq"] for o in originals))
+    originals = escape_event_bodies(w, [f.details["seq"] for f in found])
     evidence_id = new_id("evidence")
     w.rebuilt = True
     w.emit("evidence.added", {"evidence_id": evidence_id, "run_id": None, "kind": "repair.original_bytes",
