@@ -300,4 +300,6 @@ def contract_actions(tx, goal, run_id: str | None, left: dict | None) -> list[di
     seconds, how = timeout_for(state["test_timeout"], (left or {}).get("wall_seconds"), expires_in)
     command = shlex.join(["loopx", "issue-fix", step, "--run-id", run_id, "--timeout", str(seconds)])
     note = STEP_NOTES[step].format(worktree=state["worktree"]) + f" (time limit {seconds}s: {how})"
-    return [{"command": command, "note": note, "capability": CAPABILITY, "action": step}]
+    # The agent works in the goal's worktree: executor providers start it there.
+    return [{"command": command, "note": note, "capability": CAPABILITY, "action": step,
+             "workdir": state["worktree"]}]
