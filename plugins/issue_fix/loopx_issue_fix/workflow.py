@@ -128,7 +128,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     goal_id = new_id("goal")
     branch = gitrepo.check_branch_name(root, branch or f"issue-fix/{_slug(title)}-{goal_id[2:8]}")
     if gitrepo.branch_exists(root, branch):
-        raise LoopxError("issue_fix_error", f"branch {branch} already exists in {root}; name another with --branch")
+        raise LoopxError("issue_fix.branch_exists", f"branch {branch} already exists in {root}; name another with --branch")
     goal_dir = gitrepo.common_dir(root) / "loopx-issue-fix" / goal_id
     worktree = goal_dir / "worktree"
     todo_ids = {step: new_id("todo") for step in STEPS}
@@ -183,12 +183,12 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
 
 
 def load_state(tx, goal_id: str) -> dict:
-    """The goal's ``issue_fix`` state (``issue_fix_error`` if it is not an Issue-Fix goal)."""
+    """The goal's ``issue_fix`` state (``issue_fix.not_an_issue_fix_goal`` if it is not one)."""
     from loopx.api import get_state
 
     state = get_state(tx, goal_id, NAMESPACE)
     if not state.get("phase") or "worktree" not in state:
-        raise LoopxError("issue_fix_error", f"goal {goal_id} is not an Issue-Fix goal (no issue_fix state)")
+        raise LoopxError("issue_fix.not_an_issue_fix_goal", f"goal {goal_id} is not an Issue-Fix goal (no issue_fix state)")
     return state
 
 

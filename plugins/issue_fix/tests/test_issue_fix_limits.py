@@ -133,7 +133,7 @@ def test_publish_is_refused_before_the_handoff_and_before_approval(cli, project)
     g, wt = out["goal_id"], Path(out["worktree"])
     run = contract(cli, g)["interaction_contract"]["run_id"]
     r = as_agent(cli, f"loopx issue-fix publish --run-id {run} --json")
-    assert r.code == 2 and r.json["error"]["code"] == "not_reproduced"
+    assert r.code == 2 and r.json["error"]["code"] == "issue_fix.not_reproduced"
     # The turn's step did not run: its outcome is what the evidence supports (failed).
     assert as_agent(cli, f"loopx run finish --run-id {run}").code == 0
     step(cli, g)
