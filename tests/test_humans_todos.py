@@ -68,7 +68,7 @@ def test_dependencies_must_exist_in_the_goal(loopx, goal):
     foreign = add(loopx, other, "theirs")
     r = loopx("todo", "add", "--goal-id", goal, "--text", "x", "--depends-on", foreign, "--json")
     assert r.code == 2 and r.json["error"]["code"] == "todo_not_found"
-    r = loopx("todo", "add", "--goal-id", goal, "--text", "x", "--depends-on", "t-1", "--json")
+    r = loopx("todo", "add", "--goal-id", goal, "--text", "x", "--depends-on", "t-1x", "--json")  # not hex: not an id, nor a prefix of one
     assert r.code == 2 and r.json["error"]["code"] == "invalid_argument"
     assert loopx("todo", "list", "--goal-id", goal, "--json").json == []
 
