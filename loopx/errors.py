@@ -46,9 +46,6 @@ CODES = frozenset(
         "id_ambiguous",
         "target_not_empty",
         "copy_mismatch",
-        "issue_fix_error",
-        "not_reproduced",
-        "repair_failed",  # never raised (self-repair registers its own codes, self_repair.*); kept so matching code still loads
         "invalid_actor",
         "run_not_yours",
         "outcome_contradicts_evidence",
