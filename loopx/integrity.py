@@ -17,6 +17,7 @@ docs/state-interaction-model.md ("Tamper evidence").
 from __future__ import annotations
 
 import json
+import math
 from operator import itemgetter
 
 try:  # the built-in sha256 (no OpenSSL to load: should-run keeps its start-up cheap)
@@ -76,23 +77,28 @@ def state_digest(tx, goal_id: str) -> str:
         names, rows = _tuples(tx, f"SELECT * FROM {table} WHERE {column} = ?", (goal_id,))
         # Each row as its (column, value) pairs by column name, rows by key - the same text as
         # ``sorted(row.items())`` per row, so stored digests still match. A write hashes its goal's
-        # whole state twice (checked before, sealed after), and most rows are the same both
-        # times: a row's text is kept for the transaction, keyed by its values and their types.
+        # whole state twice (checked before, sealed after) and most rows are the same both times,
+        # and as the last write's: a row's text is remembered, keyed by its values and their types.
         order = sorted(range(len(names)), key=names.__getitem__)
         columns = [names[i] for i in order]
         h.update(f'["{table}",['.encode())
         if rows:
             rows.sort(key=itemgetter(*(names.index(k) for k in schema.GOAL_TABLES[table])))
             pick = itemgetter(*order) if len(order) > 1 else (lambda row: (row[order[0]],))
-            seen = _row_texts(tx, table)
+            seen = _row_texts(table, names)
             texts = []
             for row in rows:
-                key = (row, tuple(map(type, row)))
-                text = seen.get(key)
+                types = tuple(map(type, row))
+                text = seen.get((row, types))
                 if text is None:
                     # Floats through repr (via json) and every other value through str: the same
                     # text on SQLite and PostgreSQL for the column types the schema uses.
-                    text = seen[key] = _encode(list(zip(columns, pick(row))))
+                    text = _encode(list(zip(columns, pick(row))))
+                    # Only where equal keys print alike: plain types (equal Decimals or datetimes can
+                    # print apart, as -0.0 and 0.0 do).
+                    if _PLAIN.issuperset(types) and (float not in types or not any(
+                            v == 0 and type(v) is float and math.copysign(1, v) < 0 for v in row)):
+                        seen[(row, types)] = text
                 texts.append(text)
             h.update(",".join(texts).encode("utf-8", "backslashreplace"))
         h.update(b"]]")
@@ -100,18 +106,19 @@ def state_digest(tx, goal_id: str) -> str:
 
 
 _encode = json.JSONEncoder(default=str, separators=(",", ":")).encode  # json.dumps(..., default=str, separators=...)
+_TEXTS: dict = {}  # (table, column names) -> {(row values, their types): the row's text}
+_PLAIN = frozenset((str, int, float, type(None)))
+_TEXTS_MAX = 5000  # per table; a process writing many goals starts afresh past it (bounded memory)
 
 
-def _row_texts(tx, table: str) -> dict:
-    """The row texts :func:`state_digest` already made in this transaction (``tx`` lives for one)."""
-    cache = getattr(tx, "_digest_rows", None)
-    if cache is None:
-        cache = {}
-        try:
-            tx._digest_rows = cache
-        except AttributeError:  # a transaction object that takes no attributes: no reuse
-            return {}
-    return cache.setdefault(table, {})
+def _row_texts(table: str, names: list[str]) -> dict:
+    """Row texts :func:`state_digest` made before in this process (a pure function of the
+    values, their types and the column names, so any transaction may reuse them)."""
+    key = (table, tuple(names))
+    texts = _TEXTS.get(key)
+    if texts is None or len(texts) > _TEXTS_MAX:
+        texts = _TEXTS[key] = {}
+    return texts
 
 
 def _tuples(tx, sql: str, params) -> tuple[list[str], list[tuple]]:

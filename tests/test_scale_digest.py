@@ -62,3 +62,32 @@ def test_digest_is_the_stored_format_and_reuse_within_a_transaction_follows_chan
 
         before, after, reference = reg.store.write(change_and_rehash)
     assert after != before and after == reference
+
+
+def test_remembered_row_texts_never_hide_a_hand_edit(tmp_path):
+    """Row texts are remembered across transactions in a process (a long-lived writer rehashes the
+    same rows write after write); an edit made outside LoopX must still change the digest."""
+    import sqlite3
+
+    from loopx import project_prompt, todos
+
+    url = str(tmp_path / "registry.db")
+    with Registry.open(url) as reg:
+        goal = project_prompt.create(reg, "user", title="edited by hand")["id"]
+        for k in range(3):
+            todos.add(reg, "user", goal_id=goal, text=f"step {k}")
+        with reg.read() as tx:
+            sealed = integrity.state_digest(tx, goal)
+        raw = sqlite3.connect(url)
+        raw.execute("UPDATE todos SET note = 'hand' WHERE goal_id = ? AND text = 'step 1'", (goal,))
+        raw.commit()
+        with reg.read() as tx:
+            edited = integrity.state_digest(tx, goal)
+            assert edited == reference_digest(tx, goal) and edited != sealed
+            assert [p.code for p in integrity.verify_head(tx, goal)] == ["state_digest_mismatch"]
+        raw.execute("UPDATE todos SET note = NULL WHERE goal_id = ? AND text = 'step 1'", (goal,))  # undone
+        raw.commit()
+        raw.close()
+        with reg.read() as tx:
+            assert integrity.state_digest(tx, goal) == reference_digest(tx, goal) == sealed
+            assert integrity.verify_head(tx, goal) == []
