@@ -156,3 +156,31 @@ def test_reads_do_not_queue_behind_writers(sqlite_url):
                            env=loopx_env(sqlite_url), capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["goal"]["id"] == goal
+
+
+def test_every_64th_queued_write_checkpoints_the_wal_into_the_database_file(sqlite_url, tmp_path):
+    """Queued writers checkpoint by ticket, after leaving the queue (SQLite's own checkpoint ran
+    inside the commit that crossed 1,000 WAL pages, holding every writer behind it): after the
+    64th write the database file alone - without its WAL - holds every write."""
+    import shutil
+    import sqlite3
+
+    from loopx import todos
+    from loopx.store.sqlite import CHECKPOINT_EVERY
+
+    goal = _goal(sqlite_url)
+    lock = f"{sqlite_url}-lock"
+    with Registry.open(sqlite_url) as reg:
+        while tickets_taken(lock) < CHECKPOINT_EVERY:
+            todos.add(reg, "user", goal_id=goal, text=f"t{tickets_taken(lock)}")
+        written = len(_todo_texts(sqlite_url, goal))
+        alone = tmp_path / "alone.db"
+        shutil.copyfile(sqlite_url, alone)  # the main file only: what a checkpoint copied into it
+        todos.add(reg, "user", goal_id=goal, text="after")  # the 65th: in the WAL only
+        shutil.copyfile(sqlite_url, tmp_path / "later.db")
+    conn = sqlite3.connect(alone)
+    assert conn.execute("SELECT count(*) FROM todos WHERE goal_id = ?", (goal,)).fetchone()[0] == written == 63
+    conn.close()
+    conn = sqlite3.connect(tmp_path / "later.db")
+    assert conn.execute("SELECT count(*) FROM todos WHERE goal_id = ?", (goal,)).fetchone()[0] == written
+    conn.close()

@@ -28,6 +28,13 @@ from loopx.errors import LoopxError
 from loopx.store import schema
 
 BUSY_TIMEOUT_MS = 60_000
+#: SQLite checkpoints the WAL (copies its pages into the database file, with an fsync) inside the
+#: commit that takes it past 1,000 pages - while that writer holds the queue, so every writer
+#: behind it waits for the disk (a few ms, tens under load). Queued writers turn that off and
+#: instead the writer of every CHECKPOINT_EVERY-th ticket (or of a transaction that changed more
+#: than CHECKPOINT_CHANGES rows) checkpoints after it has let the next writer in.
+CHECKPOINT_EVERY = 64
+CHECKPOINT_CHANGES = 2000
 
 
 def path_from_url(url: str) -> Path:
@@ -190,10 +197,11 @@ class SqliteStore:
                              " reading works, writing needs write permission on it and its directory")
         with self._lock:
             queue = self._writer_queue()
-            if queue is not None:
-                queue.enter()
+            ticket = queue.enter() if queue is not None else None
+            checkpoint = False
             try:
                 conn = self._conn
+                changes = conn.total_changes
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     result = work(SqliteTx(conn))
@@ -201,12 +209,24 @@ class SqliteStore:
                     conn.execute("ROLLBACK")
                     raise
                 conn.execute("COMMIT")
+                checkpoint = ticket is not None and (
+                    (ticket + 1) % CHECKPOINT_EVERY == 0 or conn.total_changes - changes > CHECKPOINT_CHANGES)
                 return result
             except sqlite3.DatabaseError as exc:
                 raise storage_error(exc, self.path) from None
             finally:
                 if queue is not None:
                     queue.leave()
+                if checkpoint:
+                    self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL's committed pages into the database file, outside the writers' queue (see
+        :data:`CHECKPOINT_EVERY`); PASSIVE: it never waits for, nor blocks, readers or the next writer."""
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:  # the next one will catch up; a failed checkpoint loses nothing
+            pass
 
     def _writer_queue(self):
         """The :class:`~loopx.store.writer_queue.WriterQueue` on the sidecar lock file, or None
@@ -219,6 +239,8 @@ class SqliteStore:
 
                     self._queue_fd = os.open(f"{self.path}-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                     self._queue = WriterQueue(self._queue_fd)
+                    if self._queue.tickets:  # checkpoints by ticket, after leaving the queue
+                        self._conn.execute("PRAGMA wal_autocheckpoint = 0")
                 except (ImportError, OSError):  # Windows has no fcntl
                     pass
         return self._queue or None

@@ -46,12 +46,18 @@ class WriterQueue:
         # struct flock {short l_type, l_whence; off_t l_start, l_len; pid_t l_pid} (l_pid 0 for OFD locks).
         self._fcntl.fcntl(self._fd, self._ofd, struct.pack("hhqqi4x", kind, os.SEEK_SET, start, 1, 0))
 
-    def enter(self) -> None:
-        """Wait until every writer that arrived earlier has finished."""
+    @property
+    def tickets(self) -> bool:
+        """Whether writers are numbered (the fair queue; not the ``flock`` fallback)."""
+        return self._ofd is not None
+
+    def enter(self) -> int | None:
+        """Wait until every writer that arrived earlier has finished; return this writer's
+        ticket (writers are numbered 0, 1, 2... across processes), None with ``flock``."""
         fcntl = self._fcntl
         if self._ofd is None:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
-            return
+            return None
         self._lock(fcntl.F_WRLCK, 0)
         try:
             raw = os.pread(self._fd, 8, 0)
@@ -68,6 +74,7 @@ class WriterQueue:
         except BaseException:  # interrupted while queueing: give up the place
             self.leave()
             raise
+        return ticket
 
     def leave(self) -> None:
         """Let the next writer in."""
