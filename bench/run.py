@@ -420,14 +420,17 @@ before the woken waiter ran (in `tests/test_scale_writers.py` a writer looping f
 five times in a row ahead of two queued writers), and SQLite's busy handler, the fallback, sleeps
 up to 100 ms. Readers never queue. A killed writer's locks go with it.
 
-*What a write costs (profiled at 1,000,000 goals, quiet machine):* the queue itself ~0.01 ms,
-`BEGIN IMMEDIATE` ~0.01 ms, `COMMIT` ~0.1 ms (p99 a few ms: a WAL checkpoint lands in the commit
-that crosses 1,000 pages, inside the queue); the transaction's own work ~1.5 ms on a goal of 50
-todos, of which ~85% was tamper evidence: every write verifies its goal's state digest before the
-change and seals a new one after, each hashing every row of the goal's current state (so a write
-grows with its goal's todos: ~12 ms at 400). The digest now hashes plain row tuples and reuses
-each row's text between the two passes within the transaction (byte-for-byte the same digest,
-`tests/test_scale_digest.py`). Under 8 writers that never pause, each write waits for the 7 ahead
+*What a write costs (profiled at 1,000,000 goals):* the queue itself ~0.01 ms, `BEGIN
+IMMEDIATE` ~0.01 ms, `COMMIT` ~0.1 ms - but SQLite's automatic WAL checkpoint (page copy +
+fsync, 4 ms at p99 and up to 25 ms on this machine) ran inside the commit that crossed 1,000
+pages, holding all 7 writers behind it. Queued writers now checkpoint after leaving the queue
+(the writer of every 64th ticket, PASSIVE, so it blocks neither readers nor the next writer).
+The transaction's own work was ~1.5 ms on a goal of 50 todos, ~85% of it tamper evidence: every
+write verifies its goal's state digest before the change and seals a new one after, each hashing
+every row of the goal's current state (so a write grows with its goal's todos: ~12 ms at 400).
+The digest now hashes plain row tuples and remembers each row's text (keyed by its values and
+their types) for the second pass and the process's next writes - byte-for-byte the same digest
+(`tests/test_scale_digest.py`); a write alone now costs ~1 ms (p50) on such a goal. Under 8 writers that never pause, each write waits for the 7 ahead
 of it: the `wait` column is ~7 × the `own` column, so the p99 target needs a write's own cost
 under ~2.5 ms on a loaded 2-core machine. The bench writes to fresh goals each run, after one
 untimed warm-up write per process (the first write loads plugins: start-up, measured by the
