@@ -210,7 +210,12 @@ def serve(registry_url: str | None = None) -> None:
 
     async def call_tool(ctx, params):
         try:
-            out = tools.call(params.name, dict(params.arguments or {}))
+            if params.name == "exec_step":
+                # A step's command may run for minutes: run it on a worker thread with its own
+                # connection (a connection belongs to one thread), so the other tools still answer.
+                out = await anyio.to_thread.run_sync(_exec_step, registry_url, dict(params.arguments or {}))
+            else:
+                out = tools.call(params.name, dict(params.arguments or {}))
         except LoopxError as exc:
             err = {"error": {"code": exc.code, "message": str(exc)}}
             return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(err))],
@@ -259,6 +264,14 @@ def serve(registry_url: str | None = None) -> None:
         anyio.run(main)
     finally:
         reg.close()
+
+
+def _exec_step(registry_url: str | None, args: dict) -> dict:
+    """``exec_step`` on a connection of its own (called on a worker thread)."""
+    from loopx.registry import Registry
+
+    with Registry.open(registry_url) as reg:
+        return Tools(reg).call("exec_step", args)
 
 
 @contextlib.asynccontextmanager

@@ -150,3 +150,46 @@ def test_claude_code_takes_a_turn_through_loopx_mcp_registered_as_documented(tmp
             assert todos.load_todo(tx, g, todo).status == "done"
     finally:
         reg.close()
+
+
+def test_a_long_exec_step_does_not_hold_up_the_other_tools(tmp_path, sqlite_url):
+    """exec_step runs its command off the event loop: while a slow step runs, the agent (or a
+    second request from it) can still read its goal and record evidence."""
+    reg = Registry.open(sqlite_url)
+    flag = tmp_path / "release"
+    # The step waits until the test has read the goal, so the two calls truly overlap.
+    slow = [PY, "-c", f"import os, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.05)\nprint('slow done')"]
+    made = make_goal(reg, acts={"slow": slow})
+    g = made["goal"]
+
+    async def body(s):
+        contract = _json(await s.call_tool("should_run", {"goal_id": g}))
+        r = contract["interaction_contract"]["run_id"]
+        order = []
+
+        async def run_slow():
+            with anyio.fail_after(60):
+                res = _json(await s.call_tool("exec_step", {"run_id": r, "action": "slow"}))
+            order.append(("exec", res["data"]["exit_code"]))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_slow)
+            await anyio.sleep(0.3)
+            try:
+                with anyio.fail_after(20):
+                    status = _json(await s.call_tool("goal_status", {"goal_id": g}))
+                    noted = await s.call_tool("evidence_add", {"run_id": r, "summary": "still working"})
+                order.append(("status", status["id"]))
+                assert not noted.is_error
+            finally:
+                flag.write_text("go")  # never leave the step's process waiting
+        return order, r
+
+    try:
+        order, r = anyio.run(_session, sqlite_url, body)
+        assert order == [("status", g), ("exec", 0)]
+        with reg.read() as tx:
+            kinds = sorted(e["kind"] for e in tx.query("SELECT kind FROM evidence WHERE run_id = ?", (r,)))
+        assert kinds == ["command", "note"]
+    finally:
+        reg.close()

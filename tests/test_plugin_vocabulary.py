@@ -25,6 +25,7 @@ def probe(tmp_path, sqlite_url):
         return p
 
     run.url = sqlite_url
+    run.env = env
     return run
 
 
@@ -59,17 +60,9 @@ def test_a_plugin_event_kind_is_written_shown_and_replayed(probe, monkeypatch):
             "with api.open_registry() as reg, reg.read() as tx:\n"
             "    ev = api.goal_events(tx, sys.argv[1]); live = api.goal_snapshot(tx, sys.argv[1])\n"
             "print(json.dumps(api.replay_goal(ev)[0] == live))\n")
-    env = plugin_env_for(probe)
-    p = subprocess.run([sys.executable, "-c", code, g], env=env, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-c", code, g], env=probe.env, capture_output=True, text=True)
     assert p.stdout.strip() == "true", p.stderr
     assert live["capability_state"]
-
-
-def plugin_env_for(probe):
-    import tempfile
-    from pathlib import Path
-
-    return plugin_env(Path(tempfile.mkdtemp()), probe.url, probe="loopx_probe")
 
 
 def test_a_plugin_error_code_exits_2_with_the_json_error(probe):
