@@ -331,20 +331,23 @@ def write_report(path: Path, results: dict, notes: list[str]) -> None:
     for backend, by_size in results["backends"].items():
         if not by_size:
             continue
-        floor = f["import floor"]["median"]
-        pg_floor = f["import floor + psycopg"]["median"]
+        pg = backend == "postgres"
+        names = ["import floor", "import floor + psycopg"] if pg else ["import floor"]
         lines += [f"## {backend}: commands", "",
-                  f"`x floor` = median / the import floor median ({floor:.1f} ms)"
-                  + (f"; `x floor+psycopg` = median / the import floor + psycopg median ({pg_floor:.1f} ms)"
-                     if backend == "postgres" else "")
-                  + ". Peak RSS: GNU time's maximum resident set, largest of two runs.", "",
-                  "| goals | command | median ms | p95 ms | x floor |" + (" x floor+psycopg |" if backend == "postgres" else "")
-                  + " peak RSS MB |",
-                  "|---:|---|---:|---:|---:|" + ("---:|" if backend == "postgres" else "") + "---:|"]
+                  "Each size's commands ran interleaved with the floors beside them (their medians there), so",
+                  "load that came and went during the run hit both alike; `x` = the command's median / that floor."
+                  " Peak RSS: GNU time's maximum resident set, largest of two runs.", "",
+                  "| goals | command | median ms | p95 ms | import floor ms | x import floor |"
+                  + (" floor + psycopg ms | x floor + psycopg |" if pg else "") + " peak RSS MB |",
+                  "|---:|---|---:|---:|---:|---:|" + ("---:|---:|" if pg else "") + "---:|"]
         for n, res in by_size.items():
+            near = res.get("interleaved_floors") or {}
+            if not near and "interleaved_floor" in res:  # an older last-run.json
+                near = {names[-1]: res["interleaved_floor"]}
+            floors_here = [(near.get(name) or f[name])["median"] for name in names]
             for name, m in res["cli"].items():
-                pg = f" {m['median'] / pg_floor:.2f} |" if backend == "postgres" else ""
-                lines.append(f"| {n:,} | {name} | {m['median']:.1f} | {m['p95']:.1f} | {m['median'] / floor:.2f} |{pg}"
+                cols = "".join(f" {fl:.1f} | {m['median'] / fl:.2f} |" for fl in floors_here)
+                lines.append(f"| {n:,} | {name} | {m['median']:.1f} | {m['p95']:.1f} |{cols}"
                              f" {m['rss_mb']:.1f} |")
         sizes = list(by_size)
         if len(sizes) > 1:
@@ -475,6 +478,8 @@ def main() -> None:
     parser.add_argument("--clean", action="store_true", help="delete the cache and stop")
     parser.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     parser.add_argument("--note", action="append", default=[], help="a line for the report's notes")
+    parser.add_argument("--report-only", action="store_true",
+                        help="re-write the report from the cache's last-run.json (no measuring)")
     args = parser.parse_args()
 
     def log(msg):
@@ -483,6 +488,12 @@ def main() -> None:
     if args.clean:
         shutil.rmtree(cache_dir(), ignore_errors=True)
         log(f"removed {cache_dir()}")
+        return
+    if args.report_only:
+        results = json.loads((cache_dir() / "last-run.json").read_text())
+        results["backends"] = {b: {int(n): r for n, r in by.items()} for b, by in results["backends"].items()}
+        write_report(Path(args.out), results, results.get("notes", []) + args.note)
+        log(f"wrote {args.out}")
         return
     sizes = [int(s) for s in args.sizes.split(",") if s]
     notes = list(args.note)
@@ -538,9 +549,9 @@ def _run(args, sizes, pg_sizes, notes, log) -> None:
         goals = sample_goals(url)
         # The floor a backend's commands are compared with runs interleaved with them (so drift and
         # load hit both alike); the report gives the floors of the run's start.
-        near = "import floor" if backend == "sqlite" else "import floor + psycopg"
-        res = {"cli": measure({near: floor_cases[near], **cli_cases(url, goals[0], env)}, args.runs)}
-        res["interleaved_floor"] = res["cli"].pop(near)
+        near = ["import floor"] + (["import floor + psycopg"] if backend == "postgres" else [])
+        res = {"cli": measure({**{k: floor_cases[k] for k in near}, **cli_cases(url, goals[0], env)}, args.runs)}
+        res["interleaved_floors"] = {k: res["cli"].pop(k) for k in near}
         log(f"{backend} {n:,} goals: status server...")
         res["server"] = {"cold": server_load(url, goals, env, args.seconds, writer=False),
                          "writer": server_load(url, goals, env, args.seconds, writer=True)}
@@ -549,6 +560,7 @@ def _run(args, sizes, pg_sizes, notes, log) -> None:
             res["writers"] = writers(url, env, writes=args.writes, queue=backend == "sqlite")
         results["backends"][backend][n] = res
     results["machine"] += f"; load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end"
+    results["notes"] = notes
     write_report(Path(args.out), results, notes)
     (cache_dir() / "last-run.json").write_text(json.dumps(results, indent=1, default=str))
     log(f"wrote {args.out}")
