@@ -386,7 +386,7 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
     if opening:
         used = type(used)(turns=used.turns + 1, tokens=used.tokens, cost=used.cost, wall_seconds=used.wall_seconds)
     blocking = d.blocking or {"all": [], "actions": {}, "todos": {}}
-    allowed, notes = [], [*d.problems, *(problems or [])]
+    allowed, notes, workdir = [], [*d.problems, *(problems or [])], None
     if d.decision != "run" or run_id is None:
         contributed = []
     if d.decision == "run":
@@ -398,6 +398,13 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
 
         contributed = capabilities.filter_actions(contributed or [], goal, remaining(goal, inputs.usage(run_id)))
         notes += [f"{c.get('capability') or 'plugin'}: {c['note']}" for c in contributed if c.get("note")]
+        # Where the agent works this turn (e.g. Issue-Fix's worktree): executors start the agent
+        # there. Capabilities that disagree name none, and the notes say so.
+        dirs = sorted({c["workdir"] for c in contributed if c.get("workdir")})
+        if len(dirs) == 1:
+            workdir = dirs[0]
+        elif dirs:
+            notes.append("capabilities name different working directories (" + ", ".join(dirs) + "); none is used")
         shown_gates = list({id(g): g for g in [*blocking["all"], *held.values(), *blocking["todos"].values()]}.values())
     else:
         shown_gates = list({id(g): g for g in [*blocking["all"], *blocking["actions"].values(),
@@ -425,6 +432,8 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
     }
     if notes:
         agent_channel["notes"] = notes
+    if workdir:
+        agent_channel["workdir"] = workdir
     if d.own_run is not None and d.decision != "run":
         agent_channel["open_run"] = d.own_run.id
     if expires_at is None:

@@ -46,8 +46,6 @@ CODES = frozenset(
         "id_ambiguous",
         "target_not_empty",
         "copy_mismatch",
-        "issue_fix_error",
-        "not_reproduced",
         "repair_failed",
         "invalid_actor",
         "run_not_yours",

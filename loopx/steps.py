@@ -116,7 +116,8 @@ def contributed(items, plugin: str) -> tuple[list[dict], list[str]]:
     """Check one plugin's ``loopx_contract_actions`` answer: ``(good items, problems)``.
 
     A good item is a dict with ``argv`` (a list; a ``command`` string is accepted and split
-    once), and optional short texts ``note``, ``capability`` and ``action``.
+    once), optional short texts ``note``, ``capability`` and ``action``, and an optional
+    ``workdir`` (an absolute path: the directory the agent works in for this step).
     """
     if items is None:
         return [], []
@@ -132,15 +133,19 @@ def contributed(items, plugin: str) -> tuple[list[dict], list[str]]:
             argv, why = item["argv"], check_argv(item["argv"])
         else:
             argv, why = parse_command(item.get("command"))
-        for key, limit in (("note", 1000), ("capability", 100), ("action", 100)):
+        for key, limit in (("note", 1000), ("capability", 100), ("action", 100), ("workdir", 4096)):
             value = item.get(key)
             if value is not None and (not isinstance(value, str) or len(value) > limit):
                 why = why or f"{key} must be text of at most {limit} characters"
+        workdir = item.get("workdir")
+        if isinstance(workdir, str) and (not workdir.startswith("/") or any(ord(c) < 32 or ord(c) == 127
+                                                                          for c in workdir)):
+            why = why or "workdir must be an absolute path without control characters"
         if why:
             problems.append(f"plugin {plugin}: dropped an action ({why})")
             continue
         good.append({"argv": list(argv), "note": item.get("note"), "capability": item.get("capability"),
-                     "action": item.get("action"), "plugin": plugin})
+                     "action": item.get("action"), "workdir": workdir, "plugin": plugin})
     return good, problems
 
 

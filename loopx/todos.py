@@ -275,6 +275,9 @@ def settle(reg: Registry, actor: str, verb: str, *, goal_id: str, todo_id: str, 
         # Settling a todo records what already happened, like `evidence add`: never refused
         # for a stale contract, only for a run that is no longer open.
         run = _run_for(w, run_id, fresh=False)
+        if w.goal["status"] == "closed":
+            if run is None or run.status != "open":
+                raise LoopxError("goal_closed", f"goal {goal_id} is closed")
         who = _agent_for(run, agent)
         todo = load_todo(w.tx, goal_id, todo_id)
         if verb == "reopen":
@@ -292,7 +295,11 @@ def settle(reg: Registry, actor: str, verb: str, *, goal_id: str, todo_id: str, 
         w.emit(kind, {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
         return to_json(load_todo(w.tx, goal_id, todo_id))
 
+    # Marking a todo done under a run records what happened in it, like `evidence add`: still
+    # accepted when a step of that run closed the goal (Issue-Fix's publish does). Nothing else
+    # changes the todos of a closed goal.
     return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      allow_closed=verb == "done" and run_id is not None,
                       request={"op": f"todo.{verb}", "goal": goal_id, "todo": todo_id, "note": note,
                                "run": run_id, "agent": agent, "epoch": epoch})
 

@@ -12,16 +12,20 @@ Scripts: ``before`` commands are run first (e.g. a user-only ``loopx gate approv
 prompt's commands; ``hang=True`` accepts requests and never answers; ``refuse="text"`` answers
 every request with an HTTP 400 API error carrying that text. ``policy(results, tools)``
 (Anthropic only) replaces the script: given the text of every tool result so far and the names
-of the tools offered, it returns the next ``(tool, input)`` to call, or ``None`` to end the turn.
+of the tools offered (and, if it takes a third parameter, the prompt), it returns the next
+``(tool, input)`` to call - ``Bash``, or Claude Code's own ``Read``/``Edit``/``Write`` - or ``None``
+to end the turn.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 _BLOCK = re.compile(r"```sh\n(.*?)\n```", re.S)
 
@@ -37,6 +41,10 @@ class _Server:
 
     def __init__(self, *, before=(), hang=False, base_input=1000, base_output=50, policy=None, refuse=None):
         self.before, self.hang, self.policy, self.refuse = list(before), hang, policy, refuse
+        # A policy with a third parameter is also given the prompt (the turn's contract, as text).
+        import inspect
+
+        self.policy_reads_prompt = policy is not None and len(inspect.signature(policy).parameters) >= 3
         self.base_input, self.base_output = base_input, base_output
         self.log: list[dict] = []
         self.prompts: list[str] = []
@@ -172,7 +180,8 @@ class AnthropicServer(_Server):
             results = [_parts(part.get("content")) for m in messages if m.get("role") == "user"
                        and isinstance(m.get("content"), list) for part in m["content"]
                        if isinstance(part, dict) and part.get("type") == "tool_result"]
-            call = self.policy(["\n".join(r) for r in results], tools)
+            texts = ["\n".join(r) for r in results]
+            call = self.policy(texts, tools, prompt) if self.policy_reads_prompt else self.policy(texts, tools)
         else:
             command = self.next_command(prompt, done) if "Bash" in tools else None
             call = ("Bash", {"command": command, "description": "contract step"}) if command is not None else None
@@ -258,6 +267,25 @@ def _shell_tool(tools: list[dict]):
                 return name, lambda c: {"command": ["bash", "-lc", c]}
             return name, lambda c: {"command": c}
     return None, None
+
+
+def agents_dir() -> Path:
+    """Where the test script installs the agent CLIs (``LOOPX_TEST_AGENTS_DIR``, else its cache)."""
+    if os.environ.get("LOOPX_TEST_AGENTS_DIR"):
+        return Path(os.environ["LOOPX_TEST_AGENTS_DIR"])
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "loopx-test" / "agents" / "node_modules" / ".bin"
+
+
+def cli_path(name: str) -> str:
+    """The agent CLI ``name``'s path, or skip the test with the reason."""
+    import pytest
+
+    path = agents_dir() / name
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"{name} is not installed in {agents_dir()} (scripts/test.sh installs it with npm; "
+                    f"or set LOOPX_TEST_AGENTS_DIR)")
+    return str(path)
 
 
 def wait_until(predicate, timeout: float = 10.0) -> bool:

@@ -20,27 +20,10 @@ import pytest
 
 from loopx import gates, runs, todos
 from loopx.registry import Registry
-from tests.model_servers import AnthropicServer, OpenAIServer
+from tests.model_servers import AnthropicServer, OpenAIServer, cli_path
 from tests.test_turn_helpers import make_goal
 
 PY = sys.executable
-
-
-def agents_dir() -> Path:
-    """Where the test script installs the agent CLIs."""
-    if os.environ.get("LOOPX_TEST_AGENTS_DIR"):
-        return Path(os.environ["LOOPX_TEST_AGENTS_DIR"])
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "loopx-test" / "agents" / "node_modules" / ".bin"
-
-
-def cli_path(name: str) -> str:
-    """The CLI's path, or skip the test with the reason."""
-    path = agents_dir() / name
-    if not os.access(path, os.X_OK):
-        pytest.skip(f"{name} is not installed in {agents_dir()} (scripts/test.sh installs it with npm; "
-                    f"or set LOOPX_TEST_AGENTS_DIR)")
-    return str(path)
 
 
 SERVERS = {"claude-code": AnthropicServer, "codex": OpenAIServer}

@@ -68,7 +68,7 @@ def test_dependencies_must_exist_in_the_goal(loopx, goal):
     foreign = add(loopx, other, "theirs")
     r = loopx("todo", "add", "--goal-id", goal, "--text", "x", "--depends-on", foreign, "--json")
     assert r.code == 2 and r.json["error"]["code"] == "todo_not_found"
-    r = loopx("todo", "add", "--goal-id", goal, "--text", "x", "--depends-on", "t-1", "--json")
+    r = loopx("todo", "add", "--goal-id", goal, "--text", "x", "--depends-on", "t-1x", "--json")  # not hex: not an id, nor a prefix of one
     assert r.code == 2 and r.json["error"]["code"] == "invalid_argument"
     assert loopx("todo", "list", "--goal-id", goal, "--json").json == []
 
@@ -238,3 +238,22 @@ def test_done_under_a_stale_contract_is_still_recorded(loopx):
     done = loopx("todo", "done", "--goal-id", goal, "--todo-id", first, "--run-id", run, "--json", env=ex)
     assert done.code == 0, done
     assert done.json["status"] == "done"
+
+
+def test_on_a_closed_goal_only_the_open_run_may_still_mark_its_todo_done(loopx, goal):
+    # A step of a run can close the goal (Issue-Fix's publish does); the run then records its todo.
+    first, second = add(loopx, goal, "publish"), add(loopx, goal, "tidy up")
+    agent = {"LOOPX_ACTOR": "executor"}
+    run = loopx("quota", "should-run", "--goal-id", goal, "--json", env=agent).json["interaction_contract"]["run_id"]
+    r = loopx("todo", "claim", "--goal-id", goal, "--todo-id", first, "--run-id", run, "--json", env=agent)
+    assert r.code == 0, r
+    assert loopx("project_prompt", "close", "--goal-id", goal).code == 0
+    r = loopx("todo", "block", "--goal-id", goal, "--todo-id", first, "--run-id", run, "--json", env=agent)
+    assert r.code == 2 and r.json["error"]["code"] == "goal_closed"
+    r = loopx("todo", "done", "--goal-id", goal, "--todo-id", first, "--run-id", run, "--json", env=agent)
+    assert r.code == 0 and r.json["status"] == "done", r
+    assert loopx("run", "finish", "--run-id", run, env=agent).code == 0
+    r = loopx("todo", "done", "--goal-id", goal, "--todo-id", second, "--run-id", run, "--json", env=agent)
+    assert r.code == 2 and r.json["error"]["code"] == "run_not_open"
+    r = loopx("todo", "done", "--goal-id", goal, "--todo-id", second, "--json")
+    assert r.code == 2 and r.json["error"]["code"] == "goal_closed"

@@ -97,6 +97,13 @@ def _absolute(url: str) -> str:
     return url if "://" in url else os.path.abspath(url)
 
 
+def workdir(contract: dict) -> str:
+    """Where the agent CLI runs: the directory the contract names (``agent_channel.workdir``, set
+    by a capability such as Issue-Fix, whose agent edits the goal's own git worktree), else the
+    current directory."""
+    return contract["interaction_contract"]["agent_channel"].get("workdir") or os.getcwd()
+
+
 def time_bound(contract: dict, configured: float) -> float:
     """Seconds the CLI may run: ``configured``, bounded by the goal's remaining wall budget and
     by the run's lease (after it expires nothing the agent does under the run is accepted)."""
@@ -142,7 +149,15 @@ def run_agent(name: str, registry, contract: dict, *, agent: str, argv: list[str
         parse(report, text)
 
     bound = time_bound(contract, timeout)
-    result = run_command(argv, env=env, timeout=bound, cwd=os.getcwd(), on_line=on_line, reap=True,
+    cwd = workdir(contract)
+    if not os.path.isdir(cwd):
+        # Started anywhere else, the agent would edit the wrong files: the turn fails instead.
+        report.failures.append(f"the contract's working directory {cwd} does not exist; the agent was not started")
+        result = {"exit_code": None, "timed_out": False, "duration_seconds": 0.0, "output_sha256": None,
+                  "output_tail": ""}
+        _record_transcript(name, registry, contract, report, result)
+        return {"outcome": "failed", "tokens": 0, "cost": 0.0, "handoff": handoff(name, "failed", report)}
+    result = run_command(argv, env=env, timeout=bound, cwd=cwd, on_line=on_line, reap=True,
                          tail_bytes=16 * 1024)
     if result["timed_out"]:
         report.failures.insert(0, f"timed out after {bound:.1f}s; the CLI and everything it started were stopped")

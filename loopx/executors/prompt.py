@@ -77,6 +77,8 @@ def build(contract: dict, *, host: str = "generic", managed: bool = True) -> str
         lines.append(f"Todo for this turn: {top['id']} ({top['priority']}) {top['text']}")
     else:
         lines.append("The goal has no todos yet: this turn plans it (add one todo per step).")
+    if agent.get("workdir"):
+        lines.append(f"Working directory: {agent['workdir']} (work on the files there, and only there)")
     for note in agent.get("notes") or []:
         lines.append(f"Note: {note}")
     for f in agent.get("feedback") or []:

@@ -23,7 +23,8 @@ def loopx_contract_actions(tx, goal, run_id, remaining):
 
     ``remaining`` is the goal's remaining quota (a dict, ``None`` meaning unlimited). Return
     ``None`` or a list of dicts ``{"argv": ["loopx", ...], "note": TEXT, "capability": NAME,
-    "action": NAME}`` (a ``"command"`` string is still accepted and split once). Each is checked
+    "action": NAME, "workdir": PATH}`` (a ``"command"`` string is still accepted and split once;
+    ``workdir``, an absolute path, becomes ``agent_channel.workdir``: where executors start the agent). Each is checked
     as argv when contributed (``loopx.steps.contributed``): a malformed one is dropped and
     reported with the plugin's name. The core lists each as a ``do`` step run through
     ``loopx exec``, after the goal's actions and before the record/finish steps. Asked before

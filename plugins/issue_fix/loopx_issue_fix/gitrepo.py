@@ -1,7 +1,7 @@
 """The git questions and changes Issue-Fix makes, through the git CLI.
 
 Local plumbing runs ``git -C REPO ...`` with a fixed environment (no pager, no prompts, C
-locale) and turns a failure into ``LoopxError("issue_fix_error", ...)`` naming the git command.
+locale) and turns a failure into ``LoopxError("issue_fix.git_failed", ...)`` naming the git command.
 ``git push`` talks to other machines, so it runs through the core's ``run_command`` (its own
 process group, killed whole at the time-out).
 
@@ -40,12 +40,12 @@ def git(repo: str | Path, *args: str, check: bool = True, env: dict | None = Non
         proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, env=_env(env),
                               timeout=GIT_TIMEOUT_SECONDS)
     except FileNotFoundError:
-        raise LoopxError("issue_fix_error", "git is not installed (Issue-Fix needs the git command)") from None
+        raise LoopxError("issue_fix.git_failed", "git is not installed (Issue-Fix needs the git command)") from None
     except subprocess.TimeoutExpired:
-        raise LoopxError("issue_fix_error", f"git {' '.join(args)} took longer than {GIT_TIMEOUT_SECONDS}s") from None
+        raise LoopxError("issue_fix.git_failed", f"git {' '.join(args)} took longer than {GIT_TIMEOUT_SECONDS}s") from None
     if check and proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
-        raise LoopxError("issue_fix_error",
+        raise LoopxError("issue_fix.git_failed",
                          f"git {' '.join(args)} failed in {repo}: {detail[-1] if detail else proc.returncode}")
     if raw:
         return proc.stdout
@@ -53,23 +53,24 @@ def git(repo: str | Path, *args: str, check: bool = True, env: dict | None = Non
 
 
 def toplevel(path: str | Path) -> str:
-    """The absolute root of the git working tree holding ``path`` (``issue_fix_error`` if none)."""
+    """The absolute root of the git working tree holding ``path`` (``issue_fix.not_a_repository`` if none)."""
     p = Path(path).expanduser()
     if not p.is_dir():
-        raise LoopxError("issue_fix_error", f"--repo {path}: no such directory")
+        raise LoopxError("issue_fix.not_a_repository", f"--repo {path}: no such directory")
     try:
         return git(p.resolve(), "rev-parse", "--show-toplevel")
     except LoopxError:
-        raise LoopxError("issue_fix_error", f"--repo {path} is not inside a git working tree") from None
+        raise LoopxError("issue_fix.not_a_repository", f"--repo {path} is not inside a git working tree") from None
 
 
 def commit_of(repo: str, rev: str = "HEAD") -> str:
-    """The commit ``rev`` names (``issue_fix_error`` if none, e.g. a repository without commits)."""
+    """The commit ``rev`` names: ``issue_fix.not_a_repository`` for a repository without commits,
+    ``invalid_argument`` when ``rev`` (``--base``) is not a commit."""
     out = git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
     if not out:
         if rev == "HEAD":
-            raise LoopxError("issue_fix_error", f"{repo} has no commits yet: commit the code the issue is about first")
-        raise LoopxError("issue_fix_error", f"--base {rev!r} is not a commit in {repo}")
+            raise LoopxError("issue_fix.not_a_repository", f"{repo} has no commits yet: commit the code the issue is about first")
+        raise LoopxError("invalid_argument", f"--base {rev!r} is not a commit in {repo}")
     return out
 
 
@@ -196,7 +197,7 @@ def diff(repo: str, a: str, b: str) -> dict:
 def push(worktree: str, remote: str, commit: str, branch: str, timeout: float) -> dict:
     """Push exactly ``commit`` to ``refs/heads/<branch>`` on ``remote``; then read back what it holds.
 
-    Returns ``{"report", "remote_sha", "duration_seconds"}``; ``issue_fix_error`` when git fails
+    Returns ``{"report", "remote_sha", "duration_seconds"}``; ``issue_fix.publish_failed`` when git fails
     or the remote does not hold ``commit`` afterwards.
     """
     from loopx.api import run_command
@@ -206,13 +207,13 @@ def push(worktree: str, remote: str, commit: str, branch: str, timeout: float) -
                       env=env, timeout=timeout)
     report = res["output_tail"].strip()
     if res["timed_out"]:
-        raise LoopxError("issue_fix_error", f"git push to {remote} took longer than {timeout:g}s (killed)")
+        raise LoopxError("issue_fix.publish_failed", f"git push to {remote} took longer than {timeout:g}s (killed)")
     if res["exit_code"] != 0:
         last = report.splitlines()[-1] if report else f"exit {res['exit_code']}"
-        raise LoopxError("issue_fix_error", f"git push {remote} {branch} failed: {last}")
+        raise LoopxError("issue_fix.publish_failed", f"git push {remote} {branch} failed: {last}")
     back = run_command(["git", "-C", worktree, "ls-remote", remote, f"refs/heads/{branch}"], env=env,
                        timeout=timeout)
     remote_sha = back["output_tail"].split()[0] if back["exit_code"] == 0 and back["output_tail"].split() else None
     if remote_sha != commit:
-        raise LoopxError("issue_fix_error", f"after the push {remote} holds {remote_sha} for {branch}, not {commit}")
+        raise LoopxError("issue_fix.publish_failed", f"after the push {remote} holds {remote_sha} for {branch}, not {commit}")
     return {"report": report[-2000:], "remote_sha": remote_sha, "duration_seconds": res["duration_seconds"]}

@@ -43,11 +43,11 @@ def _context(reg, run_id: str | None, phases: tuple[str, ...], step: str, timeou
     if phase not in phases:
         if phase == "reproduce" and step != "reproduce":
             raise LoopxError(
-                "not_reproduced",
+                "issue_fix.not_reproduced",
                 f"no failing reproduction is recorded for goal {run.goal_id}: run `loopx issue-fix reproduce "
                 f"--run-id {run_id}` and see the tests fail first (red, then green)",
             )
-        raise LoopxError("issue_fix_error", f"issue-fix {step} does not apply in phase {phase!r} of goal "
+        raise LoopxError("issue_fix.wrong_phase", f"issue-fix {step} does not apply in phase {phase!r} of goal "
                          f"{run.goal_id}; the goal waits for: {_waits_for(phase)}")
     return run, state, limit
 
@@ -243,7 +243,7 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
            operation_id: str | None = None) -> dict:
     """Prove the fix on the worktree's code; on success commit it and move to ``handoff``.
 
-    Refused (nothing runs) with ``not_reproduced`` before a red reproduction and with
+    Refused (nothing runs) with ``issue_fix.not_reproduced`` before a red reproduction and with
     ``issue_fix.tests_weakened`` when a file holding a failing test changed (unless test
     changes were allowed at ``start``). Otherwise the tests run once: ``verified`` is true when
     every failing test passes, nothing that passed at the reproduction fails or disappears,
@@ -370,7 +370,7 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     except OSError as exc:
-        raise LoopxError("issue_fix_error", f"cannot write the hand-off packet to {path}: {exc.strerror}") from None
+        raise LoopxError("issue_fix.packet_unwritable", f"cannot write the hand-off packet to {path}: {exc.strerror}") from None
     sha = hashlib.sha256(data).hexdigest()
     gate_id = new_id("gate")
     publish = state["publish"]
@@ -489,6 +489,6 @@ def _open_request(state: dict, timeout: float) -> str:
                 "--description", body.read_text(encoding="utf-8")[:60000], "--yes"]
     res = run_command(argv, env={}, timeout=timeout, cwd=state["worktree"])
     if res["exit_code"] != 0 or res["timed_out"]:
-        raise LoopxError("issue_fix_error", f"the branch is pushed, but `{provider}` could not open the request: "
+        raise LoopxError("issue_fix.publish_failed", f"the branch is pushed, but `{provider}` could not open the request: "
                          f"{(res['output_tail'].strip().splitlines() or ['timed out'])[-1]}")
     return res["output_tail"].strip().splitlines()[-1]

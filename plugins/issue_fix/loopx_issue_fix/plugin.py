@@ -53,6 +53,15 @@ ERROR_CODES = {
     "issue_fix.tests_weakened": "a failing test, or the file holding it, was edited, deleted or skipped",
     "issue_fix.changed_since_verify": "the branch head or the worktree is not the verified commit any more",
     "issue_fix.publish_unavailable": "the chosen publishing tool (gh, glab) is not installed",
+    "issue_fix.not_reproduced": "verify, handoff or publish before a red reproduction is recorded",
+    "issue_fix.wrong_phase": "a step the goal's current phase does not take (the message names what it waits for)",
+    "issue_fix.not_an_issue_fix_goal": "the goal has no Issue-Fix state",
+    "issue_fix.not_a_repository": "--repo is not a directory inside a git working tree with a commit",
+    "issue_fix.branch_exists": "the working branch to create already exists",
+    "issue_fix.git_failed": "a local git command failed, timed out, or git is not installed",
+    "issue_fix.packet_unwritable": "the hand-off packet cannot be written where it should go",
+    "issue_fix.publish_failed": "git push failed or timed out, the remote does not hold the verified sha, "
+                                "or gh/glab could not open the request",
 }
 
 

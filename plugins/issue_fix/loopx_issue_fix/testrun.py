@@ -1,7 +1,8 @@
 """Running the issue's test command in the goal's worktree, and what one run of it shows.
 
 The command is a shell command line run with ``sh -c`` in the worktree through the core's
-``run_command`` (its own process group, killed whole at the time-out). Every run writes a
+``run_command``: under its watcher, which kills every descendant - also one that made a session
+of its own - at the time-out, when the tests end, and when LoopX itself is killed. Every run writes a
 machine-readable JUnit XML report, and that report, not the exit status, says which tests
 failed:
 
@@ -28,15 +29,6 @@ NOT_FOUND = (126, 127)
 #: pytest's exit statuses other than "tests failed": interrupted, internal error, usage error, no tests.
 PYTEST_NOT_A_RUN = (2, 3, 4, 5)
 MAX_CASES = 2000
-#: Runs the test command in the background of a small watcher shell, which ``run_command``
-#: starts in a session of its own (the whole group is killed at the time-out). The watcher ends
-#: whatever the command left running in the group (a server, a ``sleep &``) once it finishes,
-#: even when nothing holds the output pipe, and kills the group if LoopX itself disappears
-#: (killed with SIGKILL: its children would otherwise live on under PID 1). The exit status is
-#: the command's.
-_REAP = ('sh -c "$1" & c=$!; p=$PPID; '
-         'while kill -0 $c 2>/dev/null; do kill -0 $p 2>/dev/null || kill -KILL 0; sleep 0.2; done; '
-         'wait $c; rc=$?; trap "" TERM; kill -TERM 0 2>/dev/null; exit $rc')
 
 
 def is_pytest(command: str) -> bool:
@@ -70,7 +62,9 @@ def run_test(worktree: str, command: str, *, report: Path, report_option: str | 
     ran = command_line(command, report, report_option)
     # The test command is the project's, not LoopX's: it must not act as the run.
     env = {"LOOPX_ACTOR": "", "LOOPX_RUN_ID": "", "LOOPX_GOAL_ID": "", "PYTHONDONTWRITEBYTECODE": "1"}
-    res = run_command(["sh", "-c", _REAP, "loopx-issue-fix-test", ran], env=env, timeout=timeout, cwd=worktree)
+    # reap: whatever the tests left running (a server, a `sleep &`, a `setsid` daemon) is ended
+    # when they finish, as at the time-out and when LoopX itself is killed (see run_command).
+    res = run_command(["sh", "-c", ran], env=env, timeout=timeout, cwd=worktree, reap=True)
     parsed = parse_report(written)
     if report_option:
         written.unlink(missing_ok=True)  # an output, never code

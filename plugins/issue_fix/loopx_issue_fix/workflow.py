@@ -128,7 +128,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     goal_id = new_id("goal")
     branch = gitrepo.check_branch_name(root, branch or f"issue-fix/{_slug(title)}-{goal_id[2:8]}")
     if gitrepo.branch_exists(root, branch):
-        raise LoopxError("issue_fix_error", f"branch {branch} already exists in {root}; name another with --branch")
+        raise LoopxError("issue_fix.branch_exists", f"branch {branch} already exists in {root}; name another with --branch")
     goal_dir = gitrepo.common_dir(root) / "loopx-issue-fix" / goal_id
     worktree = goal_dir / "worktree"
     todo_ids = {step: new_id("todo") for step in STEPS}
@@ -183,12 +183,12 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
 
 
 def load_state(tx, goal_id: str) -> dict:
-    """The goal's ``issue_fix`` state (``issue_fix_error`` if it is not an Issue-Fix goal)."""
+    """The goal's ``issue_fix`` state (``issue_fix.not_an_issue_fix_goal`` if it is not one)."""
     from loopx.api import get_state
 
     state = get_state(tx, goal_id, NAMESPACE)
     if not state.get("phase") or "worktree" not in state:
-        raise LoopxError("issue_fix_error", f"goal {goal_id} is not an Issue-Fix goal (no issue_fix state)")
+        raise LoopxError("issue_fix.not_an_issue_fix_goal", f"goal {goal_id} is not an Issue-Fix goal (no issue_fix state)")
     return state
 
 
@@ -300,4 +300,6 @@ def contract_actions(tx, goal, run_id: str | None, left: dict | None) -> list[di
     seconds, how = timeout_for(state["test_timeout"], (left or {}).get("wall_seconds"), expires_in)
     command = shlex.join(["loopx", "issue-fix", step, "--run-id", run_id, "--timeout", str(seconds)])
     note = STEP_NOTES[step].format(worktree=state["worktree"]) + f" (time limit {seconds}s: {how})"
-    return [{"command": command, "note": note, "capability": CAPABILITY, "action": step}]
+    # The agent works in the goal's worktree: executor providers start it there.
+    return [{"command": command, "note": note, "capability": CAPABILITY, "action": step,
+             "workdir": state["worktree"]}]

@@ -92,8 +92,9 @@ def test_declared_capability_and_document_agree():
     doc = Path(__file__).resolve().parents[3] / cap.doc
     assert capabilities.check_doc(cap, doc.read_text()) == []
     text = doc.read_text()
-    for code in ("issue_fix.not_a_test_failure", "issue_fix.tests_weakened", "issue_fix.changed_since_verify",
-                 "issue_fix.publish_unavailable", "not_reproduced"):
+    from loopx_issue_fix.plugin import ERROR_CODES
+
+    for code in ERROR_CODES:
         assert f"`{code}`" in text, code
 
 
@@ -102,7 +103,12 @@ def test_its_refusal_codes_are_registered_through_loopx_register_error_codes():
     from loopx_issue_fix.plugin import ERROR_CODES
 
     for code in ERROR_CODES:
+        assert code.startswith("issue_fix.")
         assert LoopxError(code, "m").to_json() == {"error": {"code": code, "message": "m"}}
+    # The core holds none of Issue-Fix's codes: they exist only while the plugin is loaded.
+    from loopx.errors import CODES
+
+    assert not [c for c in CODES if "issue_fix" in c or "reproduc" in c]
 
 
 def test_start_works_in_its_own_worktree_and_leaves_a_dirty_checkout_alone(cli, project):
@@ -137,7 +143,10 @@ def test_start_refusals_write_nothing(cli, project, tmp_path):
     plain.mkdir()
     r = cli("issue-fix", "start", "--repo", plain, "--title", "t", "--issue-text", "x",
             "--test-command", TEST_COMMAND, "--json")
-    assert r.code == 2 and r.json["error"]["code"] == "issue_fix_error"
+    assert r.code == 2 and r.json["error"]["code"] == "issue_fix.not_a_repository"
+    r = cli("issue-fix", "start", "--repo", project, "--title", "t", "--issue-text", "x", "--base", "nope",
+            "--test-command", TEST_COMMAND, "--json")
+    assert r.code == 2 and r.json["error"]["code"] == "invalid_argument" and "--base" in r.json["error"]["message"]
     r = cli("issue-fix", "start", "--repo", project, "--title", "t", "--test-command", TEST_COMMAND, "--json")
     assert r.json["error"]["code"] == "invalid_argument"
     # A runner that writes no JUnit report is refused up front.
@@ -158,7 +167,7 @@ def test_start_refusals_write_nothing(cli, project, tmp_path):
     git(project, "branch", "taken")
     r = cli("issue-fix", "start", "--repo", project, "--title", "t", "--issue-text", "x",
             "--test-command", TEST_COMMAND, "--branch", "taken", "--json")
-    assert r.json["error"]["code"] == "issue_fix_error"
+    assert r.json["error"]["code"] == "issue_fix.branch_exists"
     assert cli("project_prompt", "list", "--json").json == []
 
 
@@ -382,7 +391,7 @@ def test_what_is_not_a_test_failure_is_refused_and_never_red(cli, project, tmp_p
         assert s["todo_status"]["reproduce"] == "open"
         doc = contract(cli, goal)
         r = as_agent(cli, f"loopx issue-fix verify --run-id {doc['interaction_contract']['run_id']} --json")
-        assert r.json["error"]["code"] == "not_reproduced"
+        assert r.json["error"]["code"] == "issue_fix.not_reproduced"
     [ev] = [e for e in evidence(loopx_registry, g) if e["actor"] == "capability:issue_fix"]
     assert ev["data"]["outcome"] == "not_a_test_failure" and "not counted as red" in ev["summary"]
 
@@ -394,7 +403,7 @@ def test_nothing_failing_is_not_a_reproduction(cli, tmp_path, loopx_registry):
     run = doc["interaction_contract"]["run_id"]
     for name in ("verify", "handoff"):
         r = as_agent(cli, f"loopx issue-fix {name} --run-id {run} --json")
-        assert r.code == 2 and r.json["error"]["code"] == "not_reproduced", r
+        assert r.code == 2 and r.json["error"]["code"] == "issue_fix.not_reproduced", r
     assert evidence(loopx_registry, g) == []
     r = as_agent(cli, f"loopx issue-fix reproduce --run-id {run} --json")
     assert r.code == 1 and r.json["reproduced"] is False and r.json["phase"] == "reproduce"
@@ -420,7 +429,7 @@ def test_other_goals_get_nothing_from_issue_fix(cli):
     doc = contract(cli, g)
     assert not any("issue-fix" in a for a in actions(doc))
     r = cli("issue-fix", "show", "--goal-id", g, "--json")
-    assert r.json["error"]["code"] == "issue_fix_error"
+    assert r.json["error"]["code"] == "issue_fix.not_an_issue_fix_goal"
 
 
 def test_a_failed_re_verify_takes_the_green_back(cli, project):
@@ -436,6 +445,10 @@ def test_a_failed_re_verify_takes_the_green_back(cli, project):
     (wt / "calc.py").write_text(WRONG)
     r = as_agent(cli, f"loopx issue-fix verify --run-id {run} --json")
     assert r.code == 1 and r.json["reason"] == "test_failed"
+    # Back in fix: a hand-off now is out of phase.
+    r = as_agent(cli, f"loopx issue-fix handoff --run-id {run} --json")
+    assert r.code == 2 and r.json["error"]["code"] == "issue_fix.wrong_phase", r
+    assert "a fix, then issue-fix verify" in r.json["error"]["message"]
     s = state(cli, g)
     assert s["phase"] == "fix" and s["verification"] is None
     assert s["todo_status"]["fix"] == "open" and s["todo_status"]["verify"] == "open"

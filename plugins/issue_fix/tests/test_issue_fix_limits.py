@@ -73,6 +73,28 @@ def test_a_background_child_of_a_finished_test_run_is_ended(cli, tmp_path):
     assert _running(marker) == []
 
 
+def test_children_that_made_a_session_of_their_own_are_ended_too(cli, tmp_path):
+    # Unique durations mark the processes: a daemon made the classic way (a subshell that exits,
+    # so nothing links it to the test run any more) and a plain `setsid sleep &`.
+    orphan, child = (f"{n}.{uuid.uuid4().int % 10**9:09d}" for n in (301, 302))
+    daemons = f"(setsid sleep {orphan} &); setsid sleep {child} & "
+    repo = make_project(tmp_path)
+    # At the time-out.
+    g = start(cli, repo, command=f": {{report}}; {daemons}sleep 300")["goal_id"]
+    began = time.monotonic()
+    r, _ = step(cli, g, "--timeout", "2", expect=2)
+    assert "timed out after 2s" in r.json["error"]["message"] and time.monotonic() - began < 15
+    time.sleep(0.5)
+    assert _running(orphan) == [] and _running(child) == []
+    # When the tests end by themselves.
+    g = start(cli, make_project(tmp_path / "b"), command=f"{daemons}{TEST_COMMAND}")["goal_id"]
+    began = time.monotonic()
+    r, _ = step(cli, g)
+    assert r.json["reproduced"] is True and time.monotonic() - began < 15
+    time.sleep(0.5)
+    assert _running(orphan) == [] and _running(child) == []
+
+
 def test_every_contract_step_carries_its_time_limit_from_quota_need_and_wall_budget(cli, project):
     out = start(cli, project, "--test-timeout", "300")
     g = out["goal_id"]
@@ -133,7 +155,7 @@ def test_publish_is_refused_before_the_handoff_and_before_approval(cli, project)
     g, wt = out["goal_id"], Path(out["worktree"])
     run = contract(cli, g)["interaction_contract"]["run_id"]
     r = as_agent(cli, f"loopx issue-fix publish --run-id {run} --json")
-    assert r.code == 2 and r.json["error"]["code"] == "not_reproduced"
+    assert r.code == 2 and r.json["error"]["code"] == "issue_fix.not_reproduced"
     # The turn's step did not run: its outcome is what the evidence supports (failed).
     assert as_agent(cli, f"loopx run finish --run-id {run}").code == 0
     step(cli, g)
