@@ -17,6 +17,8 @@ docs/state-interaction-model.md ("Tamper evidence").
 from __future__ import annotations
 
 import json
+import math
+from operator import itemgetter
 
 try:  # the built-in sha256 (no OpenSSL to load: should-run keeps its start-up cheap)
     from _sha256 import sha256 as _sha256
@@ -72,14 +74,61 @@ def state_digest(tx, goal_id: str) -> str:
             h.update(json.dumps(["runs", [sorted(r.items()) for r in rows], closed], default=str,
                                 separators=(",", ":")).encode("utf-8", "backslashreplace"))
             continue
-        rows = tx.query(f"SELECT * FROM {table} WHERE {column} = ?", (goal_id,))
-        keys = schema.GOAL_TABLES[table]
-        rows.sort(key=lambda r: tuple(r[k] for k in keys))
-        # Floats through repr (via json) and every other value through str: the same text on
-        # SQLite and PostgreSQL for the column types the schema uses.
-        h.update(json.dumps([table, [sorted(r.items()) for r in rows]], default=str,
-                            separators=(",", ":")).encode("utf-8", "backslashreplace"))
+        names, rows = _tuples(tx, f"SELECT * FROM {table} WHERE {column} = ?", (goal_id,))
+        # Each row as its (column, value) pairs by column name, rows by key - the same text as
+        # ``sorted(row.items())`` per row, so stored digests still match. A write hashes its goal's
+        # whole state twice (checked before, sealed after) and most rows are the same both times,
+        # and as the last write's: a row's text is remembered, keyed by its values and their types.
+        order = sorted(range(len(names)), key=names.__getitem__)
+        columns = [names[i] for i in order]
+        h.update(f'["{table}",['.encode())
+        if rows:
+            rows.sort(key=itemgetter(*(names.index(k) for k in schema.GOAL_TABLES[table])))
+            pick = itemgetter(*order) if len(order) > 1 else (lambda row: (row[order[0]],))
+            seen = _row_texts(table, names)
+            texts = []
+            for row in rows:
+                types = tuple(map(type, row))
+                text = seen.get((row, types))
+                if text is None:
+                    # Floats through repr (via json) and every other value through str: the same
+                    # text on SQLite and PostgreSQL for the column types the schema uses.
+                    text = _encode(list(zip(columns, pick(row))))
+                    # Only where equal keys print alike: plain types (equal Decimals or datetimes can
+                    # print apart, as -0.0 and 0.0 do).
+                    if _PLAIN.issuperset(types) and (float not in types or not any(
+                            v == 0 and type(v) is float and math.copysign(1, v) < 0 for v in row)):
+                        seen[(row, types)] = text
+                texts.append(text)
+            h.update(",".join(texts).encode("utf-8", "backslashreplace"))
+        h.update(b"]]")
     return h.hexdigest()
+
+
+_encode = json.JSONEncoder(default=str, separators=(",", ":")).encode  # json.dumps(..., default=str, separators=...)
+_TEXTS: dict = {}  # (table, column names) -> {(row values, their types): the row's text}
+_PLAIN = frozenset((str, int, float, type(None)))
+_TEXTS_MAX = 5000  # per table; a process writing many goals starts afresh past it (bounded memory)
+
+
+def _row_texts(table: str, names: list[str]) -> dict:
+    """Row texts :func:`state_digest` made before in this process (a pure function of the
+    values, their types and the column names, so any transaction may reuse them)."""
+    key = (table, tuple(names))
+    texts = _TEXTS.get(key)
+    if texts is None or len(texts) > _TEXTS_MAX:
+        texts = _TEXTS[key] = {}
+    return texts
+
+
+def _tuples(tx, sql: str, params) -> tuple[list[str], list[tuple]]:
+    """Column names and plain row tuples of a query (a store's ``tuples`` when it has one)."""
+    fast = getattr(tx, "tuples", None)
+    if fast is not None:
+        return fast(sql, params)
+    rows = tx.query(sql, params)
+    names = list(rows[0]) if rows else []
+    return names, [tuple(r[n] for n in names) for r in rows]
 
 
 def last_event(tx, goal_id: str) -> dict | None:

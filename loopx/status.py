@@ -123,15 +123,18 @@ def usage_many(tx, goal_ids: list[str]) -> dict:
 
 def quota_picture(budget, used) -> dict:
     """Limits, grants, used, remaining (``None`` = unlimited) and the exhausted budgets."""
-    from loopx import usage
-    from loopx.model import to_json
+    import attrs
 
+    from loopx import usage
+
+    # Flat values of plain numbers: attrs' asdict gives what cattrs would, without importing
+    # cattrs and generating its converters on the overview's path (a page has 50 of these).
     effective = usage.effective_limits(budget)
     return {
-        "limits": to_json(budget.limits),
-        "grants": to_json(budget.grants),
+        "limits": attrs.asdict(budget.limits),
+        "grants": attrs.asdict(budget.grants),
         "budget": {k: getattr(effective, n) for k, n in usage.BUDGETS.items()},
-        "used": to_json(used),
+        "used": attrs.asdict(used),
         "remaining": usage.remaining(budget, used),
         "exhausted": usage.exhausted(budget, used),
     }
@@ -337,12 +340,14 @@ def _summaries(tx, ids: list[str], attention: dict[str, list[str]], at: str) -> 
 
 
 def _run_json(r: dict, at: str) -> dict:
+    import attrs
+
     from loopx import runs
-    from loopx.model import to_json
 
     run = runs.run_from_row(r)
     # "state": an open run past its expiry is abandoned whether or not anyone has said so yet.
-    return to_json(run) | {"state": runs.state(run, at)}
+    # (A run is flat: asdict is what cattrs would give, without cattrs on the overview's path.)
+    return attrs.asdict(run) | {"state": runs.state(run, at)}
 
 
 # ----------------------------------------------------------------------------- one goal

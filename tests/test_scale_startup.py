@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -21,3 +22,28 @@ def test_should_run_on_postgres_loads_no_openssl(registry_url, loopx):
     assert "psycopg" in imported  # it did run on PostgreSQL
     # hashlib loads OpenSSL (milliseconds); only a schema migration or an --operation-id needs it.
     assert "hashlib" not in imported and "_hashlib" not in imported
+
+
+def test_status_first_page_does_not_load_cattrs(sqlite_url, tmp_path):
+    """The overview's page (counts, lanes, quota pictures, last runs) is built from flat values:
+    importing cattrs and generating its converters was a fifth of ``status``'s time at 1,000,000
+    goals. The page still shows every field (quota limits, grants, used; the last run)."""
+    from loopx import project_prompt, quota
+    from loopx.registry import Registry
+
+    with Registry.open(sqlite_url) as reg:
+        goal = project_prompt.create(reg, "user", title="paged")["id"]
+        quota.set_limits(reg, "user", goal_id=goal, values={"max_turns": 3})
+    turn = subprocess.run([sys.executable, "-m", "loopx", "quota", "should-run", "--goal-id", goal, "--agent", "tester",
+                           "--json"], env=loopx_env(sqlite_url), capture_output=True, text=True, timeout=120)
+    assert json.loads(turn.stdout)["interaction_contract"]["run_id"], turn.stderr
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "loopx", "status", "--json"],
+                       env=loopx_env(sqlite_url), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert "loopx.status" in imported
+    assert "cattrs" not in imported
+    page = json.loads(r.stdout)
+    shown = page["goals"][0]
+    assert shown["quota"]["limits"]["max_turns"] == 3 and shown["quota"]["used"]["turns"] == 1
+    assert shown["last_run"]["agent"] == "tester" and shown["last_run"]["state"] == "open"

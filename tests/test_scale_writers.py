@@ -1,18 +1,22 @@
-"""SQLite writers queue on a sidecar file lock: real processes, nothing lost, nobody skips the queue.
+"""SQLite writers queue on a sidecar file lock: real processes, nothing lost, served in arrival
+order (nobody skips the queue, not even a process that writes again at once), a killed writer
+never wedges it.
 
 Latency figures are the benchmark's (``bench/run.py``), not asserted here.
 """
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 
 from loopx.registry import Registry
+from loopx.store.writer_queue import WriterQueue, tickets_taken
 from tests.conftest import loopx_env
 
 WRITER = """
@@ -24,6 +28,50 @@ with Registry.open(url) as reg:
     ids = [todos.add(reg, "user", goal_id=goal, text=f"w{i}")["id"] for i in range(n)]
 print(json.dumps(ids))
 """
+
+
+TEXT_WRITER = """
+import sys
+from loopx import todos
+from loopx.registry import Registry
+url, goal, text, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+with Registry.open(url) as reg:
+    for i in range(n):
+        todos.add(reg, "user", goal_id=goal, text=f"{text}{i}")
+"""
+
+
+@contextlib.contextmanager
+def _head_of_queue(url: str):
+    """This test process takes a place in the writers' queue (as another writer in the middle of a
+    write would) and keeps it until the block ends."""
+    fd = os.open(f"{url}-lock", os.O_RDWR | os.O_CREAT)
+    queue = WriterQueue(fd)
+    queue.enter()
+    try:
+        yield queue
+    finally:
+        queue.leave()
+        os.close(fd)
+
+
+def _queued(url: str, tickets: int, proc: subprocess.Popen) -> None:
+    """Wait until ``tickets`` places have been taken in the queue (``proc`` has queued)."""
+    deadline = time.monotonic() + 60
+    while tickets_taken(f"{url}-lock") < tickets:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the writer never queued"
+        time.sleep(0.02)
+
+
+def _text_writer(url: str, goal: str, text: str, n: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", TEXT_WRITER, url, goal, text, str(n)], env=loopx_env(url),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _todo_texts(url: str, goal: str) -> list[str]:
+    with Registry.open(url, readonly=True) as reg, reg.read() as tx:
+        return [r["text"] for r in tx.query("SELECT text FROM todos WHERE goal_id = ? ORDER BY created_seq", (goal,))]
 
 
 def _goal(url: str) -> str:
@@ -56,31 +104,83 @@ def test_eight_writing_processes_lose_nothing(sqlite_url):
 
 def test_a_writer_waits_in_the_queue_not_in_sqlite(sqlite_url):
     goal = _goal(sqlite_url)
-    fd = os.open(f"{sqlite_url}-lock", os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # another writer is at the head of the queue
+    with _head_of_queue(sqlite_url):  # another writer is at the head of the queue
+        start = tickets_taken(f"{sqlite_url}-lock")
         proc = _writers(sqlite_url, goal, processes=1, each=1)[0]
-        time.sleep(1.5)
+        _queued(sqlite_url, start + 1, proc)
+        time.sleep(0.5)
         with Registry.open(sqlite_url, readonly=True) as reg, reg.read() as tx:
             assert tx.one("SELECT count(*) AS n FROM todos")["n"] == 0
         assert proc.poll() is None  # still queued
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err
-    finally:
-        os.close(fd)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
     with Registry.open(sqlite_url, readonly=True) as reg, reg.read() as tx:
         assert tx.one("SELECT count(*) AS n FROM todos")["n"] == 1
 
 
+def test_writers_are_served_in_arrival_order_and_a_repeat_writer_goes_to_the_back(sqlite_url):
+    goal = _goal(sqlite_url)
+    with _head_of_queue(sqlite_url):
+        start = tickets_taken(f"{sqlite_url}-lock")
+        # "a" writes 5 times in a row as fast as it can; "b" and "c" once each, queued after a's
+        # first write. Each of a's next writes must queue behind b and c, not take the lock back.
+        procs = []
+        for k, (text, n) in enumerate((("a", 5), ("b", 1), ("c", 1))):
+            procs.append(_text_writer(sqlite_url, goal, text, n))
+            _queued(sqlite_url, start + k + 1, procs[-1])
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    assert _todo_texts(sqlite_url, goal) == ["a0", "b0", "c0", "a1", "a2", "a3", "a4"]
+
+
+def test_a_writer_killed_while_queued_does_not_wedge_the_queue(sqlite_url):
+    goal = _goal(sqlite_url)
+    with _head_of_queue(sqlite_url):
+        start = tickets_taken(f"{sqlite_url}-lock")
+        doomed = _text_writer(sqlite_url, goal, "doomed", 1)
+        _queued(sqlite_url, start + 1, doomed)
+        after = _text_writer(sqlite_url, goal, "after", 1)
+        _queued(sqlite_url, start + 2, after)
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(timeout=30)
+    out, err = after.communicate(timeout=60)
+    assert after.returncode == 0, err
+    assert _todo_texts(sqlite_url, goal) == ["after0"]
+
+
 def test_reads_do_not_queue_behind_writers(sqlite_url):
     goal = _goal(sqlite_url)
-    fd = os.open(f"{sqlite_url}-lock", os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with _head_of_queue(sqlite_url):
         r = subprocess.run([sys.executable, "-m", "loopx", "status", "--goal-id", goal, "--json"],
                            env=loopx_env(sqlite_url), capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["goal"]["id"] == goal
-    finally:
-        os.close(fd)
+
+
+def test_every_64th_queued_write_checkpoints_the_wal_into_the_database_file(sqlite_url, tmp_path):
+    """Queued writers checkpoint by ticket, after leaving the queue (SQLite's own checkpoint ran
+    inside the commit that crossed 1,000 WAL pages, holding every writer behind it): after the
+    64th write the database file alone - without its WAL - holds every write."""
+    import shutil
+    import sqlite3
+
+    from loopx import todos
+    from loopx.store.sqlite import CHECKPOINT_EVERY
+
+    goal = _goal(sqlite_url)
+    lock = f"{sqlite_url}-lock"
+    with Registry.open(sqlite_url) as reg:
+        while tickets_taken(lock) < CHECKPOINT_EVERY:
+            todos.add(reg, "user", goal_id=goal, text=f"t{tickets_taken(lock)}")
+        written = len(_todo_texts(sqlite_url, goal))
+        alone = tmp_path / "alone.db"
+        shutil.copyfile(sqlite_url, alone)  # the main file only: what a checkpoint copied into it
+        todos.add(reg, "user", goal_id=goal, text="after")  # the 65th: in the WAL only
+        shutil.copyfile(sqlite_url, tmp_path / "later.db")
+    conn = sqlite3.connect(alone)
+    assert conn.execute("SELECT count(*) FROM todos WHERE goal_id = ?", (goal,)).fetchone()[0] == written == 63
+    conn.close()
+    conn = sqlite3.connect(tmp_path / "later.db")
+    assert conn.execute("SELECT count(*) FROM todos WHERE goal_id = ?", (goal,)).fetchone()[0] == written
+    conn.close()

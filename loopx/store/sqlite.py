@@ -1,15 +1,17 @@
 """The embedded default store: one SQLite file, WAL mode, serialised writers.
 
 Writers take the database lock up front (``BEGIN IMMEDIATE``) so a transaction never has to
-upgrade a read lock and deadlock. Before that, a writer queues on an exclusive ``flock`` of a
-sidecar file (``registry.db-lock``): the kernel wakes a waiter the moment the holder lets go, so
-concurrent writing processes wait about as long as the writes ahead of them take. SQLite's own
-busy handler, which is what stands in for a queue without it, polls with sleeps that grow to
-100 ms and lets a newcomer overtake a process that has been waiting for a while; it remains
-only as the fallback (a writer that cannot open the sidecar, an older LoopX, the sqlite3 shell),
-with a generous timeout so such writers still queue instead of failing. Readers never take the
-lock: WAL lets them read while one process writes. A read-only store opens the file with ``mode=ro``: SQLite itself refuses
-every write, which is what the status server relies on.
+upgrade a read lock and deadlock. Before that, a writer takes its place in a first-come,
+first-served queue kept on a sidecar file (``registry.db-lock``, see
+:mod:`loopx.store.writer_queue`): it is woken the moment the writer ahead of it finishes, so
+concurrent writing processes wait about as long as the writes ahead of them take, in arrival
+order. SQLite's own busy handler, which is what stands in for a queue without it, polls with
+sleeps that grow to 100 ms and lets a newcomer overtake a process that has been waiting for a
+while; it remains only as the fallback (a writer that cannot open the sidecar, an older LoopX,
+the sqlite3 shell), with a generous timeout so such writers still queue instead of failing.
+Readers never queue: WAL lets them read while one process writes. A read-only store opens the
+file with ``mode=ro``: SQLite itself refuses every write, which is what the status server
+relies on.
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ from loopx.errors import LoopxError
 from loopx.store import schema
 
 BUSY_TIMEOUT_MS = 60_000
+#: SQLite checkpoints the WAL (copies its pages into the database file, with an fsync) inside the
+#: commit that takes it past 1,000 pages - while that writer holds the queue, so every writer
+#: behind it waits for the disk (a few ms, tens under load). Queued writers turn that off and
+#: instead the writer of every CHECKPOINT_EVERY-th ticket (or of a transaction that changed more
+#: than CHECKPOINT_CHANGES rows) checkpoints after it has let the next writer in.
+CHECKPOINT_EVERY = 64
+CHECKPOINT_CHANGES = 2000
 
 
 def path_from_url(url: str) -> Path:
@@ -55,6 +64,11 @@ class SqliteTx:
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row)) for row in cur.fetchall()]
 
+    def tuples(self, sql, params=()):
+        """Column names and the rows as plain tuples (for hashing many rows cheaply)."""
+        cur = self._conn.execute(sql, params)
+        return [d[0] for d in cur.description], cur.fetchall()
+
     def one(self, sql, params=()):
         cur = self._conn.execute(sql, params)
         row = cur.fetchone()
@@ -80,6 +94,7 @@ class SqliteStore:
         self._lock = threading.RLock()
         self._readonly_file = False
         self._queue_fd: int | None = None  # the sidecar lock file, opened at the first write
+        self._queue = None  # its WriterQueue (False: none can be had)
         self._conn = self._connect()
 
     def _connect(self) -> sqlite3.Connection:
@@ -182,10 +197,11 @@ class SqliteStore:
                              " reading works, writing needs write permission on it and its directory")
         with self._lock:
             queue = self._writer_queue()
-            if queue is not None:
-                queue.flock(self._queue_fd, queue.LOCK_EX)
+            ticket = queue.enter() if queue is not None else None
+            checkpoint = False
             try:
                 conn = self._conn
+                changes = conn.total_changes
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     result = work(SqliteTx(conn))
@@ -193,31 +209,41 @@ class SqliteStore:
                     conn.execute("ROLLBACK")
                     raise
                 conn.execute("COMMIT")
+                checkpoint = ticket is not None and (
+                    (ticket + 1) % CHECKPOINT_EVERY == 0 or conn.total_changes - changes > CHECKPOINT_CHANGES)
                 return result
             except sqlite3.DatabaseError as exc:
                 raise storage_error(exc, self.path) from None
             finally:
                 if queue is not None:
-                    queue.flock(self._queue_fd, queue.LOCK_UN)
+                    queue.leave()
+                if checkpoint:
+                    self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL's committed pages into the database file, outside the writers' queue (see
+        :data:`CHECKPOINT_EVERY`); PASSIVE: it never waits for, nor blocks, readers or the next writer."""
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:  # the next one will catch up; a failed checkpoint loses nothing
+            pass
 
     def _writer_queue(self):
-        """The ``fcntl`` module with ``self._queue_fd`` open on the sidecar lock file, or None
-        (in-memory registries, platforms without ``flock``, a directory we cannot write)."""
-        if self._queue_fd is None:
-            if str(self.path) == ":memory:":
-                self._queue_fd = -1
-            else:
+        """The :class:`~loopx.store.writer_queue.WriterQueue` on the sidecar lock file, or None
+        (in-memory registries, platforms without ``fcntl``, a directory we cannot write)."""
+        if self._queue is None:
+            self._queue = False
+            if str(self.path) != ":memory:":
                 try:
-                    import fcntl  # noqa: F401 - probed here: Windows has none
+                    from loopx.store.writer_queue import WriterQueue
 
                     self._queue_fd = os.open(f"{self.path}-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-                except (ImportError, OSError):
-                    self._queue_fd = -1
-        if self._queue_fd < 0:
-            return None
-        import fcntl
-
-        return fcntl
+                    self._queue = WriterQueue(self._queue_fd)
+                    if self._queue.tickets:  # checkpoints by ticket, after leaving the queue
+                        self._conn.execute("PRAGMA wal_autocheckpoint = 0")
+                except (ImportError, OSError):  # Windows has no fcntl
+                    pass
+        return self._queue or None
 
     def schema_version(self) -> int:
         return self._conn.execute("PRAGMA user_version").fetchone()[0]
@@ -232,9 +258,9 @@ class SqliteStore:
 
     def close(self) -> None:
         self._conn.close()
-        if self._queue_fd is not None and self._queue_fd >= 0:
+        if self._queue_fd is not None:
             os.close(self._queue_fd)
-            self._queue_fd = None
+            self._queue_fd, self._queue = None, None
 
 
 def storage_error(exc: sqlite3.Error, path) -> LoopxError:
