@@ -92,6 +92,9 @@ _LAZY = {
     "progress": "loopx.progress:progress",
     # --- processes ---
     "run_command": "loopx.process:run_command",
+    # --- executors ---
+    "Executor": "loopx.executors.protocol:Executor",
+    "CheckedExecutor": "loopx.executors.protocol:CheckedExecutor",
     # --- testing ---
     "CliResult": "loopx.testing:CliResult",
     "capability_doc_problems": "loopx.testing:capability_doc_problems",

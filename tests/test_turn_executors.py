@@ -125,3 +125,21 @@ def test_planning_turn_through_shell_is_partial_and_hands_off(reg):
     t = executors.turn(reg, "user", goal_id=g, executor="shell", agent="bot")
     assert t["reasons"] == ["no_todos"] and t["outcome"] == "partial" and "no todos" in t["handoff"]
     assert ask(reg, g, agent="bot")["interaction_contract"]["agent_channel"]["handoff"] == t["handoff"]
+
+
+def test_every_builtin_executor_implements_the_executor_protocol_and_a_provider_without_run_turn_is_refused():
+    from loopx import api
+
+    found = executors.providers()
+    assert {"shell", "claude-code", "codex", "command"} <= set(found)
+    assert all(isinstance(found[n], api.Executor) for n in ("shell", "claude-code", "codex", "command"))
+    # Those that can tell before a run is opened that they cannot work say so through check().
+    assert all(isinstance(found[n], api.CheckedExecutor) for n in ("claude-code", "codex", "command"))
+    assert not isinstance(found["shell"], api.CheckedExecutor)
+
+    class NoTurn:
+        def check(self):
+            pass
+
+    with plugin(Provides("no-turn", NoTurn()), "test-no-turn"):
+        assert "no-turn" not in executors.providers()

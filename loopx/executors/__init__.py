@@ -15,6 +15,7 @@ from loopx.errors import LoopxError
 # The one way LoopX runs a child process lives in loopx.process (below the domain layer, so that
 # `loopx exec` can use it without importing executors); importable from here as before.
 from loopx.process import TAIL_BYTES, run_command  # noqa: E402,F401
+from loopx.executors.protocol import CheckedExecutor, Executor, TurnResult  # noqa: E402,F401
 
 
 def providers() -> dict:
@@ -33,7 +34,7 @@ def providers() -> dict:
         except LoopxError as err:
             plugins.report_fault(plugin, "loopx_register_executors", f"registered a bad name: {err.message}")
             continue
-        if not callable(getattr(provider, "run_turn", None)):
+        if not isinstance(provider, Executor):
             plugins.report_fault(plugin, "loopx_register_executors",
                                  f"registered executor {name!r}, which has no run_turn(registry, contract, agent=...)")
             continue
@@ -64,7 +65,7 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
 
     provider = get(executor)
     # A provider that cannot work (no CLI, a bad template) says so before a run is opened.
-    if callable(getattr(provider, "check", None)):
+    if isinstance(provider, CheckedExecutor):
         provider.check()
     agent = check_text(agent if agent is not None else quota.default_agent(), what="--agent", limit="agent")
     answer = quota.should_run(registry, actor, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
