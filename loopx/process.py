@@ -15,10 +15,24 @@ that called ``run_command`` is killed, the watcher ends the whole tree. It sits 
 
 from __future__ import annotations
 
+import contextvars
 import os
 import sys
 
 TAIL_BYTES = 4096
+
+#: The confinement of the step being carried out in this context (a :class:`loopx.confine.Step`),
+#: or ``None``. While it is set, every child :func:`run_command` starts runs under its policy with
+#: its environment: the one place confinement is applied.
+STEP: contextvars.ContextVar = contextvars.ContextVar("loopx_step", default=None)
+#: Variables that carry registry credentials; never passed to a confined child.
+SECRET_VARS = ("PGPASSWORD", "PGPASSFILE", "PGSERVICEFILE", "PGSERVICE", "PGUSER", "PGHOST", "PGHOSTADDR",
+               "PGPORT", "PGDATABASE", "PGSSLKEY", "PGSSLCERT", "PGOPTIONS")
+#: A step described for a ``loopx`` process the broker starts outside confinement (JSON:
+#: ``{"policy", "env"}``), so that what that process starts is confined like the rest of the step.
+#: A confined process setting it gains nothing: Landlock policies only ever narrow.
+ENV_STEP = "LOOPX_STEP"
+LANDLOCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "landlock.py")
 
 #: The watcher every command runs under on Linux (``python -I -S -c WATCHER REAP PROGRAM ARGS...``).
 #: It makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so a descendant that
@@ -31,12 +45,24 @@ TAIL_BYTES = 4096
 #: (an interpreter without site, and ctypes), against minutes-long steps and agent turns.
 WATCHER = r"""
 import os, signal, sys, time
-reap, argv, me, parent = sys.argv[1] == "1", sys.argv[2:], os.getpid(), os.getppid()
+reap, policy, argv, me, parent = sys.argv[1] == "1", sys.argv[2], sys.argv[3:], os.getpid(), os.getppid()
 try:
     import ctypes
     ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
 except Exception:
     pass
+if policy != "-":
+    # Confine this watcher, and so the command and all it starts, before the command exists;
+    # if that fails nothing is started (confinement fails closed).
+    try:
+        import json
+        ns = {"__name__": "loopx_landlock"}
+        exec(compile(open(LANDLOCK).read(), LANDLOCK, "exec"), ns)
+        with open(policy) as f:
+            ns["enforce"](json.load(f))
+    except Exception as exc:
+        os.write(2, ("loopx: cannot confine %r: %s [confinement_unavailable]\n" % (argv[0], exc)).encode())
+        os._exit(126)
 sigs = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
 try:
@@ -125,11 +151,38 @@ os._exit(os.waitstatus_to_exitcode(st) if os.WIFEXITED(st) else 1)
 """
 
 
-def _contained(argv: list[str], reap: bool) -> list[str]:
-    """``argv`` under :data:`WATCHER` (Linux: it relies on ``/proc`` and ``prctl``)."""
+def in_step() -> bool:
+    """Whether children started here run under a step's confinement (see :func:`active_step`)."""
+    return STEP.get() is not None or bool(os.environ.get(ENV_STEP))
+
+
+def active_step() -> tuple[str | None, dict]:
+    """``(policy file or None, environment changes)`` of the step children now run under."""
+    step = STEP.get()
+    if step is not None:
+        return step.policy_file, step.env()
+    raw = os.environ.get(ENV_STEP)
+    if not raw:
+        return None, {}
+    import json
+
+    try:
+        doc = json.loads(raw)
+        return doc.get("policy"), dict(doc.get("env") or {})
+    except (ValueError, AttributeError):
+        # Unreadable: refuse to start anything rather than run it unconfined.
+        return os.devnull + "/unreadable-step", {}
+
+
+def _contained(argv: list[str], reap: bool, policy: str | None = None) -> list[str]:
+    """``argv`` under :data:`WATCHER` (Linux: it relies on ``/proc`` and ``prctl``), confined by
+    the Landlock ``policy`` file when one is given."""
     if not sys.platform.startswith("linux") or not sys.executable:
+        if policy:
+            raise OSError("a confined step needs Linux")
         return argv
-    return [sys.executable, "-I", "-S", "-c", WATCHER, "1" if reap else "0", *argv]
+    code = WATCHER.replace("LANDLOCK", repr(LANDLOCK)) if policy else WATCHER
+    return [sys.executable, "-I", "-S", "-c", code, "1" if reap else "0", policy or "-", *argv]
 
 
 def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: str | None = None,
@@ -153,11 +206,13 @@ def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: st
     total = 0
     lock = threading.Lock()
     started = time.monotonic()
-    full_env = {**os.environ, **env}
+    policy, step_env = active_step()
+    full_env = {**os.environ, **env, **step_env}
     for key in [k for k, v in full_env.items() if v is None]:
         del full_env[key]
     try:
-        proc = subprocess.Popen(_contained(argv, reap), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        command = _contained(argv, reap, policy)
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE if on_line else subprocess.STDOUT,
                                 env=full_env, cwd=cwd, start_new_session=True)
     except OSError as exc:

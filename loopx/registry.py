@@ -14,6 +14,7 @@ validate, read what they need through the writer's ``tx``, and ``emit`` events.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 from contextlib import contextmanager
@@ -28,31 +29,51 @@ ENV_ACTOR = "LOOPX_ACTOR"
 
 
 ENV_RUN_ID = "LOOPX_RUN_ID"
-# What LOOPX_ACTOR may name. "core" is LoopX itself and never comes from the environment.
-_ENV_ROLES = ("user", "executor", "dashboard")
+# What LOOPX_ACTOR may name: only a downgrade. "user" is whoever runs loopx without a broker and
+# outside a step; "capability:NAME" exists only inside LoopX's process (the plugin API); "core"
+# is LoopX itself. None of them is ever taken from the environment.
+_ENV_ROLES = ("executor", "dashboard")
+
+#: The identity of the step a broker serves in this context (:mod:`loopx.broker`): a dict with
+#: ``run_id``, ``goal_id``, ``agent``, ``step_id``; ``None`` outside a broker. Set only by LoopX
+#: in its own process, never from anything a step says.
+IDENTITY: contextvars.ContextVar = contextvars.ContextVar("loopx_identity", default=None)
 
 
 def current_actor() -> str:
-    """The actor this process acts as: ``LOOPX_ACTOR`` (set by ``loopx exec``), else ``user``.
+    """The actor this process acts as: ``executor`` inside a step, else ``user``.
 
-    An empty or unknown ``LOOPX_ACTOR`` is refused (``invalid_actor``) rather than read as
-    ``user``. A process started inside a governed step (``LOOPX_RUN_ID`` is in its environment)
-    acts as the executor whatever ``LOOPX_ACTOR`` says, so a step cannot approve a gate by
-    prefixing ``LOOPX_ACTOR=user`` to a command.
+    Inside a step means: a broker is serving this command (:data:`IDENTITY`), or ``LOOPX_RUN_ID``
+    is in the environment. ``LOOPX_ACTOR`` may only downgrade (``executor``, or ``dashboard`` for
+    a read-only view); ``user`` and ``capability:NAME`` are refused with ``invalid_actor``: the
+    user is whoever runs ``loopx`` outside a step, and a capability acts only through the plugin
+    API inside LoopX's process.
     """
+    if IDENTITY.get() is not None:
+        return "executor"
     raw = os.environ.get(ENV_ACTOR)
+    if raw is not None and raw not in _ENV_ROLES:
+        shown = "empty" if raw == "" else repr(raw[:60])
+        raise LoopxError("invalid_actor", f"LOOPX_ACTOR is {shown}; it may only be executor or dashboard "
+                                          "(unset, loopx acts as you; user and capability:NAME never come "
+                                          "from the environment)")
     actor = "user" if raw is None else raw
-    if actor not in _ENV_ROLES and not (actor.startswith("capability:") and len(actor) > len("capability:")):
-        shown = "empty" if actor == "" else repr(actor[:60])
-        raise LoopxError("invalid_actor", f"LOOPX_ACTOR is {shown}; use user, executor, dashboard or capability:NAME "
-                                          "(unset means user)")
     if ENV_RUN_ID in os.environ and actor != "dashboard":
         return "executor"
     return actor
 
 
+def _plugin_asking() -> bool:
+    from loopx import plugins
+
+    return plugins.calling_plugins(2) is not None
+
+
 def inside_run() -> str | None:
-    """The run this process was started inside (``LOOPX_RUN_ID``), or ``None``."""
+    """The run this process acts inside (a broker's run, else ``LOOPX_RUN_ID``), or ``None``."""
+    ident = IDENTITY.get()
+    if ident is not None:
+        return ident["run_id"]
     return os.environ.get(ENV_RUN_ID)
 
 
@@ -317,6 +338,10 @@ class Registry:
         check_actor(actor)
         if actor == "dashboard":
             raise LoopxError("actor_forbidden", "the dashboard never writes")
+        if IDENTITY.get() is not None and (actor == "user" or (actor == "core" and _plugin_asking())):
+            # Whatever runs for a step (a plugin's command, through the plugin API too) acts as
+            # that step's executor or as a capability, never as the user or as LoopX itself.
+            raise LoopxError("actor_forbidden", f"a command run inside a step may not write as {actor}")
         if operation_id is not None:
             from loopx.validate import check_text
 

@@ -158,5 +158,15 @@ def _json_requested(args: list[str]) -> bool:
 
 
 def main(argv=None):
-    """Console-script entry point."""
+    """Console-script entry point. Inside a confined step (``LOOPX_BROKER`` is set) the command is
+    forwarded to the step's broker, which runs it as this run's executor (:mod:`loopx.broker`)."""
+    if os.environ.get("LOOPX_BROKER"):
+        from loopx.broker_client import forward
+
+        sys.exit(forward(list(sys.argv[1:] if argv is None else argv)))
+    cli.main(args=argv, prog_name="loopx")
+
+
+def run_inprocess(argv: list[str]) -> None:
+    """The CLI in this process (the broker's cheap path); exits with ``SystemExit`` like ``main``."""
     cli.main(args=argv, prog_name="loopx")

@@ -35,6 +35,9 @@ def loop_text(out: dict) -> str:
 
 
 def _options(fn):
+    fn = click.option("--unconfined", is_flag=True, default=False,
+                      help="Run the agent without OS confinement (only if you trust it; docs/security.md). "
+                           "Env LOOPX_UNCONFINED=1.")(fn)
     fn = click.option("--ttl-seconds", type=float, default=None, help="Lease of each run (default 3600).")(fn)
     fn = click.option("--agent", default=None, help="Agent name (default: env LOOPX_AGENT, else 'agent').")(fn)
     fn = click.option("--executor", default="shell", show_default=True, help="Executor provider: shell, claude-code, codex, command or a plugin's (docs/agents.md).")(fn)
@@ -43,23 +46,26 @@ def _options(fn):
 
 @click.command(cls=LoopxCommand)
 @_options
-def turn(goal_id, executor, agent, ttl_seconds):
+def turn(goal_id, executor, agent, ttl_seconds, unconfined):
     """One governed turn: should-run, the executor under the contract, evidence, run finish."""
     from loopx import executors
+    from loopx.cli import run_inprocess
 
     with open_registry() as reg:
-        out = executors.turn(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds)
+        out = executors.turn(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds,
+                             unconfined=unconfined, run_cli=run_inprocess)
     emit(out, turn_text)
 
 
 @click.command(cls=LoopxCommand)
 @_options
 @click.option("--max-turns", type=int, default=10, show_default=True, help="Stop after this many turns.")
-def loop(goal_id, executor, agent, ttl_seconds, max_turns):
+def loop(goal_id, executor, agent, ttl_seconds, max_turns, unconfined):
     """Governed turns until the decision is not `run` (or --max-turns)."""
     from loopx import executors
+    from loopx.cli import run_inprocess
 
     with open_registry() as reg:
         out = executors.loop(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, max_turns=max_turns,
-                             ttl_seconds=ttl_seconds)
+                             ttl_seconds=ttl_seconds, unconfined=unconfined, run_cli=run_inprocess)
     emit(out, loop_text)

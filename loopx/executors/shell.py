@@ -5,8 +5,8 @@ actions and capability steps alike, each a ``loopx exec`` that records its own e
 record steps - and stops at the first step that fails. The ``finish`` step is left to the core
 (:func:`loopx.executors.turn` finishes the run), which records the outcome the run's evidence
 supports. The steps are the only description of the turn it reads: it never parses command
-lines. Every step runs as a child process with ``LOOPX_ACTOR=executor`` and the run in its
-environment. It cannot plan: under a planning contract (a goal without todos) it runs what the
+lines. Inside a turn every step goes through the turn's broker (:mod:`loopx.broker`), as this
+run's executor; the actions a step runs are confined children. It cannot plan: under a planning contract (a goal without todos) it runs what the
 contract lists and hands off to whoever can write the plan.
 """
 
@@ -64,6 +64,14 @@ class ShellExecutor:
                 "handoff": "shell executor: " + ("; ".join(parts) if parts else "nothing to run")}
 
     def _loopx(self, argv: list[str], env: dict) -> tuple[int, str]:
+        from loopx.process import STEP
+
+        step = STEP.get()
+        if step is not None and step.broker is not None:
+            # Inside a turn: each step goes through the turn's broker, as this run's executor
+            # (the actions it runs are confined children).
+            out = step.broker.dispatch(["--format", "json", *argv[1:]], cwd=os.getcwd())
+            return out["exit_code"], out["stdout"] or out["stderr"]
         # The LoopX that runs this executor runs the steps, whatever PATH says.
         cmd = [sys.executable, "-m", "loopx", "--format", "json", *argv[1:]]
         try:

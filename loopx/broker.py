@@ -1,0 +1,271 @@
+"""The broker: the only way a confined step reaches the registry, as this run's executor.
+
+One :class:`Broker` per turn, owned by the executor's process (outside confinement). It listens
+on a Unix socket in the step's private directory; the ``loopx`` CLI inside the step forwards
+its argv there (:mod:`loopx.broker_client`, chosen by ``LOOPX_BROKER`` and a per-turn token that
+only the step's own processes hold). Each request runs as *this run's executor* on *this
+turn's registry*, whatever the request or the step's environment says:
+
+* user-only verbs (gate approve/reject, reward add, quota set/grant, criteria, pause/resume,
+  goal creation, allowed actions, and LoopX's own administration: turn, loop, registry,
+  plugins...) are refused with ``actor_forbidden``, and so is ``--unconfined``;
+* every refusal (the broker's or the ledger's role check) is recorded as evidence on the run
+  (kind ``refused``);
+* the rest runs in LoopX's process (one request at a time, the cheap path) or, while another
+  request is running (an ``exec`` whose child itself calls ``loopx``), in a ``loopx`` child
+  outside confinement with the same forced identity. Children of ``exec`` stay confined.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import socket
+import sys
+import threading
+
+from loopx.broker_client import ENV, ENV_TOKEN, receive, send
+
+#: (command, subcommand or None for all) the broker never runs: a user's decision, or LoopX's
+#: own administration.
+REFUSED = {
+    ("gate", "approve"), ("gate", "reject"), ("reward", "add"), ("quota", "set"), ("quota", "grant"),
+    ("project-prompt", "criterion"), ("project-prompt", "pause"), ("project-prompt", "resume"),
+    ("project-prompt", "create"), ("project_prompt", "criterion"), ("project_prompt", "pause"),
+    ("project_prompt", "resume"), ("project_prompt", "create"), ("action", "add"), ("action", "remove"),
+    ("turn", None), ("loop", None), ("demo", None), ("status-server", None), ("status_server", None),
+    ("mcp", None), ("registry", None), ("plugins", None),
+}
+_GLOBAL_WITH_VALUE = ("--registry", "--format")
+
+
+def split(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``(global options, the command and its arguments)``; ``--registry`` is dropped (the turn's is used)."""
+    head, i = [], 0
+    while i < len(argv) and argv[i].startswith("-"):
+        a = argv[i]
+        if a in _GLOBAL_WITH_VALUE and i + 1 < len(argv):
+            if a != "--registry":
+                head += [a, argv[i + 1]]
+            i += 2
+            continue
+        if not a.startswith("--registry="):
+            head.append(a)
+        i += 1
+    return head, argv[i:]
+
+
+def refusal(command: list[str]) -> str | None:
+    """Why the broker refuses ``command`` (the part after the global options), or ``None``."""
+    if "--unconfined" in command:
+        return "--unconfined is the user's choice, never a step's"
+    if not command:
+        return None
+    name = command[0]
+    sub = next((a for a in command[1:] if not a.startswith("-")), None)
+    if (name, None) in REFUSED or (name, sub) in REFUSED:
+        shown = f"{name} {sub}" if (name, sub) in REFUSED else name
+        return f"`loopx {shown}` is the user's, not an executor's"
+    return None
+
+
+class _Capture(io.TextIOWrapper):
+    """A text stream over bytes, like the one ``click.testing`` swaps in."""
+
+    def __init__(self):
+        super().__init__(io.BytesIO(), encoding="utf-8", errors="replace")
+
+    def value(self) -> str:
+        self.flush()
+        return self.buffer.getvalue().decode("utf-8", errors="replace")
+
+
+class Broker:
+    """Serves one turn's ``loopx`` commands as its executor (see the module docstring)."""
+
+    def __init__(self, *, registry_url: str, run_id: str, goal_id: str, agent: str, directory: str, step=None,
+                 run_cli=None):
+        """``run_cli(argv)``: the ``loopx`` CLI in this process (``loopx.cli.run_inprocess``); without
+        it every request runs in a ``loopx`` child."""
+        self.url, self.run_id, self.goal_id, self.agent, self.step = registry_url, run_id, goal_id, agent, step
+        self.run_cli = run_cli
+        self.path = os.path.join(directory, "broker.sock")
+        self.token = secrets.token_hex(16)
+        self.inprocess = threading.Lock()
+        self.served = 0
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        os.chmod(self.path, 0o600)
+        self.sock.listen(16)
+        self.thread = threading.Thread(target=self._accept, name="loopx-broker", daemon=True)
+        self.thread.start()
+
+    def env(self) -> dict:
+        """What a confined child's environment gets to reach this broker."""
+        return {ENV: self.path, ENV_TOKEN: self.token, "LOOPX_RUN_ID": self.run_id, "LOOPX_GOAL_ID": self.goal_id,
+                "LOOPX_AGENT": self.agent}
+
+    def close(self) -> None:
+        """Stop listening (requests being served finish)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn) -> None:
+        try:
+            with conn:
+                request = receive(conn)
+                if not isinstance(request, dict) or not secrets.compare_digest(str(request.get("token")), self.token):
+                    send(conn, {"exit_code": 2, "stdout": "", "stderr": "loopx: error: not this step's broker "
+                                                                        "[broker_unavailable]\n"})
+                    return
+                argv = [str(a) for a in request.get("argv") or []]
+                cwd = request.get("cwd") if isinstance(request.get("cwd"), str) else None
+                step_id = request.get("step_id") if isinstance(request.get("step_id"), str) else None
+                send(conn, self.dispatch(argv, cwd=cwd, step_id=step_id))
+        except (OSError, ValueError):
+            pass
+
+    def dispatch(self, argv: list[str], *, cwd: str | None = None, step_id: str | None = None) -> dict:
+        """Run ``loopx ARGV`` as this run's executor; ``{"exit_code", "stdout", "stderr"}``."""
+        head, command = split(argv)
+        why = refusal(command)
+        if why is not None:
+            self.record_refusal(argv, "actor_forbidden", why)
+            err = {"code": "actor_forbidden", "message": f"refused inside run {self.run_id}: {why}; "
+                                                         "the attempt is recorded on the run"}
+            as_json = "json" in head or "--json" in head or "--json" in command
+            if as_json:
+                return {"exit_code": 2, "stdout": json.dumps({"error": err}) + "\n", "stderr": ""}
+            return {"exit_code": 2, "stdout": "", "stderr": f"loopx: error: {err['message']} [{err['code']}]\n"}
+        full = ["--registry", self.url, *head, *command]
+        self.served += 1
+        if self.run_cli is not None and self.inprocess.acquire(blocking=False):
+            try:
+                out = self._inprocess(full, cwd=cwd, step_id=step_id)
+            finally:
+                self.inprocess.release()
+        else:
+            out = self._child(full, cwd=cwd, step_id=step_id)
+        code = _error_code(out)
+        if code in ("actor_forbidden", "invalid_actor"):
+            self.record_refusal(argv, code, _error_message(out) or code)
+        return out
+
+    def identity_env(self, step_id: str | None) -> dict:
+        """The environment a served command runs with (``None`` removes a variable)."""
+        env: dict = {k: None for k in os.environ if k.startswith("LOOPX_")}
+        env.update({"LOOPX_ACTOR": "executor", "LOOPX_RUN_ID": self.run_id, "LOOPX_GOAL_ID": self.goal_id,
+                    "LOOPX_AGENT": self.agent, "LOOPX_REGISTRY": self.url})
+        if step_id:
+            env["LOOPX_STEP_ID"] = step_id
+        return env
+
+    def _inprocess(self, argv: list[str], *, cwd, step_id) -> dict:
+        from loopx import process, registry
+
+        saved_env = dict(os.environ)
+        saved_cwd = os.getcwd()
+        saved_streams = sys.stdout, sys.stderr
+        out, err = _Capture(), _Capture()
+        tokens = [registry.IDENTITY.set({"run_id": self.run_id, "goal_id": self.goal_id, "agent": self.agent,
+                                         "step_id": step_id}),
+                  process.STEP.set(self.step)]
+        code = 0
+        try:
+            for k, v in self.identity_env(step_id).items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            if cwd and os.path.isdir(cwd):
+                os.chdir(cwd)
+            sys.stdout, sys.stderr = out, err
+            try:
+                self.run_cli(argv)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except Exception as exc:  # a bug must reach the agent as an error, not kill the broker
+                err.write(f"loopx: error: {type(exc).__name__}: {exc} [internal_error]\n")
+                code = 1
+        finally:
+            sys.stdout, sys.stderr = saved_streams
+            os.chdir(saved_cwd)
+            os.environ.clear()
+            os.environ.update(saved_env)
+            process.STEP.reset(tokens[1])
+            registry.IDENTITY.reset(tokens[0])
+        return {"exit_code": code, "stdout": out.value(), "stderr": err.value()}
+
+    def _child(self, argv: list[str], *, cwd, step_id) -> dict:
+        import subprocess
+
+        env = {**os.environ}
+        for k, v in self.identity_env(step_id).items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
+        if self.step is not None:
+            env["LOOPX_STEP"] = self.step.describe()  # exec's children stay confined
+        p = subprocess.run([sys.executable, "-m", "loopx", *argv], env=env, cwd=cwd if cwd and os.path.isdir(cwd)
+                           else None, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        return {"exit_code": p.returncode, "stdout": p.stdout, "stderr": p.stderr}
+
+    def record_refusal(self, argv: list[str], code: str, why: str) -> None:
+        """Evidence on the run that the step tried something only the user may do."""
+        import shlex
+
+        from loopx import evidence
+        from loopx.errors import LoopxError
+        from loopx.registry import Registry
+
+        try:
+            with Registry.open(self.url) as reg:
+                evidence.record(reg, "core", run_id=self.run_id, kind="refused",
+                                summary=f"refused: loopx {shlex.join(argv)}"[:500],
+                                data={"argv": argv[:64], "code": code, "why": why[:500], "by": "broker"})
+        except LoopxError:
+            pass  # the run may be closed already; the refusal itself still stands
+
+
+def _error(out: dict) -> dict | None:
+    text = out.get("stdout") or ""
+    try:
+        doc = json.loads(text)
+        if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
+            return doc["error"]
+    except ValueError:
+        pass
+    import re
+
+    found = re.search(r"loopx: error: (.*) \[([a-z_.]+)\]\s*$", out.get("stderr") or "")
+    return {"message": found.group(1), "code": found.group(2)} if found else None
+
+
+def _error_code(out: dict) -> str | None:
+    if out.get("exit_code") == 0:
+        return None
+    err = _error(out)
+    return err.get("code") if err else None
+
+
+def _error_message(out: dict) -> str | None:
+    err = _error(out)
+    return err.get("message") if err else None

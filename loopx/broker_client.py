@@ -1,0 +1,66 @@
+"""The ``loopx`` command inside a confined step: forward argv to the turn's broker, print its answer.
+
+Inside a step the agent cannot open the registry (confinement hides and write-protects it), so
+when ``LOOPX_BROKER`` names a socket the ``loopx`` CLI sends its argv and working directory
+there (:mod:`loopx.broker` runs the command as this run's executor) and prints what comes back,
+exiting with the same status. Nothing of LoopX is imported: this path costs a socket round trip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import sys
+
+ENV = "LOOPX_BROKER"
+ENV_TOKEN = "LOOPX_BROKER_TOKEN"
+
+
+def send(sock, doc: dict) -> None:
+    """One length-prefixed JSON message."""
+    raw = json.dumps(doc).encode("utf-8")
+    sock.sendall(struct.pack(">I", len(raw)) + raw)
+
+
+def receive(sock) -> dict | None:
+    """One length-prefixed JSON message (``None`` when the peer closed)."""
+    head = _exactly(sock, 4)
+    if head is None:
+        return None
+    raw = _exactly(sock, struct.unpack(">I", head)[0])
+    return None if raw is None else json.loads(raw.decode("utf-8"))
+
+
+def _exactly(sock, n: int) -> bytes | None:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            return None
+        out += chunk
+    return bytes(out)
+
+
+def forward(argv: list[str]) -> int:
+    """Send ``argv`` to the broker; print its output; return its exit status."""
+    path = os.environ[ENV]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        send(sock, {"token": os.environ.get(ENV_TOKEN, ""), "argv": argv, "cwd": os.getcwd(),
+                    "step_id": os.environ.get("LOOPX_STEP_ID")})
+        answer = receive(sock)
+    except OSError as exc:
+        sys.stderr.write(f"loopx: error: cannot reach the step's broker at {path}: {exc} [broker_unavailable]\n")
+        return 2
+    finally:
+        sock.close()
+    if answer is None:
+        sys.stderr.write("loopx: error: the step's broker closed the connection [broker_unavailable]\n")
+        return 2
+    sys.stdout.write(answer.get("stdout", ""))
+    sys.stderr.write(answer.get("stderr", ""))
+    sys.stdout.flush()
+    return int(answer.get("exit_code", 1))

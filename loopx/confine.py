@@ -1,0 +1,282 @@
+"""Confinement of a governed step: what the agent's process tree may read, write and reach.
+
+One :class:`Step` per turn holds the policy; :func:`loopx.process.run_command` applies it (the one
+place LoopX starts a child) to every child started while the step is active: the watcher it
+starts enforces Landlock (:mod:`loopx.landlock`) on itself just before it starts the command, so
+the agent and everything it starts inherit it. The policy:
+
+* **writes** only beneath the goal's workdir (or worktree, and the git directories it uses), a
+  private temp dir (``TMPDIR``), the agent CLIs' own state (``~/.claude``, ``~/.claude.json``,
+  ``$CODEX_HOME`` or ``~/.codex``) and a few devices (``/dev/null``...);
+* **reads** everywhere except LoopX's config directory (``platformdirs.user_config_dir("loopx")``,
+  where the integrity key lives), the SQLite registry file and its journal files, and PostgreSQL
+  password files. Landlock is an allow-list, so a path is hidden by granting read on every
+  sibling along the way from ``/`` to it (:func:`cover`); the directories on the way may still be
+  listed;
+* the registry's directory, ``.git/hooks``, ``.git/config`` and ``.git/info`` are never writable;
+* with a PostgreSQL registry, TCP connections to its port are denied (Landlock ABI >= 4), and
+  the registry URL and ``PG*`` variables never reach the agent's environment.
+
+The agent reaches the registry only through the turn's broker (:mod:`loopx.broker`), whose
+address is in the environment. Confinement **fails closed**: :func:`check` refuses a turn
+(``confinement_unavailable``) where Landlock is missing, unless the user opted in with
+``--unconfined`` or ``LOOPX_UNCONFINED=1`` in the environment of the ``loopx`` they run (the
+agent cannot set it for LoopX: a variable it sets reaches only processes it starts, which are
+already confined). A turn that ran unconfined says so in its evidence and hand-off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from loopx.errors import LoopxError
+from loopx.process import SECRET_VARS
+
+ENV_UNCONFINED = "LOOPX_UNCONFINED"
+#: ``none`` makes LoopX behave as if the kernel had no Landlock (it can only make a turn refuse).
+ENV_BACKEND = "LOOPX_CONFINE_BACKEND"
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts",
+           "/dev/shm")
+
+
+def backend() -> str | None:
+    """The confinement this machine offers (``"landlock"``), or ``None``."""
+    if os.environ.get(ENV_BACKEND) == "none" or not sys.platform.startswith("linux"):
+        return None
+    from loopx import landlock
+
+    return "landlock" if landlock.abi() >= 1 else None
+
+
+def opted_out(flag: bool = False) -> bool:
+    """True when the user asked for unconfined steps (``--unconfined`` or ``LOOPX_UNCONFINED=1``)."""
+    return bool(flag) or os.environ.get(ENV_UNCONFINED, "") in ("1", "true", "yes")
+
+
+def check(unconfined: bool = False) -> str | None:
+    """The backend to use; ``confinement_unavailable`` when there is none and the user did not opt out.
+
+    Returns ``None`` for an unconfined step (the user's choice).
+    """
+    if opted_out(unconfined):
+        return None
+    found = backend()
+    if found is None:
+        why = "Landlock is not available in this kernel" if sys.platform.startswith("linux") else \
+            f"LoopX confines steps with Linux Landlock, not available on {sys.platform}"
+        if os.environ.get(ENV_BACKEND) == "none":
+            why = f"{ENV_BACKEND}=none"
+        raise LoopxError("confinement_unavailable",
+                         f"cannot confine the agent ({why}); refusing to run the step. Run it unconfined only "
+                         "if you trust the agent: --unconfined or LOOPX_UNCONFINED=1 (docs/security.md)")
+    return found
+
+
+def config_dir() -> str:
+    """LoopX's config directory (the integrity key lives beneath it): never readable inside a step."""
+    import platformdirs
+
+    return platformdirs.user_config_dir("loopx", appauthor=False)
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def cover(root: str, excluded: list[str]) -> tuple[list[str], list[str]]:
+    """``(paths, passed)``: paths whose subtrees together hold all of ``root`` except ``excluded``,
+    and the directories passed on the way (an excluded path's ancestors below ``root``).
+
+    Landlock rules apply to a whole subtree, so to leave a path out every sibling along the way
+    to it gets a rule of its own. A symbolic link is followed only when its target holds no
+    excluded path and lies in none (a link into a hidden directory is left out).
+    """
+    inside = [e for e in excluded if _under(e, root)]
+    if not inside:
+        return [root], []
+    if root in inside or not os.path.isdir(root) or os.path.islink(root):
+        return [], []
+    paths, passed = [], [root]
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return [], passed
+    for name in names:
+        child = os.path.join(root, name)
+        if os.path.islink(child):
+            target = os.path.realpath(child)
+            if any(_under(e, target) or _under(target, e) for e in excluded):
+                continue
+        sub, way = cover(child, inside)
+        paths += sub
+        passed += way
+    return paths, passed
+
+
+def _git_paths(workdir: str) -> tuple[list[str], list[str]]:
+    """``(writable, protected)`` for the git repository ``workdir`` is in (if any).
+
+    A linked worktree keeps its index and HEAD in ``.git/worktrees/NAME`` of the main repository
+    and shares its objects and refs: both are writable, its hooks, config and info are not.
+    """
+    probe, top = workdir, None
+    while True:
+        if os.path.exists(os.path.join(probe, ".git")):
+            top = probe
+            break
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return [], []
+        probe = parent
+    dotgit = os.path.join(top, ".git")
+    gitdir = dotgit
+    if os.path.isfile(dotgit):
+        try:
+            with open(dotgit, encoding="utf-8") as f:
+                line = f.read().strip()
+        except OSError:
+            return [], []
+        if line.startswith("gitdir:"):
+            gitdir = os.path.normpath(os.path.join(top, line.split(":", 1)[1].strip()))
+    common = gitdir
+    try:
+        with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as f:
+            common = os.path.normpath(os.path.join(gitdir, f.read().strip()))
+    except OSError:
+        pass
+    protected = [os.path.join(common, n) for n in ("hooks", "config", "info")]
+    protected.append(os.path.join(gitdir, "config.worktree"))
+    return [_real(gitdir), _real(common)], [_real(p) for p in protected]
+
+
+def registry_paths(url: str) -> tuple[list[str], list[str], list[int]]:
+    """``(hidden, read_only, denied_ports)`` for the registry at ``url``."""
+    if "://" in url and not url.lower().startswith("sqlite"):
+        from urllib.parse import urlsplit
+
+        try:
+            port = urlsplit(url).port or 5432
+        except ValueError:
+            port = 5432
+        return [], [], [port]
+    from loopx.store.sqlite import path_from_url
+
+    path = _real(str(path_from_url(url)))
+    hidden = [path + suffix for suffix in ("", "-wal", "-shm", "-journal", "-lock")]
+    return hidden, [os.path.dirname(path)], []
+
+
+class Step:
+    """The confinement of one turn: policy, private directory, environment; see the module docstring.
+
+    ``backend`` ``None`` means the user chose to run unconfined: the environment is still
+    scrubbed and the broker still stamps identity, only the OS policy is missing.
+    """
+
+    def __init__(self, *, registry_url: str, workdir: str, backend: str | None, broker_env: dict | None = None):
+        self.backend = backend
+        if backend is not None:
+            _, regdirs, _ = registry_paths(registry_url)
+            if any(_under(d, _real(workdir)) for d in regdirs):
+                raise LoopxError("confinement_unavailable",
+                                 f"the registry is inside the agent's working directory {workdir}: a confined agent "
+                                 "could not be kept from it. Keep the registry elsewhere (--registry / LOOPX_REGISTRY; "
+                                 "the default is the user data directory)")
+        self.dir = tempfile.mkdtemp(prefix="loopx-step-")
+        self.tmp = os.path.join(self.dir, "tmp")
+        os.mkdir(self.tmp, 0o700)
+        self.workdir = _real(workdir)
+        self.registry_url = registry_url
+        self.broker_env = dict(broker_env or {})
+        self.broker = None  # the turn's loopx.broker.Broker, once started
+        self.policy_file = None
+        self.rules = 0
+        if backend is not None:
+            policy = self.policy()
+            self.rules = len(policy["rules"])
+            self.policy_file = os.path.join(self.dir, "policy.json")
+            with open(self.policy_file, "w", encoding="utf-8") as f:
+                json.dump(policy, f)
+
+    @property
+    def confined(self) -> bool:
+        """Whether children run under an OS policy."""
+        return self.backend is not None
+
+    def writable(self) -> list[str]:
+        """The roots the agent may write beneath (before the protected paths are taken out)."""
+        home = os.path.expanduser("~")
+        roots = [self.workdir, self.tmp, os.path.join(home, ".claude"), os.path.join(home, ".claude.json"),
+                 os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")]
+        git_writable, _ = _git_paths(self.workdir)
+        roots += git_writable
+        roots += [d for d in DEVICES if os.path.exists(d)]
+        out = []
+        for r in roots:
+            r = _real(r)
+            if os.path.exists(r) and not any(_under(r, o) for o in out):
+                out = [o for o in out if not _under(o, r)] + [r]
+        return out
+
+    def policy(self) -> dict:
+        """The Landlock policy (see :mod:`loopx.landlock`)."""
+        hidden_reg, ro_reg, ports = registry_paths(self.registry_url)
+        home = os.path.expanduser("~")
+        hidden = [_real(config_dir()), *hidden_reg, _real(os.path.join(home, ".pgpass")),
+                  _real(os.path.join(home, ".pg_service.conf"))]
+        if os.environ.get("PGPASSFILE"):
+            hidden.append(_real(os.environ["PGPASSFILE"]))
+        _, git_protected = _git_paths(self.workdir)
+        # The step's own directory holds the policy file: readable, never writable (only tmp/ is).
+        protected = hidden + ro_reg + git_protected + [self.dir]
+        read, passed = cover("/", hidden)
+        rules = [[p, "r"] for p in read] + [[p, "d"] for p in passed]
+        for root in self.writable():
+            paths, _ = cover(root, [p for p in protected if not _under(self.tmp, p)])
+            rules += [[p, "rw"] for p in paths]
+        return {"rules": rules, "deny_tcp": ports}
+
+    def env(self) -> dict:
+        """What a confined child's environment gets (``None`` removes a variable)."""
+        out: dict = {k: None for k in os.environ if k.startswith("LOOPX_") or k in SECRET_VARS}
+        out.update({"TMPDIR": self.tmp, "TMP": self.tmp, "TEMP": self.tmp, **self.broker_env})
+        return out
+
+    def describe(self) -> str:
+        """This step as ``LOOPX_STEP`` holds it (see :data:`loopx.process.ENV_STEP`)."""
+        return json.dumps({"policy": self.policy_file, "env": self.env()})
+
+    def close(self) -> None:
+        """Remove the step's private directory."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+SANDBOX_EXEC_PROFILE = r"""(version 1)
+; LoopX step profile for macOS sandbox-exec (docs/security.md). Parameters (-D):
+;   WORKDIR  the goal's workdir     TMPDIR  the step's private temp dir
+;   HOME     the user's home        CONFIG  LoopX's config dir (the key)
+;   REGDIR   the registry's directory
+(allow default)
+(deny file-write*)
+(allow file-write*
+  (subpath (param "WORKDIR"))
+  (subpath (param "TMPDIR"))
+  (subpath (string-append (param "HOME") "/.claude"))
+  (literal (string-append (param "HOME") "/.claude.json"))
+  (subpath (string-append (param "HOME") "/.codex"))
+  (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/ttys[0-9]+$"))
+(deny file-write*
+  (subpath (string-append (param "WORKDIR") "/.git/hooks"))
+  (literal (string-append (param "WORKDIR") "/.git/config"))
+  (subpath (string-append (param "WORKDIR") "/.git/info"))
+  (subpath (param "REGDIR")))
+(deny file-read* (subpath (param "CONFIG")) (regex #"/registry\.db(-wal|-shm|-journal)?$"))
+"""
