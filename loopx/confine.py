@@ -183,13 +183,6 @@ class Step:
 
     def __init__(self, *, registry_url: str, workdir: str, backend: str | None, broker_env: dict | None = None):
         self.backend = backend
-        if backend is not None:
-            _, regdirs, _ = registry_paths(registry_url)
-            if any(_under(d, _real(workdir)) for d in regdirs):
-                raise LoopxError("confinement_unavailable",
-                                 f"the registry is inside the agent's working directory {workdir}: a confined agent "
-                                 "could not be kept from it. Keep the registry elsewhere (--registry / LOOPX_REGISTRY; "
-                                 "the default is the user data directory)")
         self.dir = tempfile.mkdtemp(prefix="loopx-step-")
         self.tmp = os.path.join(self.dir, "tmp")
         os.mkdir(self.tmp, 0o700)
@@ -236,11 +229,15 @@ class Step:
             hidden.append(_real(os.environ["PGPASSFILE"]))
         _, git_protected = _git_paths(self.workdir)
         # The step's own directory holds the policy file: readable, never writable (only tmp/ is).
-        protected = hidden + ro_reg + git_protected + [self.dir]
+        protected = hidden + git_protected + [self.dir]
         read, passed = cover("/", hidden)
         rules = [[p, "r"] for p in read] + [[p, "d"] for p in passed]
         for root in self.writable():
-            paths, _ = cover(root, [p for p in protected if not _under(self.tmp, p)])
+            # The registry's directory is never writable: left out of a root that holds it, and a
+            # root that *is* it is split into its entries (the registry files left out), so
+            # nothing can be created, removed or renamed beside the registry.
+            excluded = protected + [d for d in ro_reg if d != root]
+            paths, _ = cover(root, [p for p in excluded if not _under(self.tmp, p)])
             rules += [[p, "rw"] for p in paths]
         return {"rules": rules, "deny_tcp": ports}
 

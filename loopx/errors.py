@@ -51,6 +51,8 @@ CODES = frozenset(
         "outcome_contradicts_evidence",
         "step_failed",
         "executor_unavailable",
+        "confinement_unavailable",  # a step cannot be confined here and the user did not opt out
+        "broker_unavailable",  # a confined step's loopx cannot reach its turn's broker
     }
 )
 

@@ -338,7 +338,7 @@ class Registry:
         check_actor(actor)
         if actor == "dashboard":
             raise LoopxError("actor_forbidden", "the dashboard never writes")
-        if IDENTITY.get() is not None and (actor == "user" or (actor == "core" and _plugin_asking())):
+        if inside_run() is not None and (actor == "user" or (actor == "core" and _plugin_asking())):
             # Whatever runs for a step (a plugin's command, through the plugin API too) acts as
             # that step's executor or as a capability, never as the user or as LoopX itself.
             raise LoopxError("actor_forbidden", f"a command run inside a step may not write as {actor}")

@@ -66,7 +66,10 @@ def test_a_governed_step_cannot_approve_a_gate_by_claiming_to_be_the_user(loopx_
     r = loopx_proc("exec", "--run-id", run, "--agent", "a1", "--action", "sneak", "--json",
                    env={"LOOPX_ACTOR": "executor", **shim_env})
     assert r.code == 1, r
-    assert "[actor_forbidden]" in r.json["data"]["output_tail"] and "LOOPX_RUN_ID is set" in r.json["data"]["output_tail"]
+    # The step's loopx reached the turn's broker, which refused the user's verb and recorded the attempt.
+    assert "[actor_forbidden]" in r.json["data"]["output_tail"] and f"inside run {run}" in r.json["data"]["output_tail"]
+    refused = [e for e in J(loopx_proc("evidence", "list", "--run-id", run, "--json")) if e["kind"] == "refused"]
+    assert len(refused) == 1 and "gate approve" in refused[0]["summary"]
     [listed] = J(loopx_proc("gate", "list", "--goal-id", g, "--json"))
     assert listed["status"] == "pending"
     assert not any(e["kind"] == "gate.approved" for e in J(loopx_proc("history", "--goal-id", g, "--json")))
@@ -82,8 +85,11 @@ def test_user_only_commands_refuse_any_process_inside_a_run(loopx_proc, command)
     args = [*command[:2], "--goal-id", g, *command[2:]]
     if command[0] == "reward":
         args += ["--run-id", c["run_id"]]
-    r = loopx_proc(*args, "--json", env={"LOOPX_ACTOR": "user", "LOOPX_RUN_ID": c["run_id"]})
+    r = loopx_proc(*args, "--json", env={"LOOPX_RUN_ID": c["run_id"]})
     assert r.code == 2 and r.json["error"]["code"] == "actor_forbidden", r
+    # Claiming to be the user is refused outright: user never comes from the environment.
+    r = loopx_proc(*args, "--json", env={"LOOPX_ACTOR": "user", "LOOPX_RUN_ID": c["run_id"]})
+    assert r.code == 2 and r.json["error"]["code"] == "invalid_actor", r
     # The same command from a user's own shell works: the refusal is about where it runs.
     assert loopx_proc(*args, "--json").code == 0
 

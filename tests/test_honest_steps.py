@@ -145,7 +145,7 @@ def test_the_shell_executor_runs_a_plugins_step_and_a_failing_one_fails_the_turn
     env = stamp_env
     g = J(run(env, "project_prompt", "create", "--title", "Stamp", "--json"))["id"]
     J(run(env, "action", "add", "--goal-id", g, "--name", "after", "--json", "--", PY, "-c",
-          f"open({str(tmp_path / 'after')!r}, 'w').write('ran')"))
+          "print('ran')"))  # a confined step writes only its workdir
     J(run(env, "todo", "add", "--goal-id", g, "--text", "stamp it", "--json"))
     # A real contract lists the plugin's step as a do step, after the goal's own actions.
     first = J(run(env, "quota", "should-run", "--goal-id", g, "--json"))

@@ -75,8 +75,11 @@ def test_two_providers_of_one_name_are_a_plugin_error_but_a_plugin_may_replace_a
         assert executors.get("shell") is mine
 
 
-def test_loop_with_the_shell_executor_runs_the_plan_and_stops_when_nothing_is_ready(loopx, tmp_path):
-    log = tmp_path / "log.txt"
+def test_loop_with_the_shell_executor_runs_the_plan_and_stops_when_nothing_is_ready(loopx, tmp_path, monkeypatch):
+    # The turn's workdir is where it starts: its confined steps write only there.
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    log = tmp_path / "work" / "log.txt"
     g = loopx("project_prompt", "create", "--title", "Loop", "--json").json["id"]
     loopx("action", "add", "--goal-id", g, "--name", "append", "--", PY, "-c",
           f"open({str(log)!r}, 'a').write('turn\\n')")
