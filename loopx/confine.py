@@ -207,8 +207,14 @@ class Step:
     def writable(self) -> list[str]:
         """The roots the agent may write beneath (before the protected paths are taken out)."""
         home = os.path.expanduser("~")
-        roots = [self.workdir, self.tmp, os.path.join(home, ".claude"), os.path.join(home, ".claude.json"),
-                 os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")]
+        states = [os.path.join(home, ".claude"), os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")]
+        for state in states:
+            # An agent CLI's first run creates its state directory; under the policy it could not.
+            try:
+                os.makedirs(state, mode=0o700, exist_ok=True)
+            except OSError:
+                pass
+        roots = [self.workdir, self.tmp, *states, os.path.join(home, ".claude.json")]
         git_writable, _ = _git_paths(self.workdir)
         roots += git_writable
         roots += [d for d in DEVICES if os.path.exists(d)]
