@@ -11,8 +11,8 @@ the agent and everything it starts inherit it. The policy:
 * **reads** everywhere except LoopX's config directory (``platformdirs.user_config_dir("loopx")``,
   where the integrity key lives), the SQLite registry file and its journal files, and PostgreSQL
   password files. Landlock is an allow-list, so a path is hidden by granting read on every
-  sibling along the way from ``/`` to it (:func:`cover`); the directories on the way may still be
-  listed;
+  sibling along the way from ``/`` to it (:func:`cover`); the directories on the way (``/``,
+  the home directory...) can then be passed through but not listed;
 * the registry's directory, ``.git/hooks``, ``.git/config`` and ``.git/info`` are never writable;
 * with a PostgreSQL registry, TCP connections to its port are denied (Landlock ABI >= 4), and
   the registry URL and ``PG*`` variables never reach the agent's environment.
@@ -152,8 +152,17 @@ def _git_paths(workdir: str) -> tuple[list[str], list[str]]:
             common = os.path.normpath(os.path.join(gitdir, f.read().strip()))
     except OSError:
         pass
+    for name in ("hooks", "info"):
+        # Made now (by LoopX, for the user) so that they can be kept read-only: left missing,
+        # the agent could create them.
+        try:
+            os.makedirs(os.path.join(common, name), exist_ok=True)
+        except OSError:
+            pass
     protected = [os.path.join(common, n) for n in ("hooks", "config", "info")]
-    protected.append(os.path.join(gitdir, "config.worktree"))
+    if os.path.exists(os.path.join(gitdir, "config.worktree")):
+        # Read by git only when the (read-only) config enables it: protected only if there.
+        protected.append(os.path.join(gitdir, "config.worktree"))
     return [_real(gitdir), _real(common)], [_real(p) for p in protected]
 
 
@@ -233,19 +242,36 @@ class Step:
                   _real(os.path.join(home, ".pg_service.conf"))]
         if os.environ.get("PGPASSFILE"):
             hidden.append(_real(os.environ["PGPASSFILE"]))
-        _, git_protected = _git_paths(self.workdir)
-        # The step's own directory holds the policy file: readable, never writable (only tmp/ is).
-        protected = hidden + git_protected + [self.dir]
-        read, passed = cover("/", hidden)
-        rules = [[p, "r"] for p in read] + [[p, "d"] for p in passed]
-        for root in self.writable():
-            # The registry's directory is never writable: left out of a root that holds it, and a
-            # root that *is* it is split into its entries (the registry files left out), so
-            # nothing can be created, removed or renamed beside the registry.
-            excluded = protected + [d for d in ro_reg if d != root]
-            paths, _ = cover(root, [p for p in excluded if not _under(self.tmp, p)])
-            rules += [[p, "rw"] for p in paths]
-        return {"rules": rules, "deny_tcp": ports}
+        git_writable, git_protected = _git_paths(self.workdir)
+        # The directories on the way to a hidden path get no rule at all: a rule there would reach
+        # the hidden path beneath (Landlock rules hold for a whole subtree), so they cannot be listed.
+        read, _passed = cover("/", hidden)
+        base = [[p, "r"] for p in read]
+        roots = self.writable()
+
+        def writes(excluded_git: list[str]) -> list:
+            out = []
+            for root in roots:
+                # The registry's directory is never writable: left out of a root that holds it,
+                # and a root that *is* it is split into its entries (the registry files left
+                # out), so nothing can be created, removed or renamed beside the registry.
+                # The step's own directory (the policy file) is never writable; only its tmp/ is.
+                excluded = hidden + excluded_git + [self.dir] + [d for d in ro_reg if d != root]
+                paths, _ = cover(root, [p for p in excluded if not _under(self.tmp, p)])
+                out += [[p, "rw"] for p in paths]
+            return out
+
+        # Git's hooks, config and info inside a writable root are kept read-only by bind mounts
+        # (the git directory itself pinned, so it cannot be renamed and replaced); where no mount
+        # namespace can be had, by leaving them out (then nothing can be created at the top of
+        # the workdir or of .git).
+        inside = [p for p in git_protected if os.path.exists(p) and any(_under(p, r) for r in roots)]
+        outside = [p for p in git_protected if p not in inside]
+        policy = {"rules": base + writes(outside), "deny_tcp": ports}
+        if inside:
+            policy.update(pin=[g for g in git_writable if os.path.isdir(g) and any(_under(g, r) for r in roots)],
+                          read_only=inside, rules_unpinned=base + writes(git_protected))
+        return policy
 
     def env(self) -> dict:
         """What a confined child's environment gets (``None`` removes a variable)."""

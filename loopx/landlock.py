@@ -5,10 +5,17 @@ This module imports only the standard library and nothing of LoopX: the watcher 
 :func:`enforce` just before it starts the command, so the command and every process it starts
 run under the policy (Landlock domains are inherited and can never be widened).
 
-A policy is a dict: ``{"rules": [[path, access], ...], "deny_tcp": [port, ...]}`` where
-``access`` is ``"r"`` (read files and directories, execute), ``"rw"`` (everything),
-``"d"`` (list a directory only: for the directories on the way to a hidden path). Landlock is
-an allow-list: whatever no rule grants is denied (:mod:`loopx.confine` builds the list).
+A policy is a dict: ``{"rules": [[path, access], ...], "deny_tcp": [port, ...], "pin": [path,
+...], "read_only": [path, ...], "rules_unpinned": [...]}`` where ``access`` is ``"r"`` (read
+files and directories, execute) or ``"rw"`` (everything). Landlock is an allow-list: whatever no
+rule grants is denied (:mod:`loopx.confine` builds the list).
+
+Landlock cannot keep one directory read-only beneath a writable one (a rule holds for a whole
+subtree). So, where a private mount namespace can be had (root, or an unprivileged user
+namespace), ``pin`` paths are bind-mounted onto themselves (a mount point cannot be renamed or
+removed) and ``read_only`` paths are bind-mounted read-only, before Landlock is enforced (which
+then forbids any change of mounts); otherwise ``rules_unpinned`` is used, which leaves those
+paths out by listing their siblings instead.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ SCOPE_SIGNAL = 1 << 1
 _FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1, 5: (1 << 16) - 1}
 _FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV  # the only ones a file rule may hold
 READ = EXECUTE | READ_FILE | READ_DIR
-ACCESS = {"r": READ, "d": READ_DIR, "rw": (1 << 16) - 1}
+ACCESS = {"r": READ, "rw": (1 << 16) - 1}
 
 
 def _libc():
@@ -52,6 +59,38 @@ def abi() -> int:
     return max(0, int(version))
 
 
+def _pin(policy: dict) -> bool:
+    """Bind-mount ``pin`` and ``read_only`` paths in a private mount namespace; False if impossible."""
+    ctypes, libc = _libc()
+    pins, ro = policy.get("pin") or [], policy.get("read_only") or []
+    if not pins and not ro:
+        return True
+    newns, newuser = 0x20000, 0x10000000
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(newns) != 0:
+        if libc.unshare(newuser | newns) != 0:
+            return False
+        try:  # keep our own uid and gid inside the new user namespace
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+        except OSError:
+            return False
+    bind, rec, remount, rdonly, private = 4096, 16384, 32, 1, 1 << 18
+    mount = libc.mount
+    if mount(None, b"/", None, rec | private, None) != 0:
+        return False
+    for path in pins:
+        p = path.encode()
+        if mount(p, p, None, bind, None) != 0:
+            return False
+    for path in ro:
+        p = path.encode()
+        if mount(p, p, None, bind, None) != 0 or mount(None, p, None, remount | bind | rdonly, None) != 0:
+            return False
+    return True
+
+
 def enforce(policy: dict) -> int:
     """Restrict this process (and all it starts) to ``policy``; returns the ABI used.
 
@@ -62,6 +101,9 @@ def enforce(policy: dict) -> int:
     version = abi()
     if version < 1:
         raise OSError("Landlock is not available in this kernel")
+    rules = policy.get("rules") or []
+    if (policy.get("pin") or policy.get("read_only")) and not _pin(policy):
+        rules = policy.get("rules_unpinned") or []
     handled_fs = _FS_BY_ABI.get(version, _FS_BY_ABI[5])
     deny = [int(p) for p in policy.get("deny_tcp") or []]
     handled_net = CONNECT_TCP if deny and version >= 4 else 0
@@ -84,7 +126,7 @@ def enforce(policy: dict) -> int:
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
-        for path, access in policy.get("rules") or []:
+        for path, access in rules:
             mask = ACCESS[access] & handled_fs
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
