@@ -71,9 +71,13 @@ class CommandExecutor:
         from loopx.errors import LoopxError
         from loopx.executors import agents, prompt as prompts
 
+        from loopx.process import STEP
+
         argv_t = template()
         text = prompts.build(contract, host="generic", managed=True)
-        with tempfile.TemporaryDirectory(prefix="loopx-prompt-") as tmp:
+        step = STEP.get()
+        # In the step's private temp dir: the confined program can read it there.
+        with tempfile.TemporaryDirectory(prefix="loopx-prompt-", dir=step.tmp if step is not None else None) as tmp:
             prompt_file = os.path.join(tmp, "prompt.md")
             with open(prompt_file, "w", encoding="utf-8") as f:
                 f.write(text)
