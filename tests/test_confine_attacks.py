@@ -179,3 +179,30 @@ def test_without_landlock_a_turn_is_refused_before_a_run_opens_unless_the_user_o
     p = _turn(world, made2["goal"])
     t = json.loads(p.stdout)
     assert t["outcome"] == "failed" and not (world["tmp"] / "outside2.txt").exists(), t
+
+
+@pytest.mark.parametrize("executor", ["claude-code", "codex"])
+def test_a_real_agent_cli_as_a_hostile_agent_is_refused_or_unreachable_and_its_real_work_still_lands(world, executor):
+    from tests.model_servers import AnthropicServer, OpenAIServer, cli_path
+
+    binary = cli_path("claude" if executor == "claude-code" else "codex")  # skips without the pinned CLI
+    made, gate = _prepare(world, acts={"work": [PY, "-c", "pass"]})
+    # The scripted model has the CLI run the attack script with its shell tool first, then the
+    # contract's own commands.
+    server_class = AnthropicServer if executor == "claude-code" else OpenAIServer
+    with server_class(before=["sh attack.sh > attack-results.txt 2>&1"]) as server:
+        env = {"DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+               "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+        if executor == "claude-code":
+            env.update({"LOOPX_CLAUDE_BIN": binary, "ANTHROPIC_BASE_URL": server.url(),
+                        "ANTHROPIC_API_KEY": "sk-ant-scripted"})
+        else:
+            env.update({"LOOPX_CODEX_BIN": binary, "LOOPX_CODEX_BASE_URL": server.url(),
+                        "LOOPX_CODEX_MODEL": "scripted-model", "OPENAI_API_KEY": "sk-scripted",
+                        "CODEX_HOME": str(world["tmp"] / "codex-home")})
+        p = _turn(world, made["goal"], executor=executor, env=env)
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    t = json.loads(p.stdout)
+    assert t["outcome"] == "ok", t["handoff"]
+    results = _results((world["work"] / "attack-results.txt").read_text())
+    _check_after(world, made, gate, t["run_id"], results)
