@@ -43,6 +43,21 @@ def _exactly(sock, n: int) -> bytes | None:
     return bytes(out)
 
 
+def request(argv: list[str]) -> dict:
+    """Send ``argv`` to the broker; its answer ``{"exit_code", "stdout", "stderr"}`` (``OSError`` if unreachable)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(os.environ[ENV])
+        send(sock, {"token": os.environ.get(ENV_TOKEN, ""), "argv": argv, "cwd": os.getcwd(),
+                    "step_id": os.environ.get("LOOPX_STEP_ID")})
+        answer = receive(sock)
+    finally:
+        sock.close()
+    if answer is None:
+        raise OSError("the step's broker closed the connection")
+    return answer
+
+
 def forward(argv: list[str]) -> int:
     """Send ``argv`` to the broker; print its output; return its exit status."""
     path = os.environ[ENV]

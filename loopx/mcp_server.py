@@ -142,6 +142,80 @@ class Tools:
         return gates.add(self.reg, ACTOR, goal_id=goal_id, title=title, scope=scope, blocks=blocks)
 
 
+class BrokeredTools(Tools):
+    """The same tools inside a confined step: each call goes to the turn's broker as the CLI
+    command it stands for, so it acts as *this run's* executor (:mod:`loopx.broker`)."""
+
+    def __init__(self):
+        super().__init__(None)
+
+    def _cli(self, *argv) -> dict:
+        from loopx.broker_client import request
+        from loopx.errors import LoopxError
+
+        try:
+            answer = request(["--format", "json", *[str(a) for a in argv]])
+        except OSError as exc:
+            raise LoopxError("broker_unavailable", f"cannot reach the step's broker: {exc}") from None
+        try:
+            out = json.loads(answer.get("stdout") or "null")
+        except ValueError:
+            out = None
+        if isinstance(out, dict) and isinstance(out.get("error"), dict):
+            code = out["error"].get("code") or "internal_error"
+            raise LoopxError(code if code != "internal_error" else "invalid_argument", out["error"].get("message", ""))
+        if answer.get("exit_code") not in (0, 1) or out is None:
+            raise LoopxError("invalid_argument", (answer.get("stderr") or "the broker refused").strip()[-500:])
+        return out
+
+    @staticmethod
+    def _opt(flag, value) -> list:
+        return [] if value is None else [flag, value]
+
+    def should_run(self, goal_id, agent=None, ttl_seconds=None):
+        return self._cli("quota", "should-run", "--goal-id", goal_id, *self._opt("--agent", agent),
+                         *self._opt("--ttl-seconds", ttl_seconds))
+
+    def goal_status(self, goal_id):
+        return self._cli("project-prompt", "show", "--goal-id", goal_id)
+
+    def list_goals(self):
+        return self._cli("project-prompt", "list")
+
+    def todo_add(self, goal_id, run_id, text, priority="P2", depends_on=()):
+        deps = [a for d in depends_on for a in ("--depends-on", d)]
+        return self._cli("todo", "add", "--goal-id", goal_id, "--run-id", run_id, "--text", text, "--priority",
+                         priority, *deps)
+
+    def todo_claim(self, goal_id, todo_id, run_id, agent=None):
+        return self._cli("todo", "claim", "--goal-id", goal_id, "--todo-id", todo_id, "--run-id", run_id,
+                         *self._opt("--agent", agent))
+
+    def todo_done(self, goal_id, todo_id, run_id, note=None):
+        return self._cli("todo", "done", "--goal-id", goal_id, "--todo-id", todo_id, "--run-id", run_id,
+                         *self._opt("--note", note))
+
+    def evidence_add(self, run_id, summary, kind="note", data=None):
+        return self._cli("evidence", "add", "--run-id", run_id, "--kind", kind, "--summary", summary,
+                         *self._opt("--data", None if data is None else json.dumps(data)))
+
+    def exec_step(self, run_id, action=None, argv=None, timeout_seconds=None):
+        what = ["--action", action] if action else ["--", *argv]
+        return self._cli("exec", "--run-id", run_id, *self._opt("--timeout", timeout_seconds), *what)
+
+    def run_finish(self, run_id, outcome, tokens=0, cost=0.0, handoff=None):
+        return self._cli("run", "finish", "--run-id", run_id, "--outcome", outcome, "--tokens", tokens, "--cost", cost,
+                         *self._opt("--handoff", handoff))
+
+    def gate_request(self, goal_id, title, scope="other", blocks="all"):
+        return self._cli("gate", "add", "--goal-id", goal_id, "--title", title, "--scope", scope, "--blocks", blocks)
+
+
+def _brokered() -> bool:
+    """Started inside a confined step (the turn's broker is in the environment)."""
+    return bool(os.environ.get("LOOPX_BROKER"))
+
+
 _TYPES = {"string": str, "integer": int, "number": (int, float), "object": dict, "array": list, "boolean": bool}
 
 
@@ -201,8 +275,9 @@ def serve(registry_url: str | None = None) -> None:
     from loopx.errors import LoopxError
     from loopx.registry import Registry
 
-    reg = Registry.open(registry_url)
-    tools = Tools(reg)
+    # Inside a step the registry is out of reach: every call goes through the turn's broker.
+    reg = None if _brokered() else Registry.open(registry_url)
+    tools = BrokeredTools() if reg is None else Tools(reg)
 
     async def list_tools(ctx, params):
         return types.ListToolsResult(tools=[types.Tool(name=n, description=d, input_schema=s)
@@ -227,7 +302,7 @@ def serve(registry_url: str | None = None) -> None:
     async def list_resources(ctx, params):
         from loopx import project_prompt
 
-        goals = project_prompt.list_goals(reg, limit=50)
+        goals = tools.list_goals()[:50] if reg is None else project_prompt.list_goals(reg, limit=50)
         return types.ListResourcesResult(resources=[
             types.Resource(name=g["id"], title=g["title"], uri=f"loopx://goals/{g['id']}", mime_type="application/json")
             for g in goals])
@@ -263,13 +338,16 @@ def serve(registry_url: str | None = None) -> None:
     try:
         anyio.run(main)
     finally:
-        reg.close()
+        if reg is not None:
+            reg.close()
 
 
 def _exec_step(registry_url: str | None, args: dict) -> dict:
     """``exec_step`` on a connection of its own (called on a worker thread)."""
     from loopx.registry import Registry
 
+    if _brokered():
+        return BrokeredTools().call("exec_step", args)
     with Registry.open(registry_url) as reg:
         return Tools(reg).call("exec_step", args)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from loopx import runs, todos
+from loopx import quota, runs, todos
 from loopx.registry import Registry
 from tests.test_turn_helpers import PY, add_gate, make_goal
 
@@ -206,3 +206,45 @@ def test_a_real_agent_cli_as_a_hostile_agent_is_refused_or_unreachable_and_its_r
     assert t["outcome"] == "ok", t["handoff"]
     results = _results((world["work"] / "attack-results.txt").read_text())
     _check_after(world, made, gate, t["run_id"], results)
+
+
+MCP_CLIENT = r"""
+import json, os, sys
+import anyio
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+async def main():
+    params = StdioServerParameters(command=sys.executable, args=["-m", "loopx", "mcp"], env=dict(os.environ))
+    async with stdio_client(params, errlog=sys.stderr) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            mine = await s.call_tool("evidence_add", {"run_id": os.environ["LOOPX_RUN_ID"], "summary": "via mcp"})
+            other = await s.call_tool("evidence_add", {"run_id": sys.argv[1], "summary": "on another run"})
+            print("MCP mine", mine.is_error, "other", other.is_error, other.content[0].text[:200])
+
+anyio.run(main)
+"""
+
+
+def test_loopx_mcp_started_inside_a_step_acts_as_that_runs_executor_through_the_broker(world):
+    pytest.importorskip("mcp")
+    reg = Registry.open(world["url"])
+    other = make_goal(reg, title="Other")
+    other_run = quota.should_run(reg, "executor", goal_id=other["goal"], agent="someone")[
+        "interaction_contract"]["run_id"]
+    reg.close()
+    (world["work"] / "mcp_client.py").write_text(MCP_CLIENT)
+    made, _gate = _prepare(world, acts={"work": [PY, "mcp_client.py", other_run]})
+    p = _turn(world, made["goal"])
+    t = json.loads(p.stdout)
+    assert t["outcome"] == "ok", t["handoff"]
+    reg = Registry.open(world["url"])
+    with reg.read() as tx:
+        mine = tx.query("SELECT summary FROM evidence WHERE run_id = ? AND kind = 'note'", (t["run_id"],))
+        theirs = tx.query("SELECT summary FROM evidence WHERE run_id = ?", (other_run,))
+        out = json.loads(tx.one("SELECT data FROM evidence WHERE run_id = ? AND kind = 'command'",
+                                (t["run_id"],))["data"])["output_tail"]
+    reg.close()
+    assert [e["summary"] for e in mine] == ["via mcp"] and theirs == [], out
+    assert "MCP mine False other True" in out and "run_not_yours" in out, out

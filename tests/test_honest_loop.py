@@ -66,7 +66,7 @@ def ok_json(url, *args):
 
 def goal_failing_at(url, tmp_path, position: int | None) -> tuple[str, str, Path]:
     """A goal with three actions (the one at ``position`` exits 5) and one todo; and its log file."""
-    log = tmp_path / "ran.log"
+    log = tmp_path / "work" / "ran.log"
     g = ok_json(url, "project_prompt", "create", "--title", "Honest loop")["id"]
     for i, name in enumerate(ACTIONS):
         code = 5 if i == position else 0
@@ -80,7 +80,11 @@ def run_loop(url, tmp_path, script: str, goal_id: str) -> subprocess.CompletedPr
     env = loopx_env(url)
     env["PATH"] = _shim(tmp_path) + os.pathsep + env["PATH"]
     env["GOAL_ID"] = goal_id
-    return subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+    # The harness works in a directory of its own, not beside the registry: `loopx exec` confines
+    # the actions it runs to their workdir, and the registry's directory is never writable.
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True,
                           timeout=300)
 
 
