@@ -248,3 +248,52 @@ def test_loopx_mcp_started_inside_a_step_acts_as_that_runs_executor_through_the_
     reg.close()
     assert [e["summary"] for e in mine] == ["via mcp"] and theirs == [], out
     assert "MCP mine False other True" in out and "run_not_yours" in out, out
+
+
+PG_PROBE = r"""
+import os, socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+s = socket.socket()
+s.settimeout(5)
+try:
+    s.connect((host, port))
+    print("PG connect ok")
+except OSError as exc:
+    print("PG connect refused", exc.errno)
+print("PG env", sorted(k for k in os.environ if k.startswith("PG") or k == "LOOPX_REGISTRY"))
+"""
+
+
+def test_with_a_postgresql_registry_the_agent_holds_no_credential_and_cannot_reach_the_server(tmp_path):
+    from urllib.parse import urlsplit
+
+    from tests import backends
+
+    try:
+        url = backends.fresh_registry("postgres", tmp_path)
+    except Exception as exc:  # no server here
+        pytest.skip(f"no PostgreSQL server: {exc}")
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 5432
+        reg = Registry.open(url)
+        made = make_goal(reg, acts={"probe": [PY, "probe.py", host, str(port)]})
+        reg.close()
+        work = tmp_path / "work"
+        work.mkdir()
+        (work / "probe.py").write_text(PG_PROBE)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+        env.update({"LOOPX_REGISTRY": url, "PGPASSWORD": "pg-secret-password", "PGUSER": "loopx"})
+        p = subprocess.run([PY, "-m", "loopx", "--format", "json", "turn", "--goal-id", made["goal"]], env=env,
+                           cwd=work, capture_output=True, text=True, timeout=300)
+        t = json.loads(p.stdout)
+        assert t["outcome"] == "ok", t
+        reg = Registry.open(url)
+        with reg.read() as tx:
+            out = json.loads(tx.one("SELECT data FROM evidence WHERE run_id = ? AND kind = 'command'",
+                                    (t["run_id"],))["data"])["output_tail"]
+        reg.close()
+        # Landlock (ABI >= 4) denies the TCP connection: EACCES, not a refused connection.
+        assert "PG connect refused 13" in out and "PG env []" in out, out
+    finally:
+        backends.drop_registry("postgres", url)

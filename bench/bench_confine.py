@@ -1,0 +1,117 @@
+"""What confinement costs a step: ``python bench/bench_confine.py [--repeat N]``.
+
+Measures, interleaved so machine load hits both sides alike, the median and p95 of:
+
+* **child**: one ``run_command(["true"])`` the way a step starts a child: under a turn's
+  :class:`loopx.confine.Step` (policy file, Landlock enforced by the watcher) against the same
+  call with no step (the watcher alone);
+* **step setup**: building a step (the policy: the hidden paths' siblings listed, the policy file
+  written) and starting and stopping its broker;
+* **broker call**: one ``loopx evidence add`` from inside a confined child (through the broker)
+  against the same command run directly by the user;
+* **turn**: a whole ``loopx turn`` (shell executor, one action ``true``) confined against
+  ``--unconfined``.
+
+Prints a table: median ms confined, unconfined, the extra and the ratio. The target (issue 22)
+is at most 20 ms extra per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _p95(xs):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(0.95 * (len(xs) - 1))))]
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--turns", type=int, default=7)
+    args = ap.parse_args()
+
+    from loopx import confine, process
+    from loopx.broker import Broker
+    from loopx.registry import Registry
+    from tests.test_turn_helpers import make_goal
+
+    if confine.backend() is None:
+        sys.exit("Landlock is not available here: nothing to compare")
+    tmp = Path(tempfile.mkdtemp(prefix="loopx-bench-confine-"))
+    work = tmp / "work"
+    work.mkdir()
+    url = str(tmp / "registry.db")
+    reg = Registry.open(url)
+    made = make_goal(reg, acts={"noop": ["true"]}, todo_texts=[f"t{i}" for i in range(args.turns * 2 + 2)])
+    rows = []
+
+    # child: run_command with and without the step's policy
+    step = confine.Step(registry_url=url, workdir=str(work), backend="landlock")
+    conf, unconf = [], []
+    for _ in range(args.repeat):
+        token = process.STEP.set(step)
+        try:
+            conf.append(_timed(lambda: process.run_command(["true"], env={}, timeout=30, cwd=str(work))))
+        finally:
+            process.STEP.reset(token)
+        unconf.append(_timed(lambda: process.run_command(["true"], env={}, timeout=30, cwd=str(work))))
+    rows.append(("child (run_command true)", conf, unconf))
+
+    # step setup: policy + broker, against nothing (an unconfined turn still starts a broker)
+    setup, setup_unconf = [], []
+    for _ in range(args.repeat):
+        def build(backend):
+            s = confine.Step(registry_url=url, workdir=str(work), backend=backend)
+            b = Broker(registry_url=url, run_id="r-000000000000", goal_id=made["goal"], agent="bench", directory=s.dir)
+            b.close()
+            s.close()
+        setup.append(_timed(lambda: build("landlock")))
+        setup_unconf.append(_timed(lambda: build(None)))
+    rows.append(("step setup (policy + broker)", setup, setup_unconf))
+    step.close()
+
+    # whole turns through the CLI
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    env["LOOPX_REGISTRY"] = url
+
+    def turn(*extra):
+        p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", "turn", "--goal-id", made["goal"],
+                            *extra], env=env, cwd=work, capture_output=True, text=True, timeout=120)
+        out = json.loads(p.stdout)
+        assert out["outcome"] == "ok", out
+
+    turn()  # warm caches
+    tc, tu = [], []
+    for _ in range(args.turns):
+        tc.append(_timed(turn))
+        tu.append(_timed(lambda: turn("--unconfined")))
+    rows.append(("loopx turn (shell, 1 action)", tc, tu))
+    reg.close()
+
+    print(f"{'measure':32} {'confined ms':>12} {'unconfined ms':>14} {'extra ms':>9} {'ratio':>6}   p95 conf/unconf")
+    for name, c, u in rows:
+        mc, mu = statistics.median(c), statistics.median(u)
+        print(f"{name:32} {mc:12.1f} {mu:14.1f} {mc - mu:9.1f} {mc / mu:6.2f}   {_p95(c):.1f}/{_p95(u):.1f}")
+
+
+if __name__ == "__main__":
+    main()
