@@ -42,7 +42,7 @@ def run(*args, env=None) -> Result:
 def fill(url: str) -> dict:
     """A registry with everything in it: the demo's governed loop (gates, actions, runs,
     contracts, evidence, a reward, quota), plus goals with idempotency keys and odd text."""
-    r = run("--registry", url, "demo", env={"LOOPX_ACTOR": "user"})
+    r = run("--registry", url, "demo", env={"LOOPX_ACTOR": None})  # unset: the user
     assert r.code == 0, r
     with Registry.open(url) as reg:
         a = project_prompt.create(reg, "user", title="naïve ✓ 日本 'q' \"dq\" 100% ?", criteria=["x"],
