@@ -43,6 +43,7 @@ def steps(reg) -> Iterator[dict]:
     ``quota``, ``todo``, ``gate``, ``contract``, ``loop``, ``reward``, ``summary``).
     """
     from loopx import actions, executors, gates, project_prompt, quota, rewards, summary_all, todos
+    from loopx.cli import run_inprocess  # the broker runs the steps in this process
 
     user = "user"
 
@@ -86,7 +87,7 @@ def steps(reg) -> Iterator[dict]:
                   gates.decide(reg, user, "approve", goal_id=g, gate_id=start["id"], comment="Go ahead."))
     yield {"kind": "note", "text": "Each turn: should-run opens a run and its contract; the shell executor runs the "
                                    "contract's commands (claim, exec, done) as LOOPX_ACTOR=executor; run finish closes it."}
-    first = executors.loop(reg, user, goal_id=g, executor="shell", agent=AGENT, max_turns=5)
+    first = executors.loop(reg, user, goal_id=g, executor="shell", agent=AGENT, max_turns=5, run_cli=run_inprocess)
     yield command(user, _cmd("loop", "--goal-id", g, "--executor", "shell", "--agent", AGENT, "--max-turns", 5),
                   "loop", first)
 
@@ -95,7 +96,7 @@ def steps(reg) -> Iterator[dict]:
                   quota.grant(reg, user, goal_id=g, amounts={"turns": 2}))
     yield command(user, _cmd("gate", "approve", "--goal-id", g, "--gate-id", publish["id"]), "gate",
                   gates.decide(reg, user, "approve", goal_id=g, gate_id=publish["id"], comment="Publish it."))
-    second = executors.loop(reg, user, goal_id=g, executor="shell", agent=AGENT, max_turns=5)
+    second = executors.loop(reg, user, goal_id=g, executor="shell", agent=AGENT, max_turns=5, run_cli=run_inprocess)
     yield command(user, _cmd("loop", "--goal-id", g, "--executor", "shell", "--agent", AGENT, "--max-turns", 5),
                   "loop", second)
 

@@ -95,7 +95,8 @@ def build(contract: dict, *, host: str = "generic", managed: bool = True) -> str
               f"- User-only commands ({', '.join(USER_ONLY)}) refuse you; a human decides those. If you need a "
               "decision, say so in your reply."]
     if managed:
-        lines += ["- Your environment already holds LOOPX_ACTOR=executor, LOOPX_RUN_ID and LOOPX_REGISTRY.",
+        lines += ["- Your `loopx` already reaches LoopX as this run's executor (LOOPX_BROKER and LOOPX_RUN_ID are "
+                  "set); you work confined to your working directory.",
                   "",
                   "How the turn ends: when the commands have run (or one failed), stop and reply with a short "
                   "hand-off: what you did, what you saw, what the next turn should do. Do not run `loopx run "
