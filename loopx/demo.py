@@ -35,15 +35,15 @@ def _cmd(*argv) -> list[str]:
     return ["loopx", *[str(a) for a in argv]]
 
 
-def steps(reg) -> Iterator[dict]:
+def steps(reg, run_cli=None) -> Iterator[dict]:
     """The demo as a stream of transcript entries.
 
     Each entry is ``{"kind": "heading"|"note", "text"}`` or ``{"kind": "command", "actor",
     "argv", "show", "result"}``; ``show`` says how to render ``result`` (``goal``, ``action``,
     ``quota``, ``todo``, ``gate``, ``contract``, ``loop``, ``reward``, ``summary``).
+    ``run_cli``: the CLI in this process, for the turns' broker (see :func:`loopx.executors.turn`).
     """
     from loopx import actions, executors, gates, project_prompt, quota, rewards, summary_all, todos
-    from loopx.cli import run_inprocess  # the broker runs the steps in this process
 
     user = "user"
 
@@ -87,7 +87,7 @@ def steps(reg) -> Iterator[dict]:
                   gates.decide(reg, user, "approve", goal_id=g, gate_id=start["id"], comment="Go ahead."))
     yield {"kind": "note", "text": "Each turn: should-run opens a run and its contract; the shell executor runs the "
                                    "contract's commands (claim, exec, done) as LOOPX_ACTOR=executor; run finish closes it."}
-    first = executors.loop(reg, user, goal_id=g, executor="shell", agent=AGENT, max_turns=5, run_cli=run_inprocess)
+    first = executors.loop(reg, user, goal_id=g, executor="shell", agent=AGENT, max_turns=5, run_cli=run_cli)
     yield command(user, _cmd("loop", "--goal-id", g, "--executor", "shell", "--agent", AGENT, "--max-turns", 5),
                   "loop", first)
 
@@ -96,7 +96,7 @@ def steps(reg) -> Iterator[dict]:
                   quota.grant(reg, user, goal_id=g, amounts={"turns": 2}))
     yield command(user, _cmd("gate", "approve", "--goal-id", g, "--gate-id", publish["id"]), "gate",
                   gates.decide(reg, user, "approve", goal_id=g, gate_id=publish["id"], comment="Publish it."))
-    second = executors.loop(reg, user, goal_id=g, executor="shell", agent=AGENT, max_turns=5, run_cli=run_inprocess)
+    second = executors.loop(reg, user, goal_id=g, executor="shell", agent=AGENT, max_turns=5, run_cli=run_cli)
     yield command(user, _cmd("loop", "--goal-id", g, "--executor", "shell", "--agent", AGENT, "--max-turns", 5),
                   "loop", second)
 

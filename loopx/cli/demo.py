@@ -97,7 +97,9 @@ def _run(url: str, kept: bool) -> None:
         click.echo("LoopX demo: a governed agent loop, end to end")
         click.echo(f"registry: {url}" + ("" if kept else "  (temporary: removed when the demo ends)"))
     with Registry.open(url) as reg:
-        for entry in d.steps(reg):
+        from loopx.cli import run_inprocess
+
+        for entry in d.steps(reg, run_cli=run_inprocess):
             entries.append(entry)
             if not as_json:
                 click.echo(render(entry))
