@@ -16,6 +16,8 @@ import sys
 
 ENV = "LOOPX_BROKER"
 ENV_TOKEN = "LOOPX_BROKER_TOKEN"
+#: The largest message either side accepts (a command line, or a command's output).
+MAX_MESSAGE = 16 * 1024 * 1024
 
 
 def send(sock, doc: dict) -> None:
@@ -29,7 +31,10 @@ def receive(sock) -> dict | None:
     head = _exactly(sock, 4)
     if head is None:
         return None
-    raw = _exactly(sock, struct.unpack(">I", head)[0])
+    size = struct.unpack(">I", head)[0]
+    if size > MAX_MESSAGE:
+        raise ValueError(f"a message of {size} bytes is more than {MAX_MESSAGE}")
+    raw = _exactly(sock, size)
     return None if raw is None else json.loads(raw.decode("utf-8"))
 
 
