@@ -145,7 +145,7 @@ class Broker:
     def dispatch(self, argv: list[str], *, cwd: str | None = None, step_id: str | None = None) -> dict:
         """Run ``loopx ARGV`` as this run's executor; ``{"exit_code", "stdout", "stderr"}``."""
         head, command = split(argv)
-        why = refusal(command)
+        why = refusal(command) or self._outside(command, cwd)
         if why is not None:
             self.record_refusal(argv, "actor_forbidden", why)
             err = {"code": "actor_forbidden", "message": f"refused inside run {self.run_id}: {why}; "
@@ -167,6 +167,21 @@ class Broker:
         if code in ("actor_forbidden", "invalid_actor"):
             self.record_refusal(argv, code, _error_message(out) or code)
         return out
+
+    def _outside(self, command: list[str], cwd: str | None) -> str | None:
+        """Why a ``--file`` the command names is refused: LoopX reads it outside confinement, so it
+        must be one the step could read and write itself (beneath its workdir or temp dir)."""
+        if self.step is None:
+            return None
+        for i, arg in enumerate(command):
+            path = command[i + 1] if arg == "--file" and i + 1 < len(command) else (
+                arg.split("=", 1)[1] if arg.startswith("--file=") else None)
+            if path is None:
+                continue
+            real = os.path.realpath(os.path.join(cwd or self.step.workdir, os.path.expanduser(path)))
+            if not any(real == root or real.startswith(root.rstrip("/") + "/") for root in self.step.writable()):
+                return f"--file {path} is outside what this step may touch"
+        return None
 
     def identity_env(self, step_id: str | None) -> dict:
         """The environment a served command runs with (``None`` removes a variable)."""

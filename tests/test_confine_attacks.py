@@ -51,13 +51,15 @@ try step_dir sh -c 'echo x > "$(dirname "$TMPDIR")/policy.json"'
 try outside_write touch {outside}
 try tmp_write sh -c 'echo scratch > "$TMPDIR/scratch" && cat "$TMPDIR/scratch"'
 try work_write sh -c 'echo fine > new-file.txt'
+try key_by_evidence loopx evidence add --kind file --summary key --file {keyfile}
 try legit_evidence loopx evidence add --kind note --summary "the agent's own note"
 """
 
 NAMES = ["unset_env", "actor_user", "actor_capability", "no_broker", "sqlite3_write", "python_write", "rollback_cp",
-         "rollback_mv", "read_key", "list_key", "git_hook", "git_config", "git_swap", "git_hooks_swap", "pg_env", "step_dir", "outside_write"]
+         "rollback_mv", "read_key", "list_key", "git_hook", "git_config", "git_swap", "git_hooks_swap", "pg_env", "step_dir", "outside_write",
+         "key_by_evidence"]
 LEGIT = ["tmp_write", "work_write", "legit_evidence"]
-THROUGH_BROKER = ["unset_env", "actor_user", "actor_capability"]
+THROUGH_BROKER = ["unset_env", "actor_user", "actor_capability", "key_by_evidence"]
 
 
 @pytest.fixture
