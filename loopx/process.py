@@ -186,7 +186,7 @@ def _contained(argv: list[str], reap: bool, policy: str | None = None) -> list[s
 
 
 def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: str | None = None,
-                on_line=None, reap: bool = False, tail_bytes: int = TAIL_BYTES) -> dict:
+                on_line=None, reap: bool = False, tail_bytes: int = TAIL_BYTES, confine: bool = True) -> dict:
     """Run ``argv`` with ``env`` added to this process's environment (a value ``None`` removes a variable).
 
     Returns ``{"exit_code", "timed_out", "duration_seconds", "output_tail", "output_bytes",
@@ -206,7 +206,7 @@ def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: st
     total = 0
     lock = threading.Lock()
     started = time.monotonic()
-    policy, step_env = active_step()
+    policy, step_env = active_step() if confine else (None, {})
     full_env = {**os.environ, **env, **step_env}
     for key in [k for k, v in full_env.items() if v is None]:
         del full_env[key]

@@ -203,8 +203,10 @@ def push(worktree: str, remote: str, commit: str, branch: str, timeout: float) -
     from loopx.api import run_command
 
     env = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    # Outside the turn's confinement: the push is LoopX's, after a user approved it, and the
+    # remote may be anywhere (the hooks and config git reads here are read-only to the agent).
     res = run_command(["git", "-C", worktree, "push", "--porcelain", remote, f"{commit}:refs/heads/{branch}"],
-                      env=env, timeout=timeout)
+                      env=env, timeout=timeout, confine=False)
     report = res["output_tail"].strip()
     if res["timed_out"]:
         raise LoopxError("issue_fix.publish_failed", f"git push to {remote} took longer than {timeout:g}s (killed)")
@@ -212,7 +214,7 @@ def push(worktree: str, remote: str, commit: str, branch: str, timeout: float) -
         last = report.splitlines()[-1] if report else f"exit {res['exit_code']}"
         raise LoopxError("issue_fix.publish_failed", f"git push {remote} {branch} failed: {last}")
     back = run_command(["git", "-C", worktree, "ls-remote", remote, f"refs/heads/{branch}"], env=env,
-                       timeout=timeout)
+                       timeout=timeout, confine=False)
     remote_sha = back["output_tail"].split()[0] if back["exit_code"] == 0 and back["output_tail"].split() else None
     if remote_sha != commit:
         raise LoopxError("issue_fix.publish_failed", f"after the push {remote} holds {remote_sha} for {branch}, not {commit}")

@@ -487,7 +487,8 @@ def _open_request(state: dict, timeout: float) -> str:
     else:
         argv = ["glab", "mr", "create", "--source-branch", state["branch"]["name"], "--title", title,
                 "--description", body.read_text(encoding="utf-8")[:60000], "--yes"]
-    res = run_command(argv, env={}, timeout=timeout, cwd=state["worktree"])
+    # LoopX's own publishing, after a user approved it: outside the turn's confinement.
+    res = run_command(argv, env={}, timeout=timeout, cwd=state["worktree"], confine=False)
     if res["exit_code"] != 0 or res["timed_out"]:
         raise LoopxError("issue_fix.publish_failed", f"the branch is pushed, but `{provider}` could not open the request: "
                          f"{(res['output_tail'].strip().splitlines() or ['timed out'])[-1]}")
