@@ -180,7 +180,8 @@ def open_registry(readonly: bool = False):
 
 
 def actor() -> str:
-    """The actor this command acts as (``LOOPX_ACTOR``, default ``user``)."""
+    """The actor this command acts as: ``executor`` inside a step, else ``user`` (``LOOPX_ACTOR``
+    may only downgrade; see :func:`loopx.registry.current_actor`)."""
     from loopx.registry import current_actor
 
     return current_actor()
