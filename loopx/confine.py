@@ -6,8 +6,9 @@ starts enforces Landlock (:mod:`loopx.landlock`) on itself just before it starts
 the agent and everything it starts inherit it. The policy:
 
 * **writes** only beneath the goal's workdir (or worktree, and the git directories it uses), a
-  private temp dir (``TMPDIR``), the agent CLIs' own state (``~/.claude``, ``~/.claude.json``,
-  ``$CODEX_HOME`` or ``~/.codex``) and a few devices (``/dev/null``...);
+  private temp dir (``TMPDIR``), the agent CLIs' own state (``~/.claude``, ``$CODEX_HOME`` or
+  ``~/.codex``, but not their settings, hooks, MCP servers or instructions: :meth:`Step.agent_settings`)
+  and a few devices (``/dev/null``...);
 * **reads** everywhere except LoopX's config directory (``platformdirs.user_config_dir("loopx")``,
   where the integrity key lives), the SQLite registry file and its journal files, and PostgreSQL
   password files. Landlock is an allow-list, so a path is hidden by granting read on every
@@ -216,14 +217,16 @@ class Step:
     def writable(self) -> list[str]:
         """The roots the agent may write beneath (before the protected paths are taken out)."""
         home = os.path.expanduser("~")
-        states = [os.path.join(home, ".claude"), os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")]
+        states = [self._claude_dir(), os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")]
         for state in states:
             # An agent CLI's first run creates its state directory; under the policy it could not.
             try:
                 os.makedirs(state, mode=0o700, exist_ok=True)
             except OSError:
                 pass
-        roots = [self.workdir, self.tmp, *states, os.path.join(home, ".claude.json")]
+        # ~/.claude.json is not among them: it can name MCP servers that the user's next
+        # Claude Code session would start, unconfined (Claude Code works without writing it).
+        roots = [self.workdir, self.tmp, *states]
         git_writable, _ = _git_paths(self.workdir)
         roots += git_writable
         roots += [d for d in DEVICES if os.path.exists(d)]
@@ -232,6 +235,39 @@ class Step:
             r = _real(r)
             if os.path.exists(r) and not any(_under(r, o) for o in out):
                 out = [o for o in out if not _under(o, r)] + [r]
+        return out
+
+    @staticmethod
+    def _claude_dir() -> str:
+        return os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+
+    def agent_settings(self) -> list[str]:
+        """The agent CLIs' settings that run commands or steer the user's own later sessions
+        (hooks, MCP servers, notify programs, plugins, global instructions): read-only inside a
+        step. Missing ones are made (empty) now, so that the agent cannot create them."""
+        codex = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+        claude = self._claude_dir()
+        files = {os.path.join(claude, "settings.json"): "{}\n", os.path.join(claude, "settings.local.json"): "{}\n",
+                 os.path.join(claude, "CLAUDE.md"): "", os.path.join(codex, "config.toml"): "",
+                 os.path.join(codex, "AGENTS.md"): ""}
+        dirs = [os.path.join(claude, d) for d in ("commands", "agents", "hooks", "plugins", "skills")]
+        dirs += [os.path.join(codex, "prompts")]
+        out = []
+        for path, empty in files.items():
+            try:
+                if not os.path.exists(path):
+                    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+                    with open(path, "x", encoding="utf-8") as f:
+                        f.write(empty)
+                out.append(_real(path))
+            except OSError:
+                pass
+        for path in dirs:
+            try:
+                os.makedirs(path, mode=0o700, exist_ok=True)
+                out.append(_real(path))
+            except OSError:
+                pass
         return out
 
     def policy(self) -> dict:
@@ -265,12 +301,13 @@ class Step:
         # (the git directory itself pinned, so it cannot be renamed and replaced); where no mount
         # namespace can be had, by leaving them out (then nothing can be created at the top of
         # the workdir or of .git).
-        inside = [p for p in git_protected if os.path.exists(p) and any(_under(p, r) for r in roots)]
-        outside = [p for p in git_protected if p not in inside]
+        read_only = git_protected + self.agent_settings()
+        inside = [p for p in read_only if os.path.exists(p) and any(_under(p, r) for r in roots)]
+        outside = [p for p in read_only if p not in inside]
         policy = {"rules": base + writes(outside), "deny_tcp": ports}
         if inside:
             policy.update(pin=[g for g in git_writable if os.path.isdir(g) and any(_under(g, r) for r in roots)],
-                          read_only=inside, rules_unpinned=base + writes(git_protected))
+                          read_only=inside, rules_unpinned=base + writes(read_only))
         return policy
 
     def env(self) -> dict:

@@ -46,6 +46,9 @@ try git_hook sh -c 'echo "curl evil" > .git/hooks/pre-push && chmod +x .git/hook
 try git_config sh -c 'echo "[core] hooksPath = /tmp" >> .git/config'
 try git_swap mv .git .git-old
 try git_hooks_swap sh -c 'mv .git/hooks .git/hooks-old || rm -rf .git/hooks'
+try claude_hooks sh -c 'echo "{{\"hooks\": {{\"SessionStart\": []}}}}" > "$HOME/.claude/settings.json"'
+try claude_mcp sh -c 'echo "{{\"mcpServers\": {{\"evil\": {{\"command\": \"sh\"}}}}}}" > "$HOME/.claude.json"'
+try codex_notify sh -c 'echo "notify = [\"sh\"]" >> "${{CODEX_HOME:-$HOME/.codex}}/config.toml"'
 try pg_env sh -c 'echo "pg=[$PGPASSWORD] reg=[$LOOPX_REGISTRY]"; test -n "$PGPASSWORD$LOOPX_REGISTRY$PGUSER"'
 try step_dir sh -c 'echo x > "$(dirname "$TMPDIR")/policy.json"'
 try outside_write touch {outside}
@@ -56,7 +59,8 @@ try legit_evidence loopx evidence add --kind note --summary "the agent's own not
 """
 
 NAMES = ["unset_env", "actor_user", "actor_capability", "no_broker", "sqlite3_write", "python_write", "rollback_cp",
-         "rollback_mv", "read_key", "list_key", "git_hook", "git_config", "git_swap", "git_hooks_swap", "pg_env", "step_dir", "outside_write",
+         "rollback_mv", "read_key", "list_key", "git_hook", "git_config", "git_swap", "git_hooks_swap", "claude_hooks",
+         "claude_mcp", "codex_notify", "pg_env", "step_dir", "outside_write",
          "key_by_evidence"]
 LEGIT = ["tmp_write", "work_write", "legit_evidence"]
 THROUGH_BROKER = ["unset_env", "actor_user", "actor_capability", "key_by_evidence"]
