@@ -52,9 +52,9 @@ def exec_command(run_id, action_name, agent, timeout, unconfined, argv):
             from loopx import confine, executors, runs
             from loopx.cli import run_inprocess
 
-            backend = confine.check(unconfined)
             with reg.read() as tx:
                 the_run = runs.load_run(tx, run_id)
+            backend = confine.check(unconfined)
             with executors.step(reg, run_id=the_run.id, goal_id=the_run.goal_id, agent=the_run.agent,
                                 workdir=os.getcwd(), backend=backend, run_cli=run_inprocess):
                 ev = run()

@@ -142,7 +142,7 @@ def step(registry, *, run_id: str, goal_id: str, agent: str, workdir: str | None
     workdir = workdir or os.getcwd()
     if backend is None:
         evidence.record(registry, "core", run_id=run_id, kind="unconfined",
-                        summary="this turn ran UNCONFINED: the agent could reach the registry, the key and the "
+                        summary="ran UNCONFINED: the agent could reach the registry, the key and the "
                                 "repository's hooks (--unconfined / LOOPX_UNCONFINED)",
                         data={"confinement": "unconfined", "workdir": workdir})
     s = confine.Step(registry_url=registry.store.url, workdir=workdir, backend=backend)
