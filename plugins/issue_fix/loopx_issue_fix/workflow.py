@@ -100,7 +100,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
           issue_file: str | None = None, test_ids: tuple[str, ...] = (), report: str | None = None,
           allow_test_changes: bool = False, base: str | None = None, branch: str | None = None,
           remote: str = "origin", provider: str = "push", test_timeout: float | None = None,
-          operation_id: str | None = None) -> dict:
+          keep: bool = False, operation_id: str | None = None) -> dict:
     """Create an Issue-Fix goal with a worktree and branch of its own, from a clean base commit.
 
     The base is ``--base`` or the user's ``HEAD`` commit; uncommitted changes in the user's
@@ -108,8 +108,13 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     transaction writes the goal, the todos reproduce -> fix -> verify -> hand-off -> publish and
     the capability's state; the worktree is removed again if the registry refuses. The publish
     gate is not requested here but when the work reaches it (``handoff``).
+
+    A plain pytest command's interpreter is fixed here (an absolute path, see
+    :func:`testrun.plan`) and its start-up files fingerprinted (:func:`guard.environment`): later
+    steps run the tests on exactly that interpreter and refuse when its ``.pth`` or
+    ``sitecustomize`` files changed.
     """
-    from loopx_issue_fix import gitrepo
+    from loopx_issue_fix import gitrepo, guard, testrun
     from loopx.api import acting, check_text, new_id, put_state, writer_add_todo, writer_create_goal
 
     title = check_text(title, what="--title", limit="title")
@@ -129,6 +134,8 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     branch = gitrepo.check_branch_name(root, branch or f"issue-fix/{_slug(title)}-{goal_id[2:8]}")
     if gitrepo.branch_exists(root, branch):
         raise LoopxError("issue_fix.branch_exists", f"branch {branch} already exists in {root}; name another with --branch")
+    planned = testrun.plan(test_command, root)
+    environment = guard.environment(planned["interpreter"]) if planned else None
     goal_dir = gitrepo.common_dir(root) / "loopx-issue-fix" / goal_id
     worktree = goal_dir / "worktree"
     todo_ids = {step: new_id("todo") for step in STEPS}
@@ -155,6 +162,9 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
         "outputs": [],
         "todos": todo_ids,
         "publish_gate": None,
+        "runner": planned,
+        "environment": environment,
+        "keep": bool(keep),
     }
 
     def work(w):
@@ -171,6 +181,9 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
                 "publish": state["publish"], "phase": "reproduce"}
 
     gitrepo.add_worktree(root, worktree, branch, base_commit)
+    from loopx_issue_fix.phases import _refs
+
+    state["refs"] = _refs(state)
     try:
         return reg.mutate(actor, work, operation_id=operation_id,
                           request={"op": "issue_fix.start", "repo": root, "title": title, "issue": issue,
