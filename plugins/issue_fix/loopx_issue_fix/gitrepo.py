@@ -342,3 +342,14 @@ def blob(repo: str, tree: str, path: str) -> bytes | None:
 def blob_id(repo: str, tree: str, path: str) -> str | None:
     """The blob hash of ``path`` in ``tree`` (``None``: absent)."""
     return git(repo, "rev-parse", "--verify", "--quiet", f"{tree}:{path}", check=False) or None
+
+
+def worktree_branches(repo: str) -> dict[str, str]:
+    """``{worktree path: branch name}`` of the repository's worktrees that have a branch checked out."""
+    out, found, path = git(repo, "worktree", "list", "--porcelain"), {}, None
+    for line in out.splitlines():
+        if line.startswith("worktree "):
+            path = line[len("worktree "):]
+        elif line.startswith("branch refs/heads/") and path:
+            found[path] = line[len("branch refs/heads/"):]
+    return found

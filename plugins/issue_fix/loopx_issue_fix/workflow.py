@@ -316,3 +316,70 @@ def contract_actions(tx, goal, run_id: str | None, left: dict | None) -> list[di
     # The agent works in the goal's worktree: executor providers start it there.
     return [{"command": command, "note": note, "capability": CAPABILITY, "action": step,
              "workdir": state["worktree"]}]
+
+
+def close(reg, actor: str, goal_id: str, *, keep: bool = False, reason: str | None = None,
+          operation_id: str | None = None) -> dict:
+    """Close an Issue-Fix goal (as ``actor``, a user) and remove its worktree and branch (``keep``: leave
+    them). The goal's directory (packet, results) stays. A goal already closed is only cleaned."""
+    from loopx.api import check_id, check_text, load_goal, writer_close_goal
+
+    from loopx_issue_fix import gitrepo
+
+    check_id("goal", goal_id)
+    reason = check_text(reason, what="--reason", limit="note", required=False) or "issue-fix: closed by a user"
+    with reg.read() as tx:
+        goal = load_goal(tx, goal_id)
+        state = load_state(tx, goal_id)
+    def work(w):
+        from loopx.api import acting, put_state
+
+        if goal.status != "closed":
+            writer_close_goal(w, reason=reason)
+        if keep != bool(state.get("keep")):
+            with acting(w, CAPABILITY) as cw:  # `clean` leaves a kept worktree alone
+                put_state(cw, NAMESPACE, {"keep": bool(keep)})
+
+    if goal.status != "closed" or keep != bool(state.get("keep")):
+        reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                   request={"op": "issue_fix.close", "goal": goal_id, "keep": bool(keep), "reason": reason})
+    removed = [] if keep else gitrepo.remove_goal_worktree(state["repo"], state["worktree"], state["branch"]["name"])
+    return {"goal_id": goal_id, "status": "closed", "kept": bool(keep), "removed": removed,
+            "worktree": state["worktree"], "branch": state["branch"]["name"]}
+
+
+def clean(reg, repo: str) -> dict:
+    """Remove what closed or unknown Issue-Fix goals left in ``repo``: their worktrees, branches and
+    test-run copies (goals started with ``--keep`` keep theirs). Open goals are not touched."""
+    import shutil
+
+    from loopx.api import load_goal
+
+    from loopx_issue_fix import gitrepo
+
+    root = gitrepo.toplevel(repo)
+    base = gitrepo.common_dir(root) / "loopx-issue-fix"
+    branches = gitrepo.worktree_branches(root)
+    removed, kept = [], []
+    for goal_dir in sorted(base.iterdir()) if base.is_dir() else []:
+        if not goal_dir.is_dir():
+            continue
+        state, status = None, "unknown"
+        try:
+            with reg.read() as tx:
+                status = load_goal(tx, goal_dir.name).status
+                state = load_state(tx, goal_dir.name)
+        except LoopxError:
+            pass
+        if status not in ("closed", "unknown"):
+            continue
+        shutil.rmtree(goal_dir / "runs", ignore_errors=True)
+        if state and state.get("keep"):
+            kept.append(goal_dir.name)
+            continue
+        worktree = str(goal_dir / "worktree")
+        branch = state["branch"]["name"] if state else branches.get(worktree)
+        gone = gitrepo.remove_goal_worktree(root, worktree, branch)
+        if gone:
+            removed.append({"goal_id": goal_dir.name, "status": status, "removed": gone})
+    return {"repo": root, "removed": removed, "kept": kept}
