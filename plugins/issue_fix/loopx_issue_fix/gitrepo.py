@@ -131,7 +131,7 @@ def add_worktree(repo: str, path: Path, branch: str, base: str) -> None:
 
     The user's checkout (its HEAD, index and files) is not touched.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     git(repo, "worktree", "add", "--quiet", "-b", branch, str(path), base)
     (path.parent / "exclude").write_text(EXCLUDES)
 
@@ -318,6 +318,7 @@ def remove_goal_worktree(repo: str, worktree: str, branch: str | None) -> list[s
     import shutil
 
     done = []
+    Path(worktree).parent.joinpath("candidate.index").unlink(missing_ok=True)
     if Path(worktree).exists():
         git(repo, "worktree", "remove", "--force", "--force", worktree, check=False)
         if Path(worktree).exists():

@@ -677,7 +677,11 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
                provider=how["provider"], request=request)
     # The goal is closed: its worktree and local branch go (the branch is on the remote), unless
     # `start --keep` asked to keep them. The packet and the results stay in the goal's directory.
-    out["removed"] = [] if state.get("keep") else gitrepo.remove_goal_worktree(state["repo"], wt, branch["name"])
+    # An agent runs this step *inside* the worktree: removing it there would pull the directory
+    # from under the agent's next command; `loopx issue-fix clean` (also run by `start`) does it.
+    inside = Path.cwd().resolve().is_relative_to(Path(wt).resolve()) if Path(wt).exists() else False
+    out["removed"] = [] if state.get("keep") or inside else \
+        gitrepo.remove_goal_worktree(state["repo"], wt, branch["name"])
     return out
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from pathlib import Path
 
 from loopx.api import LoopxError
 
@@ -128,6 +129,10 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     publish = check_provider(provider)
     need = float(test_timeout or WALL_NEED_SECONDS)
     root = gitrepo.toplevel(repo)
+    try:  # what earlier goals of this repository left behind once closed (a publish run by an agent)
+        clean(reg, root, unknown=False)
+    except LoopxError:
+        pass
     base_commit = gitrepo.commit_of(root, base or "HEAD")
     dirty = gitrepo.dirty_paths(root)
     goal_id = new_id("goal")
@@ -137,7 +142,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     planned = testrun.plan(test_command, root)
     environment = guard.environment(planned["interpreter"]) if planned else None
     goal_dir = gitrepo.common_dir(root) / "loopx-issue-fix" / goal_id
-    worktree = goal_dir / "worktree"
+    worktree = worktree_root() / goal_id / "worktree"
     todo_ids = {step: new_id("todo") for step in STEPS}
     description = f"Fix this issue (worktree {worktree}, tests: {test_command}).\n\n{issue}"
     if len(description.encode()) > MAX_ISSUE_BYTES:
@@ -193,6 +198,19 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     except BaseException:
         gitrepo.remove_worktree(root, worktree, branch)
         raise
+
+
+def worktree_root() -> Path:
+    """Where goals' worktrees live: ``$LOOPX_ISSUE_FIX_WORKTREES``, else
+    ``${XDG_DATA_HOME:-~/.local/share}/loopx/issue-fix``. Not inside ``.git``: agent CLIs refuse to
+    edit files under a ``.git`` directory (Claude Code does, whatever its permission rules)."""
+    import os
+
+    given = os.environ.get("LOOPX_ISSUE_FIX_WORKTREES")
+    if given:
+        return Path(given).expanduser().resolve()
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data, "loopx", "issue-fix").resolve()
 
 
 def load_state(tx, goal_id: str) -> dict:
@@ -348,9 +366,10 @@ def close(reg, actor: str, goal_id: str, *, keep: bool = False, reason: str | No
             "worktree": state["worktree"], "branch": state["branch"]["name"]}
 
 
-def clean(reg, repo: str) -> dict:
-    """Remove what closed or unknown Issue-Fix goals left in ``repo``: their worktrees, branches and
-    test-run copies (goals started with ``--keep`` keep theirs). Open goals are not touched."""
+def clean(reg, repo: str, *, unknown: bool = True) -> dict:
+    """Remove what closed (and, with ``unknown``, unregistered) Issue-Fix goals left in ``repo``: their
+    worktrees, branches and test-run copies (goals started or closed with ``--keep`` keep theirs).
+    Open goals are not touched."""
     import shutil
 
     from loopx.api import load_goal
@@ -371,13 +390,13 @@ def clean(reg, repo: str) -> dict:
                 state = load_state(tx, goal_dir.name)
         except LoopxError:
             pass
-        if status not in ("closed", "unknown"):
+        if status != "closed" and not (unknown and status == "unknown"):
             continue
         shutil.rmtree(goal_dir / "runs", ignore_errors=True)
         if state and state.get("keep"):
             kept.append(goal_dir.name)
             continue
-        worktree = str(goal_dir / "worktree")
+        worktree = state["worktree"] if state else str(worktree_root() / goal_dir.name / "worktree")
         branch = state["branch"]["name"] if state else branches.get(worktree)
         gone = gitrepo.remove_goal_worktree(root, worktree, branch)
         if gone:

@@ -96,7 +96,7 @@ def _hidden_conftest(cli, repo, hide):
     g, wt = reproduced(cli, repo)
     (wt / "conftest.py").write_text(REWRITE_REPORTS)
     hide(wt, Path(state(cli, g)["goal_dir"]))
-    excludes = f"core.excludesFile={Path(state(cli, g)['goal_dir']) / 'exclude'}"
+    excludes = f"core.excludesFile={wt.parent / 'exclude'}"
     assert "conftest.py" not in git(wt, "-c", excludes, "status", "--porcelain")
     # In the agent's worktree the hook makes everything pass...
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=wt,
@@ -124,7 +124,8 @@ def test_a_conftest_hidden_by_info_exclude_does_not_take_part(cli, project):
 
 def test_a_conftest_hidden_by_the_goal_dir_exclude_does_not_take_part(cli, project):
     def hide(wt, goal_dir):
-        (goal_dir / "exclude").write_text((goal_dir / "exclude").read_text() + "conftest.py\n")
+        exclude = wt.parent / "exclude"  # LoopX's own exclude file for the goal, beside its worktree
+        exclude.write_text(exclude.read_text() + "conftest.py\n")
 
     g = _hidden_conftest(cli, project, hide)
     # The real fix is verified, and the commit holds no conftest.
