@@ -199,7 +199,7 @@ def _tail(ev: dict | None, title: str) -> list[str]:
 
 
 def probe(state: dict, timeout: float = 20) -> dict:
-    """What the test command runs on, asked in the worktree: ``{"interpreter", "python", "runner"}``.
+    """What the test command runs on, asked outside the worktree: ``{"interpreter", "python", "runner"}``.
 
     The command's first word, when it is a Python interpreter or ``pytest``, is asked for its
     version (through the core's ``run_command``, with a time limit); anything else is ``None``.
@@ -213,6 +213,19 @@ def probe(state: dict, timeout: float = 20) -> dict:
     from loopx_issue_fix import testrun
 
     out = {"interpreter": None, "python": None, "runner": None}
+    planned = state.get("runner")
+    if planned:
+        # The interpreter verify ran, asked in isolated mode outside the worktree: nothing the
+        # agent left there (a `pytest.py`, a `sitecustomize.py`) runs in LoopX's step.
+        def ask_isolated(*argv):
+            res = run_command([planned["interpreter"], "-I", "-B", *argv], env={}, timeout=timeout,
+                              cwd=state["goal_dir"])
+            lines = res["output_tail"].strip().splitlines()
+            return lines[-1][:200] if res["exit_code"] == 0 and lines else None
+
+        return {"interpreter": planned["interpreter"],
+                "python": ask_isolated("-c", "import sys; print(sys.version.split()[0])"),
+                "runner": ask_isolated("-m", "pytest", "--version")}
     try:
         first = shlex.split(state["test_command"])[0]
     except (ValueError, IndexError):
@@ -222,7 +235,7 @@ def probe(state: dict, timeout: float = 20) -> dict:
         return out
 
     def ask(*argv):
-        res = run_command([*argv], env={}, timeout=timeout, cwd=state["worktree"])
+        res = run_command([*argv], env={}, timeout=timeout, cwd=state["goal_dir"])
         lines = res["output_tail"].strip().splitlines()
         return lines[-1][:200] if res["exit_code"] == 0 and lines else None
 

@@ -167,6 +167,8 @@ def read_results(state: dict, evidence_id: str, reg) -> dict:
 
     with reg.read() as tx:
         ev = load_evidence(tx, evidence_id)
+    if ev is not None and not ev.file_path and isinstance(ev.data, dict) and "cases" in ev.data:
+        return {"cases": ev.data["cases"]}  # recorded before results files existed: what it kept
     if ev is None or not ev.file_path:
         raise LoopxError("issue_fix.evidence_changed", f"evidence {evidence_id} names no results file")
     try:
@@ -437,7 +439,7 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
             vanished = [i for i in base_passed if i not in cases or cases[i]["status"] == "skipped"]
             base_files = set(repro.get("test_files", []))
             new_files = sorted({c["file"] for c in cases.values() if c.get("file") and c["file"] not in base_files})
-            new_files = [f for f in new_files if not (approved and f in infra)]
+            new_files = [f for f in new_files if not (approved and f in infra)] if "test_files" in repro else []
             failing_now = [i for i, c in cases.items() if c["status"] in ("failed", "error")]
             status = rep.get("exit_status")
             unchanged = tree == repro["tree"]
@@ -696,7 +698,7 @@ def _open_request(state: dict, timeout: float) -> str:
     else:
         argv = ["glab", "mr", "create", "--source-branch", state["branch"]["name"], "--title", title,
                 "--description", body.read_text(encoding="utf-8")[:60000], "--yes"]
-    res = run_command(argv, env={}, timeout=timeout, cwd=state["worktree"])
+    res = run_command(argv, env={}, timeout=timeout, cwd=state["repo"])
     if res["exit_code"] != 0 or res["timed_out"]:
         raise LoopxError("issue_fix.publish_failed", f"the branch is pushed, but `{provider}` could not open the request: "
                          f"{(res['output_tail'].strip().splitlines() or ['timed out'])[-1]}")

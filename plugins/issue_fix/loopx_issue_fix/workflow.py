@@ -185,6 +185,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
                 "base_commit": base_commit, "user_checkout": state["user_checkout"], "todos": todo_ids,
                 "publish": state["publish"], "phase": "reproduce"}
 
+    goal_dir.mkdir(parents=True, exist_ok=True)  # `clean` finds the goal's leftovers through it
     gitrepo.add_worktree(root, worktree, branch, base_commit)
     from loopx_issue_fix.phases import _refs
 
@@ -197,6 +198,10 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
                                    "allow_test_changes": bool(allow_test_changes), "test_timeout": need})
     except BaseException:
         gitrepo.remove_worktree(root, worktree, branch)
+        import shutil
+
+        shutil.rmtree(goal_dir, ignore_errors=True)
+        shutil.rmtree(worktree.parent, ignore_errors=True)
         raise
 
 
