@@ -53,10 +53,20 @@ def loopx(env: dict, *args: str, ok=(0,)) -> dict:
     return json.loads(p.stdout) if p.stdout.strip() else {}
 
 
+CPU: list[float] = []  # CPU seconds (user + system) of the children of each timed section
+
+
 def timed(fn) -> float:
+    """Wall seconds of ``fn()``; its children's CPU seconds are added to the last :data:`CPU` entry."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     fn()
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[-1] += (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall
 
 
 def one_goal(env: dict, repo: Path, n: int) -> float:
@@ -100,18 +110,24 @@ def main() -> None:
         root = Path(tmp)
         repo = make_suite(root, args.tests)
         env = child_env(LOOPX_REGISTRY=str(root / "registry.db"), LOOPX_ISSUE_FIX_WORKTREES=str(root / "worktrees"))
-        plain_twice(repo)  # warm-up: page cache, bytecode of pytest
+        CPU.append(0.0)
+        plain_twice(repo)  # warm-up: page cache, bytecode of pytest (and of the suite: plain keeps it)
         one_goal(env, repo, 0)
-        plain, loopx_runs = [], []
+        plain, loopx_runs, plain_cpu, loopx_cpu = [], [], [], []
         for n in range(1, args.runs + 1):  # interleaved, so drift hits both alike
+            CPU.append(0.0)
             plain.append(plain_twice(repo))
+            plain_cpu.append(CPU[-1])
+            CPU.append(0.0)
             loopx_runs.append(one_goal(env, repo, n))
+            loopx_cpu.append(CPU[-1])
         a, b = statistics.median(plain), statistics.median(loopx_runs)
+        ca, cb = statistics.median(plain_cpu), statistics.median(loopx_cpu)
         print(f"{args.tests:,} tests, median of {args.runs} runs (python {sys.version.split()[0]}, "
-              f"{os.cpu_count()} cpu)")
-        print(f"{'case':<46} {'median s':>9} {'x plain':>8}")
-        print(f"{'plain pytest, twice':<46} {a:>9.2f} {1:>8.2f}")
-        print(f"{'issue-fix reproduce + verify (2 processes)':<46} {b:>9.2f} {b / a:>8.2f}")
+              f"{os.cpu_count()} cpu); CPU = user + system seconds of the processes")
+        print(f"{'case':<46} {'wall s':>8} {'x plain':>8} {'CPU s':>8} {'x plain':>8}")
+        print(f"{'plain pytest, twice':<46} {a:>8.2f} {1:>8.2f} {ca:>8.2f} {1:>8.2f}")
+        print(f"{'issue-fix reproduce + verify (2 processes)':<46} {b:>8.2f} {b / a:>8.2f} {cb:>8.2f} {cb / ca:>8.2f}")
 
 
 if __name__ == "__main__":
