@@ -199,8 +199,14 @@ def _refs(state: dict) -> dict:
     """The refs as they stand: local (every ref but the goal's own branch) and the remote's."""
     from loopx_issue_fix import gitrepo
 
-    own = f"refs/heads/{state['branch']['name']}"
-    local = {r: sha for r, sha in gitrepo.local_refs(state["repo"]).items() if r not in (own, "refs/stash")}
+    from loopx_issue_fix.workflow import worktree_root
+
+    # LoopX's own branches move when any goal verifies or closes: they are not the agent's doing.
+    root = str(worktree_root())
+    ours = {f"refs/heads/{b}" for path, b in gitrepo.worktree_branches(state["repo"]).items()
+            if path.startswith(root + "/")} | {f"refs/heads/{state['branch']['name']}", "refs/stash"}
+    local = {r: sha for r, sha in gitrepo.local_refs(state["repo"]).items()
+             if r not in ours and not r.startswith("refs/heads/issue-fix/")}
     remote = gitrepo.remote_refs(state["repo"], state["branch"]["remote"], 30)
     return {"local": local, "remote": remote}
 
@@ -439,7 +445,8 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
             vanished = [i for i in base_passed if i not in cases or cases[i]["status"] == "skipped"]
             base_files = set(repro.get("test_files", []))
             new_files = sorted({c["file"] for c in cases.values() if c.get("file") and c["file"] not in base_files})
-            new_files = [f for f in new_files if not (approved and f in infra)] if "test_files" in repro else []
+            if "test_files" not in repro or _approved_changes(reg, state, tree, new_files):
+                new_files = []
             failing_now = [i for i, c in cases.items() if c["status"] in ("failed", "error")]
             status = rep.get("exit_status")
             unchanged = tree == repro["tree"]
@@ -478,8 +485,9 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
     how = testrun.summary_line(test) if test is not None else "tests not run"
     verdict = (f"verified (green): commit {commit[:12]}, {diff['files_changed']} file(s) changed" if commit
                else f"not verified ({reason}): {problem}")
-    files_now = {p: gitrepo.blob_id(state["repo"], tree, p) for p in infra} if reason == "tests_changed" and infra \
-        else None
+    asked_for = infra or result.get("new_test_files") or []
+    files_now = {p: gitrepo.blob_id(state["repo"], tree, p) for p in asked_for} if reason == "tests_changed" \
+        and asked_for else None
 
     def update(current, evidence_id, w):
         changes = {"attempts": {**current["attempts"], "verify": current["attempts"]["verify"] + 1},
