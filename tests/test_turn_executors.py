@@ -104,8 +104,10 @@ def test_turn_stops_at_a_failing_action_and_leaves_the_todo_open(loopx):
     g = loopx("project_prompt", "create", "--title", "Fails", "--json").json["id"]
     loopx("action", "add", "--goal-id", g, "--name", "boom", "--", PY, "-c", "raise SystemExit(4)")
     loopx("todo", "add", "--goal-id", g, "--text", "one")
-    t = loopx("turn", "--goal-id", g, "--json").json
+    r = loopx("turn", "--goal-id", g, "--json")
+    t = r.json
     assert t["outcome"] == "failed" and "step action:boom failed (exit 4)" in t["handoff"]
+    assert r.code == 1  # a failed turn is a failing command
     assert loopx("todo", "list", "--goal-id", g, "--json").json[0]["status"] == "open"
     text = loopx("turn", "--goal-id", g, "--max-turns", "1")
     assert text.code == 2  # turn has no --max-turns: a usage error, not a crash

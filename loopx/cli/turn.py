@@ -55,6 +55,15 @@ def turn(goal_id, executor, agent, ttl_seconds, unconfined):
         out = executors.turn(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds,
                              unconfined=unconfined, run_cli=run_inprocess)
     emit(out, turn_text)
+    if out["run_id"] is not None and out["outcome"] != "ok":
+        # A harness (`while loopx turn ...`) must see a turn that did not succeed (docs/agents.md).
+        import sys
+
+        sys.exit(TURN_EXIT.get(out["outcome"], 1))
+
+
+#: ``loopx turn``'s exit status when a turn ran but its outcome is not ``ok``.
+TURN_EXIT = {"failed": 1, "partial": 3}
 
 
 @click.command(cls=LoopxCommand)

@@ -5,7 +5,8 @@ stdin closed. Claude Code asks before running a command unless told otherwise, a
 mode nobody can answer: as root it needs ``--permission-mode bypassPermissions`` *and*
 ``IS_SANDBOX=1``, so by default (``LOOPX_CLAUDE_PERMISSIONS=bypass``) LoopX passes both;
 ``LOOPX_CLAUDE_PERMISSIONS=allowlist`` passes ``--allowedTools`` with one ``Bash(...)`` entry per
-contract command instead (anything else is then denied, and a denial fails the turn).
+contract command instead, plus ``Edit(//DIR/**)`` when the contract names a working directory DIR
+(anything else is then denied, and a denial fails the turn).
 
 Configuration: ``LOOPX_CLAUDE_BIN`` (default ``claude`` on PATH), ``LOOPX_CLAUDE_MODEL``
 (``--model``), ``LOOPX_AGENT_TIMEOUT``; ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` reach the
@@ -49,6 +50,11 @@ class ClaudeCodeExecutor:
             argv += ["--permission-mode", "bypassPermissions"]
         elif mode == "allowlist":
             allowed = [f"Bash({line})" for line in prompts.commands(contract, managed=True)]
+            where = contract["interaction_contract"].get("agent_channel", {}).get("workdir")
+            if where:
+                # The contract names the directory the work happens in (a goal's worktree): edits
+                # there, and only there, are allowed (`//` makes the pattern absolute).
+                allowed.append(f"Edit(/{os.path.abspath(where)}/**)")
             argv += ["--allowedTools", ",".join(allowed)]
         else:
             raise LoopxError("invalid_argument", "LOOPX_CLAUDE_PERMISSIONS must be bypass or allowlist")

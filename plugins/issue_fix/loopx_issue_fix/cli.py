@@ -45,9 +45,10 @@ def issue_fix():
               help="How to publish: push the branch, or also open a pull (gh) / merge (glab) request.")
 @click.option("--test-timeout", type=click.FloatRange(1, 86400), default=None,
               help="Seconds one test run may take (default 60, the capability's quota need).")
+@click.option("--keep", is_flag=True, help="Keep the worktree and branch when the goal is closed (default: removed).")
 @operation_option
 def start(repo, title, issue_text, issue_file, test_command, test_ids, report, allow_test_changes, base, branch,
-          remote, provider, test_timeout, operation_id):
+          remote, provider, test_timeout, keep, operation_id):
     """Create an Issue-Fix goal with a git worktree and branch of its own."""
     from loopx_issue_fix import workflow
 
@@ -55,7 +56,8 @@ def start(repo, title, issue_text, issue_file, test_command, test_ids, report, a
         out = workflow.start(reg, actor(), repo=repo, title=title, test_command=test_command, issue_text=issue_text,
                              issue_file=issue_file, test_ids=test_ids, report=report,
                              allow_test_changes=allow_test_changes, base=base, branch=branch, remote=remote,
-                             provider=provider, test_timeout=test_timeout, operation_id=operation_id)
+                             provider=provider, test_timeout=test_timeout, keep=keep,
+                             operation_id=operation_id)
 
     def text(o):
         lines = [f"{o['goal_id']}  issue-fix goal: worktree {o['worktree']} on branch {o['branch']} "
@@ -151,3 +153,30 @@ def publish(run_id, timeout, operation_id):
         out = phases.publish(reg, actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
     emit(out, lambda o: f"pushed {o['commit']} to {o['remote']} {o['branch']}"
                         + (f"; {o['provider']}: {o['request']}" if o.get("request") else "") + "; the goal is closed")
+
+
+@issue_fix.command(epilog="Example:\n  loopx issue-fix close --goal-id g-2ce4")
+@click.option("--goal-id", required=True)
+@click.option("--keep", is_flag=True, help="Keep the goal's worktree and branch.")
+@click.option("--reason", default=None, help="Why the goal is closed.")
+@operation_option
+def close(goal_id, keep, reason, operation_id):
+    """Close an Issue-Fix goal and remove its worktree and branch (--keep to keep them)."""
+    from loopx_issue_fix import workflow
+
+    with open_registry() as reg:
+        out = workflow.close(reg, actor(), goal_id, keep=keep, reason=reason, operation_id=operation_id)
+    emit(out, lambda o: f"{o['goal_id']} closed; " + ("kept " + o["worktree"] if o["kept"]
+                                                       else "removed: " + (", ".join(o["removed"]) or "nothing")))
+
+
+@issue_fix.command(epilog="Example:\n  loopx issue-fix clean --repo .")
+@click.option("--repo", required=True, help="The git repository whose Issue-Fix leftovers to remove.")
+def clean(repo):
+    """Remove the worktrees and branches that closed (or unknown) Issue-Fix goals left behind."""
+    from loopx_issue_fix import workflow
+
+    with open_registry() as reg:
+        out = workflow.clean(reg, repo)
+    emit(out, lambda o: "\n".join(f"{r['goal_id']} ({r['status']}): removed {', '.join(r['removed'])}"
+                                   for r in o["removed"]) or "nothing to remove")

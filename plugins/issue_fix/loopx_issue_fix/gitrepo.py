@@ -25,20 +25,38 @@ IDENTITY = {"GIT_AUTHOR_NAME": "LoopX Issue-Fix", "GIT_AUTHOR_EMAIL": "issue-fix
 EXCLUDES = "__pycache__/\n*.py[cod]\n.pytest_cache/\n.coverage\n.coverage.*\n.tox/\n.nox/\n.mypy_cache/\n"
 
 
-def _env(extra: dict | None = None) -> dict:
-    env = dict(os.environ)
+#: Configuration that could make git run a program LoopX did not choose is switched off on every
+#: git call LoopX makes: hooks (``pre-push``, ``post-checkout``, ... the agent can write them),
+#: the file-system monitor, external diff and text-conversion drivers, the ``ext::`` transport.
+SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
+               "-c", "diff.external=", "-c", "protocol.ext.allow=never", "-c", "core.editor=false",
+               "-c", "sequence.editor=false", "-c", "gpg.program=false", "-c", "commit.gpgSign=false")
+#: Environment variables through which git (or a program it starts) would take orders from elsewhere.
+_GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+                 "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_EXTERNAL_DIFF", "GIT_EXEC_PATH",
+                 "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "GIT_PROXY_COMMAND", "GIT_TRACE", "GIT_NAMESPACE",
+                 "GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM", "GIT_COMMON_DIR")
+
+
+def _env(extra: dict | None = None, *, local: bool = True) -> dict:
+    """git's environment: no pager or prompt, C locale, and (for local plumbing) neither the global
+    nor the system configuration: only the repository's own, overridden by :data:`SAFE_CONFIG`."""
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP and not k.startswith("GIT_CONFIG_KEY_")
+           and not k.startswith("GIT_CONFIG_VALUE_")}
     env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "PAGER": "cat", "LC_ALL": "C"})
-    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
-        env.pop(key, None)
+    if local:
+        env.update({"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"})
     env.update(extra or {})
     return env
 
 
-def git(repo: str | Path, *args: str, check: bool = True, env: dict | None = None, raw: bool = False):
-    """Run ``git -C repo args...``; its stdout (stripped of the final newline, or bytes if ``raw``)."""
+def git(repo: str | Path, *args: str, check: bool = True, env: dict | None = None, raw: bool = False,
+        stdin: bytes | None = None):
+    """Run ``git -C repo args...`` (hooks and code-running configuration off: :data:`SAFE_CONFIG`);
+    its stdout (stripped of the final newline, or bytes if ``raw``)."""
     try:
-        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, env=_env(env),
-                              timeout=GIT_TIMEOUT_SECONDS)
+        proc = subprocess.run(["git", *SAFE_CONFIG, "-C", str(repo), *args], capture_output=True, env=_env(env),
+                              timeout=GIT_TIMEOUT_SECONDS, input=stdin)
     except FileNotFoundError:
         raise LoopxError("issue_fix.git_failed", "git is not installed (Issue-Fix needs the git command)") from None
     except subprocess.TimeoutExpired:
@@ -113,7 +131,7 @@ def add_worktree(repo: str, path: Path, branch: str, base: str) -> None:
 
     The user's checkout (its HEAD, index and files) is not touched.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     git(repo, "worktree", "add", "--quiet", "-b", branch, str(path), base)
     (path.parent / "exclude").write_text(EXCLUDES)
 
@@ -176,46 +194,163 @@ def move_branch(worktree: str, branch: str, commit: str, expected: str) -> None:
 
 def changed_paths(repo: str, a: str, b: str, paths: list[str] | None = None) -> list[str]:
     """Paths that differ between two trees/commits (within ``paths`` when given)."""
-    out = git(repo, "diff", "--name-only", "-z", "--no-renames", a, b, "--", *(paths or []), raw=True)
+    out = git(repo, "diff", "--no-ext-diff", "--no-textconv", "--name-only", "-z", "--no-renames", a, b, "--",
+              *(paths or []), raw=True)
     return [p.decode("utf-8", "replace") for p in out.split(b"\0") if p]
 
 
 def diff(repo: str, a: str, b: str) -> dict:
     """What changed from ``a`` to ``b`` (commits or trees): the full patch, numstat and stat."""
     files, ins, dels = [], 0, 0
-    for line in git(repo, "diff", "--numstat", "--no-renames", a, b, "--").splitlines():
+    plain = ("--no-ext-diff", "--no-textconv", "--no-renames")
+    for line in git(repo, "diff", "--numstat", *plain, a, b, "--").splitlines():
         added, removed, path = line.split("\t", 2)
         x = int(added) if added.isdigit() else 0  # binary files show "-"
         y = int(removed) if removed.isdigit() else 0
         files.append({"path": path, "insertions": x, "deletions": y})
         ins, dels = ins + x, dels + y
     return {"files": files, "files_changed": len(files), "insertions": ins, "deletions": dels,
-            "stat": git(repo, "diff", "--stat", "--no-renames", a, b, "--"),
-            "patch": git(repo, "diff", "--no-renames", "--binary", a, b, "--")}
+            "stat": git(repo, "diff", "--stat", *plain, a, b, "--"),
+            "patch": git(repo, "diff", *plain, "--binary", a, b, "--")}
 
 
-def push(worktree: str, remote: str, commit: str, branch: str, timeout: float) -> dict:
+def push(repo: str, remote: str, commit: str, branch: str, timeout: float) -> dict:
     """Push exactly ``commit`` to ``refs/heads/<branch>`` on ``remote``; then read back what it holds.
 
-    Returns ``{"report", "remote_sha", "duration_seconds"}``; ``issue_fix.publish_failed`` when git fails
-    or the remote does not hold ``commit`` afterwards.
+    Runs in the user's repository ``repo`` (the verified commit is in its object store), so a
+    remote with a relative URL (``../origin.git``) means what it means there; hooks and
+    code-running configuration are off (:data:`SAFE_CONFIG`), the user's global configuration
+    (credentials, ``insteadOf``) stays. Returns ``{"report", "remote_sha", "duration_seconds"}``;
+    ``issue_fix.publish_failed`` when git fails or the remote does not hold ``commit`` afterwards.
     """
     from loopx.api import run_command
 
-    env = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-    # Outside the turn's confinement: the push is LoopX's, after a user approved it, and the
-    # remote may be anywhere (the hooks and config git reads here are read-only to the agent).
-    res = run_command(["git", "-C", worktree, "push", "--porcelain", remote, f"{commit}:refs/heads/{branch}"],
-                      env=env, timeout=timeout, confine=False)
+    env = {k: None for k in _GIT_ENV_DROP} | {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    res = run_command(["git", *SAFE_CONFIG, "-C", repo, "push", "--porcelain", "--no-verify", remote,
+                       f"{commit}:refs/heads/{branch}"], env=env, timeout=timeout, confine=False)
     report = res["output_tail"].strip()
     if res["timed_out"]:
         raise LoopxError("issue_fix.publish_failed", f"git push to {remote} took longer than {timeout:g}s (killed)")
     if res["exit_code"] != 0:
         last = report.splitlines()[-1] if report else f"exit {res['exit_code']}"
         raise LoopxError("issue_fix.publish_failed", f"git push {remote} {branch} failed: {last}")
-    back = run_command(["git", "-C", worktree, "ls-remote", remote, f"refs/heads/{branch}"], env=env,
-                       timeout=timeout, confine=False)
-    remote_sha = back["output_tail"].split()[0] if back["exit_code"] == 0 and back["output_tail"].split() else None
+    remote_sha = remote_refs(repo, remote, timeout, f"refs/heads/{branch}").get(f"refs/heads/{branch}")
     if remote_sha != commit:
         raise LoopxError("issue_fix.publish_failed", f"after the push {remote} holds {remote_sha} for {branch}, not {commit}")
     return {"report": report[-2000:], "remote_sha": remote_sha, "duration_seconds": res["duration_seconds"]}
+
+
+def remote_refs(repo: str, remote: str, timeout: float, *patterns: str) -> dict[str, str] | None:
+    """``{ref: sha}`` that ``remote`` holds (``git ls-remote``), or ``None`` when it cannot be asked."""
+    from loopx.api import run_command
+
+    env = {k: None for k in _GIT_ENV_DROP} | {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    back = run_command(["git", *SAFE_CONFIG, "-C", repo, "ls-remote", remote, *patterns], env=env, timeout=timeout,
+                       tail_bytes=1 << 20, confine=False)
+    if back["exit_code"] != 0 or back["timed_out"]:
+        return None
+    refs = {}
+    for line in back["output_tail"].splitlines():
+        parts = line.split()
+        if len(parts) == 2 and len(parts[0]) >= 40:
+            refs[parts[1]] = parts[0]
+    return refs
+
+
+def local_refs(repo: str) -> dict[str, str]:
+    """``{ref: sha}`` of every ref in the repository (all worktrees share them)."""
+    out = git(repo, "for-each-ref", "--format=%(refname) %(objectname)")
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+
+
+def export_tree(repo: str, tree: str, dest: Path) -> int:
+    """Write exactly the files of ``tree`` into the new directory ``dest``; the number of files.
+
+    The blobs are written as stored (``git cat-file``): no checkout, so no ``.gitattributes``
+    filters or conversions, no hooks, nothing from the worktree it came from. Symbolic links are
+    made as links, executable files executable; submodules are left out.
+    """
+    out = git(repo, "ls-tree", "-r", "-z", "--full-tree", tree, raw=True)
+    entries = []
+    for raw in out.split(b"\0"):
+        if not raw:
+            continue
+        meta, path = raw.split(b"\t", 1)
+        mode, kind, sha = meta.decode().split()
+        if kind == "blob":
+            entries.append((mode, sha, os.fsdecode(path)))
+    dest.mkdir(parents=True, exist_ok=False)
+    if not entries:
+        return 0
+    data = git(repo, "cat-file", "--batch", raw=True, stdin="".join(f"{sha}\n" for _, sha, _ in entries).encode())
+    pos = 0
+    root = dest.resolve()
+    for mode, sha, path in entries:
+        header_end = data.index(b"\n", pos)
+        size = int(data[pos:header_end].split()[2])
+        body = data[header_end + 1:header_end + 1 + size]
+        pos = header_end + 1 + size + 1
+        target = root / path
+        if ".." in Path(path).parts or not str(target).startswith(str(root) + os.sep):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if mode == "120000":
+            os.symlink(os.fsdecode(body), target)
+        else:
+            target.write_bytes(body)
+            if mode == "100755":
+                target.chmod(0o755)
+    return len(entries)
+
+
+def ignored_files(worktree: str, limit: int = 200) -> list[str]:
+    """Files in the worktree that are ignored (``.gitignore``, ``info/exclude``, the goal's exclude):
+    present for the agent, never part of the code LoopX verifies."""
+    out = git(worktree, *_excludes(worktree), "ls-files", "-z", "--others", "--ignored", "--exclude-standard",
+              raw=True)
+    skip = ("__pycache__/", ".pytest_cache/")
+    paths = [p.decode("utf-8", "replace") for p in out.split(b"\0") if p]
+    return [p for p in paths if not any(s in p for s in skip) and not p.endswith((".pyc", ".pyo"))][:limit]
+
+
+def remove_goal_worktree(repo: str, worktree: str, branch: str | None) -> list[str]:
+    """Remove the goal's worktree and (when ``branch``) its branch; what was removed."""
+    import shutil
+
+    done = []
+    Path(worktree).parent.joinpath("candidate.index").unlink(missing_ok=True)
+    if Path(worktree).exists():
+        git(repo, "worktree", "remove", "--force", "--force", worktree, check=False)
+        if Path(worktree).exists():
+            shutil.rmtree(worktree, ignore_errors=True)
+        done.append(worktree)
+    git(repo, "worktree", "prune", check=False)
+    if branch and branch_exists(repo, branch):
+        git(repo, "branch", "--quiet", "-D", branch, check=False)
+        if not branch_exists(repo, branch):
+            done.append(f"branch {branch}")
+    return done
+
+
+def blob(repo: str, tree: str, path: str) -> bytes | None:
+    """The bytes of ``path`` in ``tree`` as stored, or ``None`` when it holds no such file."""
+    sha = git(repo, "rev-parse", "--verify", "--quiet", f"{tree}:{path}", check=False)
+    if not sha:
+        return None
+    return git(repo, "cat-file", "blob", sha, raw=True)
+
+
+def blob_id(repo: str, tree: str, path: str) -> str | None:
+    """The blob hash of ``path`` in ``tree`` (``None``: absent)."""
+    return git(repo, "rev-parse", "--verify", "--quiet", f"{tree}:{path}", check=False) or None
+
+
+def worktree_branches(repo: str) -> dict[str, str]:
+    """``{worktree path: branch name}`` of the repository's worktrees that have a branch checked out."""
+    out, found, path = git(repo, "worktree", "list", "--porcelain"), {}, None
+    for line in out.splitlines():
+        if line.startswith("worktree "):
+            path = line[len("worktree "):]
+        elif line.startswith("branch refs/heads/") and path:
+            found[path] = line[len("branch refs/heads/"):]
+    return found

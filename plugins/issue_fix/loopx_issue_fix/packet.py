@@ -19,8 +19,10 @@ def _evidence(tx, evidence_id: str | None) -> dict | None:
     ev = load_evidence(tx, evidence_id) if evidence_id else None
     if ev is None:
         return None
-    return {"id": ev.id, "run_id": ev.run_id, "summary": ev.summary, "created_at": ev.created_at,
-            "data": ev.data if ev.data is not None else {}}
+    out = {"id": ev.id, "run_id": ev.run_id, "summary": ev.summary, "created_at": ev.created_at,
+           "data": ev.data if ev.data is not None else {}, "file_path": ev.file_path}
+    out["cases"] = _cases(out)
+    return out
 
 
 def _root_cause(tx, goal_id: str, given: str | None) -> str:
@@ -57,13 +59,128 @@ def warnings(state: dict, diff: dict) -> list[str]:
     touched = [p for p in paths if p in repro.get("files", [])]
     if touched and state.get("allow_test_changes"):
         out.append(f"the files holding the failing tests were changed (allowed at start): {', '.join(touched)}")
+    if state.get("approved_test_changes"):
+        out.append(f"test infrastructure changed, approved by a user at a gate: "
+                   f"{', '.join(state['approved_test_changes'][:10])}")
+    for change in state.get("git_changes", []):
+        moved = change.get("remote", []) + change.get("local", [])
+        out.append(f"refs changed outside LoopX before its {change['step']} step (a push or ref change it did not "
+                   f"make): {', '.join(moved[:5])}")
+    literals = special_cases(state, diff)
+    if literals:
+        out.append(f"the fix compares against literal values that appear in the failing test: {', '.join(literals)} "
+                   "(special-casing the test's input?)")
+    hooks = machinery(diff)
+    if hooks:
+        out.append(f"the fix's source reaches into the test machinery: {', '.join(hooks)}")
+    return out
+
+
+_LITERAL = re.compile(r"""(?<![\w.])(-?\d+(?:\.\d+)?|'[^'\n]{1,40}'|"[^"\n]{1,40}")""")
+_TRIVIAL = {"0", "1", "-1", "2", "''", '""'}
+_MACHINERY = re.compile(r"\b(pytest|_pytest|conftest|sys\.modules|sys\.addaudithook|builtins|atexit|os\._exit|"
+                        r"sys\.settrace|sys\.setprofile|_loopx_issue_fix_probe|unittest\.mock)\b")
+
+
+def split_paths(paths: list[str], known: list[str]) -> dict[str, list[str]]:
+    """The diff's files as ``{"source", "tests", "other"}``: Python code, test files, the rest."""
+    from loopx_issue_fix import guard
+
+    out: dict[str, list[str]] = {"source": [], "tests": [], "other": []}
+    for p in paths:
+        key = "tests" if is_test_path(p, known) or guard.is_test_path(p) else "source" if guard.is_code(p) else "other"
+        out[key].append(p)
+    return out
+
+
+def _added_lines(patch: str, wanted) -> list[str]:
+    lines, current = [], None
+    for line in patch.splitlines():
+        if line.startswith("+++ "):
+            current = line[6:] if line.startswith("+++ b/") else None
+        elif line.startswith("+") and current and wanted(current):
+            lines.append(line[1:])
+    return lines
+
+
+def special_cases(state: dict, diff: dict) -> list[str]:
+    """Literal values on the fix's added source lines in a comparison that also appear in the failing
+    tests' files at the reproduction (``if (a, b) == (2, 3): return 5``)."""
+    from loopx_issue_fix import gitrepo, guard
+
+    repro = state["reproduction"]
+    test_text = ""
+    for path in repro.get("files", []):
+        data = gitrepo.blob(state["repo"], repro["tree"], path)
+        test_text += (data or b"").decode("utf-8", "replace")
+    if not test_text:
+        return []
+    in_test = set(_LITERAL.findall(test_text)) - _TRIVIAL
+    found = []
+    for line in _added_lines(diff.get("patch", ""), lambda p: guard.is_code(p) and not guard.is_test_path(p)):
+        if not re.search(r"==|!=|\bin\b|\bis\b|\bif\b|\belif\b|\breturn\b|<=|>=|[<>]", line):
+            continue
+        for value in _LITERAL.findall(line.split("#", 1)[0]):
+            if value in in_test and value not in found:
+                found.append(value)
+    return found[:10]
+
+
+def machinery(diff: dict) -> list[str]:
+    """Names on the fix's added source lines that reach the test machinery (pytest, sys.modules, ...)."""
+    from loopx_issue_fix import guard
+
+    found = []
+    for line in _added_lines(diff.get("patch", ""), lambda p: guard.is_code(p) and not guard.is_test_path(p)):
+        for m in _MACHINERY.findall(line):
+            if m not in found:
+                found.append(m)
+    return found
+
+
+def repo_passed(repro: dict) -> int:
+    """How many tests passed at the reproduction."""
+    return repro.get("passed", 0)
+
+
+def _cases(ev: dict | None) -> dict:
+    import json
+    from pathlib import Path
+
+    if ev is None:
+        return {}
+    try:
+        return json.loads(Path(ev["file_path"]).read_text())["cases"] if ev.get("file_path") else ev["data"].get("cases", {})
+    except (OSError, ValueError, KeyError):
+        return ev["data"].get("cases") or {}
+
+
+def _flipped(before: dict | None, after: dict | None) -> list[str]:
+    """Every test id whose status differs between the two runs (from their complete results)."""
+    a, b = (before or {}).get("cases", {}), (after or {}).get("cases", {})
+    rows = [(i, (a.get(i) or {}).get("status", "absent"), (b.get(i) or {}).get("status", "absent"))
+            for i in sorted(set(a) | set(b))]
+    rows = [r for r in rows if r[1] != r[2]]
+    out = ["## Tests that flipped", "", f"{len(rows)} test id(s) changed status from the reproduction to the "
+           "verification:", "", "| test | before | after |", "|---|---|---|"]
+    out += [f"| `{i}` | {x} | {y} |" for i, x, y in rows[:500]]
+    if len(rows) > 500:
+        out.append(f"| ... {len(rows) - 500} more in the results files | | |")
+    return out + [""]
+
+
+def _split(diff: dict, repro: dict) -> list[str]:
+    parts = split_paths([f["path"] for f in diff["files"]], repro.get("files", []))
+    out = []
+    for key, title in (("source", "Source"), ("tests", "Tests"), ("other", "Other")):
+        out += [f"### {title}", "", *([f"- `{p}`" for p in parts[key]] or ["- (none)"]), ""]
     return out
 
 
 def _status(ev: dict | None, test_id: str) -> str:
     if ev is None:
         return "(no evidence)"
-    case = (ev["data"].get("cases") or {}).get(test_id)
+    case = ev["cases"].get(test_id)
     return case["status"] if case else "(not in report)"
 
 
@@ -82,7 +199,7 @@ def _tail(ev: dict | None, title: str) -> list[str]:
 
 
 def probe(state: dict, timeout: float = 20) -> dict:
-    """What the test command runs on, asked in the worktree: ``{"interpreter", "python", "runner"}``.
+    """What the test command runs on, asked outside the worktree: ``{"interpreter", "python", "runner"}``.
 
     The command's first word, when it is a Python interpreter or ``pytest``, is asked for its
     version (through the core's ``run_command``, with a time limit); anything else is ``None``.
@@ -96,6 +213,19 @@ def probe(state: dict, timeout: float = 20) -> dict:
     from loopx_issue_fix import testrun
 
     out = {"interpreter": None, "python": None, "runner": None}
+    planned = state.get("runner")
+    if planned:
+        # The interpreter verify ran, asked in isolated mode outside the worktree: nothing the
+        # agent left there (a `pytest.py`, a `sitecustomize.py`) runs in LoopX's step.
+        def ask_isolated(*argv):
+            res = run_command([planned["interpreter"], "-I", "-B", *argv], env={}, timeout=timeout,
+                              cwd=state["goal_dir"])
+            lines = res["output_tail"].strip().splitlines()
+            return lines[-1][:200] if res["exit_code"] == 0 and lines else None
+
+        return {"interpreter": planned["interpreter"],
+                "python": ask_isolated("-c", "import sys; print(sys.version.split()[0])"),
+                "runner": ask_isolated("-m", "pytest", "--version")}
     try:
         first = shlex.split(state["test_command"])[0]
     except (ValueError, IndexError):
@@ -105,7 +235,7 @@ def probe(state: dict, timeout: float = 20) -> dict:
         return out
 
     def ask(*argv):
-        res = run_command([*argv], env={}, timeout=timeout, cwd=state["worktree"])
+        res = run_command([*argv], env={}, timeout=timeout, cwd=state["goal_dir"])
         lines = res["output_tail"].strip().splitlines()
         return lines[-1][:200] if res["exit_code"] == 0 and lines else None
 
@@ -173,7 +303,15 @@ def render(tx, goal_id: str, state: dict, diff: dict, root_cause: str | None,
     ]
     for test_id in repro["failing"]:
         lines.append(f"| `{test_id}` | {_status(before, test_id)} | {_status(after, test_id)} |")
-    lines += ["", f"{repro.get('passed', 0)} other test(s) passed at the reproduction; none of them fails now.", ""]
+    p2p = ver.get("pass_to_pass") or {}
+    lines += ["", f"FAIL_TO_PASS: {len(repro['failing'])} test(s), every one passes now. PASS_TO_PASS: "
+              f"{p2p.get('still_passing', repo_passed(repro))} of {p2p.get('total', repo_passed(repro))} test(s) that passed "
+              "at the reproduction still exist and pass.",
+              f"Complete results (every test id): reproduction sha256 `{repro.get('results_sha256')}` "
+              f"({repro.get('cases_total', '?')} tests, exit status {repro.get('exit_status')}), verification sha256 "
+              f"`{ver.get('results_sha256')}` ({ver.get('cases_total', '?')} tests); the files are named by the "
+              "evidence.", ""]
+    lines += _flipped(before, after)
     lines += _tail(before, "Before the fix (reproduction)")
     lines += _tail(after, "After the fix (verification)")
     lines += _environment(state, probed)
@@ -183,7 +321,13 @@ def render(tx, goal_id: str, state: dict, diff: dict, root_cause: str | None,
         lines.append(f"| {n} | {a['step']} | {a['outcome']} | `{a['evidence_id']}` | {detail} |")
     failed = [a for a in state.get("log", []) if a["outcome"] not in ("red", "green", "published")]
     lines += ["", f"{len(failed)} failed attempt(s).", "",
+              "## Files verify did not use", "",
+              "Ignored or excluded files in the worktree (never copied into the clean checkout the tests ran on):",
+              "", *([f"- `{p}`" for p in ver.get("ignored", [])] or ["- (none)"]), "",
+              *([f"Test changes a user approved: {', '.join(state['approved_test_changes'])}", ""]
+                if state.get("approved_test_changes") else []),
               "## Diff", "",
+              *_split(diff, repro),
               f"{diff['files_changed']} file(s) changed, {diff['insertions']} insertion(s), "
               f"{diff['deletions']} deletion(s) from `{branch['base_commit'][:12]}` to `{ver['commit'][:12]}`", "",
               "```", diff["stat"] or "(no changes)", "```", "",

@@ -66,7 +66,7 @@ def _log(current: dict, step: str, evidence_id: str, outcome: str, detail: str |
 
 
 def _record(reg, actor: str, run, *, step: str, evidence: dict, update, operation_id: str | None,
-            request: dict) -> dict:
+            request: dict, evidence_id: str | None = None) -> dict:
     """One transaction: evidence (as the capability), state changes, todos done (as ``actor``).
 
     ``update(state, evidence_id, w)`` returns ``(state changes, todo steps now done, result)``;
@@ -75,7 +75,7 @@ def _record(reg, actor: str, run, *, step: str, evidence: dict, update, operatio
     from loopx.api import (acting, check_recordable, load_todo, new_id, put_state, writer_add_evidence,
                            writer_close_goal, writer_criterion_met, writer_todo_done)
 
-    evidence_id = new_id("evidence")
+    evidence_id = evidence_id or new_id("evidence")
 
     def work(w):
         check_recordable(w.tx, run.id, goal_id=run.goal_id)
@@ -105,20 +105,132 @@ def _record(reg, actor: str, run, *, step: str, evidence: dict, update, operatio
                       request={"op": f"issue_fix.{step}", "run": run.id, **request})
 
 
-def _run_tests(state: dict, timeout: tuple[float, str]) -> tuple[dict, list[str]]:
-    """One run of the tests in the worktree; the run and the untracked files it wrote."""
+def runner(state: dict) -> dict | None:
+    """How the tests run: the plan fixed at ``start`` (interpreter, pytest arguments), or ``None``
+    for a command LoopX runs under ``sh -c``."""
+    from loopx_issue_fix import testrun
+
+    if "runner" in state:
+        return state["runner"]
+    return testrun.plan(state["test_command"], state["repo"])
+
+
+def _run_tests(state: dict, tree: str, timeout: tuple[float, str], evidence_id: str) -> tuple[dict, dict]:
+    """One run of the tests on a clean copy of exactly ``tree`` (never in the agent's worktree).
+
+    The copy is made from the repository's objects into a new directory under the goal's
+    directory and removed afterwards. The complete results (every test id) are written to
+    ``<goal_dir>/results/<evidence_id>.json``; returns the run and ``{"path", "sha256", ...}``
+    of that file.
+    """
+    import hashlib
+    import json
+    import shutil
+    import tempfile
+
     from loopx_issue_fix import gitrepo, testrun
 
-    wt = state["worktree"]
-    before = gitrepo.untracked(wt)
-    test = testrun.run_test(wt, state["test_command"], report=Path(state["goal_dir"], "reports", "last.xml"),
-                            report_option=state.get("report"), timeout=timeout[0])
+    runs = Path(state["goal_dir"], "runs")
+    runs.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="run-", dir=runs))
+    try:
+        checkout = work / "tree"
+        gitrepo.export_tree(state["repo"], tree, checkout)
+        test = testrun.run_test(str(checkout), state["test_command"], report=work / "report" / "last.xml",
+                                report_option=state.get("report"), timeout=timeout[0], planned=runner(state))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     test["timeout_source"] = timeout[1]
-    after = gitrepo.untracked(wt)
-    wrote = sorted(p for p, h in after.items() if before.get(p) != h)
-    if state.get("report"):
-        wrote.append(state["report"])
-    return test, wrote
+    test["tree"] = tree
+    rep = test["report"]
+    body = {"tree": tree, "command": test["command"], "ran": test["ran"], "isolation": test["isolation"],
+            "exit_code": test["exit_code"], "exit_status": rep.get("exit_status"), "timed_out": test["timed_out"],
+            "collection_errors": rep.get("collection_errors", {}), "cases": rep["cases"],
+            "opened": rep.get("opened", [])}
+    data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    path = Path(state["goal_dir"], "results", f"{evidence_id}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    artifact = {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), "cases_total": len(rep["cases"]),
+                "collection_errors": len(rep.get("collection_errors", {})), "exit_status": rep.get("exit_status")}
+    test["results"] = artifact
+    return test, artifact
+
+
+def read_results(state: dict, evidence_id: str, reg) -> dict:
+    """The complete results a run recorded (its artifact file), checked against the sha256 its
+    evidence holds (``issue_fix.evidence_changed`` if the file is gone or differs)."""
+    import hashlib
+    import json
+
+    from loopx.api import load_evidence
+
+    with reg.read() as tx:
+        ev = load_evidence(tx, evidence_id)
+    if ev is not None and not ev.file_path and isinstance(ev.data, dict) and "cases" in ev.data:
+        return {"cases": ev.data["cases"]}  # recorded before results files existed: what it kept
+    if ev is None or not ev.file_path:
+        raise LoopxError("issue_fix.evidence_changed", f"evidence {evidence_id} names no results file")
+    try:
+        data = Path(ev.file_path).read_bytes()
+    except OSError as exc:
+        raise LoopxError("issue_fix.evidence_changed", f"the results of evidence {evidence_id} cannot be read "
+                         f"({ev.file_path}: {exc.strerror})") from None
+    if "sha256:" + hashlib.sha256(data).hexdigest() != ev.file_sha256:
+        raise LoopxError("issue_fix.evidence_changed", f"the results file of evidence {evidence_id} changed since it "
+                         f"was recorded ({ev.file_path}): its sha256 is not {ev.file_sha256}")
+    return json.loads(data)
+
+
+def _environment_problem(state: dict) -> str | None:
+    """Whether the interpreter's start-up code changed since ``start`` (a ``.pth``, ``sitecustomize``)."""
+    from loopx_issue_fix import guard
+
+    before = state.get("environment")
+    if not before:
+        return None
+    changed = guard.environment_changed(before, guard.environment(before["interpreter"]))
+    if changed:
+        return f"the test interpreter's start-up files changed since start: {', '.join(changed[:5])}"
+    return None
+
+
+def _refs(state: dict) -> dict:
+    """The refs as they stand: local (every ref but the goal's own branch) and the remote's."""
+    from loopx_issue_fix import gitrepo
+
+    from loopx_issue_fix.workflow import worktree_root
+
+    # LoopX's own branches move when any goal verifies or closes: they are not the agent's doing.
+    root = str(worktree_root())
+    ours = {f"refs/heads/{b}" for path, b in gitrepo.worktree_branches(state["repo"]).items()
+            if path.startswith(root + "/")} | {f"refs/heads/{state['branch']['name']}", "refs/stash"}
+    local = {r: sha for r, sha in gitrepo.local_refs(state["repo"]).items()
+             if r not in ours and not r.startswith("refs/heads/issue-fix/")}
+    remote = gitrepo.remote_refs(state["repo"], state["branch"]["remote"], 30)
+    return {"local": local, "remote": remote}
+
+
+def _ref_changes(state: dict, now: dict) -> tuple[list[str], list[str]]:
+    """``(remote changes, local changes)`` since the snapshot LoopX took at its last step."""
+    before = state.get("refs")
+    if not before:
+        return [], []
+
+    def diff(a, b):
+        if a is None or b is None:
+            return []
+        return [f"{r} {(a.get(r) or 'none')[:12]} -> {(b.get(r) or 'deleted')[:12]}" for r in sorted(set(a) | set(b))
+                if a.get(r) != b.get(r)]
+
+    return diff(before.get("remote"), now.get("remote")), diff(before.get("local"), now.get("local"))
+
+
+def _git_log(current: dict, step: str, remote: list[str], local: list[str]) -> list:
+    if not remote and not local:
+        return current.get("git_changes", [])
+    entry = {"step": step, "remote": remote[:20], "local": local[:20]}
+    return [*current.get("git_changes", []), entry][-50:]
 
 
 def _outputs(state: dict, wrote: list[str]) -> list[str]:
@@ -154,9 +266,13 @@ def _evidence(step: str, test: dict | None, summary: str, **data) -> dict:
     from loopx_issue_fix import testrun
 
     body = {"step": step, **data}
+    out = {"kind": "test" if test is not None else "note", "summary": summary[:2000], "data": body}
     if test is not None:
         body.update(testrun.slim(test))
-    return {"kind": "test" if test is not None else "note", "summary": summary[:2000], "data": body}
+        if test.get("results"):
+            # The complete results (every test id) are a file; the evidence holds its digest.
+            out.update(file_path=test["results"]["path"], file_sha256="sha256:" + test["results"]["sha256"])
+    return out
 
 
 def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
@@ -168,10 +284,19 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
     """
     from loopx_issue_fix import gitrepo, testrun
 
+    from loopx_issue_fix import guard
+    from loopx.api import new_id
+
     run, state, limit = _context(reg, run_id, ("reproduce",), "reproduce", timeout)
     wt = state["worktree"]
     commit, tree = gitrepo.commit_of(wt), gitrepo.candidate_tree(wt, state.get("outputs", []))
-    test, wrote = _run_tests(state, limit)
+    env_problem = _environment_problem(state)
+    if env_problem:
+        raise LoopxError("issue_fix.environment_changed", f"nothing run: {env_problem}")
+    evidence_id = new_id("evidence")
+    test, artifact = _run_tests(state, tree, limit, evidence_id)
+    wrote: list[str] = []
+    refs = _refs(state)
     cases = test["report"]["cases"]
     problem = testrun.not_a_test_failure(test)
     failing = testrun.ids_with(test, *_red_statuses(state))
@@ -215,11 +340,16 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
             changes["phase"] = "fix"
             changes["reproduction"] = {"evidence_id": evidence_id, "run_id": run.id, "commit": commit, "tree": tree,
                                        "failing": red_ids, "files": files, "passed": len(passed),
-                                       "exit_code": test["exit_code"]}
+                                       "exit_code": test["exit_code"],
+                                       "exit_status": test["report"].get("exit_status"),
+                                       "cases_total": len(cases), "results_sha256": artifact["sha256"],
+                                       "test_files": sorted({c["file"] for c in cases.values() if c.get("file")}),
+                                       "data_files": guard.data_files(test["report"].get("opened", []))}
+        changes["refs"] = refs
         return changes, ["reproduce"] if outcome == "red" else [], {"reproduced": outcome == "red"}
 
     out = _record(reg, actor, run, step="reproduce", update=update, operation_id=operation_id,
-                  request={"commit": commit, "tree": tree},
+                  request={"commit": commit, "tree": tree}, evidence_id=evidence_id,
                   evidence=_evidence("reproduce", test, f"issue-fix reproduce: {testrun.summary_line(test)}: {verdict}",
                                      expected="fail", outcome=outcome, problem=problem, commit=commit, tree=tree,
                                      failing=red_ids, test_files=files))
@@ -230,64 +360,118 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
     return out
 
 
-def _base_passed(reg, evidence_id: str) -> list[str]:
-    from loopx.api import load_evidence
+def _approved_changes(reg, state: dict, tree: str, paths: list[str]) -> bool:
+    """Whether a user approved exactly these test changes (the same files with the same content)."""
+    from loopx.api import load_gate
 
+    from loopx_issue_fix import gitrepo
+
+    asked = state.get("test_change_gate")
+    if not asked or not paths:
+        return False
     with reg.read() as tx:
-        ev = load_evidence(tx, evidence_id)
-    cases = ((ev.data if ev else None) or {}).get("cases", {})
-    return [i for i, c in cases.items() if c["status"] == "passed"]
+        gate = load_gate(tx, state_goal(state), asked["gate_id"])
+    if gate.status != "approved":
+        return False
+    return all(p in asked["files"] and asked["files"][p] == gitrepo.blob_id(state["repo"], tree, p) for p in paths)
+
+
+def state_goal(state: dict) -> str:
+    """The goal id an Issue-Fix state belongs to (its directory's name)."""
+    return Path(state["goal_dir"]).name
 
 
 def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
            operation_id: str | None = None) -> dict:
-    """Prove the fix on the worktree's code; on success commit it and move to ``handoff``.
+    """Prove the fix on a clean checkout of the worktree's code; on success commit it and move to ``handoff``.
 
-    Refused (nothing runs) with ``issue_fix.not_reproduced`` before a red reproduction and with
-    ``issue_fix.tests_weakened`` when a file holding a failing test changed (unless test
-    changes were allowed at ``start``). Otherwise the tests run once: ``verified`` is true when
-    every failing test passes, nothing that passed at the reproduction fails or disappears,
-    and the code differs from the reproduced code; else ``reason`` is ``test_failed``,
-    ``regression``, ``unchanged`` (a pass on the very code that failed: flaky) or the refusal
-    ``issue_fix.not_a_test_failure``.
+    Refused (nothing runs) with ``issue_fix.not_reproduced`` before a red reproduction;
+    ``issue_fix.git_changed`` when the remote's refs moved since LoopX's last step (a push it did
+    not make; refused once, then reported in the packet); ``issue_fix.tests_weakened`` when a
+    file holding a failing test changed (unless allowed at ``start``); ``issue_fix.tests_changed``
+    when a conftest, test module, pytest configuration or data file the base run read changed
+    (unless a user approved exactly that change at the gate verify requests);
+    ``issue_fix.environment_changed`` when the interpreter's start-up files changed. Otherwise
+    the tests run once on a fresh copy of exactly the candidate tree: ``verified`` is true when
+    every failing test passes (FAIL_TO_PASS), every test that passed at the reproduction still
+    exists and passes (PASS_TO_PASS), there is no collection error, pytest's exit status agrees,
+    no new test module appeared, and the code differs from the reproduced code; else ``reason``
+    is ``test_failed``, ``regression``, ``unchanged`` (flaky), ``exit_status``, or a refusal.
     """
-    from loopx_issue_fix import gitrepo, testrun
+    from loopx_issue_fix import gitrepo, guard, testrun
+    from loopx.api import new_id
 
     run, state, limit = _context(reg, run_id, ("fix", "handoff"), "verify", timeout)
     wt, repro, allow = state["worktree"], state["reproduction"], state.get("allow_test_changes")
     head = gitrepo.commit_of(wt)
     tree = gitrepo.candidate_tree(wt, state.get("outputs", []))
+    ignored = gitrepo.ignored_files(wt)
+    refs = _refs(state)
+    remote_moved, local_moved = _ref_changes(state, refs)
     touched = [] if allow else gitrepo.changed_paths(wt, repro["tree"], tree, repro["files"]) if repro["files"] else []
-    test, wrote, problem, result = None, [], None, {}
-    if touched:
+    infra = guard.tests_changed(state["repo"], repro["tree"], tree, test_files=repro.get("test_files", []),
+                                opened=repro.get("data_files", []), exempt=repro["files"] if allow else [])
+    approved = _approved_changes(reg, state, tree, infra)
+    evidence_id = new_id("evidence")
+    test, problem, result, reason = None, None, {}, None
+    if remote_moved:
+        reason = "git_changed"
+        problem = f"the remote {state['branch']['remote']} changed since LoopX's last step (a push LoopX did not " \
+                  f"make): {', '.join(remote_moved[:5])}"
+    elif touched:
         reason = "tests_weakened"
         problem = f"the file(s) holding the failing tests changed: {', '.join(touched)}"
+    elif infra and not approved:
+        reason = "tests_changed"
+        problem = f"the tests are not the base's: {', '.join(infra[:10])} changed"
     else:
-        test, wrote = _run_tests(state, limit)
-        cases = test["report"]["cases"]
+        problem = _environment_problem(state)
+        if problem:
+            reason = "environment_changed"
+    if reason is None:
+        test, _artifact = _run_tests(state, tree, limit, evidence_id)
+        rep = test["report"]
+        cases = rep["cases"]
         problem = testrun.not_a_test_failure(test)
         if problem:
             reason = "not_a_test_failure"
         else:
+            base = read_results(state, repro["evidence_id"], reg)["cases"]
             found = testrun.match_ids(repro["failing"], cases)
             gone = [w for w, m in found.items() if m is None or cases[m]["status"] == "skipped"]
             still = [w for w, m in found.items() if m is not None and cases[m]["status"] in ("failed", "error")]
-            base_passed = _base_passed(reg, repro["evidence_id"])
+            base_passed = [i for i, c in base.items() if c["status"] == "passed"]
             broke = [i for i in base_passed if i in cases and cases[i]["status"] in ("failed", "error")]
-            vanished = [i for i in base_passed if i not in cases]
+            vanished = [i for i in base_passed if i not in cases or cases[i]["status"] == "skipped"]
+            base_files = set(repro.get("test_files", []))
+            new_files = sorted({c["file"] for c in cases.values() if c.get("file") and c["file"] not in base_files})
+            if "test_files" not in repro or _approved_changes(reg, state, tree, new_files):
+                new_files = []
+            failing_now = [i for i, c in cases.items() if c["status"] in ("failed", "error")]
+            status = rep.get("exit_status")
             unchanged = tree == repro["tree"]
-            result = {"still_failing": still, "regressions": broke, "missing": gone + vanished}
-            if (gone or vanished) and not allow:
+            result = {"fail_to_pass": {w: (cases[m]["status"] if m else "missing") for w, m in found.items()},
+                      "still_failing": still, "regressions": broke, "missing": gone + vanished,
+                      "new_test_files": new_files, "exit_status": status,
+                      "collection_errors": len(rep.get("collection_errors", {})),
+                      "pass_to_pass": {"total": len(base_passed), "still_passing": len(base_passed) - len(broke)
+                                       - len(vanished), "broke": len(broke), "missing": len(vanished)}}
+            if new_files and not allow:
+                reason = "tests_changed"
+                problem = f"new test module(s) the base did not have: {', '.join(new_files[:5])}"
+            elif (gone or vanished) and not allow:
                 reason = "tests_weakened"
                 problem = f"test(s) that ran at the reproduction are missing or skipped now: {', '.join((gone + vanished)[:5])}"
             elif still or gone:
                 reason, problem = "test_failed", f"still failing: {', '.join((still + gone)[:5])}"
             elif broke:
-                reason, problem = "regression", f"passed at the reproduction, fail now: {', '.join(broke[:5])}"
+                reason, problem = "regression", (f"{len(broke)} test(s) passed at the reproduction and fail now: "
+                                                 f"{', '.join(broke[:5])}")
+            elif status is not None and status != (1 if failing_now else 0):
+                reason, problem = "exit_status", (f"pytest exited {status} with {len(failing_now)} failing test(s) "
+                                                  "in its results: the run is not what the results say")
             elif unchanged:
                 reason, problem = "unchanged", "the failing tests passed on the very code that failed: flaky, not a fix"
-            else:
-                reason = None
     commit = None
     if reason is None:
         branch = state["branch"]
@@ -298,26 +482,42 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
         gitrepo.move_branch(wt, branch["name"], commit, head)
     diff = gitrepo.diff(wt, state["branch"]["base_commit"], commit or tree)
     outcome = "green" if reason is None else reason
-    if test is not None:
-        how = testrun.summary_line(test)
-    else:
-        how = "tests not run"
+    how = testrun.summary_line(test) if test is not None else "tests not run"
     verdict = (f"verified (green): commit {commit[:12]}, {diff['files_changed']} file(s) changed" if commit
                else f"not verified ({reason}): {problem}")
+    asked_for = infra or result.get("new_test_files") or []
+    files_now = {p: gitrepo.blob_id(state["repo"], tree, p) for p in asked_for} if reason == "tests_changed" \
+        and asked_for else None
 
     def update(current, evidence_id, w):
         changes = {"attempts": {**current["attempts"], "verify": current["attempts"]["verify"] + 1},
                    "log": _log(current, "verify", evidence_id, outcome, problem),
-                   "outputs": _outputs(current, wrote)}
+                   "refs": refs, "git_changes": _git_log(current, "verify", remote_moved, local_moved)}
         if reason == "unchanged":
             changes["flaky"] = sorted(set(current.get("flaky", [])) | set(repro["failing"]))
+        if files_now:
+            asked = current.get("test_change_gate")
+            if not asked or asked["files"] != files_now:
+                # A user may accept exactly this change of the tests: a gate for it, blocking nothing
+                # else (the goal goes on; verify keeps refusing until it is approved).
+                from loopx.api import writer_request_gate
+
+                gate_id = new_id("gate")
+                writer_request_gate(w, gate_id=gate_id, scope="other", blocks="action:issue-fix-test-changes",
+                                    title=f"Accept changed tests for this fix: {', '.join(sorted(files_now))[:200]}")
+                changes["test_change_gate"] = {"gate_id": gate_id, "files": files_now}
+        if approved and infra and reason is None:
+            changes["approved_test_changes"] = sorted(infra)
         if current["phase"] not in ("fix", "handoff"):
             return changes, [], {"verified": False, "reason": "phase_moved"}
         if commit:
             changes["phase"] = "handoff"
             changes["verification"] = {"evidence_id": evidence_id, "run_id": run.id, "commit": commit, "tree": tree,
                                        "parent": state["branch"]["base_commit"],
-                                       "passed": repro["failing"],
+                                       "passed": repro["failing"], "ignored": ignored,
+                                       "results_sha256": test["results"]["sha256"],
+                                       "cases_total": test["results"]["cases_total"],
+                                       "pass_to_pass": result["pass_to_pass"],
                                        "diff": {k: diff[k] for k in ("files_changed", "insertions", "deletions")},
                                        "paths": [f["path"] for f in diff["files"]][:200]}
             return changes, ["fix", "verify"], {"verified": True, "reason": None}
@@ -331,15 +531,18 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
         changes["verification"] = None
         return changes, [], {"verified": False, "reason": reason}
 
-    out = _record(reg, actor, run, step="verify", update=update, operation_id=operation_id,
+    out = _record(reg, actor, run, step="verify", update=update, operation_id=operation_id, evidence_id=evidence_id,
                   request={"head": head, "tree": tree},
                   evidence=_evidence("verify", test, f"issue-fix verify: {how}: {verdict}", expected="pass",
                                      outcome=outcome, problem=problem, head=head, tree=tree, commit=commit,
-                                     touched_test_files=touched, **result,
+                                     touched_test_files=touched, tests_changed=infra, ignored=ignored[:50],
+                                     git_changes={"remote": remote_moved[:20], "local": local_moved[:20]},
+                                     **result,
                                      diff={k: diff[k] for k in ("files_changed", "insertions", "deletions", "stat")}))
     out.update(test=testrun.slim(test) if test else None, commit=commit, tree=tree, problem=problem,
+               tests_changed=infra, ignored=ignored,
                diff={k: diff[k] for k in ("files", "files_changed", "insertions", "deletions", "stat")}, **result)
-    if reason in ("tests_weakened", "not_a_test_failure"):
+    if reason in ("tests_weakened", "not_a_test_failure", "tests_changed", "environment_changed", "git_changed"):
         raise LoopxError(f"issue_fix.{reason}", f"not verified: {problem} (evidence {out['evidence_id']})")
     return out
 
@@ -361,7 +564,10 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
     run, state, _ = _context(reg, run_id, ("handoff",), "handoff", timeout)
     ver = state["verification"]
     diff = gitrepo.diff(state["worktree"], state["branch"]["base_commit"], ver["commit"])
+    refs = _refs(state)
+    remote_moved, local_moved = _ref_changes(state, refs)
     probed = packet.probe(state)
+    state = {**state, "git_changes": _git_log(state, "handoff", remote_moved, local_moved)}
     with reg.read() as tx:
         text, warnings = packet.render(tx, run.goal_id, state, diff, root_cause, probed)
     path = Path(output).expanduser() if output else Path(state["goal_dir"], "handoff.md")
@@ -374,6 +580,8 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
     sha = hashlib.sha256(data).hexdigest()
     gate_id = new_id("gate")
     publish = state["publish"]
+    refs = _refs(state)
+    remote_moved, local_moved = _ref_changes(state, refs)
 
     def update(current, evidence_id, w):
         if current["phase"] != "handoff":
@@ -384,7 +592,8 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
                                   f"({publish['provider']} to {publish['remote']})")
         info = {"evidence_id": evidence_id, "run_id": run.id, "packet": str(path.resolve()), "sha256": sha,
                 "root_cause": root_cause, "warnings": warnings}
-        return ({"phase": "publish", "handoff": info, "publish_gate": gate_id, "publish_gate_commit": ver["commit"]},
+        return ({"phase": "publish", "handoff": info, "publish_gate": gate_id, "publish_gate_commit": ver["commit"],
+                 "refs": refs, "git_changes": _git_log(current, "handoff", remote_moved, local_moved)},
                 ["handoff"], {"gate_id": gate_id})
 
     out = _record(reg, actor, run, step="handoff", update=update, operation_id=operation_id,
@@ -447,7 +656,9 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
         raise LoopxError("issue_fix.changed_since_verify",
                          f"nothing published: {problem}; the goal is back to verify (evidence {out['evidence_id']})")
     seconds = limit[0]
-    pushed = gitrepo.push(wt, branch["remote"], ver["commit"], branch["name"], seconds)
+    remote_moved, local_moved = _ref_changes(state, _refs(state))
+    pushed = gitrepo.push(state["repo"], branch["remote"], ver["commit"], branch["name"], seconds)
+    refs = _refs(state)
     request = _open_request(state, seconds) if how["provider"] != "push" else None
 
     def update(current, evidence_id, w):
@@ -456,7 +667,8 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
         info = {"evidence_id": evidence_id, "commit": ver["commit"], "remote_sha": pushed["remote_sha"],
                 "remote": branch["remote"], "branch": branch["name"], "provider": how["provider"],
                 "request": request}
-        return ({"phase": "published", "published": info,
+        return ({"phase": "published", "published": info, "refs": refs,
+                 "git_changes": _git_log(current, "publish", remote_moved, local_moved),
                  "attempts": {**current["attempts"], "publish": current["attempts"].get("publish", 0) + 1},
                  "log": _log(current, "publish", evidence_id, "published")},
                 ["publish"], {"_close": True,
@@ -473,6 +685,13 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
                                      "timeout_seconds": seconds, "timeout_source": limit[1]}})
     out.update(commit=ver["commit"], remote_sha=pushed["remote_sha"], branch=branch["name"], remote=branch["remote"],
                provider=how["provider"], request=request)
+    # The goal is closed: its worktree and local branch go (the branch is on the remote), unless
+    # `start --keep` asked to keep them. The packet and the results stay in the goal's directory.
+    # An agent runs this step *inside* the worktree: removing it there would pull the directory
+    # from under the agent's next command; `loopx issue-fix clean` (also run by `start`) does it.
+    inside = Path.cwd().resolve().is_relative_to(Path(wt).resolve()) if Path(wt).exists() else False
+    out["removed"] = [] if state.get("keep") or inside else \
+        gitrepo.remove_goal_worktree(state["repo"], wt, branch["name"])
     return out
 
 
@@ -488,7 +707,7 @@ def _open_request(state: dict, timeout: float) -> str:
         argv = ["glab", "mr", "create", "--source-branch", state["branch"]["name"], "--title", title,
                 "--description", body.read_text(encoding="utf-8")[:60000], "--yes"]
     # LoopX's own publishing, after a user approved it: outside the turn's confinement.
-    res = run_command(argv, env={}, timeout=timeout, cwd=state["worktree"], confine=False)
+    res = run_command(argv, env={}, timeout=timeout, cwd=state["repo"], confine=False)
     if res["exit_code"] != 0 or res["timed_out"]:
         raise LoopxError("issue_fix.publish_failed", f"the branch is pushed, but `{provider}` could not open the request: "
                          f"{(res['output_tail'].strip().splitlines() or ['timed out'])[-1]}")

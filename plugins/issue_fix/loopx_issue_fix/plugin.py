@@ -51,6 +51,11 @@ ERROR_CODES = {
     "issue_fix.not_a_test_failure": "the test run shows no test failing: a time-out, a command not found, "
                                     "no JUnit report, a collection error or no tests",
     "issue_fix.tests_weakened": "a failing test, or the file holding it, was edited, deleted or skipped",
+    "issue_fix.tests_changed": "the fix changed the tests' infrastructure: a conftest.py, a test module, pytest's "
+                               "configuration or a data file the base test run read (names the files)",
+    "issue_fix.environment_changed": "the test interpreter's start-up files (.pth, sitecustomize) changed since start",
+    "issue_fix.git_changed": "the remote's refs changed since LoopX's last step: a push LoopX did not make",
+    "issue_fix.evidence_changed": "a recorded results file is gone or no longer matches the sha256 in its evidence",
     "issue_fix.changed_since_verify": "the branch head or the worktree is not the verified commit any more",
     "issue_fix.publish_unavailable": "the chosen publishing tool (gh, glab) is not installed",
     "issue_fix.not_reproduced": "verify, handoff or publish before a red reproduction is recorded",

@@ -28,7 +28,6 @@ _PYTEST = re.compile(r"(^|[\s/])(py\.test|pytest)(\s|$)")
 NOT_FOUND = (126, 127)
 #: pytest's exit statuses other than "tests failed": interrupted, internal error, usage error, no tests.
 PYTEST_NOT_A_RUN = (2, 3, 4, 5)
-MAX_CASES = 2000
 
 
 def is_pytest(command: str) -> bool:
@@ -36,8 +35,82 @@ def is_pytest(command: str) -> bool:
     return bool(_PYTEST.search(command))
 
 
+#: Shell syntax that makes a command more than one program with arguments.
+_SHELL = re.compile(r"[;&|<>`$(){}\n*?]")
+#: Variables the test process does not inherit from whoever ran the LoopX step: they would load
+#: code (``PYTHONPATH``, ``PYTHONSTARTUP``, ``PYTEST_PLUGINS``, ``LD_PRELOAD``, coverage's
+#: ``COV_CORE_*`` hooks) or change what pytest runs (``PYTEST_ADDOPTS``).
+_SCRUB_PREFIXES = ("PYTHON", "PYTEST_", "COV_CORE_", "LOOPX_", "VIRTUAL_ENV", "CONDA_")
+_SCRUB = ("LD_PRELOAD", "LD_AUDIT", "__PYVENV_LAUNCHER__")
+
+
+def plan(command: str, repo: str | None = None) -> dict | None:
+    """How LoopX runs a plain pytest command itself, or ``None`` (then it runs under ``sh -c``).
+
+    A plain command is ``[VAR=value ...] PYTHON -m pytest ARGS`` or ``[VAR=value ...] pytest ARGS``
+    without shell syntax. Returns ``{"interpreter", "args", "module", "env"}``: the interpreter as
+    an absolute path (a relative one is taken relative to ``repo``, a bare name from ``PATH``
+    now, a ``pytest`` script's from its ``#!`` line), so that who runs a later step cannot
+    change which interpreter runs the tests.
+    """
+    import os
+    import shutil
+
+    if _SHELL.search(command):
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    env = {}
+    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+        key, value = words.pop(0).split("=", 1)
+        env[key] = value
+    if not words:
+        return None
+    first, name = words[0], os.path.basename(words[0])
+
+    def resolve(exe):
+        if os.sep in exe:
+            return os.path.abspath(os.path.join(repo or ".", exe)) if not os.path.isabs(exe) else exe
+        return shutil.which(exe)
+
+    if name.startswith("python") and words[1:3] == ["-m", "pytest"]:
+        interpreter, args, module = resolve(first), words[3:], True
+    elif name in ("pytest", "py.test"):
+        script = resolve(first)
+        interpreter, args, module = _shebang(script) if script else None, words[1:], False
+    else:
+        return None
+    if not interpreter or not os.path.isfile(interpreter):
+        return None
+    return {"interpreter": interpreter, "args": args, "module": module, "env": env}
+
+
+def _shebang(script: str) -> str | None:
+    try:
+        with open(script, "rb") as fh:
+            line = fh.readline(512).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    if not line.startswith("#!"):
+        return None
+    parts = line[2:].split()
+    return parts[0] if parts and "python" in parts[0].rsplit("/", 1)[-1] else None
+
+
+def clean_env(extra: dict | None = None) -> dict:
+    """The changes to LoopX's environment the test process gets (``None`` removes a variable)."""
+    import os
+
+    env = {k: None for k in os.environ if k.startswith(_SCRUB_PREFIXES) or k in _SCRUB}
+    env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"})
+    env.update(extra or {})
+    return env
+
+
 def command_line(command: str, report: Path, report_option: str | None) -> str:
-    """The command actually run: the user's, wired to write its JUnit report to ``report``."""
+    """The command run under ``sh -c``: the user's, wired to write its JUnit report to ``report``."""
     if "{report}" in command:
         return command.replace("{report}", shlex.quote(str(report)))
     if report_option:
@@ -47,28 +120,67 @@ def command_line(command: str, report: Path, report_option: str | None) -> str:
     return command
 
 
-def run_test(worktree: str, command: str, *, report: Path, report_option: str | None, timeout: float) -> dict:
-    """Run ``command`` in ``worktree``; the run's facts and its parsed report.
+_BOOT = "import sys; sys.path.insert(0, {dir!r}); import _loopx_issue_fix_probe as p; sys.exit(p.main())"
 
-    Returns ``{"command", "ran", "exit_code", "timed_out", "timeout_seconds", "duration_seconds",
-    "output_tail", "output_sha256", "output_bytes", "report": {"found", "cases", "problem"}}``.
+
+def run_test(checkout: str, command: str, *, report: Path, report_option: str | None, timeout: float,
+             planned: dict | None = None) -> dict:
+    """Run ``command`` in ``checkout`` (a clean copy of the code); the run's facts and its results.
+
+    With ``planned`` (see :func:`plan`) LoopX starts the interpreter itself, isolated (``-I -B``),
+    with its probe (:mod:`loopx_issue_fix.probe`) collecting every test id, the collection
+    errors, the exit status and the files the run opened. Otherwise ``sh -c`` runs the command
+    and its JUnit report is read. Either way the environment is :func:`clean_env`.
+
+    Returns ``{"command", "ran", "isolation", "exit_code", "timed_out", "timeout_seconds",
+    "duration_seconds", "output_tail", "output_sha256", "output_bytes", "report": {"found", "cases",
+    "problem", "collection_errors", "exit_status", "opened"}}``.
     """
+    import shutil
+
     from loopx.api import run_command
 
-    written = Path(worktree, report_option) if report_option else report
+    from loopx_issue_fix import probe
+
+    written = Path(checkout, report_option) if report_option else report
     for stale in {report, written}:
         stale.unlink(missing_ok=True)
     report.parent.mkdir(parents=True, exist_ok=True)
-    ran = command_line(command, report, report_option)
-    # The test command is the project's, not LoopX's: it must not act as the run.
-    env = {"LOOPX_ACTOR": "", "LOOPX_RUN_ID": "", "LOOPX_GOAL_ID": "", "PYTHONDONTWRITEBYTECODE": "1"}
+    if planned:
+        probe_dir = report.parent / "probe"
+        probe_dir.mkdir(exist_ok=True)
+        shutil.copyfile(probe.__file__, probe_dir / "_loopx_issue_fix_probe.py")
+        results = report.with_suffix(".json")
+        results.unlink(missing_ok=True)
+        args = [*planned["args"], "-p", "no:cacheprovider", f"--confcutdir={checkout}"]
+        argv = [planned["interpreter"], "-I", "-B", "-c", _BOOT.format(dir=str(probe_dir)), checkout, str(results),
+                "1" if planned["module"] else "0", *args]
+        ran = shlex.join([planned["interpreter"], "-I", "-B", "-m", "pytest", *args])
+        env = clean_env(planned["env"])
+    else:
+        ran = command_line(command, report, report_option)
+        argv, env = ["sh", "-c", ran], clean_env()
     # reap: whatever the tests left running (a server, a `sleep &`, a `setsid` daemon) is ended
     # when they finish, as at the time-out and when LoopX itself is killed (see run_command).
-    res = run_command(["sh", "-c", ran], env=env, timeout=timeout, cwd=worktree, reap=True)
-    parsed = parse_report(written)
-    if report_option:
-        written.unlink(missing_ok=True)  # an output, never code
-    return {"command": command, "ran": ran, "timeout_seconds": timeout, **res, "report": parsed}
+    res = run_command(argv, env=env, timeout=timeout, cwd=checkout, reap=True)
+    parsed = parse_results(results) if planned else parse_report(written)
+    return {"command": command, "ran": ran, "isolation": "probe" if planned else "shell", "timeout_seconds": timeout,
+            **res, "report": parsed}
+
+
+def parse_results(path: Path) -> dict:
+    """The probe's JSON results as a report (see :func:`parse_report`), with the collection errors,
+    pytest's exit status and the files the run opened."""
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        problem = "no test results were written" if isinstance(exc, FileNotFoundError) else f"unreadable results: {exc}"
+        return {"found": False, "cases": {}, "problem": problem, "collection_errors": {}, "exit_status": None,
+                "opened": []}
+    return {"found": True, "cases": data["cases"], "problem": None, "collection_errors": data["collection_errors"],
+            "exit_status": data["exit_status"], "opened": data["opened"]}
 
 
 def _case_id(case) -> str:
@@ -91,11 +203,13 @@ def parse_report(path: Path) -> dict:
     import xml.etree.ElementTree as ET
 
     if not path.is_file():
-        return {"found": False, "cases": {}, "problem": "no JUnit report was written"}
+        return {"found": False, "cases": {}, "problem": "no JUnit report was written", "collection_errors": {},
+                "exit_status": None, "opened": []}
     try:
         root = ET.parse(path).getroot()
     except (ET.ParseError, OSError) as exc:
-        return {"found": False, "cases": {}, "problem": f"the JUnit report is not readable XML: {exc}"}
+        return {"found": False, "cases": {}, "problem": f"the JUnit report is not readable XML: {exc}",
+                "collection_errors": {}, "exit_status": None, "opened": []}
     cases = {}
     for case in root.iter("testcase"):
         status, message = "passed", None
@@ -106,9 +220,8 @@ def parse_report(path: Path) -> dict:
                 message = (message if isinstance(message, str) else message[0])[:300]
                 break
         cases[_case_id(case)] = {"status": status, "message": message, "file": case.get("file")}
-        if len(cases) >= MAX_CASES:
-            break
-    return {"found": True, "cases": cases, "problem": None}
+    return {"found": True, "cases": cases, "problem": None, "collection_errors": {}, "exit_status": None,
+            "opened": []}
 
 
 def not_a_test_failure(test: dict) -> str | None:
@@ -128,6 +241,10 @@ def not_a_test_failure(test: dict) -> str | None:
     # pytest: "collection failure"; unittest: a module that fails to import is a _FailedTest.
     collection = [i for i, c in report["cases"].items() if c["status"] == "error"
                   and ("collection" in (c["message"] or "") or "_FailedTest" in i)]
+    if report.get("collection_errors"):
+        first = next(iter(report["collection_errors"]))
+        return (f"{len(report['collection_errors'])} collection error(s), in {first}: "
+                f"{report['collection_errors'][first]}")
     if collection:
         return f"collection error in {', '.join(collection[:3])}: {report['cases'][collection[0]]['message']}"
     if is_pytest(test["command"]) and test["exit_code"] in PYTEST_NOT_A_RUN:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from pathlib import Path
 
 from loopx.api import LoopxError
 
@@ -100,7 +101,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
           issue_file: str | None = None, test_ids: tuple[str, ...] = (), report: str | None = None,
           allow_test_changes: bool = False, base: str | None = None, branch: str | None = None,
           remote: str = "origin", provider: str = "push", test_timeout: float | None = None,
-          operation_id: str | None = None) -> dict:
+          keep: bool = False, operation_id: str | None = None) -> dict:
     """Create an Issue-Fix goal with a worktree and branch of its own, from a clean base commit.
 
     The base is ``--base`` or the user's ``HEAD`` commit; uncommitted changes in the user's
@@ -108,8 +109,13 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     transaction writes the goal, the todos reproduce -> fix -> verify -> hand-off -> publish and
     the capability's state; the worktree is removed again if the registry refuses. The publish
     gate is not requested here but when the work reaches it (``handoff``).
+
+    A plain pytest command's interpreter is fixed here (an absolute path, see
+    :func:`testrun.plan`) and its start-up files fingerprinted (:func:`guard.environment`): later
+    steps run the tests on exactly that interpreter and refuse when its ``.pth`` or
+    ``sitecustomize`` files changed.
     """
-    from loopx_issue_fix import gitrepo
+    from loopx_issue_fix import gitrepo, guard, testrun
     from loopx.api import acting, check_text, new_id, put_state, writer_add_todo, writer_create_goal
 
     title = check_text(title, what="--title", limit="title")
@@ -123,14 +129,20 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     publish = check_provider(provider)
     need = float(test_timeout or WALL_NEED_SECONDS)
     root = gitrepo.toplevel(repo)
+    try:  # what earlier goals of this repository left behind once closed (a publish run by an agent)
+        clean(reg, root, unknown=False)
+    except LoopxError:
+        pass
     base_commit = gitrepo.commit_of(root, base or "HEAD")
     dirty = gitrepo.dirty_paths(root)
     goal_id = new_id("goal")
     branch = gitrepo.check_branch_name(root, branch or f"issue-fix/{_slug(title)}-{goal_id[2:8]}")
     if gitrepo.branch_exists(root, branch):
         raise LoopxError("issue_fix.branch_exists", f"branch {branch} already exists in {root}; name another with --branch")
+    planned = testrun.plan(test_command, root)
+    environment = guard.environment(planned["interpreter"]) if planned else None
     goal_dir = gitrepo.common_dir(root) / "loopx-issue-fix" / goal_id
-    worktree = goal_dir / "worktree"
+    worktree = worktree_root() / goal_id / "worktree"
     todo_ids = {step: new_id("todo") for step in STEPS}
     description = f"Fix this issue (worktree {worktree}, tests: {test_command}).\n\n{issue}"
     if len(description.encode()) > MAX_ISSUE_BYTES:
@@ -155,6 +167,9 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
         "outputs": [],
         "todos": todo_ids,
         "publish_gate": None,
+        "runner": planned,
+        "environment": environment,
+        "keep": bool(keep),
     }
 
     def work(w):
@@ -170,7 +185,11 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
                 "base_commit": base_commit, "user_checkout": state["user_checkout"], "todos": todo_ids,
                 "publish": state["publish"], "phase": "reproduce"}
 
+    goal_dir.mkdir(parents=True, exist_ok=True)  # `clean` finds the goal's leftovers through it
     gitrepo.add_worktree(root, worktree, branch, base_commit)
+    from loopx_issue_fix.phases import _refs
+
+    state["refs"] = _refs(state)
     try:
         return reg.mutate(actor, work, operation_id=operation_id,
                           request={"op": "issue_fix.start", "repo": root, "title": title, "issue": issue,
@@ -179,7 +198,24 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
                                    "allow_test_changes": bool(allow_test_changes), "test_timeout": need})
     except BaseException:
         gitrepo.remove_worktree(root, worktree, branch)
+        import shutil
+
+        shutil.rmtree(goal_dir, ignore_errors=True)
+        shutil.rmtree(worktree.parent, ignore_errors=True)
         raise
+
+
+def worktree_root() -> Path:
+    """Where goals' worktrees live: ``$LOOPX_ISSUE_FIX_WORKTREES``, else
+    ``${XDG_DATA_HOME:-~/.local/share}/loopx/issue-fix``. Not inside ``.git``: agent CLIs refuse to
+    edit files under a ``.git`` directory (Claude Code does, whatever its permission rules)."""
+    import os
+
+    given = os.environ.get("LOOPX_ISSUE_FIX_WORKTREES")
+    if given:
+        return Path(given).expanduser().resolve()
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data, "loopx", "issue-fix").resolve()
 
 
 def load_state(tx, goal_id: str) -> dict:
@@ -303,3 +339,71 @@ def contract_actions(tx, goal, run_id: str | None, left: dict | None) -> list[di
     # The agent works in the goal's worktree: executor providers start it there.
     return [{"command": command, "note": note, "capability": CAPABILITY, "action": step,
              "workdir": state["worktree"]}]
+
+
+def close(reg, actor: str, goal_id: str, *, keep: bool = False, reason: str | None = None,
+          operation_id: str | None = None) -> dict:
+    """Close an Issue-Fix goal (as ``actor``, a user) and remove its worktree and branch (``keep``: leave
+    them). The goal's directory (packet, results) stays. A goal already closed is only cleaned."""
+    from loopx.api import check_id, check_text, load_goal, writer_close_goal
+
+    from loopx_issue_fix import gitrepo
+
+    check_id("goal", goal_id)
+    reason = check_text(reason, what="--reason", limit="note", required=False) or "issue-fix: closed by a user"
+    with reg.read() as tx:
+        goal = load_goal(tx, goal_id)
+        state = load_state(tx, goal_id)
+    def work(w):
+        from loopx.api import acting, put_state
+
+        if goal.status != "closed":
+            writer_close_goal(w, reason=reason)
+        if keep != bool(state.get("keep")):
+            with acting(w, CAPABILITY) as cw:  # `clean` leaves a kept worktree alone
+                put_state(cw, NAMESPACE, {"keep": bool(keep)})
+
+    if goal.status != "closed" or keep != bool(state.get("keep")):
+        reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                   request={"op": "issue_fix.close", "goal": goal_id, "keep": bool(keep), "reason": reason})
+    removed = [] if keep else gitrepo.remove_goal_worktree(state["repo"], state["worktree"], state["branch"]["name"])
+    return {"goal_id": goal_id, "status": "closed", "kept": bool(keep), "removed": removed,
+            "worktree": state["worktree"], "branch": state["branch"]["name"]}
+
+
+def clean(reg, repo: str, *, unknown: bool = True) -> dict:
+    """Remove what closed (and, with ``unknown``, unregistered) Issue-Fix goals left in ``repo``: their
+    worktrees, branches and test-run copies (goals started or closed with ``--keep`` keep theirs).
+    Open goals are not touched."""
+    import shutil
+
+    from loopx.api import load_goal
+
+    from loopx_issue_fix import gitrepo
+
+    root = gitrepo.toplevel(repo)
+    base = gitrepo.common_dir(root) / "loopx-issue-fix"
+    branches = gitrepo.worktree_branches(root)
+    removed, kept = [], []
+    for goal_dir in sorted(base.iterdir()) if base.is_dir() else []:
+        if not goal_dir.is_dir():
+            continue
+        state, status = None, "unknown"
+        try:
+            with reg.read() as tx:
+                status = load_goal(tx, goal_dir.name).status
+                state = load_state(tx, goal_dir.name)
+        except LoopxError:
+            pass
+        if status != "closed" and not (unknown and status == "unknown"):
+            continue
+        shutil.rmtree(goal_dir / "runs", ignore_errors=True)
+        if state and state.get("keep"):
+            kept.append(goal_dir.name)
+            continue
+        worktree = state["worktree"] if state else str(worktree_root() / goal_dir.name / "worktree")
+        branch = state["branch"]["name"] if state else branches.get(worktree)
+        gone = gitrepo.remove_goal_worktree(root, worktree, branch)
+        if gone:
+            removed.append({"goal_id": goal_dir.name, "status": status, "removed": gone})
+    return {"repo": root, "removed": removed, "kept": kept}

@@ -10,6 +10,14 @@ from click.testing import CliRunner
 from issue_fix_helpers import Result, make_project
 
 
+@pytest.fixture(autouse=True)
+def worktrees(tmp_path, monkeypatch) -> Path:
+    """Goals' worktrees go under the test's own directory (not ``~/.local/share``)."""
+    root = tmp_path / "loopx-issue-fix-worktrees"
+    monkeypatch.setenv("LOOPX_ISSUE_FIX_WORKTREES", str(root))
+    return root
+
+
 @pytest.fixture
 def project(tmp_path) -> Path:
     """A repository whose test fails until ``calc.add`` is fixed."""

@@ -365,7 +365,10 @@ def test_output_files_of_the_test_run_are_not_a_change_and_flaky_is_caught(cli, 
     assert r.json["verified"] is False and r.json["reason"] == "unchanged"
     s = state(cli, g)
     assert s["flaky"] == ["test_calc.py::test_flaky"] and s["phase"] == "fix"
-    assert {"out.log", "report.xml"} <= set(s["outputs"])
+    # The tests ran on a clean copy: what they wrote never reaches the worktree.
+    wt = Path(s["worktree"])
+    assert not (wt / "out.log").exists() and not (wt / "report.xml").exists()
+    assert git(wt, "status", "--porcelain") == ""
 
 
 def test_what_is_not_a_test_failure_is_refused_and_never_red(cli, project, tmp_path, loopx_registry):
@@ -374,7 +377,7 @@ def test_what_is_not_a_test_failure_is_refused_and_never_red(cli, project, tmp_p
     g = out["goal_id"]
     r, _ = step(cli, g, expect=2)
     assert r.json["error"]["code"] == "issue_fix.not_a_test_failure", r
-    assert "No module named pytest" in r.json["error"]["message"]
+    assert "No module named 'pytest'" in r.json["error"]["message"]
     # The command does not exist.
     g2 = start(cli, make_project(tmp_path / "b"), command="no-such-runner --xml {report}")["goal_id"]
     r, _ = step(cli, g2, expect=2)

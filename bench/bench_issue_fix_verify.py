@@ -1,0 +1,135 @@
+"""Benchmark: Issue-Fix's base run + verify on a 1,500-test suite, against plain pytest run twice.
+
+Not a test. Verifying a fix takes two runs of the suite: the base run (``reproduce``, on a clean
+copy of the reproduction tree, recording every test id and the files it opened) and the
+candidate run (``verify``, on a clean copy of the fixed tree, compared test by test). This
+compares both steps, each a whole ``loopx issue-fix`` process, with running the same suite
+twice with plain ``python -m pytest -q -p no:cacheprovider`` in the repository. Prints medians
+and the ratio (the target: at most 1.3). Usage:
+
+    python bench/bench_issue_fix_verify.py [--tests 1500] [--runs 5] [--keep]
+
+Everything lives in a temp directory removed at the end unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from timing import child_env, scratch_dir
+
+PER_FILE = 50
+
+
+def make_suite(root: Path, tests: int) -> Path:
+    """A git repository with ``lib.double`` (wrong for 7) and ``tests`` tests in modules of 50."""
+    repo = root / "suite"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "lib.py").write_text("def double(x):\n    return x * 2 if x != 7 else 15\n")
+    (repo / "pytest.ini").write_text("[pytest]\npythonpath = .\n")
+    for n in range(-(-tests // PER_FILE)):
+        body = "".join(f"def test_double_{n}_{i}():\n    from lib import double\n    assert double({n * PER_FILE + i})"
+                       f" == {2 * (n * PER_FILE + i)}\n\n\n" for i in range(min(PER_FILE, tests - n * PER_FILE)))
+        (repo / "tests" / f"test_m{n:03d}.py").write_text(body)
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"],
+                 ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "suite"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    return repo
+
+
+def loopx(env: dict, *args: str, ok=(0,)) -> dict:
+    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", *args], env=env, capture_output=True,
+                       text=True)
+    if p.returncode not in ok:
+        raise SystemExit(f"loopx {' '.join(args)} exited {p.returncode}: {p.stdout[-2000:]} {p.stderr[-2000:]}")
+    return json.loads(p.stdout) if p.stdout.strip() else {}
+
+
+CPU: list[float] = []  # CPU seconds (user + system) of the children of each timed section
+
+
+def timed(fn) -> float:
+    """Wall seconds of ``fn()``; its children's CPU seconds are added to the last :data:`CPU` entry."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    fn()
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[-1] += (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall
+
+
+def one_goal(env: dict, repo: Path, n: int) -> float:
+    """Start a goal, then time its reproduce and its verify (each a whole process); seconds."""
+    out = loopx(env, "issue-fix", "start", "--repo", str(repo), "--title", f"bench {n}", "--issue-text", "double(7)",
+                "--test-command", f"{shlex.quote(sys.executable)} -m pytest -q", "--test-timeout", "600")
+    g, wt = out["goal_id"], Path(out["worktree"])
+    agent = {**env, "LOOPX_ACTOR": "executor"}
+    total = 0.0
+    for edit in (None, "def double(x):\n    return x * 2\n"):
+        if edit:
+            (wt / "lib.py").write_text(edit)
+        doc = loopx(agent, "quota", "should-run", "--goal-id", g)
+        run = doc["interaction_contract"]["run_id"]
+        step = "verify" if edit else "reproduce"
+        total += timed(lambda: loopx(agent, "issue-fix", step, "--run-id", run, "--timeout", "600"))
+        loopx(agent, "run", "finish", "--run-id", run)
+    assert loopx(env, "issue-fix", "show", "--goal-id", g)["phase"] == "handoff"
+    loopx(env, "issue-fix", "close", "--goal-id", g)
+    return total
+
+
+def plain_twice(repo: Path) -> float:
+    env = child_env()
+
+    def run():
+        for _ in range(2):
+            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=repo, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    return timed(run)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tests", type=int, default=1500)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    with scratch_dir("issue-fix", args.keep) as tmp:
+        root = Path(tmp)
+        repo = make_suite(root, args.tests)
+        env = child_env(LOOPX_REGISTRY=str(root / "registry.db"), LOOPX_ISSUE_FIX_WORKTREES=str(root / "worktrees"))
+        CPU.append(0.0)
+        plain_twice(repo)  # warm-up: page cache, bytecode of pytest (and of the suite: plain keeps it)
+        one_goal(env, repo, 0)
+        plain, loopx_runs, plain_cpu, loopx_cpu = [], [], [], []
+        for n in range(1, args.runs + 1):  # interleaved, so drift hits both alike
+            CPU.append(0.0)
+            plain.append(plain_twice(repo))
+            plain_cpu.append(CPU[-1])
+            CPU.append(0.0)
+            loopx_runs.append(one_goal(env, repo, n))
+            loopx_cpu.append(CPU[-1])
+        a, b = statistics.median(plain), statistics.median(loopx_runs)
+        ca, cb = statistics.median(plain_cpu), statistics.median(loopx_cpu)
+        print(f"{args.tests:,} tests, median of {args.runs} runs (python {sys.version.split()[0]}, "
+              f"{os.cpu_count()} cpu); CPU = user + system seconds of the processes")
+        print(f"{'case':<46} {'wall s':>8} {'x plain':>8} {'CPU s':>8} {'x plain':>8}")
+        print(f"{'plain pytest, twice':<46} {a:>8.2f} {1:>8.2f} {ca:>8.2f} {1:>8.2f}")
+        print(f"{'issue-fix reproduce + verify (2 processes)':<46} {b:>8.2f} {b / a:>8.2f} {cb:>8.2f} {cb / ca:>8.2f}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    main()
