@@ -25,8 +25,9 @@ _INT_LIMIT = 2**63 - 1
 _BRACKETS = None  # compiled on first use
 
 
-def _depth(text: str) -> int:
-    """The deepest bracket nesting of JSON ``text`` (strings skipped), without recursion."""
+def depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """The deepest bracket nesting of JSON ``text`` (strings skipped), without recursion; counting
+    stops once it is past ``limit``."""
     global _BRACKETS
     if _BRACKETS is None:
         _BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
@@ -37,7 +38,7 @@ def _depth(text: str) -> int:
             depth += 1
             if depth > deepest:
                 deepest = depth
-                if deepest > MAX_DEPTH:
+                if deepest > limit:
                     return deepest
         elif c in "]}":
             depth -= 1
@@ -70,7 +71,7 @@ def loads(text, *, what: str, max_bytes: int = MAX_BYTES):
         raise LoopxError("invalid_argument", f"{what} is not valid UTF-8") from None
     if size > max_bytes:
         raise LoopxError("invalid_argument", f"{what} is {size} bytes; the limit is {max_bytes} bytes")
-    if _depth(text) > MAX_DEPTH:
+    if depth(text) > MAX_DEPTH:
         raise LoopxError("invalid_argument", f"{what} nests deeper than {MAX_DEPTH} levels")
     try:
         value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
