@@ -96,14 +96,18 @@ class RootGroup(LoopxGroup):
             if (ctx is not None and wants_json(ctx)) or _json_requested(args):
                 click.echo(json.dumps({"error": {"code": "invalid_argument", "message": message}}))
             else:
-                click.echo(f"loopx: error: {message} [invalid_argument]", err=True)
+                from loopx.terminal import safe
+
+                click.echo(safe(f"loopx: error: {message} [invalid_argument]"), err=True)
             sys.exit(2)
         except LoopxError as err:
             # Raised while parsing, e.g. an id prefix that is ambiguous or matches nothing.
             if _json_requested(args):
                 click.echo(json.dumps(err.to_json()))
             else:
-                click.echo(f"loopx: error: {err.message} [{err.code}]", err=True)
+                from loopx.terminal import safe
+
+                click.echo(safe(f"loopx: error: {err.message} [{err.code}]"), err=True)
             sys.exit(err.exit_code)
 
     def list_commands(self, ctx):

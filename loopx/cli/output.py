@@ -149,13 +149,20 @@ def fail(err: LoopxError, ctx: click.Context | None = None):
     if wants_json(ctx):
         click.echo(json.dumps(err.to_json()))
     else:
-        click.echo(f"loopx: error: {err.message} [{err.code}]", err=True)
+        from loopx.terminal import safe
+
+        click.echo(safe(f"loopx: error: {err.message} [{err.code}]"), err=True)
     sys.exit(err.exit_code)
 
 
 def emit(data, text=None) -> None:
-    """Print ``data``: JSON under ``--format json``, else ``text(data)`` (or a JSON fallback)."""
+    """Print ``data``: JSON under ``--format json``, else ``text(data)`` (or a JSON fallback).
+
+    The text is stored text an agent may have written: its control characters are shown escaped
+    (:func:`loopx.terminal.safe`), never sent to the terminal.
+    """
     from loopx.jsonsafe import dumps_out, escaped
+    from loopx.terminal import safe
 
     if wants_json():
         click.echo(dumps_out(data, indent=2))
@@ -166,7 +173,7 @@ def emit(data, text=None) -> None:
                 out.encode("utf-8")
             except UnicodeEncodeError:  # text from an older registry: show it escaped, never crash
                 out = escaped(out)
-            click.echo(out)
+            click.echo(safe(out))
     else:
         click.echo(dumps_out(data, indent=2))
 
