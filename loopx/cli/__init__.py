@@ -90,7 +90,9 @@ class RootGroup(LoopxGroup):
         except click.ClickException as exc:
             # One line, like every other error (the usage block is one `--help` away).
             ctx = getattr(exc, "ctx", None)
-            message = " ".join(exc.format_message().split())
+            from loopx.cli.output import scrub
+
+            message = scrub(" ".join(exc.format_message().split()), ctx, args if args is not None else sys.argv[1:])
             if ctx is not None and isinstance(exc, click.UsageError) and "--help" not in message:
                 message += f" (see `{ctx.command_path} --help`)"
             if (ctx is not None and wants_json(ctx)) or _json_requested(args):
@@ -102,6 +104,9 @@ class RootGroup(LoopxGroup):
             sys.exit(2)
         except LoopxError as err:
             # Raised while parsing, e.g. an id prefix that is ambiguous or matches nothing.
+            from loopx.cli.output import scrub
+
+            err.message = scrub(err.message, None, args if args is not None else sys.argv[1:])
             if _json_requested(args):
                 click.echo(json.dumps(err.to_json()))
             else:

@@ -146,6 +146,7 @@ def fail(err: LoopxError, ctx: click.Context | None = None):
         # Say why a user's command was refused: it runs inside a governed step.
         err.message += (f" (LOOPX_RUN_ID is set: a command started inside run {os.environ['LOOPX_RUN_ID']}"
                         " acts as the executor)")
+    err.message = scrub(err.message, ctx)
     if wants_json(ctx):
         click.echo(json.dumps(err.to_json()))
     else:
@@ -153,6 +154,24 @@ def fail(err: LoopxError, ctx: click.Context | None = None):
 
         click.echo(safe(f"loopx: error: {err.message} [{err.code}]"), err=True)
     sys.exit(err.exit_code)
+
+
+def scrub(message: str, ctx: click.Context | None = None, args=()) -> str:
+    """``message`` without the passwords of any registry URL this command was given
+    (``--registry``, ``LOOPX_REGISTRY``, ``--from`` / ``--to``): an exception may quote them."""
+    import os
+
+    from loopx.store import redact_text
+
+    ctx = ctx or click.get_current_context(silent=True)
+    urls = [os.environ.get("LOOPX_REGISTRY"), *(a for a in args or () if isinstance(a, str))]
+    while ctx is not None:
+        urls.append(ctx.meta.get(REGISTRY_KEY))
+        urls += [v for v in (ctx.params or {}).values() if isinstance(v, str)]
+        ctx = ctx.parent
+    for url in urls:
+        message = redact_text(message, url)
+    return message
 
 
 def emit(data, text=None) -> None:
