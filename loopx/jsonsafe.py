@@ -81,13 +81,20 @@ def loads(text, *, what: str, max_bytes: int = MAX_BYTES):
     return value
 
 
-def problem(value) -> str | None:
+#: How many levels an event body adds around the values it carries (``{"values": {key: value}}``,
+#: ``{"data": value}``): the ledger allows these on top of :data:`MAX_DEPTH`, so a value that
+#: passed its own 64-level check at the edge is never refused once wrapped in its event.
+ENVELOPE_DEPTH = 4
+
+
+def problem(value, max_depth: int = MAX_DEPTH) -> str | None:
     """Why ``value`` is not interoperable JSON (first problem found), or None. No recursion."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return f"nests deeper than {MAX_DEPTH} levels"
+        # Levels are arrays and objects, as the text parser counts brackets: [[0]] is 2 deep.
+        if depth > max_depth and isinstance(item, (dict, list, tuple)):
+            return f"nests deeper than {max_depth} levels"
         if item is None or isinstance(item, bool):
             continue
         if isinstance(item, int):

@@ -112,7 +112,7 @@ def open_store(url: str | None = None, *, readonly: bool = False, create: bool =
 
 def _not_found(path) -> str:
     return (f"no registry at {path} (check --registry / LOOPX_REGISTRY; creating a goal with"
-            " `loopx project_prompt create` makes one)")
+            " `loopx project-prompt create` makes one)")
 
 
 class MissingStore:
