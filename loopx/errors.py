@@ -51,6 +51,7 @@ CODES = frozenset(
         "outcome_contradicts_evidence",
         "step_failed",
         "executor_unavailable",
+        "disk_full",
     }
 )
 

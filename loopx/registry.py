@@ -322,6 +322,12 @@ class Registry:
 
             operation_id = check_text(operation_id, what="--operation-id", limit="agent")
         request_hash = _hash(request or {}) if operation_id is not None else None
+        from loopx import step_journal
+
+        if step_journal.pending(self.store):
+            # A step ran but its result could not be recorded (full disk, killed process):
+            # record it now, before anything else is written (loopx/step_journal.py).
+            step_journal.replay(self)
         if goal_id is not None and getattr(self.store, "missing", False):
             # Only creating a goal may create a registry; anything about an existing goal is a
             # mistyped path.

@@ -102,6 +102,18 @@ class RootGroup(LoopxGroup):
 
                 click.echo(safe(f"loopx: error: {message} [invalid_argument]"), err=True)
             sys.exit(2)
+        except OSError as exc:
+            # A write outside the store (a backup, a file a plugin writes) on a full disk: one line.
+            from loopx.store.space import NO_SPACE, disk_full
+
+            if exc.errno not in NO_SPACE:
+                raise
+            err = disk_full(exc.filename or "a file", exc.strerror or "")
+            if _json_requested(args):
+                click.echo(json.dumps(err.to_json()))
+            else:
+                click.echo(f"loopx: error: {err.message} [{err.code}]", err=True)
+            sys.exit(err.exit_code)
         except LoopxError as err:
             # Raised while parsing, e.g. an id prefix that is ambiguous or matches nothing.
             from loopx.cli.output import scrub

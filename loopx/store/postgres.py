@@ -311,6 +311,10 @@ class PostgresStore:
 
     def _unavailable(self, exc: Exception) -> LoopxError:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if getattr(exc, "sqlstate", None) == "53100":  # disk_full, on the server
+            from loopx.store.space import disk_full
+
+            return disk_full(f"PostgreSQL at {redact(self.url)}", redact_text(first, self.url))
         return LoopxError("registry_unavailable", redact_text(f"PostgreSQL at {redact(self.url)}: {first}", self.url))
 
     # -- inspection ------------------------------------------------------------------------

@@ -116,6 +116,11 @@ class SqliteStore:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
+            from loopx.store.space import NO_SPACE, disk_full, sqlite_out_of_space
+
+            if getattr(exc, "errno", None) in NO_SPACE or isinstance(exc, sqlite3.Error) and sqlite_out_of_space(
+                    exc, self.path):
+                raise disk_full(f"registry {self.path}", str(exc)) from None
             raise LoopxError("registry_unavailable", f"cannot open registry {self.path}: {exc}") from None
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -279,6 +284,10 @@ def storage_error(exc: sqlite3.Error, path) -> LoopxError:
         return LoopxError("registry_corrupt", f"registry {path} is damaged ({text}); self-repair cannot rebuild a"
                           " damaged file: restore a backup (`loopx self-repair fix` saves one next to it before"
                           f" repairing) or salvage it with `sqlite3 {path} .recover`")
+    from loopx.store.space import disk_full, sqlite_out_of_space
+
+    if sqlite_out_of_space(exc, path):
+        return disk_full(f"registry {path}", text)
     if "readonly" in text or "read-only" in text:
         return LoopxError("registry_readonly", f"registry {path} is read-only ({text})")
     if "locked" in text or "busy" in text:
