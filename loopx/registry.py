@@ -324,7 +324,7 @@ class Registry:
         request_hash = _hash(request or {}) if operation_id is not None else None
         from loopx import step_journal
 
-        if step_journal.pending(self.store):
+        if not getattr(self.store, "missing", False) and step_journal.pending(self.store):
             # A step ran but its result could not be recorded (full disk, killed process):
             # record it now, before anything else is written (loopx/step_journal.py).
             step_journal.replay(self)
