@@ -170,7 +170,9 @@ class RevisionWatcher:
                 self._last = sample
                 rev = self.pool.run(projection.revision)
             except Exception as exc:  # keep serving; the next poll may succeed
-                print(f"loopx status-server: poll failed: {exc}", file=sys.stderr)
+                from loopx.store import display_url
+
+                print(display_url(f"loopx status-server: poll failed: {exc}"), file=sys.stderr)
                 continue
             with self._cond:
                 self.revision = rev

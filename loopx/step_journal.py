@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from pathlib import Path
 
 _replaying: set = set()  # registries being replayed in this thread of work (no recursion)
@@ -72,6 +71,8 @@ def intend(reg, *, run, step: str | None, action: str | None, argv: list[str], b
     folder = directory(reg.store)
     if folder is None:
         return Intent(None, None)
+    import secrets
+
     from loopx import clock
     from loopx.store.space import NO_SPACE, disk_full
 
