@@ -67,3 +67,26 @@ def test_an_error_line_quoting_stored_text_is_escaped_too(loopx, stored):
     out = loopx("gate", "approve", stored["goal"], "--gate-id", "x\x1b[2J")
     assert out.code == 2
     assert "\x1b" not in out.err and "\\x1b" in out.err
+
+
+def test_status_watch_frames_show_stored_escapes_escaped(registry_url, stored):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import loopx_env
+
+    p = subprocess.Popen([sys.executable, "-m", "loopx", "status", "--watch", "--interval", "0.05"],
+                         env=loopx_env(registry_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = b""
+    deadline = time.monotonic() + 60
+    try:
+        while b"52;c;cm0g" not in seen and time.monotonic() < deadline:
+            seen += p.stdout.read1(65536)
+    finally:
+        p.send_signal(signal.SIGINT)
+        rest, _ = p.communicate(timeout=30)
+    frame = (seen + rest).decode()
+    assert "52;c;cm0g" in frame
+    assert not [c for c in RAW if c in frame], repr(frame[:500])
