@@ -165,3 +165,32 @@ def test_an_exec_killed_while_its_step_runs_is_recorded_as_ran_result_unknown(tm
     assert len(rows) == 1 and "ran, result unknown" in rows[0]["summary"]
     assert json.loads(rows[0]["data"])["result_unknown"] is True
     _consistent(url)
+
+
+def test_a_self_repair_fix_killed_part_way_leaves_a_registry_the_next_fix_completes(tmp_path):
+    from tests.reliability import tamper
+
+    url = str(tmp_path / "registry.db")
+    goals = [_goal(url) for _ in range(12)]
+    for g in goals:
+        tamper.raw(url, "UPDATE goals SET title = 'edited behind its back' WHERE id = ?", (g,))
+    for delay in (0.2, 0.6):
+        p = subprocess.Popen([PY, "-m", "loopx", "self-repair", "fix"], env=plugin_env(url),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        p.kill()
+        p.wait(30)
+        import sqlite3
+
+        conn = sqlite3.connect(url)
+        try:
+            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        finally:
+            conn.close()
+    code, out, err = loopx(url, "self-repair", "fix", "--json")
+    assert code == 0 and json.loads(out)["ok"] is True, (out, err)
+    _consistent(url)
+    # Backups a killed fix left are whole copies or none at all, never a name reused.
+    for b in tmp_path.glob("registry.db.bak-*"):
+        if b.stat().st_size:
+            assert snapshot(str(b))["goals"]
