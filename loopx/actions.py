@@ -221,7 +221,7 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
     """
     import sys
 
-    from loopx import evidence, runs
+    from loopx import evidence, runs, step_journal
     from loopx.process import run_command
 
     check_id("run", run_id)
@@ -238,9 +238,17 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
            "LOOPX_AGENT": run.agent, "LOOPX_REGISTRY": reg.store.url, "LOOPX_STEP_ID": step_id or name}
     # A capability step runs the very LoopX that runs this exec, whatever PATH says.
     child = [sys.executable, "-m", "loopx", *command[1:]] if command[0] == "loopx" else command
-    result = run_command(child, env=env, timeout=timeout, cwd=cwd)
-    data = {"action": name, "step": step_id, "argv": command, "by": actor, **result}
-    status = "timed out" if result["timed_out"] else f"exit {result['exit_code']}"
-    summary = f"{name or step_id}: {status} in {result['duration_seconds']:.2f}s"
-    return evidence.record(reg, "core", goal_id=run.goal_id, run_id=run.id, kind="command", summary=summary,
-                           data=data)
+    # Journal first (loopx/step_journal.py): a step whose result cannot be recorded is still
+    # recorded later, as "ran, result unknown"; no room for the journal, no step.
+    intent = step_journal.intend(reg, run=run, step=step_id, action=name, argv=command, by=actor)
+    try:
+        result = run_command(child, env=env, timeout=timeout, cwd=cwd)
+        data = {"action": name, "step": step_id, "argv": command, "by": actor, **result}
+        status = "timed out" if result["timed_out"] else f"exit {result['exit_code']}"
+        summary = f"{name or step_id}: {status} in {result['duration_seconds']:.2f}s"
+        out = evidence.record(reg, "core", goal_id=run.goal_id, run_id=run.id, kind="command", summary=summary,
+                              data=data)
+        intent.done()
+        return out
+    finally:
+        intent.release()

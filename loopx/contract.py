@@ -243,21 +243,21 @@ def _user_channel(d: Decision, gates_shown: list) -> dict:
     actions: list[str] = []
     reason = d.reasons[0]
     if reason == "goal_paused":
-        actions.append(_q("loopx", "project_prompt", "resume", "--goal-id", g))
+        actions.append(_q("loopx", "project-prompt", "resume", "--goal-id", g))
     if d.veto and d.decision == "ask_user":
         actions += [str(a) for a in d.veto.get("user_actions") or []]
     if reason == "gate_rejected":
         actions += [_q("loopx", "gate", "list", "--goal-id", g),
-                    _q("loopx", "project_prompt", "close", "--goal-id", g, "--reason", "gate rejected")]
+                    _q("loopx", "project-prompt", "close", "--goal-id", g, "--reason", "gate rejected")]
     if reason == "quota_exhausted":
         actions += [_grant_command(d.goal, b) for b in d.exhausted]
         actions.append(_q("loopx", "quota", "show", "--goal-id", g))
     if reason == "no_ready_work":
         actions += [_q("loopx", "todo", "list", "--goal-id", g),
-                    _q("loopx", "project_prompt", "close", "--goal-id", g, "--reason", "done")]
+                    _q("loopx", "project-prompt", "close", "--goal-id", g, "--reason", "done")]
     if reason == "repeated_failure":
         actions += [_q("loopx", "run", "show", "--run-id", d.failure["run_id"]),
-                    _q("loopx", "project_prompt", "retry", "--goal-id", g)]
+                    _q("loopx", "project-prompt", "retry", "--goal-id", g)]
     if d.decision != "stop":
         from loopx.gates import decision_commands
 
@@ -420,7 +420,7 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
     agent_channel = {
         "agent": d.agent,
         # What the work is for lives in the goal, not in the agent's memory: every contract
-        # restates it, briefly (`loopx project_prompt show` has the whole description).
+        # restates it, briefly (`loopx project-prompt show` has the whole description).
         "objective": {
             "title": goal.title,
             "description": _short(goal.description, OBJECTIVE_SHOWN) or "",

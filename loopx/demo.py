@@ -56,7 +56,7 @@ def steps(reg, run_cli=None) -> Iterator[dict]:
     goal = project_prompt.create(reg, user, title=title, description="A small, harmless goal to show LoopX at work.",
                                  criteria=criteria)
     g = goal["id"]
-    yield command(user, _cmd("project_prompt", "create", "--title", title,
+    yield command(user, _cmd("project-prompt", "create", "--title", title,
                              *[x for c in criteria for x in ("--criterion", c)]), "goal", goal)
     for name, argv in (("check", CHECK), ("count", COUNT), ("publish", PUBLISH)):
         yield command(user, _cmd("action", "add", "--goal-id", g, "--name", name, "--", *argv), "action",
@@ -109,13 +109,13 @@ def steps(reg, run_cli=None) -> Iterator[dict]:
                                  "--comment", comment), "reward",
                       rewards.add(reg, user, goal_id=g, run_id=target, score=1.0, comment=comment))
     for number in range(1, len(criteria) + 1):
-        yield command(user, _cmd("project_prompt", "criterion", "--goal-id", g, "--number", number), "goal",
+        yield command(user, _cmd("project-prompt", "criterion", "--goal-id", g, "--number", number), "goal",
                       project_prompt.mark_criterion(reg, user, g, number))
-    yield command(user, _cmd("project_prompt", "close", "--goal-id", g, "--reason", "all criteria met"), "goal",
+    yield command(user, _cmd("project-prompt", "close", "--goal-id", g, "--reason", "all criteria met"), "goal",
                   project_prompt.transition(reg, user, "close", g, reason="all criteria met"))
     yield command(AGENT, _cmd("quota", "should-run", "--goal-id", g, "--agent", AGENT), "contract",
                   quota.should_run(reg, user, goal_id=g, agent=AGENT))
-    yield command(user, _cmd("summary_all", "--goal-id", g), "summary", summary_all.summarize(reg, g))
+    yield command(user, _cmd("summary-all", "--goal-id", g), "summary", summary_all.summarize(reg, g))
 
 
 def check_fresh_target(url: str) -> None:

@@ -53,6 +53,7 @@ CODES = frozenset(
         "executor_unavailable",
         "confinement_unavailable",  # a step cannot be confined here and the user did not opt out
         "broker_unavailable",  # a confined step's loopx cannot reach its turn's broker
+        "disk_full",
     }
 )
 

@@ -25,8 +25,9 @@ _INT_LIMIT = 2**63 - 1
 _BRACKETS = None  # compiled on first use
 
 
-def _depth(text: str) -> int:
-    """The deepest bracket nesting of JSON ``text`` (strings skipped), without recursion."""
+def depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """The deepest bracket nesting of JSON ``text`` (strings skipped), without recursion; counting
+    stops once it is past ``limit``."""
     global _BRACKETS
     if _BRACKETS is None:
         _BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
@@ -37,7 +38,7 @@ def _depth(text: str) -> int:
             depth += 1
             if depth > deepest:
                 deepest = depth
-                if deepest > MAX_DEPTH:
+                if deepest > limit:
                     return deepest
         elif c in "]}":
             depth -= 1
@@ -70,7 +71,7 @@ def loads(text, *, what: str, max_bytes: int = MAX_BYTES):
         raise LoopxError("invalid_argument", f"{what} is not valid UTF-8") from None
     if size > max_bytes:
         raise LoopxError("invalid_argument", f"{what} is {size} bytes; the limit is {max_bytes} bytes")
-    if _depth(text) > MAX_DEPTH:
+    if depth(text) > MAX_DEPTH:
         raise LoopxError("invalid_argument", f"{what} nests deeper than {MAX_DEPTH} levels")
     try:
         value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
@@ -80,13 +81,20 @@ def loads(text, *, what: str, max_bytes: int = MAX_BYTES):
     return value
 
 
-def problem(value) -> str | None:
+#: How many levels an event body adds around the values it carries (``{"values": {key: value}}``,
+#: ``{"data": value}``): the ledger allows these on top of :data:`MAX_DEPTH`, so a value that
+#: passed its own 64-level check at the edge is never refused once wrapped in its event.
+ENVELOPE_DEPTH = 4
+
+
+def problem(value, max_depth: int = MAX_DEPTH) -> str | None:
     """Why ``value`` is not interoperable JSON (first problem found), or None. No recursion."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return f"nests deeper than {MAX_DEPTH} levels"
+        # Levels are arrays and objects, as the text parser counts brackets: [[0]] is 2 deep.
+        if depth > max_depth and isinstance(item, (dict, list, tuple)):
+            return f"nests deeper than {max_depth} levels"
         if item is None or isinstance(item, bool):
             continue
         if isinstance(item, int):

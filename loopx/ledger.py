@@ -207,7 +207,8 @@ def append_chained(tx, event: Event, prev_hash: str | None = None) -> tuple[Even
     """
     from loopx import integrity, jsonsafe
 
-    found = jsonsafe.problem(event.body)
+    # The values inside were held to 64 levels where they entered; the body wraps them.
+    found = jsonsafe.problem(event.body, jsonsafe.MAX_DEPTH + jsonsafe.ENVELOPE_DEPTH)
     if found:
         raise LoopxError("invalid_argument", f"{event.kind} refused: its data {found}")
     if prev_hash is None:

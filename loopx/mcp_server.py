@@ -19,6 +19,11 @@ import json
 import os
 
 ACTOR = "executor"
+# Bounds on one JSON-RPC line from the client (docs/agents.md): a longer line is answered with
+# -32600 and skipped; a message nesting deeper is answered with -32600 (tool arguments are held
+# to jsonsafe's 64 levels by the tools themselves). Nothing a client sends goes unanswered.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+MAX_MESSAGE_DEPTH = 100
 GOAL_ID = {"type": "string", "pattern": "^g-[0-9a-f]{12}$", "description": "A goal id (g-…)."}
 RUN_ID = {"type": "string", "pattern": "^r-[0-9a-f]{12}$", "description": "The run id the contract gave (r-…)."}
 TODO_ID = {"type": "string", "pattern": "^t-[0-9a-f]{12}$", "description": "A todo id (t-…)."}
@@ -373,31 +378,34 @@ async def _pipe_streams():
     os.dup2(2, 1)
     os.close(devnull)
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
+    reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
     transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
                                                 os.fdopen(wire_in, "rb", buffering=0))
     out = os.fdopen(wire_out, "wb", buffering=0)
     read_send, read_recv = anyio.create_memory_object_stream(0)
     write_send, write_recv = anyio.create_memory_object_stream(0)
 
+    def write_line(data: bytes) -> None:
+        # A reply is a few KB and the client is reading: a blocking write is immediate. No await
+        # in here, so a reply and an error answer never interleave on the wire.
+        view = memoryview(data)
+        while view:
+            view = view[out.write(view) or 0:]
+
     async def pump_in():
         async with read_send:
-            while line := await reader.readline():
-                try:
-                    message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                except Exception as exc:  # the SDK answers a malformed message itself
-                    await read_send.send(exc)
+            async for line in _lines(reader):
+                answer, message = _decode(line)
+                if answer is not None:
+                    if answer:
+                        write_line(answer)
                     continue
                 await read_send.send(SessionMessage(message))
 
     async def pump_out():
         async with write_recv:
             async for message in write_recv:
-                data = (message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
-                # A reply is a few KB and the client is reading: a blocking write is immediate.
-                view = memoryview(data)
-                while view:
-                    view = view[out.write(view) or 0:]
+                write_line((message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode())
 
     try:
         async with anyio.create_task_group() as tg:
@@ -408,3 +416,78 @@ async def _pipe_streams():
     finally:
         transport.close()
         out.close()
+
+
+_TOO_LONG = b"\0too long"  # the marker _lines yields for a line over the bound (never a JSON line)
+
+
+async def _lines(reader, limit: int | None = None):
+    """The lines of ``reader`` without their newline; a line over ``limit`` bytes is skipped
+    whole (read to its end and dropped) and yields :data:`_TOO_LONG` once in its place."""
+    limit = limit or MAX_LINE_BYTES
+    buf, skipping = bytearray(), False
+    while chunk := await reader.read(1 << 20):
+        start = 0
+        while (nl := chunk.find(b"\n", start)) >= 0:
+            if not skipping:
+                buf += chunk[start:nl]
+                yield _TOO_LONG if len(buf) > limit else bytes(buf)
+            skipping = False
+            buf.clear()
+            start = nl + 1
+        if not skipping:
+            buf += chunk[start:]
+            if len(buf) > limit:
+                skipping = True
+                buf.clear()
+                yield _TOO_LONG
+    if buf and not skipping:
+        yield bytes(buf)
+
+
+def _decode(line: bytes):
+    """``(answer, None)`` for a line that is not a JSON-RPC message (the error line to send
+    back, or ``b""`` for a blank line), else ``(None, message)``.
+
+    JSON-RPC 2.0 names the answers: -32700 Parse error for text that is not JSON, -32600
+    Invalid Request for JSON that is not a message (with the request's id when it has one).
+    """
+    import mcp_types as types
+
+    if line is _TOO_LONG:
+        return _rpc_error(None, -32600, f"Invalid Request: a message is at most {MAX_LINE_BYTES} bytes"), None
+    if not line.strip():
+        return b"", None
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return _rpc_error(None, -32700, "Parse error: the line is not UTF-8"), None
+    from loopx.jsonsafe import depth
+
+    if depth(text, MAX_MESSAGE_DEPTH) > MAX_MESSAGE_DEPTH:
+        return _rpc_error(_request_id(text), -32600,
+                          f"Invalid Request: the message nests deeper than {MAX_MESSAGE_DEPTH} levels"), None
+    try:
+        return None, types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except Exception:  # noqa: BLE001 - pydantic's ValidationError, or anything it raises on bad input
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            return _rpc_error(None, -32700, "Parse error: the line is not valid JSON"), None
+        return _rpc_error(_request_id(value), -32600, "Invalid Request: not a JSON-RPC 2.0 request, notification "
+                          "or response (an object with jsonrpc \"2.0\", and method, result or error)"), None
+
+
+def _request_id(value):
+    """The id of a (possibly malformed) request, when it has a valid one; else None."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            return None
+    rid = value.get("id") if isinstance(value, dict) else None
+    return rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
+
+
+def _rpc_error(rid, code: int, message: str) -> bytes:
+    return (json.dumps({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}) + "\n").encode()

@@ -270,21 +270,25 @@ def call(name: str, *, check=None, timeout: float | None = None, stop_at_first: 
     return out
 
 
-def registrations(name: str, *, arity: int = 2) -> list[tuple[str, bool, tuple]]:
+def registrations(name: str) -> list[tuple[str, bool, tuple]]:
     """What every implementation of a ``register(...)``-style hook registered.
 
-    Returns ``[(plugin name, is built-in, args)]`` in call order. A plugin whose hook raises is
-    reported and none of its registrations count (they might be half done).
+    Returns ``[(plugin name, is built-in, args)]`` in call order, ``args`` the full argument
+    tuple of the hook's prototype in :mod:`loopx.plugin_register` (defaults filled in, keywords placed). A
+    plugin whose hook raises, or calls ``register`` wrongly, is reported naming it, and none of
+    its registrations count (they might be half done).
     """
+    from loopx.plugin_register import RegisterMisuse, register_callable
+
     out = []
     for impl in impls(name):
         mine: list[tuple] = []
-
-        def register(*args, _mine=mine, **kwargs):
-            _mine.append((*args, kwargs) if kwargs else args)
-
+        register = register_callable(name, mine)
         try:
             _call_one(impl, {a: register for a in impl.argnames}, None)
+        except RegisterMisuse as exc:
+            report_fault(impl.plugin_name, name, str(exc))
+            continue
         except Exception as exc:
             report_fault(impl.plugin_name, name, f"failed: {type(exc).__name__}: {exc}")
             continue
@@ -345,9 +349,8 @@ def error_codes() -> dict[str, str]:
 
     def build():
         out = {}
-        for plugin, _builtin, args in registrations("loopx_register_error_codes"):
-            code = args[0]
-            description = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+        for plugin, _builtin, (code, description) in registrations("loopx_register_error_codes"):
+            description = description if isinstance(description, str) else ""
             if not _namespaced(code):
                 report_fault(plugin, "loopx_register_error_codes",
                              f"registered {code!r}, which is not a namespaced code like 'my_plugin.not_found'")
@@ -385,14 +388,9 @@ def event_kinds(core_areas=(), retired=()) -> dict[str, tuple]:
                                  f"kind {name!r}; disable one (LOOPX_DISABLE_PLUGINS={plugin})")
             out[name] = entry
 
-        for plugin, _builtin, args in registrations("loopx_register_event_kinds"):
-            kwargs = args[-1] if args and isinstance(args[-1], dict) else {}
-            positional = args[:-1] if kwargs else args
-            name = positional[0] if positional else kwargs.get("name")
-            apply = positional[1] if len(positional) > 1 else kwargs.get("apply")
-            writers = tuple(positional[2] if len(positional) > 2 else kwargs.get("writers", ("capability",)))
-            guard = kwargs.get("guard")
-            formerly = kwargs.get("formerly") or ()
+        for plugin, _builtin, (name, apply, writers, guard, formerly) in registrations("loopx_register_event_kinds"):
+            writers = (writers,) if isinstance(writers, str) else tuple(writers or ())
+            formerly = formerly or ()
             formerly = (formerly,) if isinstance(formerly, str) else tuple(formerly)
             problem = None
             if not _namespaced(name) or name.split(".")[0] in core_areas:

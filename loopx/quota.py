@@ -59,9 +59,11 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
     if dry_run:
         # A preview opens no run, so it shows no run id (a real call would use another one);
         # an agent's own open run is shown, since a real call would hand it back.
+        # The steps are listed (capabilities' too) with the run id this preview drew, so what a
+        # real call would give can be seen; a real call opens a run with an id of its own.
         with reg.read() as tx:
             return _turn(tx, None, goal_id=goal_id, agent=agent, ttl=ttl, now=clock.now(),
-                         run_id=None, contract_id=None, answers=answers)
+                         run_id=run_id, contract_id=None, answers=answers)
 
     def work(w):
         return _turn(w.tx, w, goal_id=goal_id, agent=agent, ttl=ttl, now=w.at, run_id=run_id,
@@ -147,7 +149,9 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> d
     out = {"goal_id": goal_id, "should_run": d.decision == "run", "decision": d.decision, "reasons": d.reasons}
     if w is None:
         out["dry_run"] = True
-        out["preview"] = "dry run: nothing was written and no run was opened; a real call opens one and lists its steps"
+        out["preview"] = ("dry run: nothing was written and no run was opened; the steps are shown with the run id "
+                          f"this preview drew ({run_id}): a real call opens a run of its own and lists them with its id"
+                          if d.decision == "run" and own is None else "dry run: nothing was written")
     if d.decision != "run":
         fp = seen.fingerprint(own.id if own else None)
         out["interaction_contract"] = contract.document(tx, d, seen, contract_id=None,
@@ -191,6 +195,8 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> d
                             problems=answers.problems)
     if w is not None:
         w.emit("run.opened", {"run_id": run_id, "agent": agent, "expires_at": expires, "contract": doc})
+    else:
+        doc = {**doc, "run_id": None}  # a preview opens no run (its steps carry the id drawn)
     out["interaction_contract"] = doc
     return out
 

@@ -133,7 +133,7 @@ def open_store(url: str | None = None, *, readonly: bool = False, create: bool =
 
 def _not_found(path) -> str:
     return (f"no registry at {path} (check --registry / LOOPX_REGISTRY; creating a goal with"
-            " `loopx project_prompt create` makes one)")
+            " `loopx project-prompt create` makes one)")
 
 
 class MissingStore:
@@ -347,6 +347,12 @@ class Registry:
 
             operation_id = check_text(operation_id, what="--operation-id", limit="agent")
         request_hash = _hash(request or {}) if operation_id is not None else None
+        from loopx import step_journal
+
+        if not getattr(self.store, "missing", False) and step_journal.pending(self.store):
+            # A step ran but its result could not be recorded (full disk, killed process):
+            # record it now, before anything else is written (loopx/step_journal.py).
+            step_journal.replay(self)
         if goal_id is not None and getattr(self.store, "missing", False):
             # Only creating a goal may create a registry; anything about an existing goal is a
             # mistyped path.

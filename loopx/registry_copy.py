@@ -252,13 +252,19 @@ def _place(url: str):
             from psycopg.conninfo import conninfo_to_dict
         except ImportError:
             return ("postgres", url)
-        info = conninfo_to_dict(url)
+        try:
+            info = conninfo_to_dict(url)
+        except Exception as exc:  # psycopg.ProgrammingError: a URL libpq cannot read
+            from loopx.store import redact_text
+
+            raise LoopxError("registry_unavailable",
+                             redact_text(f"bad PostgreSQL URL {_redact(url)}: {exc}", url)) from None
         return ("postgres", info.get("host") or "", str(info.get("port") or 5432), info.get("dbname") or "",
                 info.get("options") or "")
     return (scheme, url)
 
 
 def _redact(url: str) -> str:
-    import re
+    from loopx.store import display_url
 
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+    return display_url(url)

@@ -170,7 +170,9 @@ class RevisionWatcher:
                 self._last = sample
                 rev = self.pool.run(projection.revision)
             except Exception as exc:  # keep serving; the next poll may succeed
-                print(f"loopx status-server: poll failed: {exc}", file=sys.stderr)
+                from loopx.store import display_url
+
+                print(display_url(f"loopx status-server: poll failed: {exc}"), file=sys.stderr)
                 continue
             with self._cond:
                 self.revision = rev
@@ -520,6 +522,8 @@ class StatusHandler(BaseHTTPRequestHandler):
                     {"Allow": ALLOW})
 
     def _authorised(self) -> bool:
+        if not self._one_host():
+            return False
         token = self.server.token
         if token is None:
             if not is_loopback(_host_name(self.headers.get("Host") or "")):
@@ -541,6 +545,28 @@ class StatusHandler(BaseHTTPRequestHandler):
         self._error(401, "unauthorized", "this server needs its token: Authorization: Bearer TOKEN",
                     {"WWW-Authenticate": 'Bearer realm="loopx", Basic realm="loopx", charset="UTF-8"'})
         return False
+
+    def _one_host(self) -> bool:
+        """Refuse (400) a request whose ``Host`` is ambiguous: two ``Host`` headers (equal or not),
+        one naming several hosts, none on HTTP/1.1, or an absolute request target naming another
+        host. A proxy and this server could otherwise each believe a different one."""
+        hosts = self.headers.get_all("Host") or []
+        problem = None
+        if len(hosts) > 1:
+            problem = "more than one Host header"
+        elif not hosts and self.request_version == "HTTP/1.1":
+            problem = "no Host header (HTTP/1.1 requires one)"
+        elif hosts and (not hosts[0].strip() or any(c in hosts[0] for c in ", \t/@")):
+            problem = "a malformed Host header"
+        elif "://" in self.path:
+            target = urlsplit(self.path).netloc.lower()
+            if not hosts or target != hosts[0].strip().lower():
+                problem = "a request target naming another host than the Host header"
+        if problem:
+            self.close_connection = True
+            self._error(400, "bad_request", f"refused: {problem}")
+            return False
+        return True
 
     # -- methods
 

@@ -242,7 +242,8 @@ def describe(r: dict) -> str:
     if r["status"] == "not_run":
         return f"step {r['step']} has not run"
     if r["status"] == "failed":
-        how = "timed out" if r.get("timed_out") else f"exit {r['exit_code']}"
+        how = "timed out" if r.get("timed_out") else (
+            f"exit {r['exit_code']}" if r.get("exit_code") is not None else "ran, result unknown")
         return f"step {r['step']} failed ({how})"
     return f"step {r['step']} ok"
 

@@ -38,7 +38,9 @@ def run(reg, build, text, *, as_json: bool, interval: float, refresh: float, lab
                 if as_json:
                     out.write(json.dumps(view, ensure_ascii=False) + "\n")
                 else:
-                    out.write(_frame(view, text(view), label, tty))
+                    from loopx.terminal import safe
+
+                    out.write(_frame(view, safe(text(view)), label, tty))
                 out.flush()
             time.sleep(interval)
     except KeyboardInterrupt:

@@ -167,7 +167,8 @@ class ThrowawayPostgres:
 
         with psycopg.connect(host="127.0.0.1", port=port, user="postgres", password=superuser_password,
                              dbname="postgres", autocommit=True, connect_timeout=30) as conn:
-            conn.execute(f"CREATE ROLE {ROLE} LOGIN PASSWORD '{password}'")
+            # CREATEDB: tests make an empty database of their own (`registry init` on one).
+            conn.execute(f"CREATE ROLE {ROLE} LOGIN CREATEDB PASSWORD '{password}'")
             conn.execute(f"CREATE DATABASE {DATABASE} OWNER {ROLE} TEMPLATE template0 ENCODING 'UTF8' "
                          "LC_COLLATE 'C' LC_CTYPE 'C'")
 

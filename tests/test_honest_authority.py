@@ -136,8 +136,12 @@ def test_dry_run_says_it_is_a_preview_and_shows_no_run_id_a_real_call_would_not_
     dry = J(loopx_proc("quota", "should-run", "--goal-id", g, "--agent", "a1", "--dry-run", "--json"))
     assert dry["dry_run"] is True and "nothing was written" in dry["preview"] and dry["decision"] == "run"
     c = dry["interaction_contract"]
-    assert c["run_id"] is None and c["contract_id"] is None and c["cli_channel"]["steps"] == []
-    assert "r-" not in json.dumps(c)
+    # No run is opened and the contract names none; its steps are listed (issue 26: a preview
+    # must show what a real call gives) with the run id the preview drew, which it says.
+    assert c["run_id"] is None and c["contract_id"] is None
+    finish = c["cli_channel"]["steps"][-1]["argv"]
+    drawn = finish[finish.index("--run-id") + 1]
+    assert [s["kind"] for s in c["cli_channel"]["steps"]][-1] == "finish" and drawn in dry["preview"]
     text = loopx_proc("quota", "should-run", "--goal-id", g, "--agent", "a1", "--dry-run")
     assert "[dry run: preview]" in text.out and "no run was opened" in text.out
     assert J(loopx_proc("run", "list", "--goal-id", g, "--json")) == []

@@ -103,7 +103,7 @@ def test_the_same_step_failing_in_three_runs_in_a_row_asks_a_user(loopx):
     assert (f["step"], f["runs"], f["exit_code"]) == ("action:test", 3, 5)
     assert "AssertionError: 2 != 3" in f["output_tail"]
     assert c["run_id"] is None and c["cli_channel"]["steps"] == []
-    assert f"loopx project_prompt retry --goal-id {g}" in c["user_channel"]["next_user_actions"]
+    assert f"loopx project-prompt retry --goal-id {g}" in c["user_channel"]["next_user_actions"]
     assert "step action:test failed in each of the last 3 runs" in c["agent_channel"]["primary_action"]
     assert J(loopx("run", "list", "--goal-id", g, "--json"))[0]["id"] == f["run_id"]
     # Only a user lets agents try again.

@@ -127,7 +127,7 @@ def test_list_pages_by_cursor_through_every_goal(loopx):
         cursor = r.json[-1]["id"]
     assert seen == ids[::-1]
     text = loopx("project_prompt", "list", "--limit", "2").out
-    assert f"more: loopx project_prompt list --cursor {ids[-2]}" in text
+    assert f"more: loopx project-prompt list --cursor {ids[-2]}" in text
 
 
 @pytest.mark.parametrize("args", [["--cursor", "g-000000000000"], ["--cursor", "nonsense"], ["--limit", "1001"]])

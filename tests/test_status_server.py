@@ -383,3 +383,34 @@ def test_views_are_fresh_right_after_a_write(loopx, served):
         after = served.json(f"/api/goals/{goal_id}")  # no wait: the write is visible at once
         assert after["todos"]["counts"]["open"] == i + 1 and after["revision"] > before["revision"]
         assert served.json("/api/status")["goals"][0]["todos"]["open"] == i + 1
+
+
+def _raw(port, head: bytes) -> tuple[int, bytes]:
+    """Send a request head exactly as given; the status code and the body."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    status_line, _, rest = data.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+@pytest.mark.parametrize("hosts", [
+    [b"127.0.0.1", b"127.0.0.1"],                   # duplicate
+    [b"127.0.0.1", b"evil.example"],                # conflicting
+    [b"evil.example", b"127.0.0.1"],
+    [b"127.0.0.1, evil.example"],                   # one header naming two
+    [],                                              # none, on HTTP/1.1
+], ids=["duplicate", "conflicting", "conflicting-reversed", "two-in-one", "missing"])
+def test_an_ambiguous_host_is_a_400(served, hosts):
+    head = b"GET /healthz HTTP/1.1\r\n" + b"".join(b"Host: " + h + b"\r\n" for h in hosts) + b"Connection: close\r\n\r\n"
+    code, body = _raw(served.port, head)
+    assert code == 400 and json.loads(body)["error"]["code"] == "bad_request", body
+    # An absolute request target naming another host than the Host header.
+    code, _ = _raw(served.port, b"GET http://evil.example/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    assert code == 400
+    ok = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    assert _raw(served.port, ok)[0] == 200

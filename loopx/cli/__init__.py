@@ -90,20 +90,41 @@ class RootGroup(LoopxGroup):
         except click.ClickException as exc:
             # One line, like every other error (the usage block is one `--help` away).
             ctx = getattr(exc, "ctx", None)
-            message = " ".join(exc.format_message().split())
+            from loopx.cli.output import scrub
+
+            message = scrub(" ".join(exc.format_message().split()), ctx, args if args is not None else sys.argv[1:])
             if ctx is not None and isinstance(exc, click.UsageError) and "--help" not in message:
                 message += f" (see `{ctx.command_path} --help`)"
             if (ctx is not None and wants_json(ctx)) or _json_requested(args):
                 click.echo(json.dumps({"error": {"code": "invalid_argument", "message": message}}))
             else:
-                click.echo(f"loopx: error: {message} [invalid_argument]", err=True)
+                from loopx.terminal import safe
+
+                click.echo(safe(f"loopx: error: {message} [invalid_argument]"), err=True)
             sys.exit(2)
-        except LoopxError as err:
-            # Raised while parsing, e.g. an id prefix that is ambiguous or matches nothing.
+        except OSError as exc:
+            # A write outside the store (a backup, a file a plugin writes) on a full disk: one line.
+            from loopx.store.space import NO_SPACE, disk_full
+
+            if exc.errno not in NO_SPACE:
+                raise
+            err = disk_full(exc.filename or "a file", exc.strerror or "")
             if _json_requested(args):
                 click.echo(json.dumps(err.to_json()))
             else:
                 click.echo(f"loopx: error: {err.message} [{err.code}]", err=True)
+            sys.exit(err.exit_code)
+        except LoopxError as err:
+            # Raised while parsing, e.g. an id prefix that is ambiguous or matches nothing.
+            from loopx.cli.output import scrub
+
+            err.message = scrub(err.message, None, args if args is not None else sys.argv[1:])
+            if _json_requested(args):
+                click.echo(json.dumps(err.to_json()))
+            else:
+                from loopx.terminal import safe
+
+                click.echo(safe(f"loopx: error: {err.message} [{err.code}]"), err=True)
             sys.exit(err.exit_code)
 
     def list_commands(self, ctx):

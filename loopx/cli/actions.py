@@ -7,7 +7,7 @@ import shlex
 import click
 
 from loopx.cli.ids import goal_option, id_option
-from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
+from loopx.cli.output import LoopxCommand, LoopxGroup, actor, emit, open_registry, operation_option
 
 
 def _line(a: dict) -> str:
@@ -21,14 +21,45 @@ def action():
     """Commands an agent may run for a goal (`loopx exec --run-id R --action NAME`)."""
 
 
-@action.command(context_settings={"ignore_unknown_options": True})
-@goal_option(positional=False)
+class _GoalBeforeArgv(LoopxCommand):
+    """``action add G --name a -- cmd``: a goal id given positionally, before the ``--`` that
+    starts the command, is the goal (click alone would take it as the command's first word)."""
+
+    def parse_args(self, ctx, args):
+        if "--" in args:
+            cut = args.index("--")
+            takes_value = {o for p in self.params if isinstance(p, click.Option) and not p.is_flag for o in p.opts}
+            loose, i = [], 0
+            while i < cut:
+                word = args[i]
+                if word in takes_value:
+                    i += 2
+                    continue
+                if not word.startswith("-"):
+                    loose.append(i)
+                i += 1
+            if len(loose) == 1:
+                pos = loose[0]
+                goal, head = args[pos], args[:pos] + args[pos + 1:cut]
+                if "--goal-id" in head:
+                    given = head[head.index("--goal-id") + 1]
+                    if given != goal:
+                        raise click.UsageError(f"two goal ids given: {goal} and --goal-id {given}", ctx)
+                    args = head + args[cut:]
+                else:
+                    args = ["--goal-id", goal, *head, *args[cut:]]
+        return super().parse_args(ctx, args)
+
+
+@action.command(cls=_GoalBeforeArgv, context_settings={"ignore_unknown_options": True})
+@goal_option(positional=False, help="The goal (a whole id or a unique prefix; may also be given as the first "
+                                    "argument, before the `--`).")
 @click.option("--name", required=True, help="Short name, e.g. test.")
 @id_option("gate", required=False, help="Keep the action out of contracts until this gate is approved.")
 @operation_option
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED, required=True)
 def add(goal_id, name, gate_id, operation_id, argv):
-    """Allow a command: `loopx action add --goal-id G --name test -- pytest -q` (user only)."""
+    """Allow a command: `loopx action add G --name test -- pytest -q` (user only)."""
     from loopx import actions
 
     with open_registry() as reg:

@@ -71,7 +71,7 @@ def list_command(status, limit, cursor):
     def text(gs):
         lines = [f"{g['id']}  [{g['status']}]  {g['title']}" for g in gs] or ["no goals"]
         if len(gs) == limit:
-            lines.append(f"more: loopx project_prompt list --cursor {gs[-1]['id']}")
+            lines.append(f"more: loopx project-prompt list --cursor {gs[-1]['id']}")
         return "\n".join(lines)
 
     emit(found, text)

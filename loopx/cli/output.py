@@ -146,16 +146,42 @@ def fail(err: LoopxError, ctx: click.Context | None = None):
         # Say why a user's command was refused: it runs inside a governed step.
         err.message += (f" (LOOPX_RUN_ID is set: a command started inside run {os.environ['LOOPX_RUN_ID']}"
                         " acts as the executor)")
+    err.message = scrub(err.message, ctx)
     if wants_json(ctx):
         click.echo(json.dumps(err.to_json()))
     else:
-        click.echo(f"loopx: error: {err.message} [{err.code}]", err=True)
+        from loopx.terminal import safe
+
+        click.echo(safe(f"loopx: error: {err.message} [{err.code}]"), err=True)
     sys.exit(err.exit_code)
 
 
+def scrub(message: str, ctx: click.Context | None = None, args=()) -> str:
+    """``message`` without the passwords of any registry URL this command was given
+    (``--registry``, ``LOOPX_REGISTRY``, ``--from`` / ``--to``): an exception may quote them."""
+    import os
+
+    from loopx.store import redact_text
+
+    ctx = ctx or click.get_current_context(silent=True)
+    urls = [os.environ.get("LOOPX_REGISTRY"), *(a for a in args or () if isinstance(a, str))]
+    while ctx is not None:
+        urls.append(ctx.meta.get(REGISTRY_KEY))
+        urls += [v for v in (ctx.params or {}).values() if isinstance(v, str)]
+        ctx = ctx.parent
+    for url in urls:
+        message = redact_text(message, url)
+    return message
+
+
 def emit(data, text=None) -> None:
-    """Print ``data``: JSON under ``--format json``, else ``text(data)`` (or a JSON fallback)."""
+    """Print ``data``: JSON under ``--format json``, else ``text(data)`` (or a JSON fallback).
+
+    The text is stored text an agent may have written: its control characters are shown escaped
+    (:func:`loopx.terminal.safe`), never sent to the terminal.
+    """
     from loopx.jsonsafe import dumps_out, escaped
+    from loopx.terminal import safe
 
     if wants_json():
         click.echo(dumps_out(data, indent=2))
@@ -166,7 +192,7 @@ def emit(data, text=None) -> None:
                 out.encode("utf-8")
             except UnicodeEncodeError:  # text from an older registry: show it escaped, never crash
                 out = escaped(out)
-            click.echo(out)
+            click.echo(safe(out))
     else:
         click.echo(dumps_out(data, indent=2))
 

@@ -92,7 +92,9 @@ def init():
         open_store(url, readonly=True).close()
         created = False
     except LoopxError as err:
-        if err.code != "registry_not_found":
+        # PostgreSQL says so with registry_unavailable: a server is there, the registry is not.
+        if err.code != "registry_not_found" and not (
+                err.code == "registry_unavailable" and err.message.startswith("no LoopX registry")):
             raise
         created = True
     with Registry.open(url) as reg:

@@ -70,7 +70,7 @@ def evidence():
 
 @evidence.command()
 @id_option("run", envvar="LOOPX_RUN_ID", required=False, help=RUN_ID_HELP)
-@goal_option(positional=False, required=False, help="For evidence outside any run (users and capabilities).")
+@goal_option(required=False, help="For evidence outside any run (users and capabilities); also as the first argument.")
 @click.option("--kind", required=True, help="note, command, file, metric... (a short name).")
 @click.option("--summary", required=True, help="One line on what was observed.")
 @click.option("--data", default=None, help="A JSON object or array with details.")
@@ -94,7 +94,7 @@ def add(run_id, goal_id, kind, summary, data, file_path, agent, operation_id):
 
 
 @evidence.command("list")
-@goal_option(positional=False, required=False, help="Evidence of this goal.")
+@goal_option(required=False, help="Evidence of this goal (also as the first argument).")
 @id_option("run", required=False, help="Evidence of this run.")
 @click.option("--kind", default=None)
 @click.option("--limit", type=int, default=100)

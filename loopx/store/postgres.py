@@ -98,6 +98,13 @@ def redact(url: str) -> str:
     return display_url(url)
 
 
+def redact_text(text: str, url: str) -> str:
+    """A message (which may quote libpq's or the server's words) without ``url``'s passwords."""
+    from loopx.store import redact_text as scrub
+
+    return scrub(text, url)
+
+
 class PostgresTx:
     """One transaction on a PostgreSQL connection."""
 
@@ -151,7 +158,8 @@ class PostgresStore:
         try:
             params = conninfo_to_dict(self.url)
         except psycopg.ProgrammingError as exc:
-            raise LoopxError("registry_unavailable", f"bad PostgreSQL URL {redact(self.url)}: {exc}") from None
+            raise LoopxError("registry_unavailable",
+                             redact_text(f"bad PostgreSQL URL {redact(self.url)}: {exc}", self.url)) from None
         params.setdefault("connect_timeout", str(CONNECT_TIMEOUT_S))
         params.setdefault("application_name", "loopx")
         options = [params.get("options") or "", f"-c lock_timeout={LOCK_TIMEOUT_S}s"]
@@ -166,7 +174,8 @@ class PostgresStore:
             conn = psycopg.connect(self._conninfo(), autocommit=True, row_factory=dict_row)
         except psycopg.Error as exc:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise LoopxError("registry_unavailable", f"cannot connect to {redact(self.url)}: {message}") from None
+            raise LoopxError("registry_unavailable",
+                             redact_text(f"cannot connect to {redact(self.url)}: {message}", self.url)) from None
         conn.adapters.register_loader("numeric", _NumberLoader)
         if self.readonly:
             conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
@@ -221,7 +230,8 @@ class PostgresStore:
                 f"{redact(self.url)}: the search_path names no existing schema to create the registry in",
             ) from None
         except pgerrors.InsufficientPrivilege as exc:
-            raise LoopxError("registry_unavailable", f"cannot create the registry tables: {exc}") from None
+            raise LoopxError("registry_unavailable",
+                             redact_text(f"cannot create the registry tables: {exc}", self.url)) from None
 
     def _ready(self) -> psycopg.Connection:
         # A server restart breaks the connection; reconnect before a new transaction (never
@@ -301,7 +311,11 @@ class PostgresStore:
 
     def _unavailable(self, exc: Exception) -> LoopxError:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return LoopxError("registry_unavailable", f"PostgreSQL at {redact(self.url)}: {first}")
+        if getattr(exc, "sqlstate", None) == "53100":  # disk_full, on the server
+            from loopx.store.space import disk_full
+
+            return disk_full(f"PostgreSQL at {redact(self.url)}", redact_text(first, self.url))
+        return LoopxError("registry_unavailable", redact_text(f"PostgreSQL at {redact(self.url)}: {first}", self.url))
 
     # -- inspection ------------------------------------------------------------------------
 

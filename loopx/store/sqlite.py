@@ -108,20 +108,30 @@ class SqliteStore:
         # A file this process may not write is opened read-only, so that reading it still works
         # and a write is refused with registry_readonly rather than failing half-way.
         ro = self.readonly or (exists and not os.access(self.path, os.W_OK))
+        # On a read-only file system nobody can change the file, and SQLite could not even make
+        # the WAL's shared-memory file to read it: read it as the immutable file it is.
+        # Only without a pending WAL: an immutable open would not see the commits still in it.
+        frozen = exists and _on_readonly_fs(self.path) and not _wal_pending(self.path)
+        ro = ro or frozen
         try:
             if ro:
-                conn = sqlite3.connect(f"file:{quote(str(self.path))}?mode=ro", uri=True, isolation_level=None,
-                                       check_same_thread=False)
+                conn = sqlite3.connect(f"file:{quote(str(self.path))}?mode=ro" + ("&immutable=1" if frozen else ""),
+                                       uri=True, isolation_level=None, check_same_thread=False)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
+            from loopx.store.space import NO_SPACE, disk_full, sqlite_out_of_space
+
+            if getattr(exc, "errno", None) in NO_SPACE or isinstance(exc, sqlite3.Error) and sqlite_out_of_space(
+                    exc, self.path):
+                raise disk_full(f"registry {self.path}", str(exc)) from None
             raise LoopxError("registry_unavailable", f"cannot open registry {self.path}: {exc}") from None
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             version = self._identify(conn)
             if ro:
-                self._readonly_file = not self.readonly
+                self._readonly_file = "read-only file system" if frozen else not self.readonly
             elif version < schema.CURRENT_VERSION:
                 self._migrate(conn)
             # NORMAL is durable against a killed process in WAL mode; only an OS crash can lose
@@ -192,6 +202,9 @@ class SqliteStore:
     def write(self, work):
         if self.readonly:
             raise LoopxError("registry_readonly", "this registry was opened read-only")
+        if self._readonly_file == "read-only file system":
+            raise LoopxError("registry_readonly", f"registry {self.path} is on a read-only file system;"
+                             " reading works, writing needs it mounted read-write")
         if self._readonly_file:
             raise LoopxError("registry_readonly", f"registry {self.path} is read-only (file permissions);"
                              " reading works, writing needs write permission on it and its directory")
@@ -279,12 +292,31 @@ def storage_error(exc: sqlite3.Error, path) -> LoopxError:
         return LoopxError("registry_corrupt", f"registry {path} is damaged ({text}); self-repair cannot rebuild a"
                           " damaged file: restore a backup (`loopx self-repair fix` saves one next to it before"
                           f" repairing) or salvage it with `sqlite3 {path} .recover`")
+    from loopx.store.space import disk_full, sqlite_out_of_space
+
+    if sqlite_out_of_space(exc, path):
+        return disk_full(f"registry {path}", text)
     if "readonly" in text or "read-only" in text:
         return LoopxError("registry_readonly", f"registry {path} is read-only ({text})")
     if "locked" in text or "busy" in text:
         return LoopxError("registry_unavailable", f"registry {path} stayed locked by another writer ({text});"
                           " try again")
     return LoopxError("registry_unavailable", f"registry {path}: {text}")
+
+
+def _wal_pending(path) -> bool:
+    try:
+        return os.path.getsize(f"{path}-wal") > 0
+    except OSError:
+        return False
+
+
+def _on_readonly_fs(path) -> bool:
+    """Whether ``path`` lies on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(Path(path).parent).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs (Windows): SQLite's own errors say it
+        return False
 
 
 def default_path() -> Path:

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from loopx.api import LoopxGroup, actor, emit, open_registry, operation_option
+from loopx.api import LoopxGroup, actor, emit, goal_option, open_registry, operation_option
 
 RUN_ID = click.option("--run-id", envvar="LOOPX_RUN_ID", default=None,
                       help="The run to act under (default: $LOOPX_RUN_ID, set by `loopx exec`).")
@@ -72,7 +72,7 @@ def start(repo, title, issue_text, issue_file, test_command, test_ids, report, a
 
 
 @issue_fix.command(epilog="Example:\n  loopx issue-fix show --goal-id g-2ce4")
-@click.option("--goal-id", required=True)
+@goal_option(help="The Issue-Fix goal (also as the first argument).")
 def show(goal_id):
     """An Issue-Fix goal's phase, attempts, todos, publish gate and next step."""
     from loopx_issue_fix import workflow

@@ -77,7 +77,7 @@ def fix(goal_id, dry_run, operation_id):
 
 
 @self_repair.command(epilog="Example:\n  loopx self-repair accept --goal-id g-2ce4")
-@click.option("--goal-id", required=True, help="The goal whose kept state you checked.")
+@goal_option(help="The goal whose kept state you checked (also as the first argument).")
 @operation_option
 def accept(goal_id, operation_id):
     """Confirm what a repair kept (a gate, claim, approval or evidence the ledger lacked).

@@ -89,30 +89,73 @@ def fix(url: str | None, *, goal_id: str | None = None, operation_id: str | None
 
 
 def _backup(reg) -> str | None:
-    """Copy an SQLite registry next to itself before repairing (online backup: consistent)."""
+    """Copy an SQLite registry next to itself before repairing (online backup: consistent).
+
+    The name is reserved atomically (``O_EXCL``), so two repairs at once never pick the same
+    one; on a full disk the half-written copy is removed and the repair stops with
+    ``disk_full`` before anything is repaired.
+    """
+    import os
+    import secrets
     import sqlite3
 
-    from loopx.api import now
+    from loopx.api import LoopxError, now
 
     path = getattr(reg.store, "path", None)
     if reg.store.dialect != "sqlite" or path is None or str(path) == ":memory:":
         return None  # PostgreSQL: back up with pg_dump or `loopx registry copy`
     stamp = now().replace(":", "").replace("-", "").split(".")[0]
-    dest = path.with_name(f"{path.name}.bak-{stamp}")
-    n = 1
-    while dest.exists():
-        n += 1
-        dest = path.with_name(f"{path.name}.bak-{stamp}-{n}")
-    src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        dst = sqlite3.connect(dest)
+    dest = None
+    for n in range(1, 1000):
+        candidate = path.with_name(f"{path.name}.bak-{stamp}" + (f"-{n}" if n > 1 else ""))
         try:
-            src.backup(dst)
+            os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if _full(exc, path):
+                raise _no_room(path, exc) from None
+            raise LoopxError("registry_unavailable", f"cannot back up {path} before repairing: {exc}") from None
+        dest = candidate
+        break
+    if dest is None:  # a thousand repairs in one second: give this one a random suffix
+        dest = path.with_name(f"{path.name}.bak-{stamp}-{secrets.token_hex(4)}")
+    try:
+        src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            dst = sqlite3.connect(dest)
+            try:
+                src.backup(dst)
+            finally:
+                dst.close()
         finally:
-            dst.close()
-    finally:
-        src.close()
+            src.close()
+    except (OSError, sqlite3.Error) as exc:
+        for leftover in (dest, dest.with_name(dest.name + "-journal")):
+            try:
+                leftover.unlink()
+            except OSError:
+                pass
+        raise _no_room(path, exc) if _full(exc, path) else LoopxError(
+            "registry_unavailable", f"could not back up {path} before repairing ({exc}); nothing was repaired") \
+            from None
     return str(dest)
+
+
+def _full(exc, path) -> bool:
+    import errno
+
+    if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return True
+    text = str(exc)
+    return "disk is full" in text or "disk I/O error" in text
+
+
+def _no_room(path, exc):
+    from loopx.api import LoopxError
+
+    return LoopxError("disk_full", f"no space left to back up {path} before repairing ({exc}); nothing was"
+                      " repaired and no backup was left behind: free some space and run it again")
 
 
 def _restore_goal_rows(reg) -> list[dict]:

@@ -1,0 +1,196 @@
+"""Fault injection beyond a full disk: a registry on a file system remounted read-only, and
+``loopx`` processes killed (SIGKILL) at points during a write. Afterwards the registry is
+consistent (``self-repair check`` ok, SQLite's integrity check ok) and holds exactly what was
+committed; a step whose ``exec`` was killed is recorded as "ran, result unknown"."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from loopx import actions, project_prompt, quota, todos
+from loopx.registry import Registry
+from tests.reliability.conftest import env as plugin_env
+from tests.reliability.faults import loopx, small_fs, snapshot  # noqa: F401 (fixture)
+
+PY = sys.executable
+
+
+def _goal(url) -> str:
+    with Registry.open(url) as reg:
+        g = project_prompt.create(reg, "user", title="faults")["id"]
+        todos.add(reg, "user", goal_id=g, text="first")
+    return g
+
+
+def _consistent(url):
+    code, out, err = loopx(url, "self-repair", "check", "--json")
+    assert code == 0 and json.loads(out)["ok"] is True, (out, err)
+    import sqlite3
+
+    conn = sqlite3.connect(url)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        conn.close()
+
+
+# --- read-only ---------------------------------------------------------------------------------
+
+
+def test_a_registry_on_a_read_only_file_system_refuses_writes_in_one_line_and_stays_whole(small_fs):
+    url = str(small_fs.root / "registry.db")
+    g = _goal(url)
+    before = snapshot(url)
+    small_fs.readonly()
+    try:
+        for args in (("todo", "add", g, "--text", "more"), ("quota", "should-run", g),
+                     ("project-prompt", "create", "--title", "another")):
+            code, out, err = loopx(url, *args)
+            assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (args, err)
+            assert err.strip().endswith("[registry_readonly]") and "read-only file system" in err, err
+            code, out, _ = loopx(url, "--json", *args)
+            assert code == 2 and json.loads(out)["error"]["code"] == "registry_readonly", out
+        # Reading still works, and the check says the registry is whole.
+        code, out, err = loopx(url, "project-prompt", "list", "--json")
+        assert code == 0 and [x["id"] for x in json.loads(out)] == [g], err
+        assert loopx(url, "self-repair", "check")[0] == 0
+    finally:
+        small_fs.readonly(False)
+    assert snapshot(url) == before
+    _consistent(url)
+
+
+# --- killed at points during a write -------------------------------------------------------------
+
+# A child that opens the registry and, inside one write transaction, kills itself at a chosen
+# point: before anything is written, after the event is appended and applied but before the
+# commit, and just after the commit.
+KILL_IN_WRITE = r"""
+import os, signal, sys
+from loopx.registry import Registry
+url, goal, point = sys.argv[1], sys.argv[2], sys.argv[3]
+reg = Registry.open(url)
+from loopx import todos
+if point == "after_commit":
+    todos.add(reg, "user", goal_id=goal, text="committed")
+    os.kill(os.getpid(), signal.SIGKILL)
+store_write = reg.store.write
+def write(work):
+    def dying(tx):
+        if point == "before_work":
+            os.kill(os.getpid(), signal.SIGKILL)
+        out = work(tx)
+        os.kill(os.getpid(), signal.SIGKILL)  # before_commit: everything written, nothing committed
+        return out
+    return store_write(dying)
+reg.store.write = write
+todos.add(reg, "user", goal_id=goal, text="never committed")
+"""
+
+
+@pytest.mark.parametrize("point", ["before_work", "before_commit", "after_commit"])
+def test_a_writer_killed_at_any_point_of_a_write_leaves_the_registry_consistent(tmp_path, point):
+    url = str(tmp_path / "registry.db")
+    g = _goal(url)
+    p = subprocess.run([PY, "-c", KILL_IN_WRITE, url, g, point], env=plugin_env(url), capture_output=True, timeout=60)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    _consistent(url)
+    texts = [t["text"] for t in json.loads(loopx(url, "todo", "list", g, "--json")[1])]
+    assert texts == (["first", "committed"] if point == "after_commit" else ["first"])
+    assert loopx(url, "todo", "add", g, "--text", "after")[0] == 0  # the next writer is not blocked
+
+
+WRITER_LOOP = r"""
+import sys
+from loopx.registry import Registry
+from loopx import todos
+url, goal = sys.argv[1], sys.argv[2]
+with Registry.open(url) as reg:
+    for i in range(10000):
+        todos.add(reg, "user", goal_id=goal, text=f"t{i}")
+        print(f"t{i}", flush=True)
+"""
+
+
+def test_writers_killed_at_random_moments_lose_nothing_that_was_committed(tmp_path):
+    url = str(tmp_path / "registry.db")
+    g = _goal(url)
+    acknowledged = []
+    for delay in (0.3, 0.45, 0.6, 0.8):
+        p = subprocess.Popen([PY, "-c", WRITER_LOOP, url, g], env=plugin_env(url), stdout=subprocess.PIPE, text=True)
+        # Wait until it writes, then kill it somewhere inside its stream of writes.
+        first = p.stdout.readline()
+        time.sleep(delay / 4)
+        os.kill(p.pid, signal.SIGKILL)
+        rest, _ = p.communicate(timeout=30)
+        acknowledged += [first.strip()] + rest.split()
+        _consistent(url)
+    with Registry.open(url) as reg, reg.read() as tx:
+        stored = {r["text"] for r in tx.query("SELECT text FROM todos WHERE goal_id = ?", (g,))}
+    # Every write a writer saw committed is there; at most one per kill committed unseen.
+    assert set(acknowledged) <= stored
+    assert len(stored - set(acknowledged) - {"first"}) <= 4
+
+
+def test_an_exec_killed_while_its_step_runs_is_recorded_as_ran_result_unknown(tmp_path):
+    url, started = str(tmp_path / "registry.db"), tmp_path / "started"
+    g = _goal(url)
+    with Registry.open(url) as reg:
+        actions.add(reg, "user", goal_id=g, name="slow",
+                    argv=[PY, "-c", f"import time; open({str(started)!r}, 'w').close(); time.sleep(60)"])
+        run = quota.should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
+    p = subprocess.Popen([PY, "-m", "loopx", "exec", "--run-id", run, "--action", "slow"],
+                         env=plugin_env(url, LOOPX_ACTOR="executor"), start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert time.monotonic() < deadline and p.poll() is None, "the step never started"
+        time.sleep(0.02)
+    # While it runs, other writes leave its journal entry alone (its lock is held).
+    assert loopx(url, "todo", "add", g, "--text", "meanwhile")[0] == 0
+    with Registry.open(url) as reg, reg.read() as tx:
+        assert tx.one("SELECT count(*) AS n FROM evidence WHERE run_id = ?", (run,))["n"] == 0
+    os.killpg(p.pid, signal.SIGKILL)  # the exec and its step
+    p.wait(30)
+    assert loopx(url, "todo", "add", g, "--text", "after")[0] == 0
+    with Registry.open(url) as reg, reg.read() as tx:
+        rows = tx.query("SELECT summary, data FROM evidence WHERE run_id = ?", (run,))
+    assert len(rows) == 1 and "ran, result unknown" in rows[0]["summary"]
+    assert json.loads(rows[0]["data"])["result_unknown"] is True
+    _consistent(url)
+
+
+def test_a_self_repair_fix_killed_part_way_leaves_a_registry_the_next_fix_completes(tmp_path):
+    from tests.reliability import tamper
+
+    url = str(tmp_path / "registry.db")
+    goals = [_goal(url) for _ in range(12)]
+    for g in goals:
+        tamper.raw(url, "UPDATE goals SET title = 'edited behind its back' WHERE id = ?", (g,))
+    for delay in (0.2, 0.6):
+        p = subprocess.Popen([PY, "-m", "loopx", "self-repair", "fix"], env=plugin_env(url),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        p.kill()
+        p.wait(30)
+        import sqlite3
+
+        conn = sqlite3.connect(url)
+        try:
+            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        finally:
+            conn.close()
+    code, out, err = loopx(url, "self-repair", "fix", "--json")
+    assert code == 0 and json.loads(out)["ok"] is True, (out, err)
+    _consistent(url)
+    # Backups a killed fix left are whole copies or none at all, never a name reused.
+    for b in tmp_path.glob("registry.db.bak-*"):
+        if b.stat().st_size:
+            assert snapshot(str(b))["goals"]

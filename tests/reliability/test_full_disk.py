@@ -1,0 +1,170 @@
+"""A full disk: writes fail with ``disk_full`` (one line, exit 2) and leave the registry and its
+backups as they were; a step that ran while its result could not be recorded is recorded as
+"ran, result unknown" the moment there is space again. On a small tmpfs when this process may
+mount one, and with a file-size limit (``RLIMIT_FSIZE``) in a child process everywhere."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import sys
+
+from loopx import actions, project_prompt, quota, todos
+from loopx.registry import Registry
+from tests.reliability import tamper
+from tests.reliability.faults import loopx, small_fs, snapshot  # noqa: F401 (fixture)
+
+PY = sys.executable
+
+
+def _goal(url, side_effect=None, fill=None):
+    """A goal with a todo and an action; ``fill``: a file the action fills the disk with."""
+    with Registry.open(url) as reg:
+        g = project_prompt.create(reg, "user", title="full disk")["id"]
+        todos.add(reg, "user", goal_id=g, text="do it")
+        if side_effect is not None:
+            script = f"open({str(side_effect)!r}, 'a').write('ran\\n')"
+            if fill is not None:
+                script += (f"\ntry:\n    f = open({str(fill)!r}, 'ab')\n    [f.write(bytes(65536)) for _ in iter(int, 1)]\n"
+                           "except OSError:\n    pass")
+            actions.add(reg, "user", goal_id=g, name="step", argv=[PY, "-c", script])
+    return g
+
+
+def _one_disk_full_line(code, out, err):
+    assert code == 2, (code, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith("[disk_full]") and "Traceback" not in err, err
+
+
+def test_a_write_on_a_full_disk_is_disk_full_and_changes_nothing(small_fs):
+    url = str(small_fs.root / "registry.db")
+    g = _goal(url)
+    before = snapshot(url)
+    small_fs.fill()
+    _one_disk_full_line(*loopx(url, "todo", "add", g, "--text", "more"))
+    code, out, _ = loopx(url, "--json", "project-prompt", "create", "--title", "another")
+    assert code == 2 and json.loads(out)["error"]["code"] == "disk_full"
+    small_fs.free()
+    assert snapshot(url) == before
+    code, out, err = loopx(url, "self-repair", "check", "--json")
+    assert code == 0 and json.loads(out)["ok"] is True, (out, err)
+
+
+def test_a_write_past_the_file_size_limit_is_disk_full_and_changes_nothing(tmp_path):
+    url = str(tmp_path / "registry.db")
+    g = _goal(url)
+    before = snapshot(url)
+    _one_disk_full_line(*loopx(url, "todo", "add", g, "--text", "more", fsize=4096))
+    _one_disk_full_line(*loopx(url, "quota", "should-run", g, fsize=4096))
+    assert snapshot(url) == before
+    assert loopx(url, "self-repair", "check")[0] == 0
+
+
+def test_no_room_for_the_step_journal_means_the_step_does_not_run(tmp_path):
+    url, side = str(tmp_path / "registry.db"), tmp_path / "side-effect"
+    g = _goal(url, side_effect=side)
+    with Registry.open(url) as reg:
+        run = quota.should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
+    before = snapshot(url)
+    _one_disk_full_line(*loopx(url, "exec", "--run-id", run, "--action", "step", fsize=64,
+                               extra_env={"LOOPX_ACTOR": "executor"}))
+    assert not side.exists()  # nothing ran that could not be recorded
+    assert snapshot(url) == before
+
+
+def _evidence(url, run):
+    with Registry.open(url) as reg, reg.read() as tx:
+        return [dict(r) for r in tx.query("SELECT summary, data FROM evidence WHERE run_id = ? ORDER BY created_at",
+                                          (run,))]
+
+
+def test_a_step_that_ran_when_the_disk_filled_is_recorded_as_result_unknown_once_space_is_back(small_fs, tmp_path):
+    url, side = str(small_fs.root / "registry.db"), tmp_path / "side-effect"
+    g = _goal(url, side_effect=side, fill=small_fs.filler)  # the step itself fills the disk
+    with Registry.open(url) as reg:
+        run = quota.should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
+    _one_disk_full_line(*loopx(url, "exec", "--run-id", run, "--action", "step",
+                               extra_env={"LOOPX_ACTOR": "executor"}))
+    assert side.read_text() == "ran\n"  # it ran ...
+    assert _evidence(url, run) == []    # ... and nothing could be recorded
+    small_fs.free()
+    # The next write, whatever it is, records it first.
+    assert loopx(url, "todo", "add", g, "--text", "later")[0] == 0
+    found = _evidence(url, run)
+    assert len(found) == 1 and "ran, result unknown" in found[0]["summary"]
+    data = json.loads(found[0]["data"])
+    assert data["result_unknown"] is True and data["exit_code"] is None and data["step"]
+    code, out, err = loopx(url, "run", "finish", "--run-id", run, "--json", extra_env={"LOOPX_ACTOR": "executor"})
+    assert code == 0 and json.loads(out)["outcome"] == "failed", (out, err)
+    assert "result unknown" in json.loads(out)["handoff"]
+    assert side.read_text() == "ran\n"  # recorded, never run again
+    assert not list((small_fs.root / "registry.db.journal").glob("*.json"))
+
+
+def test_self_repair_fix_on_a_full_disk_leaves_no_backup_and_the_registry_as_it_was(small_fs):
+    url = str(small_fs.root / "registry.db")
+    g = _goal(url)
+    tamper.raw(url, "UPDATE goals SET title = 'edited behind its back' WHERE id = ?", (g,))
+    before = snapshot(url)
+    small_fs.fill(leave=96 * 1024)  # room to open the registry, not to copy it
+    _one_disk_full_line(*loopx(url, "self-repair", "fix"))
+    assert not list(small_fs.root.glob("registry.db.bak*"))
+    small_fs.free()
+    assert snapshot(url) == before
+    code, out, err = loopx(url, "self-repair", "fix", "--json")
+    assert code == 0 and json.loads(out)["backup"], (out, err)
+
+
+def test_concurrent_self_repair_fixes_get_backups_of_their_own(tmp_path):
+    url = str(tmp_path / "registry.db")
+    g = _goal(url)
+    procs = []
+    for _ in range(4):
+        tamper.raw(url, "UPDATE goals SET title = 'edited behind its back' WHERE id = ?", (g,))
+    from tests.reliability.conftest import env
+
+    for _ in range(4):
+        procs.append(subprocess.Popen([PY, "-m", "loopx", "self-repair", "fix", "--json"], env=env(url),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    backups = [json.loads(o)["backup"] for o, _ in outs if o.strip() and json.loads(o).get("backup")]
+    assert backups and len(set(backups)) == len(backups), outs
+    assert sorted(str(p) for p in tmp_path.glob("registry.db.bak-*")) == sorted(backups)
+    for b in backups:
+        assert snapshot(b)["goals"]  # each a whole copy
+
+
+def test_two_backups_in_the_same_instant_get_different_names(tmp_path, monkeypatch):
+    """The race made wide: every existence check takes 0.2 s (the answer unchanged), so both
+    repairs look before either writes; names must still differ."""
+    import pathlib
+    import threading
+
+    from loopx_self_repair import repairs
+
+    url = str(tmp_path / "registry.db")
+    _goal(url)
+    real_exists = pathlib.Path.exists
+
+    def slow_exists(self, *a, **kw):
+        time.sleep(0.2)
+        return real_exists(self, *a, **kw)
+
+    monkeypatch.setattr(pathlib.Path, "exists", slow_exists)
+    regs = [Registry.open(url) for _ in range(2)]
+    names = [None, None]
+
+    def backup(i):
+        names[i] = repairs._backup(regs[i])
+
+    threads = [threading.Thread(target=backup, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for r in regs:
+        r.close()
+    assert names[0] and names[1] and names[0] != names[1], names
+    assert all(snapshot(n)["goals"] for n in names)
