@@ -51,6 +51,8 @@ CODES = frozenset(
         "outcome_contradicts_evidence",
         "step_failed",
         "executor_unavailable",
+        "integrity_key_missing",
+        "integrity_mismatch",
     }
 )
 

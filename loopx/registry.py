@@ -335,7 +335,16 @@ class Registry:
             # A plugin writes only as a capability it registered (not as another plugin's).
             capabilities.check_acting(actor.split(":", 1)[1])
 
+        anchor_to: dict = {}
+
         def transaction(tx):
+            from loopx import keys
+
+            anchor_to.clear()
+            ring = keys.keyring(tx)
+            if ring.state == "missing":
+                # Without the key nothing written could be verified later: refuse before anything.
+                raise LoopxError("integrity_key_missing", ring.missing_message())
             if operation_id is not None:
                 done = tx.one("SELECT request, result FROM operations WHERE id = ?", (operation_id,))
                 if done is not None:
@@ -363,7 +372,13 @@ class Registry:
             if writer.events:
                 from loopx import integrity
 
-                integrity.seal(tx, writer.goal_id, trusted=not writer.integrity_problems or writer.rebuilt)
+                sealed = integrity.seal(tx, writer.goal_id, trusted=not writer.integrity_problems or writer.rebuilt)
+                # A goal found rolled back keeps its anchor where it was: writing on the older copy
+                # must not make it look current (``loopx registry reanchor`` accepts it).
+                if sealed and ring.state == "keyed" and not any(p.code == "registry_rolled_back"
+                                                     for p in writer.integrity_problems):
+                    anchor_to.update(registry_id=ring.registry_id, goal_id=writer.goal_id, seq=sealed["seq"],
+                                     head_hash=sealed["hash"], event_id=max(e.id for e in writer.events))
             if operation_id is not None:
                 tx.execute(
                     "INSERT INTO operations (id, goal_id, actor, request, result, at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -372,11 +387,29 @@ class Registry:
             return result, writer.events
 
         result, events = self.store.write(transaction)
+        if anchor_to:
+            _advance_anchor(anchor_to)
         if events:
             from loopx import plugins
 
             plugins.notify_committed(self, events)
         return result
+
+
+def _advance_anchor(to: dict) -> None:
+    """Move the rollback anchor (:mod:`loopx.anchor`) after a commit. The write has happened: a
+    failure here only leaves the anchor behind, which is accepted, so it is said, not raised."""
+    import sqlite3
+
+    from loopx import anchor
+
+    try:
+        anchor.record(to["registry_id"], to["goal_id"], to["seq"], to["head_hash"], to["event_id"])
+    except (OSError, sqlite3.Error) as exc:
+        import sys
+
+        print(f"loopx: warning: could not update the rollback anchor {anchor.path(to['registry_id'])}: {exc}",
+              file=sys.stderr)
 
 
 def _hash(request: dict) -> str:
