@@ -286,38 +286,41 @@ def _digest_problem(tx, goal_id: str, recorded: dict, ring) -> list[Problem]:
 def rolled_back(tx, goal_id: str, ring, newest: list[dict]) -> list[Problem]:
     """``registry_rolled_back`` when the registry is behind what this user last committed to the
     goal (its anchor, see :mod:`loopx.anchor`): ``newest`` holds the goal's newest events
-    (ascending; may be empty)."""
+    (ascending; may be empty).
+
+    Sound only where no commit to the goal can land between ``tx``'s snapshot and the anchor
+    read: a write transaction holding the goal (SQLite's write lock; on PostgreSQL the goal row,
+    whose every change makes a stale snapshot fail and retry). Reads use :func:`verify_anchor`.
+    """
     if ring.state != "keyed":
         return []
     from loopx import anchor
 
-    anchored, generation = anchor.read(ring.registry_id, goal_id)
-    out = []
-    if generation is not None:
-        top = tx.one("SELECT MAX(id) AS id FROM events")
-        if (top["id"] or 0) < generation:
-            out.append(Problem("registry_rolled_back", goal_id, f"the registry's newest event is {top['id'] or 0} but"
-                               f" this user committed event {generation} to it: it was replaced by an older copy"))
+    return _behind(tx, goal_id, anchor.read(ring.registry_id, goal_id)[0], newest)
+
+
+def _behind(tx, goal_id: str, anchored: dict | None, newest: list[dict]) -> list[Problem]:
+    """The goal's ledger (``newest``: its newest events, ascending) against its anchored head."""
     if anchored is None:
-        return out
+        return []
     last = newest[-1]["seq"] if newest else 0
     if last < anchored["seq"]:
-        out.append(Problem("registry_rolled_back", goal_id, f"goal {goal_id}: its ledger ends at event {last} but"
-                           f" this user committed event {anchored['seq']}: the registry was replaced by an older"
-                           " copy or its newest events were removed", anchored["seq"]))
-        return out
+        return [Problem("registry_rolled_back", goal_id, f"goal {goal_id}: its ledger ends at event {last} but"
+                        f" this user committed event {anchored['seq']}: the registry was replaced by an older"
+                        " copy or its newest events were removed", anchored["seq"])]
     found = next((r for r in newest if r["seq"] == anchored["seq"]), None)
     if found is None:
         found = tx.one("SELECT seq, hash FROM events WHERE goal_id = ? AND seq = ?", (goal_id, anchored["seq"]))
     if found is not None and found["hash"] != anchored["hash"]:
-        out.append(Problem("registry_rolled_back", goal_id, f"goal {goal_id}: event {anchored['seq']} is not the one"
-                           " this user committed: the registry was replaced by another copy", anchored["seq"]))
-    return out
+        return [Problem("registry_rolled_back", goal_id, f"goal {goal_id}: event {anchored['seq']} is not the one"
+                        " this user committed: the registry was replaced by another copy", anchored["seq"])]
+    return []
 
 
-def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW) -> list[Problem]:
+def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW, rollback: bool = False) -> list[Problem]:
     """The cheap check ``should-run`` makes: head, the newest ``window`` events, state digest,
-    and the rollback anchor."""
+    and (``rollback``: only inside a write holding the goal, see :func:`rolled_back`) the
+    rollback anchor."""
     ring = keyring(tx)
     missing = _key_missing(ring, goal_id)
     if missing:
@@ -325,7 +328,7 @@ def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW) -> list[Problem]
     recorded = head(tx, goal_id)
     rows = tx.query("SELECT * FROM events WHERE goal_id = ? ORDER BY seq DESC LIMIT ?", (goal_id, window + 1))
     rows.reverse()
-    out = rolled_back(tx, goal_id, ring, rows)
+    out = rolled_back(tx, goal_id, ring, rows) if rollback else []
     if not rows:
         return out
     if recorded is None:
@@ -344,16 +347,16 @@ def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW) -> list[Problem]
 
 
 def verify_chain(tx, goal_id: str) -> list[Problem]:
-    """The full check: every event's hash and link, the head, the state digest and the anchor."""
+    """The full check: every event's hash and link, the head and the state digest (the anchor:
+    :func:`verify_anchor`)."""
     ring = keyring(tx)
     missing = _key_missing(ring, goal_id)
     if missing:
         return missing
     rows = tx.query("SELECT * FROM events WHERE goal_id = ? ORDER BY seq", (goal_id,))
     if not rows:
-        return rolled_back(tx, goal_id, ring, rows)
+        return []
     out = _links(goal_id, rows, None, acknowledged(rows)[1], ring)
-    out.extend(p for p in rolled_back(tx, goal_id, ring, rows) if p.seq is not None)
     recorded = head(tx, goal_id)
     if recorded is None:
         return out + [Problem("goal_unsealed", goal_id, f"goal {goal_id} has no recorded chain head")]
@@ -364,26 +367,33 @@ def verify_chain(tx, goal_id: str) -> list[Problem]:
     return out
 
 
-def verify_anchor(tx) -> list[Problem]:
-    """The registry-wide rollback check (``self-repair check``): the highest event id and every
-    goal this user anchored, against the registry. Empty for an unkeyed registry."""
-    ring = keyring(tx)
-    if ring.state != "keyed":
-        return []
+def verify_anchor(reg, goal_id: str | None = None) -> list[Problem]:
+    """The rollback check of a whole registry (``self-repair check``; one goal with ``goal_id``):
+    every goal this user anchored, and the highest event id, against the registry.
+
+    Two read transactions: the anchor is read after the first (which finds the registry's id)
+    and before the second, so every commit the anchor counts is in the second's snapshot and a
+    concurrent writer can never make the registry look behind. Empty for an unkeyed registry.
+    """
     from loopx import anchor
 
+    with reg.read() as tx:
+        ring = keyring(tx)
+    if ring.state != "keyed":  # (a missing key is what every goal's own check reports)
+        return []
     anchored, generation = anchor.heads(ring.registry_id)
+    if goal_id is not None:
+        anchored, generation = [a for a in anchored if a["goal_id"] == goal_id], None
     out = []
-    if generation is not None:
-        top = tx.one("SELECT MAX(id) AS id FROM events")["id"] or 0
-        if top < generation:
-            out.append(Problem("registry_rolled_back", None, f"the registry's newest event is {top} but this user"
-                               f" committed event {generation} to it: it was replaced by an older copy"))
-    for a in anchored:
-        last = last_event(tx, a["goal_id"])
-        if last is None or last["seq"] < a["seq"]:
-            out.append(Problem("registry_rolled_back", a["goal_id"], f"goal {a['goal_id']}: its ledger ends at event"
-                               f" {last['seq'] if last else 0} but this user committed event {a['seq']}", a["seq"]))
+    with reg.read() as tx:
+        if generation is not None:
+            top = tx.one("SELECT MAX(id) AS id FROM events")["id"] or 0
+            if top < generation:
+                out.append(Problem("registry_rolled_back", None, f"the registry's newest event is {top} but this"
+                                   f" user committed event {generation} to it: it was replaced by an older copy"))
+        for a in anchored:
+            last = last_event(tx, a["goal_id"])
+            out.extend(_behind(tx, a["goal_id"], a, [last] if last else []))
     return out
 
 

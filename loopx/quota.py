@@ -212,7 +212,8 @@ def _tampered(tx, w, seen, *, agent, now) -> dict | None:
     codes = sorted({p.code for p in problems})
     # A registry replaced by an older copy says so: self-repair cannot bring back what the copy
     # lacks (restore the newest copy, or the user accepts it with `loopx registry reanchor`).
-    reason = "registry_rolled_back" if "registry_rolled_back" in codes else "integrity_mismatch"
+    # (Only when that is all that is wrong: events removed at the head are a mismatch first.)
+    reason = "registry_rolled_back" if codes == ["registry_rolled_back"] else "integrity_mismatch"
     veto = {"reason": reason, "findings": codes,
             "message": "; ".join(p.message for p in problems[:3]) + ": run the repair, which never drops a gate,"
                        " claim or evidence",

@@ -341,10 +341,6 @@ class Registry:
             from loopx import keys
 
             anchor_to.clear()
-            ring = keys.keyring(tx)
-            if ring.state == "missing":
-                # Without the key nothing written could be verified later: refuse before anything.
-                raise LoopxError("integrity_key_missing", ring.missing_message())
             if operation_id is not None:
                 done = tx.one("SELECT request, result FROM operations WHERE id = ?", (operation_id,))
                 if done is not None:
@@ -361,13 +357,18 @@ class Registry:
                     raise LoopxError("goal_not_found", f"no goal {goal_id}")
                 if goal["status"] == "closed" and not allow_closed:
                     raise LoopxError("goal_closed", f"goal {goal_id} is closed")
+            # Read after the goal's lock (on PostgreSQL the first statement fixes the snapshot).
+            ring = keys.keyring(tx)
+            if ring.state == "missing":
+                # Without the key nothing written could be verified later: refuse before anything.
+                raise LoopxError("integrity_key_missing", ring.missing_message())
             writer = Writer(tx, actor, goal, operation_id)
             if goal is not None:
                 from loopx import integrity
 
                 # Checked before the change: a write must never seal state that was altered
                 # outside the ledger (that would launder the tampering).
-                writer.integrity_problems = integrity.verify_head(tx, goal_id)
+                writer.integrity_problems = integrity.verify_head(tx, goal_id, rollback=True)
             result = work(writer)
             if writer.events:
                 from loopx import integrity

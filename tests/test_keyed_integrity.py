@@ -271,7 +271,8 @@ def test_concurrent_writers_never_trip_the_anchor(proc):
         owns.append(out.strip())
     assert len(rows(url, "SELECT id FROM events WHERE goal_id = ?", (shared,))) == 1 + 4 * 15
     for goal in (shared, *owns):
-        assert decide(proc, goal)["decision"] == "run"
+        d = decide(proc, goal)
+        assert d["decision"] == "run", d
     assert check_codes(proc) == set()
 
 

@@ -258,13 +258,13 @@ def chain_findings(tx, goal: dict) -> list[Finding]:
     return out
 
 
-def anchor_findings(tx) -> list[Finding]:
+def anchor_findings(reg, goal_id: str | None = None) -> list[Finding]:
     """Goals and events this user committed that the registry no longer holds (an older copy
-    replaced it): :func:`loopx.integrity.verify_anchor`."""
+    replaced it): :func:`loopx.integrity.verify_anchor` (its own read transactions)."""
     from loopx.api import verify_anchor
 
-    return [Finding(p.code, p.goal_id, p.goal_id, p.message, None, details={"seq": p.seq})
-            for p in verify_anchor(tx)]
+    return [Finding(p.code, p.goal_id, p.goal_id if p.seq is None else f"{p.goal_id}#{p.seq}", p.message, None,
+                    details={"seq": p.seq}) for p in verify_anchor(reg, goal_id)]
 
 
 def unreadable_data(tx, goal: dict) -> list[Finding]:
@@ -390,12 +390,12 @@ def check(reg, *, goal_id: str | None = None, now: str | None = None) -> dict:
 
             if goal_id is None:
                 findings.extend(missing_goal_rows(tx))
-                findings.extend(anchor_findings(tx))
             # A bar on stderr when it is a terminal (never in a contract veto: that calls veto_findings).
             with progress(len(goals), "checking goals") as bar:
                 for goal in goals:
                     findings.extend(goal_findings(tx, goal, now))
                     bar.advance()
+        findings.extend(anchor_findings(reg, goal_id))
     elif goal_id is not None:
         with reg.read() as tx:
             goals = goals_to_check(tx, goal_id)
