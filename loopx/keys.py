@@ -32,9 +32,17 @@ KEY_BYTES = 32
 
 def key_dir() -> Path:
     """Where keys and anchors live: ``platformdirs.user_config_dir("loopx")/keys``."""
-    import platformdirs
+    # Asked on every write (the anchor): remembered per environment that decides it.
+    env = (os.environ.get("XDG_CONFIG_HOME"), os.environ.get("HOME"), os.environ.get("APPDATA"))
+    found = _DIRS.get(env)
+    if found is None:
+        import platformdirs
 
-    return Path(platformdirs.user_config_dir("loopx", appauthor=False)) / "keys"
+        found = _DIRS[env] = Path(platformdirs.user_config_dir("loopx", appauthor=False)) / "keys"
+    return found
+
+
+_DIRS: dict[tuple, Path] = {}
 
 
 def key_path(registry_id: str) -> Path:

@@ -145,6 +145,8 @@ def test_without_the_key_reading_works_verifying_says_so_and_writes_are_refused(
     saved = key_file.read_bytes()
     key_file.unlink()  # another machine, another user
     assert g in json.dumps(ok(proc("status", "--goal-id", g)))  # reading works
+    info = ok(proc("registry", "info"))
+    assert info["integrity"] == "missing" and info["key_path"] == str(key_file)
     for args in (["quota", "should-run", "--goal-id", g, "--agent", "a1"],
                  ["evidence", "add", "--goal-id", g, "--kind", "note", "--summary", "x"],
                  ["gate", "approve", "--goal-id", g, "--gate-id", gate]):

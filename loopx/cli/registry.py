@@ -59,6 +59,10 @@ def _info_text(info: dict) -> str:
               f"  size        {_size_text(info['size_bytes'])}",
               f"  goals       {info['goals']} ({info['goals_closed']} closed)",
               f"  events      {info['events']}"]
+    if info.get("integrity"):
+        key = {"keyed": f"key {info['key_path']}", "missing": f"KEY MISSING: expected {info['key_path']}",
+               "legacy": "not keyed yet (keyed at the next open for writing)"}[info["integrity"]]
+        lines.append(f"  integrity   {key}")
     return "\n".join(lines)
 
 
