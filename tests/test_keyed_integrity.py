@@ -297,3 +297,60 @@ def test_an_edited_contract_of_an_open_run_makes_exec_refuse_and_should_run_repa
     assert not marker.exists()
     d = ok(proc("quota", "should-run", "--goal-id", g, "--agent", "a2"))
     assert d["decision"] == "repair", d
+
+
+def _unkeyed_v4(path) -> tuple[str, str, str]:
+    """A registry as LoopX 4 left it: sha256 chains and digests, no id, no key. Two goals, each
+    with a pending production gate."""
+    from loopx import gates, integrity, keys, project_prompt
+    from loopx.registry import Registry
+
+    with Registry.open(str(path)) as reg:
+        made = []
+        for title in ("clean", "damaged"):
+            g = project_prompt.create(reg, "user", title=title)["id"]
+            made.append((g, gates.add(reg, "user", goal_id=g, title="prod?", scope="production")["id"]))
+
+        def unkey(tx):
+            tx.execute("DELETE FROM meta WHERE key IN ('registry_id', 'integrity_keyed')")
+            keys.set_keyring(tx, keys.Keyring(None, None))
+            for g, _ in made:
+                integrity.rechain(tx, g, 1)
+                integrity.seal(tx, g)
+
+        reg.store.write(unkey)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 4")
+    conn.commit()
+    conn.close()
+    return made[0][0], made[1][0], made[1][1]
+
+
+def test_an_unkeyed_registry_is_keyed_at_first_write_and_earlier_damage_stays_visible(tmp_path, private_key_dir):
+    path = tmp_path / "v4.db"
+    clean, damaged, gate = _unkeyed_v4(path)
+    from loopx import integrity
+
+    legacy = rows(str(path), "SELECT * FROM events WHERE goal_id = ? ORDER BY seq", (clean,))
+    assert all(r["hash"] == integrity.row_hash(r) for r in legacy)  # unkeyed sha256, as LoopX 4 wrote
+    raw(str(path), "UPDATE gates SET status = 'approved' WHERE id = ?", (gate,))  # damage before keying
+    env = loopx_env(str(path), LOOPX_PLUGINS="self_repair")
+
+    def run(*args):
+        p = subprocess.run([sys.executable, "-m", "loopx", *args, "--json"], env=env, capture_output=True, text=True,
+                           timeout=120)
+        return p.returncode, json.loads(p.stdout)
+
+    code, d = run("quota", "should-run", "--goal-id", clean, "--agent", "a1")  # a write: migrates and keys
+    assert code == 0 and d["reasons"] == ["gate_pending"], d
+    (rid,) = [r["value"] for r in rows(str(path), "SELECT value FROM meta WHERE key = 'registry_id'")]
+    assert (private_key_dir / f"{rid}.key").exists()
+    keyed = rows(str(path), "SELECT * FROM events WHERE goal_id = ? ORDER BY seq", (clean,))
+    assert [r["hash"] for r in keyed] != [r["hash"] for r in legacy]  # re-chained with the key
+    assert all(r["hash"] != integrity.row_hash(r) for r in keyed)  # which the unkeyed function cannot make
+    (note,) = [json.loads(r["value"]) for r in rows(str(path), "SELECT value FROM meta WHERE key = 'integrity_keyed'")]
+    assert note["goals"] == 2 and note["already_damaged"] == [damaged]
+    code, d = run("quota", "should-run", "--goal-id", damaged, "--agent", "a1")
+    assert code == 0 and d["decision"] == "repair", d  # not blessed by the key
+    code, report = run("self-repair", "check", "--goal-id", clean)
+    assert code == 0 and report["ok"], report
