@@ -180,9 +180,11 @@ def seal(tx, goal_id: str, *, trusted: bool = True) -> dict | None:
     if last is None:
         return None
     ring = keyring(tx)
-    if ring.state == "missing":
+    if ring.state in ("missing", "stripped"):
         from loopx.errors import LoopxError
 
+        if ring.state == "stripped":
+            raise LoopxError("integrity_mismatch", ring.stripped_message())
         raise LoopxError("integrity_key_missing", ring.missing_message())
     digest = state_digest(tx, goal_id, last["seq"], last["hash"], ring) if trusted else UNTRUSTED
     tx.execute(
@@ -271,6 +273,8 @@ def _links(goal_id: str, rows: list[dict], prev: dict | None, acked: set = froze
 
 
 def _key_missing(ring, goal_id: str) -> list[Problem]:
+    if ring.state == "stripped":
+        return [Problem("registry_rolled_back", goal_id, ring.stripped_message())]
     if ring.state != "missing":
         return []
     return [Problem("integrity_key_missing", goal_id, ring.missing_message())]

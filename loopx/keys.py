@@ -129,15 +129,54 @@ def load(registry_id: str) -> bytes | None:
     return key
 
 
+def location(tx) -> str:
+    """Where the registry ``tx`` reads lives: its SQLite file (resolved), or the PostgreSQL
+    server, database and schema."""
+    if tx.dialect == "sqlite":
+        main = next((r for r in tx.query("PRAGMA database_list") if r["name"] == "main"), None)
+        return "sqlite:" + (os.path.realpath(main["file"]) if main and main["file"] else ":memory:")
+    row = tx.one("SELECT current_database() AS db, current_schema() AS sch, CAST(inet_server_addr() AS TEXT) AS host,"
+                 " inet_server_port() AS port")
+    return f"postgres:{row['host']}:{row['port']}:{row['db']}:{row['sch']}"
+
+
+def _location_file(loc: str) -> Path:
+    return key_dir() / f"{_sha256(loc.encode()).hexdigest()[:32]}.location"
+
+
+def remember(tx, registry_id: str) -> None:
+    """Record that the registry where ``tx`` reads is keyed as ``registry_id``: a registry found
+    there later without an id was stripped of it or replaced by an older, unkeyed copy."""
+    loc = location(tx)
+    if loc.endswith(":memory:"):
+        return
+    d = _private_dir()
+    tmp = d / f".{os.getpid()}.location.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, f"{registry_id}\n{loc}\n".encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, _location_file(loc))
+
+
+def remembered(tx) -> str | None:
+    """The id this user's LoopX keyed the registry at ``tx``'s location with, or None."""
+    try:
+        return _location_file(location(tx)).read_text().split("\n", 1)[0].strip() or None
+    except OSError:
+        return None
+
+
 class Keyring:
     """How one registry's integrity values are computed: keyed (HMAC-SHA256), or the unkeyed
     sha256 of registries made before keying (``registry_id`` None), or missing (a keyed
     registry whose key this user does not have: nothing can be verified or written)."""
 
-    __slots__ = ("registry_id", "key", "_inner", "_outer")
+    __slots__ = ("registry_id", "key", "stripped", "_inner", "_outer")
 
-    def __init__(self, registry_id: str | None, key: bytes | None):
-        self.registry_id, self.key = registry_id, key
+    def __init__(self, registry_id: str | None, key: bytes | None, *, stripped: bool = False):
+        self.registry_id, self.key, self.stripped = registry_id, key, stripped
         self._inner = self._outer = None
         if key is not None:
             block = key.ljust(64, b"\0")  # HMAC (RFC 2104) over sha256's 64-byte block
@@ -146,7 +185,10 @@ class Keyring:
 
     @property
     def state(self) -> str:
-        """``keyed``, ``legacy`` (a registry not keyed yet) or ``missing``."""
+        """``keyed``, ``legacy`` (a registry not keyed yet), ``missing`` (no key here) or
+        ``stripped`` (a registry this user keyed, found without its id: see :func:`remember`)."""
+        if self.stripped:
+            return "stripped"
         if self.registry_id is None:
             return "legacy"
         return "keyed" if self.key is not None else "missing"
@@ -162,6 +204,12 @@ class Keyring:
         h = self.hasher()
         h.update(data)
         return h.hexdigest()
+
+    def stripped_message(self) -> str:
+        """Why a registry found without its id is not trusted."""
+        return (f"this registry was keyed (id {self.registry_id}) but has no id any more: its id was removed or it"
+                " was replaced by an older, unkeyed copy; restore the newest copy (or, to start over from this"
+                f" copy on purpose, delete {key_dir()}/*.location naming it)")
 
     def missing_message(self) -> str:
         """One line saying why nothing can be verified or written, and what to do."""
@@ -196,7 +244,12 @@ def keyring(tx) -> Keyring:
     ring = getattr(tx, "_loopx_keyring", None)
     if ring is None:
         rid = stored_id(tx)
-        ring = Keyring(rid, load(rid) if rid else None)
+        if rid is not None:
+            ring = Keyring(rid, load(rid))
+        else:
+            # No id: a registry never keyed - unless this user keyed one right here before.
+            was = remembered(tx)
+            ring = Keyring(was, None, stripped=True) if was else Keyring(None, None)
         set_keyring(tx, ring)
     return ring
 

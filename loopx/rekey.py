@@ -47,10 +47,16 @@ def key_registry(tx) -> int:
 
     keys.set_keyring(tx, keys.Keyring(None, None))
     goals = _goals(tx)
+    was = keys.remembered(tx)
+    if was is not None and goals:
+        # This user keyed a registry right here: one without an id now had it removed, or is an
+        # older, unkeyed copy. Keying it afresh would vouch for whatever it holds.
+        raise LoopxError("integrity_mismatch", keys.Keyring(was, None, stripped=True).stripped_message())
     damaged = _damaged(tx, goals)
     rid = uuid.uuid4().hex
     tx.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (keys.META_ID, rid))
     _rechain_all(tx, keys.Keyring(rid, keys.create(rid)), goals, damaged)
+    keys.remember(tx, rid)
     tx.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (keys.META_KEYED, json.dumps(
         {"at": clock.now(), "goals": len(goals), "already_damaged": damaged[:100],
          "already_damaged_count": len(damaged)})))
@@ -85,6 +91,10 @@ def rekey(reg, actor: str, *, adopt: bool = False) -> dict:
         goals = _goals(tx)
         if ring.state == "missing" and not adopt:
             raise LoopxError("integrity_key_missing", ring.missing_message())
+        if ring.state == "stripped":
+            if not adopt:
+                raise LoopxError("integrity_mismatch", ring.stripped_message())
+            tx.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (keys.META_ID, ring.registry_id))
         damaged = [] if adopt else _damaged(tx, goals)
         if damaged:
             raise LoopxError("integrity_mismatch", f"{len(damaged)} goal(s) fail their integrity check (first:"
@@ -93,6 +103,7 @@ def rekey(reg, actor: str, *, adopt: bool = False) -> dict:
         new = keys.stage(ring.registry_id)
         staged.update(new)
         _rechain_all(tx, keys.Keyring(ring.registry_id, new["key"]), goals, [])
+        keys.remember(tx, ring.registry_id)
         tx.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                    ("integrity_rekeyed", json.dumps({"at": clock.now(), "adopted": adopt, "goals": len(goals)})))
         return ring.registry_id, len(goals), _heads(tx)

@@ -323,7 +323,16 @@ def _unkeyed_v4(path) -> tuple[str, str, str]:
     conn.execute("PRAGMA user_version = 4")
     conn.commit()
     conn.close()
+    forget_keyed_locations()  # LoopX 4 never keyed it
     return made[0][0], made[1][0], made[1][1]
+
+
+def forget_keyed_locations() -> None:
+    """Forget which registries this user's LoopX keyed, where (what a LoopX before keys left)."""
+    from loopx import keys
+
+    for f in keys.key_dir().glob("*.location"):
+        f.unlink()
 
 
 def test_an_unkeyed_registry_is_keyed_at_first_write_and_earlier_damage_stays_visible(tmp_path, private_key_dir):
@@ -354,3 +363,46 @@ def test_an_unkeyed_registry_is_keyed_at_first_write_and_earlier_damage_stays_vi
     assert code == 0 and d["decision"] == "repair", d  # not blessed by the key
     code, report = run("self-repair", "check", "--goal-id", clean)
     assert code == 0 and report["ok"], report
+
+
+STRIP = """
+    from loopx import integrity
+    from loopx.keys import Keyring, set_keyring
+    from loopx.registry import Registry
+    from tests.reliability.tamper import raw
+    url, g, gate = {url!r}, {g!r}, {gate!r}
+    # Downgrade: take the id away, so that LoopX would verify the old, unkeyed way.
+    raw(url, "UPDATE gates SET status = 'approved', decided_by = 'user' WHERE id = ?", (gate,))
+    raw(url, "DELETE FROM meta WHERE key IN ('registry_id', 'integrity_keyed')")
+    with Registry.open(url) as reg:
+        def forge(tx):
+            set_keyring(tx, Keyring(None, None))
+            integrity.rechain(tx, g, 1)
+            integrity.seal(tx, g)
+        reg.store.write(forge)
+    if {old_schema!r}:
+        raw(url, "PRAGMA user_version = 4")  # and pretend to be a registry from before keys
+"""
+
+
+def test_a_registry_stripped_of_its_id_is_not_verified_the_unkeyed_way(proc, tmp_path):
+    url = proc.url
+    g, gate = goal_with_gate(proc)
+    attacker(url, tmp_path, STRIP.format(url=url, g=g, gate=gate, old_schema=False))
+    d = decide(proc, g)
+    assert d["decision"] == "repair" and d["reasons"] == ["registry_rolled_back"], d
+    code, out, _ = proc("evidence", "add", "--goal-id", g, "--kind", "note", "--summary", "x")
+    assert code == 2 and out["error"]["code"] == "integrity_mismatch", out
+    assert "registry_rolled_back" in check_codes(proc)
+
+
+def test_an_unkeyed_older_copy_in_place_of_a_keyed_registry_is_not_keyed_afresh(proc, tmp_path):
+    url = proc.url
+    if url.startswith("postgres"):
+        pytest.skip("PostgreSQL keeps its schema version in meta; the stripped-id case covers it")
+    g, gate = goal_with_gate(proc)
+    attacker(url, tmp_path, STRIP.format(url=url, g=g, gate=gate, old_schema=True))
+    code, out, _ = proc("quota", "should-run", "--goal-id", g, "--agent", "a1")
+    assert code == 2 and out["error"]["code"] == "integrity_mismatch", out
+    assert "no id any more" in out["error"]["message"]
+    assert rows(url, "SELECT value FROM meta WHERE key = 'registry_id'") == []  # nothing keyed afresh

@@ -61,7 +61,8 @@ def _info_text(info: dict) -> str:
               f"  events      {info['events']}"]
     if info.get("integrity"):
         key = {"keyed": f"key {info['key_path']}", "missing": f"KEY MISSING: expected {info['key_path']}",
-               "legacy": "not keyed yet (keyed at the next open for writing)"}[info["integrity"]]
+               "legacy": "not keyed yet (keyed at the next open for writing)",
+               "stripped": f"ID REMOVED: this user keyed a registry here ({info['registry_id']})"}[info["integrity"]]
         lines.append(f"  integrity   {key}")
     return "\n".join(lines)
 

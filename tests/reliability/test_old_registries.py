@@ -51,6 +51,10 @@ def _make_old(path, poisoned: bool):
     conn.execute(f"PRAGMA user_version = {schema.INTEGRITY_VERSION - 1}")
     conn.commit()
     conn.close()
+    from loopx import keys
+
+    for f in keys.key_dir().glob("*.location"):  # nor had a LoopX keyed it, here or anywhere
+        f.unlink()
     return g, gate, ev
 
 
