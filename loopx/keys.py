@@ -129,12 +129,17 @@ def load(registry_id: str) -> bytes | None:
     return key
 
 
+def sqlite_location(path) -> str:
+    """:func:`location` of the SQLite registry file ``path``."""
+    return "sqlite:" + (os.path.realpath(path) if path and str(path) != ":memory:" else ":memory:")
+
+
 def location(tx) -> str:
     """Where the registry ``tx`` reads lives: its SQLite file (resolved), or the PostgreSQL
     server, database and schema."""
     if tx.dialect == "sqlite":
         main = next((r for r in tx.query("PRAGMA database_list") if r["name"] == "main"), None)
-        return "sqlite:" + (os.path.realpath(main["file"]) if main and main["file"] else ":memory:")
+        return sqlite_location(main["file"] if main else None)
     row = tx.one("SELECT current_database() AS db, current_schema() AS sch, CAST(inet_server_addr() AS TEXT) AS host,"
                  " inet_server_port() AS port")
     return f"postgres:{row['host']}:{row['port']}:{row['db']}:{row['sch']}"
@@ -147,8 +152,19 @@ def _location_file(loc: str) -> Path:
 def remember(tx, registry_id: str) -> None:
     """Record that the registry where ``tx`` reads is keyed as ``registry_id``: a registry found
     there later without an id was stripped of it or replaced by an older, unkeyed copy."""
-    loc = location(tx)
-    if loc.endswith(":memory:"):
+    remember_location(location(tx), registry_id)
+
+
+_REMEMBERED: set = set()
+
+
+def remember_location(loc: str, registry_id: str, *, once: bool = False) -> None:
+    """:func:`remember` for a known location (``once``: unless this process or an earlier one
+    already recorded it - what every write of an SQLite registry asks, after its commit)."""
+    if loc.endswith(":memory:") or once and (loc, registry_id) in _REMEMBERED:
+        return
+    _REMEMBERED.add((loc, registry_id))
+    if once and _location_file(loc).exists():
         return
     d = _private_dir()
     tmp = d / f".{os.getpid()}.location.tmp"

@@ -389,7 +389,7 @@ class Registry:
 
         result, events = self.store.write(transaction)
         if anchor_to:
-            _advance_anchor(anchor_to)
+            _advance_anchor(anchor_to, getattr(self.store, "path", None) if self.store.dialect == "sqlite" else None)
         if events:
             from loopx import plugins
 
@@ -397,14 +397,19 @@ class Registry:
         return result
 
 
-def _advance_anchor(to: dict) -> None:
-    """Move the rollback anchor (:mod:`loopx.anchor`) after a commit. The write has happened: a
-    failure here only leaves the anchor behind, which is accepted, so it is said, not raised."""
+def _advance_anchor(to: dict, path=None) -> None:
+    """Move the rollback anchor (:mod:`loopx.anchor`) after a commit, and (an SQLite file, once
+    per process) remember that the registry at ``path`` is keyed, so that a copy found there
+    without its id is never trusted (a file moved since it was keyed is covered from its first
+    write at the new place). The write has happened: a failure here only leaves the anchor
+    behind, which is accepted, so it is said, not raised."""
     import sqlite3
 
-    from loopx import anchor
+    from loopx import anchor, keys
 
     try:
+        if path is not None:
+            keys.remember_location(keys.sqlite_location(path), to["registry_id"], once=True)
         anchor.record(to["registry_id"], to["goal_id"], to["seq"], to["head_hash"], to["event_id"])
     except (OSError, sqlite3.Error) as exc:
         import sys
