@@ -168,6 +168,10 @@ def test_without_the_key_reading_works_verifying_says_so_and_writes_are_refused(
 def test_a_lost_key_is_replaced_only_by_the_user_adopting_the_registry(proc, private_key_dir):
     g, _ = goal_with_gate(proc)
     (rid,) = [r["value"] for r in rows(proc.url, "SELECT value FROM meta WHERE key = 'registry_id'")]
+    exposed = (private_key_dir / f"{rid}.key").read_text()
+    assert ok(proc("registry", "rekey"))["registry_id"] == rid  # an exposed key replaced
+    assert (private_key_dir / f"{rid}.key").read_text() != exposed
+    assert decide(proc, g)["reasons"] == ["gate_pending"]
     (private_key_dir / f"{rid}.key").unlink()
     code, out, _ = proc("registry", "rekey")
     assert code == 2 and out["error"]["code"] == "integrity_key_missing"
