@@ -164,6 +164,7 @@ def authorize(tx, run_id: str, *, action: str | None = None, argv=None) -> tuple
     if (action is None) == (argv is None):
         raise LoopxError("invalid_argument", "give either --action NAME or a command after `--`, not both")
     run = runs.check_fresh(tx, run_id)
+    _check_integrity(tx, run)
     doc = runs.load_contract(tx, run.contract_id)
     targets = [(s["id"], steps.exec_target(s)) for s in steps.of(doc)]
     by_action = {t[1]: step_id for step_id, t in targets if t and t[0] == "action"}
@@ -184,6 +185,19 @@ def authorize(tx, run_id: str, *, action: str | None = None, argv=None) -> tuple
         return run, None, argv, step_id
     raise LoopxError("action_not_allowed",
                      f"the contract of run {run_id} does not allow `{shlex.join(argv)[:200]}`; nothing was run")
+
+
+def _check_integrity(tx, run) -> None:
+    """Refuse (``integrity_mismatch``) to run anything for a goal whose ledger, state or open runs'
+    contracts fail their keyed check: an edited contract must never widen what ``exec`` runs."""
+    from loopx import integrity
+
+    problems = integrity.verify_head(tx, run.goal_id)
+    if problems:
+        codes = ", ".join(sorted({p.code for p in problems}))
+        raise LoopxError("integrity_mismatch", f"goal {run.goal_id} fails its integrity check ({codes}): nothing was"
+                         f" run; `loopx quota should-run` answers repair (`loopx self-repair fix --goal-id"
+                         f" {run.goal_id}`)")
 
 
 def time_left(tx, run) -> float:

@@ -46,6 +46,7 @@ _LAZY = {
     "Writer": "loopx.registry:Writer",
     "goal_rows": "loopx.ledger:snapshot",
     "verify_chain": "loopx.integrity:verify_chain",
+    "verify_anchor": "loopx.integrity:verify_anchor",
     "chain_head": "loopx.integrity:head",
     "chain_acknowledged": "loopx.integrity:acknowledged",
     "rechain_goal": "loopx.integrity:rechain",

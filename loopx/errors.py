@@ -54,6 +54,8 @@ CODES = frozenset(
         "confinement_unavailable",  # a step cannot be confined here and the user did not opt out
         "broker_unavailable",  # a confined step's loopx cannot reach its turn's broker
         "disk_full",
+        "integrity_key_missing",
+        "integrity_mismatch",
     }
 )
 

@@ -39,25 +39,45 @@ HEAD_WINDOW = 4
 
 
 def event_hash(prev_hash: str, goal_id: str, seq: int, at: str, actor: str, kind: str, body_text: str,
-               operation_id: str | None) -> str:
-    """The chain hash of one event (``body_text``: the body exactly as stored)."""
+               operation_id: str | None, ring=None) -> str:
+    """The chain hash of one event (``body_text``: the body exactly as stored): HMAC-SHA256 with
+    the registry's key (``ring``, a :class:`loopx.keys.Keyring`), or plain sha256 for a
+    registry not keyed yet (``ring`` None or unkeyed)."""
     canonical = json.dumps([prev_hash, goal_id, seq, at, actor, kind, body_text, operation_id],
-                           separators=(",", ":"))
-    return _sha256(canonical.encode("ascii", "backslashreplace")).hexdigest()
+                           separators=(",", ":")).encode("ascii", "backslashreplace")
+    if ring is None:
+        return _sha256(canonical).hexdigest()
+    return ring.digest(canonical)
 
 
-def row_hash(row: dict) -> str:
+def row_hash(row: dict, ring=None) -> str:
     """:func:`event_hash` of an ``events`` row against its own ``prev_hash``."""
     return event_hash(row["prev_hash"] or GENESIS, row["goal_id"], row["seq"], row["at"], row["actor"],
-                      row["kind"], row["body"], row["operation_id"])
+                      row["kind"], row["body"], row["operation_id"], ring)
 
 
-def state_digest(tx, goal_id: str) -> str:
-    """sha256 over the goal's rows in :data:`STATE_TABLES` (columns by name, rows by key; closed
-    runs summarised)."""
+def keyring(tx):
+    """The :class:`loopx.keys.Keyring` of the registry ``tx`` reads."""
+    from loopx import keys
+
+    return keys.keyring(tx)
+
+
+def state_digest(tx, goal_id: str, seq: int | None = None, head_hash: str | None = None, ring=None) -> str:
+    """The digest of the goal's rows in :data:`STATE_TABLES` (columns by name, rows by key; closed
+    runs summarised).
+
+    Keyed (``ring`` holds the registry's key): HMAC-SHA256 over the goal's chain head (``seq``,
+    ``head_hash``: the head cannot be moved without the key either), the same rows, and the
+    stored contract of every open run (what ``exec`` obeys). Unkeyed: the sha256 older
+    registries recorded, over the rows only.
+    """
     from loopx.store import schema
 
-    h = _sha256()
+    keyed = ring is not None and ring.key is not None
+    h = ring.hasher() if keyed else _sha256()
+    if keyed:
+        h.update(json.dumps(["loopx-state-v2", goal_id, seq, head_hash], separators=(",", ":")).encode())
     for table in STATE_TABLES:
         column = "id" if table == "goals" else "goal_id"
         if table == "runs":
@@ -73,6 +93,14 @@ def state_digest(tx, goal_id: str) -> str:
             rows.sort(key=lambda r: r["id"])
             h.update(json.dumps(["runs", [sorted(r.items()) for r in rows], closed], default=str,
                                 separators=(",", ":")).encode("utf-8", "backslashreplace"))
+            if keyed and rows:
+                # The contracts open runs work under: an edited contract would let ``exec`` run
+                # anything, so it is state the digest covers while its run is open.
+                marks = ", ".join("?" for _ in rows)
+                contracts = tx.query(f"SELECT id, run_id, fingerprint, issued_at, expires_at, document FROM contracts"
+                                     f" WHERE id IN ({marks}) ORDER BY id", tuple(r["contract_id"] for r in rows))
+                h.update(json.dumps(["contracts", [sorted(c.items()) for c in contracts]], default=str,
+                                    separators=(",", ":")).encode("utf-8", "backslashreplace"))
             continue
         names, rows = _tuples(tx, f"SELECT * FROM {table} WHERE {column} = ?", (goal_id,))
         # Each row as its (column, value) pairs by column name, rows by key - the same text as
@@ -141,23 +169,31 @@ def head(tx, goal_id: str) -> dict | None:
     return tx.one("SELECT goal_id, seq, head_hash, state_digest FROM goal_heads WHERE goal_id = ?", (goal_id,))
 
 
-def seal(tx, goal_id: str, *, trusted: bool = True) -> None:
+def seal(tx, goal_id: str, *, trusted: bool = True) -> dict | None:
     """Record the goal's current chain head and state digest (inside the writing transaction).
 
     ``trusted=False`` (the state was already altered outside the ledger before this write):
     the head moves on but the digest is marked untrusted, so the mismatch stays visible until
-    ``self-repair fix`` rebuilds the state.
+    ``self-repair fix`` rebuilds the state. Returns the head sealed (``{"seq", "hash"}``) or None.
     """
     last = last_event(tx, goal_id)
     if last is None:
-        return
-    digest = state_digest(tx, goal_id) if trusted else UNTRUSTED
+        return None
+    ring = keyring(tx)
+    if ring.state in ("missing", "stripped"):
+        from loopx.errors import LoopxError
+
+        if ring.state == "stripped":
+            raise LoopxError("integrity_mismatch", ring.stripped_message())
+        raise LoopxError("integrity_key_missing", ring.missing_message())
+    digest = state_digest(tx, goal_id, last["seq"], last["hash"], ring) if trusted else UNTRUSTED
     tx.execute(
         "INSERT INTO goal_heads (goal_id, seq, head_hash, state_digest) VALUES (?, ?, ?, ?)"
         " ON CONFLICT (goal_id) DO UPDATE SET seq = excluded.seq, head_hash = excluded.head_hash,"
         " state_digest = excluded.state_digest",
         (goal_id, last["seq"], last["hash"], digest),
     )
+    return last
 
 
 class Problem:
@@ -179,6 +215,9 @@ CODES = {
     "chain_broken": "an event does not link to the hash of the event before it (events lost, inserted or reordered)",
     "state_digest_mismatch": "the goal's current-state rows differ from the digest written with the last change",
     "goal_unsealed": "the goal has no recorded chain head (its head row was deleted, or the goal was inserted by hand)",
+    "registry_rolled_back": "the registry is older than what this user last committed to it (replaced by an older"
+                            " copy, or its newest events removed); see `loopx registry reanchor`",
+    "integrity_key_missing": "the registry's integrity key is not on this machine: nothing can be verified",
 }
 
 
@@ -209,7 +248,7 @@ def acknowledged(rows: list[dict]) -> tuple[set, set]:
     return lost, acked
 
 
-def _links(goal_id: str, rows: list[dict], prev: dict | None, acked: set = frozenset()) -> list[Problem]:
+def _links(goal_id: str, rows: list[dict], prev: dict | None, acked: set = frozenset(), ring=None) -> list[Problem]:
     """Check ``rows`` (ascending seq) hash and link correctly, the first to ``prev`` (or genesis).
 
     A repair event that records the sequence numbers it found lost may follow the gap; a break a
@@ -226,23 +265,78 @@ def _links(goal_id: str, rows: list[dict], prev: dict | None, acked: set = froze
         elif (row["prev_hash"] or GENESIS) != want_prev and row["seq"] not in acked:
             out.append(Problem("chain_broken", goal_id, f"goal {goal_id}: event {row['seq']} does not link to the"
                                " event before it", row["seq"]))
-        if row["hash"] != row_hash(row):
+        if row["hash"] != row_hash(row, ring):
             out.append(Problem("event_tampered", goal_id, f"goal {goal_id}: event {row['seq']} ({row['kind']}) was"
                                " edited: its content does not match its hash", row["seq"]))
         prev = row
     return out
 
 
-def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW) -> list[Problem]:
-    """The cheap check ``should-run`` makes: head, the newest ``window`` events, state digest."""
+def _key_missing(ring, goal_id: str) -> list[Problem]:
+    if ring.state == "stripped":
+        return [Problem("registry_rolled_back", goal_id, ring.stripped_message())]
+    if ring.state != "missing":
+        return []
+    return [Problem("integrity_key_missing", goal_id, ring.missing_message())]
+
+
+def _digest_problem(tx, goal_id: str, recorded: dict, ring) -> list[Problem]:
+    if state_digest(tx, goal_id, recorded["seq"], recorded["head_hash"], ring) == recorded["state_digest"]:
+        return []
+    return [Problem("state_digest_mismatch", goal_id, f"goal {goal_id}: its current state was changed"
+                    " outside the ledger (rows deleted, inserted or edited)")]
+
+
+def rolled_back(tx, goal_id: str, ring, newest: list[dict]) -> list[Problem]:
+    """``registry_rolled_back`` when the registry is behind what this user last committed to the
+    goal (its anchor, see :mod:`loopx.anchor`): ``newest`` holds the goal's newest events
+    (ascending; may be empty).
+
+    Sound only where no commit to the goal can land between ``tx``'s snapshot and the anchor
+    read: a write transaction holding the goal (SQLite's write lock; on PostgreSQL the goal row,
+    whose every change makes a stale snapshot fail and retry). Reads use :func:`verify_anchor`.
+    """
+    if ring.state != "keyed":
+        return []
+    from loopx import anchor
+
+    return _behind(tx, goal_id, anchor.read(ring.registry_id, goal_id)[0], newest)
+
+
+def _behind(tx, goal_id: str, anchored: dict | None, newest: list[dict]) -> list[Problem]:
+    """The goal's ledger (``newest``: its newest events, ascending) against its anchored head."""
+    if anchored is None:
+        return []
+    last = newest[-1]["seq"] if newest else 0
+    if last < anchored["seq"]:
+        return [Problem("registry_rolled_back", goal_id, f"goal {goal_id}: its ledger ends at event {last} but"
+                        f" this user committed event {anchored['seq']}: the registry was replaced by an older"
+                        " copy or its newest events were removed", anchored["seq"])]
+    found = next((r for r in newest if r["seq"] == anchored["seq"]), None)
+    if found is None:
+        found = tx.one("SELECT seq, hash FROM events WHERE goal_id = ? AND seq = ?", (goal_id, anchored["seq"]))
+    if found is not None and found["hash"] != anchored["hash"]:
+        return [Problem("registry_rolled_back", goal_id, f"goal {goal_id}: event {anchored['seq']} is not the one"
+                        " this user committed: the registry was replaced by another copy", anchored["seq"])]
+    return []
+
+
+def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW, rollback: bool = False) -> list[Problem]:
+    """The cheap check ``should-run`` makes: head, the newest ``window`` events, state digest,
+    and (``rollback``: only inside a write holding the goal, see :func:`rolled_back`) the
+    rollback anchor."""
+    ring = keyring(tx)
+    missing = _key_missing(ring, goal_id)
+    if missing:
+        return missing
     recorded = head(tx, goal_id)
     rows = tx.query("SELECT * FROM events WHERE goal_id = ? ORDER BY seq DESC LIMIT ?", (goal_id, window + 1))
     rows.reverse()
+    out = rolled_back(tx, goal_id, ring, rows) if rollback else []
     if not rows:
-        return []
+        return out
     if recorded is None:
-        return [Problem("goal_unsealed", goal_id, f"goal {goal_id} has no recorded chain head")]
-    out = []
+        return out + [Problem("goal_unsealed", goal_id, f"goal {goal_id} has no recorded chain head")]
     newest = rows[-1]
     if newest["seq"] != recorded["seq"] or newest["hash"] != recorded["head_hash"]:
         out.append(Problem("head_mismatch", goal_id, f"goal {goal_id}: its ledger ends at event {newest['seq']} but"
@@ -250,29 +344,60 @@ def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW) -> list[Problem]
     # The oldest fetched row anchors the window (its own hash is checked, its link is not).
     anchor, checked = (rows[0], rows[1:]) if len(rows) > window else (None, rows)
     if anchor is not None:
-        out.extend(p for p in _links(goal_id, [anchor], None) if p.code == "event_tampered")
-    out.extend(_links(goal_id, checked, anchor, acknowledged(rows)[1]))
-    if state_digest(tx, goal_id) != recorded["state_digest"]:
-        out.append(Problem("state_digest_mismatch", goal_id, f"goal {goal_id}: its current state was changed"
-                           " outside the ledger (rows deleted, inserted or edited)"))
+        out.extend(p for p in _links(goal_id, [anchor], None, ring=ring) if p.code == "event_tampered")
+    out.extend(_links(goal_id, checked, anchor, acknowledged(rows)[1], ring))
+    out.extend(_digest_problem(tx, goal_id, recorded, ring))
     return out
 
 
 def verify_chain(tx, goal_id: str) -> list[Problem]:
-    """The full check: every event's hash and link, the head, and the state digest."""
+    """The full check: every event's hash and link, the head and the state digest (the anchor:
+    :func:`verify_anchor`)."""
+    ring = keyring(tx)
+    missing = _key_missing(ring, goal_id)
+    if missing:
+        return missing
     rows = tx.query("SELECT * FROM events WHERE goal_id = ? ORDER BY seq", (goal_id,))
     if not rows:
         return []
-    out = _links(goal_id, rows, None, acknowledged(rows)[1])
+    out = _links(goal_id, rows, None, acknowledged(rows)[1], ring)
     recorded = head(tx, goal_id)
     if recorded is None:
         return out + [Problem("goal_unsealed", goal_id, f"goal {goal_id} has no recorded chain head")]
     if rows[-1]["seq"] != recorded["seq"] or rows[-1]["hash"] != recorded["head_hash"]:
         out.append(Problem("head_mismatch", goal_id, f"goal {goal_id}: its ledger ends at event {rows[-1]['seq']}"
                            f" but the last change recorded event {recorded['seq']}", rows[-1]["seq"]))
-    if state_digest(tx, goal_id) != recorded["state_digest"]:
-        out.append(Problem("state_digest_mismatch", goal_id, f"goal {goal_id}: its current state was changed"
-                           " outside the ledger (rows deleted, inserted or edited)"))
+    out.extend(_digest_problem(tx, goal_id, recorded, ring))
+    return out
+
+
+def verify_anchor(reg, goal_id: str | None = None) -> list[Problem]:
+    """The rollback check of a whole registry (``self-repair check``; one goal with ``goal_id``):
+    every goal this user anchored, and the highest event id, against the registry.
+
+    Two read transactions: the anchor is read after the first (which finds the registry's id)
+    and before the second, so every commit the anchor counts is in the second's snapshot and a
+    concurrent writer can never make the registry look behind. Empty for an unkeyed registry.
+    """
+    from loopx import anchor
+
+    with reg.read() as tx:
+        ring = keyring(tx)
+    if ring.state != "keyed":  # (a missing key is what every goal's own check reports)
+        return []
+    anchored, generation = anchor.heads(ring.registry_id)
+    if goal_id is not None:
+        anchored, generation = [a for a in anchored if a["goal_id"] == goal_id], None
+    out = []
+    with reg.read() as tx:
+        if generation is not None:
+            top = tx.one("SELECT MAX(id) AS id FROM events")["id"] or 0
+            if top < generation:
+                out.append(Problem("registry_rolled_back", None, f"the registry's newest event is {top} but this"
+                                   f" user committed event {generation} to it: it was replaced by an older copy"))
+        for a in anchored:
+            last = last_event(tx, a["goal_id"])
+            out.extend(_behind(tx, a["goal_id"], a, [last] if last else []))
     return out
 
 
@@ -282,6 +407,7 @@ def backfill(tx) -> int:
     Trusts the ledger as it stands at migration time: that is all an older registry offers.
     Returns the number of goals sealed.
     """
+    ring = keyring(tx)
     goals = [r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM events")]
     for goal_id in goals:
         prev = GENESIS
@@ -289,7 +415,7 @@ def backfill(tx) -> int:
                             " WHERE goal_id = ? ORDER BY seq", (goal_id,)):
             if row["hash"] is None:
                 row["prev_hash"] = prev
-                digest = row_hash(row)
+                digest = row_hash(row, ring)
                 tx.execute("UPDATE events SET prev_hash = ?, hash = ? WHERE id = ?", (prev, digest, row["id"]))
                 prev = digest
             else:
@@ -301,11 +427,15 @@ def backfill(tx) -> int:
 def rechain(tx, goal_id: str, from_seq: int) -> None:
     """Recompute the chain of the goal's events from ``from_seq`` on (after a repair rewrote an
     event body on purpose; the repair event records the original)."""
+    ring = keyring(tx)
     prev = tx.one("SELECT hash FROM events WHERE goal_id = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
                   (goal_id, from_seq))
     prev_hash = (prev["hash"] if prev else None) or GENESIS
+    updates = []
     for row in tx.query("SELECT * FROM events WHERE goal_id = ? AND seq >= ? ORDER BY seq", (goal_id, from_seq)):
         row["prev_hash"] = prev_hash
-        digest = row_hash(row)
-        tx.execute("UPDATE events SET prev_hash = ?, hash = ? WHERE id = ?", (prev_hash, digest, row["id"]))
+        digest = row_hash(row, ring)
+        updates.append((prev_hash, digest, row["id"]))
         prev_hash = digest
+    if updates:
+        tx.executemany("UPDATE events SET prev_hash = ?, hash = ? WHERE id = ?", updates)

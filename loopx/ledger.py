@@ -217,7 +217,7 @@ def append_chained(tx, event: Event, prev_hash: str | None = None) -> tuple[Even
         prev_hash = (prev["hash"] if prev else None) or integrity.GENESIS
     body_text = json.dumps(event.body, sort_keys=True, separators=(",", ":"))
     digest = integrity.event_hash(prev_hash, event.goal_id, event.seq, event.at, event.actor, event.kind,
-                                  body_text, event.operation_id)
+                                  body_text, event.operation_id, integrity.keyring(tx))
     row = tx.one(
         "INSERT INTO events (goal_id, seq, at, actor, kind, body, operation_id, prev_hash, hash)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",

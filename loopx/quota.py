@@ -216,13 +216,17 @@ def _tampered(tx, w, seen, *, agent, now) -> dict | None:
     import shlex
 
     codes = sorted({p.code for p in problems})
-    veto = {"reason": "integrity_mismatch", "findings": codes,
+    # A registry replaced by an older copy says so: self-repair cannot bring back what the copy
+    # lacks (restore the newest copy, or the user accepts it with `loopx registry reanchor`).
+    # (Only when that is all that is wrong: events removed at the head are a mismatch first.)
+    reason = "registry_rolled_back" if codes == ["registry_rolled_back"] else "integrity_mismatch"
+    veto = {"reason": reason, "findings": codes,
             "message": "; ".join(p.message for p in problems[:3]) + ": run the repair, which never drops a gate,"
                        " claim or evidence",
             "actions": [f"loopx self-repair fix --goal-id {shlex.quote(goal.id)}"],
             # The contract's steps are built from argv lists only (see loopx.steps).
             "argvs": [["loopx", "self-repair", "fix", "--goal-id", goal.id]]}
-    d = contract.Decision("repair", ["integrity_mismatch"], goal=goal, agent=agent, veto=veto)
+    d = contract.Decision("repair", [reason], goal=goal, agent=agent, veto=veto)
     out = {"goal_id": goal.id, "should_run": False, "decision": "repair", "reasons": d.reasons}
     if w is None:
         out["dry_run"] = True

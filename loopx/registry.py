@@ -366,7 +366,12 @@ class Registry:
             # A plugin writes only as a capability it registered (not as another plugin's).
             capabilities.check_acting(actor.split(":", 1)[1])
 
+        anchor_to: dict = {}
+
         def transaction(tx):
+            from loopx import keys
+
+            anchor_to.clear()
             if operation_id is not None:
                 done = tx.one("SELECT request, result FROM operations WHERE id = ?", (operation_id,))
                 if done is not None:
@@ -383,18 +388,29 @@ class Registry:
                     raise LoopxError("goal_not_found", f"no goal {goal_id}")
                 if goal["status"] == "closed" and not allow_closed:
                     raise LoopxError("goal_closed", f"goal {goal_id} is closed")
+            # Read after the goal's lock (on PostgreSQL the first statement fixes the snapshot).
+            ring = keys.keyring(tx)
+            if ring.state == "missing":
+                # Without the key nothing written could be verified later: refuse before anything.
+                raise LoopxError("integrity_key_missing", ring.missing_message())
             writer = Writer(tx, actor, goal, operation_id)
             if goal is not None:
                 from loopx import integrity
 
                 # Checked before the change: a write must never seal state that was altered
                 # outside the ledger (that would launder the tampering).
-                writer.integrity_problems = integrity.verify_head(tx, goal_id)
+                writer.integrity_problems = integrity.verify_head(tx, goal_id, rollback=True)
             result = work(writer)
             if writer.events:
                 from loopx import integrity
 
-                integrity.seal(tx, writer.goal_id, trusted=not writer.integrity_problems or writer.rebuilt)
+                sealed = integrity.seal(tx, writer.goal_id, trusted=not writer.integrity_problems or writer.rebuilt)
+                # A goal found rolled back keeps its anchor where it was: writing on the older copy
+                # must not make it look current (``loopx registry reanchor`` accepts it).
+                if sealed and ring.state == "keyed" and not any(p.code == "registry_rolled_back"
+                                                     for p in writer.integrity_problems):
+                    anchor_to.update(registry_id=ring.registry_id, goal_id=writer.goal_id, seq=sealed["seq"],
+                                     head_hash=sealed["hash"], event_id=max(e.id for e in writer.events))
             if operation_id is not None:
                 tx.execute(
                     "INSERT INTO operations (id, goal_id, actor, request, result, at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -403,11 +419,34 @@ class Registry:
             return result, writer.events
 
         result, events = self.store.write(transaction)
+        if anchor_to:
+            _advance_anchor(anchor_to, getattr(self.store, "path", None) if self.store.dialect == "sqlite" else None)
         if events:
             from loopx import plugins
 
             plugins.notify_committed(self, events)
         return result
+
+
+def _advance_anchor(to: dict, path=None) -> None:
+    """Move the rollback anchor (:mod:`loopx.anchor`) after a commit, and (an SQLite file, once
+    per process) remember that the registry at ``path`` is keyed, so that a copy found there
+    without its id is never trusted (a file moved since it was keyed is covered from its first
+    write at the new place). The write has happened: a failure here only leaves the anchor
+    behind, which is accepted, so it is said, not raised."""
+    import sqlite3
+
+    from loopx import anchor, keys
+
+    try:
+        if path is not None:
+            keys.remember_location(keys.sqlite_location(path), to["registry_id"], once=True)
+        anchor.record(to["registry_id"], to["goal_id"], to["seq"], to["head_hash"], to["event_id"])
+    except (OSError, sqlite3.Error) as exc:
+        import sys
+
+        print(f"loopx: warning: could not update the rollback anchor {anchor.path(to['registry_id'])}: {exc}",
+              file=sys.stderr)
 
 
 def _hash(request: dict) -> str:

@@ -23,8 +23,11 @@ from loopx import ledger
 from loopx.errors import LoopxError
 from loopx.store import schema
 
-# The hash chain travels with the events (it covers no ids), so a copy keeps its tamper evidence.
+# The hash chain is keyed with each registry's own key (loopx.keys): the copy checks the source's
+# chains with the source's key, and the target chains the same events with its key.
 EVENT_COLUMNS = ("id", "goal_id", "seq", "at", "actor", "kind", "body", "operation_id", "prev_hash", "hash")
+#: What must be equal, event for event, between source and target (the chain hashes are keyed apart).
+COPIED_COLUMNS = EVENT_COLUMNS[:-2]
 OPERATION_COLUMNS = ("id", "goal_id", "actor", "request", "result", "at")
 # Everything that makes a registry non-empty.
 DATA_TABLES = ("events", "operations", *schema.GOAL_TABLES)
@@ -58,6 +61,9 @@ def copy_registry(source_url: str, target_url: str, *, force: bool = False) -> d
                 return replaced
 
             replaced = target.store.write(work)
+        from loopx import rekey
+
+        rekey.anchor_as_it_stands(target)  # what the copy wrote is the target's newest state
     return {
         "source": _redact(source_url),
         "target": _redact(target_url),
@@ -90,8 +96,16 @@ def _read_source(tx) -> dict:
             gap = set(range(1, seqs[-1] + 1)) - set(seqs)
             if seqs[0] < 1 or not gap <= integrity.acknowledged(rows)[0]:
                 raise LoopxError("copy_mismatch", f"source goal {goal_id}: ledger is not numbered 1..{len(rows)}")
+        damaged = [p for p in integrity.verify_chain(tx, goal_id) if p.code in _CHAIN_DAMAGE]
+        if damaged:
+            raise LoopxError(damaged[0].code if damaged[0].code == "integrity_key_missing" else "copy_mismatch",
+                             f"source {damaged[0].message}; repair the source first")
     operations = tx.query(f"SELECT {', '.join(OPERATION_COLUMNS)} FROM operations ORDER BY id")
     return {"events": ordered, "operations": operations, "state": snapshots(tx)}
+
+
+#: Source problems that make a copy refuse: its ledger cannot be vouched for.
+_CHAIN_DAMAGE = ("event_tampered", "chain_broken", "integrity_key_missing")
 
 
 def snapshots(tx) -> dict[str, dict[str, list[dict]]]:
@@ -157,6 +171,7 @@ def _write(tx, dump: dict, bar=None) -> None:
     from loopx import integrity
 
     for goal_id in dump["events"]:
+        integrity.rechain(tx, goal_id, 1)  # with the target's own key
         integrity.seal(tx, goal_id)  # the target's own digest of the state it rebuilt
     for op in dump["operations"]:
         tx.execute(
@@ -185,7 +200,10 @@ def _unknown_kinds(events) -> str:
 
 
 def _verify(tx, dump: dict, bar=None) -> None:
-    """Raise ``copy_mismatch`` unless the target equals the source, event for event and row for row."""
+    """Raise ``copy_mismatch`` unless the target equals the source, event for event and row for row,
+    and every copied chain verifies with the target's key."""
+    from loopx import integrity
+
     cols = ", ".join(EVENT_COLUMNS)
     copied: dict[str, list[dict]] = {}
     for row in tx.query(f"SELECT {cols} FROM events ORDER BY goal_id, seq"):
@@ -208,6 +226,9 @@ def _verify(tx, dump: dict, bar=None) -> None:
                 f"goal {goal_id}: the source's current state differs from its own ledger; repair the source first"
                 + _unknown_kinds(events),
             )
+        problems = [p for p in integrity.verify_chain(tx, goal_id) if p.code != "registry_rolled_back"]
+        if problems:
+            raise LoopxError("copy_mismatch", f"the target's {problems[0].message}")
         if bar is not None:
             bar.advance()
     ops = tx.query(f"SELECT {', '.join(OPERATION_COLUMNS)} FROM operations ORDER BY id")
@@ -219,8 +240,9 @@ def _verify(tx, dump: dict, bar=None) -> None:
 
 
 def _event_key(row: dict) -> tuple:
-    # Every column, the body as text: the copy is verbatim, so even the spacing must match.
-    return tuple(row[c] for c in EVENT_COLUMNS)
+    # Every column but the keyed chain hashes, the body as text: the copy is verbatim, so even
+    # the spacing must match.
+    return tuple(row[c] for c in COPIED_COLUMNS)
 
 
 def _op_key(row: dict) -> tuple:

@@ -56,6 +56,12 @@ def describe(url: str | None, origin: str) -> dict:
             row = tx.one("SELECT count(*) AS n, sum(CASE WHEN status = 'closed' THEN 1 ELSE 0 END) AS c FROM goals")
             out["goals"], out["goals_closed"] = int(row["n"] or 0), int(row["c"] or 0)
             out["events"] = int(tx.one("SELECT count(*) AS n FROM events")["n"] or 0)
+            from loopx import keys
+
+            ring = keys.keyring(tx)
+            # keyed, legacy (not keyed yet: the first open for writing keys it) or missing
+            out["registry_id"], out["integrity"] = ring.registry_id, ring.state
+            out["key_path"] = str(keys.key_path(ring.registry_id)) if ring.registry_id else None
             if postgres:
                 row = tx.one(
                     "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) AS s FROM pg_class c "

@@ -27,6 +27,15 @@ def only_builtin_plugins(monkeypatch):
     monkeypatch.setenv("LOOPX_PLUGINS", "")
 
 
+@pytest.fixture(autouse=True)
+def private_key_dir(tmp_path, monkeypatch):
+    """Integrity keys and rollback anchors (``user_config_dir("loopx")/keys``) in the test's own
+    directory, for in-process commands and every real process a test starts."""
+    config = tmp_path / "xdg-config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    return config / "loopx" / "keys"
+
+
 @pytest.fixture(params=backends.KINDS)
 def registry_url(request, tmp_path):
     """A fresh, empty registry URL, once per backend (PostgreSQL skips without a server)."""

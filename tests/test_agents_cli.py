@@ -43,7 +43,8 @@ class Agent:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPX_", "ANTHROPIC_", "OPENAI_", "CODEX_"))}
         home = self.tmp / "home"
         home.mkdir(exist_ok=True)
-        env.update({"LOOPX_REGISTRY": self.url, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+        # XDG_CONFIG_HOME stays the test's own (tests/conftest.py): it holds the registry's key.
+        env.update({"LOOPX_REGISTRY": self.url, "HOME": str(home),
                     "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
                     "DISABLE_AUTOUPDATER": "1", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"})
         if self.executor == "claude-code":

@@ -59,6 +59,11 @@ def _info_text(info: dict) -> str:
               f"  size        {_size_text(info['size_bytes'])}",
               f"  goals       {info['goals']} ({info['goals_closed']} closed)",
               f"  events      {info['events']}"]
+    if info.get("integrity"):
+        key = {"keyed": f"key {info['key_path']}", "missing": f"KEY MISSING: expected {info['key_path']}",
+               "legacy": "not keyed yet (keyed at the next open for writing)",
+               "stripped": f"ID REMOVED: this user keyed a registry here ({info['registry_id']})"}[info["integrity"]]
+        lines.append(f"  integrity   {key}")
     return "\n".join(lines)
 
 
@@ -101,3 +106,42 @@ def init():
         version = reg.store.schema_version()
     emit({"registry": display_url(url), "created": created, "schema_version": version},
          lambda d: f"{'created' if d['created'] else 'exists'}: {d['registry']} (schema {d['schema_version']})")
+
+
+def _rekeyed_text(d: dict) -> str:
+    how = "adopted as it stands and keyed" if d["adopted"] else "re-keyed"
+    return f"registry {d['registry_id']}: {d['goals']} goals {how}; new key {d['key']} (mode 0600)"
+
+
+@registry.command()
+@click.option("--adopt", is_flag=True,
+              help="Trust the registry as it stands (the old key is lost, or goals fail their check).")
+def rekey(adopt):
+    """Give the registry a new integrity key and recompute every chain and digest with it.
+
+    For a key that was exposed, or (``--adopt``) lost. Refused while a goal fails its check with
+    the current key unless ``--adopt``. User only. See docs/security.md.
+    """
+    from loopx.registry import Registry, current_actor
+    from loopx.rekey import rekey as do_rekey
+
+    actor = current_actor()
+    with Registry.open(click.get_current_context().find_root().meta.get("loopx.registry"), create=False) as reg:
+        emit(do_rekey(reg, actor, adopt=adopt), _rekeyed_text)
+
+
+@registry.command()
+def reanchor():
+    """Accept the registry as it stands as the newest (after restoring an older backup on purpose).
+
+    ``quota should-run`` answers ``repair`` (registry_rolled_back) on a registry older than what
+    this user last committed to it; this records its current heads as the rollback anchor.
+    User only.
+    """
+    from loopx.registry import Registry, current_actor
+    from loopx.rekey import reanchor as do_reanchor
+
+    actor = current_actor()
+    with Registry.open(click.get_current_context().find_root().meta.get("loopx.registry"), create=False) as reg:
+        emit(do_reanchor(reg, actor),
+             lambda d: f"registry {d['registry_id']}: anchored at its current {d['goals']} goal heads")

@@ -253,12 +253,18 @@ _V4 = [
     Call("loopx.integrity", "backfill"),
 ]
 
+# v5: keyed integrity (loopx/keys.py, loopx/rekey.py). The registry gets a stable id in meta and a
+# key outside it, in the user's config directory; every chain and digest is recomputed with the
+# key (goals whose unkeyed chain already failed are sealed untrusted, so that stays visible).
+_V5 = [Call("loopx.rekey", "key_registry")]
+
 # A step is a list of SQL texts, ``{dialect: [SQL...]}`` for what differs per dialect, or a
 # callable run with the migration's transaction (for data that only Python can derive).
-MIGRATIONS: list = [_V1, _V2, _V3, _V4]
+MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5]
 CURRENT_VERSION = len(MIGRATIONS)
 SUMMARY_VERSION = MIGRATIONS.index(_V3) + 1  # the version that added the attention summary
 INTEGRITY_VERSION = MIGRATIONS.index(_V4) + 1  # the version that added the hash chain and digests
+KEYED_VERSION = MIGRATIONS.index(_V5) + 1  # the version that keyed them
 
 
 def statements(dialect: str, from_version: int) -> list:

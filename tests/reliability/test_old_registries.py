@@ -44,11 +44,17 @@ def _make_old(path, poisoned: bool):
     conn.execute("ALTER TABLE events DROP COLUMN prev_hash")
     conn.execute("ALTER TABLE events DROP COLUMN hash")
     conn.execute("DROP TABLE goal_heads")
+    # Nor had it an id and a key (schema 5): it is keyed when migrated.
+    conn.execute("DELETE FROM meta WHERE key IN ('registry_id', 'integrity_keyed')")
     from loopx.store import schema
 
     conn.execute(f"PRAGMA user_version = {schema.INTEGRITY_VERSION - 1}")
     conn.commit()
     conn.close()
+    from loopx import keys
+
+    for f in keys.key_dir().glob("*.location"):  # nor had a LoopX keyed it, here or anywhere
+        f.unlink()
     return g, gate, ev
 
 

@@ -250,10 +250,21 @@ def chain_findings(tx, goal: dict) -> list[Finding]:
     for p in verify_chain(tx, goal["id"]):
         # An edited event cannot be undone from the ledger (its original is gone): never rebuild
         # from it; a person restores a backup or decides.
-        repair = None if p.code == "event_tampered" else "state_rebuilt"
+        # Nor can a rebuild bring back what an older copy of the registry lacks, or verify
+        # anything without the key: a person restores the newest copy, or accepts it.
+        repair = None if p.code in ("event_tampered", "registry_rolled_back", "integrity_key_missing") else "state_rebuilt"
         out.append(Finding(p.code, goal["id"], goal["id"] if p.seq is None else f"{goal['id']}#{p.seq}",
                            p.message, repair, details={"seq": p.seq}))
     return out
+
+
+def anchor_findings(reg, goal_id: str | None = None) -> list[Finding]:
+    """Goals and events this user committed that the registry no longer holds (an older copy
+    replaced it): :func:`loopx.integrity.verify_anchor` (its own read transactions)."""
+    from loopx.api import verify_anchor
+
+    return [Finding(p.code, p.goal_id, p.goal_id if p.seq is None else f"{p.goal_id}#{p.seq}", p.message, None,
+                    details={"seq": p.seq}) for p in verify_anchor(reg, goal_id)]
 
 
 def unreadable_data(tx, goal: dict) -> list[Finding]:
@@ -321,6 +332,8 @@ CODES = {
     "chain_broken": "an event does not link to the hash of the event before it",
     "state_digest_mismatch": "the goal's current-state rows differ from the digest written with its last change",
     "goal_unsealed": "the goal has no recorded chain head",
+    "registry_rolled_back": "the registry is older than what this user last committed to it (an older copy)",
+    "integrity_key_missing": "the registry's integrity key is not on this machine: nothing can be verified",
 }
 
 
@@ -382,6 +395,7 @@ def check(reg, *, goal_id: str | None = None, now: str | None = None) -> dict:
                 for goal in goals:
                     findings.extend(goal_findings(tx, goal, now))
                     bar.advance()
+        findings.extend(anchor_findings(reg, goal_id))
     elif goal_id is not None:
         with reg.read() as tx:
             goals = goals_to_check(tx, goal_id)

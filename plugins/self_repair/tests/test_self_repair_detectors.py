@@ -55,6 +55,10 @@ def raw(reg, *statements, sealed=True):
                 integrity.seal(tx, r["goal_id"])
 
         reg.store.write(reseal)
+        # Re-chained, the newest events have new hashes: this is the registry as it stands now.
+        from loopx.rekey import anchor_as_it_stands
+
+        anchor_as_it_stands(reg)
 
 
 def event_of(reg, g, kind, **match):
