@@ -51,6 +51,7 @@ CODES = frozenset(
         "outcome_contradicts_evidence",
         "step_failed",
         "executor_unavailable",
+        "step_already_started",  # loopx.claims: a step runs once per run
     }
 )
 

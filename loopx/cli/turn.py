@@ -24,7 +24,9 @@ def turn_text(t: dict) -> str:
 def loop_text(out: dict) -> str:
     """A loop for people."""
     lines = [turn_text(t) for t in out["turns"]]
-    if out["stopped"] == "max_turns":
+    if out["stopped"] == "interrupted":
+        lines.append(f"stopped after {len(out['turns'])} turns: interrupted by {out['interrupted']['signal']}")
+    elif out["stopped"] == "max_turns":
         lines.append(f"stopped after {len(out['turns'])} turns (--max-turns)")
     else:
         from loopx.cli.quota import contract_text
@@ -35,6 +37,8 @@ def loop_text(out: dict) -> str:
 
 
 def _options(fn):
+    fn = click.option("--grace-seconds", type=float, default=30.0, show_default=True,
+                      help="On SIGTERM / Ctrl-C: how long the running step may go on before it is stopped.")(fn)
     fn = click.option("--ttl-seconds", type=float, default=None, help="Lease of each run (default 3600).")(fn)
     fn = click.option("--agent", default=None, help="Agent name (default: env LOOPX_AGENT, else 'agent').")(fn)
     fn = click.option("--executor", default="shell", show_default=True, help="Executor provider: shell, claude-code, codex, command or a plugin's (docs/agents.md).")(fn)
@@ -43,23 +47,38 @@ def _options(fn):
 
 @click.command(cls=LoopxCommand)
 @_options
-def turn(goal_id, executor, agent, ttl_seconds):
-    """One governed turn: should-run, the executor under the contract, evidence, run finish."""
-    from loopx import executors
+def turn(goal_id, executor, agent, ttl_seconds, grace_seconds):
+    """One governed turn: should-run, the executor under the contract, evidence, run finish.
 
-    with open_registry() as reg:
+    SIGTERM or Ctrl-C lets the running step finish (up to --grace-seconds), starts no other,
+    and closes the run `interrupted` with the interruption as evidence.
+    """
+    from loopx import executors, interrupt
+
+    with interrupt.handling(grace_seconds), open_registry() as reg:
         out = executors.turn(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds)
-    emit(out, turn_text)
+        emit(out, turn_text)
+        code = interrupt.exit_code()
+    if code:
+        raise SystemExit(code)
 
 
 @click.command(cls=LoopxCommand)
 @_options
 @click.option("--max-turns", type=int, default=10, show_default=True, help="Stop after this many turns.")
-def loop(goal_id, executor, agent, ttl_seconds, max_turns):
-    """Governed turns until the decision is not `run` (or --max-turns)."""
-    from loopx import executors
+def loop(goal_id, executor, agent, ttl_seconds, grace_seconds, max_turns):
+    """Governed turns until the decision is not `run` (or --max-turns).
 
-    with open_registry() as reg:
+    SIGTERM or Ctrl-C starts no new turn; the running one ends as `loopx turn` describes.
+    """
+    from loopx import executors, interrupt
+
+    with interrupt.handling(grace_seconds), open_registry() as reg:
         out = executors.loop(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, max_turns=max_turns,
                              ttl_seconds=ttl_seconds)
-    emit(out, loop_text)
+        if out["stopped"] != "interrupted" and interrupt.requested():
+            out.update(stopped="interrupted", interrupted=interrupt.describe())
+        emit(out, loop_text)
+        code = interrupt.exit_code()
+    if code:
+        raise SystemExit(code)
