@@ -138,6 +138,10 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owne
 
     # One read of the goal's inputs per call: the one taken before the transaction when nothing
     # changed since (same revision), else one now (reusing the goal row the writer locked).
+    if w is not None and owner is not None and owner.get("lease_token") is not None:
+        from loopx.supervision import check_fence
+
+        check_fence(tx, goal_id, owner, now)  # a worker's turn: only under its current lease
     seen = answers.inputs
     if seen is None or w is None or w.goal is None or w.goal["revision"] != seen.revision:
         seen = inputs.gather(tx, goal_id, goal_row=w.goal if w is not None else None)

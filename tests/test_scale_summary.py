@@ -70,8 +70,9 @@ def _downgrade(url: str, to: int) -> None:
 
 
 def test_migration_builds_the_summary_of_an_existing_registry(loopx):
-    assert schema.INTEGRITY_VERSION == schema.CURRENT_VERSION == schema.SUMMARY_VERSION + 1, \
-        "_downgrade undoes the steps after the summary"
+    # _downgrade undoes the steps after the summary up to the integrity step; v5's tables are
+    # created IF NOT EXISTS, so re-running it over a registry that has them changes nothing.
+    assert schema.INTEGRITY_VERSION == schema.SUMMARY_VERSION + 1 == schema.CURRENT_VERSION - 1
     ids = _mixed(loopx)
     before = _view(loopx, "--all")
     assert before["counts"] == {"goals": {"open": 4, "paused": 1, "closed": 1}, "attention": 3}

@@ -47,16 +47,27 @@ def _options(fn):
 
 @click.command(cls=LoopxCommand)
 @_options
-def turn(goal_id, executor, agent, ttl_seconds, grace_seconds):
+@click.option("--worker-lease", default=None, hidden=True,
+              help="WORKER:TOKEN - set by loopx worker: open the run only under this goal lease.")
+def turn(goal_id, executor, agent, ttl_seconds, grace_seconds, worker_lease):
     """One governed turn: should-run, the executor under the contract, evidence, run finish.
 
     SIGTERM or Ctrl-C lets the running step finish (up to --grace-seconds), starts no other,
     and closes the run `interrupted` with the interruption as evidence.
     """
-    from loopx import executors, interrupt
+    from loopx import claims, executors, interrupt
 
+    owner = None
+    if worker_lease is not None:
+        from loopx.errors import LoopxError
+
+        wid, _, token = worker_lease.rpartition(":")
+        if not wid or not token.isdigit():
+            raise LoopxError("invalid_argument", "--worker-lease is WORKER:TOKEN")
+        owner = claims.owner_here(worker=wid, lease_token=int(token))
     with interrupt.handling(grace_seconds), open_registry() as reg:
-        out = executors.turn(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds)
+        out = executors.turn(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds,
+                             owner=owner)
         emit(out, turn_text)
         code = interrupt.exit_code()
     if code:
