@@ -138,11 +138,12 @@ def acquire(reg, goal_id: str, worker_id: str, lease_seconds: float) -> int | No
     until = clock.add_seconds(now, lease_seconds)
 
     def work(tx):
-        row = tx.one("SELECT worker_id, token, expires_at FROM goal_leases WHERE goal_id = ?", (goal_id,))
-        if row is None:
-            tx.execute("INSERT INTO goal_leases (goal_id, worker_id, token, expires_at) VALUES (?, ?, 1, ?)",
-                       (goal_id, worker_id, until))
-            return 1
+        # The row first (token 0, expired), then held: on PostgreSQL two workers racing for a
+        # goal never leased before must not both read "no lease".
+        tx.execute("INSERT INTO goal_leases (goal_id, worker_id, token, expires_at) VALUES (?, '', 0, '')"
+                   " ON CONFLICT (goal_id) DO NOTHING", (goal_id,))
+        row = tx.one("SELECT worker_id, token, expires_at FROM goal_leases WHERE goal_id = ?"
+                     + (" FOR UPDATE" if tx.dialect == "postgres" else ""), (goal_id,))
         if row["worker_id"] != worker_id and row["expires_at"] > now:
             return None
         token = int(row["token"]) + 1
