@@ -32,6 +32,14 @@ def needs(tx, goal_id: str, now: str) -> dict | None:
         return {"decision": d.decision, "reason": reason, "reasons": list(d.reasons),
                 "message": doc["agent_channel"]["primary_action"],
                 "commands": list(doc["user_channel"]["next_user_actions"])}
+    pending = [g for g in seen.gates if g.status == "pending"]
+    if pending:  # a gate in front of one action or todo: the goal runs, but someone must decide it
+        from loopx.gates import decision_commands
+
+        gate = pending[0]
+        return {"decision": d.decision, "reason": "gate_pending", "reasons": ["gate_pending"],
+                "message": f"gate {gate.id} ({gate.title[:80]}) waits for a decision; it holds back {gate.blocks}",
+                "commands": [c for g in pending for c in decision_commands(g)]}
     died = _owner_died(tx, goal_id)
     if died is not None:
         return {"decision": d.decision, "reason": "worker_died", "reasons": ["worker_died"],

@@ -6,7 +6,9 @@ starts a governed turn - a ``loopx turn`` child process, with the goal's configu
 once. A turn's answer decides what comes next: after an ``ok`` turn the goal is looked at again
 at once (its cadence applies); after a ``wait`` it is due at ``next_eligible_at``; after
 ``ask_user``, ``repair``, ``stop`` or a turn that did not end ``ok`` it is *parked* until its
-ledger moves (a person approved the gate, added a todo, retried...).
+ledger moves (a person approved the gate, added a todo, retried...). A turn that ``failed`` is
+tried again after ``retry_seconds``, doubling each time (at most an hour): the same step
+failing ``stuck_after`` runs in a row makes the decision ``ask_user``, which parks the goal.
 
 **Never two turns of one goal at once.** A worker starts a turn only after winning the goal's
 lease (:func:`loopx.supervision.acquire`), which raises the goal's fencing token; the turn's
@@ -66,7 +68,8 @@ class Worker:
 
     def __init__(self, url: str, *, concurrency: int = 1, executor: str = "shell", agent: str | None = None,
                  lease_seconds: float = 60.0, beat_seconds: float = 10.0, grace_seconds: float = 30.0,
-                 exit_when_idle: bool = False, poll_seconds: float = POLL_SECONDS, notify: bool = True):
+                 exit_when_idle: bool = False, poll_seconds: float = POLL_SECONDS, notify: bool = True,
+                 retry_seconds: float = 30.0):
         import secrets
 
         from loopx.registry import resolve_url
@@ -77,6 +80,8 @@ class Worker:
         self.agent = agent or f"worker:{self.id}"
         self.lease_seconds, self.beat_seconds, self.grace_seconds = lease_seconds, beat_seconds, grace_seconds
         self.exit_when_idle, self.poll_seconds, self.notify = exit_when_idle, poll_seconds, notify
+        self.retry_seconds = retry_seconds
+        self.failures: dict[str, int] = {}  # goal -> failed turns in a row (back-off)
         self.wake = threading.Event()
         self.changed = threading.Event()
         self.stop_signal: int | None = None
@@ -205,6 +210,7 @@ class Worker:
         if decision == "run":
             self.stats["turns"] += 1
         if decision == "run" and outcome == "ok":
+            self.failures.pop(goal_id, None)
             self._scan(reg, [goal_id])  # at once, or when its cadence says
             return
         if decision == "wait":
@@ -216,6 +222,13 @@ class Worker:
         if not out:  # it did not even answer (refused, crashed): try again later
             self._push(goal_id, time.monotonic() + FAILED_START_BACKOFF)
             return
+        if decision == "run" and outcome == "failed":
+            # Again after a back-off that doubles (a flaky step gets its retries); the same step
+            # failing run after run turns the decision into ask_user, which parks the goal.
+            n = self.failures[goal_id] = self.failures.get(goal_id, 0) + 1
+            self._push(goal_id, time.monotonic() + min(3600.0, self.retry_seconds * 2 ** (n - 1)))
+            return
+        self.failures.pop(goal_id, None)
         with reg.read() as tx:  # parked until a person (or anything) changes the goal
             row = tx.one("SELECT revision FROM goals WHERE id = ?", (goal_id,))
         if row is not None:
@@ -293,6 +306,7 @@ class Worker:
         mono0 = time.monotonic()
         reg = Registry.open(self.url)
         watcher = threading.Thread(target=self._watch, daemon=True)
+        notifier = None
         try:
             info = {"concurrency": self.concurrency, "beat_seconds": self.beat_seconds, "executor": self.executor}
             beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info=info)
@@ -300,7 +314,11 @@ class Worker:
             self._scan(reg)
             self._check_clock(reg)
             next_beat = time.monotonic() + self.beat_seconds
-            notifier = _Notifier(reg, self) if self.notify else None
+            notifier = _Notifier(self.url) if self.notify else None
+            if notifier:  # the goals that already wait for someone, once at start
+                with reg.read() as tx:
+                    notifier.check([r["goal_id"] for r in tx.query(
+                        "SELECT goal_id FROM goal_summary WHERE lane = 2")])
             while True:
                 self.wake.clear()
                 self._reap(reg)
@@ -333,13 +351,19 @@ class Worker:
                 due = self._next_due()
                 if self.exit_when_idle and not self.children and (due is None or due > now) \
                         and not self.changed.is_set():
-                    break
+                    with reg.read() as tx:  # the watcher may not have seen the last commits yet
+                        if changed_goals(tx, self.last_event)[1] == self.last_event:
+                            break
+                    self.changed.set()
+                    continue
                 timeout = min(MAX_SLEEP, next_beat - now, *([due - now] if due is not None else []))
                 if self.children or self.stop_signal is not None:
                     timeout = min(timeout, 1.0)  # a turn's end sets wake too; this is only a backstop
                 self.wake.wait(max(0.0, timeout))
         finally:
             self._closing = True
+            if notifier:
+                notifier.close()
             for child in self.children.values():  # an exception above: never leave turns behind
                 try:
                     child.proc.send_signal(signal.SIGTERM)
@@ -361,24 +385,44 @@ class Worker:
 
 
 class _Notifier:
-    """Fires ``loopx_notify`` for goals whose "needs a person" state changed (see :mod:`loopx.notify`)."""
+    """Runs :mod:`loopx.notify`'s checks in a thread of its own (a webhook's retries never hold up
+    a turn), on a registry connection of its own."""
 
-    def __init__(self, reg, worker):
-        self.reg, self.worker = reg, worker
+    def __init__(self, url: str):
+        import queue
+
+        self.url = url
+        self.jobs: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
 
     def check(self, goal_ids: list[str]) -> None:
-        try:
-            from loopx import notify
-        except ImportError:
-            return
-        notify.check_goals(self.reg, goal_ids)
+        self.jobs.put(("goals", list(goal_ids)))
 
     def check_workers(self) -> None:
-        try:
-            from loopx import notify
-        except ImportError:
-            return
-        notify.check_workers(self.reg)
+        self.jobs.put(("workers", None))
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.jobs.put(None)
+        self.thread.join(timeout)
+
+    def _work(self) -> None:
+        from loopx import notify
+        from loopx.registry import Registry
+
+        with Registry.open(self.url) as reg:
+            while True:
+                job = self.jobs.get()
+                if job is None:
+                    return
+                try:
+                    if job[0] == "goals":
+                        notify.check_goals(reg, job[1])
+                    else:
+                        notify.check_goals(reg, [])  # goals held back by the rate limit
+                        notify.check_workers(reg)
+                except Exception as exc:  # a notification problem never stops the worker
+                    print(f"loopx worker: notification failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def unit(url: str | None, concurrency: int, executor: str, grace_seconds: float) -> str:

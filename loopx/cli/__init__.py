@@ -46,6 +46,7 @@ COMMANDS = {
     "mcp": "loopx.cli.agents:mcp_command",
     "worker": "loopx.cli.worker:worker",
     "config": "loopx.cli.worker:config",
+    "notify": "loopx.cli.worker:notify",
 }
 ALIASES = {"agent_prompt": "agent-prompt", "project_prompt": "project-prompt", "summary_all": "summary-all",
            "status_server": "status-server"}

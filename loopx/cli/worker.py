@@ -23,9 +23,12 @@ def _worker_text(out: dict) -> str:
 @click.option("--lease-seconds", type=float, default=60.0, show_default=True,
               help="A goal's lease; renewed at every heartbeat while its turn runs.")
 @click.option("--beat-seconds", type=float, default=10.0, show_default=True, help="Heartbeat interval.")
+@click.option("--retry-seconds", type=click.FloatRange(0, 86400), default=30.0, show_default=True,
+              help="After a failed turn, try the goal again after this long (doubling, at most an hour).")
 @click.option("--exit-when-idle", is_flag=True, help="Stop when no turn runs and none is due (scripts, tests).")
 @click.option("--print-unit", is_flag=True, help="Print a systemd --user unit that runs this worker, and exit.")
-def worker(concurrency, executor, agent, grace_seconds, lease_seconds, beat_seconds, exit_when_idle, print_unit):
+def worker(concurrency, executor, agent, grace_seconds, lease_seconds, beat_seconds, retry_seconds, exit_when_idle,
+           print_unit):
     """Take governed turns for every goal that should run, by cadence and budget, until stopped.
 
     Each goal gets its configured executor; SIGTERM / Ctrl-C lets running steps finish (up to
@@ -55,7 +58,8 @@ def worker(concurrency, executor, agent, grace_seconds, lease_seconds, beat_seco
         executors.get(executor)
         reg.store.schema_version()
     w = worker_mod.Worker(url, concurrency=concurrency, executor=executor, agent=agent, lease_seconds=lease_seconds,
-                          beat_seconds=beat_seconds, grace_seconds=grace_seconds, exit_when_idle=exit_when_idle)
+                          beat_seconds=beat_seconds, grace_seconds=grace_seconds, exit_when_idle=exit_when_idle,
+                          retry_seconds=retry_seconds)
     out = w.run()
     emit(out, _worker_text)
     if out.get("stopped_by"):
@@ -117,3 +121,44 @@ def config_list():
     with open_registry(readonly=True) as reg, reg.read() as tx:
         out = supervision.settings(tx)
     emit(out, lambda r: "\n".join(f"{k} = {v}" for k, v in r.items()) or "no settings")
+
+
+@click.group(cls=LoopxGroup)
+def notify():
+    """Notifications to a person: what was sent, and a check by hand."""
+
+
+@notify.command("list", cls=LoopxCommand)
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+def notify_list(limit):
+    """The latest deliveries (goal, reason, channel, status, attempts), newest first.
+
+    \b
+    Example:
+      loopx notify list --json
+    """
+    from loopx import notify as notify_mod
+
+    with open_registry(readonly=True) as reg:
+        out = notify_mod.list_recent(reg, limit=limit)
+    emit(out, lambda rows: "\n".join(f"{r['at']}  {r['goal_id']}  {r['reason']:<18} {r['channel']:<10} {r['status']}"
+                                     f" ({r['attempts']} attempt(s))" for r in rows) or "nothing sent yet")
+
+
+@notify.command("check", cls=LoopxCommand)
+@click.option("--goal-id", "goal_ids", multiple=True, help="Goals to look at (default: every goal needing attention).")
+def notify_check(goal_ids):
+    """Look now for goals that came to need a person and notify (what `loopx worker` does as it runs).
+
+    \b
+    Example:
+      loopx notify check
+    """
+    from loopx import notify as notify_mod
+
+    with open_registry() as reg:
+        if not goal_ids:
+            with reg.read() as tx:
+                goal_ids = [r["id"] for r in tx.query("SELECT id FROM goals WHERE status = 'open'")]
+        out = notify_mod.check_goals(reg, list(goal_ids))
+    emit(out, lambda rows: "\n".join(f"sent {r['id']}: {r['goal_id']} {r['reason']}" for r in rows) or "nothing new")
