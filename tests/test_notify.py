@@ -124,3 +124,28 @@ def test_the_worker_tells_a_person_when_a_step_keeps_failing(sqlite_url, tmp_pat
     top = view["goals"][0]
     assert top["id"] == gid and top["needs_you"]["reason"] == "repeated_failure"
     assert top["needs_you"]["commands"] == told[0]["commands"]
+
+
+def test_a_plugins_loopx_notify_hook_hears_each_change_once(sqlite_url, tmp_path):
+    from tests.plugin_site import plugin_env
+
+    env = plugin_env(tmp_path, sqlite_url, recorder="notify_recorder")
+    env["NOTIFY_RECORDER_FILE"] = str(tmp_path / "heard.jsonl")
+
+    def cli(*args):
+        p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", *args], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    gid = cli("project-prompt", "create", "--title", "Budget", "--description", "d")["id"]
+    cli("todo", "add", gid, "--text", "x")
+    cli("quota", "set", gid, "--max-turns", "1")
+    cli("quota", "should-run", gid)  # the one turn the budget allows
+    cli("notify", "check")
+    cli("notify", "check")
+    heard = [json.loads(line) for line in (tmp_path / "heard.jsonl").read_text().splitlines()]
+    assert [(h["goal_id"], h["reason"]) for h in heard] == [(gid, "budget_exhausted")]
+    assert heard[0]["command"].startswith(f"loopx quota grant --goal-id {gid} --turns")
+    deliveries = cli("notify", "list")
+    assert [(d["channel"], d["status"]) for d in deliveries] == [("hook:recorder", "delivered")]
