@@ -92,6 +92,7 @@ class Worker:
         self.last_event = 0
         self.stats = {"turns": 0, "turn_processes": 0, "busy_seconds": 0.0, "clock_jumps": 0, "started_at": None, "lease_refused": 0}
         self._skew: float | None = None
+        self._active = (float("inf"), float("-inf"))  # first turn's start, last turn's end
 
     # ------------------------------------------------------------------ schedule
 
@@ -197,7 +198,9 @@ class Worker:
                 continue
             del self.children[goal_id]
             self.stats["turn_processes"] += 1
-            self.stats["busy_seconds"] += time.monotonic() - child.started
+            end = time.monotonic()
+            self.stats["busy_seconds"] += end - child.started
+            self._active = (min(self._active[0], child.started), max(self._active[1], end))
             release(reg, goal_id, self.id, child.token)
             self._after(reg, goal_id, child)
 
@@ -349,6 +352,8 @@ class Worker:
                         notifier.check_workers()
                     next_beat = now + self.beat_seconds
                 due = self._next_due()
+                if due is not None and len(self.children) >= self.concurrency:
+                    due = None  # every slot is taken: a turn's end wakes the loop, not the due time
                 if self.exit_when_idle and not self.children and (due is None or due > now) \
                         and not self.changed.is_set():
                     with reg.read() as tx:  # the watcher may not have seen the last commits yet
@@ -378,6 +383,7 @@ class Worker:
                 for s, h in before.items():
                     signal.signal(s, h)
         self.stats["wall_seconds"] = round(time.monotonic() - mono0, 3)
+        self.stats["active_seconds"] = round(max(0.0, self._active[1] - self._active[0]), 3)
         self.stats["busy_seconds"] = round(self.stats["busy_seconds"], 3)
         self.stats["worker_id"] = self.id
         self.stats["stopped_by"] = signal.Signals(self.stop_signal).name if self.stop_signal else None
