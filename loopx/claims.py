@@ -233,3 +233,24 @@ def close_interrupted(reg, actor: str, *, run_id: str, executor: str, agent: str
     handoff = f"interrupted by {info.get('signal')}" + (f"; {note}" if note else "")
     return runs.finish(reg, actor, run_id=run_id, outcome="interrupted", tokens=(result or {}).get("tokens", 0),
                        cost=(result or {}).get("cost", 0.0), handoff=handoff[:2000], agent=agent)
+
+
+def check_not_carried_out_elsewhere(reg, run_id: str) -> None:
+    """Refuse (``run_in_progress``) to carry out a run another live process owns.
+
+    Should-run hands an agent its own open run back; when a ``loopx turn`` of that agent is still
+    carrying it out (its owner is alive, or on another machine), a second one must not run the
+    same steps beside it or finish the run under it.
+    """
+    from loopx.errors import LoopxError
+
+    with reg.read() as tx:
+        owner = owners(tx, [run_id]).get(run_id)
+    if owner is None or gone(owner):
+        return
+    me = owner_here()
+    if (owner.get("host"), owner.get("pid"), owner.get("start")) == (me["host"], me["pid"], me["start"]):
+        return
+    raise LoopxError("run_in_progress", f"run {run_id} is being carried out by pid {owner.get('pid')} on "
+                                        f"{owner.get('host')}; wait for it, or stop that process (its run is then "
+                                        "closed abandoned and the next turn starts afresh)")

@@ -52,6 +52,7 @@ CODES = frozenset(
         "step_failed",
         "executor_unavailable",
         "step_already_started",  # loopx.claims: a step runs once per run
+        "run_in_progress",  # loopx.claims: another live process carries this run out
     }
 )
 

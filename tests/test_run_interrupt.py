@@ -169,3 +169,18 @@ def test_sigterm_in_loop_starts_no_new_turn(sqlite_url, tmp_path):
     assert doc["stopped"] == "interrupted"
     code, listed, _ = _cli(url, "run", "list", gid)
     assert len(listed) == 1 and listed[0]["outcome"] == "interrupted"
+
+
+def test_a_second_turn_does_not_carry_out_a_run_a_live_turn_owns(sqlite_url, tmp_path):
+    url = sqlite_url
+    go = tmp_path / "go"
+    gid = _goal(url, tmp_path, ("work", f"touch {tmp_path}/started; while [ ! -e {go} ]; do sleep 0.05; done;"
+                                       f" echo ran >> {tmp_path}/log"))
+    first = _spawn(url, "turn", gid, "--executor", "shell")
+    _until(lambda: (tmp_path / "started").exists(), "the step to start")
+    code, out, _ = _cli(url, "turn", gid, "--executor", "shell")  # same agent: should-run hands the run back
+    assert code == 2 and out["error"]["code"] == "run_in_progress"
+    go.touch()
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0 and json.loads(out)["outcome"] == "ok", err
+    assert (tmp_path / "log").read_text() == "ran\n"

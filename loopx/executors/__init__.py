@@ -78,6 +78,7 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     if answer["decision"] != "run":
         return out
     run_id = answer["interaction_contract"]["run_id"]
+    claims.check_not_carried_out_elsewhere(registry, run_id)
     try:
         result = provider.run_turn(registry, answer, agent=agent)
     except Exception as exc:
