@@ -149,3 +149,18 @@ def test_a_plugins_loopx_notify_hook_hears_each_change_once(sqlite_url, tmp_path
     assert heard[0]["command"].startswith(f"loopx quota grant --goal-id {gid} --turns")
     deliveries = cli("notify", "list")
     assert [(d["channel"], d["status"]) for d in deliveries] == [("hook:recorder", "delivered")]
+
+
+def test_only_a_user_changes_settings_and_bad_ones_are_refused(sqlite_url, tmp_path):
+    url = sqlite_url
+    _cli(url, tmp_path, "project-prompt", "create", "--title", "t", "--description", "d")
+    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", "config", "set", "notify.command", "true"],
+                       env={**_env(url, tmp_path), "LOOPX_ACTOR": "executor"}, capture_output=True, text=True)
+    assert p.returncode == 2 and json.loads(p.stdout)["error"]["code"] == "actor_forbidden"
+    for args in (("config", "set", "notify.webhook", "ftp://x"), ("config", "set", "executor", "nosuch"),
+                 ("config", "set", "bogus", "1"), ("config", "set", "notify.min_interval_seconds", "soon")):
+        code, out, _ = _cli(url, tmp_path, *args)
+        assert code == 2 and out["error"]["code"] in ("invalid_argument", "not_found"), args
+    assert _cli(url, tmp_path, "config", "list")[1] == {}
+    assert _cli(url, tmp_path, "config", "set", "executor", "shell")[0] == 0
+    assert _cli(url, tmp_path, "config", "list")[1] == {"executor": "shell"}

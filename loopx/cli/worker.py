@@ -34,10 +34,6 @@ def worker(concurrency, executor, agent, grace_seconds, lease_seconds, beat_seco
     Each goal gets its configured executor; SIGTERM / Ctrl-C lets running steps finish (up to
     --grace-seconds), closes their runs `interrupted` and exits. Heartbeats show in `loopx status`.
 
-    \b
-    Example:
-      loopx worker --concurrency 4
-      loopx worker --print-unit > ~/.config/systemd/user/loopx-worker.service
     """
     from loopx import worker as worker_mod
     from loopx.cli.output import REGISTRY_KEY
@@ -79,14 +75,15 @@ def config():
 def config_set(key, value):
     """Set KEY to VALUE (user only).
 
-    \b
     Keys: executor, executor.<goal id> (an executor name, or `none`), notify.command,
-    notify.webhook, notify.min_interval_seconds.
-    Example:
-      loopx config set notify.command 'notify-send LoopX "$(jq -r .message)"'
+    notify.webhook, notify.min_interval_seconds (docs/worker.md).
     """
     from loopx import supervision
 
+    if (key == "executor" or key.startswith("executor.")) and value != "none":
+        from loopx import executors
+
+        executors.get(value)  # a name no provider has is refused now, not at the worker's next turn
     with open_registry() as reg:
         out = supervision.set_setting(reg, actor(), key, value)
     emit(out, lambda r: f"{r['key']} = {r['value']}")
@@ -97,9 +94,6 @@ def config_set(key, value):
 def config_unset(key):
     """Remove KEY (user only).
 
-    \b
-    Example:
-      loopx config unset notify.webhook
     """
     from loopx import supervision
 
@@ -112,9 +106,6 @@ def config_unset(key):
 def config_list():
     """Every setting.
 
-    \b
-    Example:
-      loopx config list --json
     """
     from loopx import supervision
 
@@ -133,9 +124,6 @@ def notify():
 def notify_list(limit):
     """The latest deliveries (goal, reason, channel, status, attempts), newest first.
 
-    \b
-    Example:
-      loopx notify list --json
     """
     from loopx import notify as notify_mod
 
@@ -146,13 +134,10 @@ def notify_list(limit):
 
 
 @notify.command("check", cls=LoopxCommand)
-@click.option("--goal-id", "goal_ids", multiple=True, help="Goals to look at (default: every goal needing attention).")
+@click.option("--goal-id", "goal_ids", multiple=True, help="A goal to look at (repeat it; default: every open goal).")
 def notify_check(goal_ids):
     """Look now for goals that came to need a person and notify (what `loopx worker` does as it runs).
 
-    \b
-    Example:
-      loopx notify check
     """
     from loopx import notify as notify_mod
 
