@@ -26,12 +26,17 @@ def needs(tx, goal_id: str, now: str) -> dict | None:
     if seen.goal.status != "open":
         return None
     d = contract.decide(tx, seen, agent="user", now=now, own_run=None)
-    if d.decision in PERSON_DECISIONS:
+    if d.reasons[:1] == ["no_ready_work"] and any(
+            t.status == "open" and t.claim is not None and t.claim.expires_at > now for t in seen.todos):
+        d = None  # an agent holds a todo's claim: work is going on, nobody needs to add any
+    if d is not None and d.decision in PERSON_DECISIONS:
         doc = contract.document(tx, d, seen, contract_id=None, run_id=None, fingerprint="", issued_at=now)
         reason = _reason(d.reasons)
         return {"decision": d.decision, "reason": reason, "reasons": list(d.reasons),
                 "message": doc["agent_channel"]["primary_action"],
                 "commands": list(doc["user_channel"]["next_user_actions"])}
+    if d is None:
+        return None
     pending = [g for g in seen.gates if g.status == "pending"]
     if pending:  # a gate in front of one action or todo: the goal runs, but someone must decide it
         from loopx.gates import decision_commands
