@@ -152,7 +152,12 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owne
     if w is not None and seen.goal.status != "closed":
         expired = seen.expired_runs(now)
         for stale in expired:
-            w.emit("run.abandoned", {"run_id": stale.id, "agent": stale.agent})
+            if claims_started(tx, stale.id):  # a step was running: "ran, result unknown" (loopx.claims)
+                from loopx.claims import emit_abandoned
+
+                emit_abandoned(w, stale, reason="lease_expired")
+            else:
+                w.emit("run.abandoned", {"run_id": stale.id, "agent": stale.agent})
         if expired:
             seen = inputs.gather(tx, goal_id)
         if check_owners:
@@ -219,6 +224,13 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owne
             claims.emit_owner(w, run_id, owner)
     out["interaction_contract"] = doc
     return out
+
+
+def claims_started(tx, run_id: str) -> bool:
+    """Whether a step of ``run_id`` recorded its start and no result (see :mod:`loopx.claims`)."""
+    from loopx.claims import unfinished_steps
+
+    return bool(unfinished_steps(tx, run_id))
 
 
 def _tampered(tx, w, seen, *, agent, now) -> dict | None:

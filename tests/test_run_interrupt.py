@@ -184,3 +184,34 @@ def test_a_second_turn_does_not_carry_out_a_run_a_live_turn_owns(sqlite_url, tmp
     out, err = first.communicate(timeout=60)
     assert first.returncode == 0 and json.loads(out)["outcome"] == "ok", err
     assert (tmp_path / "log").read_text() == "ran\n"
+
+
+def test_a_run_whose_lease_expired_mid_step_records_the_step_as_result_unknown(sqlite_url, tmp_path):
+    from loopx import clock
+
+    url = sqlite_url
+    gid = _goal(url, tmp_path, ("work", "true"))
+    code, contract, _ = _cli(url, "quota", "should-run", gid, "--ttl-seconds", "60")
+    run_id = contract["interaction_contract"]["run_id"]
+    # The step's start as `loopx exec` records it, from a process on another machine (so only
+    # the lease can tell that it is gone), then the lease runs out (scripted clock, no sleeping).
+    from loopx.claims import STARTED
+    from loopx.registry import Registry
+    from loopx.validate import new_id
+
+    with Registry.open(url) as reg:
+        def work(w):
+            w.emit("evidence.added", {"evidence_id": new_id("evidence"), "run_id": run_id, "kind": STARTED,
+                                      "summary": "action:work: started", "data": {"step": "action:work",
+                                      "action": "work", "host": "elsewhere", "pid": 1, "at": w.at}})
+        reg.mutate("core", work, goal_id=gid)
+    offset = tmp_path / "offset"
+    offset.write_text("120")
+    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", "quota", "should-run", gid],
+                       env=loopx_env(url, LOOPX_CLOCK_OFFSET_FILE=str(offset)), capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    code, shown, _ = _cli(url, "run", "show", "--run-id", run_id)
+    assert shown["status"] == "abandoned"
+    unknown = [e for e in shown["evidence"] if e["kind"] == "step_unknown"]
+    assert len(unknown) == 1 and "ran, result unknown (lease_expired)" in unknown[0]["summary"]
+    assert clock.seconds_between(shown["opened_at"], shown["finished_at"]) == 60  # charged up to its expiry
