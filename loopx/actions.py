@@ -248,6 +248,11 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
     runs.check_owner(run, agent)
     # Never past the run's lease nor the goal's wall-clock budget (whichever ends first).
     timeout = max(0.001, min(timeout, bound))
+    # The step's claim and its recorded start, in one transaction: a second exec of this step
+    # under this run (any process, any machine) is refused here, before anything runs.
+    from loopx.claims import claim_step
+
+    claim_step(reg, run_id=run.id, step_id=step_id or name, action=name, by=actor, agent=agent)
     env = {"LOOPX_ACTOR": "executor", "LOOPX_RUN_ID": run.id, "LOOPX_GOAL_ID": run.goal_id,
            "LOOPX_AGENT": run.agent, "LOOPX_REGISTRY": reg.store.url, "LOOPX_STEP_ID": step_id or name}
     # A capability step runs the very LoopX that runs this exec, whatever PATH says.

@@ -64,6 +64,9 @@ _LAZY = {
     "add_action": "loopx.actions:add",
     "add_evidence": "loopx.evidence:record",
     "should_run": "loopx.quota:should_run",
+    "decide_gate": "loopx.gates:decide",
+    "add_reward": "loopx.rewards:add",
+    "status_overview": "loopx.status:overview",
     "default_agent": "loopx.quota:default_agent",
     # --- capabilities ---
     "Capability": "loopx.capabilities:Capability",

@@ -14,10 +14,44 @@ except ImportError:  # pragma: no cover - Pythons without the C accelerator
 
 _FMT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
+#: Tests move the wall clock of real LoopX processes with this: the path of a file holding an
+#: offset in seconds (read at every call; a missing or empty file is 0). Durations never use
+#: the wall clock (``time.monotonic``), so only what is dated moves.
+OFFSET_ENV = "LOOPX_CLOCK_OFFSET_FILE"
+_offset_in_process = [0.0]
+
+
+def set_offset(seconds: float) -> None:
+    """Move this process's wall clock by ``seconds`` (tests: a scripted clock jump, no sleeping)."""
+    _offset_in_process[0] = float(seconds)
+
+
+def _offset() -> float:
+    import os
+
+    path = os.environ.get(OFFSET_ENV)
+    extra = _offset_in_process[0]
+    if not path:
+        return extra
+    try:
+        with open(path) as f:
+            return extra + float(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return extra
+
 
 def now() -> str:
     """The current time as a LoopX timestamp."""
-    return datetime.now(timezone.utc).strftime(_FMT)
+    offset = _offset()
+    stamp = datetime.now(timezone.utc)
+    if offset:
+        stamp = stamp + timedelta(seconds=offset)
+    return stamp.strftime(_FMT)
+
+
+def epoch(stamp: str | None = None) -> float:
+    """Seconds since 1970 of ``stamp`` (default: :func:`now`)."""
+    return parse(stamp or now()).timestamp()
 
 
 def parse(stamp: str) -> datetime:

@@ -189,6 +189,12 @@ def decide(tx, inputs, *, agent: str, now: str, own_run, vetoed: dict | None = N
     cadence = goal.limits.cadence_seconds
     if cadence:
         last = inputs.last_opened_other_than(tx, exclude)
+        if last is not None and last > now:
+            # Opened "in the future": the wall clock was ahead then (a jump, since undone). Not
+            # trusted, or the goal would wait until the clock catches up; the latest run opened
+            # at a believable time counts instead.
+            last = tx.one("SELECT MAX(opened_at) AS at FROM runs WHERE goal_id = ? AND opened_at <= ? AND id <> ?",
+                          (goal.id, now, exclude or ""))["at"]
         if last is not None:
             eligible = add_seconds(last, cadence)
             if eligible > now:

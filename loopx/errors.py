@@ -56,6 +56,8 @@ CODES = frozenset(
         "disk_full",
         "integrity_key_missing",
         "integrity_mismatch",
+        "step_already_started",  # loopx.claims: a step runs once per run
+        "run_in_progress",  # loopx.claims: another live process carries this run out
     }
 )
 

@@ -36,12 +36,16 @@ def default_agent() -> str:
 
 
 def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = None,
-               ttl_seconds: float | None = None, dry_run: bool = False, operation_id: str | None = None) -> dict:
+               ttl_seconds: float | None = None, dry_run: bool = False, operation_id: str | None = None,
+               owner: dict | None = None) -> dict:
     """Decide whether ``agent`` may take a turn on ``goal_id`` now, and issue its contract.
 
     A ``run`` decision opens a run (one turn charged) unless the agent already holds an open
     run, which it gets back (with a renewed contract when the goal's fingerprint changed).
-    Expired open runs are marked abandoned first. ``dry_run`` previews and writes nothing.
+    Expired open runs are marked abandoned first, and so are open runs whose recorded owner
+    process is gone (:mod:`loopx.claims`). ``owner`` (``loopx.claims.owner_here()``): the
+    process that will carry out the run it opens, recorded with it. ``dry_run`` previews and
+    writes nothing.
     """
     from loopx import runs
 
@@ -65,9 +69,14 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
             return _turn(tx, None, goal_id=goal_id, agent=agent, ttl=ttl, now=clock.now(),
                          run_id=run_id, contract_id=None, answers=answers)
 
+    from loopx import claims
+
+    # Step processes a dead owner left running are stopped before the goal is held.
+    dead = claims.stop_leftovers(reg, goal_id, clock.now())
+
     def work(w):
         return _turn(w.tx, w, goal_id=goal_id, agent=agent, ttl=ttl, now=w.at, run_id=run_id,
-                     contract_id=contract_id, answers=answers)
+                     contract_id=contract_id, answers=answers, owner=owner, check_owners=bool(dead))
 
     # Run and contract entries belong to the core; the caller's actor only asks.
     return reg.mutate("core", work, goal_id=goal_id, allow_closed=True, operation_id=operation_id,
@@ -125,11 +134,16 @@ def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
     return _Answers(None, for_run, found, seen, problems)
 
 
-def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> dict:
+def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owner=None,
+          check_owners=False) -> dict:
     from loopx import contract, inputs, runs
 
     # One read of the goal's inputs per call: the one taken before the transaction when nothing
     # changed since (same revision), else one now (reusing the goal row the writer locked).
+    if w is not None and owner is not None and owner.get("lease_token") is not None:
+        from loopx.supervision import check_fence
+
+        check_fence(tx, goal_id, owner, now)  # a worker's turn: only under its current lease
     seen = answers.inputs
     if seen is None or w is None or w.goal is None or w.goal["revision"] != seen.revision:
         seen = inputs.gather(tx, goal_id, goal_row=w.goal if w is not None else None)
@@ -140,9 +154,22 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> d
     if w is not None and seen.goal.status != "closed":
         expired = seen.expired_runs(now)
         for stale in expired:
-            w.emit("run.abandoned", {"run_id": stale.id, "agent": stale.agent})
+            if claims_started(tx, stale.id):  # a step was running: "ran, result unknown" (loopx.claims)
+                from loopx.claims import emit_abandoned
+
+                emit_abandoned(w, stale, reason="lease_expired")
+            else:
+                w.emit("run.abandoned", {"run_id": stale.id, "agent": stale.agent})
         if expired:
             seen = inputs.gather(tx, goal_id)
+        if check_owners:
+            from loopx import claims
+
+            dead = claims.dead_runs(tx, seen.live_runs(now))
+            for run in dead:
+                claims.emit_abandoned(w, run, reason="owner_gone")
+            if dead:
+                seen = inputs.gather(tx, goal_id)
     goal = seen.goal
     own = next((r for r in seen.live_runs(now) if r.agent == agent), None)
     d = contract.decide(tx, seen, agent=agent, now=now, own_run=own, vetoed=answers.veto)
@@ -195,10 +222,21 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers) -> d
                             problems=answers.problems)
     if w is not None:
         w.emit("run.opened", {"run_id": run_id, "agent": agent, "expires_at": expires, "contract": doc})
+        if owner is not None:
+            from loopx import claims
+
+            claims.emit_owner(w, run_id, owner)
     else:
         doc = {**doc, "run_id": None}  # a preview opens no run (its steps carry the id drawn)
     out["interaction_contract"] = doc
     return out
+
+
+def claims_started(tx, run_id: str) -> bool:
+    """Whether a step of ``run_id`` recorded its start and no result (see :mod:`loopx.claims`)."""
+    from loopx.claims import unfinished_steps
+
+    return bool(unfinished_steps(tx, run_id))
 
 
 def _tampered(tx, w, seen, *, agent, now) -> dict | None:

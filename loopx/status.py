@@ -244,6 +244,7 @@ def overview_tx(tx, *, limit: int, part: str = "a", after: int | None = None, in
 
     ids = [gid for gid, _ in page]
     goals = _summaries(tx, ids, attention_of(tx, ids, at), at)
+    _with_needs_you(tx, goals, at)
     return {
         "schema": SCHEMA,
         "view": "overview",
@@ -253,7 +254,34 @@ def overview_tx(tx, *, limit: int, part: str = "a", after: int | None = None, in
                    "attention": stored["attention"] + len(late)},
         "goals": goals,
         "page": {"limit": limit, "next": next_cursor},
+        **_supervision(tx, at),
     }
+
+
+def _with_needs_you(tx, goals: list[dict], at: str) -> None:
+    """Each goal's ``needs_you`` (:mod:`loopx.needs_you`, ``None`` when no person is needed); the
+    goals waiting for a person first, in their order (loopx/worker's issue 24)."""
+    from loopx.needs_you import many
+
+    found = many(tx, [g["id"] for g in goals if g["status"] == "open"], at)
+    for g in goals:
+        g["needs_you"] = found.get(g["id"])
+    goals.sort(key=lambda g: g["needs_you"] is None)
+
+
+def _now_and_needs(tx, goal_id: str, status: str, at: str) -> dict:
+    """``current_contract`` (the decision now, :func:`loopx.needs_you.current`) and ``needs_you``."""
+    from loopx.needs_you import current, needs
+
+    return {"current_contract": current(tx, goal_id, at),
+            "needs_you": needs(tx, goal_id, at) if status == "open" else None}
+
+
+def _supervision(tx, at: str) -> dict:
+    """The workers seen lately (heartbeats) and the clock jumps they noticed (:mod:`loopx.supervision`)."""
+    from loopx.supervision import clock_jumps, workers
+
+    return {"workers": workers(tx, at), "clock_jumps": clock_jumps(tx)}
 
 
 def _attention_after(tx, bound: int | None, n: int, late: dict[str, int]) -> list[tuple[str, int]]:
@@ -414,6 +442,7 @@ def goal_view_tx(tx, goal_id: str) -> dict:
         "quota": quota,
         "history": status_history.history(tx, goal_id, quota["used"], at),
         "last_contract": status_history.last_contract(tx, goal_id),
+        **_now_and_needs(tx, goal_id, goal.status, at),
         "runs": {"total": int(totals["runs"]), "recent": run_list},
         "evidence": {"total": int(totals["evidence"]), "recent": ev_list},
         "rewards": {"total": int(totals["rewards"]), "recent": rw_list,

@@ -207,8 +207,8 @@ def results(tx, run_id: str, doc: dict | None) -> list[dict]:
     if not do:
         return []
     latest: dict[str, tuple[str, dict]] = {}
-    for row in tx.query("SELECT id, data FROM evidence WHERE run_id = ? AND kind = 'command' AND actor = 'core'"
-                        " ORDER BY created_at, id", (run_id,)):
+    for row in tx.query("SELECT id, data FROM evidence WHERE run_id = ? AND kind IN ('command', 'step_unknown')"
+                        " AND actor = 'core' ORDER BY created_at, id", (run_id,)):
         data = json.loads(row["data"]) if row["data"] else {}
         if data.get("step"):
             latest[data["step"]] = (row["id"], data)
@@ -220,6 +220,10 @@ def results(tx, run_id: str, doc: dict | None) -> list[dict]:
                         "output_tail": None})
             continue
         ev_id, data = found
+        if data.get("result") == "unknown":  # its process died with its owner (loopx.claims)
+            out.append({"step": s["id"], "status": "unknown", "evidence_id": ev_id, "exit_code": None,
+                        "output_tail": None})
+            continue
         ok = data.get("exit_code") == 0 and not data.get("timed_out")
         out.append({"step": s["id"], "status": "ok" if ok else "failed", "evidence_id": ev_id,
                     "exit_code": data.get("exit_code"), "timed_out": bool(data.get("timed_out")),
@@ -241,6 +245,8 @@ def describe(r: dict) -> str:
     """One step result for people: ``step action:test failed (exit 5)``."""
     if r["status"] == "not_run":
         return f"step {r['step']} has not run"
+    if r["status"] == "unknown":
+        return f"step {r['step']} ran, result unknown"
     if r["status"] == "failed":
         how = "timed out" if r.get("timed_out") else (
             f"exit {r['exit_code']}" if r.get("exit_code") is not None else "ran, result unknown")

@@ -107,7 +107,8 @@ def test_a_turn_runs_the_contracts_commands_through_the_agents_shell_and_charges
     assert (agent.work / "proof.txt").read_text() == "ran by the agent"  # in the turn's directory
     assert _todo(reg, made["goal"], made["todos"][0]).status == "done"
     kinds = [e["kind"] for e in _evidence(reg, t["run_id"])]
-    assert kinds == ["command", "transcript"]  # the exec step records itself; no placeholder note line
+    # The core recorded the run's owner and the step's start; the exec step records itself; no placeholder note line
+    assert kinds == ["run_owner", "step_started", "command", "transcript"]
     transcript = json.loads(_evidence(reg, t["run_id"])[-1]["data"])
     ran = [c["command"] for c in transcript["commands"]]
     assert len(ran) == 3 and all(c["ok"] for c in transcript["commands"])  # claim, exec, todo done

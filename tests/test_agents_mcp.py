@@ -91,7 +91,7 @@ def test_an_mcp_client_runs_a_whole_turn_and_is_refused_what_only_a_user_may_do(
             assert todos.load_todo(tx, g, todo).status == "done"
             assert tx.one("SELECT status FROM gates WHERE id = ?", (gate_id,))["status"] == "pending"
             kinds = [e["kind"] for e in tx.query("SELECT kind FROM evidence WHERE run_id = ? ORDER BY created_at, id", (r,))]
-            assert kinds == ["command", "note"]
+            assert kinds == ["step_started", "command", "note"]  # the step's claim, its result, the agent's note
     finally:
         reg.close()
 
@@ -190,6 +190,6 @@ def test_a_long_exec_step_does_not_hold_up_the_other_tools(tmp_path, sqlite_url)
         assert order == [("status", g), ("exec", 0)]
         with reg.read() as tx:
             kinds = sorted(e["kind"] for e in tx.query("SELECT kind FROM evidence WHERE run_id = ?", (r,)))
-        assert kinds == ["command", "note"]
+        assert kinds == ["command", "note", "step_started"]
     finally:
         reg.close()

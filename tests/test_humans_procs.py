@@ -135,7 +135,9 @@ def test_export_round_trips_through_a_file(loopx_proc, tmp_path):
     assert [r["reward"]["score"] for r in records] == scores
     assert [r["run"]["handoff"] for r in records] == ["note 0", "note 1", "note 2"]
     assert [r["run"]["tokens"] for r in records] == [100, 200, 300]
-    assert all(r["evidence_total"] == 1 and r["evidence"][0]["kind"] for r in records)
+    # Each run's evidence: its step's start (the claim exec takes) and the step's result.
+    assert all(r["evidence_total"] == 2 and [e["kind"] for e in r["evidence"]] == ["step_started", "command"]
+               for r in records)
     assert all(r["contract"]["document"]["run_id"] == r["run"]["id"] for r in records)
     stored = ok(loopx_proc("reward", "list", "--goal-id", goal, "--json"))
     assert [r["reward"]["id"] for r in records] == [w["id"] for w in stored]

@@ -223,7 +223,7 @@ def test_summary_all_per_goal_and_across_goals(loopx, reg, goal):
     assert s["schema"] == "loopx.summary_all/1" and len(s["goals"]) == 1
     g = s["goals"][0]
     assert g["goal"]["id"] == goal
-    assert g["runs"]["total"] == 2 and g["runs"]["by_outcome"] == {"ok": 1, "partial": 0, "failed": 1}
+    assert g["runs"]["total"] == 2 and g["runs"]["by_outcome"] == {"ok": 1, "partial": 0, "failed": 1, "interrupted": 0}
     assert g["evidence"] == {"total": 3, "by_kind": {"command": 1, "note": 2}}
     assert g["rewards"]["count"] == 2 and g["rewards"]["mean"] == 0.25
     assert [f["comment"] for f in g["rewards"]["latest"]] == ["wrong data", "good"]

@@ -15,6 +15,7 @@ from tests.conftest import ROOT, loopx_env
 PLUGIN_PACKAGES = [
     ROOT / "plugins" / "issue_fix" / "loopx_issue_fix",
     ROOT / "plugins" / "self_repair" / "loopx_self_repair",
+    ROOT / "plugins" / "approvals" / "loopx_approvals",
     ROOT / "examples" / "plugins" / "loopx-seed-domain" / "loopx_seed_domain",
 ]
 

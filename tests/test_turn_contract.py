@@ -134,7 +134,7 @@ def test_agent_actions_work_when_pasted_in_order(registry_url, tmp_path):
     with Registry.open(registry_url) as reg:
         shown = runs.show(reg, out["interaction_contract"]["run_id"])
     assert shown["status"] == "finished" and shown["outcome"] == "ok"
-    assert [e["kind"] for e in shown["evidence"]] == ["command"]
+    assert [e["kind"] for e in shown["evidence"]] == ["step_started", "command"]  # the step's claim, then its result
 
 
 @pytest.mark.parametrize("where", ["root", "after", "json_flag"])

@@ -40,7 +40,8 @@ def test_exec_runs_an_allowed_action_as_the_executor_and_records_it(loopx):
     assert d["output_bytes"] == len(expected) and d["duration_seconds"] >= 0
     assert (ev["kind"], ev["run_id"], ev["goal_id"], d["action"]) == ("command", r, g, "env")
     listed = loopx("evidence", "list", "--run-id", r, "--json").json
-    assert [e["id"] for e in listed] == [ev["id"]]
+    # Its start was recorded (the step's claim, loopx.claims) before it ran, then its result.
+    assert [e["kind"] for e in listed] == ["step_started", "command"] and listed[1]["id"] == ev["id"]
 
 
 def test_an_exact_command_runs_only_if_it_is_an_allowed_action(loopx, tmp_path):
@@ -53,7 +54,7 @@ def test_an_exact_command_runs_only_if_it_is_an_allowed_action(loopx, tmp_path):
     unknown = loopx("--json", "exec", "--run-id", r, "--action", "nope")
     assert unknown.json["error"]["code"] == "action_not_allowed"
     assert not marker.exists()  # nothing ran
-    assert len(loopx("evidence", "list", "--run-id", r, "--json").json) == 1
+    assert [e["kind"] for e in loopx("evidence", "list", "--run-id", r, "--json").json] == ["step_started", "command"]
 
 
 def test_a_gated_action_is_not_allowed(loopx, tmp_path):

@@ -53,7 +53,8 @@ def test_a_plugin_provider_carries_out_a_turn_and_the_core_finishes_it(reg):
     with reg.read() as tx:
         run = runs.load_run(tx, t["run_id"])
     assert (run.status, run.tokens, run.cost, run.handoff) == ("finished", 321, 0.01, "scripted: next step")
-    assert [e["kind"] for e in t["evidence"]] == ["note"]
+    # The core recorded which process owns the run (loopx.claims); the provider its note.
+    assert [e["kind"] for e in t["evidence"]] == ["run_owner", "note"]
 
 
 def test_a_crashing_provider_still_gets_its_run_finished(reg):

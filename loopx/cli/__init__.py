@@ -44,6 +44,9 @@ COMMANDS = {
     "registry": "loopx.cli.registry:registry",
     "agent-prompt": "loopx.cli.agents:agent_prompt",
     "mcp": "loopx.cli.agents:mcp_command",
+    "worker": "loopx.cli.worker:worker",
+    "config": "loopx.cli.worker:config",
+    "notify": "loopx.cli.worker:notify",
 }
 ALIASES = {"agent_prompt": "agent-prompt", "project_prompt": "project-prompt", "summary_all": "summary-all",
            "status_server": "status-server"}

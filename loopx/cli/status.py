@@ -62,9 +62,33 @@ def overview_text(view: dict) -> str:
         lines.append(detail)
         if g["attention"]:
             lines.append(f"    attention: {', '.join(g['attention'])}")
+        lines += _needs_you_lines(g.get("needs_you"))
+    lines += _worker_lines(view)
     if view["page"]["next"]:
         lines.append(f"more: loopx status --cursor {view['page']['next']}")
     return "\n".join(lines)
+
+
+def _needs_you_lines(needs, indent: str = "    ") -> list[str]:
+    """A goal waiting for a person: the decision, the reason, and what to type."""
+    if not needs:
+        return []
+    out = [f"{indent}NEEDS YOU: {needs['decision']} ({needs['reason']}): {needs['message']}"]
+    out += [f"{indent}  $ {c}" for c in needs["commands"]]
+    return out
+
+
+def _worker_lines(view: dict) -> list[str]:
+    out = []
+    for w in view.get("workers") or []:
+        if w["state"] == "stopped":
+            continue
+        goals = f", on {', '.join(w['goals'])}" if w["goals"] else ", idle"
+        out.append(f"worker {w['id']} {w['state'].upper()}: pid {w['pid']} on {w['host']}, since {w['started_at']},"
+                   f" last beat {w['last_beat_at']}{goals}")
+    for j in (view.get("clock_jumps") or [])[:1]:
+        out.append(f"clock jump: {j['direction']} {abs(j['jump_seconds']):.0f}s, seen {j['seen_at']} by {j['worker']}")
+    return out
 
 
 def goal_text(view: dict) -> str:
@@ -73,6 +97,10 @@ def goal_text(view: dict) -> str:
     lines = [f"{g['id']}  [{g['status']}]  {g['title']}  (revision {g['revision']})"]
     if view["attention"]:
         lines.append(f"attention: {', '.join(view['attention'])}")
+    lines += _needs_you_lines(view.get("needs_you"), indent="")
+    now = view.get("current_contract")
+    if now:
+        lines.append(f"decision now: {now['decision']} ({', '.join(now['reasons'])}): {now['primary_action']}")
     for c in g["criteria"]:
         lines.append(f"  [{'x' if c['met'] else ' '}] {c['text']}")
     gates = view["gates"]

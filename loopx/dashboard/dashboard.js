@@ -68,8 +68,27 @@ function renderOverview(view) {
   $("only-closed").hidden = !onlyClosed;
   $("only-closed").textContent = onlyClosed
     ? `No open or paused goals; ${g.closed} closed goal${g.closed > 1 ? "s are" : " is"} hidden — tick “Show closed goals”.` : "";
+  renderWorkers(view.workers || [], view.clock_jumps || []);
   if (!state.selected && view.goals.length) select(view.goals[0].id, false);
   markSelected();
+}
+
+// Heartbeats of `loopx worker` processes: which run, which died, what they work on.
+function renderWorkers(workers, jumps) {
+  const shown = workers.filter((w) => w.state !== "stopped");
+  const parts = shown.map((w) => `worker ${w.id} ${w.state} (pid ${w.pid} on ${w.host}, beat ${when(w.last_beat_at)}` +
+    (w.goals.length ? `, on ${w.goals.join(", ")})` : ", idle)"));
+  if (jumps.length) parts.push(`clock jump ${jumps[0].direction} ${Math.round(Math.abs(jumps[0].jump_seconds))}s`);
+  $("workers").textContent = parts.join(" · ") || "no worker running";
+  $("workers").dataset.states = shown.map((w) => w.state).join(",");
+}
+
+// A goal waiting for a person: the decision, the reason, and the exact commands to type.
+function needsYouBlock(needs) {
+  return el("div", { class: "needs-you-body", "data-reason": needs.reason },
+    el("strong", {}, `Needs you: ${needs.decision} (${needs.reason.replaceAll("_", " ")})`),
+    el("div", { class: "small" }, needs.message),
+    ...needs.commands.map((c) => el("div", { class: "command" }, el("code", {}, c), copyButton(c, "Copy the command"))));
 }
 
 function goalItem(goal) {
@@ -85,7 +104,10 @@ function goalItem(goal) {
     badge(goal.status),
     " ",
     ...goal.attention.map((a) => badge(a.replace("_", " "), "warn")),
+    goal.needs_you ? badge(`needs you: ${goal.needs_you.reason.replaceAll("_", " ")}`, "warn needs") : null,
     el("div", { class: "meta" }, meta.join(" · ")),
+    goal.needs_you && goal.needs_you.commands.length ? el("code", { class: "small needs-command" },
+      goal.needs_you.commands[0]) : null,
   );
   item.addEventListener("click", () => select(goal.id, true));
   item.addEventListener("keydown", (e) => { if (e.key === "Enter") select(goal.id, true); });
@@ -115,6 +137,11 @@ function renderGoal(view) {
   $("goal-id").textContent = `${goal.id} · revision ${goal.revision}`;
   $("goal-description").textContent = goal.description || "";
   $("goal-attention").replaceChildren(...view.attention.map((a) => el("li", {}, badge(a.replace("_", " "), "warn"))));
+  const needs = view.needs_you;
+  $("needs-you").hidden = !needs;
+  $("needs-you").replaceChildren(...(needs ? [needsYouBlock(needs)] : []));
+  const now = view.current_contract;
+  $("decision-now").textContent = now ? `Decision now: ${now.decision} (${now.reasons.join(", ")}) — ${now.primary_action}` : "";
   $("goal-criteria").replaceChildren(...goal.criteria.map((c) => el("li", {}, c.met ? "✔ " : "☐ ", c.text)));
 
   const gates = [...view.gates.pending, ...view.gates.decided];

@@ -75,7 +75,13 @@ def abandoned(tx, event):
     """``body = {"run_id"}``: an open run past its expiry; its wall time is charged up to the expiry.
 
     Written by the core (should-run) or, through ``loopx.api.abandon_expired_run``, by a
-    capability, which the ledger then names as the actor."""
+    capability, which the ledger then names as the actor. With ``"reason": "owner_gone"`` (the
+    process that owned the run died before its lease ran out, :mod:`loopx.claims`) the run is
+    closed at the event's time, not charged its whole lease."""
+    if event.body.get("reason"):
+        tx.execute("UPDATE runs SET status = 'abandoned', finished_at = CASE WHEN expires_at < ? THEN expires_at"
+                   " ELSE ? END WHERE id = ?", (event.at, event.at, event.body["run_id"]))
+        return
     tx.execute(
         "UPDATE runs SET status = 'abandoned', finished_at = expires_at WHERE id = ?", (event.body["run_id"],)
     )

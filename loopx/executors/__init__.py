@@ -53,7 +53,8 @@ def get(name: str):
 
 
 def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: str | None = None,
-         ttl_seconds: float | None = None, unconfined: bool = False, run_cli=None) -> dict:
+         ttl_seconds: float | None = None, unconfined: bool = False, run_cli=None,
+         owner: dict | None = None) -> dict:
     """One governed turn: should-run, then (if ``run``) the provider, then ``run finish``.
 
     Returns ``{"decision", "reasons", "run_id", "outcome", "handoff", "evidence", "contract"}``;
@@ -66,8 +67,12 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     ``confinement_unavailable`` before a run is opened where the machine cannot confine a step,
     unless ``unconfined`` (``--unconfined``, ``LOOPX_UNCONFINED=1``); an unconfined turn says so
     in its evidence and hand-off. ``run_cli``: the CLI in this process, for the broker's cheap path.
+
+    The run is opened with this process as its owner (``owner``, :mod:`loopx.claims`). When a
+    stop was requested meanwhile (SIGTERM / SIGINT, :mod:`loopx.interrupt`) the run is closed
+    ``interrupted`` with the interruption as evidence.
     """
-    from loopx import quota, runs
+    from loopx import claims, interrupt, quota, runs
     from loopx.validate import check_text
 
     provider = get(executor)
@@ -78,21 +83,34 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
 
     backend = confine.check(unconfined)
     agent = check_text(agent if agent is not None else quota.default_agent(), what="--agent", limit="agent")
-    answer = quota.should_run(registry, actor, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
+    answer = quota.should_run(registry, actor, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds,
+                              owner=owner or claims.owner_here())
     out = {"decision": answer["decision"], "reasons": answer["reasons"], "run_id": None, "outcome": None,
            "handoff": None, "evidence": [], "contract": answer}
     if answer["decision"] != "run":
         return out
     run_id = answer["interaction_contract"]["run_id"]
+    claims.check_not_carried_out_elsewhere(registry, run_id)
     try:
         with step(registry, run_id=run_id, goal_id=goal_id, agent=agent,
                   workdir=answer["interaction_contract"]["agent_channel"].get("workdir"), backend=backend,
                   run_cli=run_cli):
             result = provider.run_turn(registry, answer, agent=agent)
     except Exception as exc:
-        runs.finish(registry, actor, run_id=run_id, outcome="failed",
-                    handoff=f"executor {executor} crashed: {type(exc).__name__}: {exc}"[:2000])
-        raise
+        if interrupt.requested():
+            result = {}
+        else:
+            runs.finish(registry, actor, run_id=run_id, outcome="failed",
+                        handoff=f"executor {executor} crashed: {type(exc).__name__}: {exc}"[:2000])
+            raise
+    if interrupt.requested():  # --- interrupted: record it, close the run at once ---
+        finished = claims.close_interrupted(registry, actor, run_id=run_id, executor=executor, agent=agent,
+                                            info=interrupt.describe(), result=result)
+        with registry.read() as tx:
+            rows = tx.query("SELECT id, kind, summary FROM evidence WHERE run_id = ? ORDER BY created_at, id",
+                            (run_id,))
+        out.update(run_id=run_id, outcome=finished["outcome"], handoff=finished["handoff"], evidence=rows)
+        return out
     if backend is None:
         result = {**result, "handoff": "[unconfined] " + (result.get("handoff") or "")}
     # A provider may report failed or partial; "ok" (or nothing) is only recorded when the
@@ -113,8 +131,13 @@ def loop(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     from loopx.validate import check_number
 
     max_turns = check_number(max_turns, what="--max-turns", minimum=1, maximum=10_000, integer=True)
+    from loopx import interrupt
+
     turns = []
     while True:
+        if interrupt.requested():  # start no new turn
+            return {"turns": turns, "stopped": "interrupted", "decision": None, "reasons": [],
+                    "interrupted": interrupt.describe()}
         if len(turns) == max_turns:
             return {"turns": turns, "stopped": "max_turns", "decision": None, "reasons": []}
         t = turn(registry, actor, goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds,

@@ -35,10 +35,15 @@ class ShellExecutor:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
         env.update({"LOOPX_ACTOR": "executor", "LOOPX_RUN_ID": run_id, "LOOPX_AGENT": agent,
                     "LOOPX_GOAL_ID": contract["goal_id"], "LOOPX_REGISTRY": registry.store.url})
+        from loopx import interrupt
+
         done, stopped = [], None
         for s in steps.of(doc):
             if s["kind"] == "finish":
                 continue
+            if interrupt.requested():  # SIGTERM / Ctrl-C: start no new step
+                stopped = f"{s['id']}: not started (interrupted)"
+                break
             code, out = self._loopx(s["argv"], env)
             if code != 0:
                 stopped = f"{s['id']}: {_error(out, code)}"
@@ -75,7 +80,10 @@ class ShellExecutor:
         # The LoopX that runs this executor runs the steps, whatever PATH says.
         cmd = [sys.executable, "-m", "loopx", "--format", "json", *argv[1:]]
         try:
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=self.timeout + 60)
+            # A session of its own: a Ctrl-C in the terminal reaches LoopX, which lets the step
+            # finish within its grace period (loopx.interrupt), not the step.
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=self.timeout + 60,
+                               start_new_session=True)
         except subprocess.TimeoutExpired:
             return 2, json.dumps({"error": {"code": "timeout", "message": f"{argv[1]} did not return"}})
         return p.returncode, p.stdout or p.stderr

@@ -6,6 +6,7 @@
 * :mod:`.capabilities` - capability declarations.
 * :mod:`.commands` - click commands a plugin adds.
 * :mod:`.vocabulary` - a plugin's own event kinds and error codes.
+* :mod:`.notify` - telling a person that a goal needs them.
 
 A plugin implements hooks with ``@loopx.hookimpl`` and is found through the ``loopx``
 entry-point group. See ``docs/plugins.md``.
@@ -22,4 +23,5 @@ MODULES = (
     "loopx.hookspecs.capabilities",
     "loopx.hookspecs.commands",
     "loopx.hookspecs.vocabulary",
+    "loopx.hookspecs.notify",
 )

@@ -253,18 +253,60 @@ _V4 = [
     Call("loopx.integrity", "backfill"),
 ]
 
-# v5: keyed integrity (loopx/keys.py, loopx/rekey.py). The registry gets a stable id in meta and a
+# v5: running for days (loopx/supervision.py, loopx/worker.py, loopx/notify.py). None of these
+# belong to a goal's ledger (they are not in GOAL_TABLES, the state digest or a registry copy):
+# user settings, worker heartbeats, goal leases with fencing tokens, clock jumps seen, and the
+# notifications sent. PostgreSQL workers are woken by the store's change notifications.
+_V5 = [
+    """CREATE TABLE IF NOT EXISTS settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL,
+        updated_at TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS workers (
+        id TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        started_at TEXT NOT NULL,
+        beat_at TEXT NOT NULL,
+        goals TEXT NOT NULL,
+        stopped_at TEXT,
+        info TEXT)""",
+    """CREATE TABLE IF NOT EXISTS goal_leases (
+        goal_id TEXT PRIMARY KEY,
+        worker_id TEXT NOT NULL,
+        token INTEGER NOT NULL,
+        expires_at TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS clock_jumps (
+        id {autoid},
+        worker_id TEXT NOT NULL,
+        seen_at TEXT NOT NULL,
+        jump_seconds {real} NOT NULL,
+        detail TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS notifications (
+        id {autoid},
+        goal_id TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        dedupe_key TEXT NOT NULL,
+        at TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        detail TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS notifications_by_key ON notifications (dedupe_key, at)",
+]
+
+# v6: keyed integrity (loopx/keys.py, loopx/rekey.py). The registry gets a stable id in meta and a
 # key outside it, in the user's config directory; every chain and digest is recomputed with the
 # key (goals whose unkeyed chain already failed are sealed untrusted, so that stays visible).
-_V5 = [Call("loopx.rekey", "key_registry")]
+_V6 = [Call("loopx.rekey", "key_registry")]
 
 # A step is a list of SQL texts, ``{dialect: [SQL...]}`` for what differs per dialect, or a
 # callable run with the migration's transaction (for data that only Python can derive).
-MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5]
+MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5, _V6]
 CURRENT_VERSION = len(MIGRATIONS)
 SUMMARY_VERSION = MIGRATIONS.index(_V3) + 1  # the version that added the attention summary
 INTEGRITY_VERSION = MIGRATIONS.index(_V4) + 1  # the version that added the hash chain and digests
-KEYED_VERSION = MIGRATIONS.index(_V5) + 1  # the version that keyed them
+KEYED_VERSION = MIGRATIONS.index(_V6) + 1  # the version that keyed them
 
 
 def statements(dialect: str, from_version: int) -> list:

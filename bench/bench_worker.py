@@ -1,0 +1,124 @@
+"""``loopx worker`` at scale: 10,000 goals, 100 due, ``--concurrency 8``, a no-op executor.
+
+Run: ``python bench/bench_worker.py [--goals 10000] [--due 100] [--concurrency 8] [--idle-seconds 20]``
+
+The registry is filled through the ledger (as ``bench/fill.py`` does): every goal has a one-day
+cadence and all but the due ones had a turn a moment ago; the due goals have no todos, so their turn is
+the shell executor's planning turn - should-run, nothing to run, run finish: a no-op executor
+whose cost is LoopX's own (one ``loopx turn`` process per turn).
+
+Two figures, each against the issue's floor:
+
+* **busy fraction** - of the time from the first turn's start to the last turn's end, the share
+  in which the worker's 8 slots held a running turn (``busy_seconds / (active_seconds * 8)``);
+  floor 90 %.
+* **idle CPU** - a worker over the same registry once nothing is due: its CPU time (user +
+  system, ``/proc/<pid>/stat``) over ``--idle-seconds`` of wall time; floor 1 % of one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def fill(url: str, goals: int, due: int) -> None:
+    """``goals`` goals, ``due`` of them due now (no cadence, no run, no todos), the rest not for a day."""
+    from loopx import clock, ledger
+    from loopx.model import Event
+    from loopx.registry import Registry
+    from loopx.validate import new_id
+
+    with Registry.open(url) as reg:
+        def batch(tx):
+            at = clock.now()
+            rows, events, event_id = [], [], 1
+            for i in range(goals):
+                goal_id = new_id("goal")
+                kinds = [("goal.created", "user", {"title": f"goal {i}", "description": "bench", "criteria": [],
+                                                   "parallel_runs": False}),
+                         ("quota.set", "user", {"limits": {"cadence_seconds": 86400}})]
+                if i >= due:
+                    rnd = os.urandom(18).hex()
+                    run_id, contract_id = f"r-{rnd[:12]}", f"c-{rnd[12:24]}"
+                    doc = {"contract_id": contract_id, "fingerprint": "sha256:bench", "issued_at": at,
+                           "expires_at": clock.add_seconds(at, 3600)}
+                    kinds += [("todo.added", "user", {"todo_id": f"t-{rnd[24:36]}", "text": "later",
+                                                      "priority": "P1", "depends_on": []}),
+                              ("run.opened", "core", {"run_id": run_id, "agent": "bench",
+                                                      "expires_at": doc["expires_at"], "contract": doc}),
+                              ("run.finished", "core", {"run_id": run_id, "outcome": "ok", "tokens": 0, "cost": 0,
+                                                        "handoff": "done"})]
+                for seq, (kind, actor, body) in enumerate(kinds, start=1):
+                    events.append(Event(id=event_id, goal_id=goal_id, seq=seq, at=at, actor=actor, kind=kind,
+                                        body=body, operation_id=None))
+                    rows.append((event_id, goal_id, seq, at, actor, kind,
+                                 json.dumps(body, sort_keys=True, separators=(",", ":"))))
+                    event_id += 1
+            tx.executemany("INSERT INTO events (id, goal_id, seq, at, actor, kind, body, operation_id)"
+                           " VALUES (?, ?, ?, ?, ?, ?, ?, NULL)", rows)
+            ledger.apply_many(tx, events)
+            from loopx import integrity
+
+            integrity.backfill(tx)  # chain the ledgers and seal every goal, as the migration does
+
+        reg.store.write(batch)
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--goals", type=int, default=10_000)
+    ap.add_argument("--due", type=int, default=100)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--idle-seconds", type=float, default=20.0)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="loopx-bench-worker-"))
+    url = str(work / "registry.db")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    env.update(LOOPX_REGISTRY=url, LOOPX_PLUGINS="")
+    started = time.monotonic()
+    fill(url, args.goals, args.due)
+    print(f"filled {args.goals:,} goals ({args.due} due) in {time.monotonic() - started:.1f}s: {url}")
+
+    cmd = [sys.executable, "-m", "loopx", "--format", "json", "worker", "--concurrency", str(args.concurrency),
+           "--exit-when-idle"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(p.stderr)
+    stats = json.loads(p.stdout)
+    busy = stats["busy_seconds"] / (stats["active_seconds"] * args.concurrency) if stats["active_seconds"] else 0
+    print(f"turns {stats['turns']} (turn processes {stats['turn_processes']}) in {stats['active_seconds']:.1f}s"
+          f" active ({stats['wall_seconds']:.1f}s with start-up);"
+          f" busy fraction {busy:.1%} of {args.concurrency} slots (floor 90%)"
+          f" -> {'ok' if busy >= 0.9 else 'BELOW FLOOR'}")
+
+    idle = subprocess.Popen(cmd[:-1], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(5.0)  # past its start-up scan
+    c0, t0 = cpu_seconds(idle.pid), time.monotonic()
+    time.sleep(args.idle_seconds)
+    c1, t1 = cpu_seconds(idle.pid), time.monotonic()
+    idle.send_signal(signal.SIGTERM)
+    idle.communicate(timeout=60)
+    frac = (c1 - c0) / (t1 - t0)
+    print(f"idle: {c1 - c0:.3f}s CPU in {t1 - t0:.1f}s = {frac:.2%} of a core (floor < 1%)"
+          f" -> {'ok' if frac < 0.01 else 'ABOVE FLOOR'}")
+
+
+if __name__ == "__main__":
+    main()

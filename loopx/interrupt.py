@@ -1,0 +1,94 @@
+"""SIGTERM and Ctrl-C (SIGINT) for the long-running commands: stop cleanly, lose nothing.
+
+``loopx turn``, ``loopx loop`` and ``loopx worker`` run under :func:`handling`. The first
+SIGTERM or SIGINT does not kill the process: it is noted (:func:`requested`), no new turn or
+step is started, and the step that is running gets ``grace`` seconds to finish. When the grace
+period is over, every process this one started (each step's process group and descendants) is
+stopped (TERM, then KILL). A second signal stops them at once. The caller then records the
+interruption as evidence and closes its run ``interrupted`` (:func:`loopx.executors.turn`).
+
+Step processes are started in sessions of their own, so a Ctrl-C typed in the terminal reaches
+LoopX, not the step: it is LoopX that decides how long the step may go on.
+
+It sits with :mod:`loopx.process` in the lowest layer: it imports nothing of the domain.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from contextlib import contextmanager
+
+DEFAULT_GRACE_SECONDS = 30.0
+
+_state = {"signal": None, "at": None, "forced": False, "grace": DEFAULT_GRACE_SECONDS, "timer": None}
+_wake = threading.Event()
+
+
+def requested() -> int | None:
+    """The signal that asked this process to stop (``signal.SIGTERM`` / ``SIGINT``), or ``None``."""
+    return _state["signal"]
+
+
+def describe() -> dict | None:
+    """What was asked and when: ``{"signal": "SIGTERM", "forced": bool, "grace_seconds"}``, or ``None``."""
+    sig = _state["signal"]
+    if sig is None:
+        return None
+    return {"signal": signal.Signals(sig).name, "forced": _state["forced"], "grace_seconds": _state["grace"]}
+
+
+def wait(seconds: float) -> bool:
+    """Sleep up to ``seconds``; wake early (returning True) when a stop is requested."""
+    return _wake.wait(max(0.0, seconds))
+
+
+def stop_children() -> list[int]:
+    """Stop every process this one started, with its group and descendants. Returns the pids."""
+    from loopx.process import descendants, kill_tree
+
+    me = os.getpid()
+    found = sorted(descendants(me))
+    _state["forced"] = _state["forced"] or bool(found)
+    for pid in found:
+        if pid != me:
+            kill_tree(pid, grace=1.0)
+    return found
+
+
+def _on_signal(signum, frame):
+    if _state["signal"] is None:
+        _state["signal"], _state["at"] = signum, time.monotonic()
+        _wake.set()
+        timer = threading.Timer(_state["grace"], stop_children)
+        timer.daemon = True
+        _state["timer"] = timer
+        timer.start()
+    else:  # asked twice: no more grace
+        threading.Thread(target=stop_children, daemon=True).start()
+
+
+@contextmanager
+def handling(grace: float = DEFAULT_GRACE_SECONDS):
+    """Handle SIGTERM and SIGINT as a graceful stop for the duration of the block (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _state.update(signal=None, at=None, forced=False, grace=float(grace), timer=None)
+    _wake.clear()
+    before = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+        if _state["timer"] is not None:
+            _state["timer"].cancel()
+
+
+def exit_code() -> int:
+    """The shell's status for a process ended by the signal it was asked to stop with (130, 143)."""
+    sig = _state["signal"]
+    return 0 if sig is None else 128 + int(sig)

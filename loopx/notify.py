@@ -1,0 +1,245 @@
+"""Telling a human: one notification per change of a goal's "needs you" state.
+
+``loopx worker`` calls :func:`check_goals` for the goals whose ledger moved and
+:func:`check_workers` at every heartbeat. A goal's state is :func:`loopx.needs_you.needs`; a
+notification goes out when that state *changes* to one that needs a person (its ``id`` is a
+digest of goal, reason and commands), never twice for one state, and a goal that stops needing
+anyone is recorded as ``cleared`` so that the same need coming back is news again. At most one
+per goal per ``notify.min_interval_seconds`` (default 60): a change inside that interval waits
+(the worker looks again at its next beat) and only the latest state is sent.
+
+Where it goes (``loopx config set ...``, user-owned settings in the registry):
+
+* ``notify.command`` - a shell command line, run with the notification as JSON on stdin
+  (30 s at most); its exit status is recorded.
+* ``notify.webhook`` - an ``http(s)://`` URL that gets the JSON ``POST``\\ ed, with
+  ``X-LoopX-Signature: sha256=<HMAC-SHA256 of the body>`` keyed by the secret in
+  :func:`secret_path` (made on first use, readable only by the user), retried with back-off
+  (0.5 s, 1 s, 2 s, 4 s) until a 2xx answer; every attempt's outcome is recorded.
+* every plugin's ``loopx_notify`` hook.
+
+Each delivery is a row of ``notifications`` (goal, reason, channel, status, attempts, detail),
+shown by ``loopx notify list``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from loopx import clock
+
+SCHEMA = "loopx.notification/1"
+DEFAULT_MIN_INTERVAL = 60.0
+BACKOFF = (0.5, 1.0, 2.0, 4.0)
+COMMAND_TIMEOUT = 30.0
+WEBHOOK_TIMEOUT = 10.0
+
+_waiting: set[str] = set()  # goals whose change came inside their interval (looked at again later)
+
+
+def secret_path():
+    """The webhook signing key's file: ``<user config dir>/loopx/notify.key`` (platformdirs)."""
+    from pathlib import Path
+
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("loopx", appauthor=False)) / "notify.key"
+
+
+def secret() -> bytes:
+    """The webhook signing key, made (32 random bytes, hex, mode 0600) on first use."""
+    import os
+    import secrets as rnd
+
+    path = secret_path()
+    try:
+        return path.read_text().strip().encode()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = rnd.token_hex(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key.encode()
+
+
+def sign(body: bytes, key: bytes | None = None) -> str:
+    """``sha256=<hex>``: the HMAC-SHA256 of ``body`` (what a receiver recomputes to trust it)."""
+    import hashlib
+    import hmac
+
+    return "sha256=" + hmac.new(key or secret(), body, hashlib.sha256).hexdigest()
+
+
+def _key(goal_id: str, needs: dict) -> str:
+    import hashlib
+
+    blob = json.dumps([goal_id, needs["reason"], needs["commands"]], sort_keys=True).encode()
+    return "n-" + hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _last(tx, goal_id: str) -> dict | None:
+    return tx.one("SELECT dedupe_key, at, status FROM notifications WHERE goal_id = ? ORDER BY id DESC LIMIT 1",
+                  (goal_id,))
+
+
+def _record(reg, goal_id: str, reason: str, key: str, channel: str, status: str, attempts: int, detail) -> None:
+    at = clock.now()
+
+    def work(tx):
+        tx.execute("INSERT INTO notifications (goal_id, reason, dedupe_key, at, channel, status, attempts, detail)"
+                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                   (goal_id, reason, key, at, channel, status, attempts, json.dumps(detail, sort_keys=True)[:4000]))
+
+    reg.store.write(work)
+
+
+def check_goals(reg, goal_ids) -> list[dict]:
+    """Notify for each of ``goal_ids`` (and goals held back earlier) whose need changed. Returns what was sent."""
+    from loopx.needs_you import needs
+    from loopx.registry import display_url
+    from loopx.supervision import settings
+
+    wanted = sorted(set(goal_ids) | _waiting)
+    if not wanted:
+        return []
+    now = clock.now()
+    sent = []
+    with reg.read() as tx:
+        values = settings(tx)
+        interval = float(values.get("notify.min_interval_seconds") or DEFAULT_MIN_INTERVAL)
+        todo = []
+        for goal_id in wanted:
+            _waiting.discard(goal_id)
+            goal = tx.one("SELECT title FROM goals WHERE id = ?", (goal_id,))
+            if goal is None:
+                continue
+            found = needs(tx, goal_id, now)
+            last = _last(tx, goal_id)
+            if found is None:
+                if last is not None and last["status"] != "cleared":
+                    todo.append((goal_id, None, None))
+                continue
+            key = _key(goal_id, found)
+            if last is not None and last["dedupe_key"] == key:
+                continue  # already told
+            if last is not None and last["status"] != "cleared" and 0 <= clock.seconds_between(last["at"], now) < interval:
+                _waiting.add(goal_id)  # rate limit: look again later, send the state of then
+                continue
+            todo.append((goal_id, found, {
+                "schema": SCHEMA, "id": key, "goal_id": goal_id, "title": goal["title"],
+                "decision": found["decision"], "reason": found["reason"], "message": found["message"],
+                "commands": found["commands"], "command": (found["commands"] or [None])[0], "at": now,
+                "registry": display_url(reg.store.url)}))
+    for goal_id, found, payload in todo:
+        if found is None:
+            _record(reg, goal_id, "cleared", "", "none", "cleared", 0, {})
+            continue
+        deliver(reg, payload, values)
+        sent.append(payload)
+    return sent
+
+
+def check_workers(reg) -> list[dict]:
+    """Notify once for each worker that died (stopped beating without saying it stopped)."""
+    from loopx.registry import display_url
+    from loopx.supervision import workers
+
+    now = clock.now()
+    out = []
+    with reg.read() as tx:
+        from loopx.supervision import settings
+
+        values = settings(tx)
+        dead = [w for w in workers(tx, now) if w["state"] == "died"]
+        fresh = []
+        for w in dead:
+            key = f"worker:{w['id']}:died"
+            if tx.one("SELECT 1 AS x FROM notifications WHERE dedupe_key = ? LIMIT 1", (key,)) is None:
+                fresh.append((w, key))
+    for w, key in fresh:
+        payload = {"schema": SCHEMA, "id": key, "goal_id": (w["goals"] or ["-"])[0], "title": "",
+                   "decision": "ask_user", "reason": "worker_died",
+                   "message": f"worker {w['id']} (pid {w['pid']} on {w['host']}) stopped beating at "
+                              f"{w['last_beat_at']} while taking turns on {', '.join(w['goals']) or 'no goal'}",
+                   "commands": ["systemctl --user restart loopx-worker", "loopx status"],
+                   "command": "systemctl --user restart loopx-worker", "at": now,
+                   "registry": display_url(reg.store.url), "goals": w["goals"]}
+        deliver(reg, payload, values, key=key)
+        out.append(payload)
+    return out
+
+
+def deliver(reg, payload: dict, values: dict, *, key: str | None = None) -> dict:
+    """Send ``payload`` through every configured channel and the plugins' hooks; record each delivery."""
+    from loopx import plugins
+
+    key = key or payload["id"]
+    goal_id, reason = payload["goal_id"], payload["reason"]
+    body = json.dumps(payload, sort_keys=True).encode()
+    results = {}
+    command = values.get("notify.command")
+    if command:
+        status, attempts, detail = _run_command(command, body)
+        _record(reg, goal_id, reason, key, "command", status, attempts, detail)
+        results["command"] = status
+    url = values.get("notify.webhook")
+    if url:
+        status, attempts, detail = _post(url, body)
+        _record(reg, goal_id, reason, key, "webhook", status, attempts, detail)
+        results["webhook"] = status
+    if plugins.has_impls("loopx_notify"):
+        for plugin, answer in plugins.call("loopx_notify", notification=dict(payload), timeout=COMMAND_TIMEOUT):
+            status = "delivered" if answer is True else "answered"
+            _record(reg, goal_id, reason, key, f"hook:{plugin}"[:100], status, 1, {"answer": repr(answer)[:200]})
+            results[f"hook:{plugin}"] = status
+    if not results:
+        _record(reg, goal_id, reason, key, "none", "not_configured", 0, {})
+    return results
+
+
+def _run_command(command: str, body: bytes) -> tuple[str, int, dict]:
+    import subprocess
+
+    try:
+        p = subprocess.run(["/bin/sh", "-c", command], input=body, capture_output=True, timeout=COMMAND_TIMEOUT,
+                           start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return "failed", 1, {"error": f"timed out after {COMMAND_TIMEOUT:g}s"}
+    except OSError as exc:
+        return "failed", 1, {"error": str(exc)}
+    detail = {"exit_code": p.returncode, "output": (p.stdout + p.stderr).decode(errors="replace")[-500:]}
+    return ("delivered" if p.returncode == 0 else "failed"), 1, detail
+
+
+def _post(url: str, body: bytes, *, sleep=time.sleep) -> tuple[str, int, dict]:
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json", "User-Agent": "loopx-notify/1", "X-LoopX-Signature": sign(body)}
+    errors = []
+    for attempt in range(len(BACKOFF) + 1):
+        if attempt:
+            sleep(BACKOFF[attempt - 1])
+        try:
+            req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+            with urllib.request.urlopen(req, timeout=WEBHOOK_TIMEOUT) as resp:
+                if 200 <= resp.status < 300:
+                    return "delivered", attempt + 1, {"http_status": resp.status, "errors": errors}
+                errors.append(f"HTTP {resp.status}")
+        except urllib.error.HTTPError as exc:
+            errors.append(f"HTTP {exc.code}")
+        except (urllib.error.URLError, OSError) as exc:
+            errors.append(str(getattr(exc, "reason", exc))[:200])
+    return "failed", len(BACKOFF) + 1, {"errors": errors}
+
+
+def list_recent(reg, *, limit: int = 50) -> list[dict]:
+    """The latest deliveries, newest first."""
+    with reg.read() as tx:
+        rows = tx.query("SELECT * FROM notifications ORDER BY id DESC LIMIT ?", (limit,))
+    return [{"goal_id": r["goal_id"], "reason": r["reason"], "id": r["dedupe_key"], "at": r["at"],
+             "channel": r["channel"], "status": r["status"], "attempts": int(r["attempts"]),
+             "detail": json.loads(r["detail"] or "{}")} for r in rows]

@@ -1,0 +1,256 @@
+"""What ``loopx worker`` keeps in the registry: settings, heartbeats, goal leases, clock jumps.
+
+None of this is a goal's state: it lives in tables outside the ledger (schema v5), written in
+one transaction each, never by an executor.
+
+* **Settings** (``loopx config set KEY VALUE``, user only): ``executor`` (the worker's default
+  executor), ``executor.<goal id>`` (one goal's: an executor name, or ``none`` to keep the worker
+  away from it), ``notify.command``, ``notify.webhook``, ``notify.min_interval_seconds``.
+* **Heartbeats**: one row per worker (id, host, pid, started, last beat, the goals it is taking
+  turns on now, stopped). A worker whose last beat is older than three beats and that did not
+  say it stopped is shown as *died*.
+* **Goal leases with fencing tokens**: a worker takes a goal only by winning its lease
+  (:func:`acquire`), which raises the goal's token by one; it renews while its turn runs
+  (:func:`renew`, which fails once another worker has taken the goal over). The turn's
+  should-run checks the token in the transaction that opens the run (:func:`check_fence`), so a
+  worker that was paused past its lease and woke up cannot open a second run of the goal: the
+  newer token wins, on one machine or many sharing a PostgreSQL registry.
+* **Clock jumps** the worker noticed (wall clock against monotonic clock).
+"""
+
+from __future__ import annotations
+
+import json
+
+from loopx import clock
+from loopx.errors import LoopxError
+
+SETTING_KEYS = ("executor", "notify.command", "notify.webhook", "notify.min_interval_seconds")
+BEAT_SECONDS = 10.0
+DIED_AFTER_BEATS = 3
+
+
+# ------------------------------------------------------------------------------ settings
+
+
+def check_key(key: str) -> str:
+    """A setting's name: one of :data:`SETTING_KEYS`, or ``executor.<goal id>``."""
+    if key in SETTING_KEYS:
+        return key
+    if key.startswith("executor.g-") and 3 < len(key) <= 100 and key[9:].replace("-", "").isalnum():
+        return key
+    raise LoopxError("invalid_argument", f"unknown setting {key[:60]!r} (known: {', '.join(SETTING_KEYS)},"
+                                         " executor.<goal id>)")
+
+
+def settings(tx) -> dict[str, str]:
+    """Every setting, ``{key: value}``."""
+    return {r["key"]: r["value"] for r in tx.query("SELECT key, value FROM settings ORDER BY key")}
+
+
+def set_setting(reg, actor: str, key: str, value: str | None) -> dict:
+    """Set (or with ``value=None`` remove) one setting; user only."""
+    from loopx import ledger
+
+    key = check_key(key)
+    if ledger.role(actor) != ledger.USER:
+        raise LoopxError("actor_forbidden", f"only a user may change settings; {actor} may not")
+    if value is not None:
+        if not isinstance(value, str) or len(value) > 4096 or any(ord(c) < 32 for c in value):
+            raise LoopxError("invalid_argument", "a setting is one line of text, at most 4096 characters")
+        if key == "notify.min_interval_seconds":
+            try:
+                float(value)
+            except ValueError:
+                raise LoopxError("invalid_argument", f"{key} is a number of seconds") from None
+        if key == "notify.webhook" and not value.startswith(("http://", "https://")):
+            raise LoopxError("invalid_argument", f"{key} is an http:// or https:// URL")
+    at = clock.now()
+
+    def work(tx):
+        tx.execute("DELETE FROM settings WHERE key = ?", (key,))
+        if value is not None:
+            tx.execute("INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?)", (key, value, at))
+        return {"key": key, "value": value, "updated_at": at}
+
+    return reg.store.write(work)
+
+
+def executor_for(values: dict, goal_id: str, default: str) -> str | None:
+    """The executor the worker uses for ``goal_id`` (``None``: the goal is left alone)."""
+    name = values.get(f"executor.{goal_id}") or values.get("executor") or default
+    return None if name == "none" else name
+
+
+# ------------------------------------------------------------------------------ heartbeats
+
+
+def beat(reg, worker_id: str, *, host: str, pid: int, started_at: str, goals: list[str], info: dict | None = None,
+         stopped: bool = False) -> None:
+    """Record that worker ``worker_id`` is alive now (or, ``stopped``, that it stopped cleanly)."""
+    at = clock.now()
+
+    def work(tx):
+        text = json.dumps(sorted(goals))
+        extra = json.dumps(info or {}, sort_keys=True)
+        if tx.one("SELECT 1 AS x FROM workers WHERE id = ?", (worker_id,)) is None:
+            tx.execute("INSERT INTO workers (id, host, pid, started_at, beat_at, goals, stopped_at, info)"
+                       " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (worker_id, host, pid, started_at, at, text, at if stopped else None, extra))
+        else:
+            tx.execute("UPDATE workers SET beat_at = ?, goals = ?, stopped_at = ?, info = ? WHERE id = ?",
+                       (at, text, at if stopped else None, extra, worker_id))
+
+    reg.store.write(work)
+
+
+def workers(tx, now: str | None = None, *, limit: int = 20) -> list[dict]:
+    """The workers seen lately, newest beat first, each with ``state``: running, stopped or died."""
+    now = now or clock.now()
+    try:
+        rows = tx.query("SELECT * FROM workers ORDER BY beat_at DESC, id LIMIT ?", (limit,))
+    except Exception:  # a registry older than schema v5 opened read-only: no workers table yet
+        return []
+    out = []
+    for r in rows:
+        info = json.loads(r.get("info") or "{}")
+        beat_every = float(info.get("beat_seconds") or BEAT_SECONDS)
+        if r["stopped_at"]:
+            state = "stopped"
+        elif clock.seconds_between(r["beat_at"], now) > DIED_AFTER_BEATS * beat_every:
+            state = "died"
+        else:
+            state = "running"
+        out.append({"id": r["id"], "host": r["host"], "pid": int(r["pid"]), "started_at": r["started_at"],
+                    "last_beat_at": r["beat_at"], "goals": json.loads(r["goals"]), "state": state,
+                    "stopped_at": r["stopped_at"], "concurrency": info.get("concurrency"),
+                    "clock_jumps": info.get("clock_jumps", 0)})
+    return out
+
+
+# ------------------------------------------------------------------------------ leases
+
+
+def acquire(reg, goal_id: str, worker_id: str, lease_seconds: float) -> int | None:
+    """Take ``goal_id``'s lease for ``worker_id`` when it is free (or already ours): its new fencing
+    token, or ``None`` when another worker holds it. One transaction; the token only grows."""
+    now = clock.now()
+    until = clock.add_seconds(now, lease_seconds)
+
+    def work(tx):
+        # The row first (token 0, expired), then held: on PostgreSQL two workers racing for a
+        # goal never leased before must not both read "no lease".
+        tx.execute("INSERT INTO goal_leases (goal_id, worker_id, token, expires_at) VALUES (?, '', 0, '')"
+                   " ON CONFLICT (goal_id) DO NOTHING", (goal_id,))
+        row = tx.one("SELECT worker_id, token, expires_at FROM goal_leases WHERE goal_id = ?"
+                     + (" FOR UPDATE" if tx.dialect == "postgres" else ""), (goal_id,))
+        if row["worker_id"] != worker_id and row["expires_at"] > now:
+            return None
+        token = int(row["token"]) + 1
+        tx.execute("UPDATE goal_leases SET worker_id = ?, token = ?, expires_at = ? WHERE goal_id = ?",
+                   (worker_id, token, until, goal_id))
+        return token
+
+    return reg.store.write(work)
+
+
+def renew(reg, leases: dict[str, int], worker_id: str, lease_seconds: float) -> list[str]:
+    """Extend the leases ``{goal id: token}`` this worker holds; returns the goals it lost."""
+    if not leases:
+        return []
+    until = clock.add_seconds(clock.now(), lease_seconds)
+
+    def work(tx):
+        lost = []
+        for goal_id, token in leases.items():
+            row = tx.one("SELECT worker_id, token FROM goal_leases WHERE goal_id = ?", (goal_id,))
+            if row is None or row["worker_id"] != worker_id or int(row["token"]) != token:
+                lost.append(goal_id)
+            else:
+                tx.execute("UPDATE goal_leases SET expires_at = ? WHERE goal_id = ?", (until, goal_id))
+        return lost
+
+    return reg.store.write(work)
+
+
+def release(reg, goal_id: str, worker_id: str, token: int) -> None:
+    """Give a lease back (it expires now; the row, and so the token, stays)."""
+    def work(tx):
+        tx.execute("UPDATE goal_leases SET expires_at = ? WHERE goal_id = ? AND worker_id = ? AND token = ?",
+                   (clock.add_seconds(clock.now(), -0.001), goal_id, worker_id, token))
+
+    reg.store.write(work)
+
+
+def check_fence(tx, goal_id: str, owner: dict | None, now: str) -> None:
+    """Inside should-run's transaction: refuse (``lease_lost``) a worker's turn whose lease token is not current."""
+    if not owner or owner.get("lease_token") is None:
+        return
+    row = tx.one("SELECT worker_id, token, expires_at FROM goal_leases WHERE goal_id = ?", (goal_id,))
+    if row is None or row["worker_id"] != owner.get("worker") or int(row["token"]) != int(owner["lease_token"]) \
+            or row["expires_at"] <= now:
+        raise LoopxError("lease_lost", f"worker {owner.get('worker')} no longer holds goal {goal_id}'s lease"
+                                       f" (token {owner.get('lease_token')}): another worker took it over")
+
+
+# ------------------------------------------------------------------------------ clock jumps
+
+
+def record_jump(reg, worker_id: str, jump_seconds: float, detail: dict) -> None:
+    """Record a wall-clock jump a worker noticed."""
+    at = clock.now()
+
+    def work(tx):
+        tx.execute("INSERT INTO clock_jumps (worker_id, seen_at, jump_seconds, detail) VALUES (?, ?, ?, ?)",
+                   (worker_id, at, float(jump_seconds), json.dumps(detail, sort_keys=True)))
+
+    reg.store.write(work)
+
+
+def clock_jumps(tx, *, limit: int = 10) -> list[dict]:
+    """The latest clock jumps workers noticed, newest first."""
+    try:
+        rows = tx.query("SELECT * FROM clock_jumps ORDER BY id DESC LIMIT ?", (limit,))
+    except Exception:
+        return []
+    return [{"worker": r["worker_id"], "seen_at": r["seen_at"], "jump_seconds": round(float(r["jump_seconds"]), 3),
+             **json.loads(r["detail"])} for r in rows]
+
+
+# ------------------------------------------------------------------------------ what is due
+
+
+def candidates(tx, now: str, goal_ids: list[str] | None = None) -> list[dict]:
+    """Open goals with what the worker's schedule needs: ``{"id", "revision", "cadence", "last_opened",
+    "attention"}``; ``last_opened`` is the latest run opened at a believable time (not after ``now``).
+
+    One query over the open goals (or over ``goal_ids``): the worker calls it at start and then
+    only for goals whose ledger moved.
+    """
+    sql = ("SELECT g.id, g.revision, g.limits, s.attention,"
+           " (SELECT MAX(r.opened_at) FROM runs r WHERE r.goal_id = g.id AND r.opened_at <= ?) AS last_opened"
+           " FROM goals g LEFT JOIN goal_summary s ON s.goal_id = g.id WHERE g.status = 'open'")
+    params: list = [now]
+    out = []
+    chunks = [None] if goal_ids is None else [goal_ids[i:i + 500] for i in range(0, len(goal_ids), 500)]
+    for chunk in chunks:
+        q, p = sql, list(params)
+        if chunk is not None:
+            if not chunk:
+                continue
+            q += " AND g.id IN (" + ", ".join("?" * len(chunk)) + ")"
+            p += chunk
+        for r in tx.query(q, p):
+            limits = json.loads(r["limits"] or "{}")
+            out.append({"id": r["id"], "revision": int(r["revision"]), "cadence": limits.get("cadence_seconds"),
+                        "last_opened": r["last_opened"], "attention": r["attention"] or ""})
+    return out
+
+
+def changed_goals(tx, after_event: int) -> tuple[list[str], int]:
+    """The goals with events after ledger row ``after_event``, and the newest row id."""
+    top = tx.one("SELECT MAX(id) AS n FROM events")["n"] or 0
+    if top <= after_event:
+        return [], after_event
+    rows = tx.query("SELECT DISTINCT goal_id FROM events WHERE id > ? AND id <= ?", (after_event, top))
+    return [r["goal_id"] for r in rows], int(top)

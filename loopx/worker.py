@@ -1,0 +1,464 @@
+"""``loopx worker``: one long-running process that takes turns for every goal that should run.
+
+The worker keeps a schedule of the open goals (when each is next due, by its cadence) and
+starts a governed turn - a ``loopx turn`` child process, with the goal's configured executor
+(:func:`loopx.supervision.executor_for`) - for each goal that is due, at most ``concurrency`` at
+once. A turn's answer decides what comes next: after an ``ok`` turn the goal is looked at again
+at once (its cadence applies); after a ``wait`` it is due at ``next_eligible_at``; after
+``ask_user``, ``repair``, ``stop`` or a turn that did not end ``ok`` it is *parked* until its
+ledger moves (a person approved the gate, added a todo, retried...). A turn that ``failed`` is
+tried again after ``retry_seconds``, doubling each time (at most an hour): the same step
+failing ``stuck_after`` runs in a row makes the decision ``ask_user``, which parks the goal.
+
+**Never two turns of one goal at once.** A worker starts a turn only after winning the goal's
+lease (:func:`loopx.supervision.acquire`), which raises the goal's fencing token; the turn's
+should-run refuses to open a run unless that token is still current, so two workers on one
+SQLite file or on one PostgreSQL registry from several machines never run one goal twice.
+Leases are renewed at every heartbeat while a turn runs.
+
+**Sleeping.** Between events the main loop sleeps until the next due time (at most a minute),
+woken early by a change in the registry - SQLite's ``PRAGMA data_version`` read twice a second
+on a connection of its own (a few microseconds), PostgreSQL's ``LISTEN``/``NOTIFY`` - by a turn
+that ended, or by a signal. It never polls the goals: after a change it reads only the goals
+whose ledger moved (events after the last one it saw).
+
+**Heartbeats** (id, host, pid, started, last beat, current goals) go to the registry every
+``beat_seconds``; ``loopx status`` and the dashboard show them.
+
+**Signals.** SIGTERM or SIGINT: start no new turn, pass SIGTERM on to the running turns (each
+lets its step finish within its grace period and closes its run ``interrupted``), wait for them,
+record the stop, exit. A second signal is passed on too (the turns then stop their steps at once).
+
+**Time.** Durations and the schedule run on the monotonic clock. Each pass compares the wall
+clock with it; a jump (the wall clock moved more than :data:`JUMP_SECONDS` against it) is
+recorded and the whole schedule recomputed, and a run opened "in the future" is not trusted as
+the start of a cadence (see :func:`loopx.supervision.candidates`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from loopx import clock
+
+JUMP_SECONDS = 30.0
+MAX_SLEEP = 60.0
+POLL_SECONDS = 0.5
+FAILED_START_BACKOFF = 30.0
+
+
+class _Child:
+    __slots__ = ("goal_id", "token", "proc", "out", "started", "done")
+
+    def __init__(self, goal_id, token, proc):
+        self.goal_id, self.token, self.proc = goal_id, token, proc
+        self.out, self.started, self.done = "", time.monotonic(), False
+
+
+class Worker:
+    """One worker process over one registry (see the module's docstring)."""
+
+    def __init__(self, url: str, *, concurrency: int = 1, executor: str = "shell", agent: str | None = None,
+                 lease_seconds: float = 60.0, beat_seconds: float = 10.0, grace_seconds: float = 30.0,
+                 exit_when_idle: bool = False, poll_seconds: float = POLL_SECONDS, notify: bool = True,
+                 retry_seconds: float = 30.0):
+        import secrets
+
+        from loopx.registry import resolve_url
+
+        self.url = resolve_url(url)
+        self.concurrency, self.executor = concurrency, executor
+        self.id = "w-" + secrets.token_hex(6)
+        self.agent = agent or f"worker:{self.id}"
+        self.lease_seconds, self.beat_seconds, self.grace_seconds = lease_seconds, beat_seconds, grace_seconds
+        self.exit_when_idle, self.poll_seconds, self.notify = exit_when_idle, poll_seconds, notify
+        self.retry_seconds = retry_seconds
+        self.failures: dict[str, int] = {}  # goal -> failed turns in a row (back-off)
+        self.wake = threading.Event()
+        self.changed = threading.Event()
+        self.stop_signal: int | None = None
+        self.children: dict[str, _Child] = {}
+        self.heap: list = []  # (due monotonic, generation, goal id)
+        self.gen: dict[str, int] = {}
+        self.parked: dict[str, int] = {}  # goal -> revision it is parked at
+        self.last_event = 0
+        self.stats = {"turns": 0, "turn_processes": 0, "busy_seconds": 0.0, "clock_jumps": 0, "started_at": None, "lease_refused": 0}
+        self._skew: float | None = None
+        self._active = (float("inf"), float("-inf"))  # first turn's start, last turn's end
+
+    # ------------------------------------------------------------------ schedule
+
+    def _push(self, goal_id: str, due: float) -> None:
+        g = self.gen.get(goal_id, 0) + 1
+        self.gen[goal_id] = g
+        heapq.heappush(self.heap, (due, g, goal_id))
+
+    def _drop(self, goal_id: str) -> None:
+        self.gen[goal_id] = self.gen.get(goal_id, 0) + 1  # invalidates its heap entries
+
+    def _plan(self, rows: list[dict], values: dict) -> None:
+        from loopx.supervision import executor_for
+
+        mono, wall = time.monotonic(), clock.epoch()
+        for row in rows:
+            g = row["id"]
+            if g in self.children:
+                continue
+            if g in self.parked:
+                if self.parked[g] == row["revision"]:
+                    continue
+                del self.parked[g]
+            if executor_for(values, g, self.executor) is None or "budget_exhausted" in row["attention"]:
+                self._drop(g)
+                self.parked[g] = row["revision"]
+                continue
+            delay = 0.0
+            if row["cadence"] and row["last_opened"]:
+                delay = max(0.0, clock.epoch(row["last_opened"]) + float(row["cadence"]) - wall)
+            self._push(g, mono + delay)
+
+    def _scan(self, reg, goal_ids: list[str] | None = None) -> None:
+        from loopx.supervision import candidates, settings
+
+        with reg.read() as tx:
+            values = settings(tx)
+            if goal_ids is None:
+                self.last_event = int(tx.one("SELECT MAX(id) AS n FROM events")["n"] or 0)
+                self.heap, self.gen, self.parked = [], {}, {}
+            rows = candidates(tx, clock.now(), goal_ids)
+            if goal_ids is not None:  # closed or paused since: off the schedule
+                found = {r["id"] for r in rows}
+                for g in goal_ids:
+                    if g not in found:
+                        self._drop(g)
+                        self.parked.pop(g, None)
+        self._plan(rows, values)
+
+    def _due(self, now: float) -> list[str]:
+        out = []
+        while self.heap and self.heap[0][0] <= now and len(out) + len(self.children) < self.concurrency:
+            due, g, goal_id = heapq.heappop(self.heap)
+            if self.gen.get(goal_id) != g or goal_id in self.children or goal_id in self.parked:
+                continue
+            out.append(goal_id)
+        return out
+
+    def _next_due(self) -> float | None:
+        while self.heap:
+            due, g, goal_id = self.heap[0]
+            if self.gen.get(goal_id) == g and goal_id not in self.parked and goal_id not in self.children:
+                return due
+            heapq.heappop(self.heap)
+        return None
+
+    # ------------------------------------------------------------------ turns
+
+    def _start(self, reg, goal_id: str) -> None:
+        from loopx.supervision import acquire, executor_for, settings
+
+        token = acquire(reg, goal_id, self.id, self.lease_seconds)
+        if token is None:  # another worker has it: look again when its lease may have ended
+            self.stats["lease_refused"] += 1
+            self._push(goal_id, time.monotonic() + min(self.lease_seconds, MAX_SLEEP))
+            return
+        with reg.read() as tx:
+            executor = executor_for(settings(tx), goal_id, self.executor) or self.executor
+        env = {k: v for k, v in os.environ.items() if k not in ("LOOPX_RUN_ID", "LOOPX_ACTOR", "LOOPX_STEP_ID")}
+        env["LOOPX_REGISTRY"] = self.url
+        cmd = [sys.executable, "-m", "loopx", "--format", "json", "turn", goal_id, "--executor", executor,
+               "--agent", self.agent, "--grace-seconds", str(self.grace_seconds),
+               "--worker-lease", f"{self.id}:{token}"]
+        # A session of its own: a Ctrl-C in the worker's terminal reaches the worker, which passes
+        # SIGTERM on to its turns (each then lets its step finish within the grace period).
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        child = _Child(goal_id, token, proc)
+        self.children[goal_id] = child
+
+        def wait():
+            child.out = proc.communicate()[0] or ""
+            child.done = True
+            self.wake.set()
+
+        threading.Thread(target=wait, daemon=True).start()
+
+    def _reap(self, reg) -> None:
+        from loopx.supervision import release
+
+        for goal_id, child in list(self.children.items()):
+            if not child.done:
+                continue
+            del self.children[goal_id]
+            self.stats["turn_processes"] += 1
+            end = time.monotonic()
+            self.stats["busy_seconds"] += end - child.started
+            self._active = (min(self._active[0], child.started), max(self._active[1], end))
+            release(reg, goal_id, self.id, child.token)
+            self._after(reg, goal_id, child)
+
+    def _after(self, reg, goal_id: str, child: _Child) -> None:
+        try:
+            out = json.loads(child.out[child.out.find("{"):]) if "{" in child.out else {}
+        except ValueError:
+            out = {}
+        decision, outcome = out.get("decision"), out.get("outcome")
+        if decision == "run":
+            self.stats["turns"] += 1
+        if decision == "run" and outcome == "ok":
+            self.failures.pop(goal_id, None)
+            self._scan(reg, [goal_id])  # at once, or when its cadence says
+            return
+        if decision == "wait":
+            eligible = (out.get("contract") or {}).get("interaction_contract", {}).get("next_eligible_at")
+            if eligible:
+                delay = max(0.0, clock.epoch(eligible) - clock.epoch())
+                self._push(goal_id, time.monotonic() + min(delay, 24 * 3600.0))
+                return
+        if not out:  # it did not even answer (refused, crashed): try again later
+            self._push(goal_id, time.monotonic() + FAILED_START_BACKOFF)
+            return
+        if decision == "run" and outcome == "failed":
+            # Again after a back-off that doubles (a flaky step gets its retries); the same step
+            # failing run after run turns the decision into ask_user, which parks the goal.
+            n = self.failures[goal_id] = self.failures.get(goal_id, 0) + 1
+            self._push(goal_id, time.monotonic() + min(3600.0, self.retry_seconds * 2 ** (n - 1)))
+            return
+        self.failures.pop(goal_id, None)
+        with reg.read() as tx:  # parked until a person (or anything) changes the goal
+            row = tx.one("SELECT revision FROM goals WHERE id = ?", (goal_id,))
+        if row is not None:
+            self._drop(goal_id)
+            self.parked[goal_id] = int(row["revision"])
+
+    # ------------------------------------------------------------------ time, signals, changes
+
+    def _check_clock(self, reg) -> None:
+        from loopx.supervision import record_jump
+
+        skew = clock.epoch() - time.monotonic()
+        if self._skew is None:
+            self._skew = skew
+            return
+        jump = skew - self._skew
+        if abs(jump) > JUMP_SECONDS:
+            self._skew = skew
+            self.stats["clock_jumps"] += 1
+            record_jump(reg, self.id, jump, {"wall_now": clock.now(), "direction": "ahead" if jump > 0 else "back"})
+            self._scan(reg)  # every due time derived from wall-clock stamps is recomputed
+
+    def _on_signal(self, signum, frame):
+        self.stop_signal = signum
+        for child in list(self.children.values()):  # a second signal: the turns stop their steps at once
+            try:
+                child.proc.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+        self.wake.set()
+
+    def _watch(self) -> None:
+        """Wake the main loop when another connection commits (runs in a thread of its own)."""
+        from loopx.registry import Registry
+
+        try:
+            watcher = Registry.open(self.url, readonly=True)
+        except Exception:  # cannot watch: the main loop still wakes at least every MAX_SLEEP
+            return
+        store = watcher.store
+        try:
+            if hasattr(store, "wait_for_change"):  # PostgreSQL: LISTEN, no polling
+                store.data_version()
+                while self.stop_signal is None and not self._closing:
+                    if store.wait_for_change(5.0):
+                        self.changed.set()
+                        self.wake.set()
+                return
+            seen = store.data_version()
+            while self.stop_signal is None and not self._closing:
+                time.sleep(self.poll_seconds)
+                now = store.data_version()
+                if now != seen:
+                    seen = now
+                    self.changed.set()
+                    self.wake.set()
+        except Exception:
+            return
+        finally:
+            watcher.close()
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> dict:
+        """Run until a signal (or, with ``exit_when_idle``, until nothing is due or running)."""
+        from loopx.registry import Registry
+        from loopx.supervision import beat, changed_goals, renew
+
+        self._closing = False
+        started_at = clock.now()
+        self.stats["started_at"] = started_at
+        host, pid = socket.gethostname(), os.getpid()
+        main = threading.current_thread() is threading.main_thread()
+        before = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+        mono0 = time.monotonic()
+        reg = Registry.open(self.url)
+        watcher = threading.Thread(target=self._watch, daemon=True)
+        notifier = None
+        try:
+            info = {"concurrency": self.concurrency, "beat_seconds": self.beat_seconds, "executor": self.executor}
+            beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info=info)
+            watcher.start()
+            self._scan(reg)
+            self._check_clock(reg)
+            next_beat = time.monotonic() + self.beat_seconds
+            notifier = _Notifier(self.url) if self.notify else None
+            if notifier:  # the goals that already wait for someone, once at start
+                with reg.read() as tx:
+                    notifier.check([r["goal_id"] for r in tx.query(
+                        "SELECT goal_id FROM goal_summary WHERE lane = 2")])
+            while True:
+                self.wake.clear()
+                self._reap(reg)
+                self._check_clock(reg)
+                if self.changed.is_set():
+                    self.changed.clear()
+                    with reg.read() as tx:
+                        goals, self.last_event = changed_goals(tx, self.last_event)
+                    if goals:
+                        self._scan(reg, goals)
+                        if notifier:
+                            notifier.check(goals)
+                if self.stop_signal is not None:
+                    if not self.children:
+                        break
+                else:
+                    for goal_id in self._due(time.monotonic()):
+                        self._start(reg, goal_id)
+                now = time.monotonic()
+                if now >= next_beat:
+                    lost = renew(reg, {g: c.token for g, c in self.children.items()}, self.id, self.lease_seconds)
+                    for g in lost:  # another worker holds it now: stop this turn
+                        self.children[g].proc.send_signal(signal.SIGTERM)
+                    info["clock_jumps"] = self.stats["clock_jumps"]
+                    beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=list(self.children),
+                         info=info)
+                    if notifier:
+                        notifier.check_workers()
+                    next_beat = now + self.beat_seconds
+                due = self._next_due()
+                if due is not None and len(self.children) >= self.concurrency:
+                    due = None  # every slot is taken: a turn's end wakes the loop, not the due time
+                if self.exit_when_idle and not self.children and (due is None or due > now) \
+                        and not self.changed.is_set():
+                    with reg.read() as tx:  # the watcher may not have seen the last commits yet
+                        if changed_goals(tx, self.last_event)[1] == self.last_event:
+                            break
+                    self.changed.set()
+                    continue
+                timeout = min(MAX_SLEEP, next_beat - now, *([due - now] if due is not None else []))
+                if self.children or self.stop_signal is not None:
+                    timeout = min(timeout, 1.0)  # a turn's end sets wake too; this is only a backstop
+                self.wake.wait(max(0.0, timeout))
+        finally:
+            self._closing = True
+            if notifier:
+                notifier.close()
+            for child in self.children.values():  # an exception above: never leave turns behind
+                try:
+                    child.proc.send_signal(signal.SIGTERM)
+                except OSError:
+                    pass
+            try:
+                beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info={
+                    "concurrency": self.concurrency, "beat_seconds": self.beat_seconds,
+                    "clock_jumps": self.stats["clock_jumps"]}, stopped=True)
+            finally:
+                reg.close()
+                for s, h in before.items():
+                    signal.signal(s, h)
+        self.stats["wall_seconds"] = round(time.monotonic() - mono0, 3)
+        self.stats["active_seconds"] = round(max(0.0, self._active[1] - self._active[0]), 3)
+        self.stats["busy_seconds"] = round(self.stats["busy_seconds"], 3)
+        self.stats["worker_id"] = self.id
+        self.stats["stopped_by"] = signal.Signals(self.stop_signal).name if self.stop_signal else None
+        return self.stats
+
+
+class _Notifier:
+    """Runs :mod:`loopx.notify`'s checks in a thread of its own (a webhook's retries never hold up
+    a turn), on a registry connection of its own."""
+
+    def __init__(self, url: str):
+        import queue
+
+        self.url = url
+        self.jobs: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def check(self, goal_ids: list[str]) -> None:
+        self.jobs.put(("goals", list(goal_ids)))
+
+    def check_workers(self) -> None:
+        self.jobs.put(("workers", None))
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.jobs.put(None)
+        self.thread.join(timeout)
+
+    def _work(self) -> None:
+        from loopx import notify
+        from loopx.registry import Registry
+
+        with Registry.open(self.url) as reg:
+            while True:
+                job = self.jobs.get()
+                if job is None:
+                    return
+                try:
+                    if job[0] == "goals":
+                        notify.check_goals(reg, job[1])
+                    else:
+                        notify.check_goals(reg, [])  # goals held back by the rate limit
+                        notify.check_workers(reg)
+                except Exception as exc:  # a notification problem never stops the worker
+                    print(f"loopx worker: notification failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def unit(url: str | None, concurrency: int, executor: str, grace_seconds: float) -> str:
+    """A ``systemd --user`` unit that keeps this worker running."""
+    import shlex
+
+    from loopx.registry import resolve_url
+
+    argv = [sys.executable, "-m", "loopx", "worker", "--concurrency", str(concurrency), "--executor", executor,
+            "--grace-seconds", str(grace_seconds)]
+    registry = resolve_url(url)
+    return "\n".join([
+        "# ~/.config/systemd/user/loopx-worker.service",
+        "# systemctl --user daemon-reload && systemctl --user enable --now loopx-worker",
+        "# journalctl --user -u loopx-worker -f     (loginctl enable-linger $USER: keep it running logged out)",
+        "[Unit]",
+        "Description=LoopX worker: governed turns for every goal that should run",
+        "After=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"Environment={shlex.quote('LOOPX_REGISTRY=' + registry)}",
+        f"ExecStart={shlex.join(argv)}",
+        "KillSignal=SIGTERM",
+        "KillMode=mixed",
+        f"TimeoutStopSec={int(grace_seconds) + 30}",
+        "Restart=on-failure",
+        "RestartSec=5",
+        "",
+        "[Install]",
+        "WantedBy=default.target",
+        "",
+    ])

@@ -1,0 +1,215 @@
+"""The approvals server: one page listing what waits for a person, forms to decide it.
+
+Authentication: ``serve`` makes a one-time login token, prints the login link
+(``/login?token=…``) and writes the token to a file only the user can read. Opening the link
+once starts a session (a random id in an ``HttpOnly``, ``SameSite=Strict`` cookie); the token is
+then spent. Every form carries the session's CSRF token, checked on every ``POST``; the ``Host``
+header must name this server (no DNS rebinding), and ``Origin``, when sent, must be this server.
+It listens on loopback unless ``--allow-remote``.
+
+Every decision goes through ``loopx.api`` as actor ``user`` with the operation id
+``approvals-<session>-<n>``, which the ledger keeps with the event: who acted (the user) and
+from which browser session.
+"""
+
+from __future__ import annotations
+
+import html
+import ipaddress
+import json
+import os
+import secrets
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+COOKIE = "loopx_approvals"
+
+
+class State:
+    """The login token (one use), the sessions and their CSRF tokens."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.login_token: str | None = secrets.token_urlsafe(32)
+        self.sessions: dict[str, str] = {}  # session id -> csrf token
+        self.counter = 0
+        self.lock = threading.Lock()
+
+    def login(self, token: str) -> str | None:
+        with self.lock:
+            if not self.login_token or not secrets.compare_digest(token.encode(), self.login_token.encode()):
+                return None
+            self.login_token = None  # one use
+            session = "s-" + secrets.token_hex(8)
+            self.sessions[session] = secrets.token_urlsafe(24)
+            return session
+
+    def operation(self, session: str) -> str:
+        with self.lock:
+            self.counter += 1
+            return f"approvals-{session}-{self.counter}-{secrets.token_hex(4)}"
+
+
+def _page(view: dict, csrf: str, message: str = "") -> str:
+    esc = html.escape
+    rows = []
+    for g in view["goals"]:
+        needs = g.get("needs_you")
+        if needs is None and not g.get("last_run"):
+            continue
+        gates = "".join(
+            f'<form method="post" action="/decide" class="gate" data-gate-id="{esc(c.split("--gate-id ")[1].split()[0])}">'
+            f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+            f'<input type="hidden" name="goal_id" value="{esc(g["id"])}">'
+            f'<input type="hidden" name="gate_id" value="{esc(c.split("--gate-id ")[1].split()[0])}">'
+            f'<input name="comment" placeholder="comment">'
+            f'<button name="verb" value="approve">Approve</button> <button name="verb" value="reject">Reject</button>'
+            f"</form>"
+            for c in (needs or {}).get("commands", []) if c.startswith("loopx gate approve"))
+        run = g.get("last_run")
+        reward = ""
+        if run and run.get("state") != "open":
+            reward = (f'<form method="post" action="/reward" class="reward" data-run-id="{esc(run["id"])}">'
+                      f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+                      f'<input type="hidden" name="goal_id" value="{esc(g["id"])}">'
+                      f'<input type="hidden" name="run_id" value="{esc(run["id"])}">'
+                      f'Score run {esc(run["id"])}: <input name="score" size="4" value="1">'
+                      f'<input name="comment" placeholder="comment"><button>Add reward</button></form>')
+        reason = f' — needs you: {esc(needs["reason"])}: {esc(needs["message"])}' if needs else ""
+        rows.append(f'<li data-goal-id="{esc(g["id"])}"><strong>{esc(g["title"])}</strong> '
+                    f'<code>{esc(g["id"])}</code>{reason}{gates}{reward}</li>')
+    note = f'<p id="message">{esc(message)}</p>' if message else ""
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>LoopX approvals</title>"
+            "<meta name='referrer' content='same-origin'></head><body><h1>LoopX approvals</h1>"
+            f"{note}<ul id='goals'>{''.join(rows) or '<li>Nothing waits for you.</li>'}</ul></body></html>")
+
+
+def make_handler(state: State, allowed_hosts: set[str]):
+    from loopx import api
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "loopx-approvals"
+
+        def log_message(self, *args):
+            pass
+
+        def _send(self, code: int, body: str, *, headers: dict | None = None, ctype="text/html; charset=utf-8"):
+            data = body.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Frame-Options", "DENY")
+            self.send_header("Content-Security-Policy", "default-src 'none'; form-action 'self'; style-src 'unsafe-inline'")
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _host_ok(self) -> bool:
+            return self.headers.get("Host", "") in allowed_hosts
+
+        def _session(self) -> str | None:
+            for part in (self.headers.get("Cookie") or "").split(";"):
+                name, _, value = part.strip().partition("=")
+                if name == COOKIE and value in state.sessions:
+                    return value
+            return None
+
+        def do_GET(self):
+            if not self._host_ok():
+                return self._send(421, "wrong host")
+            url = urlparse(self.path)
+            if url.path == "/login":
+                token = (parse_qs(url.query).get("token") or [""])[0]
+                session = state.login(token)
+                if session is None:
+                    return self._send(403, "<p id='error'>This login link is wrong or was used already.</p>")
+                return self._send(303, "", headers={
+                    "Location": "/", "Set-Cookie": f"{COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/"})
+            session = self._session()
+            if session is None:
+                return self._send(401, "<p id='error'>Log in with the link `loopx approvals serve` printed.</p>")
+            if url.path != "/":
+                return self._send(404, "not found")
+            message = (parse_qs(url.query).get("m") or [""])[0][:300]
+            with api.Registry.open(state.url, readonly=True) as reg:
+                view = api.status_overview(reg, limit=100)
+            return self._send(200, _page(view, state.sessions[session], message))
+
+        def do_POST(self):
+            if not self._host_ok():
+                return self._send(421, "wrong host")
+            session = self._session()
+            if session is None:
+                return self._send(401, "<p id='error'>not logged in</p>")
+            origin = self.headers.get("Origin")
+            if origin and urlparse(origin).netloc not in allowed_hosts:
+                return self._send(403, "<p id='error'>cross-site request refused</p>")
+            size = int(self.headers.get("Content-Length") or 0)
+            if size > 65536:
+                return self._send(413, "too large")
+            form = {k: v[0] for k, v in parse_qs(self.rfile.read(size).decode(errors="replace")).items()}
+            if not secrets.compare_digest(form.get("csrf", "").encode(), state.sessions[session].encode()):
+                return self._send(403, "<p id='error'>CSRF token missing or wrong; nothing was changed</p>")
+            op = state.operation(session)
+            try:
+                with api.Registry.open(state.url) as reg:
+                    if self.path == "/decide":
+                        gate = api.decide_gate(reg, "user", form.get("verb", ""), goal_id=form.get("goal_id", ""),
+                                               gate_id=form.get("gate_id", ""), comment=form.get("comment") or None,
+                                               operation_id=op)
+                        message = f"gate {gate['id']} {gate['status']} (session {session})"
+                    elif self.path == "/reward":
+                        reward = api.add_reward(reg, "user", goal_id=form.get("goal_id", ""),
+                                                run_id=form.get("run_id", ""), score=float(form.get("score", "x")),
+                                                comment=form.get("comment") or None, operation_id=op)
+                        message = f"reward {reward['id']} added (session {session})"
+                    else:
+                        return self._send(404, "not found")
+            except api.LoopxError as err:
+                message = f"refused: {err.message} [{err.code}]"
+            except ValueError:
+                message = "refused: the score is a number in [-1, 1]"
+            from urllib.parse import quote
+
+            return self._send(303, "", headers={"Location": "/?m=" + quote(message)})
+
+    return Handler
+
+
+def run(*, host: str, port: int, allow_remote: bool, token_file: str | None) -> None:
+    """Serve until interrupted (see the module's docstring)."""
+    from loopx import api
+
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback and not allow_remote:
+        raise api.LoopxError("invalid_argument", f"--host {host} is not a loopback address; add --allow-remote "
+                                                 "(and put TLS in front of it) to serve other machines")
+    url = api.registry_url()
+    with api.Registry.open(url):  # refuse a registry that is not there before printing a link
+        pass
+    state = State(url)
+    server = ThreadingHTTPServer((host, port), None)
+    real_port = server.server_address[1]
+    allowed = {f"{host}:{real_port}", f"127.0.0.1:{real_port}", f"localhost:{real_port}"}
+    server.RequestHandlerClass = make_handler(state, allowed)
+    path = token_file or os.path.join(os.path.expanduser("~"), ".config", "loopx", "approvals.token")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(state.login_token + "\n")
+    link = f"http://{host}:{real_port}/login?token={state.login_token}"
+    print(json.dumps({"url": f"http://{host}:{real_port}/", "login": link, "token_file": path}), flush=True)
+    print(f"loopx approvals: open {link} once to log in (token also in {path})", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

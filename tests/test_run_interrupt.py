@@ -1,0 +1,217 @@
+"""A step never starts twice for one run, and interruptions lose nothing (real processes, real signals)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import loopx_env
+
+
+def _cli(url, *args, cwd=None, timeout=60):
+    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", *map(str, args)], env=loopx_env(url),
+                       capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    return p.returncode, (json.loads(p.stdout) if p.stdout.strip() else None), p.stderr
+
+
+def _spawn(url, *args, cwd=None):
+    return subprocess.Popen([sys.executable, "-m", "loopx", "--format", "json", *map(str, args)],
+                            env=loopx_env(url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                            start_new_session=True)
+
+
+def _until(predicate, what, limit=30.0):
+    # Waits for an event another process causes (a file written), not for time to pass.
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _goal(url, tmp_path, *actions):
+    code, goal, err = _cli(url, "project-prompt", "create", "--title", "t", "--description", "d")
+    assert code == 0, err
+    gid = goal["id"]
+    for name, script in actions:
+        code, _, err = _cli(url, "action", "add", "--goal-id", gid, "--name", name, "--", "sh", "-c", script)
+        assert code == 0, err
+    _cli(url, "todo", "add", gid, "--text", "work")
+    return gid
+
+
+def _evidence(url, run_id):
+    code, rows, err = _cli(url, "evidence", "list", "--run-id", run_id)
+    assert code == 0, err
+    return rows
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("registry_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_two_processes_racing_one_step_run_it_once(registry_url, tmp_path):
+    gid = _goal(registry_url, tmp_path, ("slow", f"echo start >> {tmp_path}/log; sleep 1"))
+    code, contract, err = _cli(registry_url, "quota", "should-run", gid)
+    run_id = contract["interaction_contract"]["run_id"]
+    procs = [_spawn(registry_url, "exec", "--run-id", run_id, "--action", "slow") for _ in range(2)]
+    outs = [(p.wait(timeout=60), p.stdout.read()) for p in procs]
+    codes = sorted(c for c, _ in outs)
+    assert codes == [0, 2], outs
+    refused = json.loads(next(o for c, o in outs if c == 2))
+    assert refused["error"]["code"] == "step_already_started"
+    assert (tmp_path / "log").read_text() == "start\n"
+    started = [e for e in _evidence(registry_url, run_id) if e["kind"] == "step_started"]
+    assert len(started) == 1 and started[0]["actor"] == "core"
+
+
+def test_sigkilled_turn_never_runs_its_step_again_and_its_run_is_abandoned(sqlite_url, tmp_path):
+    url = sqlite_url
+    log, pids = tmp_path / "log", tmp_path / "pids"
+    # The first start of the step hangs (until stopped); a later one returns at once.
+    script = f"n=$(cat {log} 2>/dev/null | wc -l); echo run >> {log}; echo $$ >> {pids}; [ $n -gt 0 ] || sleep 60"
+    gid = _goal(url, tmp_path, ("work", script))
+    turn = _spawn(url, "turn", gid, "--executor", "shell")
+    _until(lambda: pids.exists() and pids.read_text().strip(), "the step to start")
+    step_pid = int(pids.read_text().split()[0])
+    os.kill(turn.pid, signal.SIGKILL)
+    turn.wait(timeout=10)
+    code, listed, _ = _cli(url, "run", "list", gid)
+    first = listed[0]["id"]
+    assert listed[0]["state"] == "open"
+    # The same step of the same run, started again by hand while the first still runs: refused.
+    code, out, _ = _cli(url, "exec", "--run-id", first, "--action", "work")
+    assert code == 2 and out["error"]["code"] == "step_already_started"
+    assert log.read_text() == "run\n" and _alive(step_pid)
+
+    code, out, err = _cli(url, "turn", gid, "--executor", "shell")
+    assert code == 0, err
+    assert out["run_id"] != first and out["outcome"] == "ok"
+    assert not _alive(step_pid), "the dead turn's step was left running beside the new one"
+    code, shown, err = _cli(url, "run", "show", "--run-id", first)
+    assert code == 0, (shown, err)
+    assert shown["status"] == "abandoned"
+    unknown = [e for e in shown["evidence"] if e["kind"] == "step_unknown"]
+    assert len(unknown) == 1 and "ran, result unknown" in unknown[0]["summary"]
+    assert log.read_text() == "run\nrun\n"  # once per run, never twice in one
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_lets_the_step_finish_starts_no_other_and_closes_the_run_interrupted(sqlite_url, tmp_path, sig):
+    url = sqlite_url
+    go = tmp_path / "go"
+    gid = _goal(url, tmp_path,
+                ("first", f"touch {tmp_path}/started; while [ ! -e {go} ]; do sleep 0.05; done; echo done > {tmp_path}/first"),
+                ("second", f"touch {tmp_path}/second"))
+    turn = _spawn(url, "turn", gid, "--executor", "shell", "--grace-seconds", "60")
+    _until(lambda: (tmp_path / "started").exists(), "the first step to start")
+    os.kill(turn.pid, sig)
+    time.sleep(0.3)  # the signal is delivered before the step ends (not a wait for time to pass)
+    go.touch()
+    out, err = turn.communicate(timeout=60)
+    assert turn.returncode == 128 + sig, err
+    doc = json.loads(out)
+    assert doc["outcome"] == "interrupted"
+    assert (tmp_path / "first").read_text() == "done\n"  # the running step finished
+    assert not (tmp_path / "second").exists()  # the next one never started
+    code, shown, _ = _cli(url, "run", "show", "--run-id", doc["run_id"])
+    assert shown["status"] == "finished" and shown["outcome"] == "interrupted"
+    ev = next(e for e in shown["evidence"] if e["kind"] == "interrupted")
+    assert signal.Signals(sig).name in ev["summary"] and "no step was cut short" in ev["summary"]
+
+
+def test_grace_over_stops_the_step_group_and_records_it(sqlite_url, tmp_path):
+    url = sqlite_url
+    pids = tmp_path / "pids"
+    gid = _goal(url, tmp_path, ("hang", f"echo $$ > {pids}; sleep 60"))
+    turn = _spawn(url, "turn", gid, "--executor", "shell", "--grace-seconds", "0.5")
+    _until(lambda: pids.exists() and pids.read_text().strip(), "the step to start")
+    step_pid = int(pids.read_text())
+    started = time.monotonic()
+    os.kill(turn.pid, signal.SIGTERM)
+    out, err = turn.communicate(timeout=30)
+    assert time.monotonic() - started < 15
+    doc = json.loads(out)
+    assert doc["outcome"] == "interrupted", err
+    assert not _alive(step_pid)
+    code, shown, _ = _cli(url, "run", "show", "--run-id", doc["run_id"])
+    kinds = [e["kind"] for e in shown["evidence"]]
+    assert "step_unknown" in kinds and "interrupted" in kinds
+    ev = next(e for e in shown["evidence"] if e["kind"] == "interrupted")
+    assert "after the grace period" in ev["summary"]
+
+
+def test_sigterm_in_loop_starts_no_new_turn(sqlite_url, tmp_path):
+    url = sqlite_url
+    go = tmp_path / "go"
+    gid = _goal(url, tmp_path, ("step", f"touch {tmp_path}/started; while [ ! -e {go} ]; do sleep 0.05; done"))
+    loop = _spawn(url, "loop", gid, "--executor", "shell", "--max-turns", "5")
+    _until(lambda: (tmp_path / "started").exists(), "the first turn's step")
+    os.kill(loop.pid, signal.SIGTERM)
+    time.sleep(0.3)
+    go.touch()
+    out, err = loop.communicate(timeout=60)
+    assert loop.returncode == 143, err
+    doc = json.loads(out)
+    assert doc["stopped"] == "interrupted"
+    code, listed, _ = _cli(url, "run", "list", gid)
+    assert len(listed) == 1 and listed[0]["outcome"] == "interrupted"
+
+
+def test_a_second_turn_does_not_carry_out_a_run_a_live_turn_owns(sqlite_url, tmp_path):
+    url = sqlite_url
+    go = tmp_path / "go"
+    gid = _goal(url, tmp_path, ("work", f"touch {tmp_path}/started; while [ ! -e {go} ]; do sleep 0.05; done;"
+                                       f" echo ran >> {tmp_path}/log"))
+    first = _spawn(url, "turn", gid, "--executor", "shell")
+    _until(lambda: (tmp_path / "started").exists(), "the step to start")
+    code, out, _ = _cli(url, "turn", gid, "--executor", "shell")  # same agent: should-run hands the run back
+    assert code == 2 and out["error"]["code"] == "run_in_progress"
+    go.touch()
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0 and json.loads(out)["outcome"] == "ok", err
+    assert (tmp_path / "log").read_text() == "ran\n"
+
+
+def test_a_run_whose_lease_expired_mid_step_records_the_step_as_result_unknown(sqlite_url, tmp_path):
+    from loopx import clock
+
+    url = sqlite_url
+    gid = _goal(url, tmp_path, ("work", "true"))
+    code, contract, _ = _cli(url, "quota", "should-run", gid, "--ttl-seconds", "60")
+    run_id = contract["interaction_contract"]["run_id"]
+    # The step's start as `loopx exec` records it, from a process on another machine (so only
+    # the lease can tell that it is gone), then the lease runs out (scripted clock, no sleeping).
+    from loopx.claims import STARTED
+    from loopx.registry import Registry
+    from loopx.validate import new_id
+
+    with Registry.open(url) as reg:
+        def work(w):
+            w.emit("evidence.added", {"evidence_id": new_id("evidence"), "run_id": run_id, "kind": STARTED,
+                                      "summary": "action:work: started", "data": {"step": "action:work",
+                                      "action": "work", "host": "elsewhere", "pid": 1, "at": w.at}})
+        reg.mutate("core", work, goal_id=gid)
+    offset = tmp_path / "offset"
+    offset.write_text("120")
+    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", "quota", "should-run", gid],
+                       env=loopx_env(url, LOOPX_CLOCK_OFFSET_FILE=str(offset)), capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    code, shown, _ = _cli(url, "run", "show", "--run-id", run_id)
+    assert shown["status"] == "abandoned"
+    unknown = [e for e in shown["evidence"] if e["kind"] == "step_unknown"]
+    assert len(unknown) == 1 and "ran, result unknown (lease_expired)" in unknown[0]["summary"]
+    assert clock.seconds_between(shown["opened_at"], shown["finished_at"]) == 60  # charged up to its expiry

@@ -1,0 +1,184 @@
+"""``loopx worker``: real worker processes, real signals, two workers on one registry, a scripted clock jump."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import loopx_env
+
+
+def _cli(url, *args, env=None, timeout=60):
+    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", *map(str, args)],
+                       env=loopx_env(url, **(env or {})), capture_output=True, text=True, timeout=timeout)
+    return p.returncode, (json.loads(p.stdout) if p.stdout.strip() else None), p.stderr
+
+
+def _worker(url, *args, env=None):
+    return subprocess.Popen([sys.executable, "-m", "loopx", "--format", "json", "worker", *map(str, args)],
+                            env=loopx_env(url, **(env or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def _until(predicate, what, limit=60.0):
+    # Waits for something another process does, never for time itself.
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _goal(url, script, *, todos=1, title="g", limits=()):
+    code, goal, err = _cli(url, "project-prompt", "create", "--title", title, "--description", "d")
+    assert code == 0, err
+    gid = goal["id"]
+    assert _cli(url, "action", "add", "--goal-id", gid, "--name", "work", "--", "sh", "-c", script)[0] == 0
+    for i in range(todos):
+        _cli(url, "todo", "add", gid, "--text", f"todo {i}")
+    if limits:
+        assert _cli(url, "quota", "set", gid, *limits)[0] == 0
+    return gid
+
+
+def _runs(url, gid):
+    return _cli(url, "run", "list", gid)[1]
+
+
+@pytest.mark.parametrize("registry_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_two_workers_on_one_registry_never_run_one_goal_twice(registry_url, tmp_path):
+    url = registry_url
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    # mkdir is atomic: a second turn of one goal running at the same time would find the directory.
+    script = (f"mkdir {locks}/$LOOPX_GOAL_ID || echo OVERLAP >> {tmp_path}/log; echo $LOOPX_GOAL_ID >> {tmp_path}/log;"
+              f" sleep 0.2; rmdir {locks}/$LOOPX_GOAL_ID")
+    goals = [_goal(url, script, todos=2, title=f"g{i}") for i in range(3)]
+    workers = [_worker(url, "--concurrency", "2", "--exit-when-idle", "--beat-seconds", "0.5") for _ in range(2)]
+    outs = [w.communicate(timeout=240) for w in workers]
+    for w, (out, err) in zip(workers, outs):
+        assert w.returncode == 0, err
+    log = (tmp_path / "log").read_text().split()
+    assert "OVERLAP" not in log
+    assert sorted(log) == sorted(goals * 2)  # every todo's step ran, each exactly once
+    stats = [json.loads(out) for out, _ in outs]
+    assert sum(s["turns"] for s in stats) == 6
+    for gid in goals:
+        runs = _runs(url, gid)
+        assert [r["outcome"] for r in runs if r["status"] == "finished"].count("ok") == 2
+        for r in runs:  # every run was opened under a worker's lease, with its fencing token
+            owner = next(e for e in _cli(url, "evidence", "list", "--run-id", r["id"])[1] if e["kind"] == "run_owner")
+            assert owner["data"]["lease_token"] >= 1 and owner["data"]["worker"].startswith("w-")
+
+
+def test_a_stale_fencing_token_cannot_open_a_run(sqlite_url, tmp_path):
+    from loopx import clock, supervision
+    from loopx.registry import Registry
+
+    url = sqlite_url
+    gid = _goal(url, "true")
+    with Registry.open(url) as reg:
+        first = supervision.acquire(reg, gid, "w-old", 60)
+        assert supervision.acquire(reg, gid, "w-new", 60) is None  # held
+        clock.set_offset(120)  # the old worker's lease has run out (scripted time, no sleeping)
+        try:
+            second = supervision.acquire(reg, gid, "w-new", 60)
+        finally:
+            clock.set_offset(0)
+    assert second == first + 1
+    code, out, _ = _cli(url, "turn", gid, "--worker-lease", f"w-old:{first}")
+    assert code == 2 and out["error"]["code"] == "lease_lost"
+    assert _runs(url, gid) == []  # nothing was opened
+    code, out, err = _cli(url, "turn", gid, "--worker-lease", f"w-new:{second}")
+    assert code == 0 and out["outcome"] == "ok", err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_worker(sqlite_url, tmp_path, sig):
+    url = sqlite_url
+    go = tmp_path / "go"
+    script = (f"touch {tmp_path}/started.$LOOPX_GOAL_ID; while [ ! -e {go} ]; do sleep 0.05; done;"
+              f" echo $LOOPX_GOAL_ID >> {tmp_path}/finished")
+    goals = [_goal(url, script, todos=3, title=f"g{i}") for i in range(2)]
+    w = _worker(url, "--concurrency", "2", "--grace-seconds", "60", "--beat-seconds", "0.5")
+    _until(lambda: all((tmp_path / f"started.{g}").exists() for g in goals), "both steps to start")
+    code, status, _ = _cli(url, "status")
+    running = next(x for x in status["workers"] if x["state"] == "running")
+    assert sorted(running["goals"]) == sorted(goals) and running["pid"] == w.pid
+    os.kill(w.pid, sig)
+    time.sleep(0.3)  # the signal lands while the steps still run
+    go.touch()
+    out, err = w.communicate(timeout=60)
+    assert w.returncode == 128 + sig, err
+    assert sorted((tmp_path / "finished").read_text().split()) == sorted(goals)  # both steps finished
+    for gid in goals:
+        runs = _runs(url, gid)
+        assert [r["outcome"] for r in runs] == ["interrupted"]  # and no new turn was started
+    code, status, _ = _cli(url, "status")
+    assert status["workers"][0]["state"] == "stopped" and status["workers"][0]["goals"] == []
+
+
+def test_a_sigkilled_worker_shows_as_died_and_its_turn_still_ends_honestly(sqlite_url, tmp_path):
+    url = sqlite_url
+    go = tmp_path / "go"
+    gid = _goal(url, f"touch {tmp_path}/started; while [ ! -e {go} ]; do sleep 0.05; done", todos=1)
+    w = _worker(url, "--beat-seconds", "1")
+    _until(lambda: (tmp_path / "started").exists(), "the step to start")
+    os.kill(w.pid, signal.SIGKILL)
+    w.wait(timeout=10)
+    go.touch()
+    _until(lambda: (_runs(url, gid) or [{}])[0].get("status") == "finished", "the orphaned turn to finish")
+    assert [r["outcome"] for r in _runs(url, gid)] == ["ok"]
+    offset = tmp_path / "offset"
+    offset.write_text("30")  # thirty seconds on: three beats missed (scripted, no sleeping)
+    code, status, _ = _cli(url, "status", env={"LOOPX_CLOCK_OFFSET_FILE": str(offset)})
+    assert status["workers"][0]["state"] == "died" and status["workers"][0]["pid"] == w.pid
+
+
+def test_a_clock_jump_is_recorded_and_cadence_recovers(sqlite_url, tmp_path):
+    url = sqlite_url
+    offset = tmp_path / "offset"
+    offset.write_text("0")
+    env = {"LOOPX_CLOCK_OFFSET_FILE": str(offset)}
+    gid = _goal(url, f"echo ran >> {tmp_path}/log", todos=5, limits=("--cadence-seconds", "3600"))
+    w = _worker(url, "--beat-seconds", "0.3", env=env)
+    _until(lambda: (tmp_path / "log").exists() and len(_runs(url, gid)) == 1
+           and _runs(url, gid)[0]["status"] == "finished", "the first turn")
+    year = 365 * 24 * 3600
+    offset.write_text(str(year))  # the wall clock jumps a year ahead ...
+    _until(lambda: len(_runs(url, gid)) == 2 and _runs(url, gid)[0]["status"] == "finished",
+           "the turn the jump made due")
+    offset.write_text("0")  # ... and back
+    jumps = _until(lambda: len(_cli(url, "status")[1]["clock_jumps"]) >= 2 and _cli(url, "status")[1]["clock_jumps"],
+                   "both jumps to be recorded")
+    assert [j["direction"] for j in jumps[:2]] == ["back", "ahead"]
+    assert abs(jumps[1]["jump_seconds"] - year) < 60
+    # Cadence counts from the last run opened at a believable time: due within the hour, not in a year.
+    code, preview, _ = _cli(url, "quota", "should-run", gid, "--dry-run")
+    assert preview["decision"] == "wait"
+    first_opened = _runs(url, gid)[-1]["opened_at"]
+    from loopx import clock
+    assert clock.seconds_between(first_opened, preview["interaction_contract"]["next_eligible_at"]) == 3600
+    os.kill(w.pid, signal.SIGTERM)
+    w.communicate(timeout=60)
+    assert len(_runs(url, gid)) == 2  # and nothing ran after the clock came back
+
+
+def test_print_unit_is_a_systemd_user_unit_for_this_registry(sqlite_url):
+    code = subprocess.run([sys.executable, "-m", "loopx", "worker", "--print-unit", "--concurrency", "4"],
+                          env=loopx_env(sqlite_url), capture_output=True, text=True)
+    assert code.returncode == 0, code.stderr
+    unit = code.stdout
+    assert "[Service]" in unit and "[Install]" in unit and "WantedBy=default.target" in unit
+    exec_line = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    assert "worker --concurrency 4" in exec_line and sys.executable in exec_line
+    assert f"LOOPX_REGISTRY={sqlite_url}" in unit and "KillSignal=SIGTERM" in unit
