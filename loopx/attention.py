@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import json
 
-from loopx.clock import seconds_between
+from loopx import usage_counts
 from loopx.model import BUDGETS
 
 STATIC_CODES = ("gate_pending", "budget_exhausted", "run_abandoned", "run_failed")
@@ -59,7 +59,7 @@ def _row_for(tx, goal_id: str) -> tuple | None:
                   " ORDER BY opened_at DESC, id DESC LIMIT 1", (goal_id,))
     if done and done["outcome"] == "failed":
         codes.add("run_failed")
-    if _limited(goal) and _exhausted(goal, _usage(tx, goal_id).get(goal_id, _UNUSED)):
+    if _limited(goal) and _exhausted(goal, usage_counts.shown(usage_counts.read(tx, goal_id))):
         codes.add("budget_exhausted")
     expiry = tx.one("SELECT min(expires_at) AS e FROM runs WHERE goal_id = ? AND status = 'open'", (goal_id,))
     return (goal["status"], goal["created_seq"], LANE_ATTENTION if codes else LANE_QUIET, _codes(codes),
@@ -102,21 +102,11 @@ def _exhausted(goal: dict, used: dict) -> bool:
     return False
 
 
-def _usage(tx, goal_id: str | None) -> dict[str, dict]:
-    """``{goal_id: used}`` for one goal, or for every goal with runs when ``goal_id`` is None."""
-    scope, params = ("", ()) if goal_id is None else (" AND goal_id = ?", (goal_id,))
-    out: dict[str, dict] = {}
-    for r in tx.query("SELECT goal_id, COUNT(*) AS turns, COALESCE(SUM(tokens), 0) AS tokens,"
-                      " COALESCE(SUM(cost), 0) AS cost FROM runs WHERE 1 = 1" + scope + " GROUP BY goal_id", params):
-        out[r["goal_id"]] = {"turns": int(r["turns"]), "tokens": int(r["tokens"]), "cost": float(r["cost"]),
-                             "wall_seconds": 0.0}
-    for r in tx.query("SELECT goal_id, opened_at, finished_at FROM runs"
-                      " WHERE status IN ('finished', 'abandoned')" + scope, params):
-        out[r["goal_id"]]["wall_seconds"] += max(0.0, seconds_between(r["opened_at"], r["finished_at"]))
-    for used in out.values():
-        used["cost"] = round(used["cost"], 6)
-        used["wall_seconds"] = round(used["wall_seconds"], 3)
-    return out
+def _usage(tx) -> dict[str, dict]:
+    """``{goal_id: used}`` for every goal with runs, summed from the runs rows by the counters'
+    rules (a migration's rebuild runs before the counters exist; :mod:`loopx.usage_counts`)."""
+    return {g: usage_counts.shown(dict(zip(("turns", "tokens", "cost_micros", "wall_us", "last_opened"), c)))
+            for g, c in usage_counts.from_runs(tx).items()}
 
 
 def refresh(tx, goal_id: str) -> None:
@@ -163,7 +153,7 @@ def rebuild_all(tx) -> int:
     for goal_id, (_, outcome) in newest_done.items():
         if outcome == "failed":
             codes.setdefault(goal_id, set()).add("run_failed")
-    used = _usage(tx, None)
+    used = _usage(tx)
     expiries = {r["goal_id"]: r["e"] for r in tx.query(
         "SELECT goal_id, min(expires_at) AS e FROM runs WHERE status = 'open' GROUP BY goal_id")}
     rows = []

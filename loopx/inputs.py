@@ -11,7 +11,6 @@ unchanged (every change to a goal is an event, and every event moves the revisio
 
 from __future__ import annotations
 
-from loopx.clock import seconds_between
 from loopx.model import QuotaUsage
 
 
@@ -114,6 +113,7 @@ def gather(tx, goal_id: str, *, goal_row: dict | None = None) -> TurnInputs:
     ``goal_row``: the goal's row when the caller already holds it (the write transaction locked
     it), so it is not read twice.
     """
+    from loopx import usage_counts
     from loopx.actions import action_from_row
     from loopx.gates import gate_from_row
     from loopx.project_prompt import goal_from_row, load_goal
@@ -123,18 +123,12 @@ def gather(tx, goal_id: str, *, goal_row: dict | None = None) -> TurnInputs:
     goal = goal_from_row(goal_row) if goal_row is not None else load_goal(tx, goal_id)
     open_runs = [run_from_row(r) for r in tx.query(
         "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' ORDER BY opened_at, id", (goal_id,))]
-    agg = tx.one("SELECT COUNT(*) AS turns, COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost), 0) AS cost,"
-                 " MAX(opened_at) AS last FROM runs WHERE goal_id = ?", (goal_id,))
-    wall = 0.0
-    if agg["turns"] > len(open_runs):  # closed runs exist: their wall time counts
-        for r in tx.query("SELECT opened_at, finished_at FROM runs WHERE goal_id = ?"
-                          " AND status IN ('finished', 'abandoned')", (goal_id,)):
-            wall += max(0.0, seconds_between(r["opened_at"], r["finished_at"]))
-    totals = (int(agg["turns"]), int(agg["tokens"]), float(agg["cost"]), wall)
+    used = usage_counts.read(tx, goal_id)  # counters: one row, whatever the goal's history
+    totals = (used["turns"], used["tokens"], used["cost_micros"] / 1_000_000, used["wall_us"] / 1_000_000)
     gates = [gate_from_row(r) for r in tx.query("SELECT * FROM gates WHERE goal_id = ? ORDER BY created_at, id",
                                                 (goal_id,))]
     todos = [todo_from_row(r) for r in tx.query("SELECT * FROM todos WHERE goal_id = ? ORDER BY priority, created_seq",
                                                 (goal_id,))]
     actions = [action_from_row(r) for r in tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY created_at, name",
                                                     (goal_id,))]
-    return TurnInputs(goal, goal.revision, open_runs, totals, agg["last"], gates, todos, actions)
+    return TurnInputs(goal, goal.revision, open_runs, totals, used["last_opened"], gates, todos, actions)

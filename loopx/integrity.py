@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - other Pythons
 GENESIS = "0" * 64
 #: The current-state tables the digest covers: what a turn decision reads. Contracts, evidence
 #: and rewards are append-only records the decision never reads; the full check replays them.
-STATE_TABLES = ("goals", "gates", "todos", "actions", "runs", "capability_state")
+STATE_TABLES = ("goals", "gates", "todos", "actions", "runs", "capability_state", "goal_usage")
 #: The digest recorded when a write lands on state that was already altered outside the ledger.
 UNTRUSTED = "untrusted"
 #: How many of the newest events ``should-run`` re-hashes.
@@ -276,7 +276,12 @@ def verify_chain(tx, goal_id: str) -> list[Problem]:
     return out
 
 
-def backfill(tx) -> int:
+def backfill_chains(tx) -> int:
+    """:func:`backfill` without sealing (a schema step before the last state table exists)."""
+    return backfill(tx, sealing=False)
+
+
+def backfill(tx, *, sealing: bool = True) -> int:
     """Compute chains for events that have none and seal every goal (the schema migration).
 
     Trusts the ledger as it stands at migration time: that is all an older registry offers.
@@ -294,7 +299,8 @@ def backfill(tx) -> int:
                 prev = digest
             else:
                 prev = row["hash"]
-        seal(tx, goal_id)
+        if sealing:
+            seal(tx, goal_id)
     return len(goals)
 
 

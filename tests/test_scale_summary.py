@@ -50,7 +50,9 @@ def _downgrade(url: str, to: int) -> None:
     """Make ``url`` look like a registry written before the summary existed (schema ``to``)."""
     with Registry.open(url) as reg:
         def drop(tx):
-            # Later steps go too (tamper evidence, v4): the migration then re-runs them.
+            # Later steps go too (tamper evidence, v4; usage counters, v5): the migration then re-runs them.
+            if to < schema.USAGE_VERSION:
+                tx.execute("DROP TABLE goal_usage")
             if to < schema.INTEGRITY_VERSION:
                 tx.execute("DROP TABLE goal_heads")
                 tx.execute("ALTER TABLE events DROP COLUMN prev_hash")
@@ -70,7 +72,8 @@ def _downgrade(url: str, to: int) -> None:
 
 
 def test_migration_builds_the_summary_of_an_existing_registry(loopx):
-    assert schema.INTEGRITY_VERSION == schema.CURRENT_VERSION == schema.SUMMARY_VERSION + 1, \
+    assert schema.USAGE_VERSION == schema.CURRENT_VERSION == schema.INTEGRITY_VERSION + 1 \
+        == schema.SUMMARY_VERSION + 2, \
         "_downgrade undoes the steps after the summary"
     ids = _mixed(loopx)
     before = _view(loopx, "--all")

@@ -26,6 +26,8 @@ GOAL_TABLES = {
     "capability_state": ("goal_id", "namespace", "key"),
     # Where the overview ranks the goal; kept by loopx.attention from the rows above.
     "goal_summary": ("goal_id",),
+    # Quota usage counters, moved by the run events (loopx.usage_counts).
+    "goal_usage": ("goal_id",),
 }
 
 _V1 = [
@@ -250,15 +252,35 @@ _V4 = [
         seq INTEGER NOT NULL,
         head_hash TEXT,
         state_digest TEXT NOT NULL)""",
+    # Chains only: the digest now also covers v5's goal_usage, which does not exist yet here; v5
+    # seals every goal (the same end state as sealing here did).
+    Call("loopx.integrity", "backfill_chains"),
+]
+
+# v5: quota usage in counters (loopx/usage_counts.py): one row per goal with runs, moved by the run
+# events, so should-run reads one row instead of summing every run. Filled from the runs rows
+# (integer counters: the same totals whatever order the runs are summed in); the counters are
+# state the decision reads, so every goal is re-sealed. Plus the indexes the contract's bounded
+# queries use.
+_V5 = [
+    """CREATE TABLE IF NOT EXISTS goal_usage (
+        goal_id TEXT PRIMARY KEY,
+        turns BIGINT NOT NULL,
+        tokens BIGINT NOT NULL,
+        cost_micros BIGINT NOT NULL,
+        wall_us BIGINT NOT NULL,
+        last_opened TEXT)""",
+    Call("loopx.usage_counts", "backfill"),
     Call("loopx.integrity", "backfill"),
 ]
 
 # A step is a list of SQL texts, ``{dialect: [SQL...]}`` for what differs per dialect, or a
 # callable run with the migration's transaction (for data that only Python can derive).
-MIGRATIONS: list = [_V1, _V2, _V3, _V4]
+MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5]
 CURRENT_VERSION = len(MIGRATIONS)
 SUMMARY_VERSION = MIGRATIONS.index(_V3) + 1  # the version that added the attention summary
 INTEGRITY_VERSION = MIGRATIONS.index(_V4) + 1  # the version that added the hash chain and digests
+USAGE_VERSION = MIGRATIONS.index(_V5) + 1  # the version that added the usage counters
 
 
 def statements(dialect: str, from_version: int) -> list:
