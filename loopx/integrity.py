@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - other Pythons
 GENESIS = "0" * 64
 #: The current-state tables the digest covers: what a turn decision reads. Contracts, evidence
 #: and rewards are append-only records the decision never reads; the full check replays them.
-STATE_TABLES = ("goals", "gates", "todos", "actions", "runs", "capability_state", "goal_usage")
+STATE_TABLES = ("goals", "gates", "todos", "actions", "runs", "capability_state", "goal_usage", "todo_ready")
 #: The digest recorded when a write lands on state that was already altered outside the ledger.
 UNTRUSTED = "untrusted"
 #: How many of the newest events ``should-run`` re-hashes.

@@ -52,7 +52,8 @@ def _downgrade(url: str, to: int) -> None:
         def drop(tx):
             # Later steps go too (tamper evidence, v4; usage counters, v5): the migration then re-runs them.
             if to < schema.USAGE_VERSION:
-                tx.execute("DROP TABLE goal_usage")
+                for table in ("goal_usage", "todo_deps", "todo_ready"):
+                    tx.execute(f"DROP TABLE {table}")
             if to < schema.INTEGRITY_VERSION:
                 tx.execute("DROP TABLE goal_heads")
                 tx.execute("ALTER TABLE events DROP COLUMN prev_hash")

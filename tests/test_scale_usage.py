@@ -60,7 +60,8 @@ def test_an_older_registry_gets_its_counters_on_migration(tmp_path):
         g = _busy_goal(reg)
         before = _counters(reg, g)[0]
     conn = sqlite3.connect(path)
-    conn.execute("DROP TABLE goal_usage")
+    for table in ("goal_usage", "todo_deps", "todo_ready"):
+        conn.execute(f"DROP TABLE {table}")
     conn.execute(f"PRAGMA user_version = {schema.USAGE_VERSION - 1}")
     conn.commit()
     conn.close()

@@ -130,3 +130,8 @@ def put_rows(tx, event, kept: dict) -> None:
             cols = sorted(row)
             tx.execute(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
                        tuple(row[c] for c in cols))
+            if table == "todos":  # the ready index follows the todo put back (loopx.todo_ready)
+                from loopx import todo_ready
+
+                todo_ready.added(tx, event.goal_id, row["id"], json.loads(row.get("depends_on") or "[]"))
+                todo_ready.settled(tx, event.goal_id, row["id"])

@@ -28,6 +28,9 @@ GOAL_TABLES = {
     "goal_summary": ("goal_id",),
     # Quota usage counters, moved by the run events (loopx.usage_counts).
     "goal_usage": ("goal_id",),
+    # The ready set's index: dependency edges and unblocked todos (loopx.todo_ready).
+    "todo_deps": ("goal_id", "todo_id", "dep_id"),
+    "todo_ready": ("goal_id", "todo_id"),
 }
 
 _V1 = [
@@ -270,7 +273,26 @@ _V5 = [
         cost_micros BIGINT NOT NULL,
         wall_us BIGINT NOT NULL,
         last_opened TEXT)""",
+    """CREATE TABLE IF NOT EXISTS todo_deps (
+        goal_id TEXT NOT NULL,
+        todo_id TEXT NOT NULL,
+        dep_id TEXT NOT NULL,
+        PRIMARY KEY (goal_id, todo_id, dep_id))""",
+    # A todo done or reopened: the todos waiting on it.
+    "CREATE INDEX IF NOT EXISTS todo_deps_by_dep ON todo_deps (goal_id, dep_id)",
+    """CREATE TABLE IF NOT EXISTS todo_ready (
+        goal_id TEXT NOT NULL,
+        todo_id TEXT NOT NULL,
+        priority TEXT NOT NULL,
+        created_seq INTEGER NOT NULL,
+        PRIMARY KEY (goal_id, todo_id))""",
+    # The ready set in its order: a page is an index range.
+    "CREATE INDEX IF NOT EXISTS todo_ready_in_order ON todo_ready (goal_id, priority, created_seq)",
+    # Newest runs of a goal whatever their status (summary, stuck detection), the latest hand-off.
+    "CREATE INDEX IF NOT EXISTS runs_by_goal_opened ON runs (goal_id, opened_at, id)",
+    "CREATE INDEX IF NOT EXISTS runs_by_goal_finished ON runs (goal_id, status, finished_at)",
     Call("loopx.usage_counts", "backfill"),
+    Call("loopx.todo_ready", "backfill"),
     Call("loopx.integrity", "backfill"),
 ]
 
