@@ -42,28 +42,37 @@ COUNT_KEYS = ("open", "paused", "closed", "attention")
 SHARDS = 16  # PostgreSQL counter rows per key (SQLite uses shard 0 only: it has one writer)
 
 
-def _row_for(tx, goal_id: str) -> tuple | None:
-    """The summary row ``(status, created_seq, lane, attention, run_expires)`` the goal's rows give."""
-    goal = tx.one("SELECT status, created_seq, limits, grants FROM goals WHERE id = ?", (goal_id,))
-    if goal is None:
-        return None
-    if goal["status"] == "closed":
-        return (goal["status"], goal["created_seq"], LANE_CLOSED, "", None)
+# Everything the summary row follows from, and the row as stored, in one statement: refresh runs
+# inside every write that can move a goal, so its reads are one indexed probe per part.
+_INPUTS = (
+    "SELECT g.status, g.created_seq, g.limits, g.grants,"
+    " (SELECT 1 FROM gates WHERE goal_id = g.id AND status = 'pending' LIMIT 1) AS gate_pending,"
+    " (SELECT status FROM runs WHERE goal_id = g.id ORDER BY opened_at DESC, id DESC LIMIT 1) AS newest,"
+    " (SELECT outcome FROM runs WHERE goal_id = g.id AND status = 'finished'"
+    " ORDER BY opened_at DESC, id DESC LIMIT 1) AS newest_done,"
+    " (SELECT min(expires_at) FROM runs WHERE goal_id = g.id AND status = 'open') AS expiry,"
+    " u.turns, u.tokens, u.cost_micros, u.wall_us, u.last_opened,"
+    " s.goal_id AS have, s.status AS have_status, s.created_seq AS have_created_seq, s.lane AS have_lane,"
+    " s.attention AS have_attention, s.run_expires AS have_run_expires"
+    " FROM goals g LEFT JOIN goal_usage u ON u.goal_id = g.id LEFT JOIN goal_summary s ON s.goal_id = g.id"
+    " WHERE g.id = ?")
+
+
+def _row_for(r: dict) -> tuple:
+    """The summary row ``(status, created_seq, lane, attention, run_expires)`` a row of :data:`_INPUTS` gives."""
+    if r["status"] == "closed":
+        return (r["status"], r["created_seq"], LANE_CLOSED, "", None)
     codes = set()
-    if tx.one("SELECT 1 AS x FROM gates WHERE goal_id = ? AND status = 'pending' LIMIT 1", (goal_id,)):
+    if r["gate_pending"]:
         codes.add("gate_pending")
-    newest = tx.one("SELECT status FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id DESC LIMIT 1", (goal_id,))
-    if newest and newest["status"] == "abandoned":
+    if r["newest"] == "abandoned":
         codes.add("run_abandoned")
-    done = tx.one("SELECT outcome FROM runs WHERE goal_id = ? AND status = 'finished'"
-                  " ORDER BY opened_at DESC, id DESC LIMIT 1", (goal_id,))
-    if done and done["outcome"] == "failed":
+    if r["newest_done"] == "failed":
         codes.add("run_failed")
-    if _limited(goal) and _exhausted(goal, usage_counts.shown(usage_counts.read(tx, goal_id))):
+    used = usage_counts.shown(usage_counts.read_row(r) if r["turns"] is not None else usage_counts.ZERO)
+    if _limited(r) and _exhausted(r, used):
         codes.add("budget_exhausted")
-    expiry = tx.one("SELECT min(expires_at) AS e FROM runs WHERE goal_id = ? AND status = 'open'", (goal_id,))
-    return (goal["status"], goal["created_seq"], LANE_ATTENTION if codes else LANE_QUIET, _codes(codes),
-            expiry["e"] if expiry else None)
+    return (r["status"], r["created_seq"], LANE_ATTENTION if codes else LANE_QUIET, _codes(codes), r["expiry"])
 
 
 def _codes(found) -> str:
@@ -114,17 +123,15 @@ def refresh(tx, goal_id: str) -> None:
 
     Writes only when something changed, so the counter triggers fire only on a real change.
     """
-    want = _row_for(tx, goal_id)
-    have = tx.one("SELECT status, created_seq, lane, attention, run_expires FROM goal_summary WHERE goal_id = ?",
-                  (goal_id,))
-    if want is None:
-        if have is not None:
-            tx.execute("DELETE FROM goal_summary WHERE goal_id = ?", (goal_id,))
+    r = tx.one(_INPUTS, (goal_id,))
+    if r is None:  # the goal's row is gone
+        tx.execute("DELETE FROM goal_summary WHERE goal_id = ?", (goal_id,))
         return
-    if have is None:
+    want = _row_for(r)
+    if r["have"] is None:
         tx.execute("INSERT INTO goal_summary (goal_id, status, created_seq, lane, attention, run_expires)"
                    " VALUES (?, ?, ?, ?, ?, ?)", (goal_id, *want))
-    elif tuple(have.values()) != want:
+    elif (r["have_status"], r["have_created_seq"], r["have_lane"], r["have_attention"], r["have_run_expires"]) != want:
         tx.execute("UPDATE goal_summary SET status = ?, created_seq = ?, lane = ?, attention = ?, run_expires = ?"
                    " WHERE goal_id = ?", (*want, goal_id))
 
