@@ -51,6 +51,8 @@ CODES = frozenset(
         "outcome_contradicts_evidence",
         "step_failed",
         "executor_unavailable",
+        "evidence_too_large",
+        "state_too_large",
     }
 )
 

@@ -117,16 +117,32 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
 
 
 def list_for(reg: Registry, *, goal_id: str | None = None, run_id: str | None = None, kind: str | None = None,
-             limit: int = 100) -> list[dict]:
-    """Evidence of a goal or of one run, oldest first, optionally of one kind."""
+             limit: int = 100, after: str | None = None) -> list[dict]:
+    """Evidence of a goal or of one run, oldest first, optionally of one kind (at most
+    :data:`MAX_LIST_LIMIT`; :func:`list_stream` reads any number)."""
+    limit = check_number(limit, what="--limit", minimum=1, maximum=MAX_LIST_LIMIT, integer=True)
+    return list(list_stream(reg, goal_id=goal_id, run_id=run_id, kind=kind, limit=limit, after=after))
+
+
+def list_stream(reg: Registry, *, goal_id: str | None = None, run_id: str | None = None, kind: str | None = None,
+                limit: int | None = 100, after: str | None = None, batch: int = 500):
+    """:func:`list_for` as a stream read in pages (bounded memory), after the evidence ``after``
+    (a cursor: the id of the last item seen). Checks its arguments before returning."""
+    import sys
+
     from loopx import runs
     from loopx.project_prompt import load_goal
 
-    limit = check_number(limit, what="--limit", minimum=1, maximum=MAX_LIST_LIMIT, integer=True)
+    if limit is not None:
+        limit = check_number(limit, what="--limit", minimum=1, integer=True)
     if kind is not None:
         check_name(kind, what="--kind")
+    if after is not None:
+        check_id("evidence", after)
     where, params = [], []
-    with reg.read() as tx:
+    reading = reg.read()
+    tx = reading.__enter__()
+    try:
         if run_id is not None:
             run = runs.load_run(tx, run_id)
             if goal_id is not None and check_id("goal", goal_id) != run.goal_id:
@@ -142,6 +158,38 @@ def list_for(reg: Registry, *, goal_id: str | None = None, run_id: str | None = 
         if kind is not None:
             where.append("kind = ?")
             params.append(kind)
-        rows = tx.query(f"SELECT * FROM evidence WHERE {' AND '.join(where)} ORDER BY created_at, id LIMIT ?",
-                        [*params, limit])
-        return [to_json(evidence_from_row(r)) for r in rows]
+        cursor = None
+        if after is not None:
+            cursor = tx.one(f"SELECT created_at, id FROM evidence WHERE id = ? AND {' AND '.join(where)}",
+                            (after, *params))
+            if cursor is None:
+                raise LoopxError("not_found", f"--after {after}: no such evidence in this listing")
+            cursor = (cursor["created_at"], cursor["id"])
+    except BaseException:
+        reading.__exit__(*sys.exc_info())
+        raise
+
+    def stream(cursor=cursor):
+        try:
+            left = limit
+            while left is None or left > 0:
+                size = batch if left is None else min(batch, left)
+                page_where = list(where)
+                page_params = list(params)
+                if cursor is not None:
+                    # Keyset paging in the listing's order (created_at, id): an index range per page.
+                    page_where.append("(created_at > ? OR (created_at = ? AND id > ?))")
+                    page_params += [cursor[0], cursor[0], cursor[1]]
+                rows = tx.query(f"SELECT * FROM evidence WHERE {' AND '.join(page_where)} ORDER BY created_at, id"
+                                " LIMIT ?", [*page_params, size])
+                for r in rows:
+                    yield to_json(evidence_from_row(r))
+                if len(rows) < size:
+                    return
+                cursor = (rows[-1]["created_at"], rows[-1]["id"])
+                if left is not None:
+                    left -= len(rows)
+        finally:
+            reading.__exit__(None, None, None)
+
+    return stream()

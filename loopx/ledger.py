@@ -260,6 +260,23 @@ def events(tx, goal_id: str, *, after: int = 0, limit: int | None = None) -> lis
     return [event_from_row(r) for r in tx.query(sql, params)]
 
 
+def iter_events(tx, goal_id: str, *, after: int = 0, limit: int | None = None, batch: int = 500):
+    """:func:`events` as a stream: pages of ``batch`` events by sequence number (an index range
+    each), so a goal's whole ledger is read in bounded memory."""
+    left = limit
+    while left is None or left > 0:
+        size = batch if left is None else min(batch, left)
+        rows = tx.query("SELECT * FROM events WHERE goal_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                        (goal_id, after, size))
+        for row in rows:
+            yield event_from_row(row)
+        if len(rows) < size:
+            return
+        after = rows[-1]["seq"]
+        if left is not None:
+            left -= len(rows)
+
+
 def snapshot(tx, goal_id: str) -> dict[str, list[dict]]:
     """Every current-state row of one goal, per table, in key order."""
     out = {}
