@@ -36,6 +36,8 @@ _LAZY = {
     "check_fresh": "loopx.runs:check_fresh",
     "check_recordable": "loopx.runs:check_recordable",
     "goal_events": "loopx.ledger:events",
+    "goal_event_stream": "loopx.ledger:iter_events",
+    "goal_event_rows": "loopx.ledger:iter_rows",
     "goal_usage": "loopx.usage:usage",
     "remaining_quota": "loopx.usage:remaining",
     "GOAL_TABLES": "loopx.store.schema:GOAL_TABLES",
@@ -432,11 +434,11 @@ def replay_goal(goal_events) -> tuple[dict, object]:
     """
     from loopx import ledger, usage
 
-    goal_events = list(goal_events)
-    if not goal_events:
+    found = ledger.replay(goal_events, lambda tx, goal_id: (ledger.snapshot(tx, goal_id),
+                                                            usage.usage(tx, goal_id)))
+    if found is None:
         return {}, None
-    snap, used = ledger.replay(goal_events, lambda tx, goal_id: (ledger.snapshot(tx, goal_id),
-                                                                 usage.usage(tx, goal_id)))
+    snap, used = found
     return ledger.normalise(snap), used
 
 

@@ -260,16 +260,27 @@ def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW) -> list[Problem]
 
 def verify_chain(tx, goal_id: str) -> list[Problem]:
     """The full check: every event's hash and link, the head, and the state digest."""
-    rows = tx.query("SELECT * FROM events WHERE goal_id = ? ORDER BY seq", (goal_id,))
-    if not rows:
+    # Streamed: the events that record loss first (few), then every event in pages, each linked to
+    # the last of the page before (bounded memory on a ledger of any length).
+    notes = tx.query("SELECT * FROM events WHERE goal_id = ? AND kind IN (?, ?) ORDER BY seq", (goal_id, *LOSS_KINDS))
+    acked = acknowledged(notes)[1]
+    out, last = [], None
+    while True:
+        page = tx.query("SELECT * FROM events WHERE goal_id = ? AND seq > ? ORDER BY seq LIMIT 500",
+                        (goal_id, last["seq"] if last else 0))
+        out.extend(_links(goal_id, page, last, acked))
+        if page:
+            last = page[-1]
+        if len(page) < 500:
+            break
+    if last is None:
         return []
-    out = _links(goal_id, rows, None, acknowledged(rows)[1])
     recorded = head(tx, goal_id)
     if recorded is None:
         return out + [Problem("goal_unsealed", goal_id, f"goal {goal_id} has no recorded chain head")]
-    if rows[-1]["seq"] != recorded["seq"] or rows[-1]["hash"] != recorded["head_hash"]:
-        out.append(Problem("head_mismatch", goal_id, f"goal {goal_id}: its ledger ends at event {rows[-1]['seq']}"
-                           f" but the last change recorded event {recorded['seq']}", rows[-1]["seq"]))
+    if last["seq"] != recorded["seq"] or last["hash"] != recorded["head_hash"]:
+        out.append(Problem("head_mismatch", goal_id, f"goal {goal_id}: its ledger ends at event {last['seq']}"
+                           f" but the last change recorded event {recorded['seq']}", last["seq"]))
     if state_digest(tx, goal_id) != recorded["state_digest"]:
         out.append(Problem("state_digest_mismatch", goal_id, f"goal {goal_id}: its current state was changed"
                            " outside the ledger (rows deleted, inserted or edited)"))

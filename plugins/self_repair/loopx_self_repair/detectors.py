@@ -151,12 +151,17 @@ def ledger_gaps(tx, goal: dict) -> list[Finding]:
                  (goal["id"],))
     if not row or not row["n"] or (row["n"] == row["last"] and row["first"] == 1):
         return []
-    from loopx.api import chain_acknowledged
+    from loopx.api import chain_acknowledged, goal_event_rows
 
-    rows = tx.query("SELECT seq, kind, body FROM events WHERE goal_id = ?", (goal["id"],))
-    seqs = {r["seq"] for r in rows}
-    recorded, _ = chain_acknowledged(rows)  # loss a repair already recorded stays in the ledger
-    missing = [n for n in range(1, row["last"] + 1) if n not in seqs and n not in recorded]
+    # One pass over the ledger in pages (bounded memory): the gaps, and the few events that record loss.
+    gaps, notes, expected = [], [], 1
+    for r in goal_event_rows(tx, goal["id"], columns="seq, kind, body"):
+        gaps.extend(range(expected, r["seq"]))
+        expected = r["seq"] + 1
+        if '"lost"' in r["body"] or '"acknowledged"' in r["body"]:  # what chain_acknowledged reads
+            notes.append(r)
+    recorded, _ = chain_acknowledged(notes)  # loss a repair already recorded stays in the ledger
+    missing = [n for n in gaps if n not in recorded]
     if not missing:
         return []
     return [Finding("ledger_gap", goal["id"], goal["id"],
@@ -261,7 +266,9 @@ def unreadable_data(tx, goal: dict) -> list[Finding]:
     from loopx.api import json_problem
 
     out = []
-    for row in tx.query("SELECT seq, kind, body FROM events WHERE goal_id = ? ORDER BY seq", (goal["id"],)):
+    from loopx.api import goal_event_rows
+
+    for row in goal_event_rows(tx, goal["id"], columns="seq, kind, body"):  # in pages: bounded memory
         text = row["body"]
         # Stored bodies are ASCII JSON: only these spellings can carry such values.
         if "\\ud" not in text.lower() and "Infinity" not in text and "NaN" not in text:
@@ -326,7 +333,7 @@ CODES = {
 
 def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Finding]:
     """Every finding for one goal (``full=False``: without the ledger replay)."""
-    from loopx.api import goal_events
+    from loopx.api import goal_event_stream
 
     out = []
     for detect in CHEAP:
@@ -340,7 +347,7 @@ def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Findin
         out.extend(chain_findings(tx, goal))
         out.extend(unreadable_data(tx, goal))
         out.extend(ledger_gaps(tx, goal))
-        replayed, replayed_usage = replay(goal_events(tx, goal["id"]))
+        replayed, replayed_usage = replay(goal_event_stream(tx, goal["id"]))  # replayed as it is read
         out.extend(ledger_drift(tx, goal, replayed))
         out.extend(quota_drift(tx, goal, replayed_usage))
     return out
