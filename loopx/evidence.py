@@ -16,7 +16,9 @@ from loopx.model import Evidence, to_json
 from loopx.registry import Registry, check_actor
 from loopx.validate import check_id, check_name, check_number, check_text, new_id
 
-MAX_DATA_BYTES = 64 * 1024
+#: What ``--data`` may hold before it is parsed at all; the registry's cap (``loopx.caps``,
+#: ``evidence_too_large``, 64 KiB unless raised) decides what is stored.
+MAX_DATA_BYTES = 1024 ** 3
 MAX_LIST_LIMIT = 1000
 
 
@@ -86,8 +88,6 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
             raise LoopxError("invalid_argument", "say what the evidence is about: --run-id R (or --goal-id G)")
         if ledger.role(actor) == ledger.EXECUTOR:
             raise LoopxError("run_not_open", "an executor records evidence only inside a run: pass --run-id")
-    if data is not None and len(json.dumps(data)) > MAX_DATA_BYTES:
-        raise LoopxError("invalid_argument", f"evidence data is larger than {MAX_DATA_BYTES} bytes")
     file_path = file_sha = None
     if file is not None:
         file_path, file_sha = hash_file(file)
