@@ -192,6 +192,15 @@ def sample_goals(url: str, k: int = 20) -> list[str]:
         return [r["id"] for r in tx.query("SELECT id FROM goals ORDER BY created_seq DESC LIMIT ?", (k,))]
 
 
+def assert_real_decision(url: str, goal: str, env: dict) -> None:
+    """The should-run the bench times makes the decision a real goal gets: ``run`` (a goal filled
+    without its chain, head and digest would answer ``repair``, a different and cheaper path)."""
+    p = subprocess.run([*LOOPX, "quota", "should-run", "--goal-id", goal, "--agent", "bench-should-run", "--json"],
+                       env={**env, "LOOPX_REGISTRY": url}, capture_output=True, text=True, timeout=120)
+    out = json.loads(p.stdout)
+    assert out.get("decision") == "run", f"the timed goal answers {out.get('decision')} {out.get('reasons')}, not run"
+
+
 def cli_cases(url: str, goal: str, env: dict) -> dict:
     """The timed commands at one registry."""
     env = {**env, "LOOPX_REGISTRY": url}
@@ -547,6 +556,7 @@ def _run(args, sizes, pg_sizes, notes, log) -> None:
     for (backend, n), url in urls.items():
         log(f"{backend} {n:,} goals: commands...")
         goals = sample_goals(url)
+        assert_real_decision(url, goals[0], env)
         # The floor a backend's commands are compared with runs interleaved with them (so drift and
         # load hit both alike); the report gives the floors of the run's start.
         near = ["import floor"] + (["import floor + psycopg"] if backend == "postgres" else [])

@@ -381,14 +381,9 @@ def todo_changed(tx, event, todo_id: str) -> None:
     """For the ``apply(tx, event)`` of a repair kind that changed a todo row of the event's goal
     itself (its dependencies or status): bring the ready set's index up to date for that todo and
     the todos waiting on it (:mod:`loopx.todo_ready`). Replays run it too."""
-    import json
-
     from loopx import todo_ready
 
-    row = tx.one("SELECT depends_on FROM todos WHERE id = ? AND goal_id = ?", (todo_id, event.goal_id))
-    if row is not None:
-        todo_ready.added(tx, event.goal_id, todo_id, json.loads(row["depends_on"]))
-    todo_ready.settled(tx, event.goal_id, todo_id)
+    todo_ready.resync(tx, event.goal_id, todo_id)
 
 
 # --- reading evidence -----------------------------------------------------------------------

@@ -48,6 +48,17 @@ def added(tx, goal_id: str, todo_id: str, deps: list[str]) -> None:
     refresh(tx, goal_id, todo_id)
 
 
+def resync(tx, goal_id: str, todo_id: str) -> None:
+    """A todo row was rewritten as a whole (a repair put it back or edited its dependencies):
+    its edges are made those of its ``depends_on`` again, then its place and its dependents'."""
+    row = tx.one("SELECT depends_on FROM todos WHERE id = ? AND goal_id = ?", (todo_id, goal_id))
+    tx.execute("DELETE FROM todo_deps WHERE goal_id = ? AND todo_id = ?", (goal_id, todo_id))
+    if row is not None:
+        for dep in dict.fromkeys(json.loads(row["depends_on"])):
+            tx.execute("INSERT INTO todo_deps (goal_id, todo_id, dep_id) VALUES (?, ?, ?)", (goal_id, todo_id, dep))
+    settled(tx, goal_id, todo_id)
+
+
 def settled(tx, goal_id: str, todo_id: str) -> None:
     """``todo_id`` changed status: its own place, and that of every todo waiting on it."""
     refresh(tx, goal_id, todo_id)

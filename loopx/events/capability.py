@@ -142,5 +142,4 @@ def put_rows(tx, event, kept: dict) -> None:
             if table == "todos":  # the ready index follows the todo put back (loopx.todo_ready)
                 from loopx import todo_ready
 
-                todo_ready.added(tx, event.goal_id, row["id"], json.loads(row.get("depends_on") or "[]"))
-                todo_ready.settled(tx, event.goal_id, row["id"])
+                todo_ready.resync(tx, event.goal_id, row["id"])

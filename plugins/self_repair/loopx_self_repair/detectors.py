@@ -58,16 +58,26 @@ def revision_mismatch(tx, goal: dict) -> list[Finding]:
 
 
 def missing_dependencies(tx, goal: dict) -> list[Finding]:
-    """Todos that depend on todos the goal does not have (such a todo could never become ready)."""
-    rows = tx.query("SELECT id, depends_on FROM todos WHERE goal_id = ? ORDER BY created_seq", (goal["id"],))
-    ids = {r["id"] for r in rows}
-    out = []
+    """Todos that depend on todos the goal does not have (such a todo could never become ready).
+
+    Read from the dependency edges the core keeps (``todo_deps``) in one anti-join, not by
+    parsing every todo's list: this runs on every should-run.
+    """
+    rows = tx.query("SELECT d.todo_id, d.dep_id FROM todo_deps d WHERE d.goal_id = ? AND NOT EXISTS"
+                    " (SELECT 1 FROM todos t WHERE t.id = d.dep_id AND t.goal_id = d.goal_id)", (goal["id"],))
+    if not rows:
+        return []
+    missing: dict[str, list[str]] = {}
     for r in rows:
-        missing = [d for d in json.loads(r["depends_on"]) if d not in ids]
-        if missing:
+        missing.setdefault(r["todo_id"], []).append(r["dep_id"])
+    out = []
+    for r in tx.query("SELECT id, depends_on FROM todos WHERE goal_id = ? AND id IN ({})"
+                      " ORDER BY created_seq".format(", ".join("?" for _ in missing)), (goal["id"], *missing)):
+        gone = [d for d in json.loads(r["depends_on"]) if d in missing[r["id"]]]  # in the todo's own order
+        if gone:
             out.append(Finding("missing_dependency", goal["id"], r["id"],
-                               f"todo {r['id']} depends on missing todo(s) {', '.join(missing)}",
-                               "dependency_dropped", details={"missing": missing}))
+                               f"todo {r['id']} depends on missing todo(s) {', '.join(gone)}",
+                               "dependency_dropped", details={"missing": gone}))
     return out
 
 
