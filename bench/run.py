@@ -312,6 +312,11 @@ def _ms(v) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
+#: Marked sections written by other benchmarks, carried over when the report is rewritten.
+KEPT_SECTIONS = [("<!-- bench_history:start -->", "<!-- bench_history:end -->"),
+                 ("<!-- writers_100k:start -->", "<!-- writers_100k:end -->")]
+
+
 def write_report(path: Path, results: dict, notes: list[str]) -> None:
     """``docs/performance.md`` from ``results``."""
     floors = results["floors"]
@@ -396,7 +401,13 @@ def write_report(path: Path, results: dict, notes: list[str]) -> None:
     if notes:
         lines += ["## Notes on this run", ""] + [f"- {n}" for n in notes] + [""]
     lines += HOW
-    path.write_text("\n".join(lines))
+    text = "\n".join(lines)
+    # Sections other benchmarks write into the same file (bench/bench_history.py) are kept.
+    old = path.read_text() if path.exists() else ""
+    for start, end in KEPT_SECTIONS:
+        if start in old and end in old:
+            text = text.rstrip("\n") + "\n\n" + old[old.index(start):old.index(end) + len(end)] + "\n"
+    path.write_text(text)
 
 
 HOW = """## How the figures stay flat
