@@ -240,6 +240,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500, help="turns per transaction in the bulk build")
     parser.add_argument("--probe-turns", type=int, default=60, help="turns timed one transaction per call")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--write-doc", action="store_true", help="put the table into docs/performance.md")
     args = parser.parse_args()
     with scratch_dir("history", keep=args.keep) as tmp:
         run(args, tmp)
@@ -311,14 +312,32 @@ def run(args, tmp: str) -> None:
             d_long = api_rate(reg, long, args.probe_turns, start + args.probe_turns)
         rows.append(("build rate, one transaction per call, digest left out", f"{d_fresh:,.0f} / {d_long:,.0f} events/s",
                      f"{d_fresh / d_long:.2f}x slower"))
-    print(f"history: {built:,} events on the long goal ({turns:,} turns), {args.todos:,} todos on the other; "
-          f"medians of {args.runs} samples (CLI {max(5, args.runs // 2)}), interleaved, in one process;"
-          f" machine load {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print()
-    print("| measurement | fresh / long (or 10 / many todos) | ratio |")
-    print("|---|---:|---:|")
-    for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]} |")
+    lines = [f"{built:,} events on the long goal ({turns:,} turns), {args.todos:,} todos on the other; medians of"
+             f" {args.runs} samples (CLI {max(5, args.runs // 2)}), interleaved, in one process; run at"
+             f" {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, machine load"
+             f" {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end.",
+             "", "| measurement | fresh / long (or 10 / many todos) | ratio |", "|---|---:|---:|"]
+    lines += [f"| {r[0]} | {r[1]} | {r[2]} |" for r in rows]
+    print("\n".join(lines))
+    if args.write_doc:
+        write_doc(lines)
+
+
+START, END = "<!-- bench_history:start -->", "<!-- bench_history:end -->"
+
+
+def write_doc(lines: list[str]) -> None:
+    """Put the table between the markers of ``docs/performance.md`` (``bench/run.py`` keeps them)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
+    text = path.read_text()
+    block = "\n".join([START, "## A goal's history (`python bench/bench_history.py --write-doc`)", "", *lines, END])
+    if START in text and END in text:
+        text = text[:text.index(START)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
 
 
 if __name__ == "__main__":
