@@ -325,6 +325,33 @@ def run(args, tmp: str) -> None:
 
 START, END = "<!-- bench_history:start -->", "<!-- bench_history:end -->"
 
+EXPLAINED = """
+**What a turn reads, whatever the goal has done** (issue 25). Usage is kept in counters
+(`goal_usage`, moved by the run events: `loopx/usage_counts.py`), not summed over runs; the
+ready set is an index kept by the todo events (`todo_deps`, `todo_ready`: `loopx/todo_ready.py`)
+read a page at a time (the first 5 past gated todos and others' live claims); the newest runs,
+the latest hand-off and the feedback are index ranges with `LIMIT`; `todo claim` reads the one
+todo's dependencies; the attention summary reads its inputs in one statement. Outside the state
+digest, a should-run that opens a run sends 16 statements (+ `BEGIN`/`COMMIT`), none twice, the
+same on a goal with history (`tests/test_scale_history.py`, SQLite and PostgreSQL).
+
+**What still grows: the state digest.** `loopx/integrity.py` hashes the goal's whole current
+state before every write (to refuse writing over tampered state) and after it (to seal): every
+todo row (done ones included), every gate and action, and a sum over the closed runs. On a goal
+whose history left thousands of done todos this is the whole cost of a write (~24 of the ~40
+statements of a should-run, and nearly all of the time: compare the rows with the digest left
+out). It is being replaced by a keyed, incrementally maintained digest (branch wip/integrity);
+the rows with the digest left out are what a turn costs once it lands. `goal_usage` and
+`todo_ready` are in its `STATE_TABLES`.
+
+**How the long goal is built.** Whole turns through the same API functions the commands call
+(should-run, claim, two evidence, done, a new todo, finish: 7 events), committed 500 turns a
+transaction with the digest sealed once at the end (what the last write seals), then
+`self-repair check` runs on it (chain, head, digest and replay all agree); every timed
+should-run is asserted to answer `run` / `ready_work`, the decision a real goal gets.
+`bench/fill.py`, the many-goals fill of `bench/run.py`, writes each goal's chain and seals it too.
+"""
+
 
 def write_doc(lines: list[str]) -> None:
     """Put the table between the markers of ``docs/performance.md`` (``bench/run.py`` keeps them)."""
@@ -332,7 +359,8 @@ def write_doc(lines: list[str]) -> None:
 
     path = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
     text = path.read_text()
-    block = "\n".join([START, "## A goal's history (`python bench/bench_history.py --write-doc`)", "", *lines, END])
+    block = "\n".join([START, "## A goal's history (`python bench/bench_history.py --write-doc`)", "", *lines, "",
+                       *EXPLAINED.strip("\n").splitlines(), END])
     if START in text and END in text:
         text = text[:text.index(START)] + block + text[text.index(END) + len(END):]
     else:
