@@ -4,7 +4,8 @@ A goal's history may grow without end; what a write stores in one go, and what a
 keeps in a goal's current state, may not:
 
 * ``evidence_bytes`` - the payload of one evidence item (its summary and its ``data`` as JSON
-  text), default 64 KiB. Refused with ``evidence_too_large``.
+  text), default 1 MiB (Issue-Fix keeps a test run's per-test cases in one item). Refused with
+  ``evidence_too_large``. (The command line's ``--data`` is limited to 64 KiB before that.)
 * ``goal_state_bytes`` - everything plugins keep in one goal's ``capability_state`` (keys and
   JSON values, all namespaces together), default 4 MiB. Refused with ``state_too_large``.
 
@@ -22,7 +23,7 @@ import json
 
 from loopx.errors import LoopxError
 
-DEFAULTS = {"evidence_bytes": 64 * 1024, "goal_state_bytes": 4 * 1024 * 1024}
+DEFAULTS = {"evidence_bytes": 1024 * 1024, "goal_state_bytes": 4 * 1024 * 1024}
 BOUNDS = (1024, 1024 ** 3)  # a cap is at least 1 KiB and at most 1 GiB
 _KEY = "cap."
 

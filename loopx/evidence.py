@@ -16,9 +16,10 @@ from loopx.model import Evidence, to_json
 from loopx.registry import Registry, check_actor
 from loopx.validate import check_id, check_name, check_number, check_text, new_id
 
-#: What ``--data`` may hold before it is parsed at all; the registry's cap (``loopx.caps``,
-#: ``evidence_too_large``, 64 KiB unless raised) decides what is stored.
-MAX_DATA_BYTES = 1024 ** 3
+#: What ``--data`` on the command line may hold (``invalid_argument``); the registry's cap on a
+#: stored payload (``loopx.caps``, ``evidence_too_large``, 1 MiB unless a user changed it) holds
+#: for every writer, plugins included.
+MAX_DATA_BYTES = 64 * 1024
 MAX_LIST_LIMIT = 1000
 
 
@@ -103,6 +104,9 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
         body["data"] = data
     if file_path is not None:
         body["file_path"], body["file_sha256"] = file_path, file_sha
+
+    if data is not None and len(json.dumps(data)) > MAX_DATA_BYTES:
+        raise LoopxError("invalid_argument", f"evidence data is larger than {MAX_DATA_BYTES} bytes")
 
     def work(w):
         if run_id is not None:

@@ -103,7 +103,7 @@ def init():
 
 @registry.command()
 @click.option("--evidence-bytes", type=int, default=None,
-              help="Largest payload (summary + data as JSON) one evidence item may store (default 64 KiB).")
+              help="Largest payload (summary + data as JSON) one evidence item may store (default 1 MiB).")
 @click.option("--goal-state-bytes", type=int, default=None,
               help="Most plugin state (keys + JSON values, all capabilities) one goal may hold (default 4 MiB).")
 def caps(evidence_bytes, goal_state_bytes):

@@ -35,9 +35,8 @@ CASES = [
                            "[1" + "0" * 5000 + "]"], None, "invalid_argument"),
     ("data beyond 64 bits", ["evidence", "add", "--goal-id", "{G}", "--kind", "note", "--summary", "s", "--data",
                              "[18446744073709551616]"], None, "invalid_argument"),
-    # Past the registry's evidence cap (loopx/caps.py; 64 KiB unless a user raised it).
     ("data too big", ["evidence", "add", "--goal-id", "{G}", "--kind", "note", "--summary", "s", "--data",
-                      '["' + BIG + '"]'], None, "evidence_too_large"),
+                      '["' + BIG + '"]'], None, "invalid_argument"),
     ("data malformed", ["evidence", "add", "--goal-id", "{G}", "--kind", "note", "--summary", "s", "--data",
                         '{"a": 1'], None, "invalid_argument"),
     ("data a bare string", ["evidence", "add", "--goal-id", "{G}", "--kind", "note", "--summary", "s", "--data",
