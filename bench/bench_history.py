@@ -1,59 +1,371 @@
-"""A quick in-process figure: should-run and ``evidence add`` on a goal with a long history
-against a fresh goal (issue 25; the full benchmark is bench/run.py).
+"""Benchmark: a turn on a goal with a long history against the same turn on a fresh goal (issue 25).
 
-    python bench/bench_history.py [--events 3000] [--reps 40]
+Not a test. Builds, in one SQLite registry, a goal with ``--events`` ledger events (default
+100,000) through the Python API - whole agent turns: should-run, claim, two pieces of evidence,
+todo done, the next todo added, run finish (7 events) - and a goal with ``--todos`` open todos
+(default 100,000) beside one with 10. The build is the real code path: every event written by
+the same domain functions a command calls, so the bytes are the CLI's; what the bulk build skips
+is only the per-command transaction (turns are committed ``--batch`` at a time) and the state
+digest of each write, sealed once at the end instead (what the last write seals). ``self-repair
+check`` then runs on the result (chain, head, digest and replay must all agree), and every timed
+should-run must answer ``run`` (``ready_work``), the decision a real goal gets.
 
-Builds, through the API (sealed chains, heads, keyed digests, the rollback anchor), one goal with
-``--events`` evidence events and one fresh goal, then times ``quota.should_run`` (the agent holds
-its run, so each call is the verified "run" decision of a write) and ``evidence.record`` on each,
-alternating, and prints the medians and their ratio. The decision timed is asserted to be ``run``.
+Then, in this one process, interleaved and as medians of ``--runs`` samples:
+
+* should-run that opens a run, in-process, long history vs fresh goal (the run is finished,
+  untimed, after each sample), and ``evidence add`` likewise; with the state digest as it is, and
+  with the digest left out (to show what the rest costs while loopx/integrity.py is replaced);
+* the same as whole CLI processes (``python -m loopx``);
+* should-run over MCP (``loopx mcp``, round trip from an SDK client, the agent's open run handed
+  back), p50 / p99 on both goals;
+* 100,000-todo vs 10-todo goal should-run, in-process (with and without the digest);
+* build rate through the API: events/s of whole turns on the fresh goal and on the long one,
+  one transaction per call as the CLI commits (digest included), and of the bulk build.
+
+Usage:  python bench/bench_history.py [--events 100000] [--todos 100000] [--runs 15] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import statistics
+import subprocess
 import sys
-import tempfile
 import time
+
+from timing import child_env, scratch_dir
+
+AGENT = "bench"
+EVENTS_PER_TURN = 7
+
+
+@contextlib.contextmanager
+def digest_deferred(reg=None, goals=()):
+    """Writes skip the state digest (verify before, seal after); ``goals`` are sealed at the end
+    (what their last write would have sealed)."""
+    from loopx import integrity
+
+    verify, seal = integrity.verify_head, integrity.seal
+    integrity.verify_head = lambda tx, goal_id, **kw: []
+    integrity.seal = lambda tx, goal_id, **kw: None
+    try:
+        yield
+    finally:
+        integrity.verify_head, integrity.seal = verify, seal
+    for g in goals:
+        reg.store.write(lambda tx, g=g: integrity.seal(tx, g))
+
+
+class _Outer:
+    """A store whose every write and read runs inside one outer transaction (the bulk build)."""
+
+    def __init__(self, store, tx):
+        self._store, self._tx = store, tx
+        self.dialect, self.url, self.readonly = store.dialect, store.url, False
+
+    def write(self, work):
+        return work(self._tx)
+
+    @contextlib.contextmanager
+    def read(self):
+        yield self._tx
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def turn(reg, goal_id: str, i: int) -> None:
+    """One whole agent turn through the API: 7 events."""
+    from loopx import evidence, quota, runs, todos
+
+    out = quota.should_run(reg, "user", goal_id=goal_id, agent=AGENT)
+    assert out["decision"] == "run" and out["reasons"] == ["ready_work"], out
+    c = out["interaction_contract"]
+    run, todo = c["run_id"], c["agent_channel"]["ready_todos"][0]["id"]
+    todos.claim(reg, "executor", goal_id=goal_id, todo_id=todo, agent=AGENT, run_id=run)
+    evidence.record(reg, "executor", run_id=run, kind="note", summary=f"turn {i}: read the failing test", agent=AGENT)
+    evidence.record(reg, "executor", run_id=run, kind="metric", summary=f"turn {i}: score", agent=AGENT,
+                    data={"turn": i, "score": i % 7})
+    todos.settle(reg, "executor", "done", goal_id=goal_id, todo_id=todo, run_id=run, agent=AGENT)
+    todos.add(reg, "executor", goal_id=goal_id, text=f"step {i + 1}", run_id=run)
+    runs.finish(reg, "executor", run_id=run, tokens=1000, cost=0.01, handoff=f"turn {i} done", agent=AGENT)
+
+
+def new_goal(reg, title: str, todo_texts=("first step", "second step")) -> str:
+    from loopx import project_prompt, quota, todos
+
+    g = project_prompt.create(reg, "user", title=title, criteria=["it works"])["id"]
+    quota.set_limits(reg, "user", goal_id=g, values={"max_turns": 10**8, "max_tokens": 10**14})
+    for t in todo_texts:
+        todos.add(reg, "user", goal_id=g, text=t)
+    return g
+
+
+def bulk_turns(reg, goal_id: str, turns: int, batch: int, start: int = 0, log=print) -> float:
+    """``turns`` turns, ``batch`` per transaction, digest deferred then sealed; returns seconds."""
+    from loopx import integrity
+    from loopx.registry import Registry
+
+    started = time.perf_counter()
+    with digest_deferred():
+        done = 0
+        while done < turns:
+            n = min(batch, turns - done)
+
+            def work(tx, first=start + done, n=n):
+                inner = Registry(_Outer(reg.store, tx))
+                for i in range(first, first + n):
+                    turn(inner, goal_id, i)
+
+            reg.store.write(work)
+            done += n
+            if done % (batch * 10) == 0:
+                log(f"  {done * EVENTS_PER_TURN:,} events ({done * EVENTS_PER_TURN / (time.perf_counter() - started):,.0f}/s)")
+    reg.store.write(lambda tx: integrity.seal(tx, goal_id))
+    return time.perf_counter() - started
+
+
+def bulk_todos(reg, goal_id: str, n: int) -> None:
+    from loopx import api, integrity
+
+    with digest_deferred():
+        reg.mutate("user", lambda w: [api.writer_add_todo(w, text=f"todo {i}") for i in range(n)], goal_id=goal_id)
+    reg.store.write(lambda tx: integrity.seal(tx, goal_id))
+
+
+def revision(reg, goal_id: str) -> int:
+    with reg.read() as tx:
+        return tx.one("SELECT revision FROM goals WHERE id = ?", (goal_id,))["revision"]
+
+
+def ms(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t) * 1000
+
+
+def should_run_samples(reg, goals: dict, runs: int, *, digest: bool) -> dict:
+    """Median ms of a should-run that opens a run, per goal, interleaved; each run finished untimed."""
+    from loopx import quota, runs as runs_mod
+
+    out = {k: [] for k in goals}
+    ctx = contextlib.nullcontext() if digest else digest_deferred(reg, goals.values())
+    with ctx:
+        for _ in range(runs + 1):  # the first round warms up
+            for name, g in goals.items():
+                box = {}
+                t = ms(lambda: box.update(quota.should_run(reg, "user", goal_id=g, agent="timed")))
+                assert box["decision"] == "run" and box["reasons"] == ["ready_work"], box
+                out[name].append(t)
+                runs_mod.finish(reg, "user", run_id=box["interaction_contract"]["run_id"], outcome="ok")
+    return {k: statistics.median(v[1:]) for k, v in out.items()}
+
+
+def evidence_samples(reg, goals: dict, runs: int, *, digest: bool) -> dict:
+    from loopx import evidence
+
+    out = {k: [] for k in goals}
+    ctx = contextlib.nullcontext() if digest else digest_deferred(reg, goals.values())
+    with ctx:
+        for _ in range(runs + 1):
+            for name, g in goals.items():
+                out[name].append(ms(lambda: evidence.record(reg, "user", goal_id=g, kind="note", summary="timed")))
+    return {k: statistics.median(v[1:]) for k, v in out.items()}
+
+
+def cli_samples(url: str, reg, goals: dict, runs: int) -> dict:
+    """Median ms of whole ``python -m loopx`` processes: should-run (opening a run) and evidence add."""
+    from loopx import runs as runs_mod
+
+    env = child_env(LOOPX_REGISTRY=url)
+    py = [sys.executable, "-m", "loopx", "--format", "json"]
+    out: dict = {}
+    for _ in range(runs + 1):
+        for name, g in goals.items():
+            t = time.perf_counter()
+            p = subprocess.run([*py, "quota", "should-run", "--goal-id", g, "--agent", "timed-cli"], env=env,
+                               capture_output=True, text=True)
+            took = (time.perf_counter() - t) * 1000
+            doc = json.loads(p.stdout)
+            assert doc["decision"] == "run" and doc["reasons"] == ["ready_work"], doc
+            out.setdefault(("should-run", name), []).append(took)
+            runs_mod.finish(reg, "user", run_id=doc["interaction_contract"]["run_id"], outcome="ok")
+            t = time.perf_counter()
+            p = subprocess.run([*py, "evidence", "add", "--goal-id", g, "--kind", "note", "--summary", "cli"], env=env,
+                               capture_output=True, text=True)
+            assert p.returncode == 0, p.stderr
+            out.setdefault(("evidence add", name), []).append((time.perf_counter() - t) * 1000)
+    return {k: statistics.median(v[1:]) for k, v in out.items()}
+
+
+def mcp_samples(url: str, reg, goals: dict, calls: int) -> dict:
+    import anyio
+
+    from bench_mcp import over_mcp
+    from loopx import quota
+
+    out = {}
+    for name, g in goals.items():
+        held = quota.should_run(reg, "user", goal_id=g, agent=AGENT)  # the agent's open run, handed back
+        assert held["decision"] == "run", held
+        samples = anyio.run(over_mcp, url, g, calls)
+        ordered = sorted(samples)
+        out[name] = (statistics.median(samples), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))])
+    return out
+
+
+def api_rate(reg, goal_id: str, turns: int, start: int) -> float:
+    """Events/s of whole turns through the API, one transaction per call (as the CLI commits)."""
+    t = time.perf_counter()
+    for i in range(start, start + turns):
+        turn(reg, goal_id, i)
+    return turns * EVENTS_PER_TURN / (time.perf_counter() - t)
+
+
+def self_repair_check(url: str, goal_id: str) -> dict:
+    p = subprocess.run([sys.executable, "-m", "loopx", "self-repair", "check", "--goal-id", goal_id, "--json"],
+                       env=child_env(LOOPX_REGISTRY=url), capture_output=True, text=True)
+    return json.loads(p.stdout)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--events", type=int, default=3000)
-    ap.add_argument("--reps", type=int, default=40)
-    args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="loopx-bench-history-")
-    os.environ.setdefault("XDG_CONFIG_HOME", os.path.join(tmp, "config"))  # a key of its own
-    from loopx import evidence, project_prompt, quota, todos
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--todos", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--calls", type=int, default=300, help="MCP calls per goal")
+    parser.add_argument("--batch", type=int, default=500, help="turns per transaction in the bulk build")
+    parser.add_argument("--probe-turns", type=int, default=60, help="turns timed one transaction per call")
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--write-doc", action="store_true", help="put the table into docs/performance.md")
+    args = parser.parse_args()
+    with scratch_dir("history", keep=args.keep) as tmp:
+        run(args, tmp)
+
+
+def run(args, tmp: str) -> None:
     from loopx.registry import Registry
 
-    with Registry.open(os.path.join(tmp, "registry.db")) as reg:
-        goals = {}
-        for name in ("fresh", "long"):
-            g = project_prompt.create(reg, "user", title=name)["id"]
-            todos.add(reg, "user", goal_id=g, text="work")
-            goals[name] = g
-        start = time.perf_counter()
-        for i in range(args.events):
-            evidence.record(reg, "user", goal_id=goals["long"], kind="note", summary=f"n{i}")
-        built = time.perf_counter() - start
-        print(f"built {args.events} events in {built:.1f}s ({args.events / built:.0f} events/s)", file=sys.stderr)
-        times = {f"{op} {name}": [] for op in ("should-run", "evidence add") for name in goals}
-        for _ in range(args.reps):
-            for name, g in goals.items():
-                t = time.perf_counter()
-                d = quota.should_run(reg, "user", goal_id=g, agent="bench")
-                times[f"should-run {name}"].append(time.perf_counter() - t)
-                assert d["decision"] == "run", d["reasons"]
-                t = time.perf_counter()
-                evidence.record(reg, "user", goal_id=g, kind="note", summary="x")
-                times[f"evidence add {name}"].append(time.perf_counter() - t)
-    med = {k: statistics.median(v) * 1000 for k, v in times.items()}
-    for op in ("should-run", "evidence add"):
-        print(f"{op:<13} fresh {med[op + ' fresh']:.2f} ms  long ({args.events} events) {med[op + ' long']:.2f} ms"
-              f"  ratio {med[op + ' long'] / med[op + ' fresh']:.2f}")
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    url = os.path.join(tmp, "registry.db")
+    rows = []
+    with Registry.open(url) as reg:
+        fresh = new_goal(reg, "fresh goal")
+        long = new_goal(reg, "long history")
+        turns = max(1, (args.events - revision(reg, long)) // EVENTS_PER_TURN)
+        log(f"building {turns * EVENTS_PER_TURN:,} events of whole turns...")
+        secs = bulk_turns(reg, long, turns, args.batch, log=log)
+        built = revision(reg, long)
+        rows.append(("bulk build through the API (batched, digest sealed once)", f"{built:,} events in {secs:.0f} s",
+                     f"{built / secs:,.0f} events/s"))
+        few = new_goal(reg, "10 todos", todo_texts=[f"todo {i}" for i in range(10)])
+        many = new_goal(reg, "many todos", todo_texts=())
+        log(f"adding {args.todos:,} todos...")
+        bulk_todos(reg, many, args.todos)
+        log("self-repair check of the built goals...")
+        for g in (long, many):
+            report = self_repair_check(url, g)
+            assert report.get("ok") and not report.get("findings"), report
+        rows.append(("self-repair check on the built goals", "ok: chain, head, digest, replay", ""))
+
+        pair = {"fresh": fresh, "long": long}
+        for digest in (True, False):
+            tag = "" if digest else ", digest left out"
+            log(f"in-process should-run / evidence add{tag}...")
+            sr = should_run_samples(reg, pair, args.runs, digest=digest)
+            rows.append((f"should-run (opens a run), in-process{tag}", f"{sr['fresh']:.2f} / {sr['long']:.2f} ms",
+                         f"{sr['long'] / sr['fresh']:.2f}x"))
+            ev = evidence_samples(reg, pair, args.runs, digest=digest)
+            rows.append((f"evidence add, in-process{tag}", f"{ev['fresh']:.2f} / {ev['long']:.2f} ms",
+                         f"{ev['long'] / ev['fresh']:.2f}x"))
+            todo_pair = {"fresh": few, "long": many}
+            td = should_run_samples(reg, todo_pair, args.runs, digest=digest)
+            rows.append((f"should-run, {args.todos:,}-todo vs 10-todo goal{tag}", f"{td['fresh']:.2f} / {td['long']:.2f} ms",
+                         f"{td['long'] / td['fresh']:.2f}x"))
+        log("CLI processes...")
+        cli = cli_samples(url, reg, pair, max(5, args.runs // 2))
+        for what in ("should-run", "evidence add"):
+            a, b = cli[(what, "fresh")], cli[(what, "long")]
+            rows.append((f"{what}, CLI process", f"{a:.1f} / {b:.1f} ms", f"{b / a:.2f}x"))
+        log("MCP...")
+        mcp = mcp_samples(url, reg, pair, args.calls)
+        rows.append(("should-run over MCP, p50 (p99)", f"{mcp['fresh'][0]:.2f} ({mcp['fresh'][1]:.2f}) / "
+                     f"{mcp['long'][0]:.2f} ({mcp['long'][1]:.2f}) ms", f"{mcp['long'][0] / mcp['fresh'][0]:.2f}x"))
+        log("build rate, one transaction per call...")
+        from loopx import quota, runs as runs_mod
+
+        for g in (fresh, long):  # the agent's open runs from the MCP round go first
+            held = quota.should_run(reg, "user", goal_id=g, agent=AGENT)["interaction_contract"]["run_id"]
+            runs_mod.finish(reg, "user", run_id=held, outcome="ok")
+        start = turns + 10
+        r_fresh = api_rate(reg, fresh, args.probe_turns, start)
+        r_long = api_rate(reg, long, args.probe_turns, start)
+        rows.append(("build rate, one transaction per call (digest included)", f"{r_fresh:,.0f} / {r_long:,.0f} events/s",
+                     f"{r_fresh / r_long:.2f}x slower"))
+        with digest_deferred(reg, (fresh, long)):
+            d_fresh = api_rate(reg, fresh, args.probe_turns, start + args.probe_turns)
+            d_long = api_rate(reg, long, args.probe_turns, start + args.probe_turns)
+        rows.append(("build rate, one transaction per call, digest left out", f"{d_fresh:,.0f} / {d_long:,.0f} events/s",
+                     f"{d_fresh / d_long:.2f}x slower"))
+    lines = [f"{built:,} events on the long goal ({turns:,} turns), {args.todos:,} todos on the other; medians of"
+             f" {args.runs} samples (CLI {max(5, args.runs // 2)}), interleaved, in one process; run at"
+             f" {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, machine load"
+             f" {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end.",
+             "", "| measurement | fresh / long (or 10 / many todos) | ratio |", "|---|---:|---:|"]
+    lines += [f"| {r[0]} | {r[1]} | {r[2]} |" for r in rows]
+    print("\n".join(lines))
+    if args.write_doc:
+        write_doc(lines)
+
+
+START, END = "<!-- bench_history:start -->", "<!-- bench_history:end -->"
+
+EXPLAINED = """
+**What a turn reads, whatever the goal has done** (issue 25). Usage is kept in counters
+(`goal_usage`, moved by the run events: `loopx/usage_counts.py`), not summed over runs; the
+ready set is an index kept by the todo events (`todo_deps`, `todo_ready`: `loopx/todo_ready.py`)
+read a page at a time (the first 5 past gated todos and others' live claims); the newest runs,
+the latest hand-off and the feedback are index ranges with `LIMIT`; `todo claim` reads the one
+todo's dependencies; the attention summary reads its inputs in one statement. Outside the state
+digest, a should-run that opens a run sends 16 statements (+ `BEGIN`/`COMMIT`), none twice, the
+same on a goal with history (`tests/test_scale_history.py`, SQLite and PostgreSQL).
+
+**What still grows: the state digest.** `loopx/integrity.py` hashes the goal's whole current
+state before every write (to refuse writing over tampered state) and after it (to seal): every
+todo row (done ones included), every gate and action, and a sum over the closed runs. On a goal
+whose history left thousands of done todos this is the whole cost of a write (~24 of the ~40
+statements of a should-run, and nearly all of the time: compare the rows with the digest left
+out). It is being replaced by a keyed, incrementally maintained digest (branch wip/integrity);
+the rows with the digest left out are what a turn costs once it lands. `goal_usage` and
+`todo_ready` are in its `STATE_TABLES`.
+
+**How the long goal is built.** Whole turns through the same API functions the commands call
+(should-run, claim, two evidence, done, a new todo, finish: 7 events), committed 500 turns a
+transaction with the digest sealed once at the end (what the last write seals), then
+`self-repair check` runs on it (chain, head, digest and replay all agree); every timed
+should-run is asserted to answer `run` / `ready_work`, the decision a real goal gets.
+`bench/fill.py`, the many-goals fill of `bench/run.py`, writes each goal's chain and seals it too.
+"""
+
+
+def write_doc(lines: list[str]) -> None:
+    """Put the table between the markers of ``docs/performance.md`` (``bench/run.py`` keeps them)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
+    text = path.read_text()
+    block = "\n".join([START, "## A goal's history (`python bench/bench_history.py --write-doc`)", "", *lines, "",
+                       *EXPLAINED.strip("\n").splitlines(), END])
+    if START in text and END in text:
+        text = text[:text.index(START)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,15 @@
 """The benchmark's bulk fill: registries of any size, written as ledger events (not a benchmark itself).
 
 Every goal is a real ledger: its events are appended to ``events`` (``executemany``, in batches
-of goals) and applied to the current-state tables by :func:`loopx.ledger.apply_many`, the same
-apply code every command and every replay uses, so ``loopx doctor``-style replay checks hold on
-the result. What is skipped is only per-command overhead (one process and one transaction per
-event); event ids are given explicitly, as a registry copy does.
+of goals) with the hash chain a command writes (``prev_hash``, ``hash``: the same
+:func:`loopx.integrity.event_hash` of the same stored body text), applied to the current-state
+tables by :func:`loopx.ledger.apply_many` - the same apply code every command and every replay
+uses - and each goal is sealed (:func:`loopx.integrity.seal`: chain head and state digest) as
+the last command on it would, so ``self-repair check`` passes on the result and should-run makes
+the decision a real goal gets (``run``, not ``repair``). What is skipped is only per-command
+overhead (one process and one transaction per event); event ids are given explicitly, as a
+registry copy does. One difference from the CLI: a bulk run's contract document is a stub (the
+fingerprint and times; no decision reads an old run's contract).
 
 The mix per goal: created, limits set (``max_turns`` 3, ``max_tokens`` 50,000), three todos and
 two allow-listed actions. One goal in ten has also had a finished run (one in thirty of all goals
@@ -18,10 +23,10 @@ import json
 import os
 import time
 
-from loopx import clock, ledger
+from loopx import clock, integrity, ledger
 from loopx.model import Event
 
-FILL_VERSION = 1  # bump when the mix changes: cached registries of another version are rebuilt
+FILL_VERSION = 2  # bump when the mix changes: cached registries of another version are rebuilt
 BATCH_GOALS = 5000
 
 
@@ -71,8 +76,8 @@ def fill(reg, n: int, *, progress=None) -> None:
     with reg.read() as tx:
         done = tx.one("SELECT count(*) AS n FROM goals")["n"]
     keep_ids = " OVERRIDING SYSTEM VALUE" if reg.store.dialect == "postgres" else ""
-    insert = (f"INSERT INTO events (id, goal_id, seq, at, actor, kind, body, operation_id){keep_ids}"
-              " VALUES (?, ?, ?, ?, ?, ?, ?, NULL)")
+    insert = (f"INSERT INTO events (id, goal_id, seq, at, actor, kind, body, operation_id, prev_hash, hash){keep_ids}"
+              " VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)")
     started = time.monotonic()
     while done < n:
         count = min(BATCH_GOALS, n - done)
@@ -81,17 +86,23 @@ def fill(reg, n: int, *, progress=None) -> None:
             at = clock.now()
             past = clock.add_seconds(at, -60)
             event_id = next_id(tx)
-            events, rows = [], []
+            events, rows, goals = [], [], []
             for i in range(first, first + count):
                 goal_id = new_id("goal")
+                goals.append(goal_id)
+                prev = integrity.GENESIS
                 for seq, (kind, actor, body) in enumerate(goal_events(i, at, past), start=1):
                     events.append(Event(id=event_id, goal_id=goal_id, seq=seq, at=at, actor=actor, kind=kind,
                                         body=body, operation_id=None))
-                    rows.append((event_id, goal_id, seq, at, actor, kind,
-                                 json.dumps(body, sort_keys=True, separators=(",", ":"))))
+                    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+                    digest = integrity.event_hash(prev, goal_id, seq, at, actor, kind, text, None)
+                    rows.append((event_id, goal_id, seq, at, actor, kind, text, prev, digest))
+                    prev = digest
                     event_id += 1
             tx.executemany(insert, rows)
             ledger.apply_many(tx, events)
+            for goal_id in goals:  # what the last command on each goal writes: its head and state digest
+                integrity.seal(tx, goal_id)
             if tx.dialect == "postgres":
                 tx.execute("SELECT setval(pg_get_serial_sequence('events', 'id'), (SELECT max(id) FROM events))")
 

@@ -192,6 +192,15 @@ def sample_goals(url: str, k: int = 20) -> list[str]:
         return [r["id"] for r in tx.query("SELECT id FROM goals ORDER BY created_seq DESC LIMIT ?", (k,))]
 
 
+def assert_real_decision(url: str, goal: str, env: dict) -> None:
+    """The should-run the bench times makes the decision a real goal gets: ``run`` (a goal filled
+    without its chain, head and digest would answer ``repair``, a different and cheaper path)."""
+    p = subprocess.run([*LOOPX, "quota", "should-run", "--goal-id", goal, "--agent", "bench-should-run", "--json"],
+                       env={**env, "LOOPX_REGISTRY": url}, capture_output=True, text=True, timeout=120)
+    out = json.loads(p.stdout)
+    assert out.get("decision") == "run", f"the timed goal answers {out.get('decision')} {out.get('reasons')}, not run"
+
+
 def cli_cases(url: str, goal: str, env: dict) -> dict:
     """The timed commands at one registry."""
     env = {**env, "LOOPX_REGISTRY": url}
@@ -303,6 +312,11 @@ def _ms(v) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
+#: Marked sections written by other benchmarks, carried over when the report is rewritten.
+KEPT_SECTIONS = [("<!-- bench_history:start -->", "<!-- bench_history:end -->"),
+                 ("<!-- writers_100k:start -->", "<!-- writers_100k:end -->")]
+
+
 def write_report(path: Path, results: dict, notes: list[str]) -> None:
     """``docs/performance.md`` from ``results``."""
     floors = results["floors"]
@@ -387,7 +401,13 @@ def write_report(path: Path, results: dict, notes: list[str]) -> None:
     if notes:
         lines += ["## Notes on this run", ""] + [f"- {n}" for n in notes] + [""]
     lines += HOW
-    path.write_text("\n".join(lines))
+    text = "\n".join(lines)
+    # Sections other benchmarks write into the same file (bench/bench_history.py) are kept.
+    old = path.read_text() if path.exists() else ""
+    for start, end in KEPT_SECTIONS:
+        if start in old and end in old:
+            text = text.rstrip("\n") + "\n\n" + old[old.index(start):old.index(end) + len(end)] + "\n"
+    path.write_text(text)
 
 
 HOW = """## How the figures stay flat
@@ -547,6 +567,7 @@ def _run(args, sizes, pg_sizes, notes, log) -> None:
     for (backend, n), url in urls.items():
         log(f"{backend} {n:,} goals: commands...")
         goals = sample_goals(url)
+        assert_real_decision(url, goals[0], env)
         # The floor a backend's commands are compared with runs interleaved with them (so drift and
         # load hit both alike); the report gives the floors of the run's start.
         near = ["import floor"] + (["import floor + psycopg"] if backend == "postgres" else [])

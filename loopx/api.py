@@ -36,6 +36,8 @@ _LAZY = {
     "check_fresh": "loopx.runs:check_fresh",
     "check_recordable": "loopx.runs:check_recordable",
     "goal_events": "loopx.ledger:events",
+    "goal_event_stream": "loopx.ledger:iter_events",
+    "goal_event_rows": "loopx.ledger:iter_rows",
     "goal_usage": "loopx.usage:usage",
     "remaining_quota": "loopx.usage:remaining",
     "GOAL_TABLES": "loopx.store.schema:GOAL_TABLES",
@@ -125,6 +127,7 @@ _OWN = (
     "load_evidence",
     "set_output_format",
     "apply_state",
+    "todo_changed",
     "goal_snapshot",
     "replay_goal",
     "reindex_storage",
@@ -381,6 +384,15 @@ def apply_state(tx, event, namespace: str, values: dict) -> None:
     set_rows(tx, event, namespace, values)
 
 
+def todo_changed(tx, event, todo_id: str) -> None:
+    """For the ``apply(tx, event)`` of a repair kind that changed a todo row of the event's goal
+    itself (its dependencies or status): bring the ready set's index up to date for that todo and
+    the todos waiting on it (:mod:`loopx.todo_ready`). Replays run it too."""
+    from loopx import todo_ready
+
+    todo_ready.resync(tx, event.goal_id, todo_id)
+
+
 # --- reading evidence -----------------------------------------------------------------------
 
 
@@ -424,11 +436,11 @@ def replay_goal(goal_events) -> tuple[dict, object]:
     """
     from loopx import ledger, usage
 
-    goal_events = list(goal_events)
-    if not goal_events:
+    found = ledger.replay(goal_events, lambda tx, goal_id: (ledger.snapshot(tx, goal_id),
+                                                            usage.usage(tx, goal_id)))
+    if found is None:
         return {}, None
-    snap, used = ledger.replay(goal_events, lambda tx, goal_id: (ledger.snapshot(tx, goal_id),
-                                                                 usage.usage(tx, goal_id)))
+    snap, used = found
     return ledger.normalise(snap), used
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import json
 
-from loopx.clock import seconds_between
+from loopx import usage_counts
 from loopx.model import BUDGETS
 
 STATIC_CODES = ("gate_pending", "budget_exhausted", "run_abandoned", "run_failed")
@@ -42,28 +42,37 @@ COUNT_KEYS = ("open", "paused", "closed", "attention")
 SHARDS = 16  # PostgreSQL counter rows per key (SQLite uses shard 0 only: it has one writer)
 
 
-def _row_for(tx, goal_id: str) -> tuple | None:
-    """The summary row ``(status, created_seq, lane, attention, run_expires)`` the goal's rows give."""
-    goal = tx.one("SELECT status, created_seq, limits, grants FROM goals WHERE id = ?", (goal_id,))
-    if goal is None:
-        return None
-    if goal["status"] == "closed":
-        return (goal["status"], goal["created_seq"], LANE_CLOSED, "", None)
+# Everything the summary row follows from, and the row as stored, in one statement: refresh runs
+# inside every write that can move a goal, so its reads are one indexed probe per part.
+_INPUTS = (
+    "SELECT g.status, g.created_seq, g.limits, g.grants,"
+    " (SELECT 1 FROM gates WHERE goal_id = g.id AND status = 'pending' LIMIT 1) AS gate_pending,"
+    " (SELECT status FROM runs WHERE goal_id = g.id ORDER BY opened_at DESC, id DESC LIMIT 1) AS newest,"
+    " (SELECT outcome FROM runs WHERE goal_id = g.id AND status = 'finished'"
+    " ORDER BY opened_at DESC, id DESC LIMIT 1) AS newest_done,"
+    " (SELECT min(expires_at) FROM runs WHERE goal_id = g.id AND status = 'open') AS expiry,"
+    " u.turns, u.tokens, u.cost_micros, u.wall_us, u.last_opened,"
+    " s.goal_id AS have, s.status AS have_status, s.created_seq AS have_created_seq, s.lane AS have_lane,"
+    " s.attention AS have_attention, s.run_expires AS have_run_expires"
+    " FROM goals g LEFT JOIN goal_usage u ON u.goal_id = g.id LEFT JOIN goal_summary s ON s.goal_id = g.id"
+    " WHERE g.id = ?")
+
+
+def _row_for(r: dict) -> tuple:
+    """The summary row ``(status, created_seq, lane, attention, run_expires)`` a row of :data:`_INPUTS` gives."""
+    if r["status"] == "closed":
+        return (r["status"], r["created_seq"], LANE_CLOSED, "", None)
     codes = set()
-    if tx.one("SELECT 1 AS x FROM gates WHERE goal_id = ? AND status = 'pending' LIMIT 1", (goal_id,)):
+    if r["gate_pending"]:
         codes.add("gate_pending")
-    newest = tx.one("SELECT status FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id DESC LIMIT 1", (goal_id,))
-    if newest and newest["status"] == "abandoned":
+    if r["newest"] == "abandoned":
         codes.add("run_abandoned")
-    done = tx.one("SELECT outcome FROM runs WHERE goal_id = ? AND status = 'finished'"
-                  " ORDER BY opened_at DESC, id DESC LIMIT 1", (goal_id,))
-    if done and done["outcome"] == "failed":
+    if r["newest_done"] == "failed":
         codes.add("run_failed")
-    if _limited(goal) and _exhausted(goal, _usage(tx, goal_id).get(goal_id, _UNUSED)):
+    used = usage_counts.shown(usage_counts.read_row(r) if r["turns"] is not None else usage_counts.ZERO)
+    if _limited(r) and _exhausted(r, used):
         codes.add("budget_exhausted")
-    expiry = tx.one("SELECT min(expires_at) AS e FROM runs WHERE goal_id = ? AND status = 'open'", (goal_id,))
-    return (goal["status"], goal["created_seq"], LANE_ATTENTION if codes else LANE_QUIET, _codes(codes),
-            expiry["e"] if expiry else None)
+    return (r["status"], r["created_seq"], LANE_ATTENTION if codes else LANE_QUIET, _codes(codes), r["expiry"])
 
 
 def _codes(found) -> str:
@@ -102,21 +111,11 @@ def _exhausted(goal: dict, used: dict) -> bool:
     return False
 
 
-def _usage(tx, goal_id: str | None) -> dict[str, dict]:
-    """``{goal_id: used}`` for one goal, or for every goal with runs when ``goal_id`` is None."""
-    scope, params = ("", ()) if goal_id is None else (" AND goal_id = ?", (goal_id,))
-    out: dict[str, dict] = {}
-    for r in tx.query("SELECT goal_id, COUNT(*) AS turns, COALESCE(SUM(tokens), 0) AS tokens,"
-                      " COALESCE(SUM(cost), 0) AS cost FROM runs WHERE 1 = 1" + scope + " GROUP BY goal_id", params):
-        out[r["goal_id"]] = {"turns": int(r["turns"]), "tokens": int(r["tokens"]), "cost": float(r["cost"]),
-                             "wall_seconds": 0.0}
-    for r in tx.query("SELECT goal_id, opened_at, finished_at FROM runs"
-                      " WHERE status IN ('finished', 'abandoned')" + scope, params):
-        out[r["goal_id"]]["wall_seconds"] += max(0.0, seconds_between(r["opened_at"], r["finished_at"]))
-    for used in out.values():
-        used["cost"] = round(used["cost"], 6)
-        used["wall_seconds"] = round(used["wall_seconds"], 3)
-    return out
+def _usage(tx) -> dict[str, dict]:
+    """``{goal_id: used}`` for every goal with runs, summed from the runs rows by the counters'
+    rules (a migration's rebuild runs before the counters exist; :mod:`loopx.usage_counts`)."""
+    return {g: usage_counts.shown(dict(zip(("turns", "tokens", "cost_micros", "wall_us", "last_opened"), c)))
+            for g, c in usage_counts.from_runs(tx).items()}
 
 
 def refresh(tx, goal_id: str) -> None:
@@ -124,17 +123,15 @@ def refresh(tx, goal_id: str) -> None:
 
     Writes only when something changed, so the counter triggers fire only on a real change.
     """
-    want = _row_for(tx, goal_id)
-    have = tx.one("SELECT status, created_seq, lane, attention, run_expires FROM goal_summary WHERE goal_id = ?",
-                  (goal_id,))
-    if want is None:
-        if have is not None:
-            tx.execute("DELETE FROM goal_summary WHERE goal_id = ?", (goal_id,))
+    r = tx.one(_INPUTS, (goal_id,))
+    if r is None:  # the goal's row is gone
+        tx.execute("DELETE FROM goal_summary WHERE goal_id = ?", (goal_id,))
         return
-    if have is None:
+    want = _row_for(r)
+    if r["have"] is None:
         tx.execute("INSERT INTO goal_summary (goal_id, status, created_seq, lane, attention, run_expires)"
                    " VALUES (?, ?, ?, ?, ?, ?)", (goal_id, *want))
-    elif tuple(have.values()) != want:
+    elif (r["have_status"], r["have_created_seq"], r["have_lane"], r["have_attention"], r["have_run_expires"]) != want:
         tx.execute("UPDATE goal_summary SET status = ?, created_seq = ?, lane = ?, attention = ?, run_expires = ?"
                    " WHERE goal_id = ?", (*want, goal_id))
 
@@ -163,7 +160,7 @@ def rebuild_all(tx) -> int:
     for goal_id, (_, outcome) in newest_done.items():
         if outcome == "failed":
             codes.setdefault(goal_id, set()).add("run_failed")
-    used = _usage(tx, None)
+    used = _usage(tx)
     expiries = {r["goal_id"]: r["e"] for r in tx.query(
         "SELECT goal_id, min(expires_at) AS e FROM runs WHERE status = 'open' GROUP BY goal_id")}
     rows = []

@@ -202,9 +202,9 @@ def decide(tx, inputs, *, agent: str, now: str, own_run, vetoed: dict | None = N
     others = [r for r in inputs.live_runs(now) if r.agent != agent]
     if others and not goal.parallel_runs:
         return Decision("wait", ["run_in_progress"], other_run=others[0], next_eligible_at=others[0].expires_at, **d)
-    ready = inputs.ready(agent, now)
+    ready = inputs.ready(tx, agent, now, READY_SHOWN)
     if not ready:
-        if not inputs.todos:
+        if not inputs.has_todos(tx):
             return Decision("run", ["no_todos"], **d)
         return Decision("ask_user", ["no_ready_work"], **d)
     return Decision("run", ["ready_work"], ready=ready, **d)

@@ -58,6 +58,8 @@ CODES = frozenset(
         "integrity_mismatch",
         "step_already_started",  # loopx.claims: a step runs once per run
         "run_in_progress",  # loopx.claims: another live process carries this run out
+        "evidence_too_large",
+        "state_too_large",
     }
 )
 

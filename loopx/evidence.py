@@ -16,6 +16,9 @@ from loopx.model import Evidence, to_json
 from loopx.registry import Registry, check_actor
 from loopx.validate import check_id, check_name, check_number, check_text, new_id
 
+#: What ``--data`` on the command line may hold (``invalid_argument``); the registry's cap on a
+#: stored payload (``loopx.caps``, ``evidence_too_large``, 1 MiB unless a user changed it) holds
+#: for every writer, plugins included.
 MAX_DATA_BYTES = 64 * 1024
 MAX_LIST_LIMIT = 1000
 
@@ -86,8 +89,6 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
             raise LoopxError("invalid_argument", "say what the evidence is about: --run-id R (or --goal-id G)")
         if ledger.role(actor) == ledger.EXECUTOR:
             raise LoopxError("run_not_open", "an executor records evidence only inside a run: pass --run-id")
-    if data is not None and len(json.dumps(data)) > MAX_DATA_BYTES:
-        raise LoopxError("invalid_argument", f"evidence data is larger than {MAX_DATA_BYTES} bytes")
     file_path = file_sha = None
     if file is not None:
         file_path, file_sha = hash_file(file)
@@ -104,6 +105,9 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
     if file_path is not None:
         body["file_path"], body["file_sha256"] = file_path, file_sha
 
+    if data is not None and len(json.dumps(data)) > MAX_DATA_BYTES:
+        raise LoopxError("invalid_argument", f"evidence data is larger than {MAX_DATA_BYTES} bytes")
+
     def work(w):
         if run_id is not None:
             runs.check_recordable(w.tx, run_id, goal_id=goal_id)
@@ -117,16 +121,32 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
 
 
 def list_for(reg: Registry, *, goal_id: str | None = None, run_id: str | None = None, kind: str | None = None,
-             limit: int = 100) -> list[dict]:
-    """Evidence of a goal or of one run, oldest first, optionally of one kind."""
+             limit: int = 100, after: str | None = None) -> list[dict]:
+    """Evidence of a goal or of one run, oldest first, optionally of one kind (at most
+    :data:`MAX_LIST_LIMIT`; :func:`list_stream` reads any number)."""
+    limit = check_number(limit, what="--limit", minimum=1, maximum=MAX_LIST_LIMIT, integer=True)
+    return list(list_stream(reg, goal_id=goal_id, run_id=run_id, kind=kind, limit=limit, after=after))
+
+
+def list_stream(reg: Registry, *, goal_id: str | None = None, run_id: str | None = None, kind: str | None = None,
+                limit: int | None = 100, after: str | None = None, batch: int = 500):
+    """:func:`list_for` as a stream read in pages (bounded memory), after the evidence ``after``
+    (a cursor: the id of the last item seen). Checks its arguments before returning."""
+    import sys
+
     from loopx import runs
     from loopx.project_prompt import load_goal
 
-    limit = check_number(limit, what="--limit", minimum=1, maximum=MAX_LIST_LIMIT, integer=True)
+    if limit is not None:
+        limit = check_number(limit, what="--limit", minimum=1, integer=True)
     if kind is not None:
         check_name(kind, what="--kind")
+    if after is not None:
+        check_id("evidence", after)
     where, params = [], []
-    with reg.read() as tx:
+    reading = reg.read()
+    tx = reading.__enter__()
+    try:
         if run_id is not None:
             run = runs.load_run(tx, run_id)
             if goal_id is not None and check_id("goal", goal_id) != run.goal_id:
@@ -142,6 +162,38 @@ def list_for(reg: Registry, *, goal_id: str | None = None, run_id: str | None = 
         if kind is not None:
             where.append("kind = ?")
             params.append(kind)
-        rows = tx.query(f"SELECT * FROM evidence WHERE {' AND '.join(where)} ORDER BY created_at, id LIMIT ?",
-                        [*params, limit])
-        return [to_json(evidence_from_row(r)) for r in rows]
+        cursor = None
+        if after is not None:
+            cursor = tx.one(f"SELECT created_at, id FROM evidence WHERE id = ? AND {' AND '.join(where)}",
+                            (after, *params))
+            if cursor is None:
+                raise LoopxError("not_found", f"--after {after}: no such evidence in this listing")
+            cursor = (cursor["created_at"], cursor["id"])
+    except BaseException:
+        reading.__exit__(*sys.exc_info())
+        raise
+
+    def stream(cursor=cursor):
+        try:
+            left = limit
+            while left is None or left > 0:
+                size = batch if left is None else min(batch, left)
+                page_where = list(where)
+                page_params = list(params)
+                if cursor is not None:
+                    # Keyset paging in the listing's order (created_at, id): an index range per page.
+                    page_where.append("(created_at > ? OR (created_at = ? AND id > ?))")
+                    page_params += [cursor[0], cursor[0], cursor[1]]
+                rows = tx.query(f"SELECT * FROM evidence WHERE {' AND '.join(page_where)} ORDER BY created_at, id"
+                                " LIMIT ?", [*page_params, size])
+                for r in rows:
+                    yield to_json(evidence_from_row(r))
+                if len(rows) < size:
+                    return
+                cursor = (rows[-1]["created_at"], rows[-1]["id"])
+                if left is not None:
+                    left -= len(rows)
+        finally:
+            reading.__exit__(None, None, None)
+
+    return stream()

@@ -1,30 +1,31 @@
 """What one ``quota should-run`` decides on, read once.
 
 :func:`gather` reads a goal's rows in a handful of statements - the goal, its open runs, its
-usage, its gates, its todos, its actions - into one :class:`TurnInputs`, which the decision, the
+usage counters, its gates, its actions - into one :class:`TurnInputs`, which the decision, the
 fingerprint, the contract document and the plugins' contributions all use; none of them reads
 those tables again. Everything that depends on the time (which runs and claims are still live,
 the ready set, cadence) is computed from the rows at the instant the decision is made, so inputs
 gathered before the write transaction stay good for it as long as the goal's revision is
-unchanged (every change to a goal is an event, and every event moves the revision).
+unchanged (every change to a goal is an event, and every event moves the revision). The ready
+set is the one thing read when deciding: a page of the ready index (:mod:`loopx.todo_ready`),
+never the goal's whole list of todos.
 """
 
 from __future__ import annotations
 
-from loopx.clock import seconds_between
 from loopx.model import QuotaUsage
 
 
 class TurnInputs:
     """One goal's decision inputs: the goal, its open runs, usage, limits, gates, todos, actions."""
 
-    __slots__ = ("goal", "revision", "open_runs", "totals", "last_opened", "gates", "todos", "actions",
+    __slots__ = ("goal", "revision", "open_runs", "totals", "last_opened", "gates", "actions",
                  "_blocking", "_limits")
 
-    def __init__(self, goal, revision, open_runs, totals, last_opened, gates, todos, actions):
+    def __init__(self, goal, revision, open_runs, totals, last_opened, gates, actions):
         self.goal, self.revision, self.open_runs = goal, revision, open_runs
         self.totals, self.last_opened = totals, last_opened
-        self.gates, self.todos, self.actions = gates, todos, actions
+        self.gates, self.actions = gates, actions
         self._blocking = None
         self._limits = None
 
@@ -98,14 +99,23 @@ class TurnInputs:
 
     # --- todos ---
 
-    def ready(self, agent: str | None, now: str) -> list:
-        """The ready set for ``agent`` at ``now`` (see :func:`loopx.todos.ready`)."""
-        from loopx.todos import why_not_ready
+    def ready(self, tx, agent: str | None, now: str, limit: int) -> list:
+        """The first ``limit`` todos of the ready set for ``agent`` at ``now`` (see
+        :func:`loopx.todos.ready`), read from the ready index (:mod:`loopx.todo_ready`): a page,
+        not the goal's whole list."""
+        from loopx import todo_ready
+        from loopx.todos import todo_from_row
 
-        statuses = {t.id: t.status for t in self.todos}
-        gated = {g.blocks[5:]: g.status for g in self.gates
+        gated = {g.blocks[5:] for g in self.gates
                  if g.status in ("pending", "rejected") and g.blocks.startswith("todo:")}
-        return [t for t in self.todos if why_not_ready(t, statuses=statuses, gated=gated, agent=agent, now=now) is None]
+        return [todo_from_row(r) for r in todo_ready.first_ready(tx, self.goal.id, agent=agent, now=now,
+                                                                 exclude=gated, limit=limit)]
+
+    def has_todos(self, tx) -> bool:
+        """Whether the goal has any todo at all."""
+        from loopx import todo_ready
+
+        return todo_ready.any_todo(tx, self.goal.id)
 
 
 def gather(tx, goal_id: str, *, goal_row: dict | None = None) -> TurnInputs:
@@ -114,27 +124,19 @@ def gather(tx, goal_id: str, *, goal_row: dict | None = None) -> TurnInputs:
     ``goal_row``: the goal's row when the caller already holds it (the write transaction locked
     it), so it is not read twice.
     """
+    from loopx import usage_counts
     from loopx.actions import action_from_row
     from loopx.gates import gate_from_row
     from loopx.project_prompt import goal_from_row, load_goal
     from loopx.runs import run_from_row
-    from loopx.todos import todo_from_row
 
     goal = goal_from_row(goal_row) if goal_row is not None else load_goal(tx, goal_id)
     open_runs = [run_from_row(r) for r in tx.query(
         "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' ORDER BY opened_at, id", (goal_id,))]
-    agg = tx.one("SELECT COUNT(*) AS turns, COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost), 0) AS cost,"
-                 " MAX(opened_at) AS last FROM runs WHERE goal_id = ?", (goal_id,))
-    wall = 0.0
-    if agg["turns"] > len(open_runs):  # closed runs exist: their wall time counts
-        for r in tx.query("SELECT opened_at, finished_at FROM runs WHERE goal_id = ?"
-                          " AND status IN ('finished', 'abandoned')", (goal_id,)):
-            wall += max(0.0, seconds_between(r["opened_at"], r["finished_at"]))
-    totals = (int(agg["turns"]), int(agg["tokens"]), float(agg["cost"]), wall)
+    used = usage_counts.read(tx, goal_id)  # counters: one row, whatever the goal's history
+    totals = (used["turns"], used["tokens"], used["cost_micros"] / 1_000_000, used["wall_us"] / 1_000_000)
     gates = [gate_from_row(r) for r in tx.query("SELECT * FROM gates WHERE goal_id = ? ORDER BY created_at, id",
-                                                (goal_id,))]
-    todos = [todo_from_row(r) for r in tx.query("SELECT * FROM todos WHERE goal_id = ? ORDER BY priority, created_seq",
                                                 (goal_id,))]
     actions = [action_from_row(r) for r in tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY created_at, name",
                                                     (goal_id,))]
-    return TurnInputs(goal, goal.revision, open_runs, totals, agg["last"], gates, todos, actions)
+    return TurnInputs(goal, goal.revision, open_runs, totals, used["last_opened"], gates, actions)

@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - other Pythons
 GENESIS = "0" * 64
 #: The current-state tables the digest covers: what a turn decision reads. Contracts, evidence
 #: and rewards are append-only records the decision never reads; the full check replays them.
-STATE_TABLES = ("goals", "gates", "todos", "actions", "runs", "capability_state")
+STATE_TABLES = ("goals", "gates", "todos", "actions", "runs", "capability_state", "goal_usage", "todo_ready")
 #: The digest recorded when a write lands on state that was already altered outside the ledger.
 UNTRUSTED = "untrusted"
 #: How many of the newest events ``should-run`` re-hashes.
@@ -357,16 +357,27 @@ def verify_chain(tx, goal_id: str) -> list[Problem]:
     missing = _key_missing(ring, goal_id)
     if missing:
         return missing
-    rows = tx.query("SELECT * FROM events WHERE goal_id = ? ORDER BY seq", (goal_id,))
-    if not rows:
+    # Streamed: the events that record loss first (few), then every event in pages, each linked to
+    # the last of the page before (bounded memory on a ledger of any length).
+    notes = tx.query("SELECT * FROM events WHERE goal_id = ? AND kind IN (?, ?) ORDER BY seq", (goal_id, *LOSS_KINDS))
+    acked = acknowledged(notes)[1]
+    out, last = [], None
+    while True:
+        page = tx.query("SELECT * FROM events WHERE goal_id = ? AND seq > ? ORDER BY seq LIMIT 500",
+                        (goal_id, last["seq"] if last else 0))
+        out.extend(_links(goal_id, page, last, acked, ring))
+        if page:
+            last = page[-1]
+        if len(page) < 500:
+            break
+    if last is None:
         return []
-    out = _links(goal_id, rows, None, acknowledged(rows)[1], ring)
     recorded = head(tx, goal_id)
     if recorded is None:
         return out + [Problem("goal_unsealed", goal_id, f"goal {goal_id} has no recorded chain head")]
-    if rows[-1]["seq"] != recorded["seq"] or rows[-1]["hash"] != recorded["head_hash"]:
-        out.append(Problem("head_mismatch", goal_id, f"goal {goal_id}: its ledger ends at event {rows[-1]['seq']}"
-                           f" but the last change recorded event {recorded['seq']}", rows[-1]["seq"]))
+    if last["seq"] != recorded["seq"] or last["hash"] != recorded["head_hash"]:
+        out.append(Problem("head_mismatch", goal_id, f"goal {goal_id}: its ledger ends at event {last['seq']}"
+                           f" but the last change recorded event {recorded['seq']}", last["seq"]))
     out.extend(_digest_problem(tx, goal_id, recorded, ring))
     return out
 
@@ -401,7 +412,12 @@ def verify_anchor(reg, goal_id: str | None = None) -> list[Problem]:
     return out
 
 
-def backfill(tx) -> int:
+def backfill_chains(tx) -> int:
+    """:func:`backfill` without sealing (a schema step before the last state table exists)."""
+    return backfill(tx, sealing=False)
+
+
+def backfill(tx, *, sealing: bool = True) -> int:
     """Compute chains for events that have none and seal every goal (the schema migration).
 
     Trusts the ledger as it stands at migration time: that is all an older registry offers.
@@ -420,7 +436,8 @@ def backfill(tx) -> int:
                 prev = digest
             else:
                 prev = row["hash"]
-        seal(tx, goal_id)
+        if sealing:
+            seal(tx, goal_id)
     return len(goals)
 
 

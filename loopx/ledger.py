@@ -261,6 +261,36 @@ def events(tx, goal_id: str, *, after: int = 0, limit: int | None = None) -> lis
     return [event_from_row(r) for r in tx.query(sql, params)]
 
 
+def iter_events(tx, goal_id: str, *, after: int = 0, limit: int | None = None, batch: int = 500):
+    """:func:`events` as a stream: pages of ``batch`` events by sequence number (an index range
+    each), so a goal's whole ledger is read in bounded memory."""
+    left = limit
+    while left is None or left > 0:
+        size = batch if left is None else min(batch, left)
+        rows = tx.query("SELECT * FROM events WHERE goal_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                        (goal_id, after, size))
+        for row in rows:
+            yield event_from_row(row)
+        if len(rows) < size:
+            return
+        after = rows[-1]["seq"]
+        if left is not None:
+            left -= len(rows)
+
+
+def iter_rows(tx, goal_id: str, *, columns: str = "*", batch: int = 500):
+    """A goal's raw ``events`` rows (``columns``, which must include ``seq``), oldest first, read
+    in pages of ``batch`` (bounded memory on a ledger of any length)."""
+    after = 0
+    while True:
+        rows = tx.query(f"SELECT {columns} FROM events WHERE goal_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                        (goal_id, after, batch))
+        yield from rows
+        if len(rows) < batch:
+            return
+        after = rows[-1]["seq"]
+
+
 def snapshot(tx, goal_id: str) -> dict[str, list[dict]]:
     """Every current-state row of one goal, per table, in key order."""
     out = {}
@@ -275,20 +305,25 @@ def snapshot(tx, goal_id: str) -> dict[str, list[dict]]:
 
 def replayed_snapshot(goal_events: list[Event]) -> dict[str, list[dict]]:
     """The state a goal's events produce when replayed into an empty scratch registry."""
-    if not goal_events:
-        return {}
-    return replay(goal_events, snapshot)
+    return replay(goal_events, snapshot) or {}
 
 
-def replay(goal_events: list[Event], read: Callable):
-    """Replay one goal's events into an empty scratch registry; returns ``read(tx, goal_id)`` of it."""
+def replay(goal_events, read: Callable):
+    """Replay one goal's events (any iterable, read once) into an empty scratch registry; returns
+    ``read(tx, goal_id)`` of it (``None`` for no events)."""
     from loopx.store.sqlite import SqliteStore
 
+    goal_events = iter(goal_events)  # any iterable: a stream of the ledger is replayed as it is read
+    first = next(goal_events, None)
+    if first is None:
+        return None
     scratch = SqliteStore(":memory:")
     try:
 
         def work(tx):
-            for event in goal_events:
+            import itertools
+
+            for event in itertools.chain([first], goal_events):
                 # Keep the original global id: goals and todos record it as their creation order.
                 tx.execute(
                     "INSERT INTO events (id, goal_id, seq, at, actor, kind, body, operation_id)"
@@ -297,7 +332,7 @@ def replay(goal_events: list[Event], read: Callable):
                      json.dumps(event.body), event.operation_id),
                 )
                 apply(tx, event)
-            return read(tx, goal_events[0].goal_id)
+            return read(tx, first.goal_id)
 
         return scratch.write(work)
     finally:

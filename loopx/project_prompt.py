@@ -166,18 +166,39 @@ def mark_criterion(reg: Registry, actor: str, goal_id: str, number: int, *, met:
 
 
 def history(reg: Registry, goal_id: str, *, after: int = 0, limit: int | None = None) -> list[dict]:
-    """The goal's ledger: every event, who caused it, when.
+    """The goal's ledger: every event, who caused it, when (:func:`history_stream` as a list).
 
     An event of a kind no installed code knows (its plugin was uninstalled) is listed like any
     other, with ``"unknown_kind"`` saying why it is not understood (:func:`loopx.ledger.unknown_kind`).
     """
+    return list(history_stream(reg, goal_id, after=after, limit=limit))
+
+
+def history_stream(reg: Registry, goal_id: str, *, after: int = 0, limit: int | None = None):
+    """The events of :func:`history` one at a time, read in pages (bounded memory whatever the
+    ledger's length). Checks the goal before returning, so a bad id fails before any output."""
+    import sys
+
     check_id("goal", goal_id)
     after = check_number(after, what="--after", minimum=0, integer=True)
-    with reg.read() as tx:
+    if limit is not None:
+        limit = check_number(limit, what="--limit", minimum=1, integer=True)
+    reading = reg.read()
+    tx = reading.__enter__()
+    try:
         load_goal(tx, goal_id)
-        out, why = [], {}
-        for e in ledger.events(tx, goal_id, after=after, limit=limit):
-            if e.kind not in why:
-                why[e.kind] = ledger.unknown_kind(e.kind)
-            out.append(to_json(e) if why[e.kind] is None else {**to_json(e), "unknown_kind": why[e.kind]})
-        return out
+    except BaseException:
+        reading.__exit__(*sys.exc_info())
+        raise
+
+    def stream():
+        try:
+            why = {}
+            for e in ledger.iter_events(tx, goal_id, after=after, limit=limit):
+                if e.kind not in why:
+                    why[e.kind] = ledger.unknown_kind(e.kind)
+                yield to_json(e) if why[e.kind] is None else {**to_json(e), "unknown_kind": why[e.kind]}
+        finally:
+            reading.__exit__(None, None, None)
+
+    return stream()

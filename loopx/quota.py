@@ -349,7 +349,9 @@ def _show(tx, goal_id: str, now: str) -> dict:
     cadence = goal.limits.cadence_seconds
     next_at = None
     if cadence:
-        last = tx.one("SELECT MAX(opened_at) AS at FROM runs WHERE goal_id = ?", (goal_id,))["at"]
+        from loopx import usage_counts
+
+        last = usage_counts.read(tx, goal_id)["last_opened"]
         if last is not None and add_seconds(last, cadence) > now:
             next_at = add_seconds(last, cadence)
     entries = []

@@ -256,6 +256,12 @@ class Writer:
             operation_id=self.operation_id,
         )
         event, self._prev_hash = ledger.append_chained(self.tx, event, self._prev_hash)
+        if kind_name.split(".", 1)[0] not in ledger.AREAS:
+            # A plugin's own kind may set state in its apply (loopx.api.apply_state): held to the
+            # goal's cap in this transaction, so a refusal rolls the whole write back.
+            from loopx import caps
+
+            caps.check_state(self.tx, self.goal_id)
         self.events.append(event)
         return event
 

@@ -41,7 +41,6 @@ RECENT_REWARDS = 20
 RECENT_GATES = 20
 MAX_TODOS = 500
 _CHUNK = 500  # ids per IN (...) list: far below every backend's parameter limit
-_WHOLE_TABLE = 2000  # more ids than this: scan the table once instead
 
 
 # ----------------------------------------------------------------------------- small helpers
@@ -94,31 +93,20 @@ def _parsed_budget(limits: str, grants: str) -> _Budget:
 
 
 def usage_many(tx, goal_ids: list[str]) -> dict:
-    """``{goal_id: QuotaUsage}`` for many goals in a few queries, by the rules of
-    :func:`loopx.usage.usage` (one turn per run, reported tokens and cost, wall time of every
-    closed run); a test holds the two to the same answers."""
+    """``{goal_id: QuotaUsage}`` for many goals from their usage counters (:mod:`loopx.usage_counts`),
+    the same answers as :func:`loopx.usage.usage` (a test holds the two together)."""
+    from loopx import usage_counts
     from loopx.model import QuotaUsage
 
-    sums = {g: {"turns": 0, "tokens": 0, "cost": 0.0, "wall": 0.0} for g in goal_ids}
     if not goal_ids:
         return {}
-    totals = ("SELECT goal_id, COUNT(*) AS turns, COALESCE(SUM(tokens), 0) AS tokens,"
-              " COALESCE(SUM(cost), 0) AS cost FROM runs{where} GROUP BY goal_id")
-    closed = "SELECT goal_id, opened_at, finished_at FROM runs WHERE status IN ('finished', 'abandoned'){where}"
-    if len(goal_ids) > _WHOLE_TABLE:  # one pass over every run beats dozens of IN lists
-        total_rows = tx.query(totals.format(where=""))
-        closed_rows = tx.query(closed.format(where=""))
-    else:
-        total_rows = _in_query(tx, totals.format(where=" WHERE goal_id IN ({ids})"), goal_ids)
-        closed_rows = _in_query(tx, closed.format(where=" AND goal_id IN ({ids})"), goal_ids)
-    for r in total_rows:
-        if r["goal_id"] in sums:
-            sums[r["goal_id"]].update(turns=int(r["turns"]), tokens=int(r["tokens"]), cost=float(r["cost"]))
-    for r in closed_rows:
-        if r["goal_id"] in sums:
-            sums[r["goal_id"]]["wall"] += max(0.0, clock.seconds_between(r["opened_at"], r["finished_at"]))
-    return {g: QuotaUsage(turns=s["turns"], tokens=s["tokens"], cost=round(s["cost"], 6),
-                          wall_seconds=round(s["wall"], 3)) for g, s in sums.items()}
+    sql = "SELECT goal_id, turns, tokens, cost_micros, wall_us, last_opened FROM goal_usage WHERE goal_id IN ({ids})"
+    found = {r["goal_id"]: r for r in _in_query(tx, sql, list(goal_ids))}
+    out = {}
+    for g in goal_ids:
+        raw = usage_counts.ZERO if g not in found else usage_counts.read_row(found[g])
+        out[g] = QuotaUsage(**usage_counts.shown(raw))
+    return out
 
 
 def quota_picture(budget, used) -> dict:

@@ -76,6 +76,16 @@ def _gated_todos(tx, goal_id: str) -> dict[str, str]:
     return {r["blocks"][5:]: r["status"] for r in rows if r["blocks"].startswith("todo:")}
 
 
+def _statuses(tx, goal_id: str, ids) -> dict[str, str]:
+    """``{id: status}`` of the goal's todos among ``ids`` (a todo's dependencies: not the whole list)."""
+    ids = list(dict.fromkeys(ids))
+    if not ids:
+        return {}
+    rows = tx.query(f"SELECT id, status FROM todos WHERE goal_id = ? AND id IN ({', '.join('?' for _ in ids)})",
+                    (goal_id, *ids))
+    return {r["id"]: r["status"] for r in rows}
+
+
 def why_not_ready(todo: Todo, *, statuses: dict[str, str], gated: dict[str, str], agent: str | None,
                   now: str) -> tuple[str, str] | None:
     """``None`` when ``todo`` is ready for ``agent``; else ``(code, message)`` saying why not."""
@@ -237,8 +247,8 @@ def claim(reg: Registry, actor: str, *, goal_id: str, todo_id: str, agent: str |
         if who is None:
             raise LoopxError("invalid_argument", "say who claims the todo: --agent NAME (or --run-id)")
         todo = load_todo(w.tx, goal_id, todo_id)
-        statuses = {t.id: t.status for t in list_todos(w.tx, goal_id)}
-        refusal = why_not_ready(todo, statuses=statuses, gated=_gated_todos(w.tx, goal_id), agent=who, now=w.at)
+        refusal = why_not_ready(todo, statuses=_statuses(w.tx, goal_id, todo.depends_on),
+                                gated=_gated_todos(w.tx, goal_id), agent=who, now=w.at)
         if refusal is not None:
             raise LoopxError(*refusal)
         same = todo.claim is not None and todo.claim.agent == who

@@ -1,40 +1,37 @@
 """Quota arithmetic: what a goal has used, what it may still use, and the contract fingerprint.
 
-Usage is derived, every time, from the ``runs`` rows that the ledger's ``run.*`` events wrote:
-a turn is a run opened; tokens and cost are what ``run finish`` reported; wall seconds are
-``finished_at - opened_at`` of every closed run, never past its expiry (an abandoned run is
-charged up to its expiry).
-There is no counter that could drift from the ledger.
+Usage is what the ledger's ``run.*`` events charged: a turn is a run opened; tokens and cost
+are what ``run finish`` reported; wall seconds are ``finished_at - opened_at`` of every closed
+run, never past its expiry (an abandoned run is charged up to its expiry). The run events keep
+it in counters (:mod:`loopx.usage_counts`) in the same transaction as the run rows, through the
+apply functions a replay runs, so the counters cannot drift from the ledger: a rebuild makes
+the same ones, and ``self-repair check`` compares them like every other state row.
 """
 
 from __future__ import annotations
 
 import json
 
-from loopx.clock import seconds_between
 from loopx.model import Goal, QuotaLimits, QuotaUsage
 from loopx.model.goal import BUDGETS  # noqa: F401  (usage name -> limit name; the one table)
 
 
 def usage(tx, goal_id: str, *, exclude_run: str | None = None) -> QuotaUsage:
-    """What ``goal_id`` has used, from its runs (without ``exclude_run``'s own charges when given)."""
-    other = exclude_run or ""
-    row = tx.one(
-        "SELECT COUNT(*) AS turns, COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost), 0) AS cost"
-        " FROM runs WHERE goal_id = ? AND id <> ?",
-        (goal_id, other),
-    )
-    wall = 0.0
-    for r in tx.query(
-        "SELECT opened_at, finished_at, expires_at FROM runs WHERE goal_id = ?"
-        " AND status IN ('finished', 'abandoned') AND id <> ?",
-        (goal_id, other),
-    ):
-        # Charged up to the run's expiry at most: its lease was the wall time reserved for it,
-        # and a late `run finish` must not push the goal past its budget.
-        wall += max(0.0, seconds_between(r["opened_at"], min(r["finished_at"], r["expires_at"])))
-    return QuotaUsage(turns=int(row["turns"]), tokens=int(row["tokens"]), cost=round(float(row["cost"]), 6),
-                      wall_seconds=round(wall, 3))
+    """What ``goal_id`` has used (without ``exclude_run``'s own charges when given): its usage
+    counters (:mod:`loopx.usage_counts`), one row whatever the goal's history."""
+    from loopx import usage_counts
+
+    used = usage_counts.read(tx, goal_id)
+    turns, tokens, cost_micros, wall = used["turns"], used["tokens"], used["cost_micros"], used["wall_us"]
+    if exclude_run:
+        run = tx.one("SELECT opened_at, expires_at, finished_at, tokens, cost FROM runs WHERE id = ? AND goal_id = ?",
+                     (exclude_run, goal_id))
+        if run is not None:
+            turns, tokens = turns - 1, tokens - int(run["tokens"] or 0)
+            cost_micros -= usage_counts.micros(run["cost"])
+            wall -= usage_counts.wall_us(run["opened_at"], run["finished_at"], run["expires_at"])
+    return QuotaUsage(turns=turns, tokens=tokens, cost=round(cost_micros / 1_000_000, 6),
+                      wall_seconds=round(max(0, wall) / 1_000_000, 3))
 
 
 def effective_limits(goal: Goal) -> QuotaLimits:

@@ -50,7 +50,10 @@ def _downgrade(url: str, to: int) -> None:
     """Make ``url`` look like a registry written before the summary existed (schema ``to``)."""
     with Registry.open(url) as reg:
         def drop(tx):
-            # Later steps go too (tamper evidence, v4): the migration then re-runs them.
+            # Later steps go too (tamper evidence, v4; usage counters, v5): the migration then re-runs them.
+            if to < schema.USAGE_VERSION:
+                for table in ("goal_usage", "todo_deps", "todo_ready"):
+                    tx.execute(f"DROP TABLE {table}")
             if to < schema.INTEGRITY_VERSION:
                 tx.execute("DROP TABLE goal_heads")
                 tx.execute("ALTER TABLE events DROP COLUMN prev_hash")
@@ -70,11 +73,12 @@ def _downgrade(url: str, to: int) -> None:
 
 
 def test_migration_builds_the_summary_of_an_existing_registry(loopx):
-    # _downgrade undoes the steps after the summary up to the integrity step; the later steps
-    # (v5's tables, created IF NOT EXISTS; v6's keying, which finds the registry's id in meta and
+    # _downgrade undoes the steps after the summary up to the usage counters; the later steps
+    # (v6's tables, created IF NOT EXISTS; v7's keying, which finds the registry's id in meta and
     # the registry keyed already) change nothing when re-run.
     assert schema.KEYED_VERSION == schema.CURRENT_VERSION
-    assert schema.INTEGRITY_VERSION == schema.SUMMARY_VERSION + 1
+    assert schema.USAGE_VERSION == schema.INTEGRITY_VERSION + 1 == schema.SUMMARY_VERSION + 2, \
+        "_downgrade undoes the steps after the summary"
     ids = _mixed(loopx)
     before = _view(loopx, "--all")
     assert before["counts"] == {"goals": {"open": 4, "paused": 1, "closed": 1}, "attention": 3}

@@ -194,11 +194,9 @@ def test_goal_view_in_full(loopx, reg):
     assert after["revision"] > view["revision"]
 
 
-@pytest.mark.parametrize("whole_table", [2000, 0], ids=["in-lists", "whole-table"])
-def test_batched_usage_matches_the_quota_module(loopx, reg, monkeypatch, whole_table):
+def test_batched_usage_matches_the_quota_module(loopx, reg):
     from loopx import usage
 
-    monkeypatch.setattr(status, "_WHOLE_TABLE", whole_table)
     goals = [_goal(loopx, f"g{i}") for i in range(3)]
     _finish(loopx, _open_run(loopx, goals[0]), "ok", tokens="10", cost="0.25")
     _finish(loopx, _open_run(loopx, goals[0]), "failed", tokens="5")

@@ -176,7 +176,8 @@ def cli(ctx, registry_url):
 
 def _json_requested(args: list[str]) -> bool:
     for i, arg in enumerate(args):
-        if arg in ("--json", "--format=json") or (arg == "--format" and args[i + 1 : i + 2] == ["json"]):
+        if arg in ("--json", "--format=json", "--format=jsonl") or (
+                arg == "--format" and args[i + 1 : i + 2] in (["json"], ["jsonl"])):
             return True
     return False
 

@@ -20,15 +20,21 @@ def _event_line(e: dict) -> str:
 
 @click.command(cls=LoopxCommand)
 @goal_option()
-@click.option("--after", default=0, type=int, help="Only events after this sequence number.")
-@click.option("--limit", default=None, type=click.IntRange(1, 100000), help="At most this many events.")
+@click.option("--after", default=0, type=int, help="Only events after this sequence number (a cursor: the last"
+                                                      " seq seen).")
+@click.option("--limit", default=None, type=click.IntRange(1, None), help="At most this many events.")
 def history(goal_id, after, limit):
-    """A goal's ledger: every change, who made it, and when."""
+    """A goal's ledger: every change, who made it, and when.
+
+    Streamed as it is read, in bounded memory however long the ledger (`--format jsonl` prints
+    one JSON document a line); page with `--limit N` and `--after SEQ`.
+    """
     from loopx import project_prompt as goals
+    from loopx.cli.output import emit_stream
 
     with open_registry() as reg:
-        events = goals.history(reg, goal_id, after=after, limit=limit)
-    emit(events, lambda es: "\n".join(_event_line(e) for e in es) or "no events")
+        emit_stream(goals.history_stream(reg, goal_id, after=after, limit=limit),
+                    lambda e: "no events" if e is None else _event_line(e))
 
 
 @click.group("plugins", cls=LoopxGroup, invoke_without_command=True)

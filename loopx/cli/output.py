@@ -30,17 +30,25 @@ def _set_format(ctx, param, value):
 def format_options():
     """The ``--format`` and ``--json`` options, shared by the root group and every command."""
     return [
-        click.Option(["--format", "output_format"], type=click.Choice(["text", "json"]), default=None,
-                     expose_value=False, callback=_set_format, help="Output format (default: text)."),
+        click.Option(["--format", "output_format"], type=click.Choice(["text", "json", "jsonl"]), default=None,
+                     expose_value=False, callback=_set_format,
+                     help="Output format (default: text); jsonl: JSON Lines, one item a line (streamed by"
+                          " history and evidence list)."),
         click.Option(["--json", "json_flag"], is_flag=True, expose_value=False, callback=_set_format,
                      help="Same as --format json."),
     ]
 
 
 def wants_json(ctx: click.Context | None = None) -> bool:
-    """Whether the current command prints JSON."""
+    """Whether the current command prints JSON (``json`` or ``jsonl``)."""
     ctx = ctx or click.get_current_context(silent=True)
-    return bool(ctx) and ctx.meta.get(FORMAT_KEY) == "json"
+    return bool(ctx) and ctx.meta.get(FORMAT_KEY) in ("json", "jsonl")
+
+
+def wants_lines(ctx: click.Context | None = None) -> bool:
+    """Whether the current command prints JSON Lines (``--format jsonl``)."""
+    ctx = ctx or click.get_current_context(silent=True)
+    return bool(ctx) and ctx.meta.get(FORMAT_KEY) == "jsonl"
 
 
 def _show_help(ctx, param, value):
@@ -183,7 +191,11 @@ def emit(data, text=None) -> None:
     from loopx.jsonsafe import dumps_out, escaped
     from loopx.terminal import safe
 
-    if wants_json():
+    if wants_lines():
+        # JSON Lines: a list one item a line, anything else on one line.
+        for item in data if isinstance(data, list) else [data]:
+            click.echo(dumps_out(item, separators=(",", ":")))
+    elif wants_json():
         click.echo(dumps_out(data, indent=2))
     elif text is not None:
         out = text(data)
@@ -195,6 +207,36 @@ def emit(data, text=None) -> None:
             click.echo(safe(out))
     else:
         click.echo(dumps_out(data, indent=2))
+
+
+def emit_stream(items, line) -> None:
+    """Print an iterable of JSON-ready items as it is read, in bounded memory: one ``line(item)``
+    each (text), one compact JSON document each (``--format jsonl``), or a JSON array written
+    item by item, the same text ``emit`` prints for the whole list (``--format json``)."""
+    from loopx.jsonsafe import dumps_out, escaped
+
+    if wants_lines():
+        for item in items:
+            click.echo(dumps_out(item, separators=(",", ":")) + "\n", nl=False)
+    elif wants_json():
+        first = True
+        for item in items:
+            text = dumps_out(item, indent=2).replace("\n", "\n  ")
+            click.echo(("[\n  " if first else ",\n  ") + text, nl=False)
+            first = False
+        click.echo("[]" if first else "\n]")
+    else:
+        empty = True
+        for item in items:
+            text = line(item)
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:  # text from an older registry: show it escaped, never crash
+                text = escaped(text)
+            click.echo(text + "\n", nl=False)
+            empty = False
+        if empty:
+            click.echo(line(None) + "\n", nl=False)
 
 
 def open_registry(readonly: bool = False):

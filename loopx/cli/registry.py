@@ -145,3 +145,22 @@ def reanchor():
     with Registry.open(click.get_current_context().find_root().meta.get("loopx.registry"), create=False) as reg:
         emit(do_reanchor(reg, actor),
              lambda d: f"registry {d['registry_id']}: anchored at its current {d['goals']} goal heads")
+
+
+@registry.command()
+@click.option("--evidence-bytes", type=int, default=None,
+              help="Largest payload (summary + data as JSON) one evidence item may store (default 1 MiB).")
+@click.option("--goal-state-bytes", type=int, default=None,
+              help="Most plugin state (keys + JSON values, all capabilities) one goal may hold (default 4 MiB).")
+def caps(evidence_bytes, goal_state_bytes):
+    """Show or set the registry's per-goal caps on evidence payloads and plugin state.
+
+    Writes past a cap are refused (evidence_too_large, state_too_large) and write nothing. Only a
+    user sets them; they live in the registry, not in an environment an agent could change.
+    """
+    from loopx import caps as bounded
+    from loopx.cli.output import actor, open_registry
+
+    with open_registry() as reg:
+        out = bounded.set_caps(reg, actor(), {"evidence_bytes": evidence_bytes, "goal_state_bytes": goal_state_bytes})
+    emit(out, lambda c: "\n".join(f"{k.replace('_', ' '):<18} {v:,}" for k, v in c.items()))

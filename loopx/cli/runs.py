@@ -97,15 +97,22 @@ def add(run_id, goal_id, kind, summary, data, file_path, agent, operation_id):
 @goal_option(required=False, help="Evidence of this goal (also as the first argument).")
 @id_option("run", required=False, help="Evidence of this run.")
 @click.option("--kind", default=None)
-@click.option("--limit", type=int, default=100)
-def list_command(goal_id, run_id, kind, limit):
-    """Evidence of a goal or a run, oldest first."""
+@click.option("--limit", type=int, default=100, show_default=True, help="At most this many items.")
+@click.option("--after", default=None, metavar="EVIDENCE_ID",
+              help="Only evidence after this one in the listing (a cursor: the last id seen).")
+def list_command(goal_id, run_id, kind, limit, after):
+    """Evidence of a goal or a run, oldest first.
+
+    Streamed as it is read, in bounded memory (`--format jsonl` prints one JSON document a line);
+    page with `--limit N` and `--after EVIDENCE_ID`.
+    """
     from loopx import evidence as ev
+    from loopx.cli.output import emit_stream
 
     with open_registry() as reg:
-        found = ev.list_for(reg, goal_id=goal_id, run_id=run_id, kind=kind, limit=limit)
-    emit(found, lambda es: "\n".join(f"{e['created_at']}  {e['id']}  {e['run_id'] or '-':<14} [{e['kind']}] "
-                                     f"{e['summary']}" for e in es) or "no evidence")
+        emit_stream(ev.list_stream(reg, goal_id=goal_id, run_id=run_id, kind=kind, limit=limit, after=after),
+                    lambda e: "no evidence" if e is None else
+                    f"{e['created_at']}  {e['id']}  {e['run_id'] or '-':<14} [{e['kind']}] {e['summary']}")
 
 
 def _run_text(r: dict) -> str:

@@ -41,7 +41,16 @@ def set_rows(tx, event, namespace: str, values: dict) -> None:
                    (event.goal_id, namespace, key, json.dumps(value, sort_keys=True), event.at))
 
 
-@event_kind("capability.state_set", CAPABILITY, guard=_owned)
+def _owned_bounded(writer, body):
+    _owned(writer, body)
+    from loopx import caps
+
+    # state_too_large: a goal's plugin state has a cap (loopx.caps), checked before the event is written.
+    if writer.goal_id is not None and isinstance(body.get("values"), dict):
+        caps.check_state_set(writer.tx, writer.goal_id, body.get("namespace"), body["values"])
+
+
+@event_kind("capability.state_set", CAPABILITY, guard=_owned_bounded)
 def state_set(tx, event):
     """``body = {"namespace", "values": {key: JSON value}}``: set keys (insert or replace)."""
     set_rows(tx, event, event.body["namespace"], event.body["values"])
@@ -130,3 +139,7 @@ def put_rows(tx, event, kept: dict) -> None:
             cols = sorted(row)
             tx.execute(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
                        tuple(row[c] for c in cols))
+            if table == "todos":  # the ready index follows the todo put back (loopx.todo_ready)
+                from loopx import todo_ready
+
+                todo_ready.resync(tx, event.goal_id, row["id"])

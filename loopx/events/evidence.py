@@ -7,7 +7,13 @@ import json
 from loopx.ledger import CAPABILITY, CORE, EXECUTOR, USER, event_kind
 
 
-@event_kind("evidence.added", USER, EXECUTOR, CAPABILITY, CORE)
+def _bounded(writer, body):
+    from loopx import caps
+
+    caps.check_evidence(writer.tx, body)  # evidence_too_large, before the event is written
+
+
+@event_kind("evidence.added", USER, EXECUTOR, CAPABILITY, CORE, guard=_bounded)
 def added(tx, event):
     """``body = {"evidence_id", "run_id", "kind", "summary", "data"?, "file_path"?, "file_sha256"?}``."""
     b = event.body

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from loopx import usage_counts
 from loopx.ledger import CAPABILITY, CORE, event_kind
 
 
@@ -30,6 +31,7 @@ def opened(tx, event):
         (b["run_id"], event.goal_id, b["agent"], doc["contract_id"], doc["fingerprint"], event.at, b["expires_at"]),
     )
     _file_contract(tx, event, b["run_id"])
+    usage_counts.opened(tx, event.goal_id, event.at)
 
 
 @event_kind("run.renewed", CORE)
@@ -47,11 +49,13 @@ def renewed(tx, event):
 def finished(tx, event):
     """``body = {"run_id", "outcome", "tokens", "cost", "handoff"}``; the run ends at the event's time."""
     b = event.body
+    before = _charged(tx, b["run_id"])
     tx.execute(
         "UPDATE runs SET status = 'finished', finished_at = ?, outcome = ?, tokens = ?, cost = ?, handoff = ?"
         " WHERE id = ?",
         (event.at, b["outcome"], b.get("tokens", 0), b.get("cost", 0.0), b.get("handoff"), b["run_id"]),
     )
+    _recharge(tx, event.goal_id, before, finished_at=event.at, tokens=b.get("tokens", 0), cost=b.get("cost", 0.0))
 
 
 def _only_expired(writer, body):
@@ -78,10 +82,29 @@ def abandoned(tx, event):
     capability, which the ledger then names as the actor. With ``"reason": "owner_gone"`` (the
     process that owned the run died before its lease ran out, :mod:`loopx.claims`) the run is
     closed at the event's time, not charged its whole lease."""
+    before = _charged(tx, event.body["run_id"])
     if event.body.get("reason"):
         tx.execute("UPDATE runs SET status = 'abandoned', finished_at = CASE WHEN expires_at < ? THEN expires_at"
                    " ELSE ? END WHERE id = ?", (event.at, event.at, event.body["run_id"]))
+        if before is not None:
+            _recharge(tx, event.goal_id, before, finished_at=min(before["expires_at"], event.at))
         return
     tx.execute(
         "UPDATE runs SET status = 'abandoned', finished_at = expires_at WHERE id = ?", (event.body["run_id"],)
     )
+    if before is not None:
+        _recharge(tx, event.goal_id, before, finished_at=before["expires_at"])
+
+
+_CHARGED = "SELECT goal_id, opened_at, expires_at, finished_at, tokens, cost FROM runs WHERE id = ?"
+
+
+def _charged(tx, run_id):
+    return tx.one(_CHARGED, (run_id,))
+
+
+def _recharge(tx, _goal_id, before, **changed):
+    # The usage counters move by what the run's change did to its charges (loopx.usage_counts).
+    if before is None:
+        return  # no such run: the UPDATE changed nothing
+    usage_counts.charge(tx, before["goal_id"], before, {**before, **changed})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from loopx import todo_ready
 from loopx.ledger import EXECUTOR, USER, event_kind
 
 
@@ -22,6 +23,7 @@ def added(tx, event):
         (b["todo_id"], event.goal_id, event.id, b["text"], b["priority"], json.dumps(b["depends_on"]),
          event.at, event.at),
     )
+    todo_ready.added(tx, event.goal_id, b["todo_id"], b["depends_on"])
 
 
 @event_kind("todo.depends", USER, EXECUTOR)
@@ -35,6 +37,7 @@ def depends(tx, event):
         "UPDATE todos SET depends_on = ?, updated_at = ? WHERE id = ? AND goal_id = ?",
         (json.dumps(deps), event.at, b["todo_id"], event.goal_id),
     )
+    todo_ready.added(tx, event.goal_id, b["todo_id"], b["depends_on"])
 
 
 @event_kind("todo.claimed", USER, EXECUTOR)
@@ -55,6 +58,7 @@ def _settle(tx, event, status):
         " claim_expires_at = NULL, updated_at = ? WHERE id = ? AND goal_id = ?",
         (status, event.body.get("note"), event.at, event.body["todo_id"], event.goal_id),
     )
+    todo_ready.settled(tx, event.goal_id, event.body["todo_id"])
 
 
 @event_kind("todo.done", USER, EXECUTOR)

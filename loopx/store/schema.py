@@ -26,6 +26,11 @@ GOAL_TABLES = {
     "capability_state": ("goal_id", "namespace", "key"),
     # Where the overview ranks the goal; kept by loopx.attention from the rows above.
     "goal_summary": ("goal_id",),
+    # Quota usage counters, moved by the run events (loopx.usage_counts).
+    "goal_usage": ("goal_id",),
+    # The ready set's index: dependency edges and unblocked todos (loopx.todo_ready).
+    "todo_deps": ("goal_id", "todo_id", "dep_id"),
+    "todo_ready": ("goal_id", "todo_id"),
 }
 
 _V1 = [
@@ -250,14 +255,52 @@ _V4 = [
         seq INTEGER NOT NULL,
         head_hash TEXT,
         state_digest TEXT NOT NULL)""",
+    # Chains only: the digest now also covers v5's goal_usage, which does not exist yet here; v5
+    # seals every goal (the same end state as sealing here did).
+    Call("loopx.integrity", "backfill_chains"),
+]
+
+# v5: quota usage in counters (loopx/usage_counts.py): one row per goal with runs, moved by the run
+# events, so should-run reads one row instead of summing every run. Filled from the runs rows
+# (integer counters: the same totals whatever order the runs are summed in); the counters are
+# state the decision reads, so every goal is re-sealed. Plus the indexes the contract's bounded
+# queries use.
+_V5 = [
+    """CREATE TABLE IF NOT EXISTS goal_usage (
+        goal_id TEXT PRIMARY KEY,
+        turns BIGINT NOT NULL,
+        tokens BIGINT NOT NULL,
+        cost_micros BIGINT NOT NULL,
+        wall_us BIGINT NOT NULL,
+        last_opened TEXT)""",
+    """CREATE TABLE IF NOT EXISTS todo_deps (
+        goal_id TEXT NOT NULL,
+        todo_id TEXT NOT NULL,
+        dep_id TEXT NOT NULL,
+        PRIMARY KEY (goal_id, todo_id, dep_id))""",
+    # A todo done or reopened: the todos waiting on it.
+    "CREATE INDEX IF NOT EXISTS todo_deps_by_dep ON todo_deps (goal_id, dep_id)",
+    """CREATE TABLE IF NOT EXISTS todo_ready (
+        goal_id TEXT NOT NULL,
+        todo_id TEXT NOT NULL,
+        priority TEXT NOT NULL,
+        created_seq INTEGER NOT NULL,
+        PRIMARY KEY (goal_id, todo_id))""",
+    # The ready set in its order: a page is an index range.
+    "CREATE INDEX IF NOT EXISTS todo_ready_in_order ON todo_ready (goal_id, priority, created_seq)",
+    # Newest runs of a goal whatever their status (summary, stuck detection), the latest hand-off.
+    "CREATE INDEX IF NOT EXISTS runs_by_goal_opened ON runs (goal_id, opened_at, id)",
+    "CREATE INDEX IF NOT EXISTS runs_by_goal_finished ON runs (goal_id, status, finished_at)",
+    Call("loopx.usage_counts", "backfill"),
+    Call("loopx.todo_ready", "backfill"),
     Call("loopx.integrity", "backfill"),
 ]
 
-# v5: running for days (loopx/supervision.py, loopx/worker.py, loopx/notify.py). None of these
+# v6: running for days (loopx/supervision.py, loopx/worker.py, loopx/notify.py). None of these
 # belong to a goal's ledger (they are not in GOAL_TABLES, the state digest or a registry copy):
 # user settings, worker heartbeats, goal leases with fencing tokens, clock jumps seen, and the
 # notifications sent. PostgreSQL workers are woken by the store's change notifications.
-_V5 = [
+_V6 = [
     """CREATE TABLE IF NOT EXISTS settings (
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL,
@@ -295,18 +338,19 @@ _V5 = [
     "CREATE INDEX IF NOT EXISTS notifications_by_key ON notifications (dedupe_key, at)",
 ]
 
-# v6: keyed integrity (loopx/keys.py, loopx/rekey.py). The registry gets a stable id in meta and a
+# v7: keyed integrity (loopx/keys.py, loopx/rekey.py). The registry gets a stable id in meta and a
 # key outside it, in the user's config directory; every chain and digest is recomputed with the
 # key (goals whose unkeyed chain already failed are sealed untrusted, so that stays visible).
-_V6 = [Call("loopx.rekey", "key_registry")]
+_V7 = [Call("loopx.rekey", "key_registry")]
 
 # A step is a list of SQL texts, ``{dialect: [SQL...]}`` for what differs per dialect, or a
 # callable run with the migration's transaction (for data that only Python can derive).
-MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5, _V6]
+MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
 CURRENT_VERSION = len(MIGRATIONS)
 SUMMARY_VERSION = MIGRATIONS.index(_V3) + 1  # the version that added the attention summary
 INTEGRITY_VERSION = MIGRATIONS.index(_V4) + 1  # the version that added the hash chain and digests
-KEYED_VERSION = MIGRATIONS.index(_V6) + 1  # the version that keyed them
+USAGE_VERSION = MIGRATIONS.index(_V5) + 1  # the version that added the usage counters
+KEYED_VERSION = MIGRATIONS.index(_V7) + 1  # the version that keyed them
 
 
 def statements(dialect: str, from_version: int) -> list:

@@ -58,16 +58,26 @@ def revision_mismatch(tx, goal: dict) -> list[Finding]:
 
 
 def missing_dependencies(tx, goal: dict) -> list[Finding]:
-    """Todos that depend on todos the goal does not have (such a todo could never become ready)."""
-    rows = tx.query("SELECT id, depends_on FROM todos WHERE goal_id = ? ORDER BY created_seq", (goal["id"],))
-    ids = {r["id"] for r in rows}
-    out = []
+    """Todos that depend on todos the goal does not have (such a todo could never become ready).
+
+    Read from the dependency edges the core keeps (``todo_deps``) in one anti-join, not by
+    parsing every todo's list: this runs on every should-run.
+    """
+    rows = tx.query("SELECT d.todo_id, d.dep_id FROM todo_deps d WHERE d.goal_id = ? AND NOT EXISTS"
+                    " (SELECT 1 FROM todos t WHERE t.id = d.dep_id AND t.goal_id = d.goal_id)", (goal["id"],))
+    if not rows:
+        return []
+    missing: dict[str, list[str]] = {}
     for r in rows:
-        missing = [d for d in json.loads(r["depends_on"]) if d not in ids]
-        if missing:
+        missing.setdefault(r["todo_id"], []).append(r["dep_id"])
+    out = []
+    for r in tx.query("SELECT id, depends_on FROM todos WHERE goal_id = ? AND id IN ({})"
+                      " ORDER BY created_seq".format(", ".join("?" for _ in missing)), (goal["id"], *missing)):
+        gone = [d for d in json.loads(r["depends_on"]) if d in missing[r["id"]]]  # in the todo's own order
+        if gone:
             out.append(Finding("missing_dependency", goal["id"], r["id"],
-                               f"todo {r['id']} depends on missing todo(s) {', '.join(missing)}",
-                               "dependency_dropped", details={"missing": missing}))
+                               f"todo {r['id']} depends on missing todo(s) {', '.join(gone)}",
+                               "dependency_dropped", details={"missing": gone}))
     return out
 
 
@@ -151,12 +161,17 @@ def ledger_gaps(tx, goal: dict) -> list[Finding]:
                  (goal["id"],))
     if not row or not row["n"] or (row["n"] == row["last"] and row["first"] == 1):
         return []
-    from loopx.api import chain_acknowledged
+    from loopx.api import chain_acknowledged, goal_event_rows
 
-    rows = tx.query("SELECT seq, kind, body FROM events WHERE goal_id = ?", (goal["id"],))
-    seqs = {r["seq"] for r in rows}
-    recorded, _ = chain_acknowledged(rows)  # loss a repair already recorded stays in the ledger
-    missing = [n for n in range(1, row["last"] + 1) if n not in seqs and n not in recorded]
+    # One pass over the ledger in pages (bounded memory): the gaps, and the few events that record loss.
+    gaps, notes, expected = [], [], 1
+    for r in goal_event_rows(tx, goal["id"], columns="seq, kind, body"):
+        gaps.extend(range(expected, r["seq"]))
+        expected = r["seq"] + 1
+        if '"lost"' in r["body"] or '"acknowledged"' in r["body"]:  # what chain_acknowledged reads
+            notes.append(r)
+    recorded, _ = chain_acknowledged(notes)  # loss a repair already recorded stays in the ledger
+    missing = [n for n in gaps if n not in recorded]
     if not missing:
         return []
     return [Finding("ledger_gap", goal["id"], goal["id"],
@@ -272,7 +287,9 @@ def unreadable_data(tx, goal: dict) -> list[Finding]:
     from loopx.api import json_problem
 
     out = []
-    for row in tx.query("SELECT seq, kind, body FROM events WHERE goal_id = ? ORDER BY seq", (goal["id"],)):
+    from loopx.api import goal_event_rows
+
+    for row in goal_event_rows(tx, goal["id"], columns="seq, kind, body"):  # in pages: bounded memory
         text = row["body"]
         # Stored bodies are ASCII JSON: only these spellings can carry such values.
         if "\\ud" not in text.lower() and "Infinity" not in text and "NaN" not in text:
@@ -339,7 +356,7 @@ CODES = {
 
 def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Finding]:
     """Every finding for one goal (``full=False``: without the ledger replay)."""
-    from loopx.api import goal_events
+    from loopx.api import goal_event_stream
 
     out = []
     for detect in CHEAP:
@@ -353,7 +370,7 @@ def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Findin
         out.extend(chain_findings(tx, goal))
         out.extend(unreadable_data(tx, goal))
         out.extend(ledger_gaps(tx, goal))
-        replayed, replayed_usage = replay(goal_events(tx, goal["id"]))
+        replayed, replayed_usage = replay(goal_event_stream(tx, goal["id"]))  # replayed as it is read
         out.extend(ledger_drift(tx, goal, replayed))
         out.extend(quota_drift(tx, goal, replayed_usage))
     return out

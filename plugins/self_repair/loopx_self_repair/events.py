@@ -36,6 +36,9 @@ def _dependency_dropped(tx, event):
     deps = [d for d in json.loads(row["depends_on"]) if d not in set(b["missing"])]
     tx.execute("UPDATE todos SET depends_on = ?, updated_at = ? WHERE id = ? AND goal_id = ?",
                (json.dumps(deps), event.at, b["todo_id"], event.goal_id))
+    from loopx.api import todo_changed
+
+    todo_changed(tx, event, b["todo_id"])  # dropping a missing dependency may make it ready
 
 
 def _gate_widened(tx, event):

@@ -1,0 +1,74 @@
+"""Quota usage is kept in counters moved by each run event (issue 25), not summed over runs:
+the counters equal the sums of the runs rows, a replay of the ledger makes the same ones, and an
+older registry gets them on migration."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+
+from loopx import api, clock, ledger, quota, runs, usage_counts
+from loopx.registry import Registry
+from loopx.store import schema
+from tests.conftest import loopx_env
+from tests.test_turn_helpers import ask, make_goal
+
+
+def _counters(reg, g) -> tuple:
+    with reg.read() as tx:
+        row = tx.one("SELECT turns, tokens, cost_micros, wall_us, last_opened FROM goal_usage WHERE goal_id = ?",
+                     (g,))
+        return tuple(row.values()) if row else None, usage_counts.from_runs(tx, g).get(g)
+
+
+def _busy_goal(reg) -> str:
+    """A goal with finished, late-finished, abandoned and open runs, charged tokens and costs."""
+    g = make_goal(reg, parallel=True, todo_texts=("a", "b", "c"))["goal"]
+    for i, (tokens, cost) in enumerate([(1200, 0.25), (7, 0.1), (0, 0.3333331)]):
+        run = ask(reg, g, agent=f"a{i}")["interaction_contract"]["run_id"]
+        runs.finish(reg, "user", run_id=run, outcome="ok", tokens=tokens, cost=cost)
+    slow = ask(reg, g, agent="slow", ttl_seconds=1)["interaction_contract"]
+    deadline = time.monotonic() + 30
+    while clock.now() <= slow["expires_at"]:  # the lease must pass for the run to be abandoned
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    ask(reg, g, agent="other")  # abandons the slow run (charged up to its expiry), opens one
+    runs.finish(reg, "user", run_id=slow["run_id"], outcome="partial", tokens=5, cost=0.02)  # a late report
+    return g
+
+
+def test_counters_equal_the_runs_sums_and_a_replay_of_the_ledger(reg):
+    g = _busy_goal(reg)
+    have, summed = _counters(reg, g)
+    assert have == summed and have[0] == 5 and have[1] == 1212 and have[2] == 250000 + 100000 + 333333 + 20000
+    with reg.read() as tx:
+        used = quota.usage(tx, g)
+        snap = api.goal_snapshot(tx, g)
+        goal_events = ledger.events(tx, g)
+    assert (used.turns, used.tokens, used.cost) == (5, 1212, 0.703333)
+    assert used.wall_seconds >= 1.0  # the abandoned run's lease, at least
+    replayed, replayed_usage = api.replay_goal(goal_events)
+    assert replayed["goal_usage"] == snap["goal_usage"] and len(snap["goal_usage"]) == 1
+    assert replayed == snap and replayed_usage == used
+
+
+def test_an_older_registry_gets_its_counters_on_migration(tmp_path):
+    path = str(tmp_path / "old.db")
+    with Registry.open(path) as reg:
+        g = _busy_goal(reg)
+        before = _counters(reg, g)[0]
+    conn = sqlite3.connect(path)
+    for table in ("goal_usage", "todo_deps", "todo_ready"):
+        conn.execute(f"DROP TABLE {table}")
+    conn.execute(f"PRAGMA user_version = {schema.USAGE_VERSION - 1}")
+    conn.commit()
+    conn.close()
+    with Registry.open(path) as reg:  # opening read-write migrates
+        assert reg.store.schema_version() == schema.CURRENT_VERSION
+        assert _counters(reg, g) == (before, before)
+    check = subprocess.run([sys.executable, "-m", "loopx", "self-repair", "check", "--json"],
+                           env=loopx_env(path, LOOPX_PLUGINS="self_repair"), capture_output=True, text=True,
+                           timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
