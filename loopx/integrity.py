@@ -63,7 +63,8 @@ def keyring(tx):
     return keys.keyring(tx)
 
 
-def state_digest(tx, goal_id: str, seq: int | None = None, head_hash: str | None = None, ring=None) -> str:
+def state_digest(tx, goal_id: str, seq: int | None = None, head_hash: str | None = None, ring=None,
+                 tables: tuple = STATE_TABLES) -> str:
     """The digest of the goal's rows in :data:`STATE_TABLES` (columns by name, rows by key; closed
     runs summarised).
 
@@ -78,7 +79,7 @@ def state_digest(tx, goal_id: str, seq: int | None = None, head_hash: str | None
     h = ring.hasher() if keyed else _sha256()
     if keyed:
         h.update(json.dumps(["loopx-state-v2", goal_id, seq, head_hash], separators=(",", ":")).encode())
-    for table in STATE_TABLES:
+    for table in tables:
         column = "id" if table == "goals" else "goal_id"
         if table == "runs":
             # Open runs row by row; closed runs (a list that grows with every turn) by what the
@@ -410,6 +411,30 @@ def verify_anchor(reg, goal_id: str | None = None) -> list[Problem]:
             last = last_event(tx, a["goal_id"])
             out.extend(_behind(tx, a["goal_id"], a, [last] if last else []))
     return out
+
+
+#: The tables a digest covered before schema v5 added the usage counters and the ready index.
+LEGACY_TABLES = tuple(t for t in STATE_TABLES if t not in ("goal_usage", "todo_ready"))
+
+
+def reseal_intact(tx) -> int:
+    """Schema v5's step: seal every goal again now that the digest covers the new tables - but
+    only a goal whose recorded digest still matches its rows (over the tables it covered then).
+
+    A goal altered outside the ledger before the migration is sealed untrusted, so the damage
+    stays visible (``repair``) instead of being vouched for by the migration; a goal with no
+    recorded digest yet (its chain was computed by this same migration) is trusted as it stands,
+    which is all an older registry offers. Returns the number of goals sealed.
+    """
+    ring = keyring(tx)
+    goals = [r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM events")]
+    for goal_id in goals:
+        recorded = head(tx, goal_id)
+        intact = recorded is None or recorded["state_digest"] in (
+            state_digest(tx, goal_id, recorded["seq"], recorded["head_hash"], ring, tables=tables)
+            for tables in (LEGACY_TABLES, STATE_TABLES))
+        seal(tx, goal_id, trusted=intact)
+    return len(goals)
 
 
 def backfill_chains(tx) -> int:

@@ -263,7 +263,8 @@ _V4 = [
 # v5: quota usage in counters (loopx/usage_counts.py): one row per goal with runs, moved by the run
 # events, so should-run reads one row instead of summing every run. Filled from the runs rows
 # (integer counters: the same totals whatever order the runs are summed in); the counters are
-# state the decision reads, so every goal is re-sealed. Plus the indexes the contract's bounded
+# state the decision reads, so every goal whose digest still matches is re-sealed (one altered
+# before the migration is sealed untrusted: loopx.integrity.reseal_intact). Plus the indexes the contract's bounded
 # queries use.
 _V5 = [
     """CREATE TABLE IF NOT EXISTS goal_usage (
@@ -293,7 +294,7 @@ _V5 = [
     "CREATE INDEX IF NOT EXISTS runs_by_goal_finished ON runs (goal_id, status, finished_at)",
     Call("loopx.usage_counts", "backfill"),
     Call("loopx.todo_ready", "backfill"),
-    Call("loopx.integrity", "backfill"),
+    Call("loopx.integrity", "reseal_intact"),
 ]
 
 # v6: running for days (loopx/supervision.py, loopx/worker.py, loopx/notify.py). None of these
