@@ -41,9 +41,9 @@ class CodexExecutor:
 
     def argv(self, prompt: str) -> list[str]:
         """The command line for one turn."""
+        sandbox = sandbox_mode()
         argv = [os.environ.get("LOOPX_CODEX_BIN") or "codex", "exec", "--json", "--skip-git-repo-check",
-                "--sandbox", os.environ.get("LOOPX_CODEX_SANDBOX") or "danger-full-access",
-                "-c", "features.plugins=false", "-c", "allow_login_shell=false",
+                "--sandbox", sandbox, "-c", "features.plugins=false", "-c", "allow_login_shell=false",
                 # A governed turn talks to its model and nothing else.
                 "-c", "analytics.enabled=false", "-c", "check_for_update_on_startup=false"]
         base = os.environ.get("LOOPX_CODEX_BASE_URL")
@@ -68,6 +68,27 @@ class CodexExecutor:
         return agents.run_agent(NAME, registry, contract, agent=agent,
                                 argv=self.argv(prompts.build(contract, host=NAME, managed=True)), env=env,
                                 parse=parse, report=report, timeout=self.timeout or agents.configured_timeout())
+
+
+def sandbox_mode() -> str:
+    """The ``--sandbox`` Codex gets: ``LOOPX_CODEX_SANDBOX`` (default ``danger-full-access``), except
+    that ``workspace-write`` inside LoopX's confinement becomes ``danger-full-access``.
+
+    Why: Codex's Linux sandbox is bubblewrap in a new user namespace, which must write
+    ``/proc/self/uid_map``; LoopX's Landlock policy does not let a turn write under ``/proc``, so
+    every command would fail ("bwrap: setting up uid map: Permission denied"), and Codex's legacy
+    Landlock sandbox refuses restricted file systems ("requires bubblewrap"). LoopX's confinement
+    already is a workspace-write sandbox - writes only in the worktree (and the git directories it
+    uses), the turn's temp dir and the CLI's state directory - so nothing is lost. ``read-only``
+    is passed on as asked: inside the confinement Codex cannot start its sandbox, every command
+    fails and so does the turn (see docs/agents.md).
+    """
+    from loopx.process import active_step
+
+    sandbox = os.environ.get("LOOPX_CODEX_SANDBOX") or "danger-full-access"
+    if sandbox == "workspace-write" and active_step()[0] is not None:
+        return "danger-full-access"
+    return sandbox
 
 
 def _toml(text: str) -> str:

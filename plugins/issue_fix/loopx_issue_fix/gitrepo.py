@@ -263,12 +263,21 @@ def local_refs(repo: str) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
 
 
-def export_tree(repo: str, tree: str, dest: Path) -> int:
-    """Write exactly the files of ``tree`` into the new directory ``dest``; the number of files.
+def source_mtime(blob: str) -> int:
+    """The modification time an exported file gets: a function of its blob id alone, so that the
+    same content has the same time in every export (Python's timestamp ``.pyc`` check then hits for
+    an unchanged file and misses for a changed one; :mod:`loopx_issue_fix.bytecode` does not rely
+    on it, it copies bytecode only for files whose blob is unchanged)."""
+    return 1_000_000_000 + int(blob[:8], 16) % (1 << 29)
+
+
+def export_tree(repo: str, tree: str, dest: Path) -> dict[str, str]:
+    """Write exactly the files of ``tree`` into the new directory ``dest``; ``{path: blob id}`` of them.
 
     The blobs are written as stored (``git cat-file``): no checkout, so no ``.gitattributes``
     filters or conversions, no hooks, nothing from the worktree it came from. Symbolic links are
-    made as links, executable files executable; submodules are left out.
+    made as links, executable files executable; submodules are left out. Each file's mtime is
+    :func:`source_mtime` of its blob.
     """
     out = git(repo, "ls-tree", "-r", "-z", "--full-tree", tree, raw=True)
     entries = []
@@ -281,7 +290,7 @@ def export_tree(repo: str, tree: str, dest: Path) -> int:
             entries.append((mode, sha, os.fsdecode(path)))
     dest.mkdir(parents=True, exist_ok=False)
     if not entries:
-        return 0
+        return {}
     data = git(repo, "cat-file", "--batch", raw=True, stdin="".join(f"{sha}\n" for _, sha, _ in entries).encode())
     pos = 0
     root = dest.resolve()
@@ -300,7 +309,9 @@ def export_tree(repo: str, tree: str, dest: Path) -> int:
             target.write_bytes(body)
             if mode == "100755":
                 target.chmod(0o755)
-    return len(entries)
+            when = source_mtime(sha)
+            os.utime(target, (when, when))
+    return {path: sha for _, sha, path in entries}
 
 
 def ignored_files(worktree: str, limit: int = 200) -> list[str]:

@@ -115,38 +115,52 @@ def runner(state: dict) -> dict | None:
     return testrun.plan(state["test_command"], state["repo"])
 
 
-def _run_tests(state: dict, tree: str, timeout: tuple[float, str], evidence_id: str) -> tuple[dict, dict]:
+def _run_tests(state: dict, tree: str, timeout: tuple[float, str], evidence_id: str, *,
+               base_cache: dict | None = None, fill_cache: bool = False) -> tuple[dict, dict]:
     """One run of the tests on a clean copy of exactly ``tree`` (never in the agent's worktree).
 
     The copy is made from the repository's objects into a new directory under the goal's
     directory and removed afterwards. The complete results (every test id) are written to
     ``<goal_dir>/results/<evidence_id>.json``; returns the run and ``{"path", "sha256", ...}``
-    of that file.
+    of that file. Bytecode (a run LoopX starts itself, see :func:`runner`): ``fill_cache`` (the
+    base run) writes a new cache and keeps it (its list goes into the results file, as
+    ``bytecode``); ``base_cache`` (that list) gives a later run a checked copy to read.
     """
     import hashlib
     import json
+    import os
     import shutil
     import tempfile
 
-    from loopx_issue_fix import gitrepo, testrun
+    from loopx_issue_fix import bytecode, gitrepo, testrun
 
     runs = Path(state["goal_dir"], "runs")
     runs.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="run-", dir=runs))
+    # resolved: the bytecode cache is keyed by the checkout's absolute path (sys.pycache_prefix)
+    work = Path(os.path.realpath(tempfile.mkdtemp(prefix="run-", dir=runs)))
+    planned, cache, seeded = runner(state), None, None
     try:
         checkout = work / "tree"
-        gitrepo.export_tree(state["repo"], tree, checkout)
+        blobs = gitrepo.export_tree(state["repo"], tree, checkout)
+        pycache = work / "pycache" if planned else None
+        if pycache is not None and not fill_cache:
+            seeded = bytecode.seed(base_cache, pycache, checkout, blobs)
         test = testrun.run_test(str(checkout), state["test_command"], report=work / "report" / "last.xml",
-                                report_option=state.get("report"), timeout=timeout[0], planned=runner(state))
+                                report_option=state.get("report"), timeout=timeout[0], planned=planned,
+                                pycache=pycache, write_bytecode=fill_cache)
+        if pycache is not None and fill_cache:
+            cache = bytecode.harvest(pycache, checkout, blobs, Path(state["goal_dir"], "bytecode", evidence_id))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if seeded is not None:
+        test["bytecode"] = seeded
     test["timeout_source"] = timeout[1]
     test["tree"] = tree
     rep = test["report"]
     body = {"tree": tree, "command": test["command"], "ran": test["ran"], "isolation": test["isolation"],
             "exit_code": test["exit_code"], "exit_status": rep.get("exit_status"), "timed_out": test["timed_out"],
             "collection_errors": rep.get("collection_errors", {}), "cases": rep["cases"],
-            "opened": rep.get("opened", [])}
+            "opened": rep.get("opened", []), **({"bytecode": cache} if cache else {})}
     data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     path = Path(state["goal_dir"], "results", f"{evidence_id}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -294,7 +308,7 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
     if env_problem:
         raise LoopxError("issue_fix.environment_changed", f"nothing run: {env_problem}")
     evidence_id = new_id("evidence")
-    test, artifact = _run_tests(state, tree, limit, evidence_id)
+    test, artifact = _run_tests(state, tree, limit, evidence_id, fill_cache=True)
     wrote: list[str] = []
     refs = _refs(state)
     cases = test["report"]["cases"]
@@ -324,6 +338,10 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
                 problem = f"exit {test['exit_code']} but no test failed in the report"
     if problem:
         outcome = "not_a_test_failure"
+    if outcome != "red":  # only a red reproduction is ever a base: its bytecode is of no use
+        import shutil
+
+        shutil.rmtree(Path(state["goal_dir"], "bytecode", evidence_id), ignore_errors=True)
     files = _test_files(wt, cases, red_ids) if outcome == "red" else []
     passed = testrun.ids_with(test, "passed")
     verdict = {"red": f"reproduced (red): {len(red_ids)} failing test(s): {', '.join(red_ids[:5])}",
@@ -429,14 +447,15 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
         if problem:
             reason = "environment_changed"
     if reason is None:
-        test, _artifact = _run_tests(state, tree, limit, evidence_id)
+        base_results = read_results(state, repro["evidence_id"], reg)
+        test, _artifact = _run_tests(state, tree, limit, evidence_id, base_cache=base_results.get("bytecode"))
         rep = test["report"]
         cases = rep["cases"]
         problem = testrun.not_a_test_failure(test)
         if problem:
             reason = "not_a_test_failure"
         else:
-            base = read_results(state, repro["evidence_id"], reg)["cases"]
+            base = base_results["cases"]
             found = testrun.match_ids(repro["failing"], cases)
             gone = [w for w, m in found.items() if m is None or cases[m]["status"] == "skipped"]
             still = [w for w, m in found.items() if m is not None and cases[m]["status"] in ("failed", "error")]

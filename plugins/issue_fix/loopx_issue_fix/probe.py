@@ -8,6 +8,8 @@ ignores ``PYTHON*`` variables, the user site and the current directory. :func:`m
   checkout (the base run's list guards the data files the tests read);
 - imports pytest from the interpreter's own site-packages *before* the checkout joins
   ``sys.path`` (a ``pytest.py`` in the code under test cannot stand in for it);
+- points ``sys.pycache_prefix`` at the run's own bytecode directory (when LoopX gives one), and
+  writes bytecode there only when told to (the base run; see :mod:`loopx_issue_fix.bytecode`);
 - runs ``pytest.main`` with a collector plugin that keeps every test id's outcome and every
   collection error, and writes them with pytest's exit status to a JSON file.
 
@@ -73,18 +75,61 @@ class Collector:
             COLLECTION_ERRORS[report.nodeid or "<session>"] = _message(report) or "collection error"
 
 
+def _installed_bytecode_outside(root):
+    """Modules outside the checkout keep using their installed bytecode where it exists (as without
+    a prefix): only the checkout's modules, and what has no bytecode yet, go through the cache.
+    Only speed depends on this (the stdlib and site-packages are not compiled again into every
+    base run's cache); without the hook's target everything goes through the cache."""
+    import importlib._bootstrap_external as external
+
+    real = getattr(external, "cache_from_source", None)
+    if real is None:
+        return
+    inside = tuple(_PREFIXES)
+
+    def cache_from_source(path, debug_override=None, *, optimization=None):
+        cached = real(path, debug_override, optimization=optimization)
+        if os.path.abspath(path).startswith(inside):
+            return cached
+        saved = sys.pycache_prefix
+        sys.pycache_prefix = None
+        try:
+            installed = real(path, debug_override, optimization=optimization)
+        finally:
+            sys.pycache_prefix = saved
+        return installed if os.path.exists(installed) else cached
+
+    external.cache_from_source = cache_from_source
+
+
 def main():
-    """``BOOT ROOT RESULTS ADD_ROOT [pytest args...]``: run pytest, write RESULTS; pytest's exit status."""
+    """``BOOT ROOT RESULTS ADD_ROOT PYCACHE WRITE [pytest args...]``: run pytest, write RESULTS; pytest's
+    exit status. ``PYCACHE`` is the bytecode directory (``-``: none), ``WRITE`` ``1`` to write into it."""
     global _PREFIXES
-    root, results, add_root, args = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
+    root, results, add_root, args = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[6:]
+    pycache, write = sys.argv[4], sys.argv[5] == "1"
     _PREFIXES = tuple({os.path.abspath(root) + os.sep, os.path.realpath(root) + os.sep})
     sys.addaudithook(_audit)
-    import pytest  # noqa: F401 - from site-packages, before the checkout is on sys.path
+    import pytest  # from site-packages, before the checkout is on sys.path
 
+    plugins = [Collector()]
+    if pycache != "-":
+
+        class Bytecode:
+            # Once pytest has loaded its plugins (their installed bytecode; compiling them into an
+            # empty cache would cost the base run more than the cache saves), before the first
+            # conftest: from here on the tests, the code under test and what they import use the cache.
+            @pytest.hookimpl(tryfirst=True)
+            def pytest_load_initial_conftests(self):
+                sys.pycache_prefix = pycache
+                sys.dont_write_bytecode = not write
+                _installed_bytecode_outside(root)
+
+        plugins.append(Bytecode())
     if add_root:  # what `python -m pytest` does: the current directory first on sys.path
         sys.path.insert(0, root)
     sys.argv = ["pytest", *args]
-    code = int(pytest.main(args, plugins=[Collector()]))
+    code = int(pytest.main(args, plugins=plugins))
     with open(results, "w", encoding="utf-8") as fh:
         json.dump({"exit_status": code, "cases": CASES, "collection_errors": COLLECTION_ERRORS,
                    "opened": sorted(OPENED)}, fh)

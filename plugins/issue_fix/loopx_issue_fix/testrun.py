@@ -124,12 +124,13 @@ _BOOT = "import sys; sys.path.insert(0, {dir!r}); import _loopx_issue_fix_probe 
 
 
 def run_test(checkout: str, command: str, *, report: Path, report_option: str | None, timeout: float,
-             planned: dict | None = None) -> dict:
+             planned: dict | None = None, pycache: Path | None = None, write_bytecode: bool = False) -> dict:
     """Run ``command`` in ``checkout`` (a clean copy of the code); the run's facts and its results.
 
     With ``planned`` (see :func:`plan`) LoopX starts the interpreter itself, isolated (``-I -B``),
     with its probe (:mod:`loopx_issue_fix.probe`) collecting every test id, the collection
-    errors, the exit status and the files the run opened. Otherwise ``sh -c`` runs the command
+    errors, the exit status and the files the run opened; with ``pycache`` it uses that bytecode
+    directory, writing into it only with ``write_bytecode`` (see :mod:`loopx_issue_fix.bytecode`). Otherwise ``sh -c`` runs the command
     and its JUnit report is read. Either way the environment is :func:`clean_env`.
 
     Returns ``{"command", "ran", "isolation", "exit_code", "timed_out", "timeout_seconds",
@@ -154,7 +155,8 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
         results.unlink(missing_ok=True)
         args = [*planned["args"], "-p", "no:cacheprovider", f"--confcutdir={checkout}"]
         argv = [planned["interpreter"], "-I", "-B", "-c", _BOOT.format(dir=str(probe_dir)), checkout, str(results),
-                "1" if planned["module"] else "0", *args]
+                "1" if planned["module"] else "0", str(pycache) if pycache else "-", "1" if write_bytecode else "0",
+                *args]
         ran = shlex.join([planned["interpreter"], "-I", "-B", "-m", "pytest", *args])
         env = clean_env(planned["env"])
     else:

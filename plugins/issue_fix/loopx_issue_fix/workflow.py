@@ -367,6 +367,9 @@ def close(reg, actor: str, goal_id: str, *, keep: bool = False, reason: str | No
         reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
                    request={"op": "issue_fix.close", "goal": goal_id, "keep": bool(keep), "reason": reason})
     removed = [] if keep else gitrepo.remove_goal_worktree(state["repo"], state["worktree"], state["branch"]["name"])
+    import shutil
+
+    shutil.rmtree(Path(state["goal_dir"], "bytecode"), ignore_errors=True)  # a cache: no use once closed
     return {"goal_id": goal_id, "status": "closed", "kept": bool(keep), "removed": removed,
             "worktree": state["worktree"], "branch": state["branch"]["name"]}
 
@@ -398,6 +401,7 @@ def clean(reg, repo: str, *, unknown: bool = True) -> dict:
         if status != "closed" and not (unknown and status == "unknown"):
             continue
         shutil.rmtree(goal_dir / "runs", ignore_errors=True)
+        shutil.rmtree(goal_dir / "bytecode", ignore_errors=True)
         if state and state.get("keep"):
             kept.append(goal_dir.name)
             continue
