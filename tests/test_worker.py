@@ -122,9 +122,11 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
     goals = [_goal(url, script, todos=3, title=f"g{i}") for i in range(2)]
     w = _worker(url, "--concurrency", "2", "--grace-seconds", "60", "--beat-seconds", "0.5", cwd=work)
     _until(lambda: all((work / f"started.{g}").exists() for g in goals), "both steps to start")
-    code, status, _ = _cli(url, "status")
-    running = next(x for x in status["workers"] if x["state"] == "running")
-    assert sorted(running["goals"]) == sorted(goals) and running["pid"] == w.pid
+    # The worker reports its goals at its next heartbeat (--beat-seconds), not as each turn starts.
+    running = _until(lambda: next((x for x in _cli(url, "status")[1]["workers"]
+                                   if x["state"] == "running" and sorted(x["goals"]) == sorted(goals)), None),
+                     "the worker to report both goals")
+    assert running["pid"] == w.pid
     os.kill(w.pid, sig)
     time.sleep(0.3)  # the signal lands while the steps still run
     go.touch()
