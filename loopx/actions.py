@@ -235,7 +235,7 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
     """
     import sys
 
-    from loopx import evidence, runs, step_journal
+    from loopx import evidence, interrupt, runs, step_journal
     from loopx.process import run_command
 
     check_id("run", run_id)
@@ -263,6 +263,13 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
     try:
         result = run_command(child, env=env, timeout=timeout, cwd=cwd)
         data = {"action": name, "step": step_id, "argv": command, "by": actor, **result}
+        stop = interrupt.describe()
+        if stop and stop["forced"]:
+            # Under a turn's broker this exec runs inside the turn's own process, so the grace
+            # period's stop (loopx.interrupt) ends the step, not this exec, and its result is still
+            # recorded: marked as cut short, so the interruption records the step as stopped,
+            # result unknown (loopx.claims.close_interrupted), as when exec was a killed child.
+            data["stopped_by"] = stop["signal"]
         status = "timed out" if result["timed_out"] else f"exit {result['exit_code']}"
         summary = f"{name or step_id}: {status} in {result['duration_seconds']:.2f}s"
         out = evidence.record(reg, "core", goal_id=run.goal_id, run_id=run.id, kind="command", summary=summary,

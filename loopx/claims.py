@@ -119,6 +119,18 @@ def unfinished_steps(tx, run_id: str) -> list[dict]:
     return [d for step, d in started.items() if step not in done]
 
 
+def _cut_short(tx, run_id: str) -> list[dict]:
+    """The steps of ``run_id`` whose ``exec`` recorded a result although the grace period's stop
+    ended them (``stopped_by``: an exec served inside the turn's own process outlives its step)."""
+    out = []
+    for row in tx.query("SELECT data FROM evidence WHERE run_id = ? AND kind = 'command' AND actor = 'core'",
+                        (run_id,)):
+        d = _data(row)
+        if d.get("step") and d.get("stopped_by"):
+            out.append(d)
+    return out
+
+
 # ------------------------------------------------------------------------------ writing
 
 
@@ -214,7 +226,7 @@ def close_interrupted(reg, actor: str, *, run_id: str, executor: str, agent: str
 
     def work(w):
         runs.check_recordable(w.tx, run_id)
-        cut = unfinished_steps(w.tx, run_id)
+        cut = unfinished_steps(w.tx, run_id) + _cut_short(w.tx, run_id)
         for d in cut:
             w.emit("evidence.added", {"evidence_id": new_id("evidence"), "run_id": run_id, "kind": UNKNOWN,
                                       "summary": f"{d['step']}: stopped by {info.get('signal')}, result unknown"[:500],

@@ -118,7 +118,7 @@ def test_the_worker_tells_a_person_when_a_step_keeps_failing(sqlite_url, tmp_pat
     assert p.returncode == 0, p.stderr
     told = _inbox(inbox)
     assert [n["reason"] for n in told] == ["repeated_failure"]
-    assert told[0]["commands"][-1] == f"loopx project_prompt retry --goal-id {gid}"
+    assert told[0]["commands"][-1] == f"loopx project-prompt retry --goal-id {gid}"
     assert json.loads(got[-1][1])["reason"] == "repeated_failure"
     code, view, _ = _cli(url, tmp_path, "status")
     top = view["goals"][0]

@@ -36,6 +36,14 @@ def _until(predicate, what, limit=30.0):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _work(tmp_path):
+    # The steps' workdir (the cwd of the loopx process that runs them). Under confinement a step
+    # writes only beneath it, and never in tmp_path itself: the registry's directory.
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
 def _goal(url, tmp_path, *actions):
     code, goal, err = _cli(url, "project-prompt", "create", "--title", "t", "--description", "d")
     assert code == 0, err
@@ -64,60 +72,70 @@ def _alive(pid):
 @pytest.mark.parametrize("registry_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
                          indirect=True)
 def test_two_processes_racing_one_step_run_it_once(registry_url, tmp_path):
-    gid = _goal(registry_url, tmp_path, ("slow", f"echo start >> {tmp_path}/log; sleep 1"))
+    work = _work(tmp_path)
+    gid = _goal(registry_url, tmp_path, ("slow", f"echo start >> {work}/log; sleep 1"))
     code, contract, err = _cli(registry_url, "quota", "should-run", gid)
     run_id = contract["interaction_contract"]["run_id"]
-    procs = [_spawn(registry_url, "exec", "--run-id", run_id, "--action", "slow") for _ in range(2)]
+    procs = [_spawn(registry_url, "exec", "--run-id", run_id, "--action", "slow", cwd=work) for _ in range(2)]
     outs = [(p.wait(timeout=60), p.stdout.read()) for p in procs]
     codes = sorted(c for c, _ in outs)
     assert codes == [0, 2], outs
     refused = json.loads(next(o for c, o in outs if c == 2))
     assert refused["error"]["code"] == "step_already_started"
-    assert (tmp_path / "log").read_text() == "start\n"
+    assert (work / "log").read_text() == "start\n"
     started = [e for e in _evidence(registry_url, run_id) if e["kind"] == "step_started"]
     assert len(started) == 1 and started[0]["actor"] == "core"
 
 
 def test_sigkilled_turn_never_runs_its_step_again_and_its_run_is_abandoned(sqlite_url, tmp_path):
     url = sqlite_url
-    log, pids = tmp_path / "log", tmp_path / "pids"
+    work = _work(tmp_path)
+    log, pids = work / "log", work / "pids"
     # The first start of the step hangs (until stopped); a later one returns at once.
     script = f"n=$(cat {log} 2>/dev/null | wc -l); echo run >> {log}; echo $$ >> {pids}; [ $n -gt 0 ] || sleep 60"
     gid = _goal(url, tmp_path, ("work", script))
-    turn = _spawn(url, "turn", gid, "--executor", "shell")
+    turn = _spawn(url, "turn", gid, "--executor", "shell", cwd=work)
     _until(lambda: pids.exists() and pids.read_text().strip(), "the step to start")
     step_pid = int(pids.read_text().split()[0])
     os.kill(turn.pid, signal.SIGKILL)
     turn.wait(timeout=10)
+    # Under the turn's broker the step's exec runs inside the turn itself, so the step's watcher
+    # (loopx.process) ends the step with it: nothing of the dead turn keeps running.
+    _until(lambda: not _alive(step_pid), "the dead turn's step to be stopped", limit=15)
     code, listed, _ = _cli(url, "run", "list", gid)
     first = listed[0]["id"]
     assert listed[0]["state"] == "open"
-    # The same step of the same run, started again by hand while the first still runs: refused.
-    code, out, _ = _cli(url, "exec", "--run-id", first, "--action", "work")
+    # The same step of the same run, started again by hand: refused (it started once already).
+    code, out, _ = _cli(url, "exec", "--run-id", first, "--action", "work", cwd=work)
     assert code == 2 and out["error"]["code"] == "step_already_started"
-    assert log.read_text() == "run\n" and _alive(step_pid)
+    assert log.read_text() == "run\n"
 
-    code, out, err = _cli(url, "turn", gid, "--executor", "shell")
+    code, out, err = _cli(url, "turn", gid, "--executor", "shell", cwd=work)
     assert code == 0, err
     assert out["run_id"] != first and out["outcome"] == "ok"
-    assert not _alive(step_pid), "the dead turn's step was left running beside the new one"
     code, shown, err = _cli(url, "run", "show", "--run-id", first)
     assert code == 0, (shown, err)
     assert shown["status"] == "abandoned"
-    unknown = [e for e in shown["evidence"] if e["kind"] == "step_unknown"]
-    assert len(unknown) == 1 and "ran, result unknown" in unknown[0]["summary"]
+    # The started step is recorded once as "ran, result unknown": the exec inside the killed turn
+    # left its intent in the step journal (loopx.step_journal), which the next write records; the
+    # abandonment then finds the step's result in and adds no second record (step_unknown).
+    unknown = [e for e in shown["evidence"] if "ran, result unknown" in e["summary"]]
+    assert len(unknown) == 1, [(e["kind"], e["summary"]) for e in shown["evidence"]]
+    recorded = next(e for e in _evidence(url, first) if e["id"] == unknown[0]["id"])
+    assert recorded["kind"] == "command" and recorded["data"]["result_unknown"] is True
     assert log.read_text() == "run\nrun\n"  # once per run, never twice in one
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_lets_the_step_finish_starts_no_other_and_closes_the_run_interrupted(sqlite_url, tmp_path, sig):
     url = sqlite_url
-    go = tmp_path / "go"
+    work = _work(tmp_path)
+    go = work / "go"
     gid = _goal(url, tmp_path,
-                ("first", f"touch {tmp_path}/started; while [ ! -e {go} ]; do sleep 0.05; done; echo done > {tmp_path}/first"),
-                ("second", f"touch {tmp_path}/second"))
-    turn = _spawn(url, "turn", gid, "--executor", "shell", "--grace-seconds", "60")
-    _until(lambda: (tmp_path / "started").exists(), "the first step to start")
+                ("first", f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done; echo done > {work}/first"),
+                ("second", f"touch {work}/second"))
+    turn = _spawn(url, "turn", gid, "--executor", "shell", "--grace-seconds", "60", cwd=work)
+    _until(lambda: (work / "started").exists(), "the first step to start")
     os.kill(turn.pid, sig)
     time.sleep(0.3)  # the signal is delivered before the step ends (not a wait for time to pass)
     go.touch()
@@ -125,8 +143,8 @@ def test_signal_lets_the_step_finish_starts_no_other_and_closes_the_run_interrup
     assert turn.returncode == 128 + sig, err
     doc = json.loads(out)
     assert doc["outcome"] == "interrupted"
-    assert (tmp_path / "first").read_text() == "done\n"  # the running step finished
-    assert not (tmp_path / "second").exists()  # the next one never started
+    assert (work / "first").read_text() == "done\n"  # the running step finished
+    assert not (work / "second").exists()  # the next one never started
     code, shown, _ = _cli(url, "run", "show", "--run-id", doc["run_id"])
     assert shown["status"] == "finished" and shown["outcome"] == "interrupted"
     ev = next(e for e in shown["evidence"] if e["kind"] == "interrupted")
@@ -135,9 +153,10 @@ def test_signal_lets_the_step_finish_starts_no_other_and_closes_the_run_interrup
 
 def test_grace_over_stops_the_step_group_and_records_it(sqlite_url, tmp_path):
     url = sqlite_url
-    pids = tmp_path / "pids"
+    work = _work(tmp_path)
+    pids = work / "pids"
     gid = _goal(url, tmp_path, ("hang", f"echo $$ > {pids}; sleep 60"))
-    turn = _spawn(url, "turn", gid, "--executor", "shell", "--grace-seconds", "0.5")
+    turn = _spawn(url, "turn", gid, "--executor", "shell", "--grace-seconds", "0.5", cwd=work)
     _until(lambda: pids.exists() and pids.read_text().strip(), "the step to start")
     step_pid = int(pids.read_text())
     started = time.monotonic()
@@ -156,10 +175,11 @@ def test_grace_over_stops_the_step_group_and_records_it(sqlite_url, tmp_path):
 
 def test_sigterm_in_loop_starts_no_new_turn(sqlite_url, tmp_path):
     url = sqlite_url
-    go = tmp_path / "go"
-    gid = _goal(url, tmp_path, ("step", f"touch {tmp_path}/started; while [ ! -e {go} ]; do sleep 0.05; done"))
-    loop = _spawn(url, "loop", gid, "--executor", "shell", "--max-turns", "5")
-    _until(lambda: (tmp_path / "started").exists(), "the first turn's step")
+    work = _work(tmp_path)
+    go = work / "go"
+    gid = _goal(url, tmp_path, ("step", f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done"))
+    loop = _spawn(url, "loop", gid, "--executor", "shell", "--max-turns", "5", cwd=work)
+    _until(lambda: (work / "started").exists(), "the first turn's step")
     os.kill(loop.pid, signal.SIGTERM)
     time.sleep(0.3)
     go.touch()
@@ -173,17 +193,18 @@ def test_sigterm_in_loop_starts_no_new_turn(sqlite_url, tmp_path):
 
 def test_a_second_turn_does_not_carry_out_a_run_a_live_turn_owns(sqlite_url, tmp_path):
     url = sqlite_url
-    go = tmp_path / "go"
-    gid = _goal(url, tmp_path, ("work", f"touch {tmp_path}/started; while [ ! -e {go} ]; do sleep 0.05; done;"
-                                       f" echo ran >> {tmp_path}/log"))
-    first = _spawn(url, "turn", gid, "--executor", "shell")
-    _until(lambda: (tmp_path / "started").exists(), "the step to start")
-    code, out, _ = _cli(url, "turn", gid, "--executor", "shell")  # same agent: should-run hands the run back
+    work = _work(tmp_path)
+    go = work / "go"
+    gid = _goal(url, tmp_path, ("work", f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done;"
+                                       f" echo ran >> {work}/log"))
+    first = _spawn(url, "turn", gid, "--executor", "shell", cwd=work)
+    _until(lambda: (work / "started").exists(), "the step to start")
+    code, out, _ = _cli(url, "turn", gid, "--executor", "shell", cwd=work)  # same agent: should-run hands the run back
     assert code == 2 and out["error"]["code"] == "run_in_progress"
     go.touch()
     out, err = first.communicate(timeout=60)
     assert first.returncode == 0 and json.loads(out)["outcome"] == "ok", err
-    assert (tmp_path / "log").read_text() == "ran\n"
+    assert (work / "log").read_text() == "ran\n"
 
 
 def test_a_run_whose_lease_expired_mid_step_records_the_step_as_result_unknown(sqlite_url, tmp_path):

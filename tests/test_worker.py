@@ -20,10 +20,18 @@ def _cli(url, *args, env=None, timeout=60):
     return p.returncode, (json.loads(p.stdout) if p.stdout.strip() else None), p.stderr
 
 
-def _worker(url, *args, env=None):
+def _worker(url, *args, env=None, cwd=None):
     return subprocess.Popen([sys.executable, "-m", "loopx", "--format", "json", "worker", *map(str, args)],
                             env=loopx_env(url, **(env or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, cwd=cwd)
+
+
+def _work(tmp_path):
+    # The steps' workdir: the worker's cwd, which its turns inherit. Under confinement a step
+    # writes only beneath it, and never in tmp_path itself: the registry's directory.
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
 
 
 def _until(predicate, what, limit=60.0):
@@ -57,17 +65,19 @@ def _runs(url, gid):
                          indirect=True)
 def test_two_workers_on_one_registry_never_run_one_goal_twice(registry_url, tmp_path):
     url = registry_url
-    locks = tmp_path / "locks"
+    work = _work(tmp_path)
+    locks = work / "locks"
     locks.mkdir()
     # mkdir is atomic: a second turn of one goal running at the same time would find the directory.
-    script = (f"mkdir {locks}/$LOOPX_GOAL_ID || echo OVERLAP >> {tmp_path}/log; echo $LOOPX_GOAL_ID >> {tmp_path}/log;"
+    script = (f"mkdir {locks}/$LOOPX_GOAL_ID || echo OVERLAP >> {work}/log; echo $LOOPX_GOAL_ID >> {work}/log;"
               f" sleep 0.2; rmdir {locks}/$LOOPX_GOAL_ID")
     goals = [_goal(url, script, todos=2, title=f"g{i}") for i in range(3)]
-    workers = [_worker(url, "--concurrency", "2", "--exit-when-idle", "--beat-seconds", "0.5") for _ in range(2)]
+    workers = [_worker(url, "--concurrency", "2", "--exit-when-idle", "--beat-seconds", "0.5", cwd=work)
+               for _ in range(2)]
     outs = [w.communicate(timeout=240) for w in workers]
     for w, (out, err) in zip(workers, outs):
         assert w.returncode == 0, err
-    log = (tmp_path / "log").read_text().split()
+    log = (work / "log").read_text().split()
     assert "OVERLAP" not in log
     assert sorted(log) == sorted(goals * 2)  # every todo's step ran, each exactly once
     stats = [json.loads(out) for out, _ in outs]
@@ -105,21 +115,24 @@ def test_a_stale_fencing_token_cannot_open_a_run(sqlite_url, tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_worker(sqlite_url, tmp_path, sig):
     url = sqlite_url
-    go = tmp_path / "go"
-    script = (f"touch {tmp_path}/started.$LOOPX_GOAL_ID; while [ ! -e {go} ]; do sleep 0.05; done;"
-              f" echo $LOOPX_GOAL_ID >> {tmp_path}/finished")
+    work = _work(tmp_path)
+    go = work / "go"
+    script = (f"touch {work}/started.$LOOPX_GOAL_ID; while [ ! -e {go} ]; do sleep 0.05; done;"
+              f" echo $LOOPX_GOAL_ID >> {work}/finished")
     goals = [_goal(url, script, todos=3, title=f"g{i}") for i in range(2)]
-    w = _worker(url, "--concurrency", "2", "--grace-seconds", "60", "--beat-seconds", "0.5")
-    _until(lambda: all((tmp_path / f"started.{g}").exists() for g in goals), "both steps to start")
-    code, status, _ = _cli(url, "status")
-    running = next(x for x in status["workers"] if x["state"] == "running")
-    assert sorted(running["goals"]) == sorted(goals) and running["pid"] == w.pid
+    w = _worker(url, "--concurrency", "2", "--grace-seconds", "60", "--beat-seconds", "0.5", cwd=work)
+    _until(lambda: all((work / f"started.{g}").exists() for g in goals), "both steps to start")
+    # The worker reports its goals at its next heartbeat (--beat-seconds), not as each turn starts.
+    running = _until(lambda: next((x for x in _cli(url, "status")[1]["workers"]
+                                   if x["state"] == "running" and sorted(x["goals"]) == sorted(goals)), None),
+                     "the worker to report both goals")
+    assert running["pid"] == w.pid
     os.kill(w.pid, sig)
     time.sleep(0.3)  # the signal lands while the steps still run
     go.touch()
     out, err = w.communicate(timeout=60)
     assert w.returncode == 128 + sig, err
-    assert sorted((tmp_path / "finished").read_text().split()) == sorted(goals)  # both steps finished
+    assert sorted((work / "finished").read_text().split()) == sorted(goals)  # both steps finished
     for gid in goals:
         runs = _runs(url, gid)
         assert [r["outcome"] for r in runs] == ["interrupted"]  # and no new turn was started
@@ -129,10 +142,11 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
 
 def test_a_sigkilled_worker_shows_as_died_and_its_turn_still_ends_honestly(sqlite_url, tmp_path):
     url = sqlite_url
-    go = tmp_path / "go"
-    gid = _goal(url, f"touch {tmp_path}/started; while [ ! -e {go} ]; do sleep 0.05; done", todos=1)
-    w = _worker(url, "--beat-seconds", "1")
-    _until(lambda: (tmp_path / "started").exists(), "the step to start")
+    work = _work(tmp_path)
+    go = work / "go"
+    gid = _goal(url, f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done", todos=1)
+    w = _worker(url, "--beat-seconds", "1", cwd=work)
+    _until(lambda: (work / "started").exists(), "the step to start")
     os.kill(w.pid, signal.SIGKILL)
     w.wait(timeout=10)
     go.touch()
@@ -146,12 +160,13 @@ def test_a_sigkilled_worker_shows_as_died_and_its_turn_still_ends_honestly(sqlit
 
 def test_a_clock_jump_is_recorded_and_cadence_recovers(sqlite_url, tmp_path):
     url = sqlite_url
+    work = _work(tmp_path)
     offset = tmp_path / "offset"
     offset.write_text("0")
     env = {"LOOPX_CLOCK_OFFSET_FILE": str(offset)}
-    gid = _goal(url, f"echo ran >> {tmp_path}/log", todos=5, limits=("--cadence-seconds", "3600"))
-    w = _worker(url, "--beat-seconds", "0.3", env=env)
-    _until(lambda: (tmp_path / "log").exists() and len(_runs(url, gid)) == 1
+    gid = _goal(url, f"echo ran >> {work}/log", todos=5, limits=("--cadence-seconds", "3600"))
+    w = _worker(url, "--beat-seconds", "0.3", env=env, cwd=work)
+    _until(lambda: (work / "log").exists() and len(_runs(url, gid)) == 1
            and _runs(url, gid)[0]["status"] == "finished", "the first turn")
     year = 365 * 24 * 3600
     offset.write_text(str(year))  # the wall clock jumps a year ahead ...
