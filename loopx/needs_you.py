@@ -26,8 +26,9 @@ def needs(tx, goal_id: str, now: str) -> dict | None:
     if seen.goal.status != "open":
         return None
     d = contract.decide(tx, seen, agent="user", now=now, own_run=None)
-    if d.reasons[:1] == ["no_ready_work"] and any(
-            t.status == "open" and t.claim is not None and t.claim.expires_at > now for t in seen.todos):
+    if d.reasons[:1] == ["no_ready_work"] and tx.one(
+            "SELECT 1 AS held FROM todos WHERE goal_id = ? AND status = 'open' AND claim_agent IS NOT NULL"
+            " AND claim_expires_at > ? LIMIT 1", (goal_id, now)):
         d = None  # an agent holds a todo's claim: work is going on, nobody needs to add any
     if d is not None and d.decision in PERSON_DECISIONS:
         doc = contract.document(tx, d, seen, contract_id=None, run_id=None, fingerprint="", issued_at=now)
