@@ -143,4 +143,6 @@ def test_default_registry_lives_in_the_user_data_dir(tmp_path):
     assert (home / "data" / "loopx" / "registry.db").exists()
     assert list(work.iterdir()) == []
     written = {q.relative_to(home).parts[:2] for q in home.rglob("*") if q.is_file()}
-    assert written <= {("data", "loopx"), ("cache", "loopx")}
+    # The integrity key (loopx/keys.py) lives in the user's config dir, ~/.config/loopx with
+    # XDG_CONFIG_HOME unset, apart from the registry it keys.
+    assert written <= {("data", "loopx"), ("cache", "loopx"), (".config", "loopx")}
