@@ -140,14 +140,17 @@ def test_writers_killed_at_random_moments_lose_nothing_that_was_committed(tmp_pa
 
 
 def test_an_exec_killed_while_its_step_runs_is_recorded_as_ran_result_unknown(tmp_path):
-    url, started = str(tmp_path / "registry.db"), tmp_path / "started"
+    # A confined step writes only its workdir (the exec's cwd), never the registry's directory.
+    work = tmp_path / "work"
+    work.mkdir()
+    url, started = str(tmp_path / "registry.db"), work / "started"
     g = _goal(url)
     with Registry.open(url) as reg:
         actions.add(reg, "user", goal_id=g, name="slow",
                     argv=[PY, "-c", f"import time; open({str(started)!r}, 'w').close(); time.sleep(60)"])
         run = quota.should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
     p = subprocess.Popen([PY, "-m", "loopx", "exec", "--run-id", run, "--action", "slow"],
-                         env=plugin_env(url, LOOPX_ACTOR="executor"), start_new_session=True,
+                         env=plugin_env(url, LOOPX_ACTOR="executor"), start_new_session=True, cwd=work,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while not started.exists():
@@ -156,13 +159,15 @@ def test_an_exec_killed_while_its_step_runs_is_recorded_as_ran_result_unknown(tm
     # While it runs, other writes leave its journal entry alone (its lock is held).
     assert loopx(url, "todo", "add", g, "--text", "meanwhile")[0] == 0
     with Registry.open(url) as reg, reg.read() as tx:
-        assert tx.one("SELECT count(*) AS n FROM evidence WHERE run_id = ?", (run,))["n"] == 0
+        # Only exec's own start record (step_started, loopx/claims.py): no result, known or unknown.
+        kinds = [r["kind"] for r in tx.query("SELECT kind FROM evidence WHERE run_id = ?", (run,))]
+        assert kinds == ["step_started"], kinds
     os.killpg(p.pid, signal.SIGKILL)  # the exec and its step
     p.wait(30)
     assert loopx(url, "todo", "add", g, "--text", "after")[0] == 0
     with Registry.open(url) as reg, reg.read() as tx:
-        rows = tx.query("SELECT summary, data FROM evidence WHERE run_id = ?", (run,))
-    assert len(rows) == 1 and "ran, result unknown" in rows[0]["summary"]
+        rows = tx.query("SELECT summary, data FROM evidence WHERE run_id = ? AND kind <> 'step_started'", (run,))
+    assert len(rows) == 1 and "ran, result unknown" in rows[0]["summary"], rows
     assert json.loads(rows[0]["data"])["result_unknown"] is True
     _consistent(url)
 
