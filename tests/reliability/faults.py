@@ -58,13 +58,14 @@ def small_fs(tmp_path):
     fs.unmount()
 
 
-def loopx(url: str, *args, fsize: int | None = None, input=None, extra_env=None, timeout=120):
-    """A real ``loopx`` process on ``url`` (self-repair allowed); ``fsize``: its RLIMIT_FSIZE."""
+def loopx(url: str, *args, fsize: int | None = None, input=None, extra_env=None, timeout=120, cwd=None):
+    """A real ``loopx`` process on ``url`` (self-repair allowed); ``fsize``: its RLIMIT_FSIZE;
+    ``cwd``: its working directory, the workdir its (confined) steps may write."""
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
     p = subprocess.run([sys.executable, "-m", "loopx", *map(str, args)], env=plugin_env(url, **(extra_env or {})),
-                       capture_output=True, text=True, timeout=timeout, input=input,
+                       capture_output=True, text=True, timeout=timeout, input=input, cwd=cwd,
                        preexec_fn=limit if fsize is not None else None)
     return p.returncode, p.stdout, p.stderr
 

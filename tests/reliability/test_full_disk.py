@@ -75,18 +75,25 @@ def test_no_room_for_the_step_journal_means_the_step_does_not_run(tmp_path):
 
 
 def _evidence(url, run):
+    """The run's evidence but exec's own start record (``step_started``, loopx/claims.py, written
+    before the step runs): its results, known or not."""
     with Registry.open(url) as reg, reg.read() as tx:
-        return [dict(r) for r in tx.query("SELECT summary, data FROM evidence WHERE run_id = ? ORDER BY created_at",
-                                          (run,))]
+        return [dict(r) for r in tx.query("SELECT summary, data FROM evidence WHERE run_id = ? "
+                                          "AND kind <> 'step_started' ORDER BY created_at", (run,))]
 
 
 def test_a_step_that_ran_when_the_disk_filled_is_recorded_as_result_unknown_once_space_is_back(small_fs, tmp_path):
-    url, side = str(small_fs.root / "registry.db"), tmp_path / "side-effect"
+    # A confined step writes only its workdir (exec's cwd), never the registry's directory: the
+    # workdir is on the registry's small disk, so the step that fills it fills the registry's.
+    work = small_fs.root / "work"
+    work.mkdir()
+    small_fs.filler = work / small_fs.filler.name
+    url, side = str(small_fs.root / "registry.db"), work / "side-effect"
     g = _goal(url, side_effect=side, fill=small_fs.filler)  # the step itself fills the disk
     with Registry.open(url) as reg:
         run = quota.should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
     _one_disk_full_line(*loopx(url, "exec", "--run-id", run, "--action", "step",
-                               extra_env={"LOOPX_ACTOR": "executor"}))
+                               extra_env={"LOOPX_ACTOR": "executor"}, cwd=work))
     assert side.read_text() == "ran\n"  # it ran ...
     assert _evidence(url, run) == []    # ... and nothing could be recorded
     small_fs.free()
