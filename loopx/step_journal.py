@@ -81,7 +81,9 @@ def intend(reg, *, run, step: str | None, action: str | None, argv: list[str], b
     path = folder / f"{run.id}-{secrets.token_hex(6)}.json"
     fd = None
     try:
-        folder.mkdir(mode=0o700, exist_ok=True)
+        # parents: a PostgreSQL registry's journal is in the user data dir, which need not exist
+        # yet (nothing else writes there when the registry is not a local file).
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
         data = json.dumps(entry).encode()
