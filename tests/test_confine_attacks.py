@@ -67,9 +67,11 @@ THROUGH_BROKER = ["unset_env", "actor_user", "actor_capability", "key_by_evidenc
 
 
 @pytest.fixture
-def world(tmp_path):
+def world(tmp_path, monkeypatch):
     """A user's machine in miniature: home, config dir with a key, a git checkout, a registry."""
     home = tmp_path / "home"
+    # The registry made here is keyed (loopx/keys.py) in this config dir, the one its turns read.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     keydir = home / ".config" / "loopx" / "keys"
     keydir.mkdir(parents=True)
     (keydir / "registry.key").write_text(SECRET_KEY)
