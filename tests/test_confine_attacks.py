@@ -176,7 +176,9 @@ def test_without_landlock_a_turn_is_refused_before_a_run_opens_unless_the_user_o
     t = json.loads(p.stdout)
     assert t["outcome"] == "ok" and t["handoff"].startswith("[unconfined]"), t
     assert (world["tmp"] / "outside.txt").read_text() == "unconfined\n"
-    assert [e["kind"] for e in t["evidence"]][0] == "unconfined"
+    # Recorded before anything runs: only the run's owner (loopx/claims.py, written as the run
+    # opens) comes before it.
+    assert [e["kind"] for e in t["evidence"] if e["kind"] != "run_owner"][0] == "unconfined", t["evidence"]
     shown = subprocess.run([PY, "-m", "loopx", "status", "--goal-id", made["goal"]], env=world["env"],
                            capture_output=True, text=True, timeout=60)
     assert "unconfined" in shown.stdout, shown.stdout
