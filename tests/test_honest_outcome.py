@@ -82,7 +82,10 @@ def test_todo_done_is_refused_while_a_step_failed_or_has_not_run(loopx):
 
 
 def turn(loopx, g):
-    return J(loopx("turn", "--goal-id", g, "--agent", "a1", "--json"))
+    # A turn that ran exits by its outcome (README: 1 when it failed, 3 partial, else 0).
+    r = loopx("turn", "--goal-id", g, "--agent", "a1", "--json")
+    assert r.code == {"failed": 1, "partial": 3}.get(r.json.get("outcome"), 0), r
+    return r.json
 
 
 def test_the_same_step_failing_in_three_runs_in_a_row_asks_a_user(loopx):

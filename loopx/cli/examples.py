@@ -65,6 +65,10 @@ EXAMPLES: dict[str, list[str]] = {
     "registry info": ["loopx registry info --json", "loopx --registry postgresql://loopx@db/loopx registry info"],
     "registry init": ["loopx --registry ~/work/registry.db registry init"],
     "registry copy": ["loopx registry copy --from ~/.local/share/loopx/registry.db --to postgresql://loopx@db/loopx"],
+    # rekey/reanchor came with keyed integrity; every --help shows an example (test_cli_forgiving).
+    "registry rekey": ["loopx registry rekey            # the key was exposed: new key, every chain re-sealed",
+                       "loopx registry rekey --adopt    # the key is lost: trust the registry as it stands"],
+    "registry reanchor": ["loopx registry reanchor    # after restoring an older backup on purpose"],
     "registry caps": ["loopx registry caps --evidence-bytes 131072 --goal-state-bytes 8388608"],
     "reward": ["loopx reward add g-2ce4 --run-id r-91ab --score 1 --comment 'Keep this approach.'"],
     "reward add": ["loopx reward add g-2ce4 --run-id r-91ab --score 1 --comment 'Keep this approach.'"],

@@ -155,8 +155,9 @@ def publish(run_id, timeout, operation_id):
                         + (f"; {o['provider']}: {o['request']}" if o.get("request") else "") + "; the goal is closed")
 
 
-@issue_fix.command(epilog="Example:\n  loopx issue-fix close --goal-id g-2ce4")
-@click.option("--goal-id", required=True)
+@issue_fix.command(epilog="Example:\n  loopx issue-fix close g-2ce4")
+# The goal is positional like every command's (a merge brought close in with only --goal-id).
+@goal_option(help="The Issue-Fix goal (also as the first argument).")
 @click.option("--keep", is_flag=True, help="Keep the goal's worktree and branch.")
 @click.option("--reason", default=None, help="Why the goal is closed.")
 @operation_option
