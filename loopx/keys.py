@@ -145,6 +145,19 @@ def location(tx) -> str:
     return f"postgres:{row['host']}:{row['port']}:{row['db']}:{row['sch']}"
 
 
+def forget(registry_id: str, loc: str) -> None:
+    """Remove the key, rollback anchor and location record of a registry that is gone for good
+    (``loopx demo``'s temporary registry): a deleted registry leaves no secret behind."""
+    anchor = key_dir() / f"{registry_id}.anchor"
+    for f in (key_path(registry_id), anchor, anchor.with_name(anchor.name + "-wal"),
+              anchor.with_name(anchor.name + "-shm"), _location_file(loc)):
+        try:
+            f.unlink()
+        except FileNotFoundError:
+            pass
+    _CACHE.pop(registry_id, None)
+
+
 def _location_file(loc: str) -> Path:
     return key_dir() / f"{_sha256(loc.encode()).hexdigest()[:32]}.location"
 

@@ -55,8 +55,10 @@ def test_demo_json_transcript_and_default_temp_registry(tmp_path):
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["registry"].startswith(str(tmp_path)) and not (tmp_path / "elsewhere").exists()
-    # The temporary registry is gone with the demo: nothing left in TMPDIR.
-    assert doc["registry_kept"] is False and sorted(tmp_path.iterdir()) == []
+    # The temporary registry is gone with the demo: nothing left in TMPDIR (but the test's own
+    # config directory, which the autouse fixture puts there), and no key or anchor left for it.
+    assert doc["registry_kept"] is False and sorted(tmp_path.iterdir()) == [tmp_path / "xdg-config"]
+    assert [f.name for f in (tmp_path / "xdg-config" / "loopx" / "keys").iterdir()] == []
     kinds = [e["show"] for e in doc["transcript"] if e["kind"] == "command"]
     assert kinds[-1] == "summary" and "loop" in kinds and "reward" in kinds
 

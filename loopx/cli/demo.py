@@ -83,7 +83,26 @@ def demo(demo_registry):
         if temp_dir is not None:
             import shutil
 
+            _forget_keys(url)
             shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _forget_keys(url: str) -> None:
+    # The temporary registry's integrity key and anchor go with it (docs/security.md).
+    import sqlite3
+
+    from loopx import keys
+
+    try:
+        conn = sqlite3.connect(f"file:{url}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", (keys.META_ID,)).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return
+    if row:
+        keys.forget(row[0], keys.sqlite_location(url))
 
 
 def _run(url: str, kept: bool) -> None:

@@ -214,6 +214,7 @@ def emit_stream(items, line) -> None:
     each (text), one compact JSON document each (``--format jsonl``), or a JSON array written
     item by item, the same text ``emit`` prints for the whole list (``--format json``)."""
     from loopx.jsonsafe import dumps_out, escaped
+    from loopx.terminal import safe
 
     if wants_lines():
         for item in items:
@@ -233,10 +234,11 @@ def emit_stream(items, line) -> None:
                 text.encode("utf-8")
             except UnicodeEncodeError:  # text from an older registry: show it escaped, never crash
                 text = escaped(text)
-            click.echo(text + "\n", nl=False)
+            # Stored text reaches a terminal here too: control characters shown escaped, as emit() does.
+            click.echo(safe(text) + "\n", nl=False)
             empty = False
         if empty:
-            click.echo(line(None) + "\n", nl=False)
+            click.echo(safe(line(None)) + "\n", nl=False)
 
 
 def open_registry(readonly: bool = False):
