@@ -188,15 +188,38 @@ def emit_abandoned(w, run, *, reason: str) -> None:
     w.emit("run.abandoned", {"run_id": run.id, "agent": run.agent, "reason": reason})
 
 
-def stop_leftovers(reg, goal_id: str, now: str) -> list[str]:
+class Leftovers:
+    """What :func:`stop_leftovers` read: the runs whose owner is gone (``dead``, their ids), and
+    the goal's open runs (expired ones included) at goal ``revision`` (None: no such goal), which
+    should-run's transaction reuses while the revision has not moved (every change to a run is an
+    event, so it moves the revision), rather than reading them a second time."""
+
+    __slots__ = ("dead", "revision", "open_runs")
+
+    def __init__(self, dead: list[str], revision: int | None, open_runs: list):
+        self.dead, self.revision, self.open_runs = dead, revision, open_runs
+
+    def open_runs_at(self, revision: int) -> list | None:
+        """The open runs read, if the goal is still at the revision they were read at."""
+        return self.open_runs if self.revision is not None and self.revision == revision else None
+
+
+def stop_leftovers(reg, goal_id: str, now: str) -> Leftovers:
     """Stop, on this host, the step processes of the goal's open runs whose owner is gone.
 
-    Runs before should-run's transaction (never while the goal is held). Returns the runs found.
+    Runs before should-run's transaction (never while the goal is held). Returns what it read
+    (:class:`Leftovers`): the runs found, and the goal's open runs with the revision they are at.
     """
     from loopx import runs
 
     with reg.read() as tx:
-        dead = dead_runs(tx, runs.open_runs(tx, goal_id, now))
+        # One statement: the goal's revision and its open runs (none: one row of NULLs).
+        rows = tx.query("SELECT g.revision AS goal_revision, r.* FROM goals g LEFT JOIN runs r"
+                        " ON r.goal_id = g.id AND r.status = 'open' WHERE g.id = ? ORDER BY r.opened_at, r.id",
+                        (goal_id,))
+        revision = rows[0]["goal_revision"] if rows else None
+        open_runs = [runs.run_from_row(r) for r in rows if r["id"] is not None]
+        dead = dead_runs(tx, [r for r in open_runs if r.expires_at > now])
         pending = [(r.id, d) for r in dead for d in unfinished_steps(tx, r.id)]
     if pending:
         import socket
@@ -206,7 +229,7 @@ def stop_leftovers(reg, goal_id: str, now: str) -> list[str]:
         for _, d in pending:
             if d.get("host") == socket.gethostname() and d.get("pid") and proc_start(d["pid"]) == d.get("start"):
                 kill_tree(int(d["pid"]), grace=2.0)
-    return [r.id for r in dead]
+    return Leftovers([r.id for r in dead], revision, open_runs)
 
 
 def close_interrupted(reg, actor: str, *, run_id: str, executor: str, agent: str | None, info: dict | None,

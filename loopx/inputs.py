@@ -118,11 +118,12 @@ class TurnInputs:
         return todo_ready.any_todo(tx, self.goal.id)
 
 
-def gather(tx, goal_id: str, *, goal_row: dict | None = None) -> TurnInputs:
+def gather(tx, goal_id: str, *, goal_row: dict | None = None, open_runs: list | None = None) -> TurnInputs:
     """Read everything a turn decision needs about ``goal_id`` (``goal_not_found`` if absent).
 
     ``goal_row``: the goal's row when the caller already holds it (the write transaction locked
-    it), so it is not read twice.
+    it), so it is not read twice. ``open_runs``: the goal's open runs (expired ones included),
+    oldest first, when the caller read them at the goal's current revision.
     """
     from loopx import usage_counts
     from loopx.actions import action_from_row
@@ -131,8 +132,9 @@ def gather(tx, goal_id: str, *, goal_row: dict | None = None) -> TurnInputs:
     from loopx.runs import run_from_row
 
     goal = goal_from_row(goal_row) if goal_row is not None else load_goal(tx, goal_id)
-    open_runs = [run_from_row(r) for r in tx.query(
-        "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' ORDER BY opened_at, id", (goal_id,))]
+    if open_runs is None:
+        open_runs = [run_from_row(r) for r in tx.query(
+            "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' ORDER BY opened_at, id", (goal_id,))]
     used = usage_counts.read(tx, goal_id)  # counters: one row, whatever the goal's history
     totals = (used["turns"], used["tokens"], used["cost_micros"] / 1_000_000, used["wall_us"] / 1_000_000)
     gates = [gate_from_row(r) for r in tx.query("SELECT * FROM gates WHERE goal_id = ? ORDER BY created_at, id",

@@ -72,11 +72,12 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
     from loopx import claims
 
     # Step processes a dead owner left running are stopped before the goal is held.
-    dead = claims.stop_leftovers(reg, goal_id, clock.now())
+    left = claims.stop_leftovers(reg, goal_id, clock.now())
 
     def work(w):
         return _turn(w.tx, w, goal_id=goal_id, agent=agent, ttl=ttl, now=w.at, run_id=run_id,
-                     contract_id=contract_id, answers=answers, owner=owner, check_owners=bool(dead))
+                     contract_id=contract_id, answers=answers, owner=owner, check_owners=bool(left.dead),
+                     leftovers=left)
 
     # Run and contract entries belong to the core; the caller's actor only asks.
     return reg.mutate("core", work, goal_id=goal_id, allow_closed=True, operation_id=operation_id,
@@ -135,7 +136,7 @@ def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
 
 
 def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owner=None,
-          check_owners=False) -> dict:
+          check_owners=False, leftovers=None) -> dict:
     from loopx import contract, inputs, runs
 
     # One read of the goal's inputs per call: the one taken before the transaction when nothing
@@ -146,7 +147,10 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owne
         check_fence(tx, goal_id, owner, now)  # a worker's turn: only under its current lease
     seen = answers.inputs
     if seen is None or w is None or w.goal is None or w.goal["revision"] != seen.revision:
-        seen = inputs.gather(tx, goal_id, goal_row=w.goal if w is not None else None)
+        # The open runs stop_leftovers read just before, when the goal has not moved since.
+        known = (leftovers.open_runs_at(w.goal["revision"])
+                 if leftovers is not None and w is not None and w.goal is not None else None)
+        seen = inputs.gather(tx, goal_id, goal_row=w.goal if w is not None else None, open_runs=known)
     if seen.goal.status != "closed":
         tampered = _tampered(tx, w, seen, agent=agent, now=now)
         if tampered is not None:

@@ -30,14 +30,25 @@ def directory(store) -> Path | None:
         if path is None or str(path) == ":memory:":
             return None
         return Path(f"{path}.journal")
-    import hashlib
-
     import platformdirs
 
     from loopx.store import display_url
 
-    key = hashlib.sha256(display_url(store.url).encode()).hexdigest()[:16]
+    key = _sha256(display_url(store.url).encode()).hexdigest()[:16]
     return Path(platformdirs.user_data_dir("loopx", appauthor=False)) / f"journal-{key}"
+
+
+def _sha256(data: bytes):
+    """SHA-256 from CPython's built-in module when there is one: ``hashlib`` loads OpenSSL
+    (milliseconds), and this runs on every write, should-run included (same digest either way)."""
+    try:
+        from _sha256 import sha256  # CPython <= 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # CPython >= 3.12
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data)
 
 
 class Intent:

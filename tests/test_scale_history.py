@@ -15,8 +15,17 @@ from loopx.store.sqlite import SqliteTx
 from tests.test_turn_helpers import add_gate, ask, make_goal
 
 #: Statements outside the state digest (loopx/integrity.py) a should-run that opens a run may send,
-#: transaction control included.
-OUTSIDE_DIGEST = 19
+#: transaction control included: 16 of its own plus PostgreSQL's 3 of control was 19; the merge of
+#: the worker and keyed-integrity branches added two, each needed, neither a repeat, so 20:
+#:  - ``SELECT g.revision AS goal_revision, r.* FROM goals g LEFT JOIN runs r ...`` (claims.
+#:    stop_leftovers): the goal's open runs read *before* the write transaction, so step processes
+#:    a dead owner left running are killed (with a grace period) without holding the goal's lock.
+#:    It replaces the transaction's own open-run read while the goal's revision has not moved, so
+#:    the goal's open runs are read once (the transaction's read returns only after a race).
+#:  - ``SELECT value FROM meta WHERE key = ?`` (keys.stored_id, once per transaction): whether the
+#:    registry is keyed, and by which id, so the new events' hashes are keyed (HMAC) as the
+#:    rollback anchor expects; it is not cached across transactions (another process may key it).
+OUTSIDE_DIGEST = 20
 #: The issue's bound on the whole should-run, digest included.
 TOTAL = 25
 #: Transaction control the store sends itself, not through the transaction object: SQLite
