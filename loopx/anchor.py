@@ -19,6 +19,10 @@ import sqlite3
 from loopx import keys
 
 _CONNS: dict[str, sqlite3.Connection] = {}
+# Open anchors kept per process, newest last. A process serves one registry or a few; one that
+# opens many (a test session, a tool walking registries) must not keep 3 descriptors for each
+# forever, so the least recently used is closed past this many.
+_KEEP = 8
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS heads (goal_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL)",
            "CREATE TABLE IF NOT EXISTS generation (one INTEGER PRIMARY KEY CHECK (one = 0), event_id INTEGER NOT NULL)")
 
@@ -30,8 +34,9 @@ def path(registry_id: str):
 
 def _conn(registry_id: str, *, create: bool) -> sqlite3.Connection | None:
     p = path(registry_id)
-    conn = _CONNS.get(str(p))
+    conn = _CONNS.pop(str(p), None)
     if conn is not None:
+        _CONNS[str(p)] = conn  # now the most recently used
         return conn
     if not p.exists():
         if not create:
@@ -45,6 +50,8 @@ def _conn(registry_id: str, *, create: bool) -> sqlite3.Connection | None:
             conn.execute(sql)
         conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")  # a lost update leaves the anchor behind: accepted
+    while len(_CONNS) >= _KEEP:
+        _CONNS.pop(next(iter(_CONNS))).close()
     _CONNS[str(p)] = conn
     return conn
 

@@ -184,6 +184,26 @@ def registry_paths(url: str) -> tuple[list[str], list[str], list[int]]:
     return hidden, [os.path.dirname(path)], []
 
 
+def _remove_dead_steps_dirs() -> None:
+    """Remove the private directories of turns whose process is gone (a SIGKILLed ``loopx turn``
+    cannot remove its own); cheap: one listing of the temp directory."""
+    base = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(base) if n.startswith("loopx-step-")]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len("loopx-step-"):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        except OSError:
+            pass  # alive, or not ours to ask about
+
+
 class Step:
     """The confinement of one turn: policy, private directory, environment; see the module docstring.
 
@@ -193,7 +213,9 @@ class Step:
 
     def __init__(self, *, registry_url: str, workdir: str, backend: str | None, broker_env: dict | None = None):
         self.backend = backend
-        self.dir = tempfile.mkdtemp(prefix="loopx-step-")
+        _remove_dead_steps_dirs()
+        # The pid in the name lets a later turn remove what a killed one could not.
+        self.dir = tempfile.mkdtemp(prefix=f"loopx-step-{os.getpid()}-")
         self.tmp = os.path.join(self.dir, "tmp")
         os.mkdir(self.tmp, 0o700)
         self.workdir = _real(workdir)
