@@ -20,7 +20,7 @@ from timing import child_env, floors, measure, print_table, scratch_dir
 
 def fill(url: str, n: int) -> str:
     """Create ``n`` goals through the Python API; return the id of one in the middle."""
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     middle = None

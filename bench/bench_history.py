@@ -79,9 +79,10 @@ class _Outer:
 
 def turn(reg, goal_id: str, i: int) -> None:
     """One whole agent turn through the API: 7 events."""
-    from loopx import evidence, quota, runs, todos
+    from loopx import evidence, runs, todos
+    from loopx.should_run import should_run
 
-    out = quota.should_run(reg, "user", goal_id=goal_id, agent=AGENT)
+    out = should_run(reg, "user", goal_id=goal_id, agent=AGENT)
     assert out["decision"] == "run" and out["reasons"] == ["ready_work"], out
     c = out["interaction_contract"]
     run, todo = c["run_id"], c["agent_channel"]["ready_todos"][0]["id"]
@@ -95,7 +96,8 @@ def turn(reg, goal_id: str, i: int) -> None:
 
 
 def new_goal(reg, title: str, todo_texts=("first step", "second step")) -> str:
-    from loopx import project_prompt, quota, todos
+    from loopx import quota, todos
+    from loopx import goals as project_prompt
 
     g = project_prompt.create(reg, "user", title=title, criteria=["it works"])["id"]
     quota.set_limits(reg, "user", goal_id=g, values={"max_turns": 10**8, "max_tokens": 10**14})
@@ -149,7 +151,8 @@ def ms(fn) -> float:
 
 def should_run_samples(reg, goals: dict, runs: int, *, digest: bool) -> dict:
     """Median ms of a should-run that opens a run, per goal, interleaved; each run finished untimed."""
-    from loopx import quota, runs as runs_mod
+    from loopx import runs as runs_mod
+    from loopx.should_run import should_run
 
     out = {k: [] for k in goals}
     ctx = contextlib.nullcontext() if digest else digest_deferred(reg, goals.values())
@@ -157,7 +160,7 @@ def should_run_samples(reg, goals: dict, runs: int, *, digest: bool) -> dict:
         for _ in range(runs + 1):  # the first round warms up
             for name, g in goals.items():
                 box = {}
-                t = ms(lambda: box.update(quota.should_run(reg, "user", goal_id=g, agent="timed")))
+                t = ms(lambda: box.update(should_run(reg, "user", goal_id=g, agent="timed")))
                 assert box["decision"] == "run" and box["reasons"] == ["ready_work"], box
                 out[name].append(t)
                 runs_mod.finish(reg, "user", run_id=box["interaction_contract"]["run_id"], outcome="ok")
@@ -205,11 +208,11 @@ def mcp_samples(url: str, reg, goals: dict, calls: int) -> dict:
     import anyio
 
     from bench_mcp import over_mcp
-    from loopx import quota
+    from loopx.should_run import should_run
 
     out = {}
     for name, g in goals.items():
-        held = quota.should_run(reg, "user", goal_id=g, agent=AGENT)  # the agent's open run, handed back
+        held = should_run(reg, "user", goal_id=g, agent=AGENT)  # the agent's open run, handed back
         assert held["decision"] == "run", held
         samples = anyio.run(over_mcp, url, g, calls)
         ordered = sorted(samples)
@@ -297,10 +300,11 @@ def run(args, tmp: str) -> None:
         rows.append(("should-run over MCP, p50 (p99)", f"{mcp['fresh'][0]:.2f} ({mcp['fresh'][1]:.2f}) / "
                      f"{mcp['long'][0]:.2f} ({mcp['long'][1]:.2f}) ms", f"{mcp['long'][0] / mcp['fresh'][0]:.2f}x"))
         log("build rate, one transaction per call...")
-        from loopx import quota, runs as runs_mod
+        from loopx import runs as runs_mod
+        from loopx.should_run import should_run
 
         for g in (fresh, long):  # the agent's open runs from the MCP round go first
-            held = quota.should_run(reg, "user", goal_id=g, agent=AGENT)["interaction_contract"]["run_id"]
+            held = should_run(reg, "user", goal_id=g, agent=AGENT)["interaction_contract"]["run_id"]
             runs_mod.finish(reg, "user", run_id=held, outcome="ok")
         start = turns + 10
         r_fresh = api_rate(reg, fresh, args.probe_turns, start)

@@ -52,7 +52,8 @@ def main() -> None:
 
 def run(args, url: str) -> None:
     """Fill ``url`` and print the table."""
-    from loopx import integrity, quota
+    from loopx import integrity
+    from loopx.should_run import should_run
     from loopx.registry import Registry
 
     started = time.perf_counter()
@@ -67,18 +68,18 @@ def run(args, url: str) -> None:
             with reg.read() as tx:
                 integrity.state_digest(tx, goal_id)
 
-        def should_run():
-            assert quota.should_run(reg, "user", goal_id=goal_id, agent=AGENT)["decision"] == "run"
+        def decide():
+            assert should_run(reg, "user", goal_id=goal_id, agent=AGENT)["decision"] == "run"
 
         real = integrity.verify_head
         rows = {}
         for _ in range(2):  # interleaved rounds, so load on the machine hits both alike
             rows.setdefault("verify_head (head, 4 events, digest)", []).append(_median_ms(verify, args.runs))
             rows.setdefault("state_digest alone", []).append(_median_ms(digest, args.runs))
-            rows.setdefault("should_run, integrity on", []).append(_median_ms(should_run, args.runs))
+            rows.setdefault("should_run, integrity on", []).append(_median_ms(decide, args.runs))
             integrity.verify_head = lambda tx, goal_id, **kw: []
             try:
-                rows.setdefault("should_run, check off (seal still on)", []).append(_median_ms(should_run, args.runs))
+                rows.setdefault("should_run, check off (seal still on)", []).append(_median_ms(decide, args.runs))
             finally:
                 integrity.verify_head = real
     print(f"{'case':<45} median ms")

@@ -31,7 +31,9 @@ AGENT = "bench-agent"
 
 def fill(url: str, n: int) -> str:
     """Create ``n`` goals through the Python API; return the id of the one in the middle, with an open run."""
-    from loopx import actions, project_prompt, quota, todos
+    from loopx import actions, quota, todos
+    from loopx import goals as project_prompt
+    from loopx.should_run import should_run
     from loopx.registry import Registry
 
     middle = None
@@ -49,7 +51,7 @@ def fill(url: str, n: int) -> str:
             actions.add(reg, "user", goal_id=g, name="lint", argv=["ruff", "check", "."])
             if i == n // 2:
                 middle = g
-        out = quota.should_run(reg, "user", goal_id=middle, agent=AGENT)
+        out = should_run(reg, "user", goal_id=middle, agent=AGENT)
         assert out["decision"] == "run", out
     return middle
 
@@ -60,12 +62,12 @@ def statements(url: str, goal_id: str, *, plugins: bool) -> int:
     import subprocess
 
     code = ("import sys\n"
-            "from loopx import quota\n"
+            "from loopx.should_run import should_run\n"
             "from loopx.registry import Registry\n"
             "with Registry.open(sys.argv[1]) as reg:\n"
             "    seen = []\n"
             "    reg.store._conn.set_trace_callback(seen.append)\n"
-            "    quota.should_run(reg, 'user', goal_id=sys.argv[2], agent=sys.argv[3])\n"
+            "    should_run(reg, 'user', goal_id=sys.argv[2], agent=sys.argv[3])\n"
             "    reg.store._conn.set_trace_callback(None)\n"
             "print(len(seen))\n")
     env = child_env(**({} if plugins else {"LOOPX_PLUGINS": "none"}))

@@ -39,7 +39,9 @@ MAX_REQUESTS = 200_000  # a hard bound on the load, whatever --seconds says
 
 def fill(url: str, n: int) -> list[str]:
     """``n`` goals of mixed shapes; returns the ids of the busiest goals (for the API load)."""
-    from loopx import gates, project_prompt, quota, runs, todos
+    from loopx import gates, quota, runs, todos
+    from loopx import goals as project_prompt
+    from loopx.should_run import should_run
     from loopx.registry import Registry
 
     busy = []
@@ -54,7 +56,7 @@ def fill(url: str, n: int) -> list[str]:
                 first = todos.add(reg, "user", goal_id=goal_id, text="first step")["id"]
                 todos.add(reg, "user", goal_id=goal_id, text="second step", depends_on=[first])
                 for outcome in ("ok", "failed" if i % 30 == 0 else "ok"):
-                    contract = quota.should_run(reg, "user", goal_id=goal_id, agent="bench")
+                    contract = should_run(reg, "user", goal_id=goal_id, agent="bench")
                     run_id = contract["interaction_contract"]["run_id"]
                     runs.finish(reg, "user", run_id=run_id, outcome=outcome, tokens=1200, cost=0.03,
                                 handoff=f"turn done ({outcome})")

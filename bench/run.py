@@ -261,7 +261,7 @@ def writers(url: str, env: dict, processes: int = 8, writes: int = 100, queue: b
     one write waits: the writers' queue + the transaction + the commit; ``wait`` is the part
     spent queueing, ``own`` the rest.
     """
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     with Registry.open(url) as reg:

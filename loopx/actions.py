@@ -134,7 +134,7 @@ def load_action(tx, goal_id: str, name: str):
 def list_for(reg: Registry, goal_id: str) -> list[dict]:
     """``action list``: each action with the gate holding it back, if any."""
     from loopx.gates import blocking
-    from loopx.project_prompt import load_goal
+    from loopx.goals import load_goal
 
     check_id("goal", goal_id)
     with reg.read() as tx:
@@ -206,7 +206,7 @@ def time_left(tx, run) -> float:
     taken out). Executor providers bound their work by it too."""
     from loopx import clock
     from loopx.clock import seconds_between
-    from loopx.project_prompt import load_goal
+    from loopx.goals import load_goal
     from loopx.runs import open_runs
     from loopx.usage import remaining, usage
 

@@ -23,10 +23,10 @@ _LAZY = {
     "Registry": "loopx.registry:Registry",
     "current_actor": "loopx.registry:current_actor",
     # --- reading ---
-    "load_goal": "loopx.project_prompt:load_goal",
-    "list_goals": "loopx.project_prompt:list_goals",
-    "show_goal": "loopx.project_prompt:show",
-    "goal_history": "loopx.project_prompt:history",
+    "load_goal": "loopx.goals:load_goal",
+    "list_goals": "loopx.goals:list_goals",
+    "show_goal": "loopx.goals:show",
+    "goal_history": "loopx.goals:history",
     "list_todos": "loopx.todos:list_todos",
     "load_todo": "loopx.todos:load_todo",
     "ready_todos": "loopx.todos:ready",
@@ -59,17 +59,17 @@ _LAZY = {
     "json_problem": "loopx.jsonsafe:problem",
     "json_escaped": "loopx.jsonsafe:escaped",
     # --- domain operations, one transaction each ---
-    "create_goal": "loopx.project_prompt:create",
+    "create_goal": "loopx.goals:create",
     "add_todo": "loopx.todos:add",
     "settle_todo": "loopx.todos:settle",
     "request_gate": "loopx.gates:add",
     "add_action": "loopx.actions:add",
     "add_evidence": "loopx.evidence:record",
-    "should_run": "loopx.quota:should_run",
+    "should_run": "loopx.should_run:should_run",
     "decide_gate": "loopx.gates:decide",
     "add_reward": "loopx.rewards:add",
     "status_overview": "loopx.status:overview",
-    "default_agent": "loopx.quota:default_agent",
+    "default_agent": "loopx.should_run:default_agent",
     # --- capabilities ---
     "Capability": "loopx.capabilities:Capability",
     "get_state": "loopx.capabilities:get_state",
@@ -312,7 +312,7 @@ def writer_todo_reopen(w, *, todo_id: str, note: str | None = None) -> None:
 def writer_criterion_met(w, *, index: int, met: bool = True) -> None:
     """Mark criterion ``index`` (0-based) of the writer's goal met (a user, or a capability that did the work)."""
     from loopx.errors import LoopxError
-    from loopx.project_prompt import load_goal
+    from loopx.goals import load_goal
 
     if not isinstance(index, int) or not 0 <= index < len(load_goal(w.tx, w.goal_id).criteria):
         raise LoopxError("invalid_argument", f"goal {w.goal_id} has no criterion {index!r}")

@@ -9,7 +9,7 @@ the goal's last N runs -> ``ask_user`` (``repeated_failure``). :func:`document` 
 into the contract (schema ``loopx.interaction_contract/1``, shipped as
 ``loopx/schemas/contract.json``); its ``cli_channel.steps`` come from :mod:`loopx.steps`.
 
-Everything here reads; :mod:`loopx.quota` decides when to write.
+Everything here reads; :mod:`loopx.should_run` decides when to write.
 """
 
 from __future__ import annotations

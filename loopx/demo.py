@@ -41,9 +41,11 @@ def steps(reg, run_cli=None) -> Iterator[dict]:
     Each entry is ``{"kind": "heading"|"note", "text"}`` or ``{"kind": "command", "actor",
     "argv", "show", "result"}``; ``show`` says how to render ``result`` (``goal``, ``action``,
     ``quota``, ``todo``, ``gate``, ``contract``, ``loop``, ``reward``, ``summary``).
-    ``run_cli``: the CLI in this process, for the turns' broker (see :func:`loopx.executors.turn`).
+    ``run_cli``: the CLI in this process, for the turns' broker (see :func:`loopx.turn.turn`).
     """
-    from loopx import actions, executors, gates, project_prompt, quota, rewards, summary_all, todos
+    from loopx import turn as turns
+    from loopx import actions, gates, goals, quota, rewards, summary_all, todos
+    from loopx.should_run import should_run
 
     user = "user"
 
@@ -53,7 +55,7 @@ def steps(reg, run_cli=None) -> Iterator[dict]:
     yield {"kind": "heading", "text": "1. A user sets up a goal: criteria, allowed commands, a budget, a plan, gates"}
     title = "Check the toolchain and publish a release note"
     criteria = ["The interpreter is checked", "The brief is counted", "The release note is published after approval"]
-    goal = project_prompt.create(reg, user, title=title, description="A small, harmless goal to show LoopX at work.",
+    goal = goals.create(reg, user, title=title, description="A small, harmless goal to show LoopX at work.",
                                  criteria=criteria)
     g = goal["id"]
     yield command(user, _cmd("project-prompt", "create", "--title", title,
@@ -80,14 +82,14 @@ def steps(reg, run_cli=None) -> Iterator[dict]:
 
     yield {"kind": "heading", "text": "2. The agent asks before its turn, and is told to ask the user"}
     yield command(AGENT, _cmd("--format", "json", "quota", "should-run", "--goal-id", g, "--agent", AGENT), "contract",
-                  quota.should_run(reg, user, goal_id=g, agent=AGENT))
+                  should_run(reg, user, goal_id=g, agent=AGENT))
 
     yield {"kind": "heading", "text": "3. The user approves; the agent loops through the shell executor"}
     yield command(user, _cmd("gate", "approve", "--goal-id", g, "--gate-id", start["id"]), "gate",
                   gates.decide(reg, user, "approve", goal_id=g, gate_id=start["id"], comment="Go ahead."))
     yield {"kind": "note", "text": "Each turn: should-run opens a run and its contract; the shell executor runs the "
                                    "contract's commands (claim, exec, done) as LOOPX_ACTOR=executor; run finish closes it."}
-    first = executors.loop(reg, user, goal_id=g, executor="shell", agent=AGENT, max_turns=5, run_cli=run_cli)
+    first = turns.loop(reg, user, goal_id=g, executor="shell", agent=AGENT, max_turns=5, run_cli=run_cli)
     yield command(user, _cmd("loop", "--goal-id", g, "--executor", "shell", "--agent", AGENT, "--max-turns", 5),
                   "loop", first)
 
@@ -96,7 +98,7 @@ def steps(reg, run_cli=None) -> Iterator[dict]:
                   quota.grant(reg, user, goal_id=g, amounts={"turns": 2}))
     yield command(user, _cmd("gate", "approve", "--goal-id", g, "--gate-id", publish["id"]), "gate",
                   gates.decide(reg, user, "approve", goal_id=g, gate_id=publish["id"], comment="Publish it."))
-    second = executors.loop(reg, user, goal_id=g, executor="shell", agent=AGENT, max_turns=5, run_cli=run_cli)
+    second = turns.loop(reg, user, goal_id=g, executor="shell", agent=AGENT, max_turns=5, run_cli=run_cli)
     yield command(user, _cmd("loop", "--goal-id", g, "--executor", "shell", "--agent", AGENT, "--max-turns", 5),
                   "loop", second)
 
@@ -110,11 +112,11 @@ def steps(reg, run_cli=None) -> Iterator[dict]:
                       rewards.add(reg, user, goal_id=g, run_id=target, score=1.0, comment=comment))
     for number in range(1, len(criteria) + 1):
         yield command(user, _cmd("project-prompt", "criterion", "--goal-id", g, "--number", number), "goal",
-                      project_prompt.mark_criterion(reg, user, g, number))
+                      goals.mark_criterion(reg, user, g, number))
     yield command(user, _cmd("project-prompt", "close", "--goal-id", g, "--reason", "all criteria met"), "goal",
-                  project_prompt.transition(reg, user, "close", g, reason="all criteria met"))
+                  goals.transition(reg, user, "close", g, reason="all criteria met"))
     yield command(AGENT, _cmd("quota", "should-run", "--goal-id", g, "--agent", AGENT), "contract",
-                  quota.should_run(reg, user, goal_id=g, agent=AGENT))
+                  should_run(reg, user, goal_id=g, agent=AGENT))
     yield command(user, _cmd("summary-all", "--goal-id", g), "summary", summary_all.summarize(reg, g))
 
 

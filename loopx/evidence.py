@@ -135,7 +135,7 @@ def list_stream(reg: Registry, *, goal_id: str | None = None, run_id: str | None
     import sys
 
     from loopx import runs
-    from loopx.project_prompt import load_goal
+    from loopx.goals import load_goal
 
     if limit is not None:
         limit = check_number(limit, what="--limit", minimum=1, integer=True)

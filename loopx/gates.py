@@ -149,7 +149,7 @@ def load_gate(tx, goal_id: str, gate_id: str) -> Gate:
 
 def list_for(reg: Registry, goal_id: str, *, pending_only: bool = False) -> list[dict]:
     """``gate list``: the goal's gates as JSON-ready data."""
-    from loopx.project_prompt import load_goal
+    from loopx.goals import load_goal
 
     check_id("goal", goal_id)
     with reg.read() as tx:

@@ -128,7 +128,7 @@ def gather(tx, goal_id: str, *, goal_row: dict | None = None, open_runs: list | 
     from loopx import usage_counts
     from loopx.actions import action_from_row
     from loopx.gates import gate_from_row
-    from loopx.project_prompt import goal_from_row, load_goal
+    from loopx.goals import goal_from_row, load_goal
     from loopx.runs import run_from_row
 
     goal = goal_from_row(goal_row) if goal_row is not None else load_goal(tx, goal_id)

@@ -5,7 +5,7 @@ SIGTERM or SIGINT does not kill the process: it is noted (:func:`requested`), no
 step is started, and the step that is running gets ``grace`` seconds to finish. When the grace
 period is over, every process this one started (each step's process group and descendants) is
 stopped (TERM, then KILL). A second signal stops them at once. The caller then records the
-interruption as evidence and closes its run ``interrupted`` (:func:`loopx.executors.turn`).
+interruption as evidence and closes its run ``interrupted`` (:func:`loopx.turn.turn`).
 
 Step processes are started in sessions of their own, so a Ctrl-C typed in the terminal reaches
 LoopX, not the step: it is LoopX that decides how long the step may go on.

@@ -100,14 +100,14 @@ class Tools:
         return getattr(self, name)(**args)
 
     def should_run(self, goal_id, agent=None, ttl_seconds=None):
-        from loopx import quota
+        from loopx.should_run import should_run
 
-        return quota.should_run(self.reg, ACTOR, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
+        return should_run(self.reg, ACTOR, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
 
     def goal_status(self, goal_id):
-        from loopx import project_prompt
+        from loopx import goals as goal_store
 
-        return project_prompt.show(self.reg, goal_id)
+        return goal_store.show(self.reg, goal_id)
 
     def todo_add(self, goal_id, run_id, text, priority="P2", depends_on=()):
         from loopx import todos
@@ -305,9 +305,9 @@ def serve(registry_url: str | None = None) -> None:
         return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(out, ensure_ascii=False))])
 
     async def list_resources(ctx, params):
-        from loopx import project_prompt
+        from loopx import goals as goal_store
 
-        goals = tools.list_goals()[:50] if reg is None else project_prompt.list_goals(reg, limit=50)
+        goals = tools.list_goals()[:50] if reg is None else goal_store.list_goals(reg, limit=50)
         return types.ListResourcesResult(resources=[
             types.Resource(name=g["id"], title=g["title"], uri=f"loopx://goals/{g['id']}", mime_type="application/json")
             for g in goals])

@@ -1,9 +1,7 @@
-"""``quota``: budgets, usage, and the turn decision (``quota should-run``).
+"""``quota``: budgets, grants and usage (``quota set``, ``quota grant``, ``quota show``).
 
-The arithmetic lives in :mod:`loopx.usage` and the contract document in :mod:`loopx.contract`;
-this module holds the commands' domain functions. :func:`should_run` is the heart of LoopX:
-it decides, and when the decision is ``run`` it opens a run (charging one turn) in the same
-transaction, with the goal locked, so concurrent callers cannot open two runs or overspend.
+The arithmetic lives in :mod:`loopx.usage`; the turn decision (``quota should-run``) in
+:mod:`loopx.should_run`.
 """
 
 from __future__ import annotations
@@ -13,268 +11,18 @@ import attrs
 from loopx import clock
 from loopx.errors import LoopxError
 from loopx.model import QuotaLimits, to_json
-from loopx.registry import Registry, check_actor
+from loopx.registry import Registry
 from loopx.clock import add_seconds, seconds_between
 from loopx.usage import (  # noqa: F401  (fingerprint, usage, remaining: the public API)
-    BUDGETS, effective_limits, exhausted, fingerprint, remaining, usage)
-from loopx.validate import check_id, check_number, check_text, new_id
+    effective_limits, exhausted, fingerprint, remaining, usage)
+from loopx.validate import check_id, check_number
 
 LIMIT_BOUNDS = {"max_turns": (0, 10**9, True), "max_tokens": (0, 10**15, True), "max_cost": (0, 10**9, False),
                 "max_wall_seconds": (0, 10**9, False), "cadence_seconds": (0, 10**8, False),
                 "stuck_after": (0, 1000, True)}
 GRANT_BOUNDS = {"turns": (1, 10**9, True), "tokens": (1, 10**15, True), "cost": (0.000001, 10**9, False),
                 "wall_seconds": (0.001, 10**9, False)}
-DEFAULT_AGENT = "agent"
 ENTRIES_SHOWN = 20
-
-
-def default_agent() -> str:
-    """The agent name to use: ``LOOPX_AGENT``, else ``agent``."""
-    import os
-
-    return os.environ.get("LOOPX_AGENT") or DEFAULT_AGENT
-
-
-def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = None,
-               ttl_seconds: float | None = None, dry_run: bool = False, operation_id: str | None = None,
-               owner: dict | None = None) -> dict:
-    """Decide whether ``agent`` may take a turn on ``goal_id`` now, and issue its contract.
-
-    A ``run`` decision opens a run (one turn charged) unless the agent already holds an open
-    run, which it gets back (with a renewed contract when the goal's fingerprint changed).
-    Expired open runs are marked abandoned first, and so are open runs whose recorded owner
-    process is gone (:mod:`loopx.claims`). ``owner`` (``loopx.claims.owner_here()``): the
-    process that will carry out the run it opens, recorded with it. ``dry_run`` previews and
-    writes nothing.
-    """
-    from loopx import runs
-
-    check_id("goal", goal_id)
-    check_actor(actor)
-    agent = check_text(agent if agent is not None else default_agent(), what="--agent", limit="agent")
-    ttl = check_number(runs.DEFAULT_TTL_SECONDS if ttl_seconds is None else ttl_seconds,
-                       what="--ttl-seconds", minimum=1, maximum=runs.MAX_TTL_SECONDS)
-    if actor == "dashboard" and not dry_run:
-        raise LoopxError("actor_forbidden", "the dashboard never writes; use --dry-run")
-    run_id, contract_id = new_id("run"), new_id("contract")
-    # Plugin hooks run here, before the write transaction begins: never while the lock is held.
-    answers = _plugin_answers(reg, goal_id, agent, run_id)
-
-    if dry_run:
-        # A preview opens no run, so it shows no run id (a real call would use another one);
-        # an agent's own open run is shown, since a real call would hand it back.
-        # The steps are listed (capabilities' too) with the run id this preview drew, so what a
-        # real call would give can be seen; a real call opens a run with an id of its own.
-        with reg.read() as tx:
-            return _turn(tx, None, goal_id=goal_id, agent=agent, ttl=ttl, now=clock.now(),
-                         run_id=run_id, contract_id=None, answers=answers)
-
-    from loopx import claims
-
-    # Step processes a dead owner left running are stopped before the goal is held.
-    left = claims.stop_leftovers(reg, goal_id, clock.now())
-
-    def work(w):
-        return _turn(w.tx, w, goal_id=goal_id, agent=agent, ttl=ttl, now=w.at, run_id=run_id,
-                     contract_id=contract_id, answers=answers, owner=owner, check_owners=bool(left.dead),
-                     leftovers=left)
-
-    # Run and contract entries belong to the core; the caller's actor only asks.
-    return reg.mutate("core", work, goal_id=goal_id, allow_closed=True, operation_id=operation_id,
-                      request={"op": "quota.should_run", "goal": goal_id, "agent": agent, "ttl": ttl,
-                               "by": actor})
-
-
-class _Answers:
-    """What the plugins said about one should-run, asked for before its transaction, and the
-    inputs they saw (reused by the transaction when the goal's revision has not moved since)."""
-
-    __slots__ = ("veto", "run_id", "actions", "inputs", "problems")
-
-    def __init__(self, veto=None, run_id=None, actions=None, inputs=None, problems=None):
-        self.veto, self.run_id, self.actions, self.inputs = veto, run_id, actions, inputs
-        self.problems = problems or []  # contributions dropped as malformed, named by plugin
-
-    def actions_for(self, run_id: str) -> list:
-        # Asked for another run than the one the transaction found (a race with another
-        # should-run): offer none rather than call plugins under the lock.
-        return list(self.actions or []) if run_id == self.run_id else []
-
-
-def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
-    from loopx import plugins
-
-    veto_on, actions_on = plugins.has_impls("loopx_contract_veto"), plugins.has_impls("loopx_contract_actions")
-    if not (veto_on or actions_on):
-        return _Answers()
-    from loopx import capabilities, contract, inputs
-
-    now = clock.now()
-    with reg.read() as tx:
-        seen = inputs.gather(tx, goal_id)
-        goal = seen.goal
-        if goal.status != "open":
-            return _Answers(inputs=seen)
-        view = contract.HookTx(tx)
-        try:
-            vetoed = contract.veto(view, goal) if veto_on else None
-            if vetoed or not actions_on:
-                return _Answers(vetoed, inputs=seen)
-            own = next((r for r in seen.live_runs(now) if r.agent == agent), None)
-            for_run = own.id if own else run_id
-            used = seen.usage()
-            if own is None:  # the turn about to be opened counts
-                used = type(used)(turns=used.turns + 1, tokens=used.tokens, cost=used.cost,
-                                  wall_seconds=used.wall_seconds)
-            problems: list[str] = []
-            found = contract.contributions(view, goal, for_run, remaining(goal, used), problems)
-        finally:
-            view.revoke()
-    if any(c.get("capability") for c in found):
-        capabilities.load()  # declarations are hook answers too: read them outside the lock
-    return _Answers(None, for_run, found, seen, problems)
-
-
-def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owner=None,
-          check_owners=False, leftovers=None) -> dict:
-    from loopx import contract, inputs, runs
-
-    # One read of the goal's inputs per call: the one taken before the transaction when nothing
-    # changed since (same revision), else one now (reusing the goal row the writer locked).
-    if w is not None and owner is not None and owner.get("lease_token") is not None:
-        from loopx.supervision import check_fence
-
-        check_fence(tx, goal_id, owner, now)  # a worker's turn: only under its current lease
-    seen = answers.inputs
-    if seen is None or w is None or w.goal is None or w.goal["revision"] != seen.revision:
-        # The open runs stop_leftovers read just before, when the goal has not moved since.
-        known = (leftovers.open_runs_at(w.goal["revision"])
-                 if leftovers is not None and w is not None and w.goal is not None else None)
-        seen = inputs.gather(tx, goal_id, goal_row=w.goal if w is not None else None, open_runs=known)
-    if seen.goal.status != "closed":
-        tampered = _tampered(tx, w, seen, agent=agent, now=now)
-        if tampered is not None:
-            return tampered
-    if w is not None and seen.goal.status != "closed":
-        expired = seen.expired_runs(now)
-        for stale in expired:
-            if claims_started(tx, stale.id):  # a step was running: "ran, result unknown" (loopx.claims)
-                from loopx.claims import emit_abandoned
-
-                emit_abandoned(w, stale, reason="lease_expired")
-            else:
-                w.emit("run.abandoned", {"run_id": stale.id, "agent": stale.agent})
-        if expired:
-            seen = inputs.gather(tx, goal_id)
-        if check_owners:
-            from loopx import claims
-
-            dead = claims.dead_runs(tx, seen.live_runs(now))
-            for run in dead:
-                claims.emit_abandoned(w, run, reason="owner_gone")
-            if dead:
-                seen = inputs.gather(tx, goal_id)
-    goal = seen.goal
-    own = next((r for r in seen.live_runs(now) if r.agent == agent), None)
-    d = contract.decide(tx, seen, agent=agent, now=now, own_run=own, vetoed=answers.veto)
-    out = {"goal_id": goal_id, "should_run": d.decision == "run", "decision": d.decision, "reasons": d.reasons}
-    if w is None:
-        out["dry_run"] = True
-        out["preview"] = ("dry run: nothing was written and no run was opened; the steps are shown with the run id "
-                          f"this preview drew ({run_id}): a real call opens a run of its own and lists them with its id"
-                          if d.decision == "run" and own is None else "dry run: nothing was written")
-    if d.decision != "run":
-        fp = seen.fingerprint(own.id if own else None)
-        out["interaction_contract"] = contract.document(tx, d, seen, contract_id=None,
-                                                        run_id=own.id if own else None, fingerprint=fp,
-                                                        issued_at=now)
-        return out
-    if own is not None:
-        fp = seen.fingerprint(own.id)
-        if fp == own.fingerprint:
-            out["interaction_contract"] = runs.load_contract(tx, own.contract_id)
-            return out
-        doc = contract.document(tx, d, seen, contract_id=contract_id, run_id=own.id, fingerprint=fp,
-                                issued_at=now, expires_at=own.expires_at, contributed=answers.actions_for(own.id),
-                                problems=answers.problems)
-        if w is not None:
-            w.emit("run.renewed", {"run_id": own.id, "contract": doc})
-        out["interaction_contract"] = doc
-        return out
-    fp = seen.fingerprint()
-    # A run cannot outlive the wall-clock budget: an agent that crashes is charged at most
-    # what remained when its run was opened. Parallel runs each reserve their lease out of what
-    # remains, so together they never exceed the budget.
-    left = remaining(goal, seen.usage())["wall_seconds"]
-    if left is not None:
-        # An open run will be charged from its opening up to its expiry at most: all of that is
-        # spoken for (usage counts closed runs only).
-        live = seen.live_runs(now)
-        reserved = sum(max(0.0, seconds_between(r.opened_at, r.expires_at)) for r in live)
-        left = round(left - reserved, 3)
-        if left <= 0:
-            soonest = min(r.expires_at for r in live)
-            d = contract.Decision("wait", ["wall_budget_reserved"], goal=goal, agent=agent,
-                                  next_eligible_at=soonest, other_run=live[0])
-            out.update(should_run=False, decision="wait", reasons=d.reasons)
-            out["interaction_contract"] = contract.document(tx, d, seen, contract_id=None, run_id=None,
-                                                            fingerprint=fp, issued_at=now)
-            return out
-    expires = add_seconds(now, ttl if left is None else min(ttl, left))
-    doc = contract.document(tx, d, seen, contract_id=contract_id, run_id=run_id, fingerprint=fp, issued_at=now,
-                            expires_at=expires, opening=True, contributed=answers.actions_for(run_id),
-                            problems=answers.problems)
-    if w is not None:
-        w.emit("run.opened", {"run_id": run_id, "agent": agent, "expires_at": expires, "contract": doc})
-        if owner is not None:
-            from loopx import claims
-
-            claims.emit_owner(w, run_id, owner)
-    else:
-        doc = {**doc, "run_id": None}  # a preview opens no run (its steps carry the id drawn)
-    out["interaction_contract"] = doc
-    return out
-
-
-def claims_started(tx, run_id: str) -> bool:
-    """Whether a step of ``run_id`` recorded its start and no result (see :mod:`loopx.claims`)."""
-    from loopx.claims import unfinished_steps
-
-    return bool(unfinished_steps(tx, run_id))
-
-
-def _tampered(tx, w, seen, *, agent, now) -> dict | None:
-    """``repair`` (writing nothing) when the goal's ledger or state fails its integrity check.
-
-    The mutation already verified the goal before this turn (``w.integrity_problems``); a dry
-    run checks here. See :mod:`loopx.integrity`.
-    """
-    from loopx import contract, integrity
-
-    goal = seen.goal
-    problems = w.integrity_problems if w is not None else integrity.verify_head(tx, goal.id)
-    if not problems:
-        return None
-    import shlex
-
-    codes = sorted({p.code for p in problems})
-    # A registry replaced by an older copy says so: self-repair cannot bring back what the copy
-    # lacks (restore the newest copy, or the user accepts it with `loopx registry reanchor`).
-    # (Only when that is all that is wrong: events removed at the head are a mismatch first.)
-    reason = "registry_rolled_back" if codes == ["registry_rolled_back"] else "integrity_mismatch"
-    veto = {"reason": reason, "findings": codes,
-            "message": "; ".join(p.message for p in problems[:3]) + ": run the repair, which never drops a gate,"
-                       " claim or evidence",
-            "actions": [f"loopx self-repair fix --goal-id {shlex.quote(goal.id)}"],
-            # The contract's steps are built from argv lists only (see loopx.steps).
-            "argvs": [["loopx", "self-repair", "fix", "--goal-id", goal.id]]}
-    d = contract.Decision("repair", [reason], goal=goal, agent=agent, veto=veto)
-    out = {"goal_id": goal.id, "should_run": False, "decision": "repair", "reasons": d.reasons}
-    if w is None:
-        out["dry_run"] = True
-    out["interaction_contract"] = contract.document(tx, d, seen, contract_id=None, run_id=None,
-                                                    fingerprint=seen.fingerprint(), issued_at=now)
-    return out
 
 
 def _limits_from(goal) -> dict:
@@ -284,7 +32,7 @@ def _limits_from(goal) -> dict:
 def set_limits(reg: Registry, actor: str, *, goal_id: str, values: dict, unset=(),
                operation_id: str | None = None) -> dict:
     """Set some of a goal's limits (user only); ``unset`` names limits to make unlimited again."""
-    from loopx.project_prompt import load_goal
+    from loopx.goals import load_goal
 
     check_id("goal", goal_id)
     given = {k: v for k, v in values.items() if v is not None}
@@ -346,7 +94,7 @@ def show(reg: Registry, goal_id: str) -> dict:
 def _show(tx, goal_id: str, now: str) -> dict:
     from loopx import runs
     from loopx.model import UsageEntry
-    from loopx.project_prompt import load_goal
+    from loopx.goals import load_goal
 
     goal = load_goal(tx, goal_id)
     used = usage(tx, goal_id)
@@ -379,5 +127,5 @@ def _show(tx, goal_id: str, now: str) -> dict:
     }
 
 
-__all__ = ["should_run", "set_limits", "grant", "show", "fingerprint", "usage", "remaining", "effective_limits",
+__all__ = ["set_limits", "grant", "show", "fingerprint", "usage", "remaining", "effective_limits",
            "exhausted", "QuotaLimits"]

@@ -88,7 +88,7 @@ def add(reg: Registry, actor: str, *, goal_id: str, run_id: str, score, comment:
 
 def list_for(reg: Registry, goal_id: str) -> list[dict]:
     """``reward list``: the goal's rewards, oldest first, as JSON-ready data."""
-    from loopx.project_prompt import load_goal
+    from loopx.goals import load_goal
 
     check_id("goal", goal_id)
     with reg.read() as tx:
@@ -103,7 +103,7 @@ def export_records(reg: Registry, goal_id: str | None = None) -> Iterator[dict]:
     contract the run was issued under, and the run's evidence summaries. All records come from
     one consistent snapshot.
     """
-    from loopx.project_prompt import load_goal
+    from loopx.goals import load_goal
 
     if goal_id is not None:
         check_id("goal", goal_id)
@@ -160,7 +160,7 @@ def record(tx, reward: Reward, goal_part: dict) -> dict:
 def latest_handoff(reg: Registry, goal_id: str) -> dict:
     """``handoff show``: the goal's latest hand-off note and a summary of the run that left it."""
     from loopx import runs
-    from loopx.project_prompt import load_goal
+    from loopx.goals import load_goal
 
     check_id("goal", goal_id)
     with reg.read() as tx:

@@ -70,7 +70,7 @@ def check_fresh(tx, run_id: str, *, goal_id: str | None = None, now: str | None 
     the goal's fingerprint (gates, lifecycle, limits, actions, exhausted budgets) is no longer
     the one its contract was issued under. Ask ``quota should-run`` again for a fresh contract.
     """
-    from loopx.project_prompt import load_goal
+    from loopx.goals import load_goal
     from loopx.usage import fingerprint
 
     run = _of_goal(load_run(tx, run_id), goal_id)
@@ -242,7 +242,7 @@ def show(reg: Registry, run_id: str) -> dict:
 
 def list_runs(reg: Registry, goal_id: str, *, limit: int = 50) -> list[dict]:
     """The goal's runs, newest first, each with its current state."""
-    from loopx.project_prompt import load_goal
+    from loopx.goals import load_goal
 
     check_id("goal", goal_id)
     limit = check_number(limit, what="--limit", minimum=1, maximum=1000, integer=True)

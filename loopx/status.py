@@ -380,7 +380,7 @@ def goal_view_tx(tx, goal_id: str) -> dict:
     """:func:`goal_view` inside an open read transaction."""
     from loopx import evidence, gates, rewards, runs, todos, usage
     from loopx.model import to_json
-    from loopx.project_prompt import goal_from_row
+    from loopx.goals import goal_from_row
 
     at = clock.now()
     row = tx.one("SELECT * FROM goals WHERE id = ?", (goal_id,))

@@ -22,7 +22,7 @@ def summarize(reg, goal_id: str | None = None) -> dict:
     Returns ``{"schema", "at", "goals": [per-goal summary], "totals": {...}}``.
     """
     from loopx import clock
-    from loopx.project_prompt import goal_from_row, load_goal
+    from loopx.goals import goal_from_row, load_goal
 
     if goal_id is not None:
         check_id("goal", goal_id)

@@ -333,7 +333,7 @@ def _holder(todo: Todo) -> str:
 def list_for(reg: Registry, goal_id: str, *, ready_only: bool = False, agent: str | None = None) -> list[dict]:
     """``todo list``: the goal's todos (only the ready set for ``agent`` with ``ready_only``)."""
     from loopx import clock
-    from loopx.project_prompt import load_goal
+    from loopx.goals import load_goal
 
     check_id("goal", goal_id)
     if agent is not None:

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from loopx import capabilities as caps
-from loopx import hookimpl, ledger, project_prompt
+from loopx import hookimpl, ledger
+from loopx import goals as project_prompt
 from loopx.capabilities import Capability
 from loopx.errors import LoopxError
 

@@ -6,7 +6,8 @@ backend-neutral SQL through the store, so the rebuild and the detectors run on P
 
 import pytest
 
-from loopx import gates, ledger, project_prompt, todos
+from loopx import gates, ledger, todos
+from loopx import goals as project_prompt
 
 detectors = pytest.importorskip("loopx_self_repair.detectors", reason="pip install -e ./plugins/self_repair")
 repairs = pytest.importorskip("loopx_self_repair.repairs")

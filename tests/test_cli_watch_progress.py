@@ -83,7 +83,7 @@ def _on_a_terminal(argv, env, timeout=120):
 
 
 def _fill(loopx_proc, n):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     with Registry.open(loopx_proc.url) as reg:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from loopx import quota, runs, todos
+from loopx import runs, todos
+from loopx.should_run import should_run
 from loopx.registry import Registry
 from tests.test_turn_helpers import PY, add_gate, make_goal
 
@@ -241,7 +242,7 @@ def test_loopx_mcp_started_inside_a_step_acts_as_that_runs_executor_through_the_
     pytest.importorskip("mcp")
     reg = Registry.open(world["url"])
     other = make_goal(reg, title="Other")
-    other_run = quota.should_run(reg, "executor", goal_id=other["goal"], agent="someone")[
+    other_run = should_run(reg, "executor", goal_id=other["goal"], agent="someone")[
         "interaction_contract"]["run_id"]
     reg.close()
     (world["work"] / "mcp_client.py").write_text(MCP_CLIENT)

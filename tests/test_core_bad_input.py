@@ -55,7 +55,7 @@ def test_description_limit_is_64_kib(loopx, tmp_path):
 
 
 def test_description_limit_through_the_api(reg):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.errors import LoopxError
 
     with pytest.raises(LoopxError) as err:
@@ -84,7 +84,7 @@ def test_invalid_utf8_description_file(loopx, tmp_path):
 
 
 def test_nul_in_text_is_refused(reg):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.errors import LoopxError
 
     with pytest.raises(LoopxError) as err:

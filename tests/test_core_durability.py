@@ -11,7 +11,7 @@ from tests.conftest import ROOT, loopx_env
 
 WRITER = textwrap.dedent("""
     import sys
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     url, tag, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -23,7 +23,7 @@ WRITER = textwrap.dedent("""
 
 STREAM = textwrap.dedent("""
     import sys
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     reg = Registry.open(sys.argv[1])
@@ -118,7 +118,7 @@ def test_a_damaged_revision_column_does_not_break_writes(sqlite_url):
     """Events are numbered from the ledger, never from goals.revision (which repair may need to fix)."""
     import sqlite3
 
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     with Registry.open(sqlite_url) as reg:
@@ -137,7 +137,7 @@ def test_a_damaged_revision_column_does_not_break_writes(sqlite_url):
 def test_threads_sharing_one_sqlite_store_take_turns(sqlite_url):
     import threading
 
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     errors = []

@@ -58,7 +58,7 @@ def test_executor_may_ask_but_not_decide(loopx, goal):
 
 def test_event_kind_writers_enforce_user_only_decisions(reg):
     """Even a caller that skips the friendly check cannot write a decision event as an executor."""
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.errors import LoopxError
 
     goal = project_prompt.create(reg, "user", title="T")["id"]

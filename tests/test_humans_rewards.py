@@ -30,9 +30,10 @@ def goal(loopx):
 def turn(reg, goal, *, agent="a1", outcome="ok", tokens=100, cost=0.25, handoff=None, evidence=()):
     """One real turn through the domain API: should-run opens a run, evidence, run finish."""
     from loopx import evidence as ev
-    from loopx import quota, runs
+    from loopx import runs
+    from loopx.should_run import should_run
 
-    decision = quota.should_run(reg, "user", goal_id=goal, agent=agent)
+    decision = should_run(reg, "user", goal_id=goal, agent=agent)
     assert decision["decision"] == "run", decision
     run_id = decision["interaction_contract"]["run_id"]
     for kind, summary in evidence:
@@ -110,7 +111,8 @@ def test_a_closed_goals_runs_can_still_be_scored(loopx, reg, goal):
 
 
 def test_latest_feedback_reaches_the_next_contract(loopx, reg, goal):
-    from loopx import quota, rewards
+    from loopx import rewards
+    from loopx.should_run import should_run
 
     runs_ = [turn(reg, goal, agent="a1") for _ in range(4)]
     for i, run_id in enumerate(runs_):
@@ -119,7 +121,7 @@ def test_latest_feedback_reaches_the_next_contract(loopx, reg, goal):
         fb = rewards.feedback(tx, goal)
     assert [f["comment"] for f in fb] == ["c3", "c2", "c1"]
     assert set(fb[0]) == {"run_id", "score", "comment", "at"}
-    contract = quota.should_run(reg, "user", goal_id=goal, agent="a1", dry_run=True)["interaction_contract"]
+    contract = should_run(reg, "user", goal_id=goal, agent="a1", dry_run=True)["interaction_contract"]
     assert [f["comment"] for f in contract["agent_channel"]["feedback"]] == ["c3", "c2", "c1"]
 
 
@@ -260,10 +262,10 @@ def test_reward_replay_matches_state(loopx, reg, goal):
 
 
 def test_a_run_scored_while_open_exports_as_open(loopx, reg, goal):
-    from loopx import quota
+    from loopx.should_run import should_run
 
     loopx("todo", "add", "--goal-id", goal, "--text", "x")
-    run_id = quota.should_run(reg, "user", goal_id=goal, agent="a1")["interaction_contract"]["run_id"]
+    run_id = should_run(reg, "user", goal_id=goal, agent="a1")["interaction_contract"]["run_id"]
     assert loopx("reward", "add", "--goal-id", goal, "--run-id", run_id, "--score", "0.1").code == 0
     rec = json.loads(loopx("reward", "export", "--goal-id", goal).out)
     validate_record(rec)

@@ -251,7 +251,8 @@ def test_an_older_registry_file_copied_over_is_detected(proc, tmp_path):
 
 WRITER = """
 import sys
-from loopx import evidence, project_prompt
+from loopx import evidence
+from loopx import goals as project_prompt
 from loopx.registry import Registry
 url, shared, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with Registry.open(url) as reg:
@@ -306,7 +307,8 @@ def test_an_edited_contract_of_an_open_run_makes_exec_refuse_and_should_run_repa
 def _unkeyed_v4(path) -> tuple[str, str, str]:
     """A registry as LoopX 4 left it: sha256 chains and digests, no id, no key. Two goals, each
     with a pending production gate."""
-    from loopx import gates, integrity, keys, project_prompt
+    from loopx import gates, integrity, keys
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     with Registry.open(str(path)) as reg:

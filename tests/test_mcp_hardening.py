@@ -18,7 +18,7 @@ pytest.importorskip("mcp", reason="the mcp SDK is not installed (pip install 'lo
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from loopx import quota  # noqa: E402
+from loopx.should_run import should_run  # noqa: E402
 from loopx.errors import CODES  # noqa: E402
 from loopx.mcp_server import MAX_LINE_BYTES, TOOLS  # noqa: E402
 from loopx.registry import Registry  # noqa: E402
@@ -152,7 +152,7 @@ def test_fuzzing_every_tool_through_a_real_client_gets_an_answer_with_a_stable_c
 
     reg = Registry.open(sqlite_url)
     made = make_goal(reg, acts={"test": [PY, "-c", "print('ok')"]}, parallel=True)
-    run = quota.should_run(reg, "executor", goal_id=made["goal"])["interaction_contract"]["run_id"]
+    run = should_run(reg, "executor", goal_id=made["goal"])["interaction_contract"]["run_id"]
     reg.close()
     ids = {"goal_id": [made["goal"], "g-000000000000"], "todo_id": made["todos"], "run_id": [run, "r-000000000000"],
            "action": ["test"], "outcome": ["ok", "failed"], "summary": ["seen"], "title": ["Ship?"]}

@@ -35,7 +35,7 @@ CLI_AT_BARRIER = textwrap.dedent("""
 
 FIRST_OPEN_AND_CREATE = textwrap.dedent("""
     import os, sys, time
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
     url, tag, count, barrier = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     print("ready", flush=True)

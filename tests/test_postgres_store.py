@@ -147,7 +147,7 @@ def test_an_older_schema_is_migrated_and_a_newer_one_refused(pg_url):
 
 @pytestmark_server
 def test_integrity_check_finds_a_gap_in_a_ledger(pg_url):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     with Registry.open(pg_url) as reg:
@@ -164,7 +164,8 @@ def test_integrity_check_finds_a_gap_in_a_ledger(pg_url):
 def test_a_writer_that_waited_for_the_goal_runs_again_on_a_fresh_snapshot(pg_url):
     """Two writers on one goal: the second queues on the goal's row, then is retried and sees
     the first one's change: nothing lost, the ledger numbered without gaps."""
-    from loopx import ledger, project_prompt
+    from loopx import ledger
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     first, second = Registry.open(pg_url), Registry.open(pg_url)
@@ -242,7 +243,7 @@ def test_wait_for_change_wakes_on_a_commit_and_times_out_without_one(pg_url):
 
 
 def _create(url):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     with Registry.open(url) as reg:
@@ -280,7 +281,7 @@ def test_the_store_reconnects_after_the_server_dropped_its_connection(pg_url):
 @pytestmark_server
 def test_threads_sharing_one_store_do_not_interleave_transactions(pg_url):
     """The status server may share a store between threads; each transaction stays whole."""
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     reg = Registry.open(pg_url)
@@ -321,7 +322,7 @@ def test_numeric_results_come_back_as_python_numbers(pg_url):
 
 @pytestmark_server
 def test_the_registry_url_works_with_both_schemes(pg_url):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     alias = pg_url.replace("postgresql://", "postgres://", 1)

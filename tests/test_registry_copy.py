@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from loopx import ledger, project_prompt
+from loopx import ledger
+from loopx import goals as project_prompt
 from loopx.errors import LoopxError
 from loopx.registry import Registry
 from loopx.registry_copy import copy_registry, snapshots

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from loopx import api, capabilities, caps, hookimpl, project_prompt
+from loopx import api, capabilities, caps, hookimpl
+from loopx import goals as project_prompt
 from loopx.errors import LoopxError
 from loopx.registry import Registry
 

@@ -69,7 +69,8 @@ def test_remembered_row_texts_never_hide_a_hand_edit(tmp_path):
     same rows write after write); an edit made outside LoopX must still change the digest."""
     import sqlite3
 
-    from loopx import project_prompt, todos
+    from loopx import todos
+    from loopx import goals as project_prompt
 
     url = str(tmp_path / "registry.db")
     with Registry.open(url) as reg:

@@ -28,7 +28,8 @@ def test_status_first_page_does_not_load_cattrs(sqlite_url, tmp_path):
     """The overview's page (counts, lanes, quota pictures, last runs) is built from flat values:
     importing cattrs and generating its converters was a fifth of ``status``'s time at 1,000,000
     goals. The page still shows every field (quota limits, grants, used; the last run)."""
-    from loopx import project_prompt, quota
+    from loopx import quota
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     with Registry.open(sqlite_url) as reg:

@@ -8,7 +8,8 @@ import os
 import subprocess
 import sys
 
-from loopx import api, project_prompt
+from loopx import api
+from loopx import goals as project_prompt
 from loopx.registry import Registry
 from tests.conftest import loopx_env
 

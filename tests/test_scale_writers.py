@@ -75,7 +75,7 @@ def _todo_texts(url: str, goal: str) -> list[str]:
 
 
 def _goal(url: str) -> str:
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
 
     with Registry.open(url) as reg:
         return project_prompt.create(reg, "user", title="shared")["id"]

@@ -74,7 +74,7 @@ def test_write_returns_what_work_returns(store):
 
 
 def test_booleans_store_as_integers_and_sums_come_back_as_numbers(reg):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
 
     goal = project_prompt.create(reg, "user", title="T", parallel_runs=True)
     with reg.read() as tx:
@@ -116,7 +116,7 @@ def test_real_columns_keep_fractions(reg):
 
 
 def test_lock_goal_returns_the_row_or_none(reg):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
 
     goal = project_prompt.create(reg, "user", title="Locked")
     row = reg.store.write(lambda tx: tx.lock_goal(goal["id"]))
@@ -125,7 +125,7 @@ def test_lock_goal_returns_the_row_or_none(reg):
 
 
 def test_insert_returning_gives_the_new_event_id(reg):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
 
     a = project_prompt.create(reg, "user", title="A")
     b = project_prompt.create(reg, "user", title="B")
@@ -170,7 +170,7 @@ def test_a_read_only_store_cannot_write_at_all(registry_url):
 
 
 def test_a_read_only_registry_cannot_be_written_through_the_registry(registry_url):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
 
     Registry.open(registry_url).close()
     with Registry.open(registry_url, readonly=True) as ro:
@@ -181,7 +181,7 @@ def test_a_read_only_registry_cannot_be_written_through_the_registry(registry_ur
 
 
 def test_data_version_changes_when_another_connection_commits(registry_url):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
 
     watcher = open_store(registry_url, readonly=False)
     try:
@@ -200,7 +200,7 @@ def test_data_version_changes_when_another_connection_commits(registry_url):
 
 
 def test_reopening_finds_everything_committed(registry_url):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
 
     with Registry.open(registry_url) as reg:
         goal = project_prompt.create(reg, "user", title="durable", criteria=["c"])
@@ -209,7 +209,8 @@ def test_reopening_finds_everything_committed(registry_url):
 
 
 def test_replayed_ledger_equals_state_on_every_backend(reg):
-    from loopx import ledger, project_prompt
+    from loopx import ledger
+    from loopx import goals as project_prompt
 
     goal = project_prompt.create(reg, "user", title="replay", criteria=["a", "b"])
     project_prompt.transition(reg, "user", "pause", goal["id"], reason="lunch")
@@ -222,7 +223,7 @@ def test_replayed_ledger_equals_state_on_every_backend(reg):
 
 
 def test_operation_id_retry_returns_the_first_result_on_every_backend(reg):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
 
     first = project_prompt.create(reg, "user", title="once", operation_id="op-1")
     again = project_prompt.create(reg, "user", title="once", operation_id="op-1")

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from loopx import evidence, gates, quota, runs
+from loopx import evidence, gates, runs
+from loopx.should_run import should_run
 from loopx.terminal import safe
 from tests.test_turn_helpers import make_goal
 
@@ -28,7 +29,7 @@ def stored(reg):
     """A goal whose title, gate, evidence, hand-off and todo carry the hostile text."""
     made = make_goal(reg, title="Goal " + HOSTILE, todo_texts=("todo " + HOSTILE,))
     g = made["goal"]
-    run = quota.should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
+    run = should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
     evidence.record(reg, "executor", run_id=run, kind="note", summary="saw " + HOSTILE)
     runs.finish(reg, "executor", run_id=run, outcome="partial", handoff="next " + HOSTILE)
     gates.add(reg, "executor", goal_id=g, title="gate " + HOSTILE, scope="other", blocks="all")

@@ -13,7 +13,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from loopx import hookimpl, project_prompt, quota, runs
+from loopx import hookimpl, runs
+from loopx import goals as project_prompt
+from loopx.should_run import should_run
 from tests.conftest import ROOT, loopx_env
 from tests.test_turn_helpers import PY, add_gate, ask, make_goal, plugin
 
@@ -112,7 +114,7 @@ def test_agent_actions_work_when_pasted_in_order(registry_url, tmp_path):
 
     with Registry.open(registry_url) as reg:
         g = make_goal(reg, acts={"hello": [PY, "-c", "print('hello')"]})["goal"]
-        out = quota.should_run(reg, "user", goal_id=g, agent="paster")
+        out = should_run(reg, "user", goal_id=g, agent="paster")
     actions_ = out["interaction_contract"]["cli_channel"]["next_cli_actions"]
     verbs = [shlex.split(a)[1:3] for a in actions_]
     assert verbs == [["todo", "claim"], ["exec", "--run-id"], ["todo", "done"], ["run", "finish"]]

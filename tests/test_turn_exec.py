@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from loopx import actions, project_prompt, quota, runs
+from loopx import actions, quota, runs
+from loopx import goals as project_prompt
 from loopx.errors import LoopxError
 from tests.test_turn_helpers import PY, add_gate, ask, make_goal
 

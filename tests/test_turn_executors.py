@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loopx import executors, hookimpl, runs
+from loopx import executors, hookimpl, runs, turn as turns
 from loopx.errors import LoopxError
 from tests.test_turn_helpers import PY, ask, make_goal, plugin
 
@@ -48,7 +48,7 @@ def test_a_plugin_provider_carries_out_a_turn_and_the_core_finishes_it(reg):
     g = make_goal(reg, limits={"max_turns": 3})["goal"]
     provider = Scripted()
     with plugin(Provides("scripted", provider), "test-scripted"):
-        t = executors.turn(reg, "user", goal_id=g, executor="scripted", agent="bot")
+        t = turns.turn(reg, "user", goal_id=g, executor="scripted", agent="bot")
     assert t["decision"] == "run" and t["outcome"] == "ok" and provider.seen == [(t["run_id"], "bot")]
     with reg.read() as tx:
         run = runs.load_run(tx, t["run_id"])
@@ -60,7 +60,7 @@ def test_a_plugin_provider_carries_out_a_turn_and_the_core_finishes_it(reg):
 def test_a_crashing_provider_still_gets_its_run_finished(reg):
     g = make_goal(reg)["goal"]
     with plugin(Provides("crashy", Scripted(crash=True)), "test-crashy"), pytest.raises(RuntimeError):
-        executors.turn(reg, "user", goal_id=g, executor="crashy", agent="bot")
+        turns.turn(reg, "user", goal_id=g, executor="crashy", agent="bot")
     with reg.read() as tx:
         (row,) = tx.query("SELECT status, outcome, handoff FROM runs WHERE goal_id = ?", (g,))
     assert (row["status"], row["outcome"]) == ("finished", "failed") and "model API down" in row["handoff"]
@@ -128,7 +128,7 @@ def test_loop_honours_max_turns_and_turn_reports_non_run_decisions(loopx):
 
 def test_planning_turn_through_shell_is_partial_and_hands_off(reg):
     g = make_goal(reg, todo_texts=())["goal"]
-    t = executors.turn(reg, "user", goal_id=g, executor="shell", agent="bot")
+    t = turns.turn(reg, "user", goal_id=g, executor="shell", agent="bot")
     assert t["reasons"] == ["no_todos"] and t["outcome"] == "partial" and "no todos" in t["handoff"]
     assert ask(reg, g, agent="bot")["interaction_contract"]["agent_channel"]["handoff"] == t["handoff"]
 

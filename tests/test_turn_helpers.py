@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from loopx import actions, gates, project_prompt, quota, todos
+from loopx import actions, gates, quota, todos
+from loopx import goals as project_prompt
+from loopx.should_run import should_run
 
 PY = sys.executable
 
@@ -24,7 +26,7 @@ def make_goal(reg, *, title="Turn goal", limits=None, parallel=False, todo_texts
 
 def ask(reg, goal_id, agent="me", **kw) -> dict:
     """``quota should-run`` through the Python API."""
-    return quota.should_run(reg, "user", goal_id=goal_id, agent=agent, **kw)
+    return should_run(reg, "user", goal_id=goal_id, agent=agent, **kw)
 
 
 def add_gate(reg, goal_id, blocks="all", title="Needs a look", scope="other") -> dict:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from loopx import hookimpl, project_prompt, quota, todos
+from loopx import hookimpl, quota, todos
+from loopx import goals as project_prompt
 from tests.test_turn_helpers import PY, add_gate, ask, decide_gate, make_goal, plugin
 
 

@@ -21,7 +21,7 @@ from loopx.errors import LoopxError
 # name -> "module:attribute". Hyphenated names are canonical; the seed's underscore spellings
 # (`project_prompt`, `summary_all`) are promises to users and keep working as aliases.
 COMMANDS = {
-    "project-prompt": "loopx.cli.goals:project_prompt",
+    "project-prompt": "loopx.cli.project_prompt:project_prompt",
     "history": "loopx.cli.inspect:history",
     "plugins": "loopx.cli.inspect:plugins_command",
     "quota": "loopx.cli.quota:quota",

@@ -24,11 +24,11 @@ def agent_prompt(goal_id, host, agent, ttl_seconds, managed):
     (and nothing else), how to record evidence and how the turn ends. A `run` decision opens a
     run, as `quota should-run` does.
     """
-    from loopx import quota
+    from loopx.should_run import should_run
     from loopx.executors import prompt
 
     with open_registry() as reg:
-        contract = quota.should_run(reg, actor(), goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
+        contract = should_run(reg, actor(), goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
     text = prompt.build(contract, host=host, managed=managed)
     emit({"decision": contract["decision"], "reasons": contract["reasons"],
           "run_id": contract["interaction_contract"].get("run_id"), "host": host, "prompt": text},

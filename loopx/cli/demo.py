@@ -20,7 +20,7 @@ def render(entry: dict) -> str:
         return f"\n== {entry['text']} =="
     if entry["kind"] == "note":
         return f"  ({entry['text']})"
-    from loopx.cli.goals import goal_text
+    from loopx.cli.project_prompt import goal_text
     from loopx.cli.quota import contract_text, quota_text
     from loopx.cli.turn import loop_text
 

@@ -68,10 +68,10 @@ def quota():
 @operation_option
 def should_run(goal_id, agent, ttl_seconds, dry_run, operation_id):
     """Decide whether to take a turn now, and print the interaction contract to obey."""
-    from loopx import quota as q
+    from loopx.should_run import should_run
 
     with open_registry() as reg:
-        out = q.should_run(reg, actor(), goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds, dry_run=dry_run,
+        out = should_run(reg, actor(), goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds, dry_run=dry_run,
                            operation_id=operation_id)
     emit(out, contract_text)
 

@@ -49,13 +49,13 @@ def exec_command(run_id, action_name, agent, timeout, unconfined, argv):
             ev = run()  # inside a turn: the turn's confinement applies
         else:
             # Run by hand (a harness loop): the command is confined like a turn's agent.
-            from loopx import confine, executors, runs
+            from loopx import confine, runs, turn as turns
             from loopx.cli import run_inprocess
 
             with reg.read() as tx:
                 the_run = runs.load_run(tx, run_id)
             backend = confine.check(unconfined)
-            with executors.step(reg, run_id=the_run.id, goal_id=the_run.goal_id, agent=the_run.agent,
+            with turns.step(reg, run_id=the_run.id, goal_id=the_run.goal_id, agent=the_run.agent,
                                 workdir=os.getcwd(), backend=backend, run_cli=run_inprocess):
                 ev = run()
     emit(ev, _exec_text)

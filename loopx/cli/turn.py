@@ -58,7 +58,7 @@ def turn(goal_id, executor, agent, ttl_seconds, unconfined, grace_seconds, worke
     SIGTERM or Ctrl-C lets the running step finish (up to --grace-seconds), starts no other,
     and closes the run `interrupted` with the interruption as evidence.
     """
-    from loopx import claims, executors, interrupt
+    from loopx import claims, interrupt, turn as turns
     from loopx.cli import run_inprocess
 
     owner = None
@@ -70,7 +70,7 @@ def turn(goal_id, executor, agent, ttl_seconds, unconfined, grace_seconds, worke
             raise LoopxError("invalid_argument", "--worker-lease is WORKER:TOKEN")
         owner = claims.owner_here(worker=wid, lease_token=int(token))
     with interrupt.handling(grace_seconds), open_registry() as reg:
-        out = executors.turn(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds,
+        out = turns.turn(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds,
                              owner=owner, unconfined=unconfined, run_cli=run_inprocess)
         emit(out, turn_text)
         code = interrupt.exit_code()
@@ -94,11 +94,11 @@ def loop(goal_id, executor, agent, ttl_seconds, unconfined, grace_seconds, max_t
 
     SIGTERM or Ctrl-C starts no new turn; the running one ends as `loopx turn` describes.
     """
-    from loopx import executors, interrupt
+    from loopx import interrupt, turn as turns
     from loopx.cli import run_inprocess
 
     with interrupt.handling(grace_seconds), open_registry() as reg:
-        out = executors.loop(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, max_turns=max_turns,
+        out = turns.loop(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, max_turns=max_turns,
                              ttl_seconds=ttl_seconds, unconfined=unconfined, run_cli=run_inprocess)
         if out["stopped"] != "interrupted" and interrupt.requested():
             out.update(stopped="interrupted", interrupted=interrupt.describe())

@@ -5,12 +5,10 @@ A provider carries out one turn under a contract. Providers are registered throu
 owns registration and refuses a second provider for one name. Built in: ``shell`` (the
 contract's own commands), ``claude-code`` and ``codex`` (real agent CLIs) and ``command`` (any
 other program, from an argv template). Child processes are run by :func:`loopx.process.run_command`
-(still importable from here).
+(still importable from here). A governed turn around a provider lives in :mod:`loopx.turn`.
 """
 
 from __future__ import annotations
-
-from contextlib import contextmanager
 
 from loopx.errors import LoopxError
 
@@ -50,134 +48,3 @@ def get(name: str):
     if name not in found:
         raise LoopxError("not_found", f"no executor {name!r} (available: {', '.join(sorted(found)) or 'none'})")
     return found[name]
-
-
-def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: str | None = None,
-         ttl_seconds: float | None = None, unconfined: bool = False, run_cli=None,
-         owner: dict | None = None) -> dict:
-    """One governed turn: should-run, then (if ``run``) the provider, then ``run finish``.
-
-    Returns ``{"decision", "reasons", "run_id", "outcome", "handoff", "evidence", "contract"}``;
-    ``run_id`` and the rest are ``None`` when the decision was not ``run``. A provider that
-    crashes still gets its run finished (``failed``, with the error as hand-off) before the
-    error is raised again. A provider's ``ok`` is recorded only when the run's evidence supports
-    it (see :func:`loopx.runs.finish`).
-
-    The provider runs inside the turn's confinement (:func:`step`): refused with
-    ``confinement_unavailable`` before a run is opened where the machine cannot confine a step,
-    unless ``unconfined`` (``--unconfined``, ``LOOPX_UNCONFINED=1``); an unconfined turn says so
-    in its evidence and hand-off. ``run_cli``: the CLI in this process, for the broker's cheap path.
-
-    The run is opened with this process as its owner (``owner``, :mod:`loopx.claims`). When a
-    stop was requested meanwhile (SIGTERM / SIGINT, :mod:`loopx.interrupt`) the run is closed
-    ``interrupted`` with the interruption as evidence.
-    """
-    from loopx import claims, interrupt, quota, runs
-    from loopx.validate import check_text
-
-    provider = get(executor)
-    # A provider that cannot work (no CLI, a bad template) says so before a run is opened.
-    if isinstance(provider, CheckedExecutor):
-        provider.check()
-    from loopx import confine
-
-    backend = confine.check(unconfined)
-    agent = check_text(agent if agent is not None else quota.default_agent(), what="--agent", limit="agent")
-    answer = quota.should_run(registry, actor, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds,
-                              owner=owner or claims.owner_here())
-    out = {"decision": answer["decision"], "reasons": answer["reasons"], "run_id": None, "outcome": None,
-           "handoff": None, "evidence": [], "contract": answer}
-    if answer["decision"] != "run":
-        return out
-    run_id = answer["interaction_contract"]["run_id"]
-    claims.check_not_carried_out_elsewhere(registry, run_id)
-    try:
-        with step(registry, run_id=run_id, goal_id=goal_id, agent=agent,
-                  workdir=answer["interaction_contract"]["agent_channel"].get("workdir"), backend=backend,
-                  run_cli=run_cli):
-            result = provider.run_turn(registry, answer, agent=agent)
-    except Exception as exc:
-        if interrupt.requested():
-            result = {}
-        else:
-            runs.finish(registry, actor, run_id=run_id, outcome="failed",
-                        handoff=f"executor {executor} crashed: {type(exc).__name__}: {exc}"[:2000])
-            raise
-    if interrupt.requested():  # --- interrupted: record it, close the run at once ---
-        finished = claims.close_interrupted(registry, actor, run_id=run_id, executor=executor, agent=agent,
-                                            info=interrupt.describe(), result=result)
-        with registry.read() as tx:
-            rows = tx.query("SELECT id, kind, summary FROM evidence WHERE run_id = ? ORDER BY created_at, id",
-                            (run_id,))
-        out.update(run_id=run_id, outcome=finished["outcome"], handoff=finished["handoff"], evidence=rows)
-        return out
-    if backend is None:
-        result = {**result, "handoff": "[unconfined] " + (result.get("handoff") or "")}
-    # A provider may report failed or partial; "ok" (or nothing) is only recorded when the
-    # run's own evidence supports it, so the core derives it.
-    outcome = result.get("outcome")
-    finished = runs.finish(registry, actor, run_id=run_id, outcome=None if outcome in (None, "ok") else outcome,
-                           tokens=result.get("tokens", 0), cost=result.get("cost", 0.0),
-                           handoff=result.get("handoff"), agent=agent)
-    with registry.read() as tx:
-        rows = tx.query("SELECT id, kind, summary FROM evidence WHERE run_id = ? ORDER BY created_at, id", (run_id,))
-    out.update(run_id=run_id, outcome=finished["outcome"], handoff=finished["handoff"], evidence=rows)
-    return out
-
-
-def loop(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: str | None = None,
-         max_turns: int = 10, ttl_seconds: float | None = None, unconfined: bool = False, run_cli=None) -> dict:
-    """Governed turns until the decision is not ``run`` or ``max_turns`` turns were taken."""
-    from loopx.validate import check_number
-
-    max_turns = check_number(max_turns, what="--max-turns", minimum=1, maximum=10_000, integer=True)
-    from loopx import interrupt
-
-    turns = []
-    while True:
-        if interrupt.requested():  # start no new turn
-            return {"turns": turns, "stopped": "interrupted", "decision": None, "reasons": [],
-                    "interrupted": interrupt.describe()}
-        if len(turns) == max_turns:
-            return {"turns": turns, "stopped": "max_turns", "decision": None, "reasons": []}
-        t = turn(registry, actor, goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds,
-                 unconfined=unconfined, run_cli=run_cli)
-        if t["decision"] != "run":
-            return {"turns": turns, "stopped": "decision", "decision": t["decision"], "reasons": t["reasons"],
-                    "contract": t["contract"]}
-        t.pop("contract")
-        turns.append(t)
-
-
-@contextmanager
-def step(registry, *, run_id: str, goal_id: str, agent: str, workdir: str | None, backend: str | None,
-         run_cli=None):
-    """The confinement of one turn: its :class:`loopx.confine.Step` and :class:`loopx.broker.Broker`,
-    active (:data:`loopx.process.STEP`) for everything started in this context until it ends.
-
-    An unconfined step (``backend`` ``None``, the user's choice) is recorded on the run as
-    evidence (kind ``unconfined``) before anything runs.
-    """
-    import os
-
-    from loopx import broker as brokers, confine, evidence, process
-
-    workdir = workdir or os.getcwd()
-    if backend is None:
-        evidence.record(registry, "core", run_id=run_id, kind="unconfined",
-                        summary="ran UNCONFINED: the agent could reach the registry, the key and the "
-                                "repository's hooks (--unconfined / LOOPX_UNCONFINED)",
-                        data={"confinement": "unconfined", "workdir": workdir})
-    s = confine.Step(registry_url=registry.store.url, workdir=workdir, backend=backend)
-    try:
-        b = brokers.Broker(registry_url=registry.store.url, run_id=run_id, goal_id=goal_id,
-                           agent=agent, directory=s.dir, step=s, run_cli=run_cli)
-        s.broker, s.broker_env = b, b.env()
-        token = process.STEP.set(s)
-        try:
-            yield s
-        finally:
-            process.STEP.reset(token)
-            b.close()
-    finally:
-        s.close()

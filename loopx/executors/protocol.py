@@ -1,6 +1,6 @@
 """What an executor provider is: the :class:`Executor` Protocol every built-in and plugin executor implements.
 
-An executor carries out one governed turn. The core (:func:`loopx.executors.turn`) calls
+An executor carries out one governed turn. The core (:func:`loopx.turn.turn`) calls
 ``check()`` (when the provider has one) before should-run, opens the run, starts the turn's
 confinement (a policy and a broker, :mod:`loopx.confine`), calls ``run_turn`` inside it, and
 finishes the run itself. Confinement asks nothing of the executor: every child it starts with

@@ -3,7 +3,7 @@
 It runs every step of ``cli_channel.steps`` in order - the claim, each ``do`` step (allowed
 actions and capability steps alike, each a ``loopx exec`` that records its own evidence), the
 record steps - and stops at the first step that fails. The ``finish`` step is left to the core
-(:func:`loopx.executors.turn` finishes the run), which records the outcome the run's evidence
+(:func:`loopx.turn.turn` finishes the run), which records the outcome the run's evidence
 supports. The steps are the only description of the turn it reads: it never parses command
 lines. Inside a turn every step goes through the turn's broker (:mod:`loopx.broker`), as this
 run's executor; the actions a step runs are confined children. It cannot plan: under a planning contract (a goal without todos) it runs what the

@@ -14,7 +14,9 @@ import time
 
 import pytest
 
-from loopx import actions, project_prompt, quota, todos
+from loopx import actions, todos
+from loopx import goals as project_prompt
+from loopx.should_run import should_run
 from loopx.registry import Registry
 from tests.reliability.conftest import env as plugin_env
 from tests.reliability.faults import loopx, small_fs, snapshot  # noqa: F401 (fixture)
@@ -148,7 +150,7 @@ def test_an_exec_killed_while_its_step_runs_is_recorded_as_ran_result_unknown(tm
     with Registry.open(url) as reg:
         actions.add(reg, "user", goal_id=g, name="slow",
                     argv=[PY, "-c", f"import time; open({str(started)!r}, 'w').close(); time.sleep(60)"])
-        run = quota.should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
+        run = should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
     p = subprocess.Popen([PY, "-m", "loopx", "exec", "--run-id", run, "--action", "slow"],
                          env=plugin_env(url, LOOPX_ACTOR="executor"), start_new_session=True, cwd=work,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

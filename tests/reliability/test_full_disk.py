@@ -10,7 +10,9 @@ import subprocess
 import time
 import sys
 
-from loopx import actions, project_prompt, quota, todos
+from loopx import actions, todos
+from loopx import goals as project_prompt
+from loopx.should_run import should_run
 from loopx.registry import Registry
 from tests.reliability import tamper
 from tests.reliability.faults import loopx, small_fs, snapshot  # noqa: F401 (fixture)
@@ -66,7 +68,7 @@ def test_no_room_for_the_step_journal_means_the_step_does_not_run(tmp_path):
     url, side = str(tmp_path / "registry.db"), tmp_path / "side-effect"
     g = _goal(url, side_effect=side)
     with Registry.open(url) as reg:
-        run = quota.should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
+        run = should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
     before = snapshot(url)
     _one_disk_full_line(*loopx(url, "exec", "--run-id", run, "--action", "step", fsize=64,
                                extra_env={"LOOPX_ACTOR": "executor"}))
@@ -91,7 +93,7 @@ def test_a_step_that_ran_when_the_disk_filled_is_recorded_as_result_unknown_once
     url, side = str(small_fs.root / "registry.db"), work / "side-effect"
     g = _goal(url, side_effect=side, fill=small_fs.filler)  # the step itself fills the disk
     with Registry.open(url) as reg:
-        run = quota.should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
+        run = should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
     _one_disk_full_line(*loopx(url, "exec", "--run-id", run, "--action", "step",
                                extra_env={"LOOPX_ACTOR": "executor"}, cwd=work))
     assert side.read_text() == "ran\n"  # it ran ...

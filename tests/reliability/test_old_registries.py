@@ -25,7 +25,8 @@ def run(url, *args):
 
 
 def _make_old(path, poisoned: bool):
-    from loopx import evidence, gates, project_prompt, todos
+    from loopx import evidence, gates, todos
+    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     with Registry.open(str(path)) as reg:

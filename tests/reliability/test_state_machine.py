@@ -17,6 +17,7 @@ from hypothesis import strategies as st  # noqa: E402
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule  # noqa: E402
 
 from loopx import clock, gates, integrity, ledger, project_prompt, quota, runs, todos  # noqa: E402
+from loopx.should_run import should_run
 from loopx.errors import LoopxError  # noqa: E402
 
 AGENTS = st.sampled_from(["a1", "a2"])
@@ -75,7 +76,7 @@ def machine(url_factory):
 
         @rule(g=goals, agent=AGENTS)
         def turn(self, g, agent):
-            out = quota.should_run(self.reg, "user", goal_id=g, agent=agent)
+            out = should_run(self.reg, "user", goal_id=g, agent=agent)
             assert out["decision"] in ("run", "ask_user", "wait", "stop"), out
             if out["decision"] == "run":
                 self.open_runs[out["interaction_contract"]["run_id"]] = g

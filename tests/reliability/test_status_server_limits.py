@@ -33,7 +33,7 @@ def server(registry_url, monkeypatch):
 
 
 def _goal(url) -> str:
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
 
     with Registry.open(url) as reg:
         return project_prompt.create(reg, "user", title="g")["id"]

@@ -47,18 +47,18 @@ def test_a_seven_second_action_under_a_three_second_budget_stops_at_three(regist
 
 
 def test_four_parallel_runs_never_use_more_than_the_budget(registry_url):
-    from loopx import quota
+    from loopx.should_run import should_run
     from loopx.registry import Registry
 
     g = _goal(registry_url, 12, parallel=True)
     run_ids = []
     with Registry.open(registry_url) as reg:  # opened back to back, so no lease runs out meanwhile
         for i in range(4):
-            d = quota.should_run(reg, "user", goal_id=g, agent=f"a{i}", ttl_seconds=3)
+            d = should_run(reg, "user", goal_id=g, agent=f"a{i}", ttl_seconds=3)
             assert d["decision"] == "run", d
             run_ids.append(d["interaction_contract"]["run_id"])
         # The whole budget is reserved: a fifth agent waits instead of getting the remainder too.
-        fifth = quota.should_run(reg, "user", goal_id=g, agent="a4")
+        fifth = should_run(reg, "user", goal_id=g, agent="a4")
         assert fifth["decision"] == "wait" and fifth["reasons"] == ["wall_budget_reserved"], fifth
     procs = [subprocess.Popen([sys.executable, "-m", "loopx", "exec", "--run-id", r, "--action", "slow", "--json"],
                               env=loopx_env(registry_url), stdout=subprocess.PIPE, text=True) for r in run_ids]

@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from loopx import clock, evidence, gates, ledger, project_prompt, quota, todos
+from loopx import clock, evidence, gates, ledger, todos
+from loopx import goals as project_prompt
+from loopx.should_run import should_run
 from loopx.store import schema
 from loopx_self_repair import detectors, repairs
 
@@ -27,7 +29,7 @@ def add_todo(reg, g, text, depends_on=()):
 
 
 def open_run(reg, g, agent="a1", ttl=3600):
-    r = quota.should_run(reg, "user", goal_id=g, agent=agent, ttl_seconds=ttl)
+    r = should_run(reg, "user", goal_id=g, agent=agent, ttl_seconds=ttl)
     assert r["decision"] == "run", r
     return r["interaction_contract"]["run_id"]
 

@@ -15,7 +15,7 @@ from loopx_seed_domain import models, pdf, work
 
 @pytest.fixture
 def goal(loopx_registry, loopx_plugin):
-    from loopx import project_prompt
+    from loopx import goals as project_prompt
 
     loopx_plugin(plugin, name="seed_domain_test")
     return project_prompt.create(loopx_registry, "user", title="Investigate Quarterly Revenue Spike",
@@ -48,9 +48,9 @@ def test_the_pdf_has_a_valid_cross_reference_table():
 
 
 def test_contracts_offer_the_model_then_the_report(loopx_registry, goal):
-    from loopx import quota
+    from loopx.should_run import should_run
 
-    doc = quota.should_run(loopx_registry, "user", goal_id=goal)
+    doc = should_run(loopx_registry, "user", goal_id=goal)
     run_id = doc["interaction_contract"]["run_id"]
     actions = doc["interaction_contract"]["cli_channel"]["next_cli_actions"]
     # Each is a do step: `loopx exec --run-id R --agent A -- <the plugin's argv>`, which records its result.
@@ -78,7 +78,8 @@ def test_run_model_asks_for_a_contract_and_records_evidence(loopx_registry, goal
 
 
 def test_a_finished_run_is_refused_and_a_closed_goal_gets_no_run(loopx_registry, goal):
-    from loopx import project_prompt, runs
+    from loopx import runs
+    from loopx import goals as project_prompt
 
     out = work.run_model(loopx_registry, "user", model="revenue-trend")
     runs.finish(loopx_registry, "user", run_id=out["run_id"])

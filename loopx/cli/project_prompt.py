@@ -35,7 +35,7 @@ def project_prompt():
 @operation_option
 def create(title, description, description_file, criteria, parallel_runs, operation_id):
     """Create a goal."""
-    from loopx import project_prompt as goals
+    from loopx import goals
     from loopx.errors import LoopxError
     from loopx.validate import LIMITS
 
@@ -63,7 +63,7 @@ def create(title, description, description_file, criteria, parallel_runs, operat
 @click.option("--cursor", default=None, help="The next page: the id of the last goal the previous page listed.")
 def list_command(status, limit, cursor):
     """List goals, newest first, one page at a time (--cursor LAST_ID for the next)."""
-    from loopx import project_prompt as goals
+    from loopx import goals
 
     with open_registry() as reg:
         found = goals.list_goals(reg, status=status, limit=limit, cursor=cursor)
@@ -81,7 +81,7 @@ def list_command(status, limit, cursor):
 @goal_option()
 def show(goal_id):
     """Show one goal."""
-    from loopx import project_prompt as goals
+    from loopx import goals
 
     with open_registry() as reg:
         emit(goals.show(reg, goal_id), goal_text)
@@ -94,7 +94,7 @@ def show(goal_id):
 @operation_option
 def criterion(goal_id, number, met, operation_id):
     """Mark a success criterion met (a user's judgement, never an agent's)."""
-    from loopx import project_prompt as goals
+    from loopx import goals
 
     with open_registry() as reg:
         goal = goals.mark_criterion(reg, actor(), goal_id, number, met=met, operation_id=operation_id)
@@ -106,7 +106,7 @@ def _transition(verb: str, doc: str):
     @click.option("--reason", default=None, help="Why (kept in the ledger).")
     @operation_option
     def command(goal_id, reason, operation_id):
-        from loopx import project_prompt as goals
+        from loopx import goals
 
         with open_registry() as reg:
             goal = goals.transition(reg, actor(), verb, goal_id, reason=reason, operation_id=operation_id)
