@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule  # noqa: E402
 
-from loopx import clock, gates, integrity, ledger, project_prompt, quota, runs, todos  # noqa: E402
+from loopx import clock, gates, integrity, ledger, quota, runs, todos  # noqa: E402
+from loopx import goals as project_prompt  # noqa: E402
 from loopx.should_run import should_run
 from loopx.errors import LoopxError  # noqa: E402
 
