@@ -64,3 +64,13 @@ def test_every_name_the_doc_gives_exists():
             missing.append(path)
     assert missing == [], f"docs/architecture.md names what does not exist: {missing}"
     assert {"loopx.registry.Registry.mutate", "loopx.should_run.should_run"} <= _names(text)
+
+
+def test_contributing_names_real_files():
+    """CONTRIBUTING.md's commands and pointers lead somewhere: every test file, script, benchmark
+    and document it names exists (a glob like tests/test_cli_*.py matches at least one file)."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    named = set(re.findall(r"\b(?:tests|bench|scripts|docs|loopx|plugins|examples)/[\w/*.-]*[\w*]", text))
+    assert len(named) > 20
+    missing = [n for n in sorted(named) if not any(ROOT.glob(n.rstrip("/")))]
+    assert missing == [], f"CONTRIBUTING.md names what does not exist: {missing}"
