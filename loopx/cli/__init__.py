@@ -18,35 +18,45 @@ from loopx import __version__
 from loopx.cli.output import REGISTRY_KEY, LoopxGroup, wants_json
 from loopx.errors import LoopxError
 
-# name -> "module:attribute". Hyphenated names are canonical; the seed's underscore spellings
-# (`project_prompt`, `summary_all`) are promises to users and keep working as aliases.
+# name -> "module:attribute": each command lives in loopx/cli/<name with _ for ->.py (tests/test_cli_modules.py
+# keeps it so); what several commands share lives in the helper modules named in HELPERS. Hyphenated names are
+# canonical; the seed's underscore spellings (`project_prompt`, `summary_all`) are promises to users and keep
+# working as aliases.
 COMMANDS = {
     "project-prompt": "loopx.cli.project_prompt:project_prompt",
-    "history": "loopx.cli.inspect:history",
-    "plugins": "loopx.cli.inspect:plugins_command",
+    "history": "loopx.cli.history:history",
+    "plugins": "loopx.cli.plugins:plugins_command",
     "quota": "loopx.cli.quota:quota",
-    "action": "loopx.cli.actions:action",
-    "exec": "loopx.cli.runs:exec_command",
-    "evidence": "loopx.cli.runs:evidence",
-    "run": "loopx.cli.runs:run",
+    "action": "loopx.cli.action:action",
+    "exec": "loopx.cli.exec:exec_command",
+    "evidence": "loopx.cli.evidence:evidence",
+    "run": "loopx.cli.run:run",
     "turn": "loopx.cli.turn:turn",
-    "loop": "loopx.cli.turn:loop",
+    "loop": "loopx.cli.loop:loop",
     "demo": "loopx.cli.demo:demo",
-    "schema": "loopx.cli.runs:schema",
-    "gate": "loopx.cli.gates:gate",
-    "todo": "loopx.cli.todos:todo",
-    "handoff": "loopx.cli.rewards:handoff",
-    "reward": "loopx.cli.rewards:reward",
-    "summary-all": "loopx.cli.rewards:summary_all",
+    "schema": "loopx.cli.schema:schema",
+    "gate": "loopx.cli.gate:gate",
+    "todo": "loopx.cli.todo:todo",
+    "handoff": "loopx.cli.handoff:handoff",
+    "reward": "loopx.cli.reward:reward",
+    "summary-all": "loopx.cli.summary_all:summary_all",
     "status": "loopx.cli.status:status",
-    "status-server": "loopx.cli.status:status_server",
+    "status-server": "loopx.cli.status_server:status_server",
     "capabilities": "loopx.cli.capabilities:capabilities",
     "registry": "loopx.cli.registry:registry",
-    "agent-prompt": "loopx.cli.agents:agent_prompt",
-    "mcp": "loopx.cli.agents:mcp_command",
+    "agent-prompt": "loopx.cli.agent_prompt:agent_prompt",
+    "mcp": "loopx.cli.mcp:mcp_command",
     "worker": "loopx.cli.worker:worker",
-    "config": "loopx.cli.worker:config",
-    "notify": "loopx.cli.worker:notify",
+    "config": "loopx.cli.config:config",
+    "notify": "loopx.cli.notify:notify",
+}
+#: The modules of loopx/cli that hold no command: what the commands share.
+HELPERS = {
+    "output": "options, output formats, errors and the registry a command opens",
+    "ids": "goal / todo / gate / run ids given whole or as a unique prefix",
+    "examples": "the example that ends each command's --help",
+    "steprun": "a capability's command run by hand as a step records its result",
+    "turn_common": "the options and text that `turn` and `loop` share",
 }
 ALIASES = {"agent_prompt": "agent-prompt", "project_prompt": "project-prompt", "summary_all": "summary-all",
            "status_server": "status-server"}

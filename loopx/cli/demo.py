@@ -22,7 +22,7 @@ def render(entry: dict) -> str:
         return f"  ({entry['text']})"
     from loopx.cli.project_prompt import goal_text
     from loopx.cli.quota import contract_text, quota_text
-    from loopx.cli.turn import loop_text
+    from loopx.cli.loop import loop_text
 
     prompt = "agent$" if entry["actor"] != "user" else "user$"
     head = f"{prompt} {shlex.join(entry['argv'])}"

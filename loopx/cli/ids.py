@@ -153,6 +153,7 @@ GOAL = IdType("goal")
 TODO = IdType("todo")
 GATE = IdType("gate")
 RUN = IdType("run")
+RUN_ID_HELP = "The run (default: env LOOPX_RUN_ID, set for commands started by `loopx exec`)."
 GOAL_HELP = "The goal (a whole id or a unique prefix; may also be given as the first argument)."
 
 

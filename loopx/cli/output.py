@@ -257,6 +257,9 @@ def actor() -> str:
     return current_actor()
 
 
+AGENT_HELP = "Who acts (default: env LOOPX_AGENT); refused with run_not_yours if the run is another agent's."
+
+
 def agent_claim(agent: str | None) -> str | None:
     """Who the caller says it is: ``--agent``, else ``LOOPX_AGENT``, else ``None`` (nobody in particular)."""
     import os

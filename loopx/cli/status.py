@@ -1,8 +1,7 @@
-"""``loopx status`` and ``loopx status-server``: the read-only projection in a terminal and over HTTP."""
+"""``loopx status``: the read-only projection of goals in a terminal (``status-server`` serves it over HTTP)."""
 
 from __future__ import annotations
 
-import json
 
 import click
 
@@ -183,34 +182,3 @@ def status(goal_id, limit, cursor, include_closed, watch, interval):
             emit(projection.goal_view(reg, goal_id), goal_text)
         else:
             emit(projection.overview(reg, limit=limit, cursor=cursor, include_closed=include_closed), overview_text)
-
-
-@click.command("status-server", cls=LoopxCommand)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
-              help="Port to bind (0 picks a free one).")
-@click.option("--token", default=None, envvar="LOOPX_STATUS_TOKEN",
-              help="Bearer token every request must carry; required to bind a non-loopback address.")
-def status_server(host, port, token):
-    """Serve the dashboard and the read-only status API (GET and HEAD only)."""
-    from loopx import status_server as server
-    from loopx.cli.output import REGISTRY_KEY
-
-    import sys
-
-    # This process only serves: hand the GIL between request threads more often than the
-    # default 5 ms, which otherwise shows up directly in the tail latency under load.
-    sys.setswitchinterval(0.0005)
-    srv = server.make_server(click.get_current_context().meta.get(REGISTRY_KEY), host=host, port=port, token=token)
-    # The first line says where it listens (port 0 picks one), so scripts and tests can read it.
-    info = {"url": srv.url, "readonly": True, "token_required": token is not None}
-    if wants_json():
-        click.echo(json.dumps(info))
-    else:
-        click.echo(f"loopx status server on {info['url']} (read-only; Ctrl-C to stop)")
-    try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        srv.shutdown_all()

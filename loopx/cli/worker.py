@@ -1,10 +1,10 @@
-"""``loopx worker`` (run every goal that should run) and ``loopx config`` (the settings it reads)."""
+"""``loopx worker``: a supervisor that runs turns for every goal that is due."""
 
 from __future__ import annotations
 
 import click
 
-from loopx.cli.output import LoopxCommand, LoopxGroup, actor, emit, open_registry
+from loopx.cli.output import LoopxCommand, emit, open_registry
 
 
 def _worker_text(out: dict) -> str:
@@ -62,88 +62,3 @@ def worker(concurrency, executor, agent, grace_seconds, lease_seconds, beat_seco
         import signal
 
         raise SystemExit(128 + int(signal.Signals[out["stopped_by"]]))
-
-
-@click.group(cls=LoopxGroup)
-def config():
-    """Settings kept in the registry: the worker's executors and where notifications go."""
-
-
-@config.command("set", cls=LoopxCommand)
-@click.argument("key")
-@click.argument("value")
-def config_set(key, value):
-    """Set KEY to VALUE (user only).
-
-    Keys: executor, executor.<goal id> (an executor name, or `none`), notify.command,
-    notify.webhook, notify.min_interval_seconds (docs/worker.md).
-    """
-    from loopx import supervision
-
-    if (key == "executor" or key.startswith("executor.")) and value != "none":
-        from loopx import executors
-
-        executors.get(value)  # a name no provider has is refused now, not at the worker's next turn
-    with open_registry() as reg:
-        out = supervision.set_setting(reg, actor(), key, value)
-    emit(out, lambda r: f"{r['key']} = {r['value']}")
-
-
-@config.command("unset", cls=LoopxCommand)
-@click.argument("key")
-def config_unset(key):
-    """Remove KEY (user only).
-
-    """
-    from loopx import supervision
-
-    with open_registry() as reg:
-        out = supervision.set_setting(reg, actor(), key, None)
-    emit(out, lambda r: f"{r['key']} unset")
-
-
-@config.command("list", cls=LoopxCommand)
-def config_list():
-    """Every setting.
-
-    """
-    from loopx import supervision
-
-    with open_registry(readonly=True) as reg, reg.read() as tx:
-        out = supervision.settings(tx)
-    emit(out, lambda r: "\n".join(f"{k} = {v}" for k, v in r.items()) or "no settings")
-
-
-@click.group(cls=LoopxGroup)
-def notify():
-    """Notifications to a person: what was sent, and a check by hand."""
-
-
-@notify.command("list", cls=LoopxCommand)
-@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-def notify_list(limit):
-    """The latest deliveries (goal, reason, channel, status, attempts), newest first.
-
-    """
-    from loopx import notify as notify_mod
-
-    with open_registry(readonly=True) as reg:
-        out = notify_mod.list_recent(reg, limit=limit)
-    emit(out, lambda rows: "\n".join(f"{r['at']}  {r['goal_id']}  {r['reason']:<18} {r['channel']:<10} {r['status']}"
-                                     f" ({r['attempts']} attempt(s))" for r in rows) or "nothing sent yet")
-
-
-@notify.command("check", cls=LoopxCommand)
-@click.option("--goal-id", "goal_ids", multiple=True, help="A goal to look at (repeat it; default: every open goal).")
-def notify_check(goal_ids):
-    """Look now for goals that came to need a person and notify (what `loopx worker` does as it runs).
-
-    """
-    from loopx import notify as notify_mod
-
-    with open_registry() as reg:
-        if not goal_ids:
-            with reg.read() as tx:
-                goal_ids = [r["id"] for r in tx.query("SELECT id FROM goals WHERE status = 'open'")]
-        out = notify_mod.check_goals(reg, list(goal_ids))
-    emit(out, lambda rows: "\n".join(f"sent {r['id']}: {r['goal_id']} {r['reason']}" for r in rows) or "nothing new")

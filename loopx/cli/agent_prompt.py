@@ -1,4 +1,4 @@
-"""``loopx agent-prompt`` and ``loopx mcp``: LoopX for agent hosts."""
+"""``loopx agent-prompt``: a turn's prompt for an agent host that drives LoopX itself."""
 
 from __future__ import annotations
 
@@ -33,24 +33,3 @@ def agent_prompt(goal_id, host, agent, ttl_seconds, managed):
     emit({"decision": contract["decision"], "reasons": contract["reasons"],
           "run_id": contract["interaction_contract"].get("run_id"), "host": host, "prompt": text},
          lambda out: out["prompt"].rstrip("\n"))
-
-
-@click.command("mcp", cls=LoopxCommand)
-def mcp_command():
-    """Serve LoopX over the Model Context Protocol on stdio, as the executor (needs `pip install 'loopx[mcp]'`).
-
-    Tools: should_run, goal_status, todo_add, todo_claim, todo_done, evidence_add, exec_step,
-    run_finish, gate_request. Goals are resources (loopx://goals/{goal_id}). Nothing a user
-    alone may do is offered. See docs/agents.md for the Claude Code and Codex configuration.
-    """
-    try:
-        import mcp.server.lowlevel  # noqa: F401
-    except ImportError:
-        from loopx.errors import LoopxError
-
-        raise LoopxError("executor_unavailable", "loopx mcp needs the MCP SDK: pip install 'loopx[mcp]'") from None
-    from loopx.mcp_server import serve
-
-    from loopx.cli.output import REGISTRY_KEY
-
-    serve(registry_url=click.get_current_context().meta.get(REGISTRY_KEY))

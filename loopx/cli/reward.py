@@ -1,4 +1,4 @@
-"""``loopx handoff``, ``loopx reward`` and ``loopx summary_all``: what runs left behind and how people scored them."""
+"""``loopx reward``: a user's score and comment on one run (the human_reward overlay)."""
 
 from __future__ import annotations
 
@@ -7,30 +7,7 @@ import json
 import click
 
 from loopx.cli.ids import goal_option, id_option
-from loopx.cli.output import LoopxCommand, LoopxGroup, actor, emit, open_registry, operation_option
-
-
-@click.group(cls=LoopxGroup)
-def handoff():
-    """Hand-off notes: what a run left for whoever acts next."""
-
-
-@handoff.command()
-@goal_option()
-def show(goal_id):
-    """The goal's latest hand-off note and the run that left it."""
-    from loopx.rewards import latest_handoff
-
-    with open_registry() as reg:
-        found = latest_handoff(reg, goal_id)
-
-    def text(d):
-        if d["handoff"] is None:
-            return f"no hand-off yet on {d['goal_id']}"
-        h, r = d["handoff"], d["run"]
-        return f"{h['note']}\n  left by run {h['run_id']} ({r['agent']}, outcome {r['outcome']}) at {h['at']}"
-
-    emit(found, text)
+from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
 
 
 def reward_line(w: dict) -> str:
@@ -100,14 +77,3 @@ def export(goal_id):
             import sys
 
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-@click.command("summary_all", cls=LoopxCommand)
-@goal_option(required=False, help="One goal (default: every goal).")
-def summary_all(goal_id):
-    """Runs, evidence, rewards, quota, open gates and todos, and the latest hand-off, per goal."""
-    from loopx import summary_all as summaries
-
-    with open_registry() as reg:
-        found = summaries.summarize(reg, goal_id)
-    emit(found, summaries.to_text)

@@ -1,0 +1,59 @@
+"""``loopx exec``: run an allowed action under a run and record it as evidence."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from loopx.cli.ids import RUN_ID_HELP, id_option
+from loopx.cli.output import AGENT_HELP, LoopxCommand, actor, agent_claim, check_inside, emit, open_registry
+
+
+def _exec_text(ev: dict) -> str:
+    d = ev["data"]
+    out = d["output_tail"].rstrip("\n")
+    head = f"{ev['summary']}  (evidence {ev['id']}, output {d['output_bytes']} bytes, {d['output_sha256'][:19]}…)"
+    return (out + "\n" if out else "") + head
+
+
+@click.command("exec", cls=LoopxCommand, context_settings={"ignore_unknown_options": True})
+@id_option("run", envvar="LOOPX_RUN_ID", help=RUN_ID_HELP)
+@click.option("--action", "action_name", default=None, help="An allowed action of the run's contract.")
+@click.option("--agent", default=None, help=AGENT_HELP)
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds before the command is killed.")
+@click.option("--unconfined", is_flag=True, default=False,
+              help="Run the command without OS confinement (docs/security.md). Env LOOPX_UNCONFINED=1.")
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def exec_command(run_id, action_name, agent, timeout, unconfined, argv):
+    """Run an allowed action (or an exact allowed command after `--`) and record it as evidence.
+
+    Exit status 0 when the command succeeded, 1 when it failed or timed out (the evidence is
+    recorded either way), 2 when LoopX refused to run it.
+    """
+    from loopx import actions, process
+
+    who = actor()
+    check_inside(run_id)
+    with open_registry() as reg:
+        def run():
+            return actions.execute(reg, who, run_id=run_id, action=action_name, argv=list(argv) if argv else None,
+                                   timeout=timeout, agent=agent_claim(agent))
+
+        if process.in_step():
+            ev = run()  # inside a turn: the turn's confinement applies
+        else:
+            # Run by hand (a harness loop): the command is confined like a turn's agent.
+            from loopx import confine, runs, turn as turns
+            from loopx.cli import run_inprocess
+
+            with reg.read() as tx:
+                the_run = runs.load_run(tx, run_id)
+            backend = confine.check(unconfined)
+            with turns.step(reg, run_id=the_run.id, goal_id=the_run.goal_id, agent=the_run.agent,
+                                workdir=os.getcwd(), backend=backend, run_cli=run_inprocess):
+                ev = run()
+    emit(ev, _exec_text)
+    if ev["data"]["exit_code"] != 0 or ev["data"]["timed_out"]:
+        sys.exit(1)
