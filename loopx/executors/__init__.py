@@ -28,7 +28,7 @@ def providers() -> dict:
     from loopx.validate import check_name
 
     found = {}
-    for name, (provider, plugin) in plugins.named("loopx_register_executors", "executor").items():
+    for name, (provider, plugin) in plugins.named(plugins.hooks().register_executors(), "executor").items():
         try:
             check_name(name, what="executor name")
         except LoopxError as err:
