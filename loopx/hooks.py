@@ -280,10 +280,10 @@ class Hooks:
         names = [i.plugin_name for i in self._caller(hook).get_hookimpls() if i.wrapper or i.hookwrapper]
         return ",".join(names) or "?"
 
-    def _invoke(self, hook: str, kwargs: dict, call: _Call):
+    def _invoke(self, hook: str, kwargs: dict, call: _Call, caller=None):
         token = _CALL.set(call)
         try:
-            return self._caller(hook)(**kwargs)
+            return (caller or self._caller(hook))(**kwargs)
         except HookFault:
             raise
         except Exception as exc:
@@ -293,6 +293,10 @@ class Hooks:
             return [a.value for a in call.answered]
         finally:
             _CALL.reset(token)
+
+    def _blame(self, hook: str, call: _Call, value) -> str:
+        """The wrapper that put ``value`` in place (or every wrapper of ``hook``, when unsure)."""
+        return next((a.plugin for a in call.put if a.value is value), None) or self._wrappers(hook)
 
     def _credit(self, hook: str, call: _Call, values: list) -> list[Answer]:
         """``values`` (pluggy's answer, wrappers included) with the plugin of each; an answer no
@@ -304,7 +308,7 @@ class Hooks:
             if found is not None:
                 out.append(left.pop(found))
                 continue
-            plugin = next((a.plugin for a in call.put if a.value is value), None) or self._wrappers(hook)
+            plugin = self._blame(hook, call, value)
             problem = call.check(value) if call.check is not None else None
             if problem:
                 _fault(call, plugin, hook, f"returned the wrong type: {problem}")
@@ -315,7 +319,11 @@ class Hooks:
     def _collect(self, hook: str, *, check=None, timeout=None, **kwargs) -> list[Answer]:
         call = _Call(hook, check=check, timeout=timeout)
         values = self._invoke(hook, kwargs, call)
-        return self._credit(hook, call, values if isinstance(values, list) else [values])
+        if not isinstance(values, list):  # only a wrapper can make it so
+            _fault(call, self._blame(hook, call, values), hook,
+                   f"returned the wrong type: a list of answers, not {type(values).__name__}")
+            values = [a.value for a in call.answered]
+        return self._credit(hook, call, values)
 
     def _registrations(self, hook: str) -> list[Registration]:
         from loopx.plugin_register import register_callable
@@ -387,9 +395,10 @@ class Hooks:
 
     # -- commands (loopx/hookspecs/commands.py)
 
-    def register_commands(self, cli) -> None:
+    def register_commands(self, cli, *, only: object | None = None) -> None:
         """``loopx_register_commands(cli)`` (:func:`loopx.hookspecs.commands.loopx_register_commands`):
-        a plugin whose hook raises adds no commands (what it added before raising is removed)."""
+        a plugin whose hook raises adds no commands (what it added before raising is removed).
+        ``only``: ask that one registered plugin alone (one registered after the CLI asked the rest)."""
         before: dict = {}
 
         def start(plugin):
@@ -400,8 +409,12 @@ class Hooks:
             cli.commands.clear()
             cli.commands.update(before)
 
-        call = _Call("loopx_register_commands", on_start=start, on_fault=undo)
-        self._invoke("loopx_register_commands", {"cli": cli}, call)
+        hook = "loopx_register_commands"
+        caller = None
+        if only is not None:
+            others = [p for _, p in self._pm.list_name_plugin() if p is not only and p is not None]
+            caller = self._pm.subset_hook_caller(hook, others)
+        self._invoke(hook, {"cli": cli}, _Call(hook, on_start=start, on_fault=undo), caller)
 
     # -- vocabulary (loopx/hookspecs/vocabulary.py)
 

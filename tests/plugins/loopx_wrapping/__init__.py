@@ -63,6 +63,8 @@ class Wrapper:
             raise RuntimeError("the wrapper exploded after")
         if _mode("WRAPPER") == "wrongtype":
             return answers + ["not a list"]
+        if _mode("WRAPPER") == "notalist":
+            return "not a list of answers"
         return answers + [[{"argv": ["loopx", "run", "show", run_id], "note": "added by the wrapper"}]]
 
     @hookimpl(wrapper=True)
