@@ -86,6 +86,7 @@ class _Call:
         self.answered: list[Answer] = []  # every plain implementation that worked, in call order
         self.put: list[Answer] = []  # answers a wrapper put in place, and which wrapper
         self.current: str | None = None  # the plugin whose implementation is running
+        self.failed: HookFault | None = None  # the first fault of a call that fails closed
 
 
 _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("loopx_hook_call", default=None)
@@ -101,7 +102,9 @@ def _fault(call: _Call | None, plugin: str, hook: str, message: str) -> None:
     if call is not None and call.on_fault is not None:
         call.on_fault(plugin)
     if call is not None and call.raise_faults:
-        raise HookFault(plugin, hook, message)
+        # Kept on the call too: a wrapper that swallows the fault does not turn it into a yes.
+        call.failed = call.failed or HookFault(plugin, hook, message)
+        raise call.failed
     report_fault(plugin, hook, message)
 
 
@@ -176,8 +179,8 @@ def _contain_wrapper(fn, plugin: str, hook: str):
     # call raised is handed to the plugin, which may answer instead; if it does not, it goes on up.
     def contained(*args, **kwargs):
         call = _current(hook)
-        gen = fn(*args, **kwargs)
         try:
+            gen = fn(*args, **kwargs)
             next(gen)
         except StopIteration:
             _fault(call, plugin, hook, "failed: its wrapper did not yield")
@@ -361,11 +364,14 @@ class Hooks:
         ``firstresult``: the first veto and its plugin, or ``None``.
 
         Fails closed: an implementation (or wrapper) that raises, runs past :func:`hook_timeout`
-        or answers something ``check`` refuses raises :class:`HookFault` naming its plugin.
+        or answers something ``check`` refuses raises :class:`HookFault` naming its plugin, even
+        when a wrapper caught the fault and answered instead.
         """
         hook = "loopx_contract_veto"
         call = _Call(hook, check=check, timeout=hook_timeout(), raise_faults=True)
         value = self._invoke(hook, {"tx": tx, "goal": goal}, call)
+        if call.failed is not None:
+            raise call.failed
         if value is None:
             return None
         return self._credit(hook, call, [value])[0]

@@ -123,6 +123,10 @@ def test_a_raising_veto_under_a_wrapper_still_fails_closed(cli):
     assert not _seen(cli, "late veto asked")
     quota = json.loads(cli("quota", "show", "--goal-id", g, "--json").stdout)
     assert quota["open_runs"] == []
+    # A wrapper that catches the fault and answers "no veto" does not make it a yes.
+    doc, err = _should_run(cli, g, WRAPPING_VETO="raise", WRAPPING_WRAPPER="swallow")
+    assert (doc["decision"], doc["reasons"]) == ("repair", ["plugin_failed"]) and "'plain'" in err
+    assert _seen(cli, "wrapper saw a veto fault")
 
 
 def test_every_hookspec_has_one_typed_facade_method():
