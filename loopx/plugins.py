@@ -9,6 +9,7 @@ directory (installing or removing a distribution changes its site-packages direc
 ``LOOPX_PLUGINS`` (comma-separated allow-list of entry-point names) and
 ``LOOPX_DISABLE_PLUGINS`` (block-list) choose what loads. A plugin that fails to import, or
 implements a hook that does not exist, is reported by name and skipped; the core keeps working.
+The core calls plugins only through :func:`hooks` (the typed façade, :mod:`loopx.hooks`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ import sys
 from pathlib import Path
 
 import pluggy
+
+# The typed façade and its containment live in loopx.hooks (which imports nothing of this module);
+# the fault vocabulary stays importable from here.
+from loopx.hooks import (  # noqa: F401
+    DEFAULT_HOOK_TIMEOUT, ENV_HOOK_TIMEOUT, Answer, ContainedPluginManager, HookFault, Hooks, Registration, faults,
+    hook_timeout, report_fault,
+)
 
 ENTRY_POINT_GROUP = "loopx"
 BUILTINS = ("loopx.builtin",)
@@ -66,8 +74,6 @@ def _build() -> pluggy.PluginManager:
     import importlib
 
     from loopx import hookspecs
-
-    from loopx.hooks import ContainedPluginManager
 
     # Every implementation registered here (and later, by tests) is contained: see loopx.hooks.
     pm = ContainedPluginManager("loopx")
@@ -157,13 +163,6 @@ def _cache_file() -> Path:
 
 
 # --- the façade: every hook call goes through loopx.hooks.Hooks -------------------------------------
-#
-# Containment and the typed methods live in loopx.hooks (below this module); what callers used to
-# find here stays importable from here.
-from loopx.hooks import (  # noqa: E402,F401
-    DEFAULT_HOOK_TIMEOUT, ENV_HOOK_TIMEOUT, Answer, HookFault, Hooks, Registration, faults, hook_timeout,
-    report_fault,
-)
 
 _hooks: tuple | None = None  # (plugin manager, its façade)
 
