@@ -112,6 +112,7 @@ class World:
         self.url = str(tmp / "registry.db")
         self.env = plugin_env(tmp, self.url, recorder="loopx_recorder")
         self.env["RECORDER_LOG"] = str(tmp / "calls.jsonl")
+        self.env["LOOPX_HOOK_TIMEOUT"] = "60"  # a loaded machine must not turn a slow hook into a fault
         self.log = tmp / "calls.jsonl"
         self.out: dict[str, subprocess.CompletedProcess] = {}
 

@@ -29,7 +29,7 @@ def cli(tmp_path, sqlite_url):
         env = plugin_env(tmp_path, sqlite_url, **{k: PLUGINS[k] for k in plugins})
         log.write_text("")
         p = subprocess.run([sys.executable, "-m", "loopx", *args], capture_output=True, text=True, timeout=60,
-                           env={**env, "WRAPPING_LOG": str(log), **extra})
+                           env={**env, "WRAPPING_LOG": str(log), "LOOPX_HOOK_TIMEOUT": "60", **extra})
         assert "Traceback" not in p.stderr, p.stderr
         run.calls = [json.loads(line) for line in log.read_text().splitlines()]
         return p
