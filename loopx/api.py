@@ -101,6 +101,8 @@ _LAZY = {
     # --- executors ---
     "Executor": "loopx.executors.protocol:Executor",
     "CheckedExecutor": "loopx.executors.protocol:CheckedExecutor",
+    "InterruptibleExecutor": "loopx.executors.protocol:InterruptibleExecutor",
+    "stop_requested": "loopx.interrupt:requested",
     # --- testing ---
     "CliResult": "loopx.testing:CliResult",
     "capability_doc_problems": "loopx.testing:capability_doc_problems",

@@ -234,7 +234,7 @@ def load() -> dict[str, Capability]:
     if _cache is not None and _cache[0] == key:
         return _cache[1]
     found: list[Capability] = []
-    for plugin, _builtin, (declaration, *_rest) in plugins.registrations("loopx_register_capabilities"):
+    for plugin, _builtin, (declaration, *_rest) in plugins.hooks().register_capabilities():
         if isinstance(declaration, dict):
             try:
                 declaration = Capability(**declaration)

@@ -122,11 +122,11 @@ def veto(tx, goal) -> dict | None:
     """
     from loopx import plugins
 
-    if not plugins.has_impls("loopx_contract_veto"):
+    hooks = plugins.hooks()
+    if not hooks.implemented(hooks.contract_veto):
         return None
     try:
-        found = plugins.call("loopx_contract_veto", tx=tx, goal=goal, check=_check_veto,
-                             timeout=plugins.hook_timeout(), raise_faults=True)
+        found = hooks.contract_veto(tx, goal, check=_check_veto)
     except plugins.HookFault as fault:
         plugins.faults.append((fault.plugin, fault.hook, fault.message))
         import sys
@@ -139,14 +139,14 @@ def veto(tx, goal) -> dict | None:
                 "actions": ["loopx plugins"], "argvs": [["loopx", "plugins"]], "problems": []}
     from loopx import steps
 
-    for name, answer in found:
-        if answer:
-            # Each action is checked as argv (never passed on as text to eval); bad ones are named.
-            argvs, problems = steps.veto_actions(answer.get("actions"), name)
-            for p in problems:
-                plugins.report_fault(name, "loopx_contract_veto", p.split(": ", 1)[-1])
-            return {**answer, "argvs": argvs, "problems": problems}
-    return None
+    if found is None or not found.value:
+        return None
+    name, answer = found
+    # Each action is checked as argv (never passed on as text to eval); bad ones are named.
+    argvs, problems = steps.veto_actions(answer.get("actions"), name)
+    for p in problems:
+        plugins.report_fault(name, "loopx_contract_veto", p.split(": ", 1)[-1])
+    return {**answer, "argvs": argvs, "problems": problems}
 
 
 def decide(tx, inputs, *, agent: str, now: str, own_run, vetoed: dict | None = None) -> Decision:
@@ -363,11 +363,11 @@ def contributions(tx, goal, run_id: str, left: dict | None, problems: list | Non
 
     from loopx import plugins
 
-    if not plugins.has_impls("loopx_contract_actions"):
+    hooks = plugins.hooks()
+    if not hooks.implemented(hooks.contract_actions):
         return []
     out = []
-    for plugin, found in plugins.call("loopx_contract_actions", tx=tx, goal=goal, run_id=run_id, remaining=left,
-                                      check=_check_actions, timeout=plugins.hook_timeout()):
+    for plugin, found in hooks.contract_actions(tx, goal, run_id, left, check=_check_actions):
         good, bad = steps.contributed(found, plugin)
         out += good
         for p in bad:

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 DEFAULT_GRACE_SECONDS = 30.0
 
 _state = {"signal": None, "at": None, "forced": False, "grace": DEFAULT_GRACE_SECONDS, "timer": None}
+_listeners: list = []  # callables told once when a stop is asked for (an executor's interrupt())
 _wake = threading.Event()
 
 
@@ -58,10 +59,44 @@ def stop_children() -> list[int]:
     return found
 
 
+def _tell(listeners) -> None:
+    import sys
+
+    for listener in listeners:
+        try:
+            listener()
+        except Exception as exc:  # a broken listener must not keep the stop from happening
+            print(f"loopx: warning: {getattr(listener, '__qualname__', listener)!s} failed when asked to stop: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+@contextmanager
+def on_stop(listener):
+    """Tell ``listener()`` (once, from a thread of its own) when a stop is asked for while the
+    block runs, or at once if it was asked for already. ``None`` listens to nothing.
+
+    This is how the core asks an executor to stop (:class:`loopx.executors.protocol.InterruptibleExecutor`):
+    the listener must return quickly; the grace period and the stopping of children still apply.
+    """
+    if listener is None:
+        yield
+        return
+    _listeners.append(listener)
+    try:
+        if _state["signal"] is not None:
+            _tell([listener])
+        yield
+    finally:
+        _listeners.remove(listener)
+
+
 def _on_signal(signum, frame):
     if _state["signal"] is None:
         _state["signal"], _state["at"] = signum, time.monotonic()
         _wake.set()
+        if _listeners:
+            # Not in the signal handler: a listener may take a lock the interrupted code holds.
+            threading.Thread(target=_tell, args=(list(_listeners),), name="loopx-stop", daemon=True).start()
         timer = threading.Timer(_state["grace"], stop_children)
         timer.daemon = True
         _state["timer"] = timer

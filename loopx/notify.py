@@ -190,8 +190,9 @@ def deliver(reg, payload: dict, values: dict, *, key: str | None = None) -> dict
         status, attempts, detail = _post(url, body)
         _record(reg, goal_id, reason, key, "webhook", status, attempts, detail)
         results["webhook"] = status
-    if plugins.has_impls("loopx_notify"):
-        for plugin, answer in plugins.call("loopx_notify", notification=dict(payload), timeout=COMMAND_TIMEOUT):
+    hooks = plugins.hooks()
+    if hooks.implemented(hooks.notify):
+        for plugin, answer in hooks.notify(dict(payload), timeout=COMMAND_TIMEOUT):
             status = "delivered" if answer is True else "answered"
             _record(reg, goal_id, reason, key, f"hook:{plugin}"[:100], status, 1, {"answer": repr(answer)[:200]})
             results[f"hook:{plugin}"] = status

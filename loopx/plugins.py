@@ -9,6 +9,7 @@ directory (installing or removing a distribution changes its site-packages direc
 ``LOOPX_PLUGINS`` (comma-separated allow-list of entry-point names) and
 ``LOOPX_DISABLE_PLUGINS`` (block-list) choose what loads. A plugin that fails to import, or
 implements a hook that does not exist, is reported by name and skipped; the core keeps working.
+The core calls plugins only through :func:`hooks` (the typed façade, :mod:`loopx.hooks`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ import sys
 from pathlib import Path
 
 import pluggy
+
+# The typed façade and its containment live in loopx.hooks (which imports nothing of this module);
+# the fault vocabulary stays importable from here.
+from loopx.hooks import (  # noqa: F401
+    DEFAULT_HOOK_TIMEOUT, ENV_HOOK_TIMEOUT, Answer, ContainedPluginManager, HookFault, Hooks, Registration, faults,
+    hook_timeout, report_fault,
+)
 
 ENTRY_POINT_GROUP = "loopx"
 BUILTINS = ("loopx.builtin",)
@@ -67,7 +75,8 @@ def _build() -> pluggy.PluginManager:
 
     from loopx import hookspecs
 
-    pm = pluggy.PluginManager("loopx")
+    # Every implementation registered here (and later, by tests) is contained: see loopx.hooks.
+    pm = ContainedPluginManager("loopx")
     for name in hookspecs.MODULES:
         pm.add_hookspecs(importlib.import_module(name))
     for name in BUILTINS:
@@ -153,151 +162,23 @@ def _cache_file() -> Path:
     return Path(platformdirs.user_cache_dir("loopx", appauthor=False)) / f"entry-points-{tag}.json"
 
 
-# --- the façade: every hook call goes through the functions below --------------------------------
-#
-# Each implementation is called on its own, so that one plugin's fault is contained: a hook that
-# raises, runs past its deadline or returns the wrong type is named in a warning on stderr (and in
-# ``faults``) and skipped. What "skipped" means is the caller's decision (a veto fails closed).
+# --- the façade: every hook call goes through loopx.hooks.Hooks -------------------------------------
 
-ENV_HOOK_TIMEOUT = "LOOPX_HOOK_TIMEOUT"
-DEFAULT_HOOK_TIMEOUT = 2.0
-#: Faults met in this process: ``[(plugin name, hook name, one-line message)]``.
-faults: list[tuple[str, str, str]] = []
+_hooks: tuple | None = None  # (plugin manager, its façade)
 
 
-class HookFault(Exception):
-    """One implementation of a hook failed: it raised, timed out, or returned the wrong type."""
-
-    def __init__(self, plugin: str, hook: str, message: str):
-        super().__init__(f"plugin {plugin!r} hook {hook} {message}")
-        self.plugin, self.hook, self.message = plugin, hook, message
-
-
-def report_fault(plugin: str, hook: str, message: str) -> None:
-    """Name a failed hook implementation on stderr; the caller skips it (or fails closed)."""
-    faults.append((plugin, hook, message))
-    print(f"loopx: warning: plugin {plugin!r} {hook} {message}; skipped", file=sys.stderr)
+def hooks() -> Hooks:
+    """The typed façade over the process-wide plugin manager (:class:`loopx.hooks.Hooks`): the core calls plugins only through it."""
+    global _hooks
+    pm = get_plugin_manager()
+    if _hooks is None or _hooks[0] is not pm:
+        _hooks = (pm, Hooks(pm, BUILTINS))
+    return _hooks[1]
 
 
-def hook_timeout() -> float:
-    """Seconds a contract hook may take (``LOOPX_HOOK_TIMEOUT``, default 2)."""
-    try:
-        value = float(os.environ.get(ENV_HOOK_TIMEOUT) or DEFAULT_HOOK_TIMEOUT)
-    except ValueError:
-        return DEFAULT_HOOK_TIMEOUT
-    return value if value > 0 else DEFAULT_HOOK_TIMEOUT
-
-
-def has_impls(name: str) -> bool:
-    """Whether any plugin implements hook ``name``."""
-    return bool(getattr(get_plugin_manager().hook, name).get_hookimpls())
-
-
-def is_firstresult(name: str) -> bool:
-    """Whether hook ``name`` has one answer (its spec says ``firstresult``)."""
-    spec = getattr(get_plugin_manager().hook, name).spec
-    return bool(spec and spec.opts.get("firstresult"))
-
-
-def impls(name: str) -> list:
-    """The implementations of hook ``name`` in call order (pluggy's: last registered first,
-    ``tryfirst`` before, ``trylast`` - the built-ins - after)."""
-    return list(reversed(getattr(get_plugin_manager().hook, name).get_hookimpls()))
-
-
-def _call_one(impl, kwargs: dict, timeout: float | None):
-    args = {a: kwargs[a] for a in impl.argnames}
-    if timeout is None:
-        return impl.function(**args)
-    import threading
-
-    box: dict = {}
-
-    def target():
-        try:
-            box["value"] = impl.function(**args)
-        except BaseException as exc:  # reported by the caller's thread
-            box["error"] = exc
-
-    # A daemon thread: a hook that never returns is abandoned, never waited for.
-    thread = threading.Thread(target=target, name=f"loopx-hook-{impl.plugin_name}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise TimeoutError(f"took longer than {timeout:g}s")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
-
-
-class _WrongType(Exception):
-    pass
-
-
-def call(name: str, *, check=None, timeout: float | None = None, stop_at_first: bool | None = None,
-         raise_faults: bool = False, **kwargs) -> list[tuple[str, object]]:
-    """Call every implementation of hook ``name``; ``[(plugin name, result)]`` of those that worked.
-
-    ``check(result)`` returns an error text for a result of the wrong type (``None`` if fine);
-    ``timeout`` bounds each implementation (seconds). A failing implementation is reported
-    (:func:`report_fault`) and left out, or raised as :class:`HookFault` with ``raise_faults``
-    (for callers that must fail closed). A ``firstresult`` hook stops at the first answer that
-    is not ``None``.
-    """
-    if stop_at_first is None:
-        stop_at_first = is_firstresult(name)
-    out = []
-    for impl in impls(name):
-        try:
-            result = _call_one(impl, kwargs, timeout)
-            problem = check(result) if check is not None else None
-            if problem:
-                raise _WrongType(problem)
-        except Exception as exc:
-            if isinstance(exc, TimeoutError):
-                message = f"timed out ({exc})"
-            elif isinstance(exc, _WrongType):
-                message = f"returned the wrong type: {exc}"
-            else:
-                message = f"failed: {type(exc).__name__}: {exc}"
-            if raise_faults:
-                raise HookFault(impl.plugin_name, name, message) from None
-            report_fault(impl.plugin_name, name, message)
-            continue
-        out.append((impl.plugin_name, result))
-        if stop_at_first and result is not None:
-            break
-    return out
-
-
-def registrations(name: str) -> list[tuple[str, bool, tuple]]:
-    """What every implementation of a ``register(...)``-style hook registered.
-
-    Returns ``[(plugin name, is built-in, args)]`` in call order, ``args`` the full argument
-    tuple of the hook's prototype in :mod:`loopx.plugin_register` (defaults filled in, keywords placed). A
-    plugin whose hook raises, or calls ``register`` wrongly, is reported naming it, and none of
-    its registrations count (they might be half done).
-    """
-    from loopx.plugin_register import RegisterMisuse, register_callable
-
-    out = []
-    for impl in impls(name):
-        mine: list[tuple] = []
-        register = register_callable(name, mine)
-        try:
-            _call_one(impl, {a: register for a in impl.argnames}, None)
-        except RegisterMisuse as exc:
-            report_fault(impl.plugin_name, name, str(exc))
-            continue
-        except Exception as exc:
-            report_fault(impl.plugin_name, name, f"failed: {type(exc).__name__}: {exc}")
-            continue
-        out.extend((impl.plugin_name, impl.plugin_name in BUILTINS, args) for args in mine)
-    return out
-
-
-def named(name: str, what: str) -> dict[str, tuple[object, str]]:
-    """``{key: (value, plugin)}`` from a hook whose implementations call ``register(key, value)``.
+def named(registered: list[Registration], what: str) -> dict[str, tuple[object, str]]:
+    """``{key: (value, plugin)}`` from the registrations of a hook whose implementations call
+    ``register(key, value)`` (``named(hooks().register_stores(), "storage scheme")``).
 
     The one rule for "a plugin replaces a built-in": built-ins are ``trylast``, so a plugin's
     registration of a key comes first and wins over a built-in's; two plugins registering one key
@@ -306,7 +187,7 @@ def named(name: str, what: str) -> dict[str, tuple[object, str]]:
     from loopx.errors import LoopxError
 
     found: dict[str, tuple[object, str]] = {}
-    for plugin, builtin, args in registrations(name):
+    for plugin, builtin, args in registered:
         key, value = str(args[0]).lower(), args[1]
         if key in found:
             if builtin:
@@ -349,7 +230,7 @@ def error_codes() -> dict[str, str]:
 
     def build():
         out = {}
-        for plugin, _builtin, (code, description) in registrations("loopx_register_error_codes"):
+        for plugin, _builtin, (code, description) in hooks().register_error_codes():
             description = description if isinstance(description, str) else ""
             if not _namespaced(code):
                 report_fault(plugin, "loopx_register_error_codes",
@@ -388,7 +269,7 @@ def event_kinds(core_areas=(), retired=()) -> dict[str, tuple]:
                                  f"kind {name!r}; disable one (LOOPX_DISABLE_PLUGINS={plugin})")
             out[name] = entry
 
-        for plugin, _builtin, (name, apply, writers, guard, formerly) in registrations("loopx_register_event_kinds"):
+        for plugin, _builtin, (name, apply, writers, guard, formerly) in hooks().register_event_kinds():
             writers = (writers,) if isinstance(writers, str) else tuple(writers or ())
             formerly = formerly or ()
             formerly = (formerly,) if isinstance(formerly, str) else tuple(formerly)
@@ -466,25 +347,7 @@ def calling_plugins(depth: int = 2) -> set | None:
 
 def store_factories() -> dict:
     """``{scheme: factory}`` from every plugin's ``loopx_register_stores``."""
-    return {k: v for k, (v, _) in named("loopx_register_stores", "storage scheme").items()}
-
-
-def notify_committed(registry, events) -> None:
-    """Tell ``loopx_event_committed`` observers about committed events; never raises."""
-    if has_impls("loopx_event_committed"):
-        call("loopx_event_committed", registry=registry, events=events)
-
-
-def register_commands(cli) -> None:
-    """Let every plugin add its commands to ``cli``; a plugin whose hook raises adds none."""
-    for impl in impls("loopx_register_commands"):
-        before = dict(cli.commands)
-        try:
-            _call_one(impl, {"cli": cli}, None)
-        except Exception as exc:
-            cli.commands.clear()
-            cli.commands.update(before)
-            report_fault(impl.plugin_name, "loopx_register_commands", f"failed: {type(exc).__name__}: {exc}")
+    return {k: v for k, (v, _) in named(hooks().register_stores(), "storage scheme").items()}
 
 
 def describe() -> list[dict]:

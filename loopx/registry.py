@@ -430,7 +430,9 @@ class Registry:
         if events:
             from loopx import plugins
 
-            plugins.notify_committed(self, events)
+            hooks = plugins.hooks()
+            if hooks.implemented(hooks.event_committed):
+                hooks.event_committed(self, events)
         return result
 
 

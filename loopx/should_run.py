@@ -94,7 +94,8 @@ class _Answers:
 def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
     from loopx import plugins
 
-    veto_on, actions_on = plugins.has_impls("loopx_contract_veto"), plugins.has_impls("loopx_contract_actions")
+    hooks = plugins.hooks()
+    veto_on, actions_on = hooks.implemented(hooks.contract_veto), hooks.implemented(hooks.contract_actions)
     if not (veto_on or actions_on):
         return _Answers()
     from loopx import capabilities, contract, inputs

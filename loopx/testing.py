@@ -85,10 +85,11 @@ def loopx_plugin():
             return plugin
         added.append(pm.register(plugin, name=name))
         pm.check_pending()
-        hook = getattr(plugin, "loopx_register_commands", None)
-        if hook is not None and cli.__dict__.get("_plugins_loaded"):
+        if cli.__dict__.get("_plugins_loaded"):
             # The CLI already asked installed plugins for their commands; ask this one now.
-            hook(cli=cli)
+            from loopx.plugins import hooks
+
+            hooks().register_commands(cli, only=plugin)
         return plugin
 
     yield register

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from loopx.executors import CheckedExecutor, get
+from loopx.executors import CheckedExecutor, InterruptibleExecutor, get
 
 
 def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: str | None = None,
@@ -56,7 +56,10 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
         with step(registry, run_id=run_id, goal_id=goal_id, agent=agent,
                   workdir=answer["interaction_contract"]["agent_channel"].get("workdir"), backend=backend,
                   run_cli=run_cli):
-            result = provider.run_turn(registry, answer, agent=agent)
+            # How the core asks an executor to stop (SIGTERM / Ctrl-C): its interrupt(), if it has
+            # one; then, after the grace period, the process groups of every child it started.
+            with interrupt.on_stop(provider.interrupt if isinstance(provider, InterruptibleExecutor) else None):
+                result = provider.run_turn(registry, answer, agent=agent)
     except Exception as exc:
         if interrupt.requested():
             result = {}

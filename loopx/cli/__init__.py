@@ -74,7 +74,7 @@ class RootGroup(LoopxGroup):
             from loopx import plugins
 
             # One plugin's broken commands hook costs that plugin its commands, nothing more.
-            plugins.register_commands(self)
+            plugins.hooks().register_commands(self)
 
     def main(self, args=None, prog_name=None, **extra):
         """Run the CLI; usage errors become LoopX errors (one line, ``invalid_argument``, exit 2)."""

@@ -15,7 +15,7 @@ from loopx.errors import LoopxError
 # The one way LoopX runs a child process lives in loopx.process (below the domain layer, so that
 # `loopx exec` can use it without importing executors); importable from here as before.
 from loopx.process import TAIL_BYTES, run_command  # noqa: E402,F401
-from loopx.executors.protocol import CheckedExecutor, Executor, TurnResult  # noqa: E402,F401
+from loopx.executors.protocol import CheckedExecutor, Executor, InterruptibleExecutor, TurnResult  # noqa: E402,F401
 
 
 def providers() -> dict:
@@ -28,7 +28,7 @@ def providers() -> dict:
     from loopx.validate import check_name
 
     found = {}
-    for name, (provider, plugin) in plugins.named("loopx_register_executors", "executor").items():
+    for name, (provider, plugin) in plugins.named(plugins.hooks().register_executors(), "executor").items():
         try:
             check_name(name, what="executor name")
         except LoopxError as err:

@@ -17,7 +17,10 @@ def loopx_register_executors(register):
     ``ok`` only when the run's evidence supports it; a provider never finishes it itself. An
     optional ``provider.check()`` raises a ``LoopxError`` when the provider cannot work (its
     program is missing, its configuration malformed); it is called before should-run, so no run
-    is opened for nothing. ``provider`` implements :class:`loopx.executors.protocol.Executor`.
+    is opened for nothing. An optional ``provider.interrupt()`` is called once, from another
+thread, when the turn is asked to stop (SIGTERM, Ctrl-C): start no new step and return.
+``provider`` implements :class:`loopx.executors.protocol.Executor` (start, step, interrupt and
+confinement are spelled out there).
     Every child it starts with ``run_command`` during the turn runs confined, reaching the
     registry only through the turn's broker (``docs/security.md``). Built in: ``shell``, ``claude-code``, ``codex`` and ``command``
     (see ``docs/agents.md``).

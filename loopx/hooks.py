@@ -1,0 +1,442 @@
+"""The typed façade over ``pm.hook``: one method per hookspec, called through pluggy itself.
+
+The core calls plugins only through :class:`Hooks` (``loopx.plugins.hooks()``). Each method
+has the hookspec's parameters and a typed answer, and calls ``pm.hook.<name>(...)``: pluggy's
+own calling, so a plugin's wrapper hooks (``@hookimpl(wrapper=True)``, and old-style
+``hookwrapper=True``) see and may alter the answer, ``firstresult`` stops at the first answer
+that is not ``None``, and ``tryfirst``/``trylast`` order the calls, all as pluggy documents.
+
+Fault containment is installed where no caller can bypass it: when a plugin is registered
+(:class:`ContainedPluginManager`), each of its hook implementations is wrapped. A plain
+implementation that raises, runs past the call's deadline or returns the wrong type is named in
+a warning on stderr (and in :data:`faults`) and answers ``None``, which pluggy leaves out; a
+wrapper that raises or misbehaves is named and passes the answer through unchanged. A call that
+must fail closed (a veto) raises :class:`HookFault` instead. What the call asks of each
+implementation (deadline, type check, what to undo on a fault) travels in a context variable set
+by the façade for the length of one call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import sys
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+import pluggy
+
+if TYPE_CHECKING:
+    from loopx.model import Event, Goal
+
+ENV_HOOK_TIMEOUT = "LOOPX_HOOK_TIMEOUT"
+DEFAULT_HOOK_TIMEOUT = 2.0
+#: Faults met in this process: ``[(plugin name, hook name, one-line message)]``.
+faults: list[tuple[str, str, str]] = []
+
+
+class HookFault(Exception):
+    """One implementation of a hook failed: it raised, timed out, or returned the wrong type."""
+
+    def __init__(self, plugin: str, hook: str, message: str):
+        super().__init__(f"plugin {plugin!r} hook {hook} {message}")
+        self.plugin, self.hook, self.message = plugin, hook, message
+
+
+def report_fault(plugin: str, hook: str, message: str) -> None:
+    """Name a failed hook implementation on stderr; the caller skips it (or fails closed)."""
+    faults.append((plugin, hook, message))
+    print(f"loopx: warning: plugin {plugin!r} {hook} {message}; skipped", file=sys.stderr)
+
+
+def hook_timeout() -> float:
+    """Seconds a contract hook may take (``LOOPX_HOOK_TIMEOUT``, default 2)."""
+    try:
+        value = float(os.environ.get(ENV_HOOK_TIMEOUT) or DEFAULT_HOOK_TIMEOUT)
+    except ValueError:
+        return DEFAULT_HOOK_TIMEOUT
+    return value if value > 0 else DEFAULT_HOOK_TIMEOUT
+
+
+class Answer(NamedTuple):
+    """One implementation's answer to a hook, and the plugin that gave it."""
+
+    plugin: str
+    value: Any
+
+
+class Registration(NamedTuple):
+    """One call of a ``register(...)`` callable: the full argument tuple of its prototype
+    (:mod:`loopx.plugin_register`), and who made it."""
+
+    plugin: str
+    builtin: bool
+    args: tuple
+
+
+# --- containment, installed at registration --------------------------------------------------
+
+
+class _Call:
+    """What one façade call asks of every implementation it reaches."""
+
+    def __init__(self, hook: str, check=None, timeout: float | None = None, raise_faults: bool = False,
+                 on_start: Callable[[str], None] | None = None, on_fault: Callable[[str], None] | None = None):
+        self.hook, self.check, self.timeout, self.raise_faults = hook, check, timeout, raise_faults
+        self.on_start, self.on_fault = on_start, on_fault
+        self.answered: list[Answer] = []  # every plain implementation that worked, in call order
+        self.put: list[Answer] = []  # answers a wrapper put in place, and which wrapper
+        self.current: str | None = None  # the plugin whose implementation is running
+        self.failed: HookFault | None = None  # the first fault of a call that fails closed
+
+
+_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("loopx_hook_call", default=None)
+
+
+def _current(hook: str) -> _Call | None:
+    call = _CALL.get()
+    # A nested call of another hook (made directly through pm.hook) is not this call's business.
+    return call if call is not None and call.hook == hook else None
+
+
+def _fault(call: _Call | None, plugin: str, hook: str, message: str) -> None:
+    if call is not None and call.on_fault is not None:
+        call.on_fault(plugin)
+    if call is not None and call.raise_faults:
+        # Kept on the call too: a wrapper that swallows the fault does not turn it into a yes.
+        call.failed = call.failed or HookFault(plugin, hook, message)
+        raise call.failed
+    report_fault(plugin, hook, message)
+
+
+class _WrongType(Exception):
+    pass
+
+
+def _describe(exc: BaseException) -> str:
+    from loopx.plugin_register import RegisterMisuse
+
+    if isinstance(exc, TimeoutError):
+        return f"timed out ({exc})"
+    if isinstance(exc, _WrongType):
+        return f"returned the wrong type: {exc}"
+    if isinstance(exc, RegisterMisuse):
+        return str(exc)
+    return f"failed: {type(exc).__name__}: {exc}"
+
+
+def _run(fn, args, kwargs, timeout: float | None, plugin: str):
+    if timeout is None:
+        return fn(*args, **kwargs)
+    import threading
+
+    box: dict = {}
+    context = contextvars.copy_context()
+
+    def target():
+        try:
+            box["value"] = context.run(fn, *args, **kwargs)
+        except BaseException as exc:  # raised again in the caller's thread
+            box["error"] = exc
+
+    # A daemon thread: a hook that never returns is abandoned, never waited for.
+    thread = threading.Thread(target=target, name=f"loopx-hook-{plugin}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"took longer than {timeout:g}s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _contain_plain(fn, plugin: str, hook: str):
+    def contained(*args, **kwargs):
+        call = _current(hook)
+        try:
+            if call is not None:
+                call.current = plugin
+                if call.on_start is not None:
+                    call.on_start(plugin)
+            result = _run(fn, args, kwargs, call.timeout if call else None, plugin)
+            problem = call.check(result) if call is not None and call.check is not None else None
+            if problem:
+                raise _WrongType(problem)
+        except HookFault:
+            raise  # a fail-closed call below this one: already named
+        except Exception as exc:
+            _fault(call, plugin, hook, _describe(exc))
+            return None  # pluggy leaves None out of the answers
+        if call is not None:
+            call.answered.append(Answer(plugin, result))
+        return result
+
+    return contained
+
+
+def _contain_wrapper(fn, plugin: str, hook: str):
+    # A generator in front of the plugin's: whatever the plugin's own code raises (before or after
+    # its yield) is named, and the answer it was given passes through unchanged. What the inner
+    # call raised is handed to the plugin, which may answer instead; if it does not, it goes on up.
+    def contained(*args, **kwargs):
+        call = _current(hook)
+        try:
+            gen = fn(*args, **kwargs)
+            next(gen)
+        except StopIteration:
+            _fault(call, plugin, hook, "failed: its wrapper did not yield")
+            return (yield)
+        except HookFault:
+            raise
+        except Exception as exc:
+            _fault(call, plugin, hook, _describe(exc))
+            return (yield)
+        try:
+            received = yield
+        except BaseException as inner:
+            try:
+                gen.throw(inner)
+            except StopIteration as stop:
+                return stop.value
+            except BaseException as again:
+                if again is inner or isinstance(again, HookFault) or not isinstance(again, Exception):
+                    raise
+                _fault(call, plugin, hook, _describe(again))
+                raise inner from None
+            gen.close()
+            _fault(call, plugin, hook, "failed: its wrapper yielded twice")
+            raise
+        try:
+            gen.send(received)
+        except StopIteration as stop:
+            if call is not None and stop.value is not received:
+                _note_put(call, plugin, received, stop.value)
+            return stop.value
+        except HookFault:
+            raise
+        except Exception as exc:
+            _fault(call, plugin, hook, _describe(exc))
+            return received
+        gen.close()
+        _fault(call, plugin, hook, "failed: its wrapper yielded twice")
+        return received
+
+    return contained
+
+
+def _note_put(call: _Call, plugin: str, before, after) -> None:
+    """Remember which answers in ``after`` the wrapper ``plugin`` put there (not in ``before``)."""
+    old = before if isinstance(before, list) else [before]
+    for value in after if isinstance(after, list) else [after]:
+        if value is not None and not any(value is o for o in old):
+            call.put.append(Answer(plugin, value))
+
+
+def contain(pm: pluggy.PluginManager, plugin: object) -> None:
+    """Wrap every hook implementation of the registered ``plugin`` (once) so its faults are contained."""
+    for caller in pm.get_hookcallers(plugin) or []:
+        for impl in caller.get_hookimpls():
+            if impl.plugin is not plugin or getattr(impl.function, "_loopx_contained", False):
+                continue
+            wrap = _contain_wrapper if (impl.wrapper or impl.hookwrapper) else _contain_plain
+            contained = wrap(impl.function, impl.plugin_name, caller.name)
+            contained._loopx_contained = True
+            contained.__name__ = contained.__qualname__ = getattr(impl.function, "__name__", caller.name)
+            contained.__wrapped__ = impl.function
+            impl.function = contained
+
+
+class ContainedPluginManager(pluggy.PluginManager):
+    """A pluggy plugin manager whose every registered hook implementation is contained (:func:`contain`)."""
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        """Register ``plugin`` as pluggy does, then contain its hook implementations."""
+        registered = super().register(plugin, name)
+        if registered is not None:
+            contain(self, plugin)
+        return registered
+
+
+# --- the façade ----------------------------------------------------------------------------------
+
+
+class Hooks:
+    """One method per hookspec in :mod:`loopx.hookspecs`, each calling ``pm.hook.<spec>(...)``.
+
+    A method is named for its hookspec without the ``loopx_`` prefix. Answers carry the plugin
+    that gave them (:class:`Answer`); an answer a wrapper put in place of the implementations'
+    is credited to the wrapper plugin(s) and checked like theirs.
+    """
+
+    def __init__(self, pm: pluggy.PluginManager, builtins: tuple = ()):
+        self._pm, self._builtins = pm, frozenset(builtins)
+
+    # -- plumbing
+
+    def _caller(self, hook: str):
+        return getattr(self._pm.hook, hook)
+
+    def implemented(self, method: Callable) -> bool:
+        """Whether any plugin implements the hook behind ``method`` (``h.implemented(h.contract_veto)``)."""
+        return bool(self._caller("loopx_" + method.__name__).get_hookimpls())
+
+    def _wrappers(self, hook: str) -> str:
+        names = [i.plugin_name for i in self._caller(hook).get_hookimpls() if i.wrapper or i.hookwrapper]
+        return ",".join(names) or "?"
+
+    def _invoke(self, hook: str, kwargs: dict, call: _Call, caller=None):
+        token = _CALL.set(call)
+        try:
+            return (caller or self._caller(hook))(**kwargs)
+        except HookFault:
+            raise
+        except Exception as exc:
+            # Every implementation is contained, so this is pluggy refusing a call or a wrapper
+            # escaping containment: name the wrappers and keep what the implementations answered.
+            _fault(call, self._wrappers(hook), hook, _describe(exc))
+            return [a.value for a in call.answered]
+        finally:
+            _CALL.reset(token)
+
+    def _blame(self, hook: str, call: _Call, value) -> str:
+        """The wrapper that put ``value`` in place (or every wrapper of ``hook``, when unsure)."""
+        return next((a.plugin for a in call.put if a.value is value), None) or self._wrappers(hook)
+
+    def _credit(self, hook: str, call: _Call, values: list) -> list[Answer]:
+        """``values`` (pluggy's answer, wrappers included) with the plugin of each; an answer no
+        implementation gave is a wrapper's, checked and named like any other."""
+        left = list(call.answered)
+        out = []
+        for value in values:
+            found = next((i for i, a in enumerate(left) if a.value is value), None)
+            if found is not None:
+                out.append(left.pop(found))
+                continue
+            plugin = self._blame(hook, call, value)
+            problem = call.check(value) if call.check is not None else None
+            if problem:
+                _fault(call, plugin, hook, f"returned the wrong type: {problem}")
+                continue
+            out.append(Answer(plugin, value))
+        return out
+
+    def _collect(self, hook: str, *, check=None, timeout=None, **kwargs) -> list[Answer]:
+        call = _Call(hook, check=check, timeout=timeout)
+        values = self._invoke(hook, kwargs, call)
+        if not isinstance(values, list):  # only a wrapper can make it so
+            _fault(call, self._blame(hook, call, values), hook,
+                   f"returned the wrong type: a list of answers, not {type(values).__name__}")
+            values = [a.value for a in call.answered]
+        return self._credit(hook, call, values)
+
+    def _registrations(self, hook: str) -> list[Registration]:
+        from loopx.plugin_register import register_callable
+
+        made: dict[str, list] = {}
+        call = _Call(hook, on_fault=lambda plugin: made.pop(plugin, None))  # half done: none count
+
+        def sink_for_current():
+            return made.setdefault(call.current or "?", [])
+
+        class _Sink(list):
+            def append(self, item):
+                sink_for_current().append(item)
+
+        self._invoke(hook, {"register": register_callable(hook, _Sink())}, call)
+        return [Registration(a.plugin, a.plugin in self._builtins, args)
+                for a in call.answered for args in made.pop(a.plugin, [])]
+
+    # -- state (loopx/hookspecs/state.py)
+
+    def register_stores(self) -> list[Registration]:
+        """``loopx_register_stores(register)`` (:func:`loopx.hookspecs.state.loopx_register_stores`):
+        ``(scheme, factory)`` registrations in call order."""
+        return self._registrations("loopx_register_stores")
+
+    def event_committed(self, registry, events: list[Event]) -> None:
+        """``loopx_event_committed(registry, events)`` (:func:`loopx.hookspecs.state.loopx_event_committed`):
+        tell observers about committed events; never raises."""
+        self._collect("loopx_event_committed", registry=registry, events=events)
+
+    # -- contracts (loopx/hookspecs/contracts.py)
+
+    def contract_veto(self, tx, goal: Goal, *, check=None) -> Answer | None:
+        """``loopx_contract_veto(tx, goal)`` (:func:`loopx.hookspecs.contracts.loopx_contract_veto`),
+        ``firstresult``: the first veto and its plugin, or ``None``.
+
+        Fails closed: an implementation (or wrapper) that raises, runs past :func:`hook_timeout`
+        or answers something ``check`` refuses raises :class:`HookFault` naming its plugin, even
+        when a wrapper caught the fault and answered instead.
+        """
+        hook = "loopx_contract_veto"
+        call = _Call(hook, check=check, timeout=hook_timeout(), raise_faults=True)
+        value = self._invoke(hook, {"tx": tx, "goal": goal}, call)
+        if call.failed is not None:
+            raise call.failed
+        if value is None:
+            return None
+        return self._credit(hook, call, [value])[0]
+
+    def contract_actions(self, tx, goal: Goal, run_id: str, remaining: dict | None, *,
+                         check=None) -> list[Answer]:
+        """``loopx_contract_actions(tx, goal, run_id, remaining)``
+        (:func:`loopx.hookspecs.contracts.loopx_contract_actions`): each plugin's list of
+        actions, under :func:`hook_timeout`; one that fails or answers what ``check`` refuses is
+        named and skipped."""
+        return self._collect("loopx_contract_actions", check=check, timeout=hook_timeout(), tx=tx, goal=goal,
+                             run_id=run_id, remaining=remaining)
+
+    # -- executors (loopx/hookspecs/executors.py)
+
+    def register_executors(self) -> list[Registration]:
+        """``loopx_register_executors(register)`` (:func:`loopx.hookspecs.executors.loopx_register_executors`):
+        ``(name, provider)`` registrations in call order."""
+        return self._registrations("loopx_register_executors")
+
+    # -- capabilities (loopx/hookspecs/capabilities.py)
+
+    def register_capabilities(self) -> list[Registration]:
+        """``loopx_register_capabilities(register)``
+        (:func:`loopx.hookspecs.capabilities.loopx_register_capabilities`): ``(declaration,)`` registrations."""
+        return self._registrations("loopx_register_capabilities")
+
+    # -- commands (loopx/hookspecs/commands.py)
+
+    def register_commands(self, cli, *, only: object | None = None) -> None:
+        """``loopx_register_commands(cli)`` (:func:`loopx.hookspecs.commands.loopx_register_commands`):
+        a plugin whose hook raises adds no commands (what it added before raising is removed).
+        ``only``: ask that one registered plugin alone (one registered after the CLI asked the rest)."""
+        before: dict = {}
+
+        def start(plugin):
+            before.clear()
+            before.update(cli.commands)
+
+        def undo(plugin):
+            cli.commands.clear()
+            cli.commands.update(before)
+
+        hook = "loopx_register_commands"
+        caller = None
+        if only is not None:
+            others = [p for _, p in self._pm.list_name_plugin() if p is not only and p is not None]
+            caller = self._pm.subset_hook_caller(hook, others)
+        self._invoke(hook, {"cli": cli}, _Call(hook, on_start=start, on_fault=undo), caller)
+
+    # -- vocabulary (loopx/hookspecs/vocabulary.py)
+
+    def register_event_kinds(self) -> list[Registration]:
+        """``loopx_register_event_kinds(register)``
+        (:func:`loopx.hookspecs.vocabulary.loopx_register_event_kinds`): ``(name, apply, writers, guard, formerly)``."""
+        return self._registrations("loopx_register_event_kinds")
+
+    def register_error_codes(self) -> list[Registration]:
+        """``loopx_register_error_codes(register)``
+        (:func:`loopx.hookspecs.vocabulary.loopx_register_error_codes`): ``(code, description)``."""
+        return self._registrations("loopx_register_error_codes")
+
+    # -- people (loopx/hookspecs/notify.py)
+
+    def notify(self, notification: dict, *, timeout: float | None = None) -> list[Answer]:
+        """``loopx_notify(notification)`` (:func:`loopx.hookspecs.notify.loopx_notify`): each
+        plugin's answer (``True`` when delivered), each under ``timeout``."""
+        return self._collect("loopx_notify", timeout=timeout, notification=notification)
