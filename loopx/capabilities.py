@@ -12,7 +12,12 @@ commands and contract actions it adds, the core repairs it may record, and its d
   refused with ``ownership_violation`` before anything is written (the check is a guard on the
   ``capability.*`` event kinds, so it holds however the event is emitted);
 * a capability whose quota needs exceed what remains is not offered in a contract
-  (:func:`offerable`, :func:`filter_actions`).
+  (:func:`offerable`, :func:`filter_actions`);
+* a capability serves only the goals that enable it (``goals.capabilities``, set by a user at
+  creation or with ``loopx project-prompt capabilities``): its plugin's contract actions, vetoes
+  and ``loopx_event_committed`` observers are not called for other goals (:func:`skipped_plugins`),
+  unless it declares itself on for every goal (``default_on=True`` with a ``why`` its document
+  repeats: self-repair's integrity veto).
 
 The core itself declares no capability; only plugins do.
 """
@@ -117,16 +122,18 @@ class Capability(_Frozen):
     these``). ``repairs``: the kinds of core-state repair it may record (its own repair event
     kind checks them; declaring any lets it record ledger loss, ``capability.loss_recorded``). ``doc``: its contract document,
     ``docs/capabilities/<name>.md`` by default. ``plugin`` and ``distribution`` are filled in by
-    :func:`load`.
+    :func:`load`. ``default_on``: the capability serves every goal, not only those that enable
+    it; allowed only with ``why`` (one sentence), which its document repeats under
+    ``## On for every goal``.
     """
 
     FIELDS = ("name", "version", "summary", "owns", "reads", "quota", "commands", "actions", "repairs", "doc",
-              "plugin", "distribution")
+              "default_on", "why", "plugin", "distribution")
     __slots__ = FIELDS
 
     def __init__(self, name: str, version: str, summary: str, owns=(), reads=(), quota=None, commands=(),
-                 actions=(), repairs=(), doc: str = "", plugin: str | None = None,
-                 distribution: str | None = None):
+                 actions=(), repairs=(), doc: str = "", default_on: bool = False, why: str = "",
+                 plugin: str | None = None, distribution: str | None = None):
         self._set("name", name)
         self._set("version", version)
         self._set("summary", summary)
@@ -134,6 +141,8 @@ class Capability(_Frozen):
             self._set(field, _names(value))
         self._set("quota", _quota(quota))
         self._set("doc", doc or f"docs/capabilities/{name}.md")
+        self._set("default_on", default_on)
+        self._set("why", why)
         self._set("plugin", plugin)
         self._set("distribution", distribution)
 
@@ -182,6 +191,13 @@ def validate(cap: Capability) -> Capability:
             raise LoopxError("plugin_error", f"{who}: quota need {key} must be a finite number >= 0, not {value!r}")
     if not isinstance(cap.doc, str) or not cap.doc.endswith(".md"):
         raise LoopxError("plugin_error", f"{who}: doc must be the path of a Markdown file")
+    if not isinstance(cap.default_on, bool):
+        raise LoopxError("plugin_error", f"{who}: default_on must be True or False, not {cap.default_on!r}")
+    if not isinstance(cap.why, str):
+        raise LoopxError("plugin_error", f"{who}: why must be text")
+    if cap.default_on and not cap.why.strip():
+        raise LoopxError("plugin_error", f"{who}: default_on=True needs a why: the reason it must serve every goal "
+                                         "(its document says it too, under '## On for every goal')")
     return cap
 
 
@@ -457,6 +473,56 @@ def get_state(source, goal_id: str, namespace: str | None = None) -> dict:
     return {r["key"]: json.loads(r["value"]) for r in rows}
 
 
+# --- which goals a capability serves ---------------------------------------------------------
+
+
+def check_enabling(names) -> list[str]:
+    """``names`` sorted and deduplicated, if a goal may enable each; raises otherwise.
+
+    A name must be a capability an installed plugin declares (``capability_not_found``); one on
+    for every goal needs no enabling (``invalid_argument``).
+    """
+    out = set()
+    for name in names:
+        cap = get(check_name(name))
+        if cap.default_on:
+            raise LoopxError("invalid_argument",
+                             f"capability {name!r} is on for every goal ({cap.why.strip()}); it needs no enabling")
+        out.add(name)
+    return sorted(out)
+
+
+def enabled(goal) -> set[str]:
+    """The capabilities serving ``goal``: those it lists and those on for every goal."""
+    return set(goal.capabilities) | {cap.name for cap in load().values() if cap.default_on}
+
+
+def skipped_plugins(goal) -> frozenset:
+    """The plugins whose goal hooks are not called for ``goal``: each declares capabilities, and
+    none of them serves the goal. Plugins that declare none (plain plugins) are never skipped."""
+    return _skipped(goal.capabilities)
+
+
+def skipped_for_events(goal_row: dict | None, events) -> frozenset:
+    """:func:`skipped_plugins` for the goal one mutation wrote ``events`` to, by its capability
+    list after them: the locked ``goal_row``'s (``None`` when the mutation created the goal), or
+    the last list an event of the batch set (``goal.created``, ``goal.capabilities_set``).
+    Reads nothing: the row was locked by the mutation."""
+    names = json.loads(goal_row["capabilities"]) if goal_row and goal_row.get("capabilities") else []
+    for event in events:
+        if event.kind in ("goal.created", "goal.capabilities_set"):
+            names = event.body.get("capabilities") or []
+    return _skipped(names)
+
+
+def _skipped(names) -> frozenset:
+    serving = set(names) | {cap.name for cap in load().values() if cap.default_on}
+    declared: dict[str, bool] = {}
+    for cap in load().values():
+        declared[cap.plugin] = declared.get(cap.plugin, False) or cap.name in serving
+    return frozenset(plugin for plugin, serves in declared.items() if not serves)
+
+
 # --- contracts -------------------------------------------------------------------------------
 
 
@@ -474,13 +540,16 @@ def filter_actions(contributions, goal, remaining: dict | None) -> list[dict]:
     """Drop contract actions contributed by capabilities that are not offerable right now.
 
     An action names its capability in ``"capability"``; one naming no installed capability is
-    dropped too (the declaration is what makes it accountable). Actions without a capability
-    (plain plugins) pass through.
+    dropped too (the declaration is what makes it accountable), and so is one naming a
+    capability that does not serve ``goal`` (:func:`enabled`: a plugin declaring two
+    capabilities is called for a goal enabling either). Actions without a capability (plain
+    plugins) pass through.
     """
     contributions = list(contributions)
     if not any(isinstance(c, dict) and c.get("capability") for c in contributions):
         return contributions
-    offered = {cap.name for cap in offerable(goal, remaining)}
+    serving = enabled(goal)
+    offered = {cap.name for cap in offerable(goal, remaining) if cap.name in serving}
     return [c for c in contributions if not (isinstance(c, dict) and c.get("capability"))
             or c["capability"] in offered]
 
@@ -489,6 +558,8 @@ def filter_actions(contributions, goal, remaining: dict | None) -> list[dict]:
 
 #: The sections every ``docs/capabilities/<name>.md`` has, in this order.
 DOC_SECTIONS = ("State owned", "Interaction protocol", "Quota needs", "Actions", "Failure modes")
+#: The section a capability on for every goal adds, saying why it must serve goals that never enabled it.
+DEFAULT_ON_SECTION = "On for every goal"
 _BULLET_NAME = re.compile(r"^\s*[-*]\s+`([^`]+)`")
 _QUOTA_LINE = re.compile(r"^\s*[-*]\s+`?(turns|tokens|wall_seconds)`?\s*:\s*([0-9.]+)")
 
@@ -512,6 +583,8 @@ def check_doc(cap: Capability, text: str) -> list[str]:
     The document starts with ``# <name>``, has the :data:`DOC_SECTIONS` in order, lists each
     owned namespace as a bullet ``- `ns` ...`` under *State owned*, each action as a bullet
     ``- `name` ...`` under *Actions*, and each quota need as ``- turns: N`` under *Quota needs*.
+    A capability on for every goal (``default_on``) says why under ``## On for every goal``, in
+    words that include its declared ``why``; one that is not has no such section.
     """
     problems = []
     first = next((line for line in text.splitlines() if line.strip()), "")
@@ -538,4 +611,11 @@ def check_doc(cap: Capability, text: str) -> list[str]:
         declared = {k: float(getattr(cap.quota, k)) for k in QUOTA_KEYS}
         if listed != declared:
             problems.append(f"Quota needs lists {listed}; the declaration needs {declared}")
+    why = " ".join(sections.get(DEFAULT_ON_SECTION, "").split())
+    if cap.default_on and DEFAULT_ON_SECTION not in sections:
+        problems.append(f"it is on for every goal (default_on) but has no '## {DEFAULT_ON_SECTION}' section saying why")
+    elif cap.default_on and " ".join(cap.why.split()) not in why:
+        problems.append(f"'## {DEFAULT_ON_SECTION}' does not give the declared why: {cap.why!r}")
+    elif not cap.default_on and DEFAULT_ON_SECTION in sections:
+        problems.append(f"it has a '## {DEFAULT_ON_SECTION}' section but does not declare default_on=True")
     return problems

@@ -114,7 +114,8 @@ def _check_veto(found) -> str | None:
 
 
 def veto(tx, goal) -> dict | None:
-    """The first capability veto (``loopx_contract_veto``), or ``None``.
+    """The first capability veto (``loopx_contract_veto``) of the capabilities serving ``goal``,
+    or ``None``.
 
     Fails closed: a veto hook that raises, times out or returns the wrong type makes the decision
     ``repair`` with reason ``plugin_failed`` naming the plugin (a broken safety check never
@@ -124,9 +125,13 @@ def veto(tx, goal) -> dict | None:
 
     if not plugins.has_impls("loopx_contract_veto"):
         return None
+    from loopx import capabilities
+
+    # Only the capabilities serving the goal are asked (a capability on for every goal always is).
+    skip = capabilities.skipped_plugins(goal)
     try:
         found = plugins.call("loopx_contract_veto", tx=tx, goal=goal, check=_check_veto,
-                             timeout=plugins.hook_timeout(), raise_faults=True)
+                             timeout=plugins.hook_timeout(), raise_faults=True, skip=skip)
     except plugins.HookFault as fault:
         plugins.faults.append((fault.plugin, fault.hook, fault.message))
         import sys
@@ -352,7 +357,8 @@ def _check_actions(found) -> str | None:
 
 
 def contributions(tx, goal, run_id: str, left: dict | None, problems: list | None = None) -> list[dict]:
-    """Plugin contributions (``loopx_contract_actions``) for a ``run`` contract of ``run_id``.
+    """Plugin contributions (``loopx_contract_actions``) for a ``run`` contract of ``run_id``,
+    from plain plugins and the capabilities serving ``goal`` (:func:`loopx.capabilities.skipped_plugins`).
 
     Asked for before the write transaction begins, each hook under a deadline; a hook that fails
     or returns the wrong type is named in a warning and skipped. Each action is checked as argv
@@ -365,9 +371,13 @@ def contributions(tx, goal, run_id: str, left: dict | None, problems: list | Non
 
     if not plugins.has_impls("loopx_contract_actions"):
         return []
+    from loopx import capabilities
+
     out = []
+    # Only the capabilities the goal enables are asked (their steps belong to those goals alone).
     for plugin, found in plugins.call("loopx_contract_actions", tx=tx, goal=goal, run_id=run_id, remaining=left,
-                                      check=_check_actions, timeout=plugins.hook_timeout()):
+                                      check=_check_actions, timeout=plugins.hook_timeout(),
+                                      skip=capabilities.skipped_plugins(goal)):
         good, bad = steps.contributed(found, plugin)
         out += good
         for p in bad:

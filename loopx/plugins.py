@@ -235,8 +235,11 @@ class _WrongType(Exception):
 
 
 def call(name: str, *, check=None, timeout: float | None = None, stop_at_first: bool | None = None,
-         raise_faults: bool = False, **kwargs) -> list[tuple[str, object]]:
+         raise_faults: bool = False, skip=frozenset(), **kwargs) -> list[tuple[str, object]]:
     """Call every implementation of hook ``name``; ``[(plugin name, result)]`` of those that worked.
+
+    ``skip``: plugin names not to call (capabilities that do not serve the goal at hand,
+    :func:`loopx.capabilities.skipped_plugins`).
 
     ``check(result)`` returns an error text for a result of the wrong type (``None`` if fine);
     ``timeout`` bounds each implementation (seconds). A failing implementation is reported
@@ -248,6 +251,8 @@ def call(name: str, *, check=None, timeout: float | None = None, stop_at_first: 
         stop_at_first = is_firstresult(name)
     out = []
     for impl in impls(name):
+        if impl.plugin_name in skip:
+            continue
         try:
             result = _call_one(impl, kwargs, timeout)
             problem = check(result) if check is not None else None
@@ -469,10 +474,11 @@ def store_factories() -> dict:
     return {k: v for k, (v, _) in named("loopx_register_stores", "storage scheme").items()}
 
 
-def notify_committed(registry, events) -> None:
-    """Tell ``loopx_event_committed`` observers about committed events; never raises."""
+def notify_committed(registry, events, skip=frozenset()) -> None:
+    """Tell ``loopx_event_committed`` observers about committed events (but the plugins in
+    ``skip``: capabilities not serving the goal); never raises."""
     if has_impls("loopx_event_committed"):
-        call("loopx_event_committed", registry=registry, events=events)
+        call("loopx_event_committed", registry=registry, events=events, skip=skip)
 
 
 def register_commands(cli) -> None:

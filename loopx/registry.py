@@ -373,6 +373,7 @@ class Registry:
             capabilities.check_acting(actor.split(":", 1)[1])
 
         anchor_to: dict = {}
+        locked: dict = {}  # the goal row as locked: which capabilities hear the committed events
 
         def transaction(tx):
             from loopx import keys
@@ -392,6 +393,7 @@ class Registry:
                 goal = tx.lock_goal(goal_id)
                 if goal is None:
                     raise LoopxError("goal_not_found", f"no goal {goal_id}")
+                locked["goal"] = goal
                 if goal["status"] == "closed" and not allow_closed:
                     raise LoopxError("goal_closed", f"goal {goal_id} is closed")
             # Read after the goal's lock (on PostgreSQL the first statement fixes the snapshot).
@@ -430,7 +432,12 @@ class Registry:
         if events:
             from loopx import plugins
 
-            plugins.notify_committed(self, events)
+            skip = frozenset()
+            if plugins.has_impls("loopx_event_committed"):
+                from loopx import capabilities
+
+                skip = capabilities.skipped_for_events(locked.get("goal"), events)
+            plugins.notify_committed(self, events, skip=skip)
         return result
 
 

@@ -1,4 +1,4 @@
-"""Goal lifecycle events: created, paused, resumed, closed, criterion_met."""
+"""Goal lifecycle events: created, paused, resumed, closed, criterion_met, capabilities_set."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ def created(tx, event):
     b = event.body
     tx.execute(
         "INSERT INTO goals (id, created_seq, title, description, status, status_reason, criteria,"
-        " limits, grants, parallel_runs, revision, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, 'open', NULL, ?, ?, ?, ?, ?, ?, ?)",
+        " limits, grants, parallel_runs, revision, created_at, updated_at, capabilities)"
+        " VALUES (?, ?, ?, ?, 'open', NULL, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             event.goal_id,
             event.id,
@@ -28,8 +28,16 @@ def created(tx, event):
             event.seq,
             event.at,
             event.at,
+            json.dumps(sorted(b.get("capabilities") or [])),
         ),
     )
+
+
+@event_kind("goal.capabilities_set", USER)
+def capabilities_set(tx, event):
+    """A user changed the capabilities the goal uses; the body holds the whole list after it."""
+    tx.execute("UPDATE goals SET capabilities = ? WHERE id = ?",
+               (json.dumps(sorted(event.body["capabilities"])), event.goal_id))
 
 
 def _set_status(tx, event, status):

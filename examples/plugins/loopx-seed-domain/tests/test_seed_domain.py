@@ -19,7 +19,8 @@ def goal(loopx_registry, loopx_plugin):
 
     loopx_plugin(plugin, name="seed_domain_test")
     return project_prompt.create(loopx_registry, "user", title="Investigate Quarterly Revenue Spike",
-                                 description="Analyze data, run models, and produce a report.")["id"]
+                                 description="Analyze data, run models, and produce a report.",
+                                 capabilities=["seed_domain"])["id"]
 
 
 def test_the_forecast_finds_the_spike_and_a_flat_series_has_none(tmp_path):
