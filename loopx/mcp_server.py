@@ -31,7 +31,7 @@ AGENT = {"type": "string", "minLength": 1, "maxLength": 200, "description": "Age
 
 # Operations only a user may do; a call for one is refused, never forwarded.
 USER_ONLY = ("gate_approve", "gate_reject", "reward_add", "quota_set", "quota_grant", "goal_create", "goal_close",
-             "goal_pause", "goal_resume", "action_add", "criterion_met", "goal_capabilities")
+             "goal_pause", "goal_resume", "action_add", "criterion_met")
 
 
 def _schema(required: list[str], **props) -> dict:
