@@ -163,6 +163,15 @@ def test_a_default_on_capability_serves_every_goal(loopx, loopx_plugin):
     assert r.code == 0 and turn(loopx, g)[0] == "repair"  # not the goal's to switch off
 
 
+def test_capabilities_show_says_which_goals_it_serves(loopx, loopx_plugin):
+    loopx_plugin(Scoped())
+    loopx_plugin(Scoped("always", default_on=True, why="it checks every goal"))
+    assert "serves:   the goals that enable it" in loopx("capabilities", "show", "scoped").out
+    assert "serves:   every goal: it checks every goal" in loopx("capabilities", "show", "always").out
+    shown = loopx("capabilities", "show", "always", "--json").json
+    assert (shown["default_on"], shown["why"]) == (True, "it checks every goal")
+
+
 def test_default_on_without_a_why_is_a_load_error(loopx, loopx_plugin):
     loopx_plugin(Scoped("always", default_on=True))
     r = loopx("capabilities", "list", "--json")
