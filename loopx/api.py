@@ -222,7 +222,7 @@ def writer_create_goal(w, *, title: str, description: str = "", criteria=(), par
     goal_id = check_id("goal", goal_id) if goal_id else new_id("goal")
     body = {"title": title, "description": description, "criteria": criteria, "parallel_runs": bool(parallel_runs)}
     if capabilities:
-        from loopx.capabilities import check_enabling
+        from loopx.capability_goals import check_enabling
 
         body["capabilities"] = check_enabling(capabilities)
     w.emit("goal.created", body, goal_id=goal_id)

@@ -15,7 +15,7 @@ commands and contract actions it adds, the core repairs it may record, and its d
   (:func:`offerable`, :func:`filter_actions`);
 * a capability serves only the goals that enable it (``goals.capabilities``, set by a user at
   creation or with ``loopx project-prompt capabilities``): its plugin's contract actions, vetoes
-  and ``loopx_event_committed`` observers are not called for other goals (:func:`skipped_plugins`),
+  and ``loopx_event_committed`` observers are not called for other goals (:mod:`loopx.capability_goals`),
   unless it declares itself on for every goal (``default_on=True`` with a ``why`` its document
   repeats: self-repair's integrity veto).
 
@@ -473,56 +473,6 @@ def get_state(source, goal_id: str, namespace: str | None = None) -> dict:
     return {r["key"]: json.loads(r["value"]) for r in rows}
 
 
-# --- which goals a capability serves ---------------------------------------------------------
-
-
-def check_enabling(names) -> list[str]:
-    """``names`` sorted and deduplicated, if a goal may enable each; raises otherwise.
-
-    A name must be a capability an installed plugin declares (``capability_not_found``); one on
-    for every goal needs no enabling (``invalid_argument``).
-    """
-    out = set()
-    for name in names:
-        cap = get(check_name(name))
-        if cap.default_on:
-            raise LoopxError("invalid_argument",
-                             f"capability {name!r} is on for every goal ({cap.why.strip()}); it needs no enabling")
-        out.add(name)
-    return sorted(out)
-
-
-def enabled(goal) -> set[str]:
-    """The capabilities serving ``goal``: those it lists and those on for every goal."""
-    return set(goal.capabilities) | {cap.name for cap in load().values() if cap.default_on}
-
-
-def skipped_plugins(goal) -> frozenset:
-    """The plugins whose goal hooks are not called for ``goal``: each declares capabilities, and
-    none of them serves the goal. Plugins that declare none (plain plugins) are never skipped."""
-    return _skipped(goal.capabilities)
-
-
-def skipped_for_events(goal_row: dict | None, events) -> frozenset:
-    """:func:`skipped_plugins` for the goal one mutation wrote ``events`` to, by its capability
-    list after them: the locked ``goal_row``'s (``None`` when the mutation created the goal), or
-    the last list an event of the batch set (``goal.created``, ``goal.capabilities_set``).
-    Reads nothing: the row was locked by the mutation."""
-    names = json.loads(goal_row["capabilities"]) if goal_row and goal_row.get("capabilities") else []
-    for event in events:
-        if event.kind in ("goal.created", "goal.capabilities_set"):
-            names = event.body.get("capabilities") or []
-    return _skipped(names)
-
-
-def _skipped(names) -> frozenset:
-    serving = set(names) | {cap.name for cap in load().values() if cap.default_on}
-    declared: dict[str, bool] = {}
-    for cap in load().values():
-        declared[cap.plugin] = declared.get(cap.plugin, False) or cap.name in serving
-    return frozenset(plugin for plugin, serves in declared.items() if not serves)
-
-
 # --- contracts -------------------------------------------------------------------------------
 
 
@@ -540,16 +490,13 @@ def filter_actions(contributions, goal, remaining: dict | None) -> list[dict]:
     """Drop contract actions contributed by capabilities that are not offerable right now.
 
     An action names its capability in ``"capability"``; one naming no installed capability is
-    dropped too (the declaration is what makes it accountable), and so is one naming a
-    capability that does not serve ``goal`` (:func:`enabled`: a plugin declaring two
-    capabilities is called for a goal enabling either). Actions without a capability (plain
-    plugins) pass through.
+    dropped too (the declaration is what makes it accountable). Actions without a capability
+    (plain plugins) pass through. (Which goals a capability serves: :mod:`loopx.capability_goals`.)
     """
     contributions = list(contributions)
     if not any(isinstance(c, dict) and c.get("capability") for c in contributions):
         return contributions
-    serving = enabled(goal)
-    offered = {cap.name for cap in offerable(goal, remaining) if cap.name in serving}
+    offered = {cap.name for cap in offerable(goal, remaining)}
     return [c for c in contributions if not (isinstance(c, dict) and c.get("capability"))
             or c["capability"] in offered]
 

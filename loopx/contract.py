@@ -125,10 +125,10 @@ def veto(tx, goal) -> dict | None:
 
     if not plugins.has_impls("loopx_contract_veto"):
         return None
-    from loopx import capabilities
+    from loopx.capability_goals import skipped_plugins
 
     # Only the capabilities serving the goal are asked (a capability on for every goal always is).
-    skip = capabilities.skipped_plugins(goal)
+    skip = skipped_plugins(goal)
     try:
         found = plugins.call("loopx_contract_veto", tx=tx, goal=goal, check=_check_veto,
                              timeout=plugins.hook_timeout(), raise_faults=True, skip=skip)
@@ -358,7 +358,7 @@ def _check_actions(found) -> str | None:
 
 def contributions(tx, goal, run_id: str, left: dict | None, problems: list | None = None) -> list[dict]:
     """Plugin contributions (``loopx_contract_actions``) for a ``run`` contract of ``run_id``,
-    from plain plugins and the capabilities serving ``goal`` (:func:`loopx.capabilities.skipped_plugins`).
+    from plain plugins and the capabilities serving ``goal`` (:func:`loopx.capability_goals.skipped_plugins`).
 
     Asked for before the write transaction begins, each hook under a deadline; a hook that fails
     or returns the wrong type is named in a warning and skipped. Each action is checked as argv
@@ -371,13 +371,13 @@ def contributions(tx, goal, run_id: str, left: dict | None, problems: list | Non
 
     if not plugins.has_impls("loopx_contract_actions"):
         return []
-    from loopx import capabilities
+    from loopx.capability_goals import skipped_plugins
 
     out = []
     # Only the capabilities the goal enables are asked (their steps belong to those goals alone).
     for plugin, found in plugins.call("loopx_contract_actions", tx=tx, goal=goal, run_id=run_id, remaining=left,
                                       check=_check_actions, timeout=plugins.hook_timeout(),
-                                      skip=capabilities.skipped_plugins(goal)):
+                                      skip=skipped_plugins(goal)):
         good, bad = steps.contributed(found, plugin)
         out += good
         for p in bad:
@@ -412,9 +412,10 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
         allowed = [a for a in inputs.actions if a.name not in held]
         # A capability whose quota needs per run exceed what remains is not offered. Its needs count
         # this run's own turn, so they are measured against what remained before this run.
-        from loopx import capabilities
+        from loopx import capabilities, capability_goals
 
         contributed = capabilities.filter_actions(contributed or [], goal, remaining(goal, inputs.usage(run_id)))
+        contributed = capability_goals.serving_only(contributed, goal)
         notes += [f"{c.get('capability') or 'plugin'}: {c['note']}" for c in contributed if c.get("note")]
         # Where the agent works this turn (e.g. Issue-Fix's worktree): executors start the agent
         # there. Capabilities that disagree name none, and the notes say so.

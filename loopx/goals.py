@@ -75,9 +75,9 @@ def create(
     goal_id = new_id("goal")
     body = {"title": title, "description": description, "criteria": criteria, "parallel_runs": parallel_runs}
     if capabilities:
-        from loopx import capabilities as caps
+        from loopx.capability_goals import check_enabling
 
-        body["capabilities"] = caps.check_enabling(capabilities)
+        body["capabilities"] = check_enabling(capabilities)
 
     def work(w):
         w.emit("goal.created", body, goal_id=goal_id)
@@ -168,12 +168,13 @@ def set_capabilities(reg: Registry, actor: str, goal_id: str, *, enable=(), disa
     is written. The contract of the goal's next turn follows the new list.
     """
     from loopx import capabilities as caps
+    from loopx.capability_goals import check_enabling
 
     check_id("goal", goal_id)
     if actor != "user":
         # Checked here as well as by the event kind: a call that changes nothing writes no event.
         raise LoopxError("actor_forbidden", f"{actor} may not change a goal's capabilities: that is for user")
-    enable = caps.check_enabling(enable)
+    enable = check_enabling(enable)
     disable = sorted({caps.check_name(n) for n in disable})
     both = sorted(set(enable) & set(disable))
     if both:

@@ -434,9 +434,9 @@ class Registry:
 
             skip = frozenset()
             if plugins.has_impls("loopx_event_committed"):
-                from loopx import capabilities
+                from loopx.capability_goals import skipped_for_events
 
-                skip = capabilities.skipped_for_events(locked.get("goal"), events)
+                skip = skipped_for_events(locked.get("goal"), events)
             plugins.notify_committed(self, events, skip=skip)
         return result
 

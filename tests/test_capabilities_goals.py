@@ -81,6 +81,26 @@ def test_steps_only_on_goals_that_enable_the_capability_and_gone_once_disabled(l
     assert turn(loopx, plain) == ("run", [f"loopx scoped step --goal-id {plain}"])
 
 
+class Pair:
+    """One plugin declaring two capabilities, contributing an action for each."""
+
+    @hookimpl
+    def loopx_register_capabilities(self, register):
+        for name in ("left", "right"):
+            register(Capability(name=name, version="1", summary="Half a pair.", actions=["go"]))
+
+    @hookimpl
+    def loopx_contract_actions(self, tx, goal, run_id, remaining):
+        return [{"argv": ["loopx", name, "go"], "capability": name, "action": "go"} for name in ("left", "right")]
+
+
+def test_a_plugin_with_two_capabilities_offers_only_the_ones_the_goal_enables(loopx, loopx_plugin):
+    loopx_plugin(Pair())
+    assert turn(loopx, create(loopx)) == ("run", [])
+    assert turn(loopx, create(loopx, "right")) == ("run", ["loopx right go"])
+    assert turn(loopx, create(loopx, "left", "right")) == ("run", ["loopx left go", "loopx right go"])
+
+
 def test_status_show_and_history_carry_the_list(loopx, loopx_plugin):
     loopx_plugin(Scoped())
     loopx_plugin(Scoped("other"))
