@@ -60,6 +60,7 @@ _LAZY = {
     "json_escaped": "loopx.jsonsafe:escaped",
     # --- domain operations, one transaction each ---
     "create_goal": "loopx.goals:create",
+    "set_goal_capabilities": "loopx.goals:set_capabilities",
     "add_todo": "loopx.todos:add",
     "settle_todo": "loopx.todos:settle",
     "request_gate": "loopx.gates:add",

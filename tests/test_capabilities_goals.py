@@ -239,3 +239,26 @@ def test_a_v7_registry_gains_the_column_and_stays_trusted(tmp_path):
     assert conn.execute("PRAGMA user_version").fetchone()[0] >= 8
     conn.close()
 
+
+
+def test_the_plugin_api_creates_and_changes_the_list_under_the_same_rules(reg, loopx_plugin):
+    from loopx import api
+
+    loopx_plugin(Scoped())
+    g = api.create_goal(reg, "user", title="T", capabilities=["scoped"])["id"]
+    assert api.set_goal_capabilities(reg, "user", g, disable=["scoped"])["capabilities"] == []
+    for bad, code in ((["nope"], "capability_not_found"), (["Bad"], "invalid_argument")):
+        with pytest.raises(api.LoopxError) as err:
+            api.create_goal(reg, "user", title="T", capabilities=bad)
+        assert err.value.code == code
+
+        def work(w, bad=bad):
+            api.writer_create_goal(w, title="T", capabilities=bad)
+
+        with pytest.raises(api.LoopxError) as err:
+            reg.mutate("user", work)
+        assert err.value.code == code
+    with pytest.raises(api.LoopxError) as err:
+        api.set_goal_capabilities(reg, "executor", g, enable=["scoped"])
+    assert err.value.code == "actor_forbidden"
+    assert len(api.list_goals(reg, status="all")) == 1
