@@ -239,7 +239,7 @@ def call(name: str, *, check=None, timeout: float | None = None, stop_at_first: 
     """Call every implementation of hook ``name``; ``[(plugin name, result)]`` of those that worked.
 
     ``skip``: plugin names not to call (capabilities that do not serve the goal at hand,
-    :func:`loopx.capabilities.skipped_plugins`).
+    :func:`loopx.capability_goals.skipped_plugins`).
 
     ``check(result)`` returns an error text for a result of the wrong type (``None`` if fine);
     ``timeout`` bounds each implementation (seconds). A failing implementation is reported

@@ -436,7 +436,11 @@ class Registry:
             if plugins.has_impls("loopx_event_committed"):
                 from loopx.capability_goals import skipped_for_events
 
-                skip = skipped_for_events(locked.get("goal"), events)
+                try:
+                    skip = skipped_for_events(locked.get("goal"), events)
+                except LoopxError:  # declarations that do not load (reported by every other command):
+                    pass            # the commit stands, and observing it never raises
+
             plugins.notify_committed(self, events, skip=skip)
         return result
 
