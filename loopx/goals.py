@@ -192,6 +192,34 @@ def set_capabilities(reg: Registry, actor: str, goal_id: str, *, enable=(), disa
                       request={"op": "goal.capabilities", "goal": goal_id, "enable": enable, "disable": disable})
 
 
+def adopt_capabilities(tx) -> int:
+    """Schema v8's second step: each goal not closed that capabilities keep state for (they wrote
+    ``capability.state_set`` on it: an Issue-Fix goal in progress) uses them from now on, recorded
+    as a ``goal.capabilities_set`` event by ``core`` and sealed as the goal was (untrusted stays
+    untrusted). Returns the number of goals changed."""
+    from loopx import integrity
+    from loopx.registry import Writer
+
+    rows = tx.query("SELECT DISTINCT s.goal_id FROM capability_state s JOIN goals g ON g.id = s.goal_id"
+                    " WHERE g.status <> 'closed' ORDER BY s.goal_id")
+    changed = 0
+    for goal_id in (r["goal_id"] for r in rows):
+        goal = tx.one("SELECT * FROM goals WHERE id = ?", (goal_id,))
+        writers = tx.query("SELECT DISTINCT actor FROM events WHERE goal_id = ? AND kind = 'capability.state_set'",
+                           (goal_id,))
+        names = sorted({r["actor"].split(":", 1)[1] for r in writers if r["actor"].startswith("capability:")}
+                       - set(json.loads(goal["capabilities"])))
+        if not names:
+            continue
+        recorded = integrity.head(tx, goal_id)
+        w = Writer(tx, "core", goal, None)
+        after = sorted(set(json.loads(goal["capabilities"])) | set(names))
+        w.emit("goal.capabilities_set", {"capabilities": after, "enabled": names, "disabled": []})
+        integrity.seal(tx, goal_id, trusted=recorded is None or recorded["state_digest"] != integrity.UNTRUSTED)
+        changed += 1
+    return changed
+
+
 def mark_criterion(reg: Registry, actor: str, goal_id: str, number: int, *, met: bool = True,
                    operation_id: str | None = None) -> dict:
     """Mark success criterion ``number`` (1-based, as ``show`` lists them) met or not met (user only)."""

@@ -209,7 +209,7 @@ def test_the_list_is_goal_state_the_digest_covers(loopx, loopx_plugin):
 def test_a_v7_registry_gains_the_column_and_stays_trusted(tmp_path):
     """Migrating adds ``goals.capabilities`` and reseals every goal whose digest matched before;
     a goal damaged before the migration stays untrusted."""
-    from loopx import gates, integrity
+    from loopx import gates
     from loopx import goals as goal_store
     from loopx.registry import Registry
     from loopx.should_run import should_run
@@ -219,15 +219,8 @@ def test_a_v7_registry_gains_the_column_and_stays_trusted(tmp_path):
         clean = goal_store.create(reg, "user", title="clean")["id"]
         damaged = goal_store.create(reg, "user", title="damaged")["id"]
         gate = gates.add(reg, "user", goal_id=damaged, title="prod?", scope="production")["id"]
-
-        def as_v7(tx):  # what LoopX 7 left: no column, digests over the rows without it
-            tx.execute("ALTER TABLE goals DROP COLUMN capabilities")
-            for g in (clean, damaged):
-                integrity.seal(tx, g)
-
-        reg.store.write(as_v7)
+    _as_v7(path, (clean, damaged))
     conn = sqlite3.connect(path)
-    conn.execute("PRAGMA user_version = 7")
     conn.execute("UPDATE gates SET status = 'approved' WHERE id = ?", (gate,))  # damage before migrating
     conn.commit()
     conn.close()
@@ -239,6 +232,51 @@ def test_a_v7_registry_gains_the_column_and_stays_trusted(tmp_path):
     assert conn.execute("PRAGMA user_version").fetchone()[0] >= 8
     conn.close()
 
+
+
+def _as_v7(path, goal_ids):
+    """Make ``path`` look like LoopX 7 left it: no capabilities column, digests over the rows without it."""
+    from loopx import integrity
+    from loopx.registry import Registry
+
+    with Registry.open(str(path)) as reg:
+        def strip(tx):
+            tx.execute("ALTER TABLE goals DROP COLUMN capabilities")
+            for g in goal_ids:
+                integrity.seal(tx, g)
+
+        reg.store.write(strip)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 7")
+    conn.commit()
+    conn.close()
+
+
+def test_upgrading_keeps_a_goal_in_progress_using_the_capability_that_kept_its_state(tmp_path, loopx_plugin):
+    """An Issue-Fix-like goal from before the list existed keeps its steps: the migration records,
+    in the ledger, that it uses the capability that wrote its state; closed goals stay as they were."""
+    from loopx import capabilities, ledger
+    from loopx import goals as goal_store
+    from loopx.registry import Registry
+    from loopx.should_run import should_run
+
+    loopx_plugin(Scoped(owns=["scoped"]))
+    path = tmp_path / "v7.db"
+    with Registry.open(str(path)) as reg:
+        working, done, plain = (goal_store.create(reg, "user", title=t)["id"] for t in ("working", "done", "plain"))
+        for g in (working, done):
+            capabilities.set_state(reg, "scoped", g, {"phase": "fix"})
+        goal_store.transition(reg, "user", "close", done)
+    _as_v7(path, (working, done, plain))
+    with Registry.open(str(path)) as reg:
+        assert [goal_store.show(reg, g)["capabilities"] for g in (working, done, plain)] == [["scoped"], [], []]
+        [event] = [e for e in goal_store.history(reg, working) if e["kind"] == "goal.capabilities_set"]
+        assert event["actor"] == "core" and event["body"]["enabled"] == ["scoped"]
+        preview = should_run(reg, "user", goal_id=working, dry_run=True)
+        assert preview["decision"] == "run" and any(
+            "loopx scoped step" in a for a in preview["interaction_contract"]["cli_channel"]["next_cli_actions"])
+        with reg.read() as tx:  # the state is what the ledger replays to
+            assert ledger.snapshot(tx, working) == ledger.replayed_snapshot(ledger.events(tx, working))
 
 
 def test_the_plugin_api_creates_and_changes_the_list_under_the_same_rules(reg, loopx_plugin):

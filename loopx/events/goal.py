@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from loopx.ledger import CAPABILITY, USER, event_kind
+from loopx.ledger import CAPABILITY, CORE, USER, event_kind
 
 EMPTY_LIMITS = json.dumps({}, sort_keys=True)
 
@@ -33,9 +33,11 @@ def created(tx, event):
     )
 
 
-@event_kind("goal.capabilities_set", USER)
+# The core writes it once, in schema v8's migration, for goals a capability already kept state for
+# (loopx.goals.adopt_capabilities); only a user changes the list after that.
+@event_kind("goal.capabilities_set", USER, CORE)
 def capabilities_set(tx, event):
-    """A user changed the capabilities the goal uses; the body holds the whole list after it."""
+    """The capabilities the goal uses changed; the body holds the whole list after it."""
     tx.execute("UPDATE goals SET capabilities = ? WHERE id = ?",
                (json.dumps(sorted(event.body["capabilities"])), event.goal_id))
 

@@ -346,8 +346,10 @@ _V7 = [Call("loopx.rekey", "key_registry")]
 
 # v8: goals list the capabilities they use (loopx/goals.py, docs/capabilities/README.md). The new
 # column is goal state the digest covers, so the column is added by a step that reseals every goal
-# whose digest matched just before (one altered outside the ledger stays untrusted).
-_V8 = [Call("loopx.integrity", "add_goal_capabilities")]
+# whose digest matched just before (one altered outside the ledger stays untrusted). Then a goal
+# in progress that a capability already keeps state for (an Issue-Fix goal) is recorded as using
+# it, by a ledger event, so upgrading does not take its steps away.
+_V8 = [Call("loopx.integrity", "add_goal_capabilities"), Call("loopx.goals", "adopt_capabilities")]
 
 # A step is a list of SQL texts, ``{dialect: [SQL...]}`` for what differs per dialect, or a
 # callable run with the migration's transaction (for data that only Python can derive).
