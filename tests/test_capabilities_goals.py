@@ -229,7 +229,9 @@ def test_a_v7_registry_gains_the_column_and_stays_trusted(tmp_path):
         assert should_run(reg, "user", goal_id=clean, dry_run=True)["decision"] == "run"
         assert should_run(reg, "user", goal_id=damaged, dry_run=True)["decision"] == "repair"
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] >= 8
+    from loopx.store import schema
+
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.CURRENT_VERSION
     conn.close()
 
 
@@ -246,8 +248,10 @@ def _as_v7(path, goal_ids):
                 integrity.seal(tx, g)
 
         reg.store.write(strip)
+    from loopx.store import schema
+
     conn = sqlite3.connect(path)
-    conn.execute("PRAGMA user_version = 7")
+    conn.execute(f"PRAGMA user_version = {schema.CAPABILITIES_VERSION - 1}")  # the version before the list
     conn.commit()
     conn.close()
 
