@@ -60,6 +60,7 @@ _LAZY = {
     "json_escaped": "loopx.jsonsafe:escaped",
     # --- domain operations, one transaction each ---
     "create_goal": "loopx.goals:create",
+    "set_goal_capabilities": "loopx.goals:set_capabilities",
     "add_todo": "loopx.todos:add",
     "settle_todo": "loopx.todos:settle",
     "request_gate": "loopx.gates:add",
@@ -210,16 +211,24 @@ def set_output_format(fmt: str, ctx=None) -> None:
 
 
 def writer_create_goal(w, *, title: str, description: str = "", criteria=(), parallel_runs: bool = False,
-                       goal_id: str | None = None) -> str:
-    """Create a goal inside a mutation started without ``goal_id``; returns its id."""
+                       goal_id: str | None = None, capabilities=()) -> str:
+    """Create a goal inside a mutation started without ``goal_id``; returns its id.
+
+    ``capabilities``: the installed capabilities the goal uses (a capability's own commands pass
+    its name, so the goals they create get its steps: ``capability_not_found`` otherwise).
+    """
     from loopx.validate import check_id, check_text, new_id
 
     title = check_text(title, what="title", limit="title")
     description = check_text(description, what="description", limit="description", required=False) or ""
     criteria = [check_text(c, what="criterion", limit="text") for c in criteria]
     goal_id = check_id("goal", goal_id) if goal_id else new_id("goal")
-    w.emit("goal.created", {"title": title, "description": description, "criteria": criteria,
-                            "parallel_runs": bool(parallel_runs)}, goal_id=goal_id)
+    body = {"title": title, "description": description, "criteria": criteria, "parallel_runs": bool(parallel_runs)}
+    if capabilities:
+        from loopx.capability_goals import check_enabling
+
+        body["capabilities"] = check_enabling(capabilities)
+    w.emit("goal.created", body, goal_id=goal_id)
     return goal_id
 
 

@@ -34,7 +34,8 @@ REFUSED = {
     ("gate", "approve"), ("gate", "reject"), ("reward", "add"), ("quota", "set"), ("quota", "grant"),
     ("project-prompt", "criterion"), ("project-prompt", "pause"), ("project-prompt", "resume"),
     ("project-prompt", "create"), ("project_prompt", "criterion"), ("project_prompt", "pause"),
-    ("project_prompt", "resume"), ("project_prompt", "create"), ("action", "add"), ("action", "remove"),
+    ("project_prompt", "resume"), ("project_prompt", "create"), ("project-prompt", "capabilities"),
+    ("project_prompt", "capabilities"), ("action", "add"), ("action", "remove"),
     ("turn", None), ("loop", None), ("demo", None), ("status-server", None), ("status_server", None),
     ("mcp", None), ("registry", None), ("plugins", None),
 }

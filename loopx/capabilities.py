@@ -12,7 +12,12 @@ commands and contract actions it adds, the core repairs it may record, and its d
   refused with ``ownership_violation`` before anything is written (the check is a guard on the
   ``capability.*`` event kinds, so it holds however the event is emitted);
 * a capability whose quota needs exceed what remains is not offered in a contract
-  (:func:`offerable`, :func:`filter_actions`).
+  (:func:`offerable`, :func:`filter_actions`);
+* a capability serves only the goals that enable it (``goals.capabilities``, set by a user at
+  creation or with ``loopx project-prompt capabilities``): its plugin's contract actions, vetoes
+  and ``loopx_event_committed`` observers are not called for other goals (:mod:`loopx.capability_goals`),
+  unless it declares itself on for every goal (``default_on=True`` with a ``why`` its document
+  repeats: self-repair's integrity veto).
 
 The core itself declares no capability; only plugins do.
 """
@@ -117,16 +122,18 @@ class Capability(_Frozen):
     these``). ``repairs``: the kinds of core-state repair it may record (its own repair event
     kind checks them; declaring any lets it record ledger loss, ``capability.loss_recorded``). ``doc``: its contract document,
     ``docs/capabilities/<name>.md`` by default. ``plugin`` and ``distribution`` are filled in by
-    :func:`load`.
+    :func:`load`. ``default_on``: the capability serves every goal, not only those that enable
+    it; allowed only with ``why`` (one sentence), which its document repeats under
+    ``## On for every goal``.
     """
 
     FIELDS = ("name", "version", "summary", "owns", "reads", "quota", "commands", "actions", "repairs", "doc",
-              "plugin", "distribution")
+              "default_on", "why", "plugin", "distribution")
     __slots__ = FIELDS
 
     def __init__(self, name: str, version: str, summary: str, owns=(), reads=(), quota=None, commands=(),
-                 actions=(), repairs=(), doc: str = "", plugin: str | None = None,
-                 distribution: str | None = None):
+                 actions=(), repairs=(), doc: str = "", default_on: bool = False, why: str = "",
+                 plugin: str | None = None, distribution: str | None = None):
         self._set("name", name)
         self._set("version", version)
         self._set("summary", summary)
@@ -134,6 +141,8 @@ class Capability(_Frozen):
             self._set(field, _names(value))
         self._set("quota", _quota(quota))
         self._set("doc", doc or f"docs/capabilities/{name}.md")
+        self._set("default_on", default_on)
+        self._set("why", why)
         self._set("plugin", plugin)
         self._set("distribution", distribution)
 
@@ -182,6 +191,13 @@ def validate(cap: Capability) -> Capability:
             raise LoopxError("plugin_error", f"{who}: quota need {key} must be a finite number >= 0, not {value!r}")
     if not isinstance(cap.doc, str) or not cap.doc.endswith(".md"):
         raise LoopxError("plugin_error", f"{who}: doc must be the path of a Markdown file")
+    if not isinstance(cap.default_on, bool):
+        raise LoopxError("plugin_error", f"{who}: default_on must be True or False, not {cap.default_on!r}")
+    if not isinstance(cap.why, str):
+        raise LoopxError("plugin_error", f"{who}: why must be text")
+    if cap.default_on and not cap.why.strip():
+        raise LoopxError("plugin_error", f"{who}: default_on=True needs a why: the reason it must serve every goal "
+                                         "(its document says it too, under '## On for every goal')")
     return cap
 
 
@@ -475,7 +491,7 @@ def filter_actions(contributions, goal, remaining: dict | None) -> list[dict]:
 
     An action names its capability in ``"capability"``; one naming no installed capability is
     dropped too (the declaration is what makes it accountable). Actions without a capability
-    (plain plugins) pass through.
+    (plain plugins) pass through. (Which goals a capability serves: :mod:`loopx.capability_goals`.)
     """
     contributions = list(contributions)
     if not any(isinstance(c, dict) and c.get("capability") for c in contributions):
@@ -485,57 +501,15 @@ def filter_actions(contributions, goal, remaining: dict | None) -> list[dict]:
             or c["capability"] in offered]
 
 
-# --- documents -------------------------------------------------------------------------------
+# --- documents: loopx/capability_docs.py ------------------------------------------------------
 
-#: The sections every ``docs/capabilities/<name>.md`` has, in this order.
-DOC_SECTIONS = ("State owned", "Interaction protocol", "Quota needs", "Actions", "Failure modes")
-_BULLET_NAME = re.compile(r"^\s*[-*]\s+`([^`]+)`")
-_QUOTA_LINE = re.compile(r"^\s*[-*]\s+`?(turns|tokens|wall_seconds)`?\s*:\s*([0-9.]+)")
+_DOCS = ("DOC_SECTIONS", "DEFAULT_ON_SECTION", "doc_sections", "check_doc")
 
 
-def doc_sections(text: str) -> dict[str, str]:
-    """``{section title: body}`` of a capability document's ``##`` sections."""
-    sections: dict[str, list[str]] = {}
-    current = None
-    for line in text.splitlines():
-        if line.startswith("## "):
-            current = line[3:].strip()
-            sections[current] = []
-        elif current is not None:
-            sections[current].append(line)
-    return {k: "\n".join(v) for k, v in sections.items()}
+def __getattr__(name):
+    # The document checks live in loopx.capability_docs; these names stay importable from here.
+    if name in _DOCS:
+        from loopx import capability_docs
 
-
-def check_doc(cap: Capability, text: str) -> list[str]:
-    """Problems with a capability document against its declaration; empty when they agree.
-
-    The document starts with ``# <name>``, has the :data:`DOC_SECTIONS` in order, lists each
-    owned namespace as a bullet ``- `ns` ...`` under *State owned*, each action as a bullet
-    ``- `name` ...`` under *Actions*, and each quota need as ``- turns: N`` under *Quota needs*.
-    """
-    problems = []
-    first = next((line for line in text.splitlines() if line.strip()), "")
-    if not re.match(rf"#\s+`?{re.escape(cap.name)}`?(\s|$)", first):
-        problems.append(f"the title line should be '# {cap.name} ...', not {first!r}")
-    sections = doc_sections(text)
-    present = [s for s in sections if s in DOC_SECTIONS]
-    missing = [s for s in DOC_SECTIONS if s not in sections]
-    if missing:
-        problems.append(f"missing section(s): {', '.join(missing)}")
-    elif present != list(DOC_SECTIONS):
-        problems.append(f"sections out of order: {present}")
-
-    def names(section):
-        return {m.group(1) for line in sections.get(section, "").splitlines() if (m := _BULLET_NAME.match(line))}
-
-    if "State owned" in sections and names("State owned") != set(cap.owns):
-        problems.append(f"State owned lists {sorted(names('State owned'))}; the declaration owns {sorted(cap.owns)}")
-    if "Actions" in sections and names("Actions") != set(cap.actions):
-        problems.append(f"Actions lists {sorted(names('Actions'))}; the declaration has {sorted(cap.actions)}")
-    if "Quota needs" in sections:
-        listed = {m.group(1): float(m.group(2)) for line in sections["Quota needs"].splitlines()
-                  if (m := _QUOTA_LINE.match(line))}
-        declared = {k: float(getattr(cap.quota, k)) for k in QUOTA_KEYS}
-        if listed != declared:
-            problems.append(f"Quota needs lists {listed}; the declaration needs {declared}")
-    return problems
+        return getattr(capability_docs, name)
+    raise AttributeError(f"module 'loopx.capabilities' has no attribute {name!r}")

@@ -114,7 +114,8 @@ def _check_veto(found) -> str | None:
 
 
 def veto(tx, goal) -> dict | None:
-    """The first capability veto (``loopx_contract_veto``), or ``None``.
+    """The first capability veto (``loopx_contract_veto``) of the capabilities serving ``goal``,
+    or ``None``.
 
     Fails closed: a veto hook that raises, times out or returns the wrong type makes the decision
     ``repair`` with reason ``plugin_failed`` naming the plugin (a broken safety check never
@@ -125,8 +126,12 @@ def veto(tx, goal) -> dict | None:
     hooks = plugins.hooks()
     if not hooks.implemented(hooks.contract_veto):
         return None
+    from loopx.capability_goals import skipped_plugins
+
+    # Only the capabilities serving the goal are asked (a capability on for every goal always is).
+    skip = skipped_plugins(goal)
     try:
-        found = hooks.contract_veto(tx, goal, check=_check_veto)
+        found = hooks.contract_veto(tx, goal, check=_check_veto, skip=skip)
     except plugins.HookFault as fault:
         plugins.faults.append((fault.plugin, fault.hook, fault.message))
         import sys
@@ -352,7 +357,8 @@ def _check_actions(found) -> str | None:
 
 
 def contributions(tx, goal, run_id: str, left: dict | None, problems: list | None = None) -> list[dict]:
-    """Plugin contributions (``loopx_contract_actions``) for a ``run`` contract of ``run_id``.
+    """Plugin contributions (``loopx_contract_actions``) for a ``run`` contract of ``run_id``,
+    from plain plugins and the capabilities serving ``goal`` (:func:`loopx.capability_goals.skipped_plugins`).
 
     Asked for before the write transaction begins, each hook under a deadline; a hook that fails
     or returns the wrong type is named in a warning and skipped. Each action is checked as argv
@@ -366,8 +372,12 @@ def contributions(tx, goal, run_id: str, left: dict | None, problems: list | Non
     hooks = plugins.hooks()
     if not hooks.implemented(hooks.contract_actions):
         return []
+    from loopx.capability_goals import skipped_plugins
+
     out = []
-    for plugin, found in hooks.contract_actions(tx, goal, run_id, left, check=_check_actions):
+    # Only the capabilities the goal enables are asked (their steps belong to those goals alone).
+    for plugin, found in hooks.contract_actions(tx, goal, run_id, left, check=_check_actions,
+                                                skip=skipped_plugins(goal)):
         good, bad = steps.contributed(found, plugin)
         out += good
         for p in bad:
@@ -402,9 +412,10 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
         allowed = [a for a in inputs.actions if a.name not in held]
         # A capability whose quota needs per run exceed what remains is not offered. Its needs count
         # this run's own turn, so they are measured against what remained before this run.
-        from loopx import capabilities
+        from loopx import capabilities, capability_goals
 
         contributed = capabilities.filter_actions(contributed or [], goal, remaining(goal, inputs.usage(run_id)))
+        contributed = capability_goals.serving_only(contributed, goal)
         notes += [f"{c.get('capability') or 'plugin'}: {c['note']}" for c in contributed if c.get("note")]
         # Where the agent works this turn (e.g. Issue-Fix's worktree): executors start the agent
         # there. Capabilities that disagree name none, and the notes say so.

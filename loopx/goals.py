@@ -39,6 +39,7 @@ def goal_from_row(row: dict) -> Goal:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         status_reason=row["status_reason"],
+        capabilities=json.loads(row["capabilities"]),
     )
 
 
@@ -58,9 +59,14 @@ def create(
     description: str = "",
     criteria: list[str] | tuple = (),
     parallel_runs: bool = False,
+    capabilities: list[str] | tuple = (),
     operation_id: str | None = None,
 ) -> dict:
-    """Create a goal; returns it as JSON-ready data."""
+    """Create a goal; returns it as JSON-ready data.
+
+    ``capabilities``: the installed capabilities the goal uses (``capability_not_found`` for a
+    name no installed plugin declares); only these contribute steps and vetoes to its contracts.
+    """
     title = check_text(title, what="--title", limit="title")
     description = check_text(description or "", what="--description", limit="description", required=False) or ""
     if len(criteria) > MAX_CRITERIA:
@@ -68,6 +74,10 @@ def create(
     criteria = [check_text(c, what="--criterion", limit="text") for c in criteria]
     goal_id = new_id("goal")
     body = {"title": title, "description": description, "criteria": criteria, "parallel_runs": parallel_runs}
+    if capabilities:
+        from loopx.capability_goals import check_enabling
+
+        body["capabilities"] = check_enabling(capabilities)
 
     def work(w):
         w.emit("goal.created", body, goal_id=goal_id)
@@ -146,6 +156,68 @@ def transition(reg: Registry, actor: str, verb: str, goal_id: str, *, reason: st
 
     return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
                       request={"op": f"goal.{verb}", "goal": goal_id, "reason": reason})
+
+
+def set_capabilities(reg: Registry, actor: str, goal_id: str, *, enable=(), disable=(),
+                     operation_id: str | None = None) -> dict:
+    """Enable and disable capabilities of a goal (user only); returns the goal.
+
+    ``enable``: installed capability names (``capability_not_found`` otherwise; one on for every
+    goal is refused, ``invalid_argument``); ``disable``: names the goal uses. Enabling one the goal
+    already uses, or disabling one it does not, changes nothing; with nothing to change no event
+    is written. The contract of the goal's next turn follows the new list.
+    """
+    from loopx import capabilities as caps
+    from loopx.capability_goals import check_enabling
+
+    check_id("goal", goal_id)
+    if actor != "user":
+        # Checked here as well as by the event kind: a call that changes nothing writes no event.
+        raise LoopxError("actor_forbidden", f"{actor} may not change a goal's capabilities: that is for user")
+    enable = check_enabling(enable)
+    disable = sorted({caps.check_name(n) for n in disable})
+    both = sorted(set(enable) & set(disable))
+    if both:
+        raise LoopxError("invalid_argument", f"--enable and --disable both name {', '.join(both)}")
+
+    def work(w):
+        current = load_goal(w.tx, goal_id).capabilities
+        after = sorted((set(current) | set(enable)) - set(disable))
+        if after != sorted(current):
+            w.emit("goal.capabilities_set", {"capabilities": after, "enabled": sorted(set(after) - set(current)),
+                                             "disabled": sorted(set(current) - set(after))})
+        return to_json(load_goal(w.tx, goal_id))
+
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
+                      request={"op": "goal.capabilities", "goal": goal_id, "enable": enable, "disable": disable})
+
+
+def adopt_capabilities(tx) -> int:
+    """Schema v8's second step: each goal not closed that capabilities keep state for (they wrote
+    ``capability.state_set`` on it: an Issue-Fix goal in progress) uses them from now on, recorded
+    as a ``goal.capabilities_set`` event by ``core`` and sealed as the goal was (untrusted stays
+    untrusted). Returns the number of goals changed."""
+    from loopx import integrity
+    from loopx.registry import Writer
+
+    rows = tx.query("SELECT DISTINCT s.goal_id FROM capability_state s JOIN goals g ON g.id = s.goal_id"
+                    " WHERE g.status <> 'closed' ORDER BY s.goal_id")
+    changed = 0
+    for goal_id in (r["goal_id"] for r in rows):
+        goal = tx.one("SELECT * FROM goals WHERE id = ?", (goal_id,))
+        writers = tx.query("SELECT DISTINCT actor FROM events WHERE goal_id = ? AND kind = 'capability.state_set'",
+                           (goal_id,))
+        names = sorted({r["actor"].split(":", 1)[1] for r in writers if r["actor"].startswith("capability:")}
+                       - set(json.loads(goal["capabilities"])))
+        if not names:
+            continue
+        recorded = integrity.head(tx, goal_id)
+        w = Writer(tx, "core", goal, None)
+        after = sorted(set(json.loads(goal["capabilities"])) | set(names))
+        w.emit("goal.capabilities_set", {"capabilities": after, "enabled": names, "disabled": []})
+        integrity.seal(tx, goal_id, trusted=recorded is None or recorded["state_digest"] != integrity.UNTRUSTED)
+        changed += 1
+    return changed
 
 
 def mark_criterion(reg: Registry, actor: str, goal_id: str, number: int, *, met: bool = True,

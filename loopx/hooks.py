@@ -275,6 +275,12 @@ class Hooks:
     def _caller(self, hook: str):
         return getattr(self._pm.hook, hook)
 
+    def _without(self, hook: str, skip) -> object | None:
+        """A caller of ``hook`` that leaves out the plugins named in ``skip`` (capabilities that do
+        not serve the goal at hand, :mod:`loopx.capability_goals`), or ``None`` for all of them."""
+        gone = [p for p in (self._pm.get_plugin(name) for name in skip or ()) if p is not None]
+        return self._pm.subset_hook_caller(hook, gone) if gone else None
+
     def implemented(self, method: Callable) -> bool:
         """Whether any plugin implements the hook behind ``method`` (``h.implemented(h.contract_veto)``)."""
         return bool(self._caller("loopx_" + method.__name__).get_hookimpls())
@@ -319,9 +325,9 @@ class Hooks:
             out.append(Answer(plugin, value))
         return out
 
-    def _collect(self, hook: str, *, check=None, timeout=None, **kwargs) -> list[Answer]:
+    def _collect(self, hook: str, *, check=None, timeout=None, skip=(), **kwargs) -> list[Answer]:
         call = _Call(hook, check=check, timeout=timeout)
-        values = self._invoke(hook, kwargs, call)
+        values = self._invoke(hook, kwargs, call, self._without(hook, skip))
         if not isinstance(values, list):  # only a wrapper can make it so
             _fault(call, self._blame(hook, call, values), hook,
                    f"returned the wrong type: a list of answers, not {type(values).__name__}")
@@ -352,24 +358,24 @@ class Hooks:
         ``(scheme, factory)`` registrations in call order."""
         return self._registrations("loopx_register_stores")
 
-    def event_committed(self, registry, events: list[Event]) -> None:
+    def event_committed(self, registry, events: list[Event], *, skip=()) -> None:
         """``loopx_event_committed(registry, events)`` (:func:`loopx.hookspecs.state.loopx_event_committed`):
-        tell observers about committed events; never raises."""
-        self._collect("loopx_event_committed", registry=registry, events=events)
+        tell observers about committed events; never raises. ``skip``: plugin names not to tell."""
+        self._collect("loopx_event_committed", skip=skip, registry=registry, events=events)
 
     # -- contracts (loopx/hookspecs/contracts.py)
 
-    def contract_veto(self, tx, goal: Goal, *, check=None) -> Answer | None:
+    def contract_veto(self, tx, goal: Goal, *, check=None, skip=()) -> Answer | None:
         """``loopx_contract_veto(tx, goal)`` (:func:`loopx.hookspecs.contracts.loopx_contract_veto`),
         ``firstresult``: the first veto and its plugin, or ``None``.
 
         Fails closed: an implementation (or wrapper) that raises, runs past :func:`hook_timeout`
         or answers something ``check`` refuses raises :class:`HookFault` naming its plugin, even
-        when a wrapper caught the fault and answered instead.
+        when a wrapper caught the fault and answered instead. ``skip``: plugin names not to ask.
         """
         hook = "loopx_contract_veto"
         call = _Call(hook, check=check, timeout=hook_timeout(), raise_faults=True)
-        value = self._invoke(hook, {"tx": tx, "goal": goal}, call)
+        value = self._invoke(hook, {"tx": tx, "goal": goal}, call, self._without(hook, skip))
         if call.failed is not None:
             raise call.failed
         if value is None:
@@ -377,12 +383,12 @@ class Hooks:
         return self._credit(hook, call, [value])[0]
 
     def contract_actions(self, tx, goal: Goal, run_id: str, remaining: dict | None, *,
-                         check=None) -> list[Answer]:
+                         check=None, skip=()) -> list[Answer]:
         """``loopx_contract_actions(tx, goal, run_id, remaining)``
         (:func:`loopx.hookspecs.contracts.loopx_contract_actions`): each plugin's list of
         actions, under :func:`hook_timeout`; one that fails or answers what ``check`` refuses is
-        named and skipped."""
-        return self._collect("loopx_contract_actions", check=check, timeout=hook_timeout(), tx=tx, goal=goal,
+        named and skipped. ``skip``: plugin names not to ask."""
+        return self._collect("loopx_contract_actions", check=check, timeout=hook_timeout(), skip=skip, tx=tx, goal=goal,
                              run_id=run_id, remaining=remaining)
 
     # -- executors (loopx/hookspecs/executors.py)

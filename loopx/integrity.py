@@ -437,6 +437,31 @@ def reseal_intact(tx) -> int:
     return len(goals)
 
 
+def add_goal_capabilities(tx) -> int:
+    """Schema v8's step: add ``goals.capabilities`` (the capabilities a goal uses, ``'[]'`` for
+    the goals that exist) and seal every goal again, since the digest covers the new column -
+    trusted only when its recorded digest matched its rows just before the column was added
+    (the same rule as :func:`reseal_intact`). Run again on a store that has the column (a
+    migration re-run from an older version), it only reseals. Returns the number of goals sealed."""
+    ring = keyring(tx)
+    goals = [r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM events")]
+    intact = {}
+    for goal_id in goals:
+        recorded = head(tx, goal_id)
+        intact[goal_id] = recorded is None or recorded["state_digest"] == state_digest(
+            tx, goal_id, recorded["seq"], recorded["head_hash"], ring)
+    if tx.dialect == "sqlite":
+        present = any(r["name"] == "capabilities" for r in tx.query("PRAGMA table_info(goals)"))
+    else:
+        present = tx.one("SELECT 1 AS x FROM information_schema.columns WHERE table_schema = current_schema()"
+                         " AND table_name = 'goals' AND column_name = 'capabilities'") is not None
+    if not present:
+        tx.execute("ALTER TABLE goals ADD COLUMN capabilities TEXT NOT NULL DEFAULT '[]'")
+    for goal_id in goals:
+        seal(tx, goal_id, trusted=intact[goal_id])
+    return len(goals)
+
+
 def backfill_chains(tx) -> int:
     """:func:`backfill` without sealing (a schema step before the last state table exists)."""
     return backfill(tx, sealing=False)

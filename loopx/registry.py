@@ -373,6 +373,7 @@ class Registry:
             capabilities.check_acting(actor.split(":", 1)[1])
 
         anchor_to: dict = {}
+        locked: dict = {}  # the goal row as locked: which capabilities hear the committed events
 
         def transaction(tx):
             from loopx import keys
@@ -392,6 +393,7 @@ class Registry:
                 goal = tx.lock_goal(goal_id)
                 if goal is None:
                     raise LoopxError("goal_not_found", f"no goal {goal_id}")
+                locked["goal"] = goal
                 if goal["status"] == "closed" and not allow_closed:
                     raise LoopxError("goal_closed", f"goal {goal_id} is closed")
             # Read after the goal's lock (on PostgreSQL the first statement fixes the snapshot).
@@ -432,7 +434,13 @@ class Registry:
 
             hooks = plugins.hooks()
             if hooks.implemented(hooks.event_committed):
-                hooks.event_committed(self, events)
+                from loopx.capability_goals import skipped_for_events
+
+                try:
+                    skip = skipped_for_events(locked.get("goal"), events)
+                except LoopxError:  # declarations that do not load (reported by every other command):
+                    skip = frozenset()  # the commit stands, and observing it never raises
+                hooks.event_committed(self, events, skip=skip)
         return result
 
 

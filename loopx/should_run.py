@@ -101,6 +101,9 @@ def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
     from loopx import capabilities, contract, inputs
 
     now = clock.now()
+    # Which capabilities serve the goal decides whose hooks are asked; the declarations are hook
+    # answers too, read before any transaction (then cached for the process).
+    capabilities.load()
     with reg.read() as tx:
         seen = inputs.gather(tx, goal_id)
         goal = seen.goal
@@ -121,8 +124,6 @@ def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
             found = contract.contributions(view, goal, for_run, remaining(goal, used), problems)
         finally:
             view.revoke()
-    if any(c.get("capability") for c in found):
-        capabilities.load()  # declarations are hook answers too: read them outside the lock
     return _Answers(None, for_run, found, seen, problems)
 
 

@@ -60,3 +60,24 @@ def test_the_guide_teaches_the_document_sections():
     guide = (ROOT / "docs" / "capabilities" / "README.md").read_text()
     for section in capabilities.DOC_SECTIONS:
         assert f"## {section}" in guide
+    assert f"## {capabilities.DEFAULT_ON_SECTION}" in guide
+
+
+def test_self_repair_is_the_one_default_on_capability_shipped_here_and_says_why():
+    on = sorted(name for name in INSTALLED if capabilities.get(name).default_on)
+    assert on == ["self_repair"]
+    doc = (ROOT / capabilities.get("self_repair").doc).read_text()
+    assert f"## {capabilities.DEFAULT_ON_SECTION}" in doc  # what check_doc compares with the declared why
+
+
+@pytest.mark.parametrize("edit, complaint", [
+    (lambda doc: doc.split("\n## On for every goal")[0], "has no '## On for every goal' section"),
+    (lambda doc: doc.replace("damage can reach any goal", "it is convenient"), "does not give the declared why"),
+])
+def test_a_default_on_capability_whose_document_does_not_say_why_is_reported(edit, complaint):
+    cap = capabilities.get("self_repair")
+    doc = (ROOT / cap.doc).read_text()
+    assert capabilities.check_doc(cap, doc) == []
+    assert any(complaint in p for p in capabilities.check_doc(cap, edit(doc)))
+    # And a capability that is not default-on may not claim the section.
+    assert any("does not declare default_on" in p for p in capabilities.check_doc(cap.replace(default_on=False), doc))

@@ -25,7 +25,7 @@ class Contributor:
 
 
 def new_goal(loopx):
-    r = loopx("project_prompt", "create", "--title", "T", "--json")
+    r = loopx("project_prompt", "create", "--title", "T", "--capability", "hungry", "--capability", "frugal", "--json")
     assert r.code == 0, r
     return r.json["id"]
 

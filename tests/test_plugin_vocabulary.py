@@ -77,7 +77,9 @@ def test_a_plugin_error_code_exits_2_with_the_json_error(probe):
 
 
 def test_a_plugin_contract_action_and_veto(probe):
-    g = json.loads(probe("project_prompt", "create", "--title", "T", "--json").stdout)["id"]
+    # The goal uses the probe capability: only such goals get its action and its veto.
+    g = json.loads(probe("project_prompt", "create", "--title", "T", "--capability", "probe", "--json").stdout)["id"]
+    other = json.loads(probe("project_prompt", "create", "--title", "U", "--json").stdout)["id"]
     doc = json.loads(probe("quota", "should-run", "--goal-id", g, "--json").stdout)
     assert doc["decision"] == "run"
     lines = doc["interaction_contract"]["cli_channel"]["next_cli_actions"]
@@ -90,6 +92,11 @@ def test_a_plugin_contract_action_and_veto(probe):
     assert (doc["decision"], doc["reasons"]) == ("repair", ["probe.halted"])
     assert doc["interaction_contract"]["cli_channel"]["next_cli_actions"] == [
         f"loopx probe note --goal-id {g} --text go"]
+    # A goal that does not use the capability is neither given its action nor vetoed by it.
+    assert probe("probe", "note", "--goal-id", other, "--text", "halt").returncode == 0
+    doc = json.loads(probe("quota", "should-run", "--goal-id", other, "--json").stdout)
+    assert doc["decision"] == "run", doc
+    assert not any("loopx probe note" in a for a in doc["interaction_contract"]["cli_channel"]["next_cli_actions"])
     assert probe("probe", "note", "--goal-id", g, "--text", "go").returncode == 0
     assert json.loads(probe("quota", "should-run", "--goal-id", g, "--json").stdout)["decision"] == "run"
 

@@ -9,7 +9,9 @@ file is beside the checkout), with exactly these changes, each explained in ADAP
 2. The walkthrough's domain commands (``run-model``, ``generate-report``) come from the example
    third-party plugin ``examples/plugins/loopx-seed-domain``; it is installed into LoopX's
    virtualenv right after step 1 (the seed assumes they exist).
-3. Step 5's ``for cmd in $(...)`` splits the contract on every blank, so each *word* of each
+3. Step 2's goal enables the plugin's capability (``--capability seed_domain``): a capability
+   adds its steps only to the goals that use it, so the seed's goal says it does.
+4. Step 5's ``for cmd in $(...)`` splits the contract on every blank, so each *word* of each
    action would be ``eval``-ed on its own. Every contract action is a complete shell-quoted
    command with arguments, so the loop runs with ``IFS`` set to a newline: one line, one
    action, exactly what the loop means.
@@ -89,6 +91,10 @@ ADAPTATIONS = [
      "for cmd in $(loopx --format json quota should-run",
      "$(...) splits on blanks: each word of each action would be eval-ed alone"),
     ('    eval $cmd\ndone\n', '    eval $cmd\ndone\nunset IFS\n', "restore word splitting after the loop"),
+    ('    --description "Analyze data, run models, and produce a report."\n',
+     '    --description "Analyze data, run models, and produce a report." \\\n'
+     '    --capability seed_domain  # (not in the seed) the goal uses the example plugin\n',
+     "a capability serves only the goals that enable it, so the goal names the plugin whose steps it wants"),
 ]
 
 

@@ -30,6 +30,8 @@ def _detail(c: dict) -> str:
     ]
     if c["repairs"]:
         rows.append(f"  repairs:  {', '.join(c['repairs'])}")
+    rows.append(f"  serves:   every goal: {c['why']}" if c.get("default_on") else
+                "  serves:   the goals that enable it (loopx project-prompt capabilities G --enable NAME)")
     rows.append(f"  doc:      {c['doc']}")
     return "\n".join(rows)
 

@@ -54,6 +54,7 @@ EXAMPLES: dict[str, list[str]] = {
     "project-prompt resume": ["loopx project-prompt resume g-2ce4"],
     "project-prompt close": ["loopx project-prompt close g-2ce4 --reason done"],
     "project-prompt retry": ["loopx project-prompt retry g-2ce4 --reason 'fixed the flaky fixture'"],
+    "project-prompt capabilities": ["loopx project-prompt capabilities g-2ce4 --enable seed_domain"],
     "quota": ["loopx quota should-run g-2ce4 --json"],
     "quota should-run": ["loopx quota should-run g-2ce4 --json       # opens a run and charges a turn on `run`",
                          "loopx quota should-run g-2ce4 --dry-run    # preview; writes nothing"],

@@ -17,6 +17,8 @@ def goal_text(goal: dict) -> str:
         lines.append(f"  [{'x' if c['met'] else ' '}] {c['text']}")
     if goal.get("status_reason"):
         lines.append(f"  reason: {goal['status_reason']}")
+    if goal.get("capabilities"):
+        lines.append(f"  capabilities: {', '.join(goal['capabilities'])}")
     return "\n".join(lines)
 
 
@@ -32,8 +34,11 @@ def project_prompt():
               help="Read the description from a file ('-' for stdin) instead.")
 @click.option("--criterion", "criteria", multiple=True, help="A success criterion (repeatable).")
 @click.option("--parallel-runs", is_flag=True, help="Let several agents hold runs on this goal at once.")
+@click.option("--capability", "capabilities", multiple=True,
+              help="An installed capability the goal uses (repeatable; `loopx capabilities list`). Only these add "
+                   "their steps to its contracts.")
 @operation_option
-def create(title, description, description_file, criteria, parallel_runs, operation_id):
+def create(title, description, description_file, criteria, parallel_runs, capabilities, operation_id):
     """Create a goal."""
     from loopx import goals
     from loopx.errors import LoopxError
@@ -52,7 +57,7 @@ def create(title, description, description_file, criteria, parallel_runs, operat
 
     with open_registry() as reg:
         goal = goals.create(reg, actor(), title=title, description=description, criteria=criteria,
-                            parallel_runs=parallel_runs, operation_id=operation_id)
+                            parallel_runs=parallel_runs, capabilities=capabilities, operation_id=operation_id)
     emit(goal, goal_text)
 
 
@@ -99,6 +104,36 @@ def criterion(goal_id, number, met, operation_id):
     with open_registry() as reg:
         goal = goals.mark_criterion(reg, actor(), goal_id, number, met=met, operation_id=operation_id)
     emit(goal, goal_text)
+
+
+@project_prompt.command("capabilities")
+@goal_option()
+@click.option("--enable", "enable", multiple=True, help="Let an installed capability serve the goal (repeatable).")
+@click.option("--disable", "disable", multiple=True, help="Stop a capability serving the goal (repeatable).")
+@operation_option
+def capabilities_command(goal_id, enable, disable, operation_id):
+    """Show or change the capabilities a goal uses (a user's choice, never an agent's).
+
+    Only the capabilities a goal uses (and those on for every goal, such as self-repair) add
+    steps to its contracts, veto its turns or hear its events; the next contract follows.
+    """
+    from loopx import goals
+
+    with open_registry() as reg:
+        if enable or disable:
+            goal = goals.set_capabilities(reg, actor(), goal_id, enable=enable, disable=disable,
+                                          operation_id=operation_id)
+        else:
+            goal = goals.show(reg, goal_id)
+
+    def text(g):
+        from loopx import capabilities
+
+        always = sorted(c.name for c in capabilities.load().values() if c.default_on)
+        line = f"{g['id']}  capabilities: {', '.join(g['capabilities']) or 'none'}"
+        return line + (f"  (on for every goal: {', '.join(always)})" if always else "")
+
+    emit(goal, text)
 
 
 def _transition(verb: str, doc: str):

@@ -102,6 +102,8 @@ def goal_text(view: dict) -> str:
         lines.append(f"decision now: {now['decision']} ({', '.join(now['reasons'])}): {now['primary_action']}")
     for c in g["criteria"]:
         lines.append(f"  [{'x' if c['met'] else ' '}] {c['text']}")
+    if g.get("capabilities"):
+        lines.append(f"capabilities: {', '.join(g['capabilities'])}")
     gates = view["gates"]
     if gates["pending"] or gates["decided"]:
         lines.append("gates:")

@@ -134,7 +134,8 @@ function renderGoal(view) {
   $("goal").dataset.goalId = goal.id;
   $("goal-title").textContent = goal.title;
   $("goal-status").replaceWith(Object.assign(badge(goal.status), { id: "goal-status" }));
-  $("goal-id").textContent = `${goal.id} · revision ${goal.revision}`;
+  $("goal-id").textContent = `${goal.id} · revision ${goal.revision}` +
+    ((goal.capabilities || []).length ? ` · uses ${goal.capabilities.join(", ")}` : "");
   $("goal-description").textContent = goal.description || "";
   $("goal-attention").replaceChildren(...view.attention.map((a) => el("li", {}, badge(a.replace("_", " "), "warn"))));
   const needs = view.needs_you;

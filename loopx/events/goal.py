@@ -1,10 +1,10 @@
-"""Goal lifecycle events: created, paused, resumed, closed, criterion_met."""
+"""Goal lifecycle events: created, paused, resumed, closed, criterion_met, capabilities_set."""
 
 from __future__ import annotations
 
 import json
 
-from loopx.ledger import CAPABILITY, USER, event_kind
+from loopx.ledger import CAPABILITY, CORE, USER, event_kind
 
 EMPTY_LIMITS = json.dumps({}, sort_keys=True)
 
@@ -14,8 +14,8 @@ def created(tx, event):
     b = event.body
     tx.execute(
         "INSERT INTO goals (id, created_seq, title, description, status, status_reason, criteria,"
-        " limits, grants, parallel_runs, revision, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, 'open', NULL, ?, ?, ?, ?, ?, ?, ?)",
+        " limits, grants, parallel_runs, revision, created_at, updated_at, capabilities)"
+        " VALUES (?, ?, ?, ?, 'open', NULL, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             event.goal_id,
             event.id,
@@ -28,8 +28,18 @@ def created(tx, event):
             event.seq,
             event.at,
             event.at,
+            json.dumps(sorted(b.get("capabilities") or [])),
         ),
     )
+
+
+# The core writes it once, in schema v8's migration, for goals a capability already kept state for
+# (loopx.goals.adopt_capabilities); only a user changes the list after that.
+@event_kind("goal.capabilities_set", USER, CORE)
+def capabilities_set(tx, event):
+    """The capabilities the goal uses changed; the body holds the whole list after it."""
+    tx.execute("UPDATE goals SET capabilities = ? WHERE id = ?",
+               (json.dumps(sorted(event.body["capabilities"])), event.goal_id))
 
 
 def _set_status(tx, event, status):

@@ -7,6 +7,9 @@ from loopx.hookspecs import hookspec
 def loopx_contract_veto(tx, goal):
     """Veto running a goal because its state needs repair.
 
+    Called only for goals one of the plugin's capabilities serves (those the goal enables, or a
+    ``default_on`` one); a plugin that declares no capability is asked for every goal.
+
     ``goal`` is a :class:`loopx.model.Goal`; ``tx`` a read-only view of a read transaction taken
     before the write transaction (``tx.one``, ``tx.query``). Return ``None`` to allow, or a dict
     ``{"reason": CODE, "message": TEXT, "actions": [ARGV, ...]}``: the decision becomes
@@ -20,6 +23,10 @@ def loopx_contract_veto(tx, goal):
 @hookspec
 def loopx_contract_actions(tx, goal, run_id, remaining):
     """Contribute actions and notes to a ``run`` contract.
+
+    Called only for goals one of the plugin's capabilities serves (``Goal.capabilities``, or a
+    ``default_on`` capability); an action naming a capability that does not serve the goal is
+    dropped. A plugin that declares no capability is asked for every goal.
 
     ``remaining`` is the goal's remaining quota (a dict, ``None`` meaning unlimited). Return
     ``None`` or a list of dicts ``{"argv": ["loopx", ...], "note": TEXT, "capability": NAME,

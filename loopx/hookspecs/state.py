@@ -20,5 +20,6 @@ def loopx_event_committed(registry, events):
 
     ``events`` is the list of :class:`loopx.model.Event` one mutation wrote. Observers must
     not write to the registry from here and must return quickly; an exception is reported and
-    never undoes the commit.
+    never undoes the commit. A plugin that declares capabilities hears only the events of goals
+    one of them serves (by the goal's capability list after the mutation).
     """

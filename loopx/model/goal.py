@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from loopx.model import BUDGETS  # noqa: F401  (the one budget-name table; importable from here too)
+import attrs
+
 from loopx.model._value import Value, value
 
 
@@ -52,3 +54,6 @@ class Goal(Value):
     created_at: str
     updated_at: str
     status_reason: str | None = None
+    #: The capabilities the goal uses (sorted names; ``loopx project-prompt capabilities``). Only
+    #: these, and capabilities on for every goal, contribute steps, veto or hear its events.
+    capabilities: list[str] = attrs.field(factory=list)

@@ -344,14 +344,22 @@ _V6 = [
 # key (goals whose unkeyed chain already failed are sealed untrusted, so that stays visible).
 _V7 = [Call("loopx.rekey", "key_registry")]
 
+# v8: goals list the capabilities they use (loopx/goals.py, docs/capabilities/README.md). The new
+# column is goal state the digest covers, so the column is added by a step that reseals every goal
+# whose digest matched just before (one altered outside the ledger stays untrusted). Then a goal
+# in progress that a capability already keeps state for (an Issue-Fix goal) is recorded as using
+# it, by a ledger event, so upgrading does not take its steps away.
+_V8 = [Call("loopx.integrity", "add_goal_capabilities"), Call("loopx.goals", "adopt_capabilities")]
+
 # A step is a list of SQL texts, ``{dialect: [SQL...]}`` for what differs per dialect, or a
 # callable run with the migration's transaction (for data that only Python can derive).
-MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
+MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 CURRENT_VERSION = len(MIGRATIONS)
 SUMMARY_VERSION = MIGRATIONS.index(_V3) + 1  # the version that added the attention summary
 INTEGRITY_VERSION = MIGRATIONS.index(_V4) + 1  # the version that added the hash chain and digests
 USAGE_VERSION = MIGRATIONS.index(_V5) + 1  # the version that added the usage counters
 KEYED_VERSION = MIGRATIONS.index(_V7) + 1  # the version that keyed them
+CAPABILITIES_VERSION = MIGRATIONS.index(_V8) + 1  # the version that gave goals their capability list
 
 
 def statements(dialect: str, from_version: int) -> list:

@@ -173,8 +173,9 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     }
 
     def work(w):
+        # The goal uses Issue-Fix: only goals that enable it get its steps.
         writer_create_goal(w, title=title, description=description, criteria=CRITERIA, parallel_runs=False,
-                           goal_id=goal_id)
+                           goal_id=goal_id, capabilities=[CAPABILITY])
         after: list[str] = []
         for step in STEPS:
             writer_add_todo(w, todo_id=todo_ids[step], text=TODO_TEXT[step], priority="P1", depends_on=after)

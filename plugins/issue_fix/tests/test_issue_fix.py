@@ -122,6 +122,8 @@ def test_start_works_in_its_own_worktree_and_leaves_a_dirty_checkout_alone(cli, 
     assert r.code == 0, r
     assert "uncommitted changes; they are not used and not touched" in r.out
     g = r.out.split()[0]
+    # The goal uses the capability, so its contracts get Issue-Fix's steps (and only such goals do).
+    assert cli("project_prompt", "show", "--goal-id", g, "--json").json["capabilities"] == ["issue_fix"]
     s = state(cli, g)
     wt = Path(s["worktree"])
     assert s["user_checkout"]["dirty"] is True and set(s["user_checkout"]["dirty_paths"]) == {"calc.py", "notes.txt"}

@@ -10,6 +10,9 @@ from loopx import hookimpl
 
 from loopx_self_repair import __version__
 
+#: Why self-repair serves every goal (docs/capabilities/self_repair.md repeats it).
+WHY_DEFAULT_ON = ("its veto stops a turn on state that disagrees with the ledger, and damage can reach any goal, "
+                  "so a goal that never enabled it must not be driven on broken state")
 REPAIRS = ("state_rebuilt", "lease_released", "dependency_dropped", "gate_widened", "evidence_unbound",
            "data_escaped")
 
@@ -30,6 +33,9 @@ def loopx_register_capabilities(register):
         actions=["fix"],
         repairs=REPAIRS,
         doc="docs/capabilities/self_repair.md",
+        # Every goal, enabled or not: damage to state is found where nobody thought to look.
+        default_on=True,
+        why=WHY_DEFAULT_ON,
     ))
 
 

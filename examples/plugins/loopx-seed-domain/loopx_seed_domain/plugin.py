@@ -12,8 +12,6 @@ from loopx import hookimpl
 
 from loopx_seed_domain import __version__
 
-#: Limit the contract actions to some goals: comma-separated goal ids (unset = every goal).
-ENV_GOALS = "LOOPX_SEED_DOMAIN_GOALS"
 #: The model the contract offers (default ``revenue-forecast``).
 ENV_MODEL = "LOOPX_SEED_DOMAIN_MODEL"
 
@@ -48,9 +46,12 @@ def loopx_register_commands(cli):
 
 @hookimpl
 def loopx_contract_actions(tx, goal, run_id, remaining):
-    """Offer the model run and the report, in that order, on goals this plugin serves."""
-    allowed = {g.strip() for g in os.environ.get(ENV_GOALS, "").split(",") if g.strip()}
-    if not run_id or (allowed and goal.id not in allowed):
+    """Offer the model run and the report, in that order.
+
+    LoopX asks only for goals that enable ``seed_domain`` (``loopx project-prompt create
+    --capability seed_domain``, or ``loopx project-prompt capabilities G --enable seed_domain``).
+    """
+    if not run_id:
         return None
     model = os.environ.get(ENV_MODEL) or "revenue-forecast"
     return [

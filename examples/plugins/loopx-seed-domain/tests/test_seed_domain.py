@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ def goal(loopx_registry, loopx_plugin):
 
     loopx_plugin(plugin, name="seed_domain_test")
     return project_prompt.create(loopx_registry, "user", title="Investigate Quarterly Revenue Spike",
-                                 description="Analyze data, run models, and produce a report.")["id"]
+                                 description="Analyze data, run models, and produce a report.",
+                                 capabilities=["seed_domain"])["id"]
 
 
 def test_the_forecast_finds_the_spike_and_a_flat_series_has_none(tmp_path):
@@ -59,6 +61,57 @@ def test_contracts_offer_the_model_then_the_report(loopx_registry, goal):
     report = actions.index(f"loopx exec --run-id {run_id} --agent agent -- "
                            f"loopx generate-report --format pdf --run-id {run_id}")
     assert model < report
+
+
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from loopx.cli import cli
+
+    r = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_an_unrelated_goal_runs_its_own_action_and_its_turn_is_ok(loopx_registry, goal, tmp_path):
+    """Installed, the plugin adds nothing to a goal that does not enable it: that goal's turn runs
+    its one action and is recorded ok (it used to be failed: the plugin's two steps were left)."""
+    from loopx import actions
+    from loopx import goals as project_prompt
+    from loopx.should_run import should_run
+
+    other = project_prompt.create(loopx_registry, "user", title="Count the lines")["id"]
+    (tmp_path / "data.csv").write_text("a\nb\n")
+    actions.add(loopx_registry, "user", goal_id=other, name="count", argv=["wc", "-l", str(tmp_path / "data.csv")])
+    doc = should_run(loopx_registry, "user", goal_id=other)
+    contract = doc["interaction_contract"]
+    assert "run-model" not in json.dumps(contract) and "generate-report" not in json.dumps(contract)
+    assert "seed_domain" not in json.dumps(contract)
+    _cli("exec", "--run-id", contract["run_id"], "--action", "count")
+    assert _cli("run", "finish", "--run-id", contract["run_id"])["outcome"] == "ok"
+
+
+def test_enabling_and_disabling_the_capability_moves_its_steps(loopx_registry, goal):
+    from loopx import goals as project_prompt
+    from loopx import runs
+    from loopx.should_run import should_run
+
+    other = project_prompt.create(loopx_registry, "user", title="Not yet")["id"]
+
+    def offered(goal_id):
+        doc = should_run(loopx_registry, "user", goal_id=goal_id)
+        run_id = doc["interaction_contract"]["run_id"]
+        runs.finish(loopx_registry, "user", run_id=run_id, outcome="partial")
+        return [a for a in doc["interaction_contract"]["cli_channel"]["next_cli_actions"] if "seed_domain" in a
+                or "run-model" in a or "generate-report" in a]
+
+    assert offered(other) == []
+    assert project_prompt.set_capabilities(loopx_registry, "user", other, enable=["seed_domain"])["capabilities"] \
+        == ["seed_domain"]
+    assert len(offered(other)) == 2
+    project_prompt.set_capabilities(loopx_registry, "user", other, disable=["seed_domain"])
+    assert offered(other) == []
+    assert project_prompt.show(loopx_registry, goal)["capabilities"] == ["seed_domain"]
 
 
 def test_run_model_asks_for_a_contract_and_records_evidence(loopx_registry, goal, tmp_path, monkeypatch):
