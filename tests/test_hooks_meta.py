@@ -132,7 +132,7 @@ class World:
 def world(tmp_path_factory):
     """One scenario through the CLI that gives every hook a reason to fire."""
     w = World(tmp_path_factory.mktemp("hooks"))
-    w.goal = w.run("create", "project-prompt", "create", "--title", "Meta", "--description", "d")["id"]
+    w.goal = w.run("create", "project-prompt", "create", "--title", "Meta", "--description", "d", "--capability", "recorder")["id"]
     w.run("todo", "todo", "add", w.goal, "--text", "work")
     w.turn = w.run("turn", "turn", "--goal-id", w.goal, "--executor", "recorder", code=3)  # partial
     w.capabilities = w.run("capabilities", "capabilities", "list")
