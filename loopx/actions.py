@@ -194,10 +194,15 @@ def _check_integrity(tx, run) -> None:
 
     problems = integrity.verify_head(tx, run.goal_id)
     if problems:
+        import shlex
+
+        from loopx import repairs
+
         codes = ", ".join(sorted({p.code for p in problems}))
+        offered = repairs.advice(run.goal_id)
         raise LoopxError("integrity_mismatch", f"goal {run.goal_id} fails its integrity check ({codes}): nothing was"
-                         f" run; `loopx quota should-run` answers repair (`loopx self-repair fix --goal-id"
-                         f" {run.goal_id}`)")
+                         " run; `loopx quota should-run` answers repair"
+                         + (f" (`{shlex.join(offered[0])}`)" if offered else ""))
 
 
 def time_left(tx, run) -> float:

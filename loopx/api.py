@@ -52,12 +52,38 @@ _LAZY = {
     "chain_head": "loopx.integrity:head",
     "chain_acknowledged": "loopx.integrity:acknowledged",
     "rechain_goal": "loopx.integrity:rechain",
-    "rebuild_state": "loopx.events.capability:rebuild_state",
-    "put_rows": "loopx.events.capability:put_rows",
     "seal_goal": "loopx.integrity:seal",
     "INTEGRITY_CODES": "loopx.integrity:CODES",
     "json_problem": "loopx.jsonsafe:problem",
     "json_escaped": "loopx.jsonsafe:escaped",
+    # --- repair: what is damaged (loopx.damage; read-only) ---
+    "Finding": "loopx.damage:Finding",
+    "DAMAGE_CODES": "loopx.damage:CODES",
+    "find_damage": "loopx.damage:check",
+    "goal_damage": "loopx.damage:goal",
+    "cheap_damage": "loopx.damage:cheap",
+    "unreadable_damage": "loopx.damage:unreadable",
+    "damage_goal_ids": "loopx.damage:goal_ids",
+    "schema_damage": "loopx.damage:registry_schema",
+    "storage_damage": "loopx.damage:registry_storage",
+    "goal_snapshot": "loopx.damage:snapshot",
+    "replay_goal": "loopx.damage:replay",
+    # --- repair: proposing and applying (loopx.repairs; inside reg.mutate as capability:NAME) ---
+    "Repair": "loopx.repairs:Repair",
+    "REPAIR_KINDS": "loopx.repairs:REPAIRS",
+    "propose_repair": "loopx.repairs:propose",
+    "apply_repair": "loopx.repairs:apply",
+    "repair_drift": "loopx.repairs:drift",
+    "rebuild_goal": "loopx.repairs:rebuild",
+    "escape_goal_data": "loopx.repairs:escape",
+    "restore_goal_rows": "loopx.repairs:restore_goal_rows",
+    "repair_event_apply": "loopx.repairs:apply_event",
+    "repair_event_guard": "loopx.repairs:guard_event",
+    "abandon_expired_run": "loopx.repairs:abandon_expired_run",
+    "record_loss": "loopx.repairs:record_loss",
+    "escape_event_bodies": "loopx.repairs:escape_event_bodies",
+    "reindex_storage": "loopx.repairs:reindex_storage",
+    "backup_registry": "loopx.backup:backup",
     # --- domain operations, one transaction each ---
     "create_goal": "loopx.goals:create",
     "add_todo": "loopx.todos:add",
@@ -120,17 +146,11 @@ _OWN = (
     "writer_todo_reopen",
     "writer_criterion_met",
     "writer_close_goal",
-    "abandon_expired_run",
-    "record_loss",
-    "escape_event_bodies",
     "list_evidence",
     "load_evidence",
     "set_output_format",
     "apply_state",
     "todo_changed",
-    "goal_snapshot",
-    "replay_goal",
-    "reindex_storage",
     "check_plugin_imports",
     "ALLOWED_IMPORTS",
 )
@@ -327,55 +347,6 @@ def writer_close_goal(w, *, reason: str | None = None) -> None:
     w.emit("goal.closed", {"reason": reason} if reason else {})
 
 
-def abandon_expired_run(w, run_id: str) -> None:
-    """Ask the core to mark an open run past its expiry abandoned (what should-run would do).
-
-    A core transition a capability may ask for: the ledger records the capability
-    (``capability:NAME``) as the actor, and the core refuses unless the run is open and expired.
-    """
-    w.emit("run.abandoned", {"run_id": run_id, "by": w.actor})
-
-
-def record_loss(w, *, lost=(), acknowledged=()) -> None:
-    """Record on the writer's goal the event numbers a repair found lost, and the chain breaks it
-    acknowledged (``capability.loss_recorded``; only a capability that declared repairs).
-
-    Emit it first in the repair's mutation: a gap in the ledger is recorded loss, not fresh damage,
-    when the event right after it names the lost numbers. The core's hash-chain check reads it
-    whether or not the plugin that wrote it is still installed.
-    """
-    w.emit("capability.loss_recorded", {"lost": sorted(set(lost)), "acknowledged": sorted(set(acknowledged))})
-
-
-def escape_event_bodies(w, seqs) -> list[dict]:
-    """Make the stored bodies of the writer's goal's events ``seqs`` interoperable JSON again
-    (NaN/Infinity, lone surrogates older versions let in; :func:`json_escaped`) and re-chain the
-    goal from the first; returns ``[{"seq", "original_body"}]`` for the repair to keep as
-    evidence. The one sanctioned rewrite of the ledger: only a capability that declared repairs.
-    """
-    import json
-
-    from loopx import integrity, jsonsafe
-    from loopx.capabilities import capability_of, load
-    from loopx.errors import LoopxError
-
-    name = capability_of(w.actor)
-    cap = load().get(name) if name else None
-    if cap is None or not cap.repairs:
-        raise LoopxError("ownership_violation", f"{w.actor} declared no repairs, so it may not rewrite the ledger")
-    originals = []
-    for seq in sorted(set(seqs)):
-        row = w.tx.one("SELECT id, body FROM events WHERE goal_id = ? AND seq = ?", (w.goal_id, seq))
-        if row is None:
-            continue
-        fixed = json.dumps(jsonsafe.escaped(json.loads(row["body"])), sort_keys=True, separators=(",", ":"))
-        w.tx.execute("UPDATE events SET body = ? WHERE id = ?", (fixed, row["id"]))
-        originals.append({"seq": seq, "original_body": row["body"]})
-    if originals:
-        integrity.rechain(w.tx, w.goal_id, originals[0]["seq"])
-    return originals
-
-
 def apply_state(tx, event, namespace: str, values: dict) -> None:
     """For the ``apply(tx, event)`` of a plugin's own event kind: set state keys of the event's
     goal in ``namespace`` (what :func:`get_state` reads), using only the event. Replays run it too."""
@@ -416,46 +387,6 @@ def load_evidence(tx, evidence_id: str):
 
     row = tx.one("SELECT * FROM evidence WHERE id = ?", (evidence_id,))
     return None if row is None else evidence_from_row(row)
-
-
-# --- checking state against the ledger (for repair capabilities) -------------------------------
-
-
-def goal_snapshot(tx, goal_id: str) -> dict[str, list[dict]]:
-    """Every current-state row of one goal, per table (:data:`GOAL_TABLES`), comparable across backends."""
-    from loopx import ledger
-
-    return ledger.normalise(ledger.snapshot(tx, goal_id))
-
-
-def replay_goal(goal_events) -> tuple[dict, object]:
-    """``(snapshot, usage)`` that replaying ``goal_events`` into an empty scratch registry produces.
-
-    The snapshot compares equal to :func:`goal_snapshot` of a healthy goal; ``usage`` is its
-    :class:`~loopx.model.QuotaUsage` (``None`` for no events).
-    """
-    from loopx import ledger, usage
-
-    found = ledger.replay(goal_events, lambda tx, goal_id: (ledger.snapshot(tx, goal_id),
-                                                            usage.usage(tx, goal_id)))
-    if found is None:
-        return {}, None
-    snap, used = found
-    return ledger.normalise(snap), used
-
-
-def reindex_storage(reg) -> None:
-    """Rebuild every index of the registry's tables (cures index corruption)."""
-    from loopx.store import schema
-
-    def reindex(tx):
-        if tx.dialect == "sqlite":
-            tx.execute("REINDEX")
-        else:
-            for table in ("events", "operations", *schema.GOAL_TABLES):
-                tx.execute(f"REINDEX TABLE {table}")
-
-    reg.store.write(reindex)
 
 
 # --- the import check -------------------------------------------------------------------------

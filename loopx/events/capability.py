@@ -20,18 +20,6 @@ def _owned(writer, body):
     check_owner(writer.actor, body.get("namespace"))
 
 
-def _owned_repair(writer, body):
-    from loopx.capabilities import check_owner
-
-    cap = check_owner(writer.actor, body.get("namespace"))
-    if body.get("repair") not in REPAIRS:
-        raise LoopxError("invalid_argument", f"unknown repair {body.get('repair')!r}; known: {', '.join(sorted(REPAIRS))}")
-    if body["repair"] not in cap.repairs:
-        raise LoopxError("ownership_violation",
-                         f"capability {cap.name!r} did not declare the repair {body['repair']!r}",
-                         capability=cap.name, repair=body["repair"])
-
-
 def set_rows(tx, event, namespace: str, values: dict) -> None:
     """Set state keys of ``event``'s goal in ``namespace`` (insert or replace), at the event's time."""
     for key, value in sorted(values.items()):
@@ -65,11 +53,10 @@ def state_deleted(tx, event):
 
 
 # --- what repair capabilities record on the core's ledger --------------------------------------
-# The repairs themselves are the repair plugin's own vocabulary (``self_repair.repaired`` in
-# plugins/self_repair, which also replays the ``capability.repaired`` events older registries
-# hold). What stays here is what the core itself reads: loss a repair recorded (the hash-chain
-# check honours it on every should-run, plugin installed or not), and the two state operations a
-# repair's apply function needs to rebuild a goal from its ledger.
+# The repairs themselves (loopx.repairs) are recorded as the repair capability's own event kind,
+# applied and guarded by loopx.repairs.apply_event/guard_event. What is here is what the core
+# itself reads: loss a repair recorded (the hash-chain check honours it on every should-run,
+# capability installed or not), and the two state operations a rebuild needs.
 
 
 def _declared_repairs(writer, body):
