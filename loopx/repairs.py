@@ -121,9 +121,11 @@ def apply_event(tx, event) -> None:
 
 
 def guard_event(writer, body) -> None:
-    """The ``guard`` of a capability's repair event kind: refuse (``ownership_violation``) unless
-    the acting capability owns the body's ``namespace`` and declared the repair, and
-    (``invalid_argument``) a repair that is not one of :data:`KINDS`."""
+    """The ``guard`` of a capability's repair event kind (run on every write, never on replay):
+    refuse (``ownership_violation``) unless the acting capability owns the body's ``namespace``
+    and declared the repair; (``invalid_argument``) a repair that is not one of :data:`KINDS`;
+    and (``repair_not_needed``) a one-row repair of damage the goal does not have, so a repair
+    capability can never release a live lease or widen a gate whose todo exists."""
     from loopx.capabilities import check_owner
 
     cap = check_owner(writer.actor, body.get("namespace"))
@@ -132,6 +134,37 @@ def guard_event(writer, body) -> None:
     if body["repair"] not in cap.repairs:
         raise LoopxError("ownership_violation", f"capability {cap.name!r} did not declare the repair {body['repair']!r}",
                          capability=cap.name, repair=body["repair"])
+    _check_needed(writer, body)
+
+
+#: For each one-row repair: the detector that must still see the damage, and the body's subject.
+_NEEDED = {
+    "lease_released": ("stale_leases", "todo_id"),
+    "dependency_dropped": ("missing_dependencies", "todo_id"),
+    "gate_widened": ("dangling_gates", "gate_id"),
+    "evidence_unbound": ("orphan_evidence", "evidence_id"),
+}
+
+
+def _check_needed(writer, body) -> None:
+    from loopx import damage
+
+    found = _NEEDED.get(body["repair"])
+    if found is None:
+        return  # a rebuild replays the ledger: harmless on a healthy goal
+    detector, field = found
+    goal = {"id": writer.goal_id}
+    detect = getattr(damage, detector)
+    findings = detect(writer.tx, goal, writer.at) if detector == "stale_leases" else detect(writer.tx, goal)
+    subject = body.get(field)
+    match = [f for f in findings if f.subject == subject]
+    if body["repair"] == "dependency_dropped" and match:
+        missing = body.get("missing")
+        if not isinstance(missing, list) or not set(missing) <= set(match[0].details["missing"]):
+            match = []
+    if not match:
+        raise LoopxError("repair_not_needed", f"goal {writer.goal_id} shows no damage on {subject!r} that"
+                         f" {body['repair']} repairs ({detector.replace('_', ' ')}): nothing was recorded")
 
 
 # --- proposing and applying ---------------------------------------------------------------------

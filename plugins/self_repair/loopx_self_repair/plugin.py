@@ -6,7 +6,7 @@ imports nothing heavy: detectors, repairs and the CLI load inside the hooks that
 
 from __future__ import annotations
 
-from loopx import hookimpl
+from loopx.api import hookimpl
 
 from loopx_self_repair import __version__
 
