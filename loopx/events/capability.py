@@ -76,6 +76,16 @@ def _declared_repairs(writer, body):
         raise LoopxError("invalid_argument", "a loss record names lost or acknowledged event numbers")
 
 
+@event_kind("capability.repaired")
+def repaired(tx, event):
+    """A repair written when LoopX's core still named the repair event (older registries):
+    replayed by the core's repair API (:func:`loopx.repairs.apply_event`), whether or not a repair
+    capability is installed; nobody writes it any more (no writers)."""
+    from loopx import repairs
+
+    repairs.apply_event(tx, event)
+
+
 @event_kind("capability.loss_recorded", CAPABILITY, guard=_declared_repairs)
 def loss_recorded(tx, event):
     """``body = {"lost": [seq...], "acknowledged": [seq...]}``: event numbers a repair found lost

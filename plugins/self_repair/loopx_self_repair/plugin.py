@@ -52,10 +52,10 @@ def loopx_register_event_kinds(register):
     """``self_repair.repaired``: one repair of a goal's current state, recorded in its ledger
     (applied and guarded by LoopX's repair API: ``repair_event_apply``, ``repair_event_guard``).
 
-    Also replays ``capability.repaired``, its name when LoopX's core defined it (older registries).
+    Older registries hold ``capability.repaired``, its name when LoopX's core defined it: the core
+    replays those itself.
     """
-    register("self_repair.repaired", _apply, writers=("capability",), guard=_guard,
-             formerly=("capability.repaired",))
+    register("self_repair.repaired", _apply, writers=("capability",), guard=_guard)
 
 
 @hookimpl
