@@ -6,12 +6,12 @@ where ``ACTOR`` is ``capability:NAME``: each records an event in the goal's ledg
 mutation's one transaction, and the event's guard checks that the acting capability owns the
 event's namespace and declared the repair. No repair removes human control or hides loss.
 
-The vocabulary (:data:`KINDS`): ``state_rebuilt`` (current state rebuilt from the ledger, keeping
+The vocabulary (:data:`loopx.events.repair.KINDS`): ``state_rebuilt`` (current state rebuilt from the ledger, keeping
 a gate, claim or evidence the ledger lacks, :func:`rebuild`), ``data_escaped`` (event bodies older
 versions stored with NaN/Infinity or lone surrogates rewritten escaped, :func:`escape`),
 ``lease_released``, ``dependency_dropped``, ``gate_widened``, ``evidence_unbound`` (:func:`apply`).
 A capability records them as its own event kind (``NAME.repaired``), registered through
-``loopx_register_event_kinds`` with :func:`apply_event` and :func:`guard_event`, so that its
+``loopx_register_event_kinds`` with :func:`loopx.events.repair.apply_event` and :func:`guard_event`, so that its
 events replay like every other. It proposes a repair for a finding with :func:`propose`.
 """
 
@@ -22,11 +22,7 @@ import json
 import attrs
 
 from loopx.errors import LoopxError
-
-#: The core's retired name for repair events (written before repairs moved to a capability).
-FORMER_KIND = "capability.repaired"
-#: Repairs that rebuild the whole goal from its ledger.
-REBUILDS = ("state_rebuilt", "data_escaped")
+from loopx.events.repair import KINDS, REBUILDS
 
 
 @attrs.frozen
@@ -44,80 +40,6 @@ class Repair:
     def to_json(self) -> dict:
         """JSON-ready repair."""
         return attrs.asdict(self)
-
-
-# --- what each repair does to current state (apply functions: only the event and the ledger) ---
-
-
-def _lease_released(tx, event):
-    # A claim that outlived its holder: clear it; the epoch stays, so a later claim still bumps it.
-    tx.execute("UPDATE todos SET claim_agent = NULL, claim_run_id = NULL, claim_expires_at = NULL, updated_at = ?"
-               " WHERE id = ? AND goal_id = ?", (event.at, event.body["todo_id"], event.goal_id))
-
-
-def _dependency_dropped(tx, event):
-    from loopx import todo_ready
-
-    b = event.body
-    row = tx.one("SELECT depends_on FROM todos WHERE id = ? AND goal_id = ?", (b["todo_id"], event.goal_id))
-    if row is None:
-        return
-    deps = [d for d in json.loads(row["depends_on"]) if d not in set(b["missing"])]
-    tx.execute("UPDATE todos SET depends_on = ?, updated_at = ? WHERE id = ? AND goal_id = ?",
-               (json.dumps(deps), event.at, b["todo_id"], event.goal_id))
-    todo_ready.resync(tx, event.goal_id, b["todo_id"])  # dropping a missing dependency may make it ready
-
-
-def _gate_widened(tx, event):
-    # A pending gate whose target vanished blocks the whole goal until a user decides it: the
-    # repair never removes human control, it only makes it impossible to miss.
-    tx.execute("UPDATE gates SET blocks = 'all' WHERE id = ? AND goal_id = ?", (event.body["gate_id"], event.goal_id))
-
-
-def _evidence_unbound(tx, event):
-    # Evidence is append-only: the observation stays; only its reference to a missing run goes
-    # (the event body keeps the old run id).
-    tx.execute("UPDATE evidence SET run_id = NULL WHERE id = ? AND goal_id = ?",
-               (event.body["evidence_id"], event.goal_id))
-
-
-def _state_rebuilt(tx, event):
-    """Rebuild the goal's current state from its ledger before this event, then put back what the
-    repair kept (``body["kept"]``: rows of human control the ledger lacked, which a rebuild must
-    never drop; see docs/state-interaction-model.md).
-
-    Earlier rebuilds are replayed only for what they kept: each restored exactly the state its
-    predecessors produce, so replaying without them gives the same rows (and keeps replay linear).
-    """
-    from loopx.events.capability import put_rows, rebuild_state
-
-    def put_back(earlier):
-        if earlier.kind not in (event.kind, FORMER_KIND) or earlier.body.get("repair") not in REBUILDS:
-            return False
-        put_rows(tx, earlier, earlier.body.get("kept"))
-        return True
-
-    rebuild_state(tx, event, instead=put_back)
-    put_rows(tx, event, event.body.get("kept"))
-
-
-#: Every repair kind, with what it does to current state.
-KINDS = {
-    "lease_released": _lease_released,
-    "dependency_dropped": _dependency_dropped,
-    "gate_widened": _gate_widened,
-    "evidence_unbound": _evidence_unbound,
-    "state_rebuilt": _state_rebuilt,
-    # Event bodies rewritten escaped (the originals are in evidence): the state is rebuilt from them.
-    "data_escaped": _state_rebuilt,
-}
-REPAIRS = tuple(KINDS)
-
-
-def apply_event(tx, event) -> None:
-    """The ``apply`` of a capability's repair event kind: ``body = {"namespace", "repair": one of
-    :data:`KINDS`, "finding": CODE, ...the repair's fields}``."""
-    KINDS[event.body["repair"]](tx, event)
 
 
 def guard_event(writer, body) -> None:
