@@ -291,12 +291,7 @@ def settle_in(w, verb: str, *, todo_id: str, note: str | None = None, run_id: st
         if run is None or run.status != "open":
             raise LoopxError("goal_closed", f"goal {goal_id} is closed")
     who = _agent_for(run, agent)
-    todo = load_todo(w.tx, goal_id, todo_id)
-    if verb == "reopen":
-        if todo.status == "open":
-            raise LoopxError("todo_not_open", f"todo {todo_id} is already open")
-    elif todo.status != "open":
-        raise LoopxError("todo_not_open", f"todo {todo_id} is {todo.status}; reopen it first")
+    todo = _check_status(load_todo(w.tx, goal_id, todo_id), verb)
     if epoch is not None and epoch != todo.epoch:
         raise LoopxError("lease_lost", f"your claim on todo {todo_id} (epoch {epoch}) was lost; "
                          f"it is at epoch {todo.epoch}" + _holder(todo))
@@ -307,16 +302,33 @@ def settle_in(w, verb: str, *, todo_id: str, note: str | None = None, run_id: st
     w.emit(kind, {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
 
 
+def _check_status(todo: Todo, verb: str) -> Todo:
+    """The one rule for which todos a verb applies to: ``reopen`` a done or blocked one, the others
+    an open one (``todo_not_open``)."""
+    if verb == "reopen":
+        if todo.status == "open":
+            raise LoopxError("todo_not_open", f"todo {todo.id} is already open")
+    elif todo.status != "open":
+        raise LoopxError("todo_not_open", f"todo {todo.id} is {todo.status}; reopen it first")
+    return todo
+
+
 def done_in(w, *, todo_id: str, note: str | None = None) -> None:
-    """Inside a mutation: mark an open todo of the writer's goal done (``todo_not_open`` otherwise)."""
-    settle_in(w, "done", todo_id=todo_id, note=note)
+    """Inside a mutation: mark an open todo of the writer's goal done (``todo_not_open`` otherwise),
+    for work a capability did itself: the status rule of :func:`settle`, without its caller's
+    rules (no agent, epoch or run is named; the capability checks a live claim itself)."""
+    note = check_text(note, what="--note", limit="note", required=False)
+    _check_status(load_todo(w.tx, w.goal_id, check_id("todo", todo_id)), "done")
+    w.emit("todo.done", {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
 
 
 def reopen_in(w, *, todo_id: str, note: str | None = None) -> None:
-    """Inside a mutation: open a done or blocked todo of the writer's goal again, unclaimed. An
-    open one stays as it is (nothing written): safe to repeat, unlike ``todo reopen``."""
+    """Inside a mutation: open a done or blocked todo of the writer's goal again, unclaimed, for a
+    capability whose own work found it undone (as :func:`done_in`: no caller's rules). An open one
+    stays as it is (nothing written): safe to repeat, unlike ``todo reopen``."""
+    note = check_text(note, what="--note", limit="note", required=False)
     if load_todo(w.tx, w.goal_id, check_id("todo", todo_id)).status != "open":
-        settle_in(w, "reopen", todo_id=todo_id, note=note)
+        w.emit("todo.reopened", {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
 
 
 def settle(reg: Registry, actor: str, verb: str, *, goal_id: str, todo_id: str, note: str | None = None,
