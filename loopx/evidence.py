@@ -78,7 +78,8 @@ def record_in(w, *, kind: str, summary: str, run_id: str | None = None, data=Non
 
     check_name(kind, what="--kind")
     summary = check_text(summary, what="--summary", limit="summary")
-    _check_data(data)
+    # No 64 KiB limit on data here (that is record's, for --data): a capability's evidence is held
+    # to the evidence cap (loopx.caps, 1 MiB unless a user changed it) when the event is written.
     if run_id is None:
         if ledger.role(w.actor) == ledger.EXECUTOR:
             raise LoopxError("run_not_open", "an executor records evidence only inside a run: pass --run-id")

@@ -94,14 +94,6 @@ def test_an_executor_records_evidence_only_inside_a_run(loopx_registry, loopx_cl
                 env={"LOOPX_ACTOR": "executor"})
 
 
-def test_evidence_data_too_large(loopx_registry, loopx_cli, goal):
-    g = goal["id"]
-    big = {"blob": "x" * (64 * 1024)}
-    both_refuse(loopx_registry, loopx_cli, "invalid_argument",
-                ["evidence", "add", "--goal-id", g, "--kind", "note", "--summary", "x", "--data", json.dumps(big)],
-                lambda w: api.writer_add_evidence(w, kind="note", summary="x", data=big), goal_id=g)
-
-
 def test_an_action_behind_a_missing_gate(loopx_registry, loopx_cli, goal):
     g, missing = goal["id"], api.new_id("gate")
     both_refuse(loopx_registry, loopx_cli, "gate_not_found",
