@@ -51,6 +51,20 @@ def test_every_name_is_one_function_of_the_module_that_holds_it():
         assert getattr(api, name) is getattr(importlib.import_module(module), attr), name
 
 
+def test_each_group_of_names_is_documented_under_its_heading():
+    import re
+
+    from tests.conftest import ROOT
+
+    guide = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
+    api_part = guide[guide.index("## The plugin API"):guide.index("## Every hook")]
+    sections = dict(part.split("\n", 1) for part in api_part.split("\n### ")[1:])
+    assert set(api.GROUPS) <= set(sections), set(api.GROUPS) - set(sections)
+    misplaced = [(heading, n) for heading, names in api.GROUPS.items() for n in names
+                 if not re.search(rf"`{re.escape(n)}[`(]", sections[heading])]
+    assert not misplaced, misplaced
+
+
 def test_a_gate_on_a_missing_todo(loopx_registry, loopx_cli, goal):
     g = goal["id"]
     both_refuse(loopx_registry, loopx_cli, "todo_not_found",
