@@ -73,6 +73,10 @@ def test_the_contract_names_the_command_the_installed_capability_offers(loopx_re
     r = loopx_cli("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json")
     assert r.json["decision"] == "repair"
     assert r.json["interaction_contract"]["cli_channel"]["next_cli_actions"] == [f"loopx fixer-fix {g}"]
+    shown = loopx_cli("capabilities", "show", "fixer")
+    assert "repair:   loopx fixer-fix '{goal_id}'" in shown.out, shown
+    assert loopx_cli("capabilities", "show", "fixer", "--json").json["repair_argv"] == [
+        "loopx", "fixer-fix", "{goal_id}"]
     # With self-repair instead (the plugin manager is rebuilt without the test's plugin): its own.
     monkeypatch.setenv("LOOPX_PLUGINS", "self_repair")
     r = loopx_cli("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json")

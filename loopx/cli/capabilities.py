@@ -30,6 +30,10 @@ def _detail(c: dict) -> str:
     ]
     if c["repairs"]:
         rows.append(f"  repairs:  {', '.join(c['repairs'])}")
+    if c.get("repair_argv"):
+        import shlex
+
+        rows.append(f"  repair:   {shlex.join(c['repair_argv'])}")
     rows.append(f"  doc:      {c['doc']}")
     return "\n".join(rows)
 
