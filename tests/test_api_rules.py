@@ -5,7 +5,6 @@ rule to drift (``writer_request_gate(blocks="todo:<missing>")`` once went throug
 
 from __future__ import annotations
 
-
 import pytest
 
 import loopx.api as api
