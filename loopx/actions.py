@@ -81,11 +81,29 @@ def check_argv(argv) -> list[str]:
     return argv
 
 
+def add_in(w, *, name: str, argv, gate_id: str | None = None, source: str | None = None) -> None:
+    """Inside a user's mutation: allow a command on the writer's goal under ``name`` (the gate, if
+    named, must exist: ``gate_not_found``). :func:`add` is this in a transaction of its own."""
+    check_name(name, what="--name")
+    argv = check_argv(argv)
+    if ledger.role(w.actor) != ledger.USER:
+        raise LoopxError("actor_forbidden", f"only a user may allow commands; {w.actor} may not add an action")
+    body = {"name": name, "argv": argv}
+    if gate_id is not None:
+        from loopx.gates import load_gate
+
+        load_gate(w.tx, w.goal_id, check_id("gate", gate_id))
+        body["gate_id"] = gate_id
+    if source is not None:
+        body["source"] = source
+    w.emit("action.added", body)
+
+
 def add(reg: Registry, actor: str, *, goal_id: str, name: str, argv, gate_id: str | None = None,
         operation_id: str | None = None) -> dict:
     """Allow a command for a goal under ``name`` (user only); adding a name again replaces it."""
     check_id("goal", goal_id)
-    check_name(name, what="--name")
+    check_name(name, what="--name")  # refused before the transaction begins
     argv = check_argv(argv)
     if gate_id is not None:
         check_id("gate", gate_id)
@@ -93,14 +111,7 @@ def add(reg: Registry, actor: str, *, goal_id: str, name: str, argv, gate_id: st
         raise LoopxError("actor_forbidden", f"only a user may allow commands; {actor} may not add an action")
 
     def work(w):
-        if gate_id is not None:
-            from loopx.gates import load_gate
-
-            load_gate(w.tx, goal_id, gate_id)
-        body = {"name": name, "argv": argv}
-        if gate_id is not None:
-            body["gate_id"] = gate_id
-        w.emit("action.added", body)
+        add_in(w, name=name, argv=argv, gate_id=gate_id)
         return to_json(load_action(w.tx, goal_id, name))
 
     return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
@@ -194,10 +205,15 @@ def _check_integrity(tx, run) -> None:
 
     problems = integrity.verify_head(tx, run.goal_id)
     if problems:
+        import shlex
+
+        from loopx import repairs
+
         codes = ", ".join(sorted({p.code for p in problems}))
+        offered = repairs.advice(run.goal_id)
         raise LoopxError("integrity_mismatch", f"goal {run.goal_id} fails its integrity check ({codes}): nothing was"
-                         f" run; `loopx quota should-run` answers repair (`loopx self-repair fix --goal-id"
-                         f" {run.goal_id}`)")
+                         " run; `loopx quota should-run` answers repair"
+                         + (f" (`{shlex.join(offered[0])}`)" if offered else ""))
 
 
 def time_left(tx, run) -> float:

@@ -120,25 +120,29 @@ class Capability(_Frozen):
     top-level ``loopx`` commands it adds. ``actions``: names of the contract actions it
     contributes (a contributed action carries ``"capability": NAME`` and ``"action": one of
     these``). ``repairs``: the kinds of core-state repair it may record (its own repair event
-    kind checks them; declaring any lets it record ledger loss, ``capability.loss_recorded``). ``doc``: its contract document,
+    kind checks them; declaring any lets it record ledger loss, ``capability.loss_recorded``).
+    ``repair_argv``: the command (an argv list, ``{goal_id}`` standing for the goal) a contract
+    names when the core itself finds a goal damaged (its hash chain fails) and answers ``repair``;
+    without one installed, the contract names no command. ``doc``: its contract document,
     ``docs/capabilities/<name>.md`` by default. ``plugin`` and ``distribution`` are filled in by
     :func:`load`. ``default_on``: the capability serves every goal, not only those that enable
     it; allowed only with ``why`` (one sentence), which its document repeats under
     ``## On for every goal``.
     """
 
-    FIELDS = ("name", "version", "summary", "owns", "reads", "quota", "commands", "actions", "repairs", "doc",
-              "default_on", "why", "plugin", "distribution")
+    FIELDS = ("name", "version", "summary", "owns", "reads", "quota", "commands", "actions", "repairs",
+              "repair_argv", "doc", "default_on", "why", "plugin", "distribution")
     __slots__ = FIELDS
 
     def __init__(self, name: str, version: str, summary: str, owns=(), reads=(), quota=None, commands=(),
                  actions=(), repairs=(), doc: str = "", default_on: bool = False, why: str = "",
-                 plugin: str | None = None, distribution: str | None = None):
+                 plugin: str | None = None, distribution: str | None = None, repair_argv=()):
         self._set("name", name)
         self._set("version", version)
         self._set("summary", summary)
         for field, value in zip(_LISTS, (owns, reads, commands, actions, repairs)):
             self._set(field, _names(value))
+        self._set("repair_argv", tuple(repair_argv or ()))
         self._set("quota", _quota(quota))
         self._set("doc", doc or f"docs/capabilities/{name}.md")
         self._set("default_on", default_on)
@@ -165,7 +169,7 @@ class Capability(_Frozen):
         out = {}
         for field in self.FIELDS:
             value = getattr(self, field)
-            out[field] = list(value) if field in _LISTS else value.to_json() if field == "quota" else value
+            out[field] = list(value) if field in (*_LISTS, "repair_argv") else value.to_json() if field == "quota" else value
         return out
 
 
@@ -185,6 +189,10 @@ def validate(cap: Capability) -> Capability:
         for item in getattr(cap, field):
             if not isinstance(item, str) or not item.strip() or len(item) > 100:
                 raise LoopxError("plugin_error", f"{who}: {field} holds {item!r}, which is not a short name")
+    if cap.repair_argv and (not cap.repairs or not all(isinstance(a, str) and a and len(a) <= 200
+                                                       for a in cap.repair_argv)):
+        raise LoopxError("plugin_error", f"{who}: repair_argv must be a list of short strings, and only a"
+                         " capability that declares repairs offers one")
     for key in QUOTA_KEYS:
         value = getattr(cap.quota, key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:

@@ -31,6 +31,7 @@ CODES = frozenset(
         "contract_stale",
         "actor_forbidden",
         "ownership_violation",
+        "repair_not_needed",
         "operation_conflict",
         "registry_unavailable",
         "registry_readonly",

@@ -64,6 +64,37 @@ def hash_file(path: str) -> tuple[str, str]:
     return full, "sha256:" + digest.hexdigest()
 
 
+def _check_data(data) -> None:
+    if data is not None and len(json.dumps(data)) > MAX_DATA_BYTES:
+        raise LoopxError("invalid_argument", f"evidence data is larger than {MAX_DATA_BYTES} bytes")
+
+
+def record_in(w, *, kind: str, summary: str, run_id: str | None = None, data=None, file_path: str | None = None,
+              file_sha256: str | None = None, evidence_id: str | None = None) -> str:
+    """Inside a mutation: append evidence to the writer's goal (bound to ``run_id`` if given, which
+    must not be finished; an executor must name one); returns its id. :func:`record` is this in a
+    transaction of its own (and hashes a file for you)."""
+    from loopx import runs
+
+    check_name(kind, what="--kind")
+    summary = check_text(summary, what="--summary", limit="summary")
+    # No 64 KiB limit on data here (that is record's, for --data): a capability's evidence is held
+    # to the evidence cap (loopx.caps, 1 MiB unless a user changed it) when the event is written.
+    if run_id is None:
+        if ledger.role(w.actor) == ledger.EXECUTOR:
+            raise LoopxError("run_not_open", "an executor records evidence only inside a run: pass --run-id")
+    else:
+        runs.check_recordable(w.tx, check_id("run", run_id), goal_id=w.goal_id)
+    evidence_id = check_id("evidence", evidence_id) if evidence_id else new_id("evidence")
+    body = {"evidence_id": evidence_id, "run_id": run_id, "kind": kind, "summary": summary}
+    if data is not None:
+        body["data"] = data
+    if file_path is not None:
+        body["file_path"], body["file_sha256"] = file_path, file_sha256
+    w.emit("evidence.added", body)
+    return evidence_id
+
+
 def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | None = None,
            goal_id: str | None = None, data=None, file: str | None = None, agent: str | None = None,
            operation_id: str | None = None) -> dict:
@@ -105,19 +136,35 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
     if file_path is not None:
         body["file_path"], body["file_sha256"] = file_path, file_sha
 
-    if data is not None and len(json.dumps(data)) > MAX_DATA_BYTES:
-        raise LoopxError("invalid_argument", f"evidence data is larger than {MAX_DATA_BYTES} bytes")
+    _check_data(data)
 
     def work(w):
-        if run_id is not None:
-            runs.check_recordable(w.tx, run_id, goal_id=goal_id)
-        w.emit("evidence.added", body)
+        record_in(w, kind=kind, summary=summary, run_id=run_id, data=data, file_path=file_path,
+                  file_sha256=file_sha, evidence_id=evidence_id)
         row = w.tx.one("SELECT * FROM evidence WHERE id = ?", (evidence_id,))
         return to_json(evidence_from_row(row))
 
     request = {k: v for k, v in body.items() if k != "evidence_id"}
     return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id, allow_closed=run_id is not None,
                       request={"op": "evidence.add", "goal": goal_id, **request})
+
+
+def of_goal(tx, goal_id: str, *, kind: str | None = None, run_id: str | None = None) -> list:
+    """A goal's evidence (:class:`loopx.model.Evidence`), oldest first, optionally of one kind or run."""
+    sql, params = "SELECT * FROM evidence WHERE goal_id = ?", [goal_id]
+    if kind is not None:
+        sql += " AND kind = ?"
+        params.append(kind)
+    if run_id is not None:
+        sql += " AND run_id = ?"
+        params.append(run_id)
+    return [evidence_from_row(r) for r in tx.query(sql + " ORDER BY created_at, id", params)]
+
+
+def load_evidence(tx, evidence_id: str):
+    """One piece of evidence by id, or ``None``."""
+    row = tx.one("SELECT * FROM evidence WHERE id = ?", (evidence_id,))
+    return None if row is None else evidence_from_row(row)
 
 
 def list_for(reg: Registry, *, goal_id: str | None = None, run_id: str | None = None, kind: str | None = None,

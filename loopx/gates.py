@@ -86,27 +86,40 @@ def parse_blocks(value: str | None) -> tuple[str, str | None]:
     raise LoopxError("invalid_argument", f"--blocks: {value!r} must be all, action:NAME or todo:ID")
 
 
-def add(reg: Registry, actor: str, *, goal_id: str, title: str, scope: str = "other", blocks: str = "all",
-        operation_id: str | None = None) -> dict:
-    """Ask for a gate on a goal (user or executor); returns the new gate."""
-    check_id("goal", goal_id)
+def _checked(title: str, scope: str, blocks: str) -> tuple[str, str, str, str | None]:
+    """The one rule for a gate request's fields: ``(title, blocks, kind, target)``."""
     title = check_text(title, what="--title", limit="title")
     if scope not in GATE_SCOPES:
         raise LoopxError("invalid_argument", f"--scope must be one of {', '.join(GATE_SCOPES)}")
     kind, target = parse_blocks(blocks)
-    blocks = "all" if kind == "all" else f"{kind}:{target}"
+    return title, "all" if kind == "all" else f"{kind}:{target}", kind, target
+
+
+def request_in(w, *, title: str, scope: str = "other", blocks: str = "all", gate_id: str | None = None) -> str:
+    """Inside a mutation: ask for a gate on the writer's goal (``blocks``: ``all``, ``todo:ID`` or
+    ``action:NAME``, which must exist: ``todo_not_found``, ``action_not_found``); returns its id.
+    :func:`add` is this in a transaction of its own."""
+    title, blocks, kind, target = _checked(title, scope, blocks)
+    gate_id = check_id("gate", gate_id) if gate_id else new_id("gate")
+    goal_id = w.goal_id
+    if kind == "action" and w.tx.one("SELECT name FROM actions WHERE goal_id = ? AND name = ?",
+                                     (goal_id, target)) is None:
+        raise LoopxError("action_not_found", f"goal {goal_id} has no action {target}")
+    if kind == "todo" and w.tx.one("SELECT id FROM todos WHERE goal_id = ? AND id = ?", (goal_id, target)) is None:
+        raise LoopxError("todo_not_found", f"goal {goal_id} has no todo {target}")
+    w.emit("gate.added", {"gate_id": gate_id, "title": title, "scope": scope, "blocks": blocks})
+    return gate_id
+
+
+def add(reg: Registry, actor: str, *, goal_id: str, title: str, scope: str = "other", blocks: str = "all",
+        operation_id: str | None = None) -> dict:
+    """Ask for a gate on a goal (user or executor); returns the new gate."""
+    check_id("goal", goal_id)
+    title, blocks, _, _ = _checked(title, scope, blocks)  # refused before the transaction begins
     gate_id = new_id("gate")
 
     def work(w):
-        if kind == "action" and w.tx.one(
-            "SELECT name FROM actions WHERE goal_id = ? AND name = ?", (goal_id, target)
-        ) is None:
-            raise LoopxError("action_not_found", f"goal {goal_id} has no action {target}")
-        if kind == "todo" and w.tx.one(
-            "SELECT id FROM todos WHERE goal_id = ? AND id = ?", (goal_id, target)
-        ) is None:
-            raise LoopxError("todo_not_found", f"goal {goal_id} has no todo {target}")
-        w.emit("gate.added", {"gate_id": gate_id, "title": title, "scope": scope, "blocks": blocks})
+        request_in(w, title=title, scope=scope, blocks=blocks, gate_id=gate_id)
         return to_json(load_gate(w.tx, goal_id, gate_id))
 
     return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,

@@ -51,6 +51,35 @@ def load_goal(tx, goal_id: str) -> Goal:
     return goal_from_row(row)
 
 
+def _checked(title: str, description: str, criteria) -> tuple[str, str, list[str]]:
+    """The one rule for a new goal's fields: ``(title, description, criteria)``."""
+    title = check_text(title, what="--title", limit="title")
+    description = check_text(description or "", what="--description", limit="description", required=False) or ""
+    criteria = list(criteria or ())
+    if len(criteria) > MAX_CRITERIA:
+        raise LoopxError("invalid_argument", f"at most {MAX_CRITERIA} success criteria")
+    return title, description, [check_text(c, what="--criterion", limit="text") for c in criteria]
+
+
+def create_in(w, *, title: str, description: str = "", criteria=(), parallel_runs: bool = False,
+              goal_id: str | None = None, capabilities=()) -> str:
+    """Inside a mutation started without ``goal_id``: create a goal; returns its id. :func:`create`
+    is this in a transaction of its own.
+
+    ``capabilities``: the installed capabilities the goal uses (a capability's own commands pass
+    its name, so the goals they create get its steps: ``capability_not_found`` otherwise).
+    """
+    title, description, criteria = _checked(title, description, criteria)
+    goal_id = check_id("goal", goal_id) if goal_id else new_id("goal")
+    body = {"title": title, "description": description, "criteria": criteria, "parallel_runs": bool(parallel_runs)}
+    if capabilities:
+        from loopx.capability_goals import check_enabling
+
+        body["capabilities"] = check_enabling(capabilities)
+    w.emit("goal.created", body, goal_id=goal_id)
+    return goal_id
+
+
 def create(
     reg: Registry,
     actor: str,
@@ -67,11 +96,7 @@ def create(
     ``capabilities``: the installed capabilities the goal uses (``capability_not_found`` for a
     name no installed plugin declares); only these contribute steps and vetoes to its contracts.
     """
-    title = check_text(title, what="--title", limit="title")
-    description = check_text(description or "", what="--description", limit="description", required=False) or ""
-    if len(criteria) > MAX_CRITERIA:
-        raise LoopxError("invalid_argument", f"at most {MAX_CRITERIA} success criteria")
-    criteria = [check_text(c, what="--criterion", limit="text") for c in criteria]
+    title, description, criteria = _checked(title, description, criteria)  # refused before the transaction
     goal_id = new_id("goal")
     body = {"title": title, "description": description, "criteria": criteria, "parallel_runs": parallel_runs}
     if capabilities:
@@ -80,7 +105,7 @@ def create(
         body["capabilities"] = check_enabling(capabilities)
 
     def work(w):
-        w.emit("goal.created", body, goal_id=goal_id)
+        create_in(w, **body, goal_id=goal_id)
         return to_json(load_goal(w.tx, goal_id))
 
     return reg.mutate(actor, work, operation_id=operation_id, request={"op": "goal.create", **body})
@@ -138,20 +163,35 @@ _TRANSITIONS = {
 }
 
 
+def transition_in(w, verb: str, *, reason: str | None = None) -> None:
+    """Inside a mutation: pause, resume, close or retry the writer's goal (``goal_closed`` /
+    ``goal_not_open`` when its status does not allow it). :func:`transition` is this in a
+    transaction of its own."""
+    if verb not in _TRANSITIONS:
+        raise LoopxError("invalid_argument", f"a goal is paused, resumed, closed or retried, not {verb!r}")
+    kind, sources, _target = _TRANSITIONS[verb]
+    reason = check_text(reason, what="--reason", limit="note", required=False)
+    status = load_goal(w.tx, w.goal_id).status
+    if status not in sources:
+        raise LoopxError("goal_closed" if status == "closed" else "goal_not_open",
+                         f"goal {w.goal_id} is {status}; cannot {verb} it")
+    w.emit(kind, {"reason": reason} if reason else {})
+
+
+def close_in(w, *, reason: str | None = None) -> None:
+    """Inside a mutation: close the writer's goal (a user, or a capability that finished the goal's
+    work); ``goal_closed`` if it already is."""
+    transition_in(w, "close", reason=reason)
+
+
 def transition(reg: Registry, actor: str, verb: str, goal_id: str, *, reason: str | None = None,
                operation_id: str | None = None) -> dict:
     """Pause, resume or close a goal (user only)."""
-    kind, sources, target = _TRANSITIONS[verb]
     check_id("goal", goal_id)
     reason = check_text(reason, what="--reason", limit="note", required=False)
 
     def work(w):
-        if w.goal["status"] not in sources:
-            raise LoopxError(
-                "goal_closed" if w.goal["status"] == "closed" else "goal_not_open",
-                f"goal {goal_id} is {w.goal['status']}; cannot {verb} it",
-            )
-        w.emit(kind, {"reason": reason} if reason else {})
+        transition_in(w, verb, reason=reason)
         return to_json(load_goal(w.tx, goal_id))
 
     return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
@@ -220,6 +260,16 @@ def adopt_capabilities(tx) -> int:
     return changed
 
 
+def criterion_in(w, *, index: int, met: bool = True) -> None:
+    """Inside a mutation: mark criterion ``index`` (0-based) of the writer's goal met or not met
+    (``invalid_argument`` if the goal has no such criterion)."""
+    criteria = load_goal(w.tx, w.goal_id).criteria
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(criteria):
+        shown = index + 1 if isinstance(index, int) and not isinstance(index, bool) else index
+        raise LoopxError("invalid_argument", f"goal {w.goal_id} has {len(criteria)} success criteria, not {shown}")
+    w.emit("goal.criterion_met", {"index": index, "met": bool(met)})
+
+
 def mark_criterion(reg: Registry, actor: str, goal_id: str, number: int, *, met: bool = True,
                    operation_id: str | None = None) -> dict:
     """Mark success criterion ``number`` (1-based, as ``show`` lists them) met or not met (user only)."""
@@ -227,10 +277,7 @@ def mark_criterion(reg: Registry, actor: str, goal_id: str, number: int, *, met:
     number = check_number(number, what="--criterion", minimum=1, integer=True)
 
     def work(w):
-        criteria = load_goal(w.tx, goal_id).criteria
-        if number > len(criteria):
-            raise LoopxError("invalid_argument", f"goal {goal_id} has {len(criteria)} success criteria, not {number}")
-        w.emit("goal.criterion_met", {"index": number - 1, "met": met})
+        criterion_in(w, index=number - 1, met=met)
         return to_json(load_goal(w.tx, goal_id))
 
     return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,

@@ -67,8 +67,10 @@ AREAS = {
 #: The ledger of an older registry still holds them: they are never written again, and replay
 #: through the plugin that registers them as a former name (``formerly=`` of
 #: ``loopx_register_event_kinds``); without it they stay in the ledger, replay as no-ops and are
-#: reported as a kind no installed plugin knows (:func:`unknown_kind`).
-RETIRED_KINDS = {"capability.repaired": "self_repair"}
+#: reported as a kind no installed plugin knows (:func:`unknown_kind`). None today: the one there
+#: was, ``capability.repaired``, replays through the core's repair API again (a kind nobody
+#: writes, :mod:`loopx.events.capability`), so the core names no plugin.
+RETIRED_KINDS: dict[str, str] = {}
 
 
 def event_kind(name: str, *writers: str, guard: Callable | None = None):

@@ -98,8 +98,8 @@ def rekey(reg, actor: str, *, adopt: bool = False) -> dict:
         damaged = [] if adopt else _damaged(tx, goals)
         if damaged:
             raise LoopxError("integrity_mismatch", f"{len(damaged)} goal(s) fail their integrity check (first:"
-                             f" {damaged[0]}): run `loopx self-repair fix` first, or --adopt to trust them as they"
-                             " stand")
+                             f" {damaged[0]}): repair them first (`loopx quota should-run` names the repair command"
+                             " an installed repair capability offers), or --adopt to trust them as they stand")
         new = keys.stage(ring.registry_id)
         staged.update(new)
         _rechain_all(tx, keys.Keyring(ring.registry_id, new["key"]), goals, [])

@@ -249,17 +249,23 @@ def _tampered(tx, w, seen, *, agent, now) -> dict | None:
         return None
     import shlex
 
+    from loopx import repairs
+
     codes = sorted({p.code for p in problems})
-    # A registry replaced by an older copy says so: self-repair cannot bring back what the copy
+    # A registry replaced by an older copy says so: a rebuild cannot bring back what the copy
     # lacks (restore the newest copy, or the user accepts it with `loopx registry reanchor`).
     # (Only when that is all that is wrong: events removed at the head are a mismatch first.)
     reason = "registry_rolled_back" if codes == ["registry_rolled_back"] else "integrity_mismatch"
+    # The command comes from the repair capability that offers one (its declared repair_argv);
+    # with none installed the contract still says repair and names no command.
+    argvs = repairs.advice(goal.id)
     veto = {"reason": reason, "findings": codes,
-            "message": "; ".join(p.message for p in problems[:3]) + ": run the repair, which never drops a gate,"
-                       " claim or evidence",
-            "actions": [f"loopx self-repair fix --goal-id {shlex.quote(goal.id)}"],
+            "message": "; ".join(p.message for p in problems[:3]) + (
+                ": run the repair, which never drops a gate, claim or evidence" if argvs else
+                ": no repair capability is installed; restore a backup or install one"),
+            "actions": [shlex.join(a) for a in argvs],
             # The contract's steps are built from argv lists only (see loopx.steps).
-            "argvs": [["loopx", "self-repair", "fix", "--goal-id", goal.id]]}
+            "argvs": argvs}
     d = contract.Decision("repair", [reason], goal=goal, agent=agent, veto=veto)
     out = {"goal_id": goal.id, "should_run": False, "decision": "repair", "reasons": d.reasons}
     if w is None:

@@ -135,3 +135,53 @@ def capability_doc_problems(name: str, doc_root=".") -> list[str]:
     if not path.is_file():
         return [f"{path} does not exist"]
     return capabilities.check_doc(cap, path.read_text(encoding="utf-8"))
+
+
+#: The LoopX modules a plugin may import.
+ALLOWED_IMPORTS = ("loopx", "loopx.api")
+
+
+def check_plugin_imports(package_dir) -> list[str]:
+    """Every import of a LoopX module other than ``loopx.api`` (and ``loopx`` for ``hookimpl``)
+    in the Python files under ``package_dir``, as ``"path:line: what"``; empty when clean.
+
+    Walks the syntax trees, so imports inside functions count too. Run it in your plugin's tests:
+    ``assert loopx.api.check_plugin_imports(Path(my_plugin.__file__).parent) == []``. A check
+    that could not look is not a pass: a path that does not exist, a directory without Python
+    files, or a file that does not parse is a problem too.
+    """
+    import ast
+    from pathlib import Path
+
+    problems = []
+    root = Path(package_dir)
+    if not root.exists():
+        return [f"{root}: does not exist (nothing was checked)"]
+    files = [root] if root.is_file() else sorted(root.rglob("*.py"))
+    if root.is_file():
+        root = root.parent
+    if not files:
+        return [f"{root}: holds no Python files (nothing was checked)"]
+    for path in files:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
+            problems.append(f"{path.relative_to(root.parent)}: cannot be read as Python ({exc}); not checked")
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [(a.name, None) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [(node.module, [a.name for a in node.names])]
+            else:
+                continue
+            for module, members in names:
+                if module != "loopx" and not module.startswith("loopx."):
+                    continue
+                if module == "loopx.api":
+                    continue
+                if module == "loopx" and (members is None or set(members) <= {"hookimpl", "api", "__version__"}):
+                    continue
+                what = f"from {module} import {', '.join(members)}" if members else f"import {module}"
+                problems.append(f"{path.relative_to(root.parent)}:{node.lineno}: {what}")
+    return problems

@@ -59,6 +59,12 @@ def resync(tx, goal_id: str, todo_id: str) -> None:
     settled(tx, goal_id, todo_id)
 
 
+def changed(tx, event, todo_id: str) -> None:
+    """For the ``apply(tx, event)`` of a plugin's event kind that changed a todo row of the event's
+    goal itself: bring the index up to date for that todo and those waiting on it (:func:`resync`)."""
+    resync(tx, event.goal_id, todo_id)
+
+
 def settled(tx, goal_id: str, todo_id: str) -> None:
     """``todo_id`` changed status: its own place, and that of every todo waiting on it."""
     refresh(tx, goal_id, todo_id)

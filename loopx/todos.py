@@ -160,20 +160,31 @@ def _check_priority(priority: str) -> str:
     return priority
 
 
+def add_in(w, *, text: str, priority: str = "P2", depends_on=(), todo_id: str | None = None,
+           run_id: str | None = None) -> str:
+    """Inside a mutation: add a todo to the writer's goal (its dependencies must exist; an executor
+    names its open run); returns the todo id. :func:`add` is this in a transaction of its own."""
+    text = check_text(text, what="--text", limit="text")
+    _check_priority(priority)
+    todo_id = check_id("todo", todo_id) if todo_id else new_id("todo")
+    _run_for(w, check_id("run", run_id) if run_id is not None else None, fresh=False)
+    deps = _check_deps(w.tx, w.goal_id, depends_on)
+    w.emit("todo.added", {"todo_id": todo_id, "text": text, "priority": priority, "depends_on": deps})
+    return todo_id
+
+
 def add(reg: Registry, actor: str, *, goal_id: str, text: str, depends_on=(), priority: str = "P2",
         run_id: str | None = None, operation_id: str | None = None) -> dict:
     """Add a todo to the goal's plan; returns it."""
     check_id("goal", goal_id)
-    text = check_text(text, what="--text", limit="text")
+    text = check_text(text, what="--text", limit="text")  # refused before the transaction begins
     _check_priority(priority)
     if run_id is not None:
         check_id("run", run_id)
     todo_id = new_id("todo")
 
     def work(w):
-        _run_for(w, run_id, fresh=False)
-        deps = _check_deps(w.tx, goal_id, depends_on)
-        w.emit("todo.added", {"todo_id": todo_id, "text": text, "priority": priority, "depends_on": deps})
+        add_in(w, text=text, priority=priority, depends_on=depends_on, todo_id=todo_id, run_id=run_id)
         return to_json(load_todo(w.tx, goal_id, todo_id))
 
     return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
@@ -262,6 +273,64 @@ def claim(reg: Registry, actor: str, *, goal_id: str, todo_id: str, agent: str |
                                "run": run_id, "ttl": ttl})
 
 
+def settle_in(w, verb: str, *, todo_id: str, note: str | None = None, run_id: str | None = None,
+              agent: str | None = None, epoch: int | None = None) -> None:
+    """Inside a mutation: ``done``, ``block`` or ``reopen`` a todo of the writer's goal, under the
+    rules of :func:`settle` (``todo_not_open``, ``lease_lost``, ``step_failed``...)."""
+    if verb not in SETTLE:
+        raise LoopxError("invalid_argument", f"a todo is done, blocked or reopened, not {verb!r}")
+    kind, _target = SETTLE[verb]
+    check_id("todo", todo_id)
+    note = check_text(note, what="--note", limit="note", required=False)
+    epoch = check_number(epoch, what="--epoch", minimum=0, integer=True)
+    goal_id = w.goal_id
+    # Settling a todo records what already happened, like `evidence add`: never refused
+    # for a stale contract, only for a run that is no longer open.
+    run = _run_for(w, check_id("run", run_id) if run_id is not None else None, fresh=False)
+    if w.tx.one("SELECT status FROM goals WHERE id = ?", (goal_id,))["status"] == "closed":
+        if run is None or run.status != "open":
+            raise LoopxError("goal_closed", f"goal {goal_id} is closed")
+    who = _agent_for(run, agent)
+    todo = _check_status(load_todo(w.tx, goal_id, todo_id), verb)
+    if epoch is not None and epoch != todo.epoch:
+        raise LoopxError("lease_lost", f"your claim on todo {todo_id} (epoch {epoch}) was lost; "
+                         f"it is at epoch {todo.epoch}" + _holder(todo))
+    if who is not None and todo.claim is not None and todo.claim.agent != who:
+        raise LoopxError("lease_lost", f"{who} does not hold todo {todo_id}" + _holder(todo))
+    if verb == "done" and run is not None:
+        _check_steps(w.tx, run, todo_id)
+    w.emit(kind, {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
+
+
+def _check_status(todo: Todo, verb: str) -> Todo:
+    """The one rule for which todos a verb applies to: ``reopen`` a done or blocked one, the others
+    an open one (``todo_not_open``)."""
+    if verb == "reopen":
+        if todo.status == "open":
+            raise LoopxError("todo_not_open", f"todo {todo.id} is already open")
+    elif todo.status != "open":
+        raise LoopxError("todo_not_open", f"todo {todo.id} is {todo.status}; reopen it first")
+    return todo
+
+
+def done_in(w, *, todo_id: str, note: str | None = None) -> None:
+    """Inside a mutation: mark an open todo of the writer's goal done (``todo_not_open`` otherwise),
+    for work a capability did itself: the status rule of :func:`settle`, without its caller's
+    rules (no agent, epoch or run is named; the capability checks a live claim itself)."""
+    note = check_text(note, what="--note", limit="note", required=False)
+    _check_status(load_todo(w.tx, w.goal_id, check_id("todo", todo_id)), "done")
+    w.emit("todo.done", {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
+
+
+def reopen_in(w, *, todo_id: str, note: str | None = None) -> None:
+    """Inside a mutation: open a done or blocked todo of the writer's goal again, unclaimed, for a
+    capability whose own work found it undone (as :func:`done_in`: no caller's rules). An open one
+    stays as it is (nothing written): safe to repeat, unlike ``todo reopen``."""
+    note = check_text(note, what="--note", limit="note", required=False)
+    if load_todo(w.tx, w.goal_id, check_id("todo", todo_id)).status != "open":
+        w.emit("todo.reopened", {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
+
+
 def settle(reg: Registry, actor: str, verb: str, *, goal_id: str, todo_id: str, note: str | None = None,
            run_id: str | None = None, agent: str | None = None, epoch: int | None = None,
            operation_id: str | None = None) -> dict:
@@ -273,36 +342,15 @@ def settle(reg: Registry, actor: str, verb: str, *, goal_id: str, todo_id: str, 
     """
     if verb not in SETTLE:
         raise LoopxError("invalid_argument", f"a todo is done, blocked or reopened, not {verb!r}")
-    kind, target = SETTLE[verb]
     check_id("goal", goal_id)
     check_id("todo", todo_id)
-    note = check_text(note, what="--note", limit="note", required=False)
+    note = check_text(note, what="--note", limit="note", required=False)  # refused before the transaction
     if run_id is not None:
         check_id("run", run_id)
     epoch = check_number(epoch, what="--epoch", minimum=0, integer=True)
 
     def work(w):
-        # Settling a todo records what already happened, like `evidence add`: never refused
-        # for a stale contract, only for a run that is no longer open.
-        run = _run_for(w, run_id, fresh=False)
-        if w.goal["status"] == "closed":
-            if run is None or run.status != "open":
-                raise LoopxError("goal_closed", f"goal {goal_id} is closed")
-        who = _agent_for(run, agent)
-        todo = load_todo(w.tx, goal_id, todo_id)
-        if verb == "reopen":
-            if todo.status == "open":
-                raise LoopxError("todo_not_open", f"todo {todo_id} is already open")
-        elif todo.status != "open":
-            raise LoopxError("todo_not_open", f"todo {todo_id} is {todo.status}; reopen it first")
-        if epoch is not None and epoch != todo.epoch:
-            raise LoopxError("lease_lost", f"your claim on todo {todo_id} (epoch {epoch}) was lost; "
-                             f"it is at epoch {todo.epoch}" + _holder(todo))
-        if who is not None and todo.claim is not None and todo.claim.agent != who:
-            raise LoopxError("lease_lost", f"{who} does not hold todo {todo_id}" + _holder(todo))
-        if verb == "done" and run is not None:
-            _check_steps(w.tx, run, todo_id)
-        w.emit(kind, {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
+        settle_in(w, verb, todo_id=todo_id, note=note, run_id=run_id, agent=agent, epoch=epoch)
         return to_json(load_todo(w.tx, goal_id, todo_id))
 
     # Marking a todo done under a run records what happened in it, like `evidence add`: still

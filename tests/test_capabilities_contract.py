@@ -273,16 +273,16 @@ def test_operation_id_retry_writes_once(reg, loopx_plugin):
     assert count_events(reg, g) == before
 
 
-def test_repairs_are_no_longer_core_vocabulary_and_loss_needs_declared_repairs(reg, loopx_plugin):
-    # The repair kinds live in the self_repair plugin now: without it, the core knows no
-    # capability.repaired, and nobody can write that old name (it is kept for replay only).
+def test_repairs_are_no_longer_written_as_core_vocabulary_and_loss_needs_declared_repairs(reg, loopx_plugin):
+    # A repair is a capability's own event kind now (through the repair API): the old core name
+    # capability.repaired is replayed by the core for older registries, and nobody writes it.
     loopx_plugin(Declares(alpha(), beta(repairs=["lease_released"])))
     g = goal(reg)
     body = {"namespace": "beta", "repair": "lease_released", "todo_id": "t-0123456789ab", "finding": "stale_lease"}
     with pytest.raises(LoopxError) as err:
         reg.mutate("capability:beta", lambda w: w.emit("capability.repaired", body), goal_id=g)
-    assert err.value.code == "invalid_argument" and "unknown event kind" in err.value.message
-    assert ledger.unknown_kind("capability.repaired").endswith("self_repair plugin, which is not installed")
+    assert err.value.code == "actor_forbidden" and "nobody writes it" in err.value.message
+    assert ledger.unknown_kind("capability.repaired") is None
     # What the core still reads - loss a repair recorded - is written only by a capability that
     # declared repairs.
     loss = {"lost": [3], "acknowledged": []}

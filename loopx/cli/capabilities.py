@@ -32,6 +32,10 @@ def _detail(c: dict) -> str:
         rows.append(f"  repairs:  {', '.join(c['repairs'])}")
     rows.append(f"  serves:   every goal: {c['why']}" if c.get("default_on") else
                 "  serves:   the goals that enable it (loopx project-prompt capabilities G --enable NAME)")
+    if c.get("repair_argv"):
+        import shlex
+
+        rows.append(f"  repair:   {shlex.join(c['repair_argv'])}")
     rows.append(f"  doc:      {c['doc']}")
     return "\n".join(rows)
 

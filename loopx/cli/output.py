@@ -241,12 +241,31 @@ def emit_stream(items, line) -> None:
             click.echo(safe(line(None)) + "\n", nl=False)
 
 
-def open_registry(readonly: bool = False):
-    """The registry chosen by ``--registry`` / ``LOOPX_REGISTRY`` / the default location."""
+def registry_url(url: str | None = None) -> str | None:
+    """The registry URL in force: ``url``, else ``--registry`` of the running command, else ``None``
+    ("``LOOPX_REGISTRY``, else the default location" to :func:`open_registry`)."""
+    if url:
+        return url
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(REGISTRY_KEY) if ctx is not None else None
+
+
+def open_registry(url: str | None = None, *, readonly: bool = False):
+    """Open the registry: ``url``, else the running command's ``--registry``, else
+    ``LOOPX_REGISTRY``, else the default location. Works inside a click command and outside one
+    (a script, a test, a hook). A context manager: ``with open_registry() as reg:``.
+    """
     from loopx.registry import Registry
 
-    ctx = click.get_current_context()
-    return Registry.open(ctx.meta.get(REGISTRY_KEY), readonly=readonly, create=False)
+    # create=False: a registry file that does not exist is refused for reading
+    # (registry_not_found) and created only by the first write.
+    return Registry.open(registry_url(url), readonly=readonly, create=False)
+
+
+def set_output_format(fmt: str, ctx=None) -> None:
+    """Make the running command print ``"json"`` or ``"text"`` (for a command that takes its own
+    ``--json`` flag instead of being a :class:`LoopxCommand`)."""
+    (ctx or click.get_current_context()).meta[FORMAT_KEY] = fmt
 
 
 def actor() -> str:

@@ -20,18 +20,6 @@ def _owned(writer, body):
     check_owner(writer.actor, body.get("namespace"))
 
 
-def _owned_repair(writer, body):
-    from loopx.capabilities import check_owner
-
-    cap = check_owner(writer.actor, body.get("namespace"))
-    if body.get("repair") not in REPAIRS:
-        raise LoopxError("invalid_argument", f"unknown repair {body.get('repair')!r}; known: {', '.join(sorted(REPAIRS))}")
-    if body["repair"] not in cap.repairs:
-        raise LoopxError("ownership_violation",
-                         f"capability {cap.name!r} did not declare the repair {body['repair']!r}",
-                         capability=cap.name, repair=body["repair"])
-
-
 def set_rows(tx, event, namespace: str, values: dict) -> None:
     """Set state keys of ``event``'s goal in ``namespace`` (insert or replace), at the event's time."""
     for key, value in sorted(values.items()):
@@ -65,11 +53,10 @@ def state_deleted(tx, event):
 
 
 # --- what repair capabilities record on the core's ledger --------------------------------------
-# The repairs themselves are the repair plugin's own vocabulary (``self_repair.repaired`` in
-# plugins/self_repair, which also replays the ``capability.repaired`` events older registries
-# hold). What stays here is what the core itself reads: loss a repair recorded (the hash-chain
-# check honours it on every should-run, plugin installed or not), and the two state operations a
-# repair's apply function needs to rebuild a goal from its ledger.
+# The repairs themselves (loopx.repairs) are recorded as the repair capability's own event kind,
+# applied and guarded by loopx.repairs.apply_event/guard_event. What is here is what the core
+# itself reads: loss a repair recorded (the hash-chain check honours it on every should-run,
+# capability installed or not), and the core's old name for a repair event (older registries).
 
 
 def _declared_repairs(writer, body):
@@ -89,57 +76,18 @@ def _declared_repairs(writer, body):
         raise LoopxError("invalid_argument", "a loss record names lost or acknowledged event numbers")
 
 
+@event_kind("capability.repaired")
+def repaired(tx, event):
+    """A repair written when LoopX's core still named the repair event (older registries):
+    replayed by the core's repair API (:func:`loopx.events.repair.apply_event`), whether or not a repair
+    capability is installed; nobody writes it any more (no writers)."""
+    from loopx.events.repair import apply_event
+
+    apply_event(tx, event)
+
+
 @event_kind("capability.loss_recorded", CAPABILITY, guard=_declared_repairs)
 def loss_recorded(tx, event):
     """``body = {"lost": [seq...], "acknowledged": [seq...]}``: event numbers a repair found lost
     (never reused) and chain breaks it acknowledged. Changes no state; :mod:`loopx.integrity`
     reads it so that recorded loss is not reported as fresh damage."""
-
-
-def rebuild_state(tx, event, *, instead=None) -> None:
-    """Clear ``event``'s goal's current state and re-apply its events before ``event``.
-
-    ``instead(earlier)`` may handle an earlier event itself (returning True), e.g. an earlier
-    rebuild that is put back (:func:`put_rows`) rather than replayed, which keeps replay linear.
-    """
-    from loopx import ledger
-    from loopx.store import schema
-
-    for table in reversed(list(schema.GOAL_TABLES)):
-        column = "id" if table == "goals" else "goal_id"
-        tx.execute(f"DELETE FROM {table} WHERE {column} = ?", (event.goal_id,))
-    for earlier in ledger.events(tx, event.goal_id):
-        if earlier.seq >= event.seq:
-            break
-        if instead is not None and instead(earlier):
-            continue
-        ledger.apply(tx, earlier)
-
-
-#: The tables whose rows a repair may put back (human control a rebuild must never drop).
-PUT_BACK_TABLES = ("gates", "todos", "evidence")
-
-
-def put_rows(tx, event, kept: dict) -> None:
-    """Re-insert rows of ``event``'s goal a repair kept (``{table: [row, ...]}``, tables of
-    :data:`PUT_BACK_TABLES`); each replaces the row with the same key. Others are ignored."""
-    from loopx.store import schema
-
-    for table, rows in sorted((kept or {}).items()):
-        if table not in PUT_BACK_TABLES:
-            continue
-        keys = schema.GOAL_TABLES[table]
-        for row in rows:
-            # Column names come from the ledger: only plain lowercase names reach the SQL.
-            if row.get("goal_id") != event.goal_id or not all(c[:1].isalpha() and c.isascii() and c.islower()
-                                                                  and c.replace("_", "").isalnum() for c in row):
-                continue
-            tx.execute(f"DELETE FROM {table} WHERE {' AND '.join(f'{k} = ?' for k in keys)}",
-                       tuple(row[k] for k in keys))
-            cols = sorted(row)
-            tx.execute(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
-                       tuple(row[c] for c in cols))
-            if table == "todos":  # the ready index follows the todo put back (loopx.todo_ready)
-                from loopx import todo_ready
-
-                todo_ready.resync(tx, event.goal_id, row["id"])

@@ -289,9 +289,9 @@ def storage_error(exc: sqlite3.Error, path) -> LoopxError:
                           " LoopX leaves it untouched")
     if "malformed" in text or "corrupt" in text or isinstance(exc, sqlite3.DatabaseError) and not isinstance(
             exc, sqlite3.OperationalError):
-        return LoopxError("registry_corrupt", f"registry {path} is damaged ({text}); self-repair cannot rebuild a"
-                          " damaged file: restore a backup (`loopx self-repair fix` saves one next to it before"
-                          f" repairing) or salvage it with `sqlite3 {path} .recover`")
+        return LoopxError("registry_corrupt", f"registry {path} is damaged ({text}); a repair cannot rebuild a"
+                          " damaged file: restore a backup (a repair saves one next to it, FILE.bak-TIME, before"
+                          f" it writes) or salvage it with `sqlite3 {path} .recover`")
     from loopx.store.space import disk_full, sqlite_out_of_space
 
     if sqlite_out_of_space(exc, path):

@@ -1,12 +1,11 @@
-"""A registry that holds ``capability.repaired`` events, written when LoopX's core still defined
-the repair vocabulary (it lives in the self_repair plugin now, as ``self_repair.repaired``).
+"""A registry that holds ``capability.repaired`` events, written when LoopX's core still named
+the repair event (self-repair records ``self_repair.repaired`` now, through the core's repair API).
 
 ``data/repairs-capability-v4.sql`` is such a registry, dumped from the LoopX of that time: one
 goal whose ``gate.added`` event was deleted and rebuilt (the repair recorded event 3 as lost,
 acknowledged the break at 4 and kept the gate), one whose stale lease was released. With the
 plugin installed it opens, verifies and replays to the same state, on SQLite and PostgreSQL;
-without it, its events are kept, shown as a kind no installed plugin knows, and a copy that
-would replay them as nothing is refused instead of silently losing what they did.
+without it too: the core replays the old kind through its repair API (``loopx.repairs``).
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ def test_with_the_plugin_an_older_registry_verifies_replays_and_copies_to_every_
         assert live == replayed
     assert json.loads(run(old, "quota", "should-run", "--goal-id", REBUILT, "--json").stdout)["reasons"] == [
         "gate_pending"]  # the gate the old repair kept still holds the goal
-    # The copy replays every event into the target - through the plugin's former name - and
+    # The copy replays every event into the target - the old kind through the core - and
     # compares state with the source's, goal by goal (the recorded gap is copied as it is).
     p = run(old, "registry", "copy", "--from", old, "--to", registry_url, "--json")
     assert p.returncode == 0 and json.loads(p.stdout)["verified"], p.stderr
@@ -89,37 +88,43 @@ def test_new_repairs_on_an_older_registry_use_the_plugins_kind_and_replay_with_t
     assert json.loads(run(old, "self-repair", "check", "--json").stdout)["ok"]
 
 
-def test_without_the_plugin_the_events_are_kept_shown_as_unknown_and_never_replayed_away(old, tmp_path):
+def test_without_the_plugin_the_core_still_replays_them(old, tmp_path):
+    # The core's repair API applies the old kind itself: the core names no plugin for it.
     before = kinds(old, REBUILT)
     p = run(old, "history", "--goal-id", REBUILT, "--json", plugin=False)
     assert p.returncode == 0, p.stderr
     [repaired] = [e for e in json.loads(p.stdout) if e["kind"] == "capability.repaired"]
-    assert "self_repair plugin, which is not installed" in repaired["unknown_kind"]
-    assert repaired["body"]["kept"]["gates"]  # the whole event, as written
-    assert "[unknown kind:" in run(old, "history", "--goal-id", REBUILT, plugin=False).stdout
-    # The core still honours the loss it recorded: the chain verifies, turns are decided.
+    assert "unknown_kind" not in repaired and repaired["body"]["kept"]["gates"]  # the whole event, as written
+    assert "[unknown kind:" not in run(old, "history", "--goal-id", REBUILT, plugin=False).stdout
+    # The core honours the loss it recorded: the chain verifies, turns are decided.
     d = json.loads(run(old, "quota", "should-run", "--goal-id", REBUILT, "--json", plugin=False).stdout)
     assert d["reasons"] == ["gate_pending"], d
     d = json.loads(run(old, "quota", "should-run", "--goal-id", RELEASED, "--agent", "a1", "--json",
                        plugin=False).stdout)
     assert d["decision"] == "run", d
-    # Replaying those events as nothing would give another state: a copy refuses, naming why.
-    p = run(old, "registry", "copy", "--from", old, "--to", str(tmp_path / "copy.db"), "--json", plugin=False)
-    assert p.returncode == 2
-    error = json.loads(p.stdout)["error"]
-    assert error["code"] == "copy_mismatch" and "capability.repaired" in error["message"]
-    assert "self_repair plugin" in error["message"]
+    # A copy replays every event, the old repairs too, and compares: the same state.
+    target = str(tmp_path / "copy.db")
+    p = run(old, "registry", "copy", "--from", old, "--to", target, "--json", plugin=False)
+    assert p.returncode == 0 and json.loads(p.stdout)["verified"], p.stdout + p.stderr
+    for g in (REBUILT, RELEASED):
+        assert state_and_replay(target, g)[0] == state_and_replay(old, g)[0]
     assert kinds(old, REBUILT)[: len(before)] == before
 
 
-def test_the_plugin_registers_its_kind_and_the_former_core_name_through_the_hook():
-    # loopx_register_event_kinds (and loopx_register_error_codes) of plugins/self_repair, as the
-    # core sees them: the kind is writable by capabilities, the former core name by nobody.
+def test_the_plugin_registers_its_kind_and_the_core_keeps_the_former_name():
+    # loopx_register_event_kinds of plugins/self_repair, as the core sees them: the kind is
+    # writable by capabilities; the former core name is the core's, written by nobody.
     from loopx import ledger, plugins
-    from loopx.api import LoopxError
+    from loopx.api import LoopxError, Registry
 
     kinds = plugins.event_kinds(tuple(ledger.AREAS), ledger.RETIRED_KINDS)
     assert kinds["self_repair.repaired"][1] == {"capability"} and kinds["self_repair.repaired"][3] == "self_repair"
-    assert kinds["capability.repaired"][1] == frozenset()
+    assert "capability.repaired" not in kinds and ledger.RETIRED_KINDS == {}
+    assert ledger.kind("capability.repaired").writers == frozenset()
     assert ledger.unknown_kind("capability.repaired") is None
-    assert LoopxError("self_repair.unknown_repair", "x").code == "self_repair.unknown_repair"
+    with Registry.open(":memory:") as reg:
+        g = reg.mutate("user", lambda w: w.emit("goal.created", {"title": "t", "description": "", "criteria": [],
+                                                                 "parallel_runs": False}, goal_id="g-1") and "g-1")
+        with pytest.raises(LoopxError) as err:
+            reg.mutate("capability:self_repair", lambda w: w.emit("capability.repaired", {}), goal_id=g)
+        assert err.value.code == "actor_forbidden"

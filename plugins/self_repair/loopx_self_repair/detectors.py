@@ -1,423 +1,57 @@
-"""Detectors: each looks at one kind of failure and reports findings; none of them writes.
+"""What self-repair finds: LoopX's damage detectors (``loopx.api.find_damage`` and friends, the
+reading half of the repair API) plus its own ``repair_needs_user``; none of them writes.
 
-A finding is *damage* (state that normal LoopX operation never produces: the current-state tables
-disagree with the ledger, a reference points at nothing, the storage engine reports corruption)
-or *housekeeping* (state the core already treats correctly but that the ledger has not caught up
-with: a lease past its expiry, a run still marked open after its expiry). Damage blocks a goal's
-turns, through the contract veto, when its detector is cheap enough to run on every
-``quota should-run``; housekeeping never does, because the core's own rules already make an
-expired lease claimable and an expired run abandoned.
-
-The veto path (:func:`veto_findings`) runs only ``revision_mismatch``, ``missing_dependency``
-and ``dangling_gate``: each is one or two indexed queries over the goal's rows. The full check
-(:func:`check`) adds the ledger replay, quota recomputation, gaps in the ledger, orphan evidence,
-the storage integrity check and the schema version.
+The detectors and what each finding means are LoopX's (``loopx.api.DAMAGE_CODES``); self-repair
+decides which of them block a goal's turns: only the cheap ones (``loopx.api.cheap_damage``: a
+few indexed queries, no ledger replay), because the contract veto runs on every
+``quota should-run``, and a repair that waits for a person.
 """
 
 from __future__ import annotations
 
-import json
+NAMESPACE = "self_repair"
 
-
-DAMAGE, HOUSEKEEPING = "damage", "housekeeping"
-
-
-class Finding:
-    """One problem a detector found, and the repair ``loopx self-repair fix`` applies to it.
-
-    A plain class, not an attrs one: the contract veto imports this module before every turn.
-    """
-
-    __slots__ = ("code", "goal_id", "subject", "message", "repair", "severity", "details")
-
-    def __init__(self, code: str, goal_id: str | None, subject: str | None, message: str, repair: str | None,
-                 severity: str = DAMAGE, details: dict | None = None):
-        self.code, self.goal_id, self.subject, self.message = code, goal_id, subject, message
-        self.repair, self.severity, self.details = repair, severity, details or {}
-
-    def to_json(self) -> dict:
-        """JSON-ready finding."""
-        return {k: getattr(self, k) for k in self.__slots__}
-
-    def __repr__(self):
-        return f"Finding({self.code!r}, {self.goal_id!r}, {self.subject!r})"
-
-
-# --- cheap detectors (the veto path) ---------------------------------------------------------
-
-
-def revision_mismatch(tx, goal: dict) -> list[Finding]:
-    """The goal's revision is not its ledger's last event: current state and ledger diverged."""
-    row = tx.one("SELECT MAX(seq) AS last FROM events WHERE goal_id = ?", (goal["id"],))
-    last = row["last"] if row else None
-    if last is None or last == goal["revision"]:
-        return []
-    return [Finding("revision_mismatch", goal["id"], goal["id"],
-                    f"goal {goal['id']} is at revision {goal['revision']} but its ledger ends at event {last}",
-                    "state_rebuilt", details={"revision": goal["revision"], "ledger": last})]
-
-
-def missing_dependencies(tx, goal: dict) -> list[Finding]:
-    """Todos that depend on todos the goal does not have (such a todo could never become ready).
-
-    Read from the dependency edges the core keeps (``todo_deps``) in one anti-join, not by
-    parsing every todo's list: this runs on every should-run.
-    """
-    rows = tx.query("SELECT d.todo_id, d.dep_id FROM todo_deps d WHERE d.goal_id = ? AND NOT EXISTS"
-                    " (SELECT 1 FROM todos t WHERE t.id = d.dep_id AND t.goal_id = d.goal_id)", (goal["id"],))
-    if not rows:
-        return []
-    missing: dict[str, list[str]] = {}
-    for r in rows:
-        missing.setdefault(r["todo_id"], []).append(r["dep_id"])
-    out = []
-    for r in tx.query("SELECT id, depends_on FROM todos WHERE goal_id = ? AND id IN ({})"
-                      " ORDER BY created_seq".format(", ".join("?" for _ in missing)), (goal["id"], *missing)):
-        gone = [d for d in json.loads(r["depends_on"]) if d in missing[r["id"]]]  # in the todo's own order
-        if gone:
-            out.append(Finding("missing_dependency", goal["id"], r["id"],
-                               f"todo {r['id']} depends on missing todo(s) {', '.join(gone)}",
-                               "dependency_dropped", details={"missing": gone}))
-    return out
-
-
-def dangling_gates(tx, goal: dict) -> list[Finding]:
-    """Pending gates on a todo the goal does not have (they would guard nothing, silently).
-
-    A gate on ``action:NAME`` is not reported when the action was removed: it keeps guarding the
-    name, so re-adding the action stays behind the gate, by design.
-    """
-    rows = tx.query("SELECT id, blocks FROM gates WHERE goal_id = ? AND status = 'pending' ORDER BY id",
-                    (goal["id"],))
-    out = []
-    for r in rows:
-        kind, _, target = r["blocks"].partition(":")
-        if kind != "todo":
-            continue
-        if tx.one("SELECT id FROM todos WHERE goal_id = ? AND id = ?", (goal["id"], target)) is None:
-            out.append(Finding("dangling_gate", goal["id"], r["id"],
-                               f"pending gate {r['id']} blocks todo {target}, which does not exist",
-                               "gate_widened", details={"blocks": r["blocks"]}))
-    return out
-
-
-CHEAP = (revision_mismatch, missing_dependencies, dangling_gates)
-
-
-def veto_findings(tx, goal_id: str) -> list[Finding]:
-    """What the contract veto looks at: the cheap damage detectors, for one goal (and whether a
-    repair waits for a person, :func:`needs_user`)."""
-    goal = tx.one("SELECT id, status, revision FROM goals WHERE id = ?", (goal_id,))
-    if goal is None:
-        return []
-    out: list[Finding] = needs_user(tx, goal)
-    for detect in CHEAP:
-        out.extend(detect(tx, goal))
-    return out
-
-
-# --- housekeeping ----------------------------------------------------------------------------
-
-
-def stale_leases(tx, goal: dict, now: str) -> list[Finding]:
-    """Open todos whose claim expired: the core already lets anyone claim them; fix clears the claim."""
-    rows = tx.query("SELECT id, claim_agent, claim_expires_at FROM todos WHERE goal_id = ? AND status = 'open'"
-                    " AND claim_expires_at IS NOT NULL AND claim_expires_at <= ? ORDER BY created_seq",
-                    (goal["id"], now))
-    return [Finding("stale_lease", goal["id"], r["id"],
-                    f"todo {r['id']} is still claimed by {r['claim_agent']}, whose lease expired at {r['claim_expires_at']}",
-                    "lease_released", HOUSEKEEPING, {"agent": r["claim_agent"], "expired_at": r["claim_expires_at"]})
-            for r in rows]
-
-
-def abandoned_runs(tx, goal: dict, now: str) -> list[Finding]:
-    """Runs still marked open after their expiry: the core counts them abandoned; fix records it."""
-    rows = tx.query("SELECT id, agent, expires_at FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at <= ?"
-                    " ORDER BY opened_at, id", (goal["id"], now))
-    return [Finding("abandoned_run", goal["id"], r["id"],
-                    f"run {r['id']} of {r['agent']} is still open; it expired at {r['expires_at']}",
-                    "run_abandoned", HOUSEKEEPING, {"agent": r["agent"], "expired_at": r["expires_at"]})
-            for r in rows]
-
-
-# --- the full check --------------------------------------------------------------------------
-
-
-def orphan_evidence(tx, goal: dict) -> list[Finding]:
-    """Evidence bound to a run the goal does not have."""
-    rows = tx.query(
-        "SELECT e.id, e.run_id FROM evidence e WHERE e.goal_id = ? AND e.run_id IS NOT NULL AND NOT EXISTS"
-        " (SELECT 1 FROM runs r WHERE r.id = e.run_id AND r.goal_id = e.goal_id) ORDER BY e.created_at, e.id",
-        (goal["id"],))
-    return [Finding("orphan_evidence", goal["id"], r["id"],
-                    f"evidence {r['id']} is bound to run {r['run_id']}, which this goal does not have",
-                    "evidence_unbound", details={"run_id": r["run_id"]})
-            for r in rows]
-
-
-def ledger_gaps(tx, goal: dict) -> list[Finding]:
-    """Event numbers missing from the goal's ledger: entries were lost, and cannot be recreated."""
-    row = tx.one("SELECT COUNT(*) AS n, MIN(seq) AS first, MAX(seq) AS last FROM events WHERE goal_id = ?",
-                 (goal["id"],))
-    if not row or not row["n"] or (row["n"] == row["last"] and row["first"] == 1):
-        return []
-    from loopx.api import chain_acknowledged, goal_event_rows
-
-    # One pass over the ledger in pages (bounded memory): the gaps, and the few events that record loss.
-    gaps, notes, expected = [], [], 1
-    for r in goal_event_rows(tx, goal["id"], columns="seq, kind, body"):
-        gaps.extend(range(expected, r["seq"]))
-        expected = r["seq"] + 1
-        if '"lost"' in r["body"] or '"acknowledged"' in r["body"]:  # what chain_acknowledged reads
-            notes.append(r)
-    recorded, _ = chain_acknowledged(notes)  # loss a repair already recorded stays in the ledger
-    missing = [n for n in gaps if n not in recorded]
-    if not missing:
-        return []
-    return [Finding("ledger_gap", goal["id"], goal["id"],
-                    f"goal {goal['id']}'s ledger lost {len(missing)} event(s) ({', '.join(map(str, missing[:5]))}"
-                    f"{'...' if len(missing) > 5 else ''}); fix records the loss and rebuilds without dropping a"
-                    " gate, claim or evidence (restore a backup to get the events back)",
-                    "state_rebuilt", details={"missing": missing[:100]})]
-
-
-def replay(goal_events) -> tuple[dict, object]:
-    """The snapshot and the quota usage a goal's ledger produces in an empty scratch registry."""
-    from loopx.api import replay_goal
-
-    return replay_goal(goal_events)
-
-
-def _keys(table: str, row: dict) -> str:
-    from loopx.api import GOAL_TABLES
-
-    return "/".join(str(row.get(k)) for k in GOAL_TABLES[table])
-
-
-def ledger_drift(tx, goal: dict, replayed: dict) -> list[Finding]:
-    """Current-state rows that differ from what replaying the goal's ledger produces."""
-    from loopx.api import goal_snapshot
-
-    live = goal_snapshot(tx, goal["id"])
-    want = replayed
-    differing = {}
-    for table in live:
-        have_rows = {_keys(table, r): r for r in live[table]}
-        want_rows = {_keys(table, r): r for r in want.get(table, [])}
-        extra = sorted(set(have_rows) - set(want_rows))
-        gone = sorted(set(want_rows) - set(have_rows))
-        changed = sorted(k for k in set(have_rows) & set(want_rows) if have_rows[k] != want_rows[k])
-        if extra or gone or changed:
-            differing[table] = {"extra": extra[:5], "missing": gone[:5], "changed": changed[:5]}
-    if not differing:
-        return []
-    parts = []
-    for table, d in differing.items():
-        bits = [f"{len(v)}{'+' if len(v) == 5 else ''} {k}" for k, v in d.items() if v]
-        parts.append(f"{table} ({', '.join(bits)})")
-    return [Finding("ledger_drift", goal["id"], goal["id"],
-                    f"goal {goal['id']}'s current state differs from its ledger replayed: {'; '.join(parts)}",
-                    "state_rebuilt", details={"tables": differing})]
-
-
-def quota_drift(tx, goal: dict, replayed_usage) -> list[Finding]:
-    """The quota usage contracts are computed from disagrees with the usage the ledger implies."""
-    from loopx.api import goal_usage, to_json
-
-    if replayed_usage is None:
-        return []
-    have, want = to_json(goal_usage(tx, goal["id"])), to_json(replayed_usage)
-    if have == want:
-        return []
-    diff = {k: {"state": have[k], "ledger": want[k]} for k in have if have[k] != want[k]}
-    text = ", ".join(f"{k} {v['state']} (ledger says {v['ledger']})" for k, v in diff.items())
-    return [Finding("quota_drift", goal["id"], goal["id"], f"goal {goal['id']}'s quota usage disagrees with its ledger: {text}",
-                    "state_rebuilt", details=diff)]
-
-
-def schema_behind(store) -> list[Finding]:
-    """The registry's schema is older than this LoopX's (a store opened read-only is not migrated)."""
-    from loopx.api import SCHEMA_VERSION
-
-    version = store.schema_version()
-    if version >= SCHEMA_VERSION:
-        return []
-    return [Finding("schema_behind", None, None,
-                    f"the registry schema is version {version}; this LoopX uses {SCHEMA_VERSION}",
-                    "migrated", details={"version": version, "current": SCHEMA_VERSION})]
-
-
-def storage_integrity(store) -> list[Finding]:
-    """What the storage engine's own integrity check reports (SQLite ``PRAGMA integrity_check``)."""
-    problems = store.integrity_check()
-    if not problems:
-        return []
-    return [Finding("storage_integrity", None, None,
-                    f"the storage engine reports {len(problems)} problem(s): {problems[0]}",
-                    "reindexed", details={"problems": problems[:20]})]
-
-
-def chain_findings(tx, goal: dict) -> list[Finding]:
-    """The goal's hash chain and state digest (:func:`loopx.integrity.verify_chain`)."""
-    from loopx.api import verify_chain
-
-    out = []
-    for p in verify_chain(tx, goal["id"]):
-        # An edited event cannot be undone from the ledger (its original is gone): never rebuild
-        # from it; a person restores a backup or decides.
-        # Nor can a rebuild bring back what an older copy of the registry lacks, or verify
-        # anything without the key: a person restores the newest copy, or accepts it.
-        repair = None if p.code in ("event_tampered", "registry_rolled_back", "integrity_key_missing") else "state_rebuilt"
-        out.append(Finding(p.code, goal["id"], goal["id"] if p.seq is None else f"{goal['id']}#{p.seq}",
-                           p.message, repair, details={"seq": p.seq}))
-    return out
-
-
-def anchor_findings(reg, goal_id: str | None = None) -> list[Finding]:
-    """Goals and events this user committed that the registry no longer holds (an older copy
-    replaced it): :func:`loopx.integrity.verify_anchor` (its own read transactions)."""
-    from loopx.api import verify_anchor
-
-    return [Finding(p.code, p.goal_id, p.goal_id if p.seq is None else f"{p.goal_id}#{p.seq}", p.message, None,
-                    details={"seq": p.seq}) for p in verify_anchor(reg, goal_id)]
-
-
-def unreadable_data(tx, goal: dict) -> list[Finding]:
-    """Events whose bodies hold values older versions let in: NaN/Infinity, lone surrogates."""
-    from loopx.api import json_problem
-
-    out = []
-    from loopx.api import goal_event_rows
-
-    for row in goal_event_rows(tx, goal["id"], columns="seq, kind, body"):  # in pages: bounded memory
-        text = row["body"]
-        # Stored bodies are ASCII JSON: only these spellings can carry such values.
-        if "\\ud" not in text.lower() and "Infinity" not in text and "NaN" not in text:
-            continue
-        try:
-            found = json_problem(json.loads(text))
-        except ValueError:
-            found = "is not JSON"
-        if found:
-            out.append(Finding("unreadable_data", goal["id"], f"{goal['id']}#{row['seq']}",
-                               f"event {row['seq']} ({row['kind']}) of goal {goal['id']} {found}",
-                               "data_escaped", details={"seq": row["seq"]}))
-    return out
-
-
-def needs_user(tx, goal: dict) -> list[Finding]:
-    """A repair kept state the ledger did not hold and waits for a person (``self-repair accept``)."""
-    row = tx.one("SELECT value FROM capability_state WHERE goal_id = ? AND namespace = 'self_repair'"
-                 " AND key = 'needs_user'", (goal["id"],))
-    if row is None:
-        return []
-    value = json.loads(row["value"])
-    return [Finding("repair_needs_user", goal["id"], goal["id"], value.get("message") or
-                    f"goal {goal['id']}: a repair kept state its ledger did not hold; a person must look",
-                    None, details=value)]
-
-
-def missing_goal_rows(tx) -> list[Finding]:
-    """Goals whose row is gone while their ledger survives (todos, runs, evidence orphaned)."""
-    rows = tx.query("SELECT DISTINCT e.goal_id FROM events e WHERE NOT EXISTS"
-                    " (SELECT 1 FROM goals g WHERE g.id = e.goal_id) ORDER BY e.goal_id")
-    return [Finding("goal_row_missing", r["goal_id"], r["goal_id"],
-                    f"goal {r['goal_id']} has a ledger but no goal row: its todos, runs and evidence are orphaned",
-                    "state_rebuilt") for r in rows]
-
-
-#: Every detector code, with what it means (for ``check`` output and the docs).
-CODES = {
-    "revision_mismatch": "the goal's revision is not its ledger's last event",
-    "missing_dependency": "a todo depends on a todo that does not exist",
-    "dangling_gate": "a pending gate blocks a todo that does not exist",
-    "stale_lease": "a todo is still claimed after its lease expired",
-    "abandoned_run": "a run is still open after its expiry",
-    "orphan_evidence": "evidence is bound to a run that does not exist",
-    "ledger_drift": "current state differs from the ledger replayed",
-    "ledger_gap": "events are missing from the goal's ledger (fix records the loss; a backup brings them back)",
-    "quota_drift": "quota usage disagrees with the ledger",
-    "storage_integrity": "the storage engine reports corruption",
-    "schema_behind": "the registry schema is older than this LoopX",
-    "unreadable_data": "an event holds NaN/Infinity or a lone surrogate (older versions let them in)",
+#: Self-repair's own finding, on top of LoopX's.
+OWN_CODES = {
     "repair_needs_user": "a repair kept a gate, claim, approval or evidence the ledger lacked; a person must accept",
-    "goal_row_missing": "a goal's row is gone while its ledger survives",
-    # and the hash chain's own (loopx.api.INTEGRITY_CODES): head_mismatch, event_tampered,
-    # chain_broken, state_digest_mismatch, goal_unsealed
-    "head_mismatch": "the newest events are not the ones the goal's chain head names (events lost or inserted)",
-    "event_tampered": "an event's stored content does not match its hash (the event was edited)",
-    "chain_broken": "an event does not link to the hash of the event before it",
-    "state_digest_mismatch": "the goal's current-state rows differ from the digest written with its last change",
-    "goal_unsealed": "the goal has no recorded chain head",
-    "registry_rolled_back": "the registry is older than what this user last committed to it (an older copy)",
-    "integrity_key_missing": "the registry's integrity key is not on this machine: nothing can be verified",
 }
 
 
-def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Finding]:
-    """Every finding for one goal (``full=False``: without the ledger replay)."""
-    from loopx.api import goal_event_stream
+def _codes() -> dict:
+    from loopx.api import DAMAGE_CODES
 
-    out = []
-    for detect in CHEAP:
-        out.extend(detect(tx, goal))
-    if goal["status"] != "closed":
-        out.extend(stale_leases(tx, goal, now))
-        out.extend(abandoned_runs(tx, goal, now))
-    out.extend(orphan_evidence(tx, goal))
-    out.extend(needs_user(tx, goal))
-    if full:
-        out.extend(chain_findings(tx, goal))
-        out.extend(unreadable_data(tx, goal))
-        out.extend(ledger_gaps(tx, goal))
-        replayed, replayed_usage = replay(goal_event_stream(tx, goal["id"]))  # replayed as it is read
-        out.extend(ledger_drift(tx, goal, replayed))
-        out.extend(quota_drift(tx, goal, replayed_usage))
-    return out
+    return {**DAMAGE_CODES, **OWN_CODES}
 
 
-def goals_to_check(tx, goal_id: str | None) -> list[dict]:
-    """The goal rows to look at: one (``goal_not_found`` if absent) or all, oldest first."""
-    from loopx.api import LoopxError, check_id
+def __getattr__(name):
+    # CODES resolves lazily: this module is imported by the contract veto before every turn.
+    if name == "CODES":
+        return _codes()
+    raise AttributeError(name)
 
-    if goal_id is not None:
-        row = tx.one("SELECT id, status, revision FROM goals WHERE id = ?", (check_id("goal", goal_id),))
-        if row is None:
-            raise LoopxError("goal_not_found", f"no goal {goal_id}")
-        return [row]
-    return tx.query("SELECT id, status, revision FROM goals ORDER BY created_seq")
+
+def needs_user(tx, goal_id: str) -> list:
+    """A repair kept state the ledger did not hold and waits for a person (``self-repair accept``)."""
+    from loopx.api import Finding, get_state
+
+    value = get_state(tx, goal_id, NAMESPACE).get("needs_user")
+    if value is None:
+        return []
+    return [Finding("repair_needs_user", goal_id, goal_id, value.get("message") or
+                    f"goal {goal_id}: a repair kept state its ledger did not hold; a person must look",
+                    None, details=value)]
+
+
+def veto_findings(tx, goal_id: str) -> list:
+    """What the contract veto looks at: whether a repair waits for a person, and the cheap damage
+    detectors, for one goal."""
+    from loopx.api import cheap_damage
+
+    return needs_user(tx, goal_id) + cheap_damage(tx, goal_id)
 
 
 def check(reg, *, goal_id: str | None = None, now: str | None = None) -> dict:
-    """Run every detector (on one goal or all) and return ``{"ok", "findings", "checked"}``.
+    """Run every detector (on one goal or all) and return ``{"ok", "findings", "checked"}``."""
+    from loopx.api import find_damage
 
-    When the schema is behind, only that is reported: the other detectors read tables as this
-    LoopX lays them out, and would report noise until the registry is migrated.
-    """
-    from loopx.api import now as clock_now
-
-    now = now or clock_now()
-    findings = schema_behind(reg.store)
-    goals: list[dict] = []
-    if not findings:
-        findings.extend(storage_integrity(reg.store))
-        with reg.read() as tx:
-            goals = goals_to_check(tx, goal_id)
-            from loopx.api import progress
-
-            if goal_id is None:
-                findings.extend(missing_goal_rows(tx))
-            # A bar on stderr when it is a terminal (never in a contract veto: that calls veto_findings).
-            with progress(len(goals), "checking goals") as bar:
-                for goal in goals:
-                    findings.extend(goal_findings(tx, goal, now))
-                    bar.advance()
-        findings.extend(anchor_findings(reg, goal_id))
-    elif goal_id is not None:
-        with reg.read() as tx:
-            goals = goals_to_check(tx, goal_id)
-    return {
-        "ok": not findings,
-        "findings": [f.to_json() for f in findings],
-        "checked": {"goals": len(goals), "at": now, "detectors": sorted(CODES)},
-    }
+    return find_damage(reg, goal_id=goal_id, now=now, also=needs_user, codes=OWN_CODES)

@@ -6,7 +6,7 @@ imports nothing heavy: detectors, repairs and the CLI load inside the hooks that
 
 from __future__ import annotations
 
-from loopx import hookimpl
+from loopx.api import hookimpl
 
 from loopx_self_repair import __version__
 
@@ -32,6 +32,8 @@ def loopx_register_capabilities(register):
         commands=["self-repair"],
         actions=["fix"],
         repairs=REPAIRS,
+        # What a contract names when LoopX's own integrity check answers repair.
+        repair_argv=["loopx", "self-repair", "fix", "--goal-id", "{goal_id}"],
         doc="docs/capabilities/self_repair.md",
         # Every goal, enabled or not: damage to state is found where nobody thought to look.
         default_on=True,
@@ -40,31 +42,26 @@ def loopx_register_capabilities(register):
 
 
 def _apply(tx, event):
-    from loopx_self_repair import events
+    from loopx.api import repair_event_apply
 
-    events.apply(tx, event)
+    repair_event_apply(tx, event)
 
 
 def _guard(writer, body):
-    from loopx_self_repair import events
+    from loopx.api import repair_event_guard
 
-    events.guard(writer, body)
+    repair_event_guard(writer, body)
 
 
 @hookimpl
 def loopx_register_event_kinds(register):
-    """``self_repair.repaired``: one repair of a goal's current state, recorded in its ledger.
+    """``self_repair.repaired``: one repair of a goal's current state, recorded in its ledger
+    (applied and guarded by LoopX's repair API: ``repair_event_apply``, ``repair_event_guard``).
 
-    Also replays ``capability.repaired``, its name when LoopX's core defined it (older registries).
+    Older registries hold ``capability.repaired``, its name when LoopX's core defined it: the core
+    replays those itself.
     """
-    register("self_repair.repaired", _apply, writers=("capability",), guard=_guard,
-             formerly=("capability.repaired",))
-
-
-@hookimpl
-def loopx_register_error_codes(register):
-    """Self-repair's own refusals."""
-    register("self_repair.unknown_repair", "a repair event names a repair self-repair does not know")
+    register("self_repair.repaired", _apply, writers=("capability",), guard=_guard)
 
 
 @hookimpl
@@ -89,7 +86,8 @@ def loopx_contract_veto(tx, goal):
         return None
     codes = sorted({f.code for f in found})
     if codes == ["repair_needs_user"]:
-        # A repair kept human control the ledger lacked: only a person can say what is true.
+        # A repair kept human control the ledger lacked: only a person can say what is true
+        # (the veto's documented "decision": "ask_user", docs/plugins.md).
         return {
             "decision": "ask_user",
             "reason": "repair_needs_user",

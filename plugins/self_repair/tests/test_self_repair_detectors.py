@@ -375,7 +375,9 @@ def test_the_veto_never_replays_the_ledger(loopx_registry, loopx_cli, monkeypatc
     def no_replay(*a, **k):
         raise AssertionError("the veto path must not replay the ledger")
 
-    monkeypatch.setattr(detectors, "replay", no_replay)
+    from loopx import damage
+
+    monkeypatch.setattr(damage, "replay", no_replay)
     monkeypatch.setattr(ledger, "replayed_snapshot", no_replay)
     assert decision(loopx_cli, g)["decision"] == "run"
 

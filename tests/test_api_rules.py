@@ -1,0 +1,113 @@
+"""One rule for each domain check, whichever way in (issue 27): the CLI (a one-transaction domain
+operation) and a plugin's ``loopx.api.writer_*`` inside a mutation refuse the same input with the
+same code, and write nothing. ``loopx.api`` is a table of names, so there is no second copy of a
+rule to drift (``writer_request_gate(blocks="todo:<missing>")`` once went through)."""
+
+from __future__ import annotations
+
+import pytest
+
+import loopx.api as api
+
+
+@pytest.fixture
+def goal(loopx_registry, loopx_cli):
+    """A goal with one criterion, a done todo and an open one."""
+    g = loopx_cli("project-prompt", "create", "--title", "Audit invoices", "--criterion", "all checked",
+                  "--json").json["id"]
+    done = loopx_cli("todo", "add", "--goal-id", g, "--text", "fetch", "--json").json["id"]
+    loopx_cli("todo", "done", "--goal-id", g, "--todo-id", done, "--json")
+    return {"id": g, "done": done}
+
+
+def ledger_of(reg):
+    with reg.read() as tx:
+        return tx.query("SELECT goal_id, seq, kind FROM events ORDER BY goal_id, seq")
+
+
+def both_refuse(reg, loopx_cli, code, cli_args, writer, *, actor="user", goal_id=None, env=None,
+                allow_closed=False):
+    """The CLI command and the writer function refuse with ``code``; the ledger is unchanged."""
+    before = ledger_of(reg)
+    r = loopx_cli(*cli_args, "--json", env=env)
+    assert r.code == 2 and r.json["error"]["code"] == code, r
+    with pytest.raises(api.LoopxError) as err:
+        reg.mutate(actor, writer, goal_id=goal_id, allow_closed=allow_closed)
+    assert err.value.code == code, err.value
+    assert ledger_of(reg) == before
+
+
+def test_every_name_is_one_function_of_the_module_that_holds_it():
+    import importlib
+
+    source = open(api.__file__, encoding="utf-8").read()
+    # No function or class is defined in loopx/api.py itself: each name is re-exported.
+    assert "\ndef " not in source.split("def __getattr__", 1)[0] and "\nclass " not in source
+    for name, target in api._LAZY.items():
+        module, attr = target.split(":")
+        assert module != "loopx.api"
+        assert getattr(api, name) is getattr(importlib.import_module(module), attr), name
+
+
+def test_each_group_of_names_is_documented_under_its_heading():
+    import re
+
+    from tests.conftest import ROOT
+
+    guide = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
+    api_part = guide[guide.index("## The plugin API"):guide.index("## Every hook")]
+    sections = dict(part.split("\n", 1) for part in api_part.split("\n### ")[1:])
+    assert set(api.GROUPS) <= set(sections), set(api.GROUPS) - set(sections)
+    misplaced = [(heading, n) for heading, names in api.GROUPS.items() for n in names
+                 if not re.search(rf"`{re.escape(n)}[`(]", sections[heading])]
+    assert not misplaced, misplaced
+
+
+def test_a_gate_on_a_missing_todo(loopx_registry, loopx_cli, goal):
+    g = goal["id"]
+    both_refuse(loopx_registry, loopx_cli, "todo_not_found",
+                ["gate", "add", "--goal-id", g, "--title", "ok?", "--blocks", "todo:t-00000000dead"],
+                lambda w: api.writer_request_gate(w, title="ok?", blocks="todo:t-00000000dead"), goal_id=g)
+
+
+def test_a_gate_on_a_missing_action(loopx_registry, loopx_cli, goal):
+    g = goal["id"]
+    both_refuse(loopx_registry, loopx_cli, "action_not_found",
+                ["gate", "add", "--goal-id", g, "--title", "ok?", "--blocks", "action:deploy"],
+                lambda w: api.writer_request_gate(w, title="ok?", blocks="action:deploy"), goal_id=g)
+
+
+def test_too_many_criteria(loopx_registry, loopx_cli):
+    many = [f"criterion {i}" for i in range(51)]
+    both_refuse(loopx_registry, loopx_cli, "invalid_argument",
+                ["project-prompt", "create", "--title", "t", *[a for c in many for a in ("--criterion", c)]],
+                lambda w: api.writer_create_goal(w, title="t", criteria=many))
+
+
+def test_closing_a_closed_goal(loopx_registry, loopx_cli, goal):
+    g = goal["id"]
+    assert loopx_cli("project-prompt", "close", "--goal-id", g, "--json").code == 0
+    both_refuse(loopx_registry, loopx_cli, "goal_closed", ["project-prompt", "close", "--goal-id", g],
+                lambda w: api.writer_close_goal(w, reason="again"), goal_id=g, allow_closed=True)
+
+
+def test_an_executor_changes_todos_only_inside_a_run(loopx_registry, loopx_cli, goal):
+    g = goal["id"]
+    both_refuse(loopx_registry, loopx_cli, "run_not_open", ["todo", "add", "--goal-id", g, "--text", "sneak in"],
+                lambda w: api.writer_add_todo(w, text="sneak in"), actor="executor", goal_id=g,
+                env={"LOOPX_ACTOR": "executor"})
+
+
+def test_an_executor_records_evidence_only_inside_a_run(loopx_registry, loopx_cli, goal):
+    g = goal["id"]
+    both_refuse(loopx_registry, loopx_cli, "run_not_open",
+                ["evidence", "add", "--goal-id", g, "--kind", "note", "--summary", "x"],
+                lambda w: api.writer_add_evidence(w, kind="note", summary="x"), actor="executor", goal_id=g,
+                env={"LOOPX_ACTOR": "executor"})
+
+
+def test_an_action_behind_a_missing_gate(loopx_registry, loopx_cli, goal):
+    g, missing = goal["id"], api.new_id("gate")
+    both_refuse(loopx_registry, loopx_cli, "gate_not_found",
+                ["action", "add", "--goal-id", g, "--name", "deploy", "--gate-id", missing, "make"],
+                lambda w: api.writer_add_action(w, name="deploy", argv=["make"], gate_id=missing), goal_id=g)

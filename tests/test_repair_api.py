@@ -1,0 +1,150 @@
+"""The repair API (``loopx.api``: ``loopx.damage`` reads, ``loopx.repairs`` writes) as a third-party
+repair capability meets it, and a contract's repair advice coming from the capability that
+offers it, never from the core."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from loopx import hookimpl
+from loopx.api import LoopxError
+
+
+class Fixer:
+    """A third-party repair capability: declares one repair, offers its own command."""
+
+    @hookimpl
+    def loopx_register_capabilities(self, register):
+        from loopx.api import Capability
+
+        register(Capability(name="fixer", version="1", summary="repairs leases", owns=["fixer"],
+                            repairs=["lease_released"], repair_argv=["loopx", "fixer-fix", "{goal_id}"],
+                            doc="docs/capabilities/fixer.md"))
+
+    @hookimpl
+    def loopx_register_event_kinds(self, register):
+        from loopx.api import repair_event_apply, repair_event_guard
+
+        register("fixer.repaired", repair_event_apply, writers=("capability",), guard=repair_event_guard)
+
+
+def goal_with_claim(loopx_cli, ttl="3600"):
+    g = loopx_cli("project-prompt", "create", "--title", "Audit invoices", "--json").json["id"]
+    t = loopx_cli("todo", "add", "--goal-id", g, "--text", "fetch", "--json").json["id"]
+    r = loopx_cli("quota", "should-run", "--goal-id", g, "--agent", "a1", "--ttl-seconds", ttl, "--json").json
+    assert r["decision"] == "run", r
+    loopx_cli("todo", "claim", "--goal-id", g, "--todo-id", t, "--run-id", r["interaction_contract"]["run_id"],
+              "--json")
+    return g, t
+
+
+def tamper(reg, g):
+    con = sqlite3.connect(reg.store.path)
+    con.execute("UPDATE todos SET text = 'edited behind LoopX' WHERE goal_id = ?", (g,))
+    con.commit()
+    con.close()
+
+
+def events(reg, g):
+    with reg.read() as tx:
+        return [(r["seq"], r["kind"]) for r in tx.query("SELECT seq, kind FROM events WHERE goal_id = ? ORDER BY seq",
+                                                        (g,))]
+
+
+def test_without_a_repair_capability_the_contract_says_repair_and_names_no_command(loopx_registry, loopx_cli):
+    g = loopx_cli("project-prompt", "create", "--title", "Audit invoices", "--json").json["id"]
+    loopx_cli("todo", "add", "--goal-id", g, "--text", "fetch", "--json")
+    tamper(loopx_registry, g)
+    r = loopx_cli("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json")
+    assert r.code == 0 and r.json["decision"] == "repair" and r.json["reasons"] == ["integrity_mismatch"], r
+    assert r.json["interaction_contract"]["cli_channel"]["next_cli_actions"] == []
+    assert "self-repair" not in r.out and "no repair capability is installed" in r.out
+
+
+def test_the_contract_names_the_command_the_installed_capability_offers(loopx_registry, loopx_cli, loopx_plugin,
+                                                                          monkeypatch):
+    loopx_plugin(Fixer())
+    g = loopx_cli("project-prompt", "create", "--title", "Audit invoices", "--json").json["id"]
+    loopx_cli("todo", "add", "--goal-id", g, "--text", "fetch", "--json")
+    tamper(loopx_registry, g)
+    r = loopx_cli("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json")
+    assert r.json["decision"] == "repair"
+    assert r.json["interaction_contract"]["cli_channel"]["next_cli_actions"] == [f"loopx fixer-fix {g}"]
+    shown = loopx_cli("capabilities", "show", "fixer")
+    assert "repair:   loopx fixer-fix '{goal_id}'" in shown.out, shown
+    assert loopx_cli("capabilities", "show", "fixer", "--json").json["repair_argv"] == [
+        "loopx", "fixer-fix", "{goal_id}"]
+    # With self-repair instead (the plugin manager is rebuilt without the test's plugin): its own.
+    monkeypatch.setenv("LOOPX_PLUGINS", "self_repair")
+    r = loopx_cli("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json")
+    assert r.json["interaction_contract"]["cli_channel"]["next_cli_actions"] == [
+        f"loopx self-repair fix --goal-id {g}"]
+
+
+def test_a_capability_without_repairs_may_not_offer_a_repair_command(loopx_registry, loopx_cli, loopx_plugin):
+    class Liar:
+        @hookimpl
+        def loopx_register_capabilities(self, register):
+            from loopx.api import Capability
+
+            register(Capability(name="liar", version="1", summary="s", repair_argv=["rm", "-rf", "{goal_id}"]))
+
+    loopx_plugin(Liar())
+    r = loopx_cli("capabilities", "list", "--json")
+    assert r.code == 2 and "repair_argv" in r.out + r.err
+
+
+def test_a_repair_is_applied_under_the_rules_of_every_write(loopx_registry, loopx_cli, loopx_plugin):
+    from loopx.api import Repair, apply_repair, goal_damage, propose_repair
+
+    reg = loopx_registry
+    loopx_plugin(Fixer())
+    g, t = goal_with_claim(loopx_cli)
+    before = events(reg, g)
+
+    def attempt(repair, kind="fixer.repaired"):
+        return reg.mutate("capability:fixer", lambda w: apply_repair(w, repair, kind=kind), goal_id=g)
+
+    # The lease is live: releasing it is refused, whoever proposes it.
+    live = Repair("lease_released", g, "stale_lease", t, {"todo_id": t, "agent": "a1", "expired_at": "x"})
+    with pytest.raises(LoopxError) as err:
+        attempt(live)
+    assert err.value.code == "repair_not_needed"
+    # A repair the capability did not declare, and one no one knows.
+    with pytest.raises(LoopxError) as err:
+        attempt(Repair("gate_widened", g, "dangling_gate", "gate-x", {"gate_id": "gate-x", "blocks": "all"}))
+    assert err.value.code == "ownership_violation"
+    with pytest.raises(LoopxError) as err:
+        reg.mutate("capability:fixer", lambda w: w.emit("fixer.repaired", {"namespace": "fixer", "repair": "bogus"}),
+                   goal_id=g)
+    assert err.value.code == "invalid_argument"
+    # Another capability's repair kind (its namespace is not ours).
+    with pytest.raises(LoopxError) as err:
+        attempt(live, kind="self_repair.repaired")
+    assert err.value.code in ("ownership_violation", "invalid_argument")
+    assert events(reg, g) == before
+
+    # Once the lease expired, the damage is listed, the repair proposed and recorded as the capability.
+    con = sqlite3.connect(reg.store.path)
+    con.execute("UPDATE todos SET claim_expires_at = '2000-01-01T00:00:00Z' WHERE id = ?", (t,))
+    con.commit()
+    con.close()
+    with reg.read() as tx:
+        found = [f for f in goal_damage(tx, g, full=False) if f.code == "stale_lease"]
+    assert [f.subject for f in found] == [t]
+    repair = propose_repair(found[0])
+    assert repair.kind == "lease_released" and repair.body["todo_id"] == t
+    seq = attempt(repair)
+    with reg.read() as tx:
+        row = tx.one("SELECT actor, kind, body FROM events WHERE goal_id = ? AND seq = ?", (g, seq))
+        claim = tx.one("SELECT claim_agent FROM todos WHERE id = ?", (t,))
+    assert (row["actor"], row["kind"], json.loads(row["body"])["repair"]) == (
+        "capability:fixer", "fixer.repaired", "lease_released")
+    assert claim["claim_agent"] is None
+    # Done once: the same repair again finds nothing to repair.
+    with pytest.raises(LoopxError) as err:
+        attempt(repair)
+    assert err.value.code == "repair_not_needed"
