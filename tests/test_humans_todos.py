@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 
@@ -122,20 +120,12 @@ def test_claims_are_exclusive_idempotent_and_hidden_from_others(loopx, goal):
     assert ready_ids(loopx, goal, "a2") == []
 
 
-def wait_until_claimable(loopx, goal, todo, agent, timeout=60):
-    deadline = time.monotonic() + timeout
-    while True:
-        r = claim(loopx, goal, todo, agent)
-        if r.code == 0 or time.monotonic() > deadline:
-            return r
-        assert r.json["error"]["code"] == "todo_claimed", r
-        time.sleep(0.2)
-
-
-def test_expired_lease_is_retaken_with_a_new_epoch_and_the_old_holder_loses(loopx, goal):
+def test_expired_lease_is_retaken_with_a_new_epoch_and_the_old_holder_loses(loopx, goal, loopx_clock):
     t = add(loopx, goal, "fit")
-    old = claim(loopx, goal, t, "a1", "--ttl-seconds", "1").json
-    taken = wait_until_claimable(loopx, goal, t, "a2")
+    old = claim(loopx, goal, t, "a1", "--ttl-seconds", "60").json
+    assert claim(loopx, goal, t, "a2").json["error"]["code"] == "todo_claimed"  # the lease holds ...
+    loopx_clock.advance(61)  # ... until it runs out
+    taken = claim(loopx, goal, t, "a2")
     assert taken.code == 0, taken
     assert taken.json["claim"]["agent"] == "a2" and taken.json["claim"]["epoch"] == old["epoch"] + 1
     r = loopx("todo", "done", "--goal-id", goal, "--todo-id", t, "--agent", "a1", "--json")
@@ -149,10 +139,10 @@ def test_expired_lease_is_retaken_with_a_new_epoch_and_the_old_holder_loses(loop
     assert r.code == 0 and r.json["status"] == "done" and r.json["claim"] is None
 
 
-def test_holder_whose_lease_expired_unretaken_may_still_finish(loopx, goal):
+def test_holder_whose_lease_expired_unretaken_may_still_finish(loopx, goal, loopx_clock):
     t = add(loopx, goal, "fit")
-    claim(loopx, goal, t, "a1", "--ttl-seconds", "1")
-    time.sleep(1.2)
+    claim(loopx, goal, t, "a1", "--ttl-seconds", "60")
+    loopx_clock.advance(61)
     r = loopx("todo", "done", "--goal-id", goal, "--todo-id", t, "--agent", "a1", "--json")
     assert r.code == 0 and r.json["status"] == "done"
 
