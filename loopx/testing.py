@@ -19,7 +19,7 @@ test suite gets these fixtures without any ``conftest.py``:
     claim's TTL or a cadence passes at once; durations (time-outs) still run on the real clock.
 
 :func:`wait_until` polls a condition another process brings about, with a deadline: the one way
-a test waits (never a fixed ``sleep``).
+a test waits (never a fixed ``sleep``); :func:`signal_delivered` is one such condition.
 
 A typical test::
 
@@ -144,6 +144,22 @@ def wait_until(condition, what: str, timeout: float = 60.0, interval: float = 0.
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what} ({timeout:g} s)")
         time.sleep(interval)
+
+
+def signal_delivered(pid: int, sig: int) -> bool:
+    """Whether ``sig``, sent to process ``pid``, has been taken by it (Linux: no longer pending).
+
+    A Python process runs its handler before the next line of Python its main thread executes,
+    so once delivered, whatever it does next already knows of the signal. A process that is gone
+    has taken it too.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+    except OSError:
+        return True
+    bit = 1 << (int(sig) - 1)
+    return not any(int(fields.get(k, "0").strip() or "0", 16) & bit for k in ("SigPnd", "ShdPnd"))
 
 
 class ScriptedClock:
