@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import sys
 
 from loopx import actions, todos
@@ -146,8 +145,8 @@ def test_concurrent_self_repair_fixes_get_backups_of_their_own(tmp_path):
 
 
 def test_two_backups_in_the_same_instant_get_different_names(tmp_path, monkeypatch):
-    """The race made wide: every existence check takes 0.2 s (the answer unchanged), so both
-    repairs look before either writes; names must still differ."""
+    """The race made certain: each repair's first existence check waits for the other's (the
+    answer unchanged), so both look before either writes; names must still differ."""
     import pathlib
     import threading
 
@@ -156,9 +155,13 @@ def test_two_backups_in_the_same_instant_get_different_names(tmp_path, monkeypat
     url = str(tmp_path / "registry.db")
     _goal(url)
     real_exists = pathlib.Path.exists
+    both_looking, looked = threading.Barrier(2), set()
 
     def slow_exists(self, *a, **kw):
-        time.sleep(0.2)
+        me = threading.current_thread()
+        if me.name.startswith("backup-") and me not in looked:
+            looked.add(me)
+            both_looking.wait(30)
         return real_exists(self, *a, **kw)
 
     monkeypatch.setattr(pathlib.Path, "exists", slow_exists)
@@ -168,7 +171,7 @@ def test_two_backups_in_the_same_instant_get_different_names(tmp_path, monkeypat
     def backup(i):
         names[i] = repairs._backup(regs[i])
 
-    threads = [threading.Thread(target=backup, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=backup, args=(i,), name=f"backup-{i}") for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
