@@ -12,12 +12,7 @@ import pytest
 from loopx.registry import Registry
 from loopx.status_server import ViewCache, make_server
 from loopx.testing import wait_until
-
-
-def _goal(loopx, title):
-    r = loopx("project_prompt", "create", "--title", title, "--json")
-    assert r.code == 0, r
-    return r.json["id"]
+from tests.factories import make_goal
 
 
 def _get(port, path):
@@ -56,7 +51,7 @@ def server(registry_url, monkeypatch):
 
 def test_a_write_to_one_goal_leaves_other_goal_views_cached(loopx, server):
     port = server.server_address[1]
-    a, b = _goal(loopx, "a"), _goal(loopx, "b")
+    a, b = make_goal(loopx, title="a")["goal"], make_goal(loopx, title="b")["goal"]
     first = _get(port, f"/api/goals/{a}")
     assert loopx("todo", "add", "--goal-id", b, "--text", "elsewhere").code == 0
     # The overview moves once the watcher has seen the commit ...
@@ -73,9 +68,9 @@ def test_a_write_to_one_goal_leaves_other_goal_views_cached(loopx, server):
 
 def test_the_overview_follows_every_write(loopx, server):
     port = server.server_address[1]
-    a = _goal(loopx, "a")
+    a = make_goal(loopx, title="a")["goal"]
     assert [g["id"] for g in _get(port, "/api/status")["goals"]] == [a]
-    b = _goal(loopx, "b")
+    b = make_goal(loopx, title="b")["goal"]
     wait_until(lambda: [g["id"] for g in _get(port, "/api/status")["goals"]] == [b, a], "the overview to show b")
 
 

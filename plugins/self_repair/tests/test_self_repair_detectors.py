@@ -7,8 +7,6 @@ These tests use the fixtures LoopX installs for plugin authors (``loopx_registry
 import json
 import sqlite3
 
-import pytest
-
 from loopx import clock, evidence, gates, ledger, todos
 from loopx import goals as project_prompt
 from loopx.should_run import should_run
