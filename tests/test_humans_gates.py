@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from tests.factories import make_goal
+
 EXECUTOR = {"LOOPX_ACTOR": "executor"}
 
 
 @pytest.fixture
 def goal(loopx):
-    r = loopx("project_prompt", "create", "--title", "Quarterly revenue", "--json")
-    assert r.code == 0, r
-    return r.json["id"]
+    return make_goal(loopx, title="Quarterly revenue")["goal"]
 
 
 def add_gate(loopx, goal, *extra, env=None):

@@ -7,6 +7,8 @@ from importlib import resources
 
 import pytest
 
+from tests.factories import make_goal
+
 EXECUTOR = {"LOOPX_ACTOR": "executor"}
 
 
@@ -22,9 +24,8 @@ def validate_record(rec: dict) -> None:
 
 @pytest.fixture
 def goal(loopx):
-    r = loopx("project_prompt", "create", "--title", "Quarterly revenue", "--description", "Explain the spike.",
-              "--criterion", "A report exists", "--json")
-    return r.json["id"]
+    return make_goal(loopx, title="Quarterly revenue", description="Explain the spike.",
+                     criteria=("A report exists",))["goal"]
 
 
 def turn(reg, goal, *, agent="a1", outcome="ok", tokens=100, cost=0.25, handoff=None, evidence=()):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.factories import make_goal
+
 
 @pytest.fixture
 def goal(loopx):
-    return loopx("project_prompt", "create", "--title", "Quarterly revenue", "--json").json["id"]
+    return make_goal(loopx, title="Quarterly revenue")["goal"]
 
 
 def add(loopx, goal, text, *extra, env=None):

@@ -13,6 +13,7 @@ import pytest
 
 from loopx.testing import signal_delivered, wait_until
 from tests.conftest import loopx_env
+from tests.factories import make_goal
 
 
 def _cli(url, *args, cwd=None, timeout=60):
@@ -36,14 +37,8 @@ def _work(tmp_path):
 
 
 def _goal(url, tmp_path, *actions):
-    code, goal, err = _cli(url, "project-prompt", "create", "--title", "t", "--description", "d")
-    assert code == 0, err
-    gid = goal["id"]
-    for name, script in actions:
-        code, _, err = _cli(url, "action", "add", "--goal-id", gid, "--name", name, "--", "sh", "-c", script)
-        assert code == 0, err
-    _cli(url, "todo", "add", gid, "--text", "work")
-    return gid
+    return make_goal(url, title="t", description="d", acts={name: ["sh", "-c", script] for name, script in actions},
+                     todo_texts=("work",))["goal"]
 
 
 def _evidence(url, run_id):

@@ -12,6 +12,7 @@ import pytest
 
 from loopx.testing import signal_delivered, wait_until
 from tests.conftest import loopx_env
+from tests.factories import make_goal
 
 
 def _cli(url, *args, env=None, timeout=60):
@@ -34,16 +35,9 @@ def _work(tmp_path):
     return work
 
 
-def _goal(url, script, *, todos=1, title="g", limits=()):
-    code, goal, err = _cli(url, "project-prompt", "create", "--title", title, "--description", "d")
-    assert code == 0, err
-    gid = goal["id"]
-    assert _cli(url, "action", "add", "--goal-id", gid, "--name", "work", "--", "sh", "-c", script)[0] == 0
-    for i in range(todos):
-        _cli(url, "todo", "add", gid, "--text", f"todo {i}")
-    if limits:
-        assert _cli(url, "quota", "set", gid, *limits)[0] == 0
-    return gid
+def _goal(url, script, *, todos=1, title="g", limits=None):
+    return make_goal(url, title=title, description="d", acts={"work": ["sh", "-c", script]},
+                     todo_texts=[f"todo {i}" for i in range(todos)], limits=limits)["goal"]
 
 
 def _runs(url, gid):
@@ -147,7 +141,7 @@ def test_a_sigkilled_worker_shows_as_died_and_its_turn_still_ends_honestly(sqlit
 def test_a_clock_jump_is_recorded_and_cadence_recovers(sqlite_url, tmp_path, loopx_clock):
     url = sqlite_url
     work = _work(tmp_path)
-    gid = _goal(url, f"echo ran >> {work}/log", todos=5, limits=("--cadence-seconds", "3600"))
+    gid = _goal(url, f"echo ran >> {work}/log", todos=5, limits={"cadence_seconds": 3600})
     w = _worker(url, "--beat-seconds", "0.3", cwd=work)  # on the test's clock (loopx_env)
     wait_until(lambda: (work / "log").exists() and len(_runs(url, gid)) == 1
            and _runs(url, gid)[0]["status"] == "finished", "the first turn")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from tests.conftest import loopx_env
+from tests.factories import make_goal
 
 
 def cli(url, *args, agent=None):
@@ -20,11 +21,8 @@ def cli(url, *args, agent=None):
 
 
 def _goal(url, wall, parallel=False):
-    g = json.loads(cli(url, "project_prompt", "create", "--title", "slow work", *(["--parallel-runs"] if parallel
-                                                                                   else []), "--json").stdout)["id"]
-    assert cli(url, "quota", "set", "--goal-id", g, "--max-wall-seconds", str(wall)).returncode == 0
-    assert cli(url, "action", "add", "--goal-id", g, "--name", "slow", "--", "sleep", "60").returncode == 0
-    return g
+    return make_goal(url, title="slow work", parallel=parallel, limits={"max_wall_seconds": wall},
+                     acts={"slow": ["sleep", "60"]})["goal"]
 
 
 def _used(url, g):
