@@ -18,6 +18,7 @@ from loopx.registry import Registry
 from loopx.store.writer_queue import WriterQueue, tickets_taken
 from loopx.testing import wait_until
 from tests.conftest import loopx_env
+from tests.factories import make_goal
 
 WRITER = """
 import json, sys
@@ -83,10 +84,8 @@ def _todo_texts(url: str, goal: str) -> list[str]:
 
 
 def _goal(url: str) -> str:
-    from loopx import goals as project_prompt
-
     with Registry.open(url) as reg:
-        return project_prompt.create(reg, "user", title="shared")["id"]
+        return make_goal(reg, title="shared")["goal"]
 
 
 def _writers(url: str, goal: str, processes: int, each: int) -> list[subprocess.Popen]:

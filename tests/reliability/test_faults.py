@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from loopx import actions, todos
-from loopx import goals as project_prompt
+from loopx import actions
 from loopx.should_run import should_run
 from loopx.registry import Registry
 from loopx.testing import wait_until
+from tests.factories import make_goal
 from tests.reliability.conftest import env as plugin_env
 from tests.reliability.faults import loopx, small_fs, snapshot  # noqa: F401 (fixture)
 
@@ -27,9 +27,7 @@ PY = sys.executable
 
 def _goal(url) -> str:
     with Registry.open(url) as reg:
-        g = project_prompt.create(reg, "user", title="faults")["id"]
-        todos.add(reg, "user", goal_id=g, text="first")
-    return g
+        return make_goal(reg, title="faults", todo_texts=("first",))["goal"]
 
 
 def _consistent(url):

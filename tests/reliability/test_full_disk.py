@@ -9,10 +9,9 @@ import json
 import subprocess
 import sys
 
-from loopx import actions, todos
-from loopx import goals as project_prompt
 from loopx.should_run import should_run
 from loopx.registry import Registry
+from tests.factories import make_goal
 from tests.reliability import tamper
 from tests.reliability.faults import loopx, small_fs, snapshot  # noqa: F401 (fixture)
 
@@ -21,16 +20,15 @@ PY = sys.executable
 
 def _goal(url, side_effect=None, fill=None):
     """A goal with a todo and an action; ``fill``: a file the action fills the disk with."""
+    acts = {}
+    if side_effect is not None:
+        script = f"open({str(side_effect)!r}, 'a').write('ran\\n')"
+        if fill is not None:
+            script += (f"\ntry:\n    f = open({str(fill)!r}, 'ab')\n    [f.write(bytes(65536)) for _ in iter(int, 1)]\n"
+                       "except OSError:\n    pass")
+        acts["step"] = [PY, "-c", script]
     with Registry.open(url) as reg:
-        g = project_prompt.create(reg, "user", title="full disk")["id"]
-        todos.add(reg, "user", goal_id=g, text="do it")
-        if side_effect is not None:
-            script = f"open({str(side_effect)!r}, 'a').write('ran\\n')"
-            if fill is not None:
-                script += (f"\ntry:\n    f = open({str(fill)!r}, 'ab')\n    [f.write(bytes(65536)) for _ in iter(int, 1)]\n"
-                           "except OSError:\n    pass")
-            actions.add(reg, "user", goal_id=g, name="step", argv=[PY, "-c", script])
-    return g
+        return make_goal(reg, title="full disk", todo_texts=("do it",), acts=acts)["goal"]
 
 
 def _one_disk_full_line(code, out, err):

@@ -14,6 +14,7 @@ import pytest
 from loopx.registry import Registry
 from loopx.status_server import make_server
 from loopx.testing import wait_until
+from tests.factories import make_goal
 
 
 @pytest.fixture
@@ -34,10 +35,8 @@ def server(registry_url, monkeypatch):
 
 
 def _goal(url) -> str:
-    from loopx import goals as project_prompt
-
     with Registry.open(url) as reg:
-        return project_prompt.create(reg, "user", title="g")["id"]
+        return make_goal(reg, title="g")["goal"]
 
 
 @pytest.mark.parametrize("query", ["after=%C2%B2", "after=%D9%A3", "after=%EF%BC%91", "limit=%E2%91%A0",
