@@ -18,11 +18,12 @@ import sys
 
 
 def make_goal(via, *, title: str = "a goal", description: str | None = None, criteria=(), todo_texts=(),
-              acts: dict | None = None, gates=(), limits: dict | None = None, parallel: bool = False,
-              env: dict | None = None) -> dict:
+              todo_priority: str = "P2", acts: dict | None = None, gates=(), limits: dict | None = None,
+              parallel: bool = False, env: dict | None = None) -> dict:
     """Make a goal with what a test needs, through ``via`` (see the module docstring).
 
-    ``criteria``: success criteria; ``todo_texts``: a todo per text, in order; ``acts``:
+    ``criteria``: success criteria; ``todo_texts``: a todo per text, in order, each of
+    ``todo_priority``; ``acts``:
     ``{name: argv}`` allowed actions; ``gates``: a pending gate per ``{"title", "scope",
     "blocks"}`` (each optional: "Needs a look", ``other``, ``all``); ``limits``: quota limits
     (``{"max_wall_seconds": 3, "cadence_seconds": 3600}``); ``parallel``: parallel runs allowed.
@@ -31,8 +32,8 @@ def make_goal(via, *, title: str = "a goal", description: str | None = None, cri
     gates = [{"title": "Needs a look", "scope": "other", "blocks": "all", **g} for g in gates]
     if _is_registry(via):
         return _through_api(via, title=title, description=description, criteria=list(criteria),
-                            todo_texts=list(todo_texts), acts=acts or {}, gates=gates, limits=limits or {},
-                            parallel=parallel)
+                            todo_texts=list(todo_texts), todo_priority=todo_priority, acts=acts or {}, gates=gates,
+                            limits=limits or {}, parallel=parallel)
     call = _caller(via, env)
     create = ["project-prompt", "create", "--title", title, *(["--description", description] if description else []),
               *[a for c in criteria for a in ("--criterion", c)], *(["--parallel-runs"] if parallel else []), "--json"]
@@ -40,7 +41,8 @@ def make_goal(via, *, title: str = "a goal", description: str | None = None, cri
     if limits:
         _ok(call("quota", "set", "--goal-id", g,
                  *[a for k, v in limits.items() for a in (f"--{k.replace('_', '-')}", str(v))], "--json"))
-    made = [_ok(call("todo", "add", "--goal-id", g, "--text", t, "--json"))["id"] for t in todo_texts]
+    made = [_ok(call("todo", "add", "--goal-id", g, "--text", t, "--priority", todo_priority, "--json"))["id"]
+            for t in todo_texts]
     for name, argv in (acts or {}).items():
         _ok(call("action", "add", "--goal-id", g, "--name", name, "--json", "--", *argv))
     held = [_ok(call("gate", "add", "--goal-id", g, "--title", x["title"], "--scope", x["scope"],
@@ -54,7 +56,8 @@ def _is_registry(via) -> bool:
     return isinstance(via, Registry)
 
 
-def _through_api(reg, *, title, description, criteria, todo_texts, acts, gates, limits, parallel) -> dict:
+def _through_api(reg, *, title, description, criteria, todo_texts, todo_priority, acts, gates, limits,
+                 parallel) -> dict:
     from loopx import actions, quota, todos
     from loopx import gates as gate_api
     from loopx import goals
@@ -63,7 +66,7 @@ def _through_api(reg, *, title, description, criteria, todo_texts, acts, gates, 
     g = goals.create(reg, "user", title=title, criteria=criteria, parallel_runs=parallel, **extra)["id"]
     if limits:
         quota.set_limits(reg, "user", goal_id=g, values=limits)
-    made = [todos.add(reg, "user", goal_id=g, text=t)["id"] for t in todo_texts]
+    made = [todos.add(reg, "user", goal_id=g, text=t, priority=todo_priority)["id"] for t in todo_texts]
     for name, argv in acts.items():
         actions.add(reg, "user", goal_id=g, name=name, argv=argv)
     held = [gate_api.add(reg, "user", goal_id=g, title=x["title"], scope=x["scope"], blocks=x["blocks"])["id"]
