@@ -64,7 +64,7 @@ def test_a_blocked_dependency_keeps_the_dependent_out(loopx, goal):
 
 
 def test_dependencies_must_exist_in_the_goal(loopx, goal):
-    other = loopx("project_prompt", "create", "--title", "Other", "--json").json["id"]
+    other = make_goal(loopx, title="Other")["goal"]
     foreign = add(loopx, other, "theirs")
     r = loopx("todo", "add", "--goal-id", goal, "--text", "x", "--depends-on", foreign, "--json")
     assert r.code == 2 and r.json["error"]["code"] == "todo_not_found"
@@ -217,7 +217,7 @@ def test_count_ready_and_replay(loopx, reg, goal):
 def test_done_under_a_stale_contract_is_still_recorded(loopx):
     """`todo done` records what happened (like evidence add): a gate added mid-turn does not
     stop the agent from marking its finished step, while a new claim is refused."""
-    goal = loopx("project_prompt", "create", "--title", "g", "--json").json["id"]
+    goal = make_goal(loopx, title="g")["goal"]
     first = loopx("todo", "add", "--goal-id", goal, "--text", "one", "--json").json["id"]
     second = loopx("todo", "add", "--goal-id", goal, "--text", "two", "--json").json["id"]
     contract = loopx("quota", "should-run", "--goal-id", goal, "--agent", "a1", "--json").json
