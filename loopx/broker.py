@@ -240,6 +240,10 @@ class Broker:
                 env[k] = v
         if self.step is not None:
             env["LOOPX_STEP"] = self.step.describe()  # exec's children stay confined
+        from loopx import clock
+
+        if clock.offset_file():  # the broker's own clock (a test harness's), never the request's
+            env[clock.OFFSET_ENV] = clock.offset_file()
         p = subprocess.run([sys.executable, "-m", "loopx", *argv], env=env, cwd=cwd if cwd and os.path.isdir(cwd)
                            else None, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         return {"exit_code": p.returncode, "stdout": p.stdout, "stderr": p.stderr}

@@ -5,6 +5,8 @@ The format is fixed-width, so timestamps compare correctly as strings, in Python
 
 from __future__ import annotations
 
+import os  # loaded by the interpreter itself: free
+
 try:
     # The C implementation directly: ``import datetime`` first executes the whole pure-Python
     # module (~1.6 ms) only to replace it with these, on a path that runs before every turn.
@@ -15,9 +17,17 @@ except ImportError:  # pragma: no cover - Pythons without the C accelerator
 _FMT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 #: Tests move the wall clock of real LoopX processes with this: the path of a file holding an
-#: offset in seconds (read at every call; a missing or empty file is 0). Durations never use
-#: the wall clock (``time.monotonic``), so only what is dated moves.
+#: offset in seconds (the file is read at every call; a missing or empty file is 0). Durations
+#: never use the wall clock (``time.monotonic``), so only what is dated moves.
+#:
+#: Only the environment a process *starts* with counts: the path is read once, when this module
+#: is imported, so nothing a process does to its own environment later (the broker swapping in a
+#: served command's identity) moves its clock. An agent never holds it: every ``LOOPX_*``
+#: variable is removed from a step's environment (:meth:`loopx.confine.Step.env`), the broker
+#: takes no environment from a request, and a command it serves runs on the broker's own clock
+#: (docs/security.md).
 OFFSET_ENV = "LOOPX_CLOCK_OFFSET_FILE"
+_OFFSET_FILE = os.environ.get(OFFSET_ENV) or None
 _offset_in_process = [0.0]
 
 
@@ -26,15 +36,17 @@ def set_offset(seconds: float) -> None:
     _offset_in_process[0] = float(seconds)
 
 
-def _offset() -> float:
-    import os
+def offset_file() -> str | None:
+    """The offset file this process was started with (see :data:`OFFSET_ENV`), or ``None``."""
+    return _OFFSET_FILE
 
-    path = os.environ.get(OFFSET_ENV)
+
+def _offset() -> float:
     extra = _offset_in_process[0]
-    if not path:
+    if not _OFFSET_FILE:
         return extra
     try:
-        with open(path) as f:
+        with open(_OFFSET_FILE) as f:
             return extra + float(f.read().strip() or 0)
     except (OSError, ValueError):
         return extra

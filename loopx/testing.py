@@ -12,6 +12,14 @@ test suite gets these fixtures without any ``conftest.py``:
 ``loopx_cli``
     ``loopx_cli("capabilities", "list", "--json")`` runs the ``loopx`` command line in-process
     on ``loopx_registry`` and returns a :class:`CliResult` (``code``, ``out``, ``err``, ``json``).
+``loopx_clock``
+    LoopX's wall clock, moved by the test instead of waited for: ``loopx_clock.advance(3600)``
+    moves it in this process and in every ``loopx`` process the test starts afterwards or has
+    running (``LOOPX_CLOCK_OFFSET_FILE``, set for the test; see :mod:`loopx.clock`). A lease, a
+    claim's TTL or a cadence passes at once; durations (time-outs) still run on the real clock.
+
+:func:`wait_until` polls a condition another process brings about, with a deadline: the one way
+a test waits (never a fixed ``sleep``); :func:`signal_delivered` is one such condition.
 
 A typical test::
 
@@ -118,6 +126,90 @@ def loopx_cli(loopx_registry):
         return CliResult(r.exit_code, r.stdout, r.stderr)
 
     return call
+
+
+def wait_until(condition, what: str, timeout: float = 60.0, interval: float = 0.05):
+    """Call ``condition()`` until it returns something true, and return that.
+
+    For what another process does (a file written, a row committed, a process gone), never for
+    time to pass (move :func:`loopx_clock` instead). ``timeout`` is a generous deadline, not a
+    measurement: past it the test fails with ``AssertionError("timed out waiting for <what>")``.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what} ({timeout:g} s)")
+        time.sleep(interval)
+
+
+def signal_delivered(pid: int, sig: int) -> bool:
+    """Whether ``sig``, sent to process ``pid``, has been taken by it (Linux: no longer pending).
+
+    A Python process runs its handler before the next line of Python its main thread executes,
+    so once delivered, whatever it does next already knows of the signal. A process that is gone
+    has taken it too.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+    except OSError:
+        return True
+    bit = 1 << (int(sig) - 1)
+    return not any(int(fields.get(k, "0").strip() or "0", 16) & bit for k in ("SigPnd", "ShdPnd"))
+
+
+class ScriptedClock:
+    """LoopX's wall clock for one test: this process's and every ``loopx`` process's it starts."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.offset = 0.0
+        self._write()
+
+    @property
+    def env(self) -> dict:
+        """The environment a ``loopx`` process needs to follow this clock (set for the test already)."""
+        from loopx import clock
+
+        return {clock.OFFSET_ENV: self.path}
+
+    def set(self, seconds: float) -> None:
+        """Put the clock ``seconds`` away from the real time (negative: in the past)."""
+        self.offset = float(seconds)
+        self._write()
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds`` on."""
+        self.set(self.offset + float(seconds))
+
+    def _write(self) -> None:
+        import os
+
+        from loopx import clock
+
+        clock.set_offset(self.offset)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(repr(self.offset))
+        os.replace(tmp, self.path)  # a process reading it sees the old offset or the new one
+
+
+@pytest.fixture
+def loopx_clock(tmp_path, monkeypatch):
+    """A :class:`ScriptedClock` at the real time; back to the real time after the test."""
+    from loopx import clock
+
+    moved = ScriptedClock(tmp_path / "loopx-clock-offset")
+    monkeypatch.setenv(clock.OFFSET_ENV, moved.path)
+    try:
+        yield moved
+    finally:
+        clock.set_offset(0)
 
 
 def capability_doc_problems(name: str, doc_root=".") -> list[str]:

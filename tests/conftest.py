@@ -79,7 +79,10 @@ def loopx(registry_url, monkeypatch):
 
 def loopx_env(registry_url: str, **extra) -> dict:
     """Environment for a real ``loopx`` process on ``registry_url``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    from loopx import clock
+
+    # The test's own LoopX settings never leak in; its scripted clock (``loopx_clock``) does.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_") or k == clock.OFFSET_ENV}
     env["LOOPX_REGISTRY"] = registry_url
     env["LOOPX_PLUGINS"] = ""  # built-ins only (see only_builtin_plugins)
     env.update(extra)

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -286,13 +285,3 @@ def cli_path(name: str) -> str:
         pytest.skip(f"{name} is not installed in {agents_dir()} (scripts/test.sh installs it with npm; "
                     f"or set LOOPX_TEST_AGENTS_DIR)")
     return str(path)
-
-
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    """Poll ``predicate`` until it is true or ``timeout`` seconds passed."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())

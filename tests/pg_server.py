@@ -34,7 +34,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 ROLE = "loopx"
@@ -304,10 +303,16 @@ def _kill_postmaster(data: Path, grace: float = 10.0) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
+    from loopx.testing import wait_until
+
+    def gone():
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return
-        time.sleep(0.05)
+            return True
+        return False
+
+    try:
+        wait_until(gone, f"postgres {pid} to end", timeout=grace)
+    except AssertionError:
+        pass  # still there (not ours to wait on any longer): the caller goes on

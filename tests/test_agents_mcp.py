@@ -14,6 +14,7 @@ import anyio  # noqa: E402  (installed with mcp)
 
 from loopx import runs, todos  # noqa: E402
 from loopx.registry import Registry  # noqa: E402
+from loopx.testing import wait_until  # noqa: E402
 from tests.test_turn_helpers import make_goal  # noqa: E402
 
 PY = sys.executable
@@ -174,7 +175,12 @@ def test_a_long_exec_step_does_not_hold_up_the_other_tools(tmp_path, sqlite_url)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_slow)
-            await anyio.sleep(0.3)
+
+            def step_started():
+                with Registry.open(sqlite_url, readonly=True) as other, other.read() as tx:
+                    return tx.query("SELECT id FROM evidence WHERE run_id = ? AND kind = 'step_started'", (r,))
+
+            await anyio.to_thread.run_sync(lambda: wait_until(step_started, "the slow step to start"))
             try:
                 with anyio.fail_after(20):
                     status = _json(await s.call_tool("goal_status", {"goal_id": g}))

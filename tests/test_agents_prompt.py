@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import re
 
+from tests.factories import make_goal
+
 
 def _goal(loopx, *todo_texts):
-    g = loopx("project_prompt", "create", "--title", "Ship it", "--description", "Make the report.",
-              "--criterion", "report exists", "--json").json["id"]
-    assert loopx("action", "add", "--goal-id", g, "--name", "test", "--", "python3", "-c", "pass").code == 0
-    for text in todo_texts:
-        assert loopx("todo", "add", "--goal-id", g, "--text", text, "--priority", "P1").code == 0
-    return g
+    return make_goal(loopx, title="Ship it", description="Make the report.", criteria=("report exists",),
+                     acts={"test": ["python3", "-c", "pass"]}, todo_texts=todo_texts, todo_priority="P1")["goal"]
 
 
 def test_the_prompt_holds_the_objective_the_todo_and_exactly_the_contracts_commands(loopx):

@@ -6,9 +6,9 @@ import pytest
 
 from loopx import capabilities as caps
 from loopx import hookimpl, ledger
-from loopx import goals as project_prompt
 from loopx.capabilities import Capability
 from loopx.errors import LoopxError
+from tests.factories import make_goal
 
 
 class Declares:
@@ -31,10 +31,6 @@ def alpha(**kw):
 
 def beta(**kw):
     return Capability(**{"name": "beta", "version": "0.1", "summary": "Beta does B.", "owns": ["beta"], **kw})
-
-
-def goal(reg):
-    return project_prompt.create(reg, "user", title="T")["id"]
 
 
 def count_events(reg, goal_id):
@@ -142,7 +138,7 @@ def test_a_plugin_failing_inside_the_hook_is_named_and_skipped(loopx_plugin, cap
 
 def test_capability_writes_and_reads_its_own_state(reg, loopx_plugin):
     loopx_plugin(Declares(alpha(), beta()))
-    g = goal(reg)
+    g = make_goal(reg, title="T")["goal"]
     state = caps.set_state(reg, "alpha", g, {"phase": "reproduce", "attempts": 1})
     assert state == {"attempts": 1, "phase": "reproduce"}
     caps.set_state(reg, "alpha", g, {"attempts": 2})
@@ -158,7 +154,7 @@ def test_capability_writes_and_reads_its_own_state(reg, loopx_plugin):
 
 def test_writing_another_capabilitys_namespace_is_refused_and_writes_nothing(reg, loopx_plugin):
     loopx_plugin(Declares(alpha(), beta()))
-    g = goal(reg)
+    g = make_goal(reg, title="T")["goal"]
     caps.set_state(reg, "beta", g, {"x": 1})
     before = count_events(reg, g)
     with pytest.raises(LoopxError) as err:
@@ -174,7 +170,7 @@ def test_writing_another_capabilitys_namespace_is_refused_and_writes_nothing(reg
 def test_ownership_is_enforced_at_the_registry_for_any_emitter(reg, loopx_plugin):
     """Even code that emits the event itself (no set_state helper) cannot write foreign state."""
     loopx_plugin(Declares(alpha(), beta()))
-    g = goal(reg)
+    g = make_goal(reg, title="T")["goal"]
     before = count_events(reg, g)
 
     def sneaky(w):
@@ -193,7 +189,7 @@ def test_ownership_is_enforced_at_the_registry_for_any_emitter(reg, loopx_plugin
 
 
 def test_an_uninstalled_capability_owns_nothing(reg, loopx_plugin):
-    g = goal(reg)
+    g = make_goal(reg, title="T")["goal"]
     with pytest.raises(LoopxError) as err:
         reg.mutate("capability:ghost", lambda w: caps.put_state(w, "ghost", {"x": 1}), goal_id=g)
     assert err.value.code == "ownership_violation" and "not installed" in err.value.message
@@ -233,7 +229,7 @@ def _act(w, name, namespace):
                                     {"k": "x" * (caps.MAX_VALUE_BYTES + 1)}])
 def test_bad_state_values_are_refused(reg, loopx_plugin, values):
     loopx_plugin(Declares(alpha()))
-    g = goal(reg)
+    g = make_goal(reg, title="T")["goal"]
     with pytest.raises(LoopxError) as err:
         caps.set_state(reg, "alpha", g, values)
     assert err.value.code == "invalid_argument"
@@ -241,7 +237,7 @@ def test_bad_state_values_are_refused(reg, loopx_plugin, values):
 
 def test_capability_state_replays_from_the_ledger(reg, loopx_plugin):
     loopx_plugin(Declares(alpha()))
-    g = goal(reg)
+    g = make_goal(reg, title="T")["goal"]
     caps.set_state(reg, "alpha", g, {"a": 1, "b": {"nested": [1, "two"]}})
     caps.set_state(reg, "alpha", g, {"c": True}, namespace="alpha.sub")
     caps.delete_state(reg, "alpha", g, ["a"])
@@ -254,7 +250,7 @@ def test_capability_state_replays_from_the_ledger(reg, loopx_plugin):
 
 def test_state_written_by_a_since_uninstalled_plugin_still_replays(reg, loopx_plugin):
     plugin = loopx_plugin(Declares(alpha()), name="temporary")
-    g = goal(reg)
+    g = make_goal(reg, title="T")["goal"]
     caps.set_state(reg, "alpha", g, {"a": 1})
     from loopx.plugins import get_plugin_manager
 
@@ -266,7 +262,7 @@ def test_state_written_by_a_since_uninstalled_plugin_still_replays(reg, loopx_pl
 
 def test_operation_id_retry_writes_once(reg, loopx_plugin):
     loopx_plugin(Declares(alpha()))
-    g = goal(reg)
+    g = make_goal(reg, title="T")["goal"]
     first = caps.set_state(reg, "alpha", g, {"n": 1}, operation_id="op-1")
     before = count_events(reg, g)
     assert caps.set_state(reg, "alpha", g, {"n": 1}, operation_id="op-1") == first
@@ -277,7 +273,7 @@ def test_repairs_are_no_longer_written_as_core_vocabulary_and_loss_needs_declare
     # A repair is a capability's own event kind now (through the repair API): the old core name
     # capability.repaired is replayed by the core for older registries, and nobody writes it.
     loopx_plugin(Declares(alpha(), beta(repairs=["lease_released"])))
-    g = goal(reg)
+    g = make_goal(reg, title="T")["goal"]
     body = {"namespace": "beta", "repair": "lease_released", "todo_id": "t-0123456789ab", "finding": "stale_lease"}
     with pytest.raises(LoopxError) as err:
         reg.mutate("capability:beta", lambda w: w.emit("capability.repaired", body), goal_id=g)

@@ -4,6 +4,7 @@ import shlex
 
 from loopx import hookimpl
 from loopx.capabilities import Capability
+from tests.factories import make_goal
 
 
 class Contributor:
@@ -24,12 +25,6 @@ class Contributor:
         ]
 
 
-def new_goal(loopx):
-    r = loopx("project_prompt", "create", "--title", "T", "--capability", "hungry", "--capability", "frugal", "--json")
-    assert r.code == 0, r
-    return r.json["id"]
-
-
 def actions(loopx, goal_id, agent):
     r = loopx("quota", "should-run", "--goal-id", goal_id, "--agent", agent, "--json")
     assert r.code == 0, r
@@ -41,14 +36,14 @@ def actions(loopx, goal_id, agent):
 
 def test_every_capability_is_offered_when_the_budget_allows(loopx, loopx_plugin):
     loopx_plugin(Contributor())
-    g = new_goal(loopx)
+    g = make_goal(loopx, title="T", capabilities=("hungry", "frugal"))["goal"]
     got = actions(loopx, g, "a1")
     assert f"loopx hungry feast --goal-id {g}" in got and f"loopx frugal nibble --goal-id {g}" in got
 
 
 def test_capability_needing_more_than_remains_is_not_offered(loopx, loopx_plugin):
     loopx_plugin(Contributor())
-    g = new_goal(loopx)
+    g = make_goal(loopx, title="T", capabilities=("hungry", "frugal"))["goal"]
     assert loopx("quota", "set", "--goal-id", g, "--max-tokens", "4000", "--json").code == 0
     got = actions(loopx, g, "a1")
     assert f"loopx hungry feast --goal-id {g}" not in got
@@ -58,7 +53,7 @@ def test_capability_needing_more_than_remains_is_not_offered(loopx, loopx_plugin
 def test_turn_needs_count_the_run_itself(loopx, loopx_plugin):
     # One turn left: the run being opened is it. "frugal" (1 turn) fits; "hungry" (2) does not.
     loopx_plugin(Contributor())
-    g = new_goal(loopx)
+    g = make_goal(loopx, title="T", capabilities=("hungry", "frugal"))["goal"]
     assert loopx("quota", "set", "--goal-id", g, "--max-turns", "1", "--json").code == 0
     got = actions(loopx, g, "a1")
     assert f"loopx frugal nibble --goal-id {g}" in got
@@ -79,7 +74,7 @@ class Vetoes:
 def test_a_veto_makes_the_decision_repair_with_its_actions(loopx, loopx_plugin):
     loopx_plugin(Contributor())
     veto = loopx_plugin(Vetoes())
-    g = new_goal(loopx)
+    g = make_goal(loopx, title="T", capabilities=("hungry", "frugal"))["goal"]
     r = loopx("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json")
     assert r.code == 0, r
     assert r.json["decision"] == "repair" and r.json["reasons"] == ["needs_repair"]

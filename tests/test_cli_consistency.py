@@ -8,14 +8,7 @@ from loopx import capabilities as caps
 from loopx import hookimpl
 from loopx.capabilities import Capability
 from loopx.jsonsafe import MAX_DEPTH
-
-
-def _goal(loopx, title="consistent"):
-    r = loopx("project-prompt", "create", "--title", title, "--json")
-    assert r.code == 0, r
-    g = r.json["id"]
-    assert loopx("todo", "add", g, "--text", "first").code == 0
-    return g
+from tests.factories import make_goal
 
 
 class Contributes:
@@ -29,7 +22,7 @@ class Contributes:
 
 def test_dry_run_lists_the_steps_a_real_call_gives_including_contributed_ones(loopx, loopx_plugin):
     loopx_plugin(Contributes(), name="probe-contrib")
-    g = _goal(loopx)
+    g = make_goal(loopx, title="consistent", todo_texts=("first",))["goal"]
     assert loopx("action", "add", g, "--name", "check", "--", "true").code == 0
     preview = loopx("quota", "should-run", g, "--dry-run", "--json").json
     assert preview["dry_run"] is True and preview["interaction_contract"]["run_id"] is None
@@ -60,7 +53,7 @@ def test_a_goal_id_works_positionally_for_every_command_that_takes_one(loopx, lo
             loopx_plugin(importlib.import_module(f"{name}.plugin"), name=name[6:])
         except ImportError:
             pass
-    g = _goal(loopx)
+    g = make_goal(loopx, title="consistent", todo_texts=("first",))["goal"]
     added = loopx("action", "add", g, "--name", "a", "--", "echo", g)
     assert added.code == 0, added
     assert loopx("action", "list", g, "--json").json[0]["argv"] == ["echo", g]
@@ -93,7 +86,7 @@ def test_a_goal_id_works_positionally_for_every_command_that_takes_one(loopx, lo
 
 
 def test_contracts_spell_project_prompt_retry_hyphenated_and_the_seed_spelling_still_works(loopx):
-    g = _goal(loopx, "stuck")
+    g = make_goal(loopx, title="stuck", todo_texts=("first",))["goal"]
     assert loopx("action", "add", g, "--name", "boom", "--", "false").code == 0
     assert loopx("quota", "set", g, "--stuck-after", "1").code == 0
     run = loopx("quota", "should-run", g, "--json").json["interaction_contract"]["run_id"]
@@ -113,7 +106,7 @@ def _nested(n):
 
 def test_json_nests_exactly_as_deep_as_documented(loopx, reg, loopx_plugin):
     assert MAX_DEPTH == 64
-    g = _goal(loopx)
+    g = make_goal(loopx, title="consistent", todo_texts=("first",))["goal"]
     ok = loopx("evidence", "add", g, "--kind", "note", "--summary", "deep", "--data", _nested(64))
     assert ok.code == 0, ok
     too_deep = loopx("evidence", "add", g, "--kind", "note", "--summary", "deeper", "--data", _nested(65))

@@ -361,3 +361,35 @@ def test_a_plugins_command_run_inside_a_turn_cannot_act_as_the_user_through_the_
     p = subprocess.run([PY, "-m", "loopx", "sneak", "--goal-id", made["goal"], "--gate-id", gate["id"]], env=env,
                        cwd=world["work"], capture_output=True, text=True, timeout=60)
     assert "SNEAK approved" in p.stdout, (p.stdout, p.stderr)
+
+
+CLOCK_ATTACK = r"""
+echo "CLOCK held=[${{LOOPX_CLOCK_OFFSET_FILE:-}}]"
+echo 315360000 > far-future
+LOOPX_CLOCK_OFFSET_FILE="$PWD/far-future" loopx evidence add --kind note --summary "dated by whom"
+if echo 999999999 > {harness} 2>/dev/null; then echo "CLOCK harness_write ok"; else echo "CLOCK harness_write refused"; fi
+"""
+
+
+def test_a_step_cannot_move_the_clock_the_registry_decides_by(world):
+    from loopx import clock
+
+    # The harness moves the clock of the turn it starts a day on (the only way tests move time
+    # across processes); the agent tries to move it ten years on with its own offset file, and
+    # to rewrite the harness's file, whose path it is told here (as if read from /proc).
+    harness = world["tmp"] / "clock-offset"
+    harness.write_text("86400")
+    (world["work"] / "clock.sh").write_text(CLOCK_ATTACK.format(harness=harness))
+    made, _gate = _prepare(world, acts={"work": ["sh", "clock.sh"]})
+    p = _turn(world, made["goal"], env={clock.OFFSET_ENV: str(harness)})
+    t = json.loads(p.stdout)
+    assert t["outcome"] == "ok", (t, p.stderr[-2000:])
+    with Registry.open(world["url"]) as reg, reg.read() as tx:
+        note = tx.one("SELECT created_at FROM evidence WHERE run_id = ? AND kind = 'note'", (t["run_id"],))
+        out = json.loads(tx.one("SELECT data FROM evidence WHERE run_id = ? AND kind = 'command'",
+                                (t["run_id"],))["data"])["output_tail"]
+    assert "CLOCK held=[]" in out and "CLOCK harness_write refused" in out, out
+    assert harness.read_text() == "86400"
+    # Served by the broker, the note is dated by the turn's clock (the harness's), not the agent's.
+    ahead = clock.seconds_between(clock.now(), note["created_at"])
+    assert 86400 - 600 < ahead < 86400 + 600, (note, out)

@@ -7,10 +7,7 @@ import sys
 import pytest
 
 from tests.conftest import loopx_env
-
-
-def _goal(loopx):
-    return loopx("project_prompt", "create", "--title", "ok", "--json").json
+from tests.factories import make_goal
 
 
 def _ledger_size(loopx, goal_id):
@@ -93,18 +90,18 @@ def test_nul_in_text_is_refused(reg):
 
 
 def test_writes_to_a_closed_goal_are_refused(loopx):
-    goal = _goal(loopx)
-    assert loopx("project_prompt", "close", "--goal-id", goal["id"]).code == 0
-    before = _ledger_size(loopx, goal["id"])
+    goal = make_goal(loopx, title="ok")["goal"]
+    assert loopx("project_prompt", "close", "--goal-id", goal).code == 0
+    before = _ledger_size(loopx, goal)
     for verb in ("pause", "resume", "close"):
-        r = loopx("project_prompt", verb, "--goal-id", goal["id"], "--json")
+        r = loopx("project_prompt", verb, "--goal-id", goal, "--json")
         assert r.code == 2 and r.json["error"]["code"] == "goal_closed", (verb, r)
-    assert _ledger_size(loopx, goal["id"]) == before
+    assert _ledger_size(loopx, goal) == before
 
 
 def test_wrong_lifecycle_transition(loopx):
-    goal = _goal(loopx)
-    r = loopx("project_prompt", "resume", "--goal-id", goal["id"], "--json")
+    goal = make_goal(loopx, title="ok")["goal"]
+    r = loopx("project_prompt", "resume", "--goal-id", goal, "--json")
     assert r.code == 2 and r.json["error"]["code"] == "goal_not_open"
 
 
@@ -125,10 +122,10 @@ def test_unknown_actor_is_refused(loopx):
 def test_executor_cannot_create_or_close_goals(loopx):
     r = loopx("project_prompt", "create", "--title", "t", "--json", env={"LOOPX_ACTOR": "executor"})
     assert r.code == 2 and r.json["error"]["code"] == "actor_forbidden"
-    goal = _goal(loopx)
-    r = loopx("project_prompt", "close", "--goal-id", goal["id"], "--json", env={"LOOPX_ACTOR": "executor"})
+    goal = make_goal(loopx, title="ok")["goal"]
+    r = loopx("project_prompt", "close", "--goal-id", goal, "--json", env={"LOOPX_ACTOR": "executor"})
     assert r.code == 2 and r.json["error"]["code"] == "actor_forbidden"
-    assert loopx("project_prompt", "show", "--goal-id", goal["id"], "--json").json["status"] == "open"
+    assert loopx("project_prompt", "show", "--goal-id", goal, "--json").json["status"] == "open"
 
 
 def test_default_registry_lives_in_the_user_data_dir(tmp_path):

@@ -5,8 +5,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
+from loopx.testing import wait_until
 from tests.conftest import ROOT, loopx_env
 
 WRITER = textwrap.dedent("""
@@ -76,13 +76,13 @@ def test_sigkill_mid_stream_leaves_a_consistent_registry(registry_url):
     p = subprocess.Popen([sys.executable, "-c", STREAM, registry_url], cwd=ROOT, env=loopx_env(registry_url),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "started"
-    deadline = time.time() + 60
-    with Registry.open(registry_url) as reg:
-        while time.time() < deadline:  # let it write a while, then kill it wherever it is
+    with Registry.open(registry_url) as reg:  # let it write a while, then kill it wherever it is
+
+        def written(n):
             with reg.read() as tx:
-                if tx.one("SELECT count(*) AS n FROM events")["n"] >= 150:
-                    break
-            time.sleep(0.05)
+                return tx.one("SELECT count(*) AS n FROM events")["n"] >= n
+
+        wait_until(lambda: written(150), "150 events to be written")
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     with Registry.open(registry_url) as reg:

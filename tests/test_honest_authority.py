@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from tests.conftest import loopx_env
+from tests.factories import make_goal
 
 PY = sys.executable
 
@@ -34,10 +35,9 @@ def shim_env(registry_url, tmp_path):
 
 
 def goal_with_run(loopx_proc, agent="a1", acts=None):
-    g = J(loopx_proc("project_prompt", "create", "--title", "Authority", "--json"))["id"]
-    for name, argv in (acts or {"hello": [PY, "-c", "print('hi')"]}).items():
-        J(loopx_proc("action", "add", "--goal-id", g, "--name", name, "--json", "--", *argv))
-    t = J(loopx_proc("todo", "add", "--goal-id", g, "--text", "work", "--json"))["id"]
+    made = make_goal(loopx_proc, title="Authority", acts=acts or {"hello": [PY, "-c", "print('hi')"]},
+                     todo_texts=("work",))
+    g, [t] = made["goal"], made["todos"]
     doc = J(loopx_proc("quota", "should-run", "--goal-id", g, "--agent", agent, "--json",
                        env={"LOOPX_ACTOR": "executor"}))
     assert doc["decision"] == "run", doc

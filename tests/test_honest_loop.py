@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, loopx_env
+from tests.factories import make_goal
 from tests.test_seed_walkthrough import ADAPTATIONS, SEED_STEPS
 
 PY = sys.executable
@@ -67,13 +68,11 @@ def ok_json(url, *args):
 def goal_failing_at(url, tmp_path, position: int | None) -> tuple[str, str, Path]:
     """A goal with three actions (the one at ``position`` exits 5) and one todo; and its log file."""
     log = tmp_path / "work" / "ran.log"
-    g = ok_json(url, "project_prompt", "create", "--title", "Honest loop")["id"]
-    for i, name in enumerate(ACTIONS):
-        code = 5 if i == position else 0
-        ok_json(url, "action", "add", "--goal-id", g, "--name", name, "--", PY, "-c",
-                f"open({str(log)!r}, 'a').write('{name}\\n'); print('{name} says exit {code}'); raise SystemExit({code})")
-    todo = ok_json(url, "todo", "add", "--goal-id", g, "--text", "Fit the forecast")["id"]
-    return g, todo, log
+    acts = {name: [PY, "-c", f"open({str(log)!r}, 'a').write('{name}\\n'); print('{name} says exit {code}'); "
+                              f"raise SystemExit({code})"]
+            for name, code in ((name, 5 if i == position else 0) for i, name in enumerate(ACTIONS))}
+    made = make_goal(url, title="Honest loop", acts=acts, todo_texts=("Fit the forecast",))
+    return made["goal"], made["todos"][0], log
 
 
 def run_loop(url, tmp_path, script: str, goal_id: str) -> subprocess.CompletedProcess:

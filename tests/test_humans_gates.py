@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from tests.factories import make_goal
+
 EXECUTOR = {"LOOPX_ACTOR": "executor"}
 
 
 @pytest.fixture
 def goal(loopx):
-    r = loopx("project_prompt", "create", "--title", "Quarterly revenue", "--json")
-    assert r.code == 0, r
-    return r.json["id"]
+    return make_goal(loopx, title="Quarterly revenue")["goal"]
 
 
 def add_gate(loopx, goal, *extra, env=None):
@@ -58,10 +58,9 @@ def test_executor_may_ask_but_not_decide(loopx, goal):
 
 def test_event_kind_writers_enforce_user_only_decisions(reg):
     """Even a caller that skips the friendly check cannot write a decision event as an executor."""
-    from loopx import goals as project_prompt
     from loopx.errors import LoopxError
 
-    goal = project_prompt.create(reg, "user", title="T")["id"]
+    goal = make_goal(reg, title="T")["goal"]
 
     def work(w):
         w.emit("gate.added", {"gate_id": "x-000000000001", "title": "t", "scope": "other", "blocks": "all"})
@@ -100,7 +99,7 @@ def test_bad_blocks_are_refused(loopx, goal, blocks):
 
 
 def test_blocked_targets_must_exist_in_that_goal(loopx, goal):
-    other = loopx("project_prompt", "create", "--title", "Other", "--json").json["id"]
+    other = make_goal(loopx, title="Other")["goal"]
     foreign = loopx("todo", "add", "--goal-id", other, "--text", "theirs", "--json").json["id"]
     r = add_gate(loopx, goal, "--blocks", f"todo:{foreign}")
     assert r.code == 2 and r.json["error"]["code"] == "todo_not_found"
@@ -119,7 +118,7 @@ def test_gate_ids_and_goals_are_checked(loopx, goal):
     r = add_gate(loopx, "g-000000000000")
     assert r.json["error"]["code"] == "goal_not_found"
     gate = add_gate(loopx, goal).json
-    other = loopx("project_prompt", "create", "--title", "Other", "--json").json["id"]
+    other = make_goal(loopx, title="Other")["goal"]
     r = loopx("gate", "approve", "--goal-id", other, "--gate-id", gate["id"], "--json")
     assert r.json["error"]["code"] == "gate_not_found"
 

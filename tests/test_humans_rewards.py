@@ -7,6 +7,8 @@ from importlib import resources
 
 import pytest
 
+from tests.factories import make_goal
+
 EXECUTOR = {"LOOPX_ACTOR": "executor"}
 
 
@@ -22,9 +24,8 @@ def validate_record(rec: dict) -> None:
 
 @pytest.fixture
 def goal(loopx):
-    r = loopx("project_prompt", "create", "--title", "Quarterly revenue", "--description", "Explain the spike.",
-              "--criterion", "A report exists", "--json")
-    return r.json["id"]
+    return make_goal(loopx, title="Quarterly revenue", description="Explain the spike.",
+                     criteria=("A report exists",))["goal"]
 
 
 def turn(reg, goal, *, agent="a1", outcome="ok", tokens=100, cost=0.25, handoff=None, evidence=()):
@@ -93,7 +94,7 @@ def test_reward_event_writers_refuse_executors(reg, goal):
 
 
 def test_the_run_must_belong_to_the_goal(loopx, reg, goal):
-    other = loopx("project_prompt", "create", "--title", "Other", "--json").json["id"]
+    other = make_goal(loopx, title="Other")["goal"]
     theirs = turn(reg, other)
     r = loopx("reward", "add", "--goal-id", goal, "--run-id", theirs, "--score", "1", "--json")
     assert r.code == 2 and r.json["error"]["code"] == "run_not_found"
@@ -131,7 +132,7 @@ def test_export_round_trips_and_validates(loopx, reg, goal):
     r2 = turn(reg, goal, outcome="partial", tokens=10, cost=0.0)
     loopx("reward", "add", "--goal-id", goal, "--run-id", r1, "--score", "1", "--comment", "Prévision exacte ✓")
     loopx("reward", "add", "--goal-id", goal, "--run-id", r2, "--score", "-0.25")
-    other = loopx("project_prompt", "create", "--title", "Other", "--json").json["id"]
+    other = make_goal(loopx, title="Other")["goal"]
     r3 = turn(reg, other)
     loopx("reward", "add", "--goal-id", other, "--run-id", r3, "--score", "0")
 
@@ -216,7 +217,7 @@ def test_summary_all_per_goal_and_across_goals(loopx, reg, goal):
     gate = loopx("gate", "add", "--goal-id", goal, "--title", "Publish?", "--blocks", f"todo:{t}", "--json").json
     rejected = loopx("gate", "add", "--goal-id", goal, "--title", "Email CFO?", "--json").json
     loopx("gate", "reject", "--goal-id", goal, "--gate-id", rejected["id"], "--comment", "not yet")
-    other = loopx("project_prompt", "create", "--title", "Other", "--json").json["id"]
+    other = make_goal(loopx, title="Other")["goal"]
     turn(reg, other, tokens=1, cost=0.0)
 
     r = loopx("summary_all", "--goal-id", goal, "--json")

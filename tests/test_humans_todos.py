@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
+
+from tests.factories import make_goal
 
 
 @pytest.fixture
 def goal(loopx):
-    return loopx("project_prompt", "create", "--title", "Quarterly revenue", "--json").json["id"]
+    return make_goal(loopx, title="Quarterly revenue")["goal"]
 
 
 def add(loopx, goal, text, *extra, env=None):
@@ -64,7 +64,7 @@ def test_a_blocked_dependency_keeps_the_dependent_out(loopx, goal):
 
 
 def test_dependencies_must_exist_in_the_goal(loopx, goal):
-    other = loopx("project_prompt", "create", "--title", "Other", "--json").json["id"]
+    other = make_goal(loopx, title="Other")["goal"]
     foreign = add(loopx, other, "theirs")
     r = loopx("todo", "add", "--goal-id", goal, "--text", "x", "--depends-on", foreign, "--json")
     assert r.code == 2 and r.json["error"]["code"] == "todo_not_found"
@@ -122,20 +122,12 @@ def test_claims_are_exclusive_idempotent_and_hidden_from_others(loopx, goal):
     assert ready_ids(loopx, goal, "a2") == []
 
 
-def wait_until_claimable(loopx, goal, todo, agent, timeout=60):
-    deadline = time.monotonic() + timeout
-    while True:
-        r = claim(loopx, goal, todo, agent)
-        if r.code == 0 or time.monotonic() > deadline:
-            return r
-        assert r.json["error"]["code"] == "todo_claimed", r
-        time.sleep(0.2)
-
-
-def test_expired_lease_is_retaken_with_a_new_epoch_and_the_old_holder_loses(loopx, goal):
+def test_expired_lease_is_retaken_with_a_new_epoch_and_the_old_holder_loses(loopx, goal, loopx_clock):
     t = add(loopx, goal, "fit")
-    old = claim(loopx, goal, t, "a1", "--ttl-seconds", "1").json
-    taken = wait_until_claimable(loopx, goal, t, "a2")
+    old = claim(loopx, goal, t, "a1", "--ttl-seconds", "60").json
+    assert claim(loopx, goal, t, "a2").json["error"]["code"] == "todo_claimed"  # the lease holds ...
+    loopx_clock.advance(61)  # ... until it runs out
+    taken = claim(loopx, goal, t, "a2")
     assert taken.code == 0, taken
     assert taken.json["claim"]["agent"] == "a2" and taken.json["claim"]["epoch"] == old["epoch"] + 1
     r = loopx("todo", "done", "--goal-id", goal, "--todo-id", t, "--agent", "a1", "--json")
@@ -149,10 +141,10 @@ def test_expired_lease_is_retaken_with_a_new_epoch_and_the_old_holder_loses(loop
     assert r.code == 0 and r.json["status"] == "done" and r.json["claim"] is None
 
 
-def test_holder_whose_lease_expired_unretaken_may_still_finish(loopx, goal):
+def test_holder_whose_lease_expired_unretaken_may_still_finish(loopx, goal, loopx_clock):
     t = add(loopx, goal, "fit")
-    claim(loopx, goal, t, "a1", "--ttl-seconds", "1")
-    time.sleep(1.2)
+    claim(loopx, goal, t, "a1", "--ttl-seconds", "60")
+    loopx_clock.advance(61)
     r = loopx("todo", "done", "--goal-id", goal, "--todo-id", t, "--agent", "a1", "--json")
     assert r.code == 0 and r.json["status"] == "done"
 
@@ -225,7 +217,7 @@ def test_count_ready_and_replay(loopx, reg, goal):
 def test_done_under_a_stale_contract_is_still_recorded(loopx):
     """`todo done` records what happened (like evidence add): a gate added mid-turn does not
     stop the agent from marking its finished step, while a new claim is refused."""
-    goal = loopx("project_prompt", "create", "--title", "g", "--json").json["id"]
+    goal = make_goal(loopx, title="g")["goal"]
     first = loopx("todo", "add", "--goal-id", goal, "--text", "one", "--json").json["id"]
     second = loopx("todo", "add", "--goal-id", goal, "--text", "two", "--json").json["id"]
     contract = loopx("quota", "should-run", "--goal-id", goal, "--agent", "a1", "--json").json

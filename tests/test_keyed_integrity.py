@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import ROOT, loopx_env
 from tests.reliability.tamper import raw, rows
+from tests.factories import make_goal
 
 
 @pytest.fixture
@@ -46,10 +47,9 @@ def ok(result):
 
 
 def goal_with_gate(proc):
-    g = ok(proc("project_prompt", "create", "--title", "ship it"))["id"]
-    ok(proc("todo", "add", "--goal-id", g, "--text", "build"))
-    gate = ok(proc("gate", "add", "--goal-id", g, "--title", "deploy to production?", "--scope", "production"))["id"]
-    return g, gate
+    made = make_goal(proc.url, title="ship it", todo_texts=("build",), env={"LOOPX_PLUGINS": "self_repair"},
+                     gates=({"title": "deploy to production?", "scope": "production"},))
+    return made["goal"], made["gates"][0]
 
 
 def decide(proc, g):

@@ -24,23 +24,23 @@ pytestmark = pytest.mark.postgres
 
 # Imports everything first, says "ready", waits for the barrier, then runs the CLI in-process.
 CLI_AT_BARRIER = textwrap.dedent("""
-    import os, sys, time
+    import os, sys
+    from loopx.testing import wait_until
     from loopx.cli import cli
     barrier = sys.argv[1]
     print("ready", flush=True)
-    while not os.path.exists(barrier):
-        time.sleep(0.005)
+    wait_until(lambda: os.path.exists(barrier), "the barrier", interval=0.005)
     cli.main(args=sys.argv[2:], prog_name="loopx")
 """)
 
 FIRST_OPEN_AND_CREATE = textwrap.dedent("""
-    import os, sys, time
+    import os, sys
+    from loopx.testing import wait_until
     from loopx import goals as project_prompt
     from loopx.registry import Registry
     url, tag, count, barrier = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     print("ready", flush=True)
-    while not os.path.exists(barrier):
-        time.sleep(0.005)
+    wait_until(lambda: os.path.exists(barrier), "the barrier", interval=0.005)
     reg = Registry.open(url)
     for i in range(count):
         project_prompt.create(reg, "user", title=f"{tag}-{i}")
@@ -48,14 +48,14 @@ FIRST_OPEN_AND_CREATE = textwrap.dedent("""
 """)
 
 HOLD_OPEN_TRANSACTION = textwrap.dedent("""
-    import sys, time
+    import signal, sys
     from loopx.registry import Registry
     reg = Registry.open(sys.argv[1])
     def work(w):
         w.emit("goal.criterion_met", {"index": 0})
         w.emit("goal.paused", {"reason": "half-way"})
         print("inside", flush=True)
-        time.sleep(3600)
+        signal.pause()  # holds the transaction open until the test kills this process
     reg.mutate("user", work, goal_id=sys.argv[2])
 """)
 
@@ -142,15 +142,15 @@ def test_eight_processes_claiming_one_todo_leave_exactly_one_holder(tmp_path, pg
 
 
 CLAIM_EACH = textwrap.dedent("""
-    import json, os, sys, time
+    import json, os, sys
+    from loopx.testing import wait_until
     from loopx import todos
     from loopx.errors import LoopxError
     from loopx.registry import Registry
     url, goal_id, agent, barrier, *todo_ids = sys.argv[1:]
     reg = Registry.open(url)
     print("ready", flush=True)
-    while not os.path.exists(barrier):
-        time.sleep(0.005)
+    wait_until(lambda: os.path.exists(barrier), "the barrier", interval=0.005)
     won = []
     for todo_id in todo_ids:
         try:
@@ -202,14 +202,14 @@ def test_eight_processes_retrying_one_operation_id_create_one_goal(tmp_path, pg_
 def test_eight_processes_writing_one_goal_lose_nothing(tmp_path, pg_url, loopx):
     goal = loopx("project_prompt", "create", "--title", "busy", "--json").json
     script = textwrap.dedent("""
-        import os, sys, time
+        import os, sys
+        from loopx.testing import wait_until
         from loopx import todos
         from loopx.registry import Registry
         url, goal_id, tag, barrier = sys.argv[1:5]
         reg = Registry.open(url)
         print("ready", flush=True)
-        while not os.path.exists(barrier):
-            time.sleep(0.005)
+        wait_until(lambda: os.path.exists(barrier), "the barrier", interval=0.005)
         for i in range(15):
             todos.add(reg, "user", goal_id=goal_id, text=f"{tag}-{i}")
     """)

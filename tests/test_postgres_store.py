@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 
 import pytest
 
 from loopx.errors import LoopxError
+from loopx.testing import wait_until
 from tests import backends
 
 psycopg = pytest.importorskip("psycopg")
@@ -191,7 +191,14 @@ def test_a_writer_that_waited_for_the_goal_runs_again_on_a_fresh_snapshot(pg_url
         assert holding.wait(60)
         t2 = threading.Thread(target=lambda: results.setdefault("quick", second.mutate("user", quick, goal_id=goal["id"])))
         t2.start()
-        time.sleep(0.3)  # let the second writer reach the row lock (correct without it, too)
+        waiting = second.store._conn.info.backend_pid
+
+        def blocked():
+            with _admin() as conn:
+                return conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                    (waiting,)).fetchone() == ("Lock",)
+
+        wait_until(blocked, "the second writer to wait on the first one's lock")  # (correct without it, too)
         release.set()
         t1.join(60)
         t2.join(60)
@@ -258,17 +265,19 @@ def test_the_store_reconnects_after_the_server_dropped_its_connection(pg_url):
         pid = store._conn.info.backend_pid
         with _admin() as conn:
             conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        deadline = time.monotonic() + 30
-        while not store._conn.broken and time.monotonic() < deadline:
+
+        def noticed():
             try:
                 with store.read() as tx:
                     tx.one("SELECT 1 AS x")
             except LoopxError as err:
                 assert err.code == "registry_unavailable"
-                break
+                return True
             except psycopg.OperationalError:
-                break
-            time.sleep(0.05)
+                return True
+            return store._conn.broken
+
+        wait_until(noticed, "the store to notice its connection is gone", timeout=30)
         with store.read() as tx:  # the next transaction starts on a new connection
             assert tx.one("SELECT 1 AS x") == {"x": 1}
         assert store._conn.info.backend_pid != pid

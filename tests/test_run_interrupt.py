@@ -11,7 +11,9 @@ import time
 
 import pytest
 
+from loopx.testing import signal_delivered, wait_until
 from tests.conftest import loopx_env
+from tests.factories import make_goal
 
 
 def _cli(url, *args, cwd=None, timeout=60):
@@ -26,16 +28,6 @@ def _spawn(url, *args, cwd=None):
                             start_new_session=True)
 
 
-def _until(predicate, what, limit=30.0):
-    # Waits for an event another process causes (a file written), not for time to pass.
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _work(tmp_path):
     # The steps' workdir (the cwd of the loopx process that runs them). Under confinement a step
     # writes only beneath it, and never in tmp_path itself: the registry's directory.
@@ -45,14 +37,8 @@ def _work(tmp_path):
 
 
 def _goal(url, tmp_path, *actions):
-    code, goal, err = _cli(url, "project-prompt", "create", "--title", "t", "--description", "d")
-    assert code == 0, err
-    gid = goal["id"]
-    for name, script in actions:
-        code, _, err = _cli(url, "action", "add", "--goal-id", gid, "--name", name, "--", "sh", "-c", script)
-        assert code == 0, err
-    _cli(url, "todo", "add", gid, "--text", "work")
-    return gid
+    return make_goal(url, title="t", description="d", acts={name: ["sh", "-c", script] for name, script in actions},
+                     todo_texts=("work",))["goal"]
 
 
 def _evidence(url, run_id):
@@ -95,13 +81,13 @@ def test_sigkilled_turn_never_runs_its_step_again_and_its_run_is_abandoned(sqlit
     script = f"n=$(cat {log} 2>/dev/null | wc -l); echo run >> {log}; echo $$ >> {pids}; [ $n -gt 0 ] || sleep 60"
     gid = _goal(url, tmp_path, ("work", script))
     turn = _spawn(url, "turn", gid, "--executor", "shell", cwd=work)
-    _until(lambda: pids.exists() and pids.read_text().strip(), "the step to start")
+    wait_until(lambda: pids.exists() and pids.read_text().strip(), "the step to start")
     step_pid = int(pids.read_text().split()[0])
     os.kill(turn.pid, signal.SIGKILL)
     turn.wait(timeout=10)
     # Under the turn's broker the step's exec runs inside the turn itself, so the step's watcher
     # (loopx.process) ends the step with it: nothing of the dead turn keeps running.
-    _until(lambda: not _alive(step_pid), "the dead turn's step to be stopped", limit=15)
+    wait_until(lambda: not _alive(step_pid), "the dead turn's step to be stopped", timeout=15)
     code, listed, _ = _cli(url, "run", "list", gid)
     first = listed[0]["id"]
     assert listed[0]["state"] == "open"
@@ -135,9 +121,9 @@ def test_signal_lets_the_step_finish_starts_no_other_and_closes_the_run_interrup
                 ("first", f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done; echo done > {work}/first"),
                 ("second", f"touch {work}/second"))
     turn = _spawn(url, "turn", gid, "--executor", "shell", "--grace-seconds", "60", cwd=work)
-    _until(lambda: (work / "started").exists(), "the first step to start")
+    wait_until(lambda: (work / "started").exists(), "the first step to start")
     os.kill(turn.pid, sig)
-    time.sleep(0.3)  # the signal is delivered before the step ends (not a wait for time to pass)
+    wait_until(lambda: signal_delivered(turn.pid, sig), "the turn to take the signal")  # before the step ends
     go.touch()
     out, err = turn.communicate(timeout=60)
     assert turn.returncode == 128 + sig, err
@@ -157,7 +143,7 @@ def test_grace_over_stops_the_step_group_and_records_it(sqlite_url, tmp_path):
     pids = work / "pids"
     gid = _goal(url, tmp_path, ("hang", f"echo $$ > {pids}; sleep 60"))
     turn = _spawn(url, "turn", gid, "--executor", "shell", "--grace-seconds", "0.5", cwd=work)
-    _until(lambda: pids.exists() and pids.read_text().strip(), "the step to start")
+    wait_until(lambda: pids.exists() and pids.read_text().strip(), "the step to start")
     step_pid = int(pids.read_text())
     started = time.monotonic()
     os.kill(turn.pid, signal.SIGTERM)
@@ -179,9 +165,9 @@ def test_sigterm_in_loop_starts_no_new_turn(sqlite_url, tmp_path):
     go = work / "go"
     gid = _goal(url, tmp_path, ("step", f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done"))
     loop = _spawn(url, "loop", gid, "--executor", "shell", "--max-turns", "5", cwd=work)
-    _until(lambda: (work / "started").exists(), "the first turn's step")
+    wait_until(lambda: (work / "started").exists(), "the first turn's step")
     os.kill(loop.pid, signal.SIGTERM)
-    time.sleep(0.3)
+    wait_until(lambda: signal_delivered(loop.pid, signal.SIGTERM), "the loop to take the signal")
     go.touch()
     out, err = loop.communicate(timeout=60)
     assert loop.returncode == 143, err
@@ -198,7 +184,7 @@ def test_a_second_turn_does_not_carry_out_a_run_a_live_turn_owns(sqlite_url, tmp
     gid = _goal(url, tmp_path, ("work", f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done;"
                                        f" echo ran >> {work}/log"))
     first = _spawn(url, "turn", gid, "--executor", "shell", cwd=work)
-    _until(lambda: (work / "started").exists(), "the step to start")
+    wait_until(lambda: (work / "started").exists(), "the step to start")
     code, out, _ = _cli(url, "turn", gid, "--executor", "shell", cwd=work)  # same agent: should-run hands the run back
     assert code == 2 and out["error"]["code"] == "run_in_progress"
     go.touch()

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import http.client
 import json
+import sys
 import threading
-import time
 
 import pytest
 
 from loopx.registry import Registry
 from loopx.status_server import ViewCache, make_server
-
-
-def _goal(loopx, title):
-    r = loopx("project_prompt", "create", "--title", title, "--json")
-    assert r.code == 0, r
-    return r.json["id"]
+from loopx.testing import wait_until
+from tests.factories import make_goal
 
 
 def _get(port, path):
@@ -31,6 +27,18 @@ def _get(port, path):
         conn.close()
 
 
+def _inside(threads, function: str) -> int:
+    """How many of ``threads`` are inside ``function`` now (building, or waiting for a build)."""
+    frames = sys._current_frames()
+    count = 0
+    for t in threads:
+        frame = frames.get(t.ident)
+        while frame is not None and frame.f_code.co_name != function:
+            frame = frame.f_back
+        count += frame is not None
+    return count
+
+
 @pytest.fixture
 def server(registry_url, monkeypatch):
     monkeypatch.setenv("LOOPX_STATUS_CACHE_SECONDS", "60")  # only revisions may invalidate here
@@ -43,13 +51,12 @@ def server(registry_url, monkeypatch):
 
 def test_a_write_to_one_goal_leaves_other_goal_views_cached(loopx, server):
     port = server.server_address[1]
-    a, b = _goal(loopx, "a"), _goal(loopx, "b")
+    a, b = make_goal(loopx, title="a")["goal"], make_goal(loopx, title="b")["goal"]
     first = _get(port, f"/api/goals/{a}")
     assert loopx("todo", "add", "--goal-id", b, "--text", "elsewhere").code == 0
-    time.sleep(0.3)  # the watcher has seen the commit
-    assert _get(port, f"/api/goals/{a}") == first  # same bytes: built once, generated_at and all
-    overview = _get(port, "/api/status")
-    assert overview["revision"] > first["revision"]  # the overview did move
+    # The overview moves once the watcher has seen the commit ...
+    wait_until(lambda: _get(port, "/api/status")["revision"] > first["revision"], "the overview to move")
+    assert _get(port, f"/api/goals/{a}") == first  # ... the other goal's view does not: same bytes
 
     assert loopx("todo", "add", "--goal-id", a, "--text", "here").code == 0
     again = _get(port, f"/api/goals/{a}")
@@ -61,26 +68,29 @@ def test_a_write_to_one_goal_leaves_other_goal_views_cached(loopx, server):
 
 def test_the_overview_follows_every_write(loopx, server):
     port = server.server_address[1]
-    a = _goal(loopx, "a")
+    a = make_goal(loopx, title="a")["goal"]
     assert [g["id"] for g in _get(port, "/api/status")["goals"]] == [a]
-    b = _goal(loopx, "b")
-    time.sleep(0.3)
-    assert [g["id"] for g in _get(port, "/api/status")["goals"]] == [b, a]
+    b = make_goal(loopx, title="b")["goal"]
+    wait_until(lambda: [g["id"] for g in _get(port, "/api/status")["goals"]] == [b, a], "the overview to show b")
 
 
 def test_concurrent_misses_build_once():
     cache = ViewCache(ttl=60)
     calls = []
 
+    release = threading.Event()
+
     def build():
         calls.append(1)
-        time.sleep(0.3)
+        assert release.wait(60)
         return b"view"
 
     out = []
     threads = [threading.Thread(target=lambda: out.append(cache.get_or_build(("k", 1), build))) for _ in range(8)]
     for t in threads:
         t.start()
+    wait_until(lambda: _inside(threads, "get_or_build") == 8, "all eight to ask while the first builds")
+    release.set()
     for t in threads:
         t.join()
     assert out == [b"view"] * 8 and len(calls) == 1
@@ -91,8 +101,10 @@ def test_concurrent_misses_build_once():
 def test_a_failed_build_is_not_cached_and_reaches_every_waiter():
     cache = ViewCache(ttl=60)
 
+    release = threading.Event()
+
     def fail():
-        time.sleep(0.2)
+        assert release.wait(60)
         raise ValueError("broken")
 
     errors = []
@@ -106,6 +118,8 @@ def test_a_failed_build_is_not_cached_and_reaches_every_waiter():
     threads = [threading.Thread(target=ask) for _ in range(4)]
     for t in threads:
         t.start()
+    wait_until(lambda: _inside(threads, "get_or_build") == 4, "all four to ask while the first builds")
+    release.set()
     for t in threads:
         t.join()
     assert errors == ["broken"] * 4
@@ -135,9 +149,8 @@ def test_while_a_new_version_builds_others_get_the_previous_one():
     t = threading.Thread(target=lambda: leader.append(cache.get_or_build(("overview", 2), slow, family="overview")))
     t.start()
     started.wait(10)
-    t0 = time.monotonic()
-    assert cache.get_or_build(("overview", 2), slow, family="overview") == b"v1"  # no queue
-    assert time.monotonic() - t0 < 1
+    # No queue: the build is held until after this answer, so waiting for it could not give v1.
+    assert cache.get_or_build(("overview", 2), slow, family="overview") == b"v1"
     release.set()
     t.join()
     assert leader == [b"v2"]  # the request that built it saw the new version

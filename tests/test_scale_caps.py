@@ -8,9 +8,9 @@ import json
 import pytest
 
 from loopx import api, capabilities, caps, hookimpl
-from loopx import goals as project_prompt
 from loopx.errors import LoopxError
 from loopx.registry import Registry
+from tests.factories import make_goal
 
 
 def _rows(reg, g) -> tuple:
@@ -22,7 +22,7 @@ def _rows(reg, g) -> tuple:
 
 
 def test_evidence_past_the_cap_is_refused_and_writes_nothing(loopx):
-    g = loopx("project_prompt", "create", "--title", "observed", "--json").json["id"]
+    g = make_goal(loopx, title="observed")["goal"]
     payload = json.dumps({"blob": "x" * 20_000})
     assert loopx("evidence", "add", "--goal-id", g, "--kind", "note", "--summary", "s", "--data", payload).code == 0
     assert loopx("registry", "caps", "--evidence-bytes", "16384", "--json").json["evidence_bytes"] == 16_384
@@ -51,7 +51,7 @@ class Notes:
 
 def test_plugin_state_past_the_goal_cap_is_refused_and_writes_nothing(reg, loopx_plugin):
     loopx_plugin(Notes())
-    g = project_prompt.create(reg, "user", title="stateful")["id"]
+    g = make_goal(reg, title="stateful")["goal"]
     caps.set_caps(reg, "user", {"goal_state_bytes": 10_000})
     capabilities.set_state(reg, "notes", g, {"a": "x" * 4000})
     capabilities.set_state(reg, "notes", g, {"b": "x" * 4000})
@@ -69,7 +69,7 @@ def test_plugin_state_past_the_goal_cap_is_refused_and_writes_nothing(reg, loopx
 
 
 def test_evidence_a_plugin_writes_is_held_to_the_same_cap(reg):
-    g = project_prompt.create(reg, "user", title="observed")["id"]
+    g = make_goal(reg, title="observed")["goal"]
     before = _rows(reg, g)
     with pytest.raises(LoopxError) as err:
         reg.mutate("user", lambda w: api.writer_add_evidence(w, kind="note", summary="s",

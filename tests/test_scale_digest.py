@@ -11,6 +11,7 @@ from pathlib import Path
 from loopx import integrity
 from loopx.registry import Registry
 from loopx.store import schema
+from tests.factories import make_goal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
@@ -70,11 +71,10 @@ def test_remembered_row_texts_never_hide_a_hand_edit(tmp_path):
     import sqlite3
 
     from loopx import todos
-    from loopx import goals as project_prompt
 
     url = str(tmp_path / "registry.db")
     with Registry.open(url) as reg:
-        goal = project_prompt.create(reg, "user", title="edited by hand")["id"]
+        goal = make_goal(reg, title="edited by hand")["goal"]
         for k in range(3):
             todos.add(reg, "user", goal_id=goal, text=f"step {k}")
         with reg.read() as tx:

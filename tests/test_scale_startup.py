@@ -9,11 +9,12 @@ import sys
 import pytest
 
 from tests.conftest import loopx_env
+from tests.factories import make_goal
 
 
 @pytest.mark.parametrize("registry_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
 def test_should_run_on_postgres_loads_no_openssl(registry_url, loopx):
-    goal = loopx("project_prompt", "create", "--title", "fast", "--json").json["id"]
+    goal = make_goal(loopx, title="fast")["goal"]
     r = subprocess.run([sys.executable, "-X", "importtime", "-m", "loopx", "quota", "should-run",
                         "--goal-id", goal, "--json"], env=loopx_env(registry_url), capture_output=True,
                        text=True, timeout=120)
@@ -29,11 +30,10 @@ def test_status_first_page_does_not_load_cattrs(sqlite_url, tmp_path):
     importing cattrs and generating its converters was a fifth of ``status``'s time at 1,000,000
     goals. The page still shows every field (quota limits, grants, used; the last run)."""
     from loopx import quota
-    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     with Registry.open(sqlite_url) as reg:
-        goal = project_prompt.create(reg, "user", title="paged")["id"]
+        goal = make_goal(reg, title="paged")["goal"]
         quota.set_limits(reg, "user", goal_id=goal, values={"max_turns": 3})
     turn = subprocess.run([sys.executable, "-m", "loopx", "quota", "should-run", "--goal-id", goal, "--agent", "tester",
                            "--json"], env=loopx_env(sqlite_url), capture_output=True, text=True, timeout=120)

@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 from loopx import api
-from loopx import goals as project_prompt
 from loopx.registry import Registry
 from tests.conftest import loopx_env
+from tests.factories import make_goal
 
 BLOB = "x" * 1000
 
@@ -19,7 +19,7 @@ BLOB = "x" * 1000
 def _filled(url: str, n: int) -> str:
     """A goal with ``n`` evidence events of ~1 KB each (one transaction: the fill is not what is measured)."""
     with Registry.open(url) as reg:
-        g = project_prompt.create(reg, "user", title="long history")["id"]
+        g = make_goal(reg, title="long history")["goal"]
 
         def work(w):
             for i in range(n):
@@ -56,7 +56,7 @@ def test_history_of_a_50000_event_goal_prints_in_bounded_memory(sqlite_url):
 
 
 def test_history_pages_and_formats_agree(loopx):
-    g = loopx("project_prompt", "create", "--title", "paged", "--json").json["id"]
+    g = make_goal(loopx, title="paged")["goal"]
     for i in range(7):
         assert loopx("todo", "add", "--goal-id", g, "--text", f"t{i}").code == 0
     whole = loopx("history", "--goal-id", g, "--json").json
@@ -74,7 +74,7 @@ def test_history_pages_and_formats_agree(loopx):
 
 
 def test_evidence_list_pages_with_a_cursor(loopx):
-    g = loopx("project_prompt", "create", "--title", "observed", "--json").json["id"]
+    g = make_goal(loopx, title="observed")["goal"]
     made = [loopx("evidence", "add", "--goal-id", g, "--kind", "note", "--summary", f"n{i}", "--json").json["id"]
             for i in range(5)]
     first = loopx("evidence", "list", "--goal-id", g, "--limit", "2", "--json").json

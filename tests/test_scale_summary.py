@@ -8,12 +8,7 @@ import pytest
 from loopx import ledger
 from loopx.registry import Registry
 from loopx.store import schema
-
-
-def _goal(loopx, title):
-    r = loopx("project_prompt", "create", "--title", title, "--json")
-    assert r.code == 0, r
-    return r.json["id"]
+from tests.factories import make_goal
 
 
 def _run(loopx, goal_id, outcome):
@@ -24,7 +19,7 @@ def _run(loopx, goal_id, outcome):
 
 
 def _mixed(loopx) -> dict:
-    ids = {name: _goal(loopx, name) for name in ("quiet", "gated", "broke", "failing", "paused", "closed")}
+    ids = {name: make_goal(loopx, title=name)["goal"] for name in ("quiet", "gated", "broke", "failing", "paused", "closed")}
     assert loopx("gate", "add", "--goal-id", ids["gated"], "--title", "Deploy?", "--scope", "production").code == 0
     assert loopx("quota", "set", "--goal-id", ids["broke"], "--max-turns", "1").code == 0
     _run(loopx, ids["broke"], "ok")
@@ -113,7 +108,7 @@ def test_summary_is_what_the_ledger_replays(loopx, reg):
 
 
 def test_counts_follow_every_status_change(loopx):
-    ids = [_goal(loopx, f"g{i}") for i in range(4)]
+    ids = [make_goal(loopx, title=f"g{i}")["goal"] for i in range(4)]
     assert loopx("project_prompt", "pause", "--goal-id", ids[0]).code == 0
     assert loopx("project_prompt", "close", "--goal-id", ids[1]).code == 0
     assert loopx("project_prompt", "resume", "--goal-id", ids[0]).code == 0
@@ -122,7 +117,7 @@ def test_counts_follow_every_status_change(loopx):
 
 
 def test_list_pages_by_cursor_through_every_goal(loopx):
-    ids = [_goal(loopx, f"goal {i}") for i in range(7)]
+    ids = [make_goal(loopx, title=f"goal {i}")["goal"] for i in range(7)]
     assert loopx("project_prompt", "close", "--goal-id", ids[3]).code == 0
     seen, cursor = [], None
     for _ in range(5):
@@ -140,7 +135,7 @@ def test_list_pages_by_cursor_through_every_goal(loopx):
 
 @pytest.mark.parametrize("args", [["--cursor", "g-000000000000"], ["--cursor", "nonsense"], ["--limit", "1001"]])
 def test_list_refuses_a_bad_page(loopx, args):
-    _goal(loopx, "one")
+    make_goal(loopx, title="one")["goal"]
     r = loopx("project_prompt", "list", *args, "--json")
     assert r.code == 2, r
     assert r.json["error"]["code"] == "invalid_argument"
@@ -159,7 +154,7 @@ def test_stored_budget_verdict_matches_the_quota_module(loopx):
     }
     ids = {}
     for name, (limits, runs, grant) in cases.items():
-        goal = ids[name] = _goal(loopx, name)
+        goal = ids[name] = make_goal(loopx, title=name)["goal"]
         if limits:
             assert loopx("quota", "set", "--goal-id", goal, *limits).code == 0
         for outcome, extra in runs:

@@ -13,11 +13,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 from loopx.registry import Registry
 from loopx.store.writer_queue import WriterQueue, tickets_taken
+from loopx.testing import wait_until
 from tests.conftest import loopx_env
+from tests.factories import make_goal
 
 WRITER = """
 import json, sys
@@ -57,11 +58,19 @@ def _head_of_queue(url: str):
 
 def _queued(url: str, tickets: int, proc: subprocess.Popen) -> None:
     """Wait until ``tickets`` places have been taken in the queue (``proc`` has queued)."""
-    deadline = time.monotonic() + 60
-    while tickets_taken(f"{url}-lock") < tickets:
+
+    def queued():
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the writer never queued"
-        time.sleep(0.02)
+        return tickets_taken(f"{url}-lock") >= tickets
+
+    wait_until(queued, "the writer to queue", interval=0.02)
+
+
+def _blocked_on_queue(url: str) -> bool:
+    """Whether a process is blocked on a lock of ``url``'s queue file (a ``->`` line of /proc/locks)."""
+    inode = os.stat(f"{url}-lock").st_ino
+    with open("/proc/locks") as f:
+        return any(" -> " in line and f":{inode} " in line for line in f)
 
 
 def _text_writer(url: str, goal: str, text: str, n: int) -> subprocess.Popen:
@@ -75,10 +84,8 @@ def _todo_texts(url: str, goal: str) -> list[str]:
 
 
 def _goal(url: str) -> str:
-    from loopx import goals as project_prompt
-
     with Registry.open(url) as reg:
-        return project_prompt.create(reg, "user", title="shared")["id"]
+        return make_goal(reg, title="shared")["goal"]
 
 
 def _writers(url: str, goal: str, processes: int, each: int) -> list[subprocess.Popen]:
@@ -108,7 +115,7 @@ def test_a_writer_waits_in_the_queue_not_in_sqlite(sqlite_url):
         start = tickets_taken(f"{sqlite_url}-lock")
         proc = _writers(sqlite_url, goal, processes=1, each=1)[0]
         _queued(sqlite_url, start + 1, proc)
-        time.sleep(0.5)
+        wait_until(lambda: _blocked_on_queue(sqlite_url), "the writer to block on the queue's lock")
         with Registry.open(sqlite_url, readonly=True) as reg, reg.read() as tx:
             assert tx.one("SELECT count(*) AS n FROM todos")["n"] == 0
         assert proc.poll() is None  # still queued

@@ -4,6 +4,7 @@ the commands that decide a pending gate, through `loopx status G --json` on ever
 from __future__ import annotations
 
 import shlex
+from tests.factories import make_goal
 
 
 def test_goal_view_history_contract_and_gate_commands(loopx_proc):
@@ -59,7 +60,7 @@ def test_goal_view_history_contract_and_gate_commands(loopx_proc):
 
 def test_terminal_overview_never_says_no_goals_when_there_are_closed_ones(loopx_proc):
     assert loopx_proc("status").out.splitlines()[-1] == "no goals"
-    g = loopx_proc("project-prompt", "create", "--title", "done and dusted", "--json").json["id"]
+    g = make_goal(loopx_proc, title="done and dusted")["goal"]
     assert loopx_proc("project-prompt", "close", g).code == 0
     out = loopx_proc("status").out
     assert "no goals" not in out and "1 closed (loopx status --all shows them)" in out

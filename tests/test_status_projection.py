@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
-from loopx import clock, status
+from loopx import status
 from loopx.registry import Registry
+from tests.factories import make_goal
 
 
 def _id(result):
     assert result.code == 0, result
     return result.json["id"]
-
-
-def _goal(loopx, title):
-    return _id(loopx("project_prompt", "create", "--title", title, "--json"))
 
 
 def _open_run(loopx, goal_id, ttl=None):
@@ -50,15 +46,15 @@ def test_empty_registry(loopx):
 
 
 def test_attention_first_for_each_reason(loopx):
-    quiet_old = _goal(loopx, "quiet old")
-    gated = _goal(loopx, "gated")
+    quiet_old = make_goal(loopx, title="quiet old")["goal"]
+    gated = make_goal(loopx, title="gated")["goal"]
     assert loopx("gate", "add", "--goal-id", gated, "--title", "Deploy?", "--scope", "production").code == 0
-    broke = _goal(loopx, "out of budget")
+    broke = make_goal(loopx, title="out of budget")["goal"]
     assert loopx("quota", "set", "--goal-id", broke, "--max-turns", "1").code == 0
     _finish(loopx, _open_run(loopx, broke), "ok")
-    failing = _goal(loopx, "failing")
+    failing = make_goal(loopx, title="failing")["goal"]
     _finish(loopx, _open_run(loopx, failing), "failed", handoff="it broke")
-    quiet_new = _goal(loopx, "quiet new")
+    quiet_new = make_goal(loopx, title="quiet new")["goal"]
 
     view = loopx("status", "--json").json
     ids = [g["id"] for g in view["goals"]]
@@ -84,17 +80,12 @@ def test_attention_first_for_each_reason(loopx):
     assert "attention: gate_pending" in text
 
 
-def test_open_run_past_expiry_is_abandoned(loopx, reg):
-    goal_id = _goal(loopx, "agent vanished")
-    run_id = _open_run(loopx, goal_id, ttl=1)
+def test_open_run_past_expiry_is_abandoned(loopx, reg, loopx_clock):
+    goal_id = make_goal(loopx, title="agent vanished")["goal"]
+    run_id = _open_run(loopx, goal_id, ttl=60)
     assert status.overview(reg)["goals"][0]["attention"] == []
-    # Poll: the run expires one second after it opened, on any machine load.
-    deadline = clock.add_seconds(clock.now(), 30)
-    while clock.now() < deadline:
-        view = status.overview(reg)
-        if view["goals"][0]["attention"]:
-            break
-        time.sleep(0.1)
+    loopx_clock.advance(61)  # the run's lease runs out
+    view = status.overview(reg)
     assert view["goals"][0]["attention"] == ["run_abandoned"]
     assert view["goals"][0]["last_run"]["id"] == run_id
     assert view["goals"][0]["last_run"]["state"] == "abandoned"
@@ -102,7 +93,7 @@ def test_open_run_past_expiry_is_abandoned(loopx, reg):
 
 
 def test_closed_goals_need_no_attention_and_hide_unless_all(loopx):
-    goal_id = _goal(loopx, "done with")
+    goal_id = make_goal(loopx, title="done with")["goal"]
     assert loopx("gate", "add", "--goal-id", goal_id, "--title", "never decided").code == 0
     assert loopx("project_prompt", "close", "--goal-id", goal_id).code == 0
     view = loopx("status", "--json").json
@@ -112,7 +103,7 @@ def test_closed_goals_need_no_attention_and_hide_unless_all(loopx):
 
 
 def test_paging_walks_every_goal_once(loopx, reg):
-    made = [_goal(loopx, f"goal {i}") for i in range(7)]
+    made = [make_goal(loopx, title=f"goal {i}")["goal"] for i in range(7)]
     for goal_id in (made[1], made[4]):
         assert loopx("gate", "add", "--goal-id", goal_id, "--title", "ok?").code == 0
     seen, cursor, pages = [], None, 0
@@ -145,7 +136,7 @@ def test_bad_arguments(loopx):
 
 
 def test_goal_view_in_full(loopx, reg):
-    goal_id = _goal(loopx, "full picture")
+    goal_id = make_goal(loopx, title="full picture")["goal"]
     assert loopx("quota", "set", "--goal-id", goal_id, "--max-turns", "5", "--max-tokens", "1000").code == 0
     first = _id(loopx("todo", "add", "--goal-id", goal_id, "--text", "first", "--priority", "P1", "--json"))
     second = _id(loopx("todo", "add", "--goal-id", goal_id, "--text", "second", "--depends-on", first, "--json"))
@@ -197,7 +188,7 @@ def test_goal_view_in_full(loopx, reg):
 def test_batched_usage_matches_the_quota_module(loopx, reg):
     from loopx import usage
 
-    goals = [_goal(loopx, f"g{i}") for i in range(3)]
+    goals = [make_goal(loopx, title=f"g{i}")["goal"] for i in range(3)]
     _finish(loopx, _open_run(loopx, goals[0]), "ok", tokens="10", cost="0.25")
     _finish(loopx, _open_run(loopx, goals[0]), "failed", tokens="5")
     _open_run(loopx, goals[1])
@@ -214,7 +205,7 @@ def test_batched_usage_matches_the_quota_module(loopx, reg):
 
 
 def test_events_view(loopx, reg):
-    goal_id = _goal(loopx, "ledger")
+    goal_id = make_goal(loopx, title="ledger")["goal"]
     for i in range(3):
         assert loopx("todo", "add", "--goal-id", goal_id, "--text", f"t{i}").code == 0
     page = status.goal_events(reg, goal_id, after=0, limit=2)
@@ -228,7 +219,7 @@ def test_events_view(loopx, reg):
 
 
 def test_status_reads_through_a_readonly_registry(loopx, registry_url):
-    goal_id = _goal(loopx, "ro")
+    goal_id = make_goal(loopx, title="ro")["goal"]
     with Registry.open(registry_url, readonly=True) as ro:
         assert status.goal_view(ro, goal_id)["goal"]["id"] == goal_id
         assert status.overview(ro)["goals"][0]["id"] == goal_id

@@ -18,6 +18,7 @@ from loopx.errors import LoopxError
 from loopx.registry import Registry
 from loopx.status_server import make_server
 from tests.conftest import loopx_env
+from tests.factories import make_goal
 
 
 class Served:
@@ -63,12 +64,6 @@ def served(registry_url):
     srv.shutdown_all()
 
 
-def _goal(loopx, title="a goal"):
-    r = loopx("project_prompt", "create", "--title", title, "--json")
-    assert r.code == 0, r
-    return r.json["id"]
-
-
 def _without_clock(view):
     view = dict(view)
     view.pop("generated_at")
@@ -76,7 +71,7 @@ def _without_clock(view):
 
 
 def test_api_shape_matches_the_cli(loopx, served):
-    goal_id = _goal(loopx, "served goal")
+    goal_id = make_goal(loopx, title="served goal")["goal"]
     r = loopx("gate", "add", "--goal-id", goal_id, "--title", "ship it?", "--scope", "production", "--json")
     assert r.code == 0, r
 
@@ -123,7 +118,7 @@ def test_not_found_and_bad_input(loopx, served):
     for path in ("/nope", "/api", "/api/goals/g-000000000000/nope", "/assets/missing.js", "/assets/",
                  "/api/goals/g-000000000000/events/x"):
         assert served.json(path, expect=404)["error"]["code"] == "not_found", path
-    goal_id = _goal(loopx)
+    goal_id = make_goal(loopx, title="a goal")["goal"]
     for path in ("/api/goals/G-000000000000", "/api/goals/g-0", "/api/goals/x-000000000000",
                  f"/api/goals/{goal_id}/events?after=-1", f"/api/goals/{goal_id}/events?after=abc",
                  f"/api/goals/{goal_id}/events?limit=0", "/api/status?limit=0", "/api/status?limit=5000",
@@ -250,7 +245,7 @@ def test_stream_reports_every_change(loopx, served):
         assert resp.status == 200 and resp.getheader("Content-Type").startswith("text/event-stream")
         deadline = time.monotonic() + 60
         first = _read_event(resp, deadline)["revision"]
-        goal_id = _goal(loopx, "live")
+        goal_id = make_goal(loopx, title="live")["goal"]
         second = _read_event(resp, deadline)["revision"]
         assert second > first
         assert served.json(f"/api/goals/{goal_id}")["revision"] == second
@@ -280,7 +275,7 @@ def test_missing_registry_is_an_error_not_a_new_file(tmp_path):
 
 
 def test_status_server_command_as_a_real_process(loopx, registry_url):
-    goal_id = _goal(loopx, "from a process")
+    goal_id = make_goal(loopx, title="from a process")["goal"]
     proc = subprocess.Popen([sys.executable, "-m", "loopx", "status-server", "--port", "0", "--json"],
                             env=loopx_env(registry_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -328,7 +323,7 @@ def _fingerprint(url):
 
 
 def test_a_barrage_of_requests_changes_nothing(loopx, registry_url):
-    goal_id = _goal(loopx, "keep me")
+    goal_id = make_goal(loopx, title="keep me")["goal"]
     assert loopx("gate", "add", "--goal-id", goal_id, "--title", "hold").code == 0
     assert loopx("todo", "add", "--goal-id", goal_id, "--text", "step").code == 0
     assert loopx("quota", "should-run", "--goal-id", goal_id).code == 0
@@ -373,7 +368,7 @@ def test_a_barrage_of_requests_changes_nothing(loopx, registry_url):
 
 
 def test_views_are_fresh_right_after_a_write(loopx, served):
-    goal_id = _goal(loopx, "fresh")
+    goal_id = make_goal(loopx, title="fresh")["goal"]
     for i in range(5):
         before = served.json(f"/api/goals/{goal_id}")
         # A repeat read shows the same state (it may be rebuilt: the change poller can tick between).

@@ -19,19 +19,19 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
+from loopx.testing import wait_until
 from tests import backends, pg_server
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.postgres
 
 INNER_TEST = textwrap.dedent("""
-    import os, time
+    import os, signal
     from tests import backends, pg_server
 
     def test_inner():
@@ -48,7 +48,7 @@ INNER_TEST = textwrap.dedent("""
         if mode == "fail":
             assert False, "this inner test fails on purpose"
         if mode == "hang":
-            time.sleep(600)
+            signal.pause()  # until the outer test kills it
 """)
 
 
@@ -87,15 +87,16 @@ def inner_session(scratch: Path, mode: str, env_url: str | None = None) -> tuple
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text():
-            return path.read_text()
-        if proc.poll() is not None:
+    def reported():
+        if proc.poll() is not None and not (path.exists() and path.read_text()):
             pytest.fail(f"inner session ended early:\n{proc.stdout.read()}")
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail("inner session never reached its PostgreSQL test")
+        return path.exists() and path.read_text()
+
+    try:
+        return wait_until(reported, "the inner session to reach its PostgreSQL test", timeout=timeout, interval=0.1)
+    except AssertionError:
+        proc.kill()
+        raise
 
 
 def assert_gone(url: str, scratch: Path) -> None:

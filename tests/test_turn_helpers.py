@@ -5,23 +5,16 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from loopx import actions, gates, quota, todos
-from loopx import goals as project_prompt
+from loopx import gates
 from loopx.should_run import should_run
+from tests import factories
 
 PY = sys.executable
 
 
-def make_goal(reg, *, title="Turn goal", limits=None, parallel=False, todo_texts=("first step",), acts=None) -> dict:
-    """A goal with optional limits, todos and actions (``acts``: {name: argv}); returns ids."""
-    goal = project_prompt.create(reg, "user", title=title, criteria=["it works"], parallel_runs=parallel)
-    g = goal["id"]
-    if limits:
-        quota.set_limits(reg, "user", goal_id=g, values=limits)
-    made = [todos.add(reg, "user", goal_id=g, text=t)["id"] for t in todo_texts]
-    for name, argv in (acts or {}).items():
-        actions.add(reg, "user", goal_id=g, name=name, argv=argv)
-    return {"goal": g, "todos": made}
+def make_goal(via, *, title="Turn goal", criteria=("it works",), todo_texts=("first step",), **options) -> dict:
+    """:func:`tests.factories.make_goal` with the turn tests' defaults: one criterion, one todo."""
+    return factories.make_goal(via, title=title, criteria=criteria, todo_texts=todo_texts, **options)
 
 
 def ask(reg, goal_id, agent="me", **kw) -> dict:

@@ -8,14 +8,9 @@ import subprocess
 import sys
 
 from tests.conftest import loopx_env
+from tests.factories import make_goal
 
 N = 8
-
-
-def _goal(loopx_proc) -> str:
-    g = loopx_proc("project_prompt", "create", "--title", "Race", "--json").json["id"]
-    assert loopx_proc("todo", "add", "--goal-id", g, "--text", "the only step").code == 0
-    return g
 
 
 def _ask_all(url: str, g: str, agents: list[str]) -> list[dict]:
@@ -36,7 +31,7 @@ def _runs(loopx_proc, g) -> list[dict]:
 
 
 def test_eight_agents_at_once_open_exactly_one_run(loopx_proc):
-    g = _goal(loopx_proc)
+    g = make_goal(loopx_proc, title="Race", todo_texts=("the only step",))["goal"]
     outs = _ask_all(loopx_proc.url, g, [f"agent-{i}" for i in range(N)])
     decisions = sorted(o["decision"] for o in outs)
     assert decisions == ["run"] + ["wait"] * (N - 1), decisions
@@ -49,7 +44,7 @@ def test_eight_agents_at_once_open_exactly_one_run(loopx_proc):
 
 
 def test_eight_processes_of_one_agent_share_one_run(loopx_proc):
-    g = _goal(loopx_proc)
+    g = make_goal(loopx_proc, title="Race", todo_texts=("the only step",))["goal"]
     outs = _ask_all(loopx_proc.url, g, ["same"] * N)
     assert {o["decision"] for o in outs} == {"run"}
     assert len({o["interaction_contract"]["run_id"] for o in outs}) == 1

@@ -7,11 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
+from loopx.testing import signal_delivered, wait_until
 from tests.conftest import loopx_env
+from tests.factories import make_goal
 
 
 def _cli(url, *args, env=None, timeout=60):
@@ -34,27 +35,9 @@ def _work(tmp_path):
     return work
 
 
-def _until(predicate, what, limit=60.0):
-    # Waits for something another process does, never for time itself.
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _goal(url, script, *, todos=1, title="g", limits=()):
-    code, goal, err = _cli(url, "project-prompt", "create", "--title", title, "--description", "d")
-    assert code == 0, err
-    gid = goal["id"]
-    assert _cli(url, "action", "add", "--goal-id", gid, "--name", "work", "--", "sh", "-c", script)[0] == 0
-    for i in range(todos):
-        _cli(url, "todo", "add", gid, "--text", f"todo {i}")
-    if limits:
-        assert _cli(url, "quota", "set", gid, *limits)[0] == 0
-    return gid
+def _goal(url, script, *, todos=1, title="g", limits=None):
+    return make_goal(url, title=title, description="d", acts={"work": ["sh", "-c", script]},
+                     todo_texts=[f"todo {i}" for i in range(todos)], limits=limits)["goal"]
 
 
 def _runs(url, gid):
@@ -90,8 +73,8 @@ def test_two_workers_on_one_registry_never_run_one_goal_twice(registry_url, tmp_
             assert owner["data"]["lease_token"] >= 1 and owner["data"]["worker"].startswith("w-")
 
 
-def test_a_stale_fencing_token_cannot_open_a_run(sqlite_url, tmp_path):
-    from loopx import clock, supervision
+def test_a_stale_fencing_token_cannot_open_a_run(sqlite_url, tmp_path, loopx_clock):
+    from loopx import supervision
     from loopx.registry import Registry
 
     url = sqlite_url
@@ -99,11 +82,8 @@ def test_a_stale_fencing_token_cannot_open_a_run(sqlite_url, tmp_path):
     with Registry.open(url) as reg:
         first = supervision.acquire(reg, gid, "w-old", 60)
         assert supervision.acquire(reg, gid, "w-new", 60) is None  # held
-        clock.set_offset(120)  # the old worker's lease has run out (scripted time, no sleeping)
-        try:
-            second = supervision.acquire(reg, gid, "w-new", 60)
-        finally:
-            clock.set_offset(0)
+        loopx_clock.advance(120)  # the old worker's lease has run out (scripted time, no sleeping)
+        second = supervision.acquire(reg, gid, "w-new", 60)
     assert second == first + 1
     code, out, _ = _cli(url, "turn", gid, "--worker-lease", f"w-old:{first}")
     assert code == 2 and out["error"]["code"] == "lease_lost"
@@ -121,14 +101,15 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
               f" echo $LOOPX_GOAL_ID >> {work}/finished")
     goals = [_goal(url, script, todos=3, title=f"g{i}") for i in range(2)]
     w = _worker(url, "--concurrency", "2", "--grace-seconds", "60", "--beat-seconds", "0.5", cwd=work)
-    _until(lambda: all((work / f"started.{g}").exists() for g in goals), "both steps to start")
+    wait_until(lambda: all((work / f"started.{g}").exists() for g in goals), "both steps to start")
     # The worker reports its goals at its next heartbeat (--beat-seconds), not as each turn starts.
-    running = _until(lambda: next((x for x in _cli(url, "status")[1]["workers"]
+    running = wait_until(lambda: next((x for x in _cli(url, "status")[1]["workers"]
                                    if x["state"] == "running" and sorted(x["goals"]) == sorted(goals)), None),
                      "the worker to report both goals")
     assert running["pid"] == w.pid
     os.kill(w.pid, sig)
-    time.sleep(0.3)  # the signal lands while the steps still run
+    # The worker takes it while the steps still run; its handler passes it on to the turns at once.
+    wait_until(lambda: signal_delivered(w.pid, sig), "the worker to take the signal")
     go.touch()
     out, err = w.communicate(timeout=60)
     assert w.returncode == 128 + sig, err
@@ -140,40 +121,36 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
     assert status["workers"][0]["state"] == "stopped" and status["workers"][0]["goals"] == []
 
 
-def test_a_sigkilled_worker_shows_as_died_and_its_turn_still_ends_honestly(sqlite_url, tmp_path):
+def test_a_sigkilled_worker_shows_as_died_and_its_turn_still_ends_honestly(sqlite_url, tmp_path, loopx_clock):
     url = sqlite_url
     work = _work(tmp_path)
     go = work / "go"
     gid = _goal(url, f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done", todos=1)
     w = _worker(url, "--beat-seconds", "1", cwd=work)
-    _until(lambda: (work / "started").exists(), "the step to start")
+    wait_until(lambda: (work / "started").exists(), "the step to start")
     os.kill(w.pid, signal.SIGKILL)
     w.wait(timeout=10)
     go.touch()
-    _until(lambda: (_runs(url, gid) or [{}])[0].get("status") == "finished", "the orphaned turn to finish")
+    wait_until(lambda: (_runs(url, gid) or [{}])[0].get("status") == "finished", "the orphaned turn to finish")
     assert [r["outcome"] for r in _runs(url, gid)] == ["ok"]
-    offset = tmp_path / "offset"
-    offset.write_text("30")  # thirty seconds on: three beats missed (scripted, no sleeping)
-    code, status, _ = _cli(url, "status", env={"LOOPX_CLOCK_OFFSET_FILE": str(offset)})
+    loopx_clock.advance(30)  # thirty seconds on: three beats missed (scripted, no sleeping)
+    code, status, _ = _cli(url, "status")
     assert status["workers"][0]["state"] == "died" and status["workers"][0]["pid"] == w.pid
 
 
-def test_a_clock_jump_is_recorded_and_cadence_recovers(sqlite_url, tmp_path):
+def test_a_clock_jump_is_recorded_and_cadence_recovers(sqlite_url, tmp_path, loopx_clock):
     url = sqlite_url
     work = _work(tmp_path)
-    offset = tmp_path / "offset"
-    offset.write_text("0")
-    env = {"LOOPX_CLOCK_OFFSET_FILE": str(offset)}
-    gid = _goal(url, f"echo ran >> {work}/log", todos=5, limits=("--cadence-seconds", "3600"))
-    w = _worker(url, "--beat-seconds", "0.3", env=env, cwd=work)
-    _until(lambda: (work / "log").exists() and len(_runs(url, gid)) == 1
+    gid = _goal(url, f"echo ran >> {work}/log", todos=5, limits={"cadence_seconds": 3600})
+    w = _worker(url, "--beat-seconds", "0.3", cwd=work)  # on the test's clock (loopx_env)
+    wait_until(lambda: (work / "log").exists() and len(_runs(url, gid)) == 1
            and _runs(url, gid)[0]["status"] == "finished", "the first turn")
     year = 365 * 24 * 3600
-    offset.write_text(str(year))  # the wall clock jumps a year ahead ...
-    _until(lambda: len(_runs(url, gid)) == 2 and _runs(url, gid)[0]["status"] == "finished",
+    loopx_clock.set(year)  # the wall clock jumps a year ahead ...
+    wait_until(lambda: len(_runs(url, gid)) == 2 and _runs(url, gid)[0]["status"] == "finished",
            "the turn the jump made due")
-    offset.write_text("0")  # ... and back
-    jumps = _until(lambda: len(_cli(url, "status")[1]["clock_jumps"]) >= 2 and _cli(url, "status")[1]["clock_jumps"],
+    loopx_clock.set(0)  # ... and back
+    jumps = wait_until(lambda: len(_cli(url, "status")[1]["clock_jumps"]) >= 2 and _cli(url, "status")[1]["clock_jumps"],
                    "both jumps to be recorded")
     assert [j["direction"] for j in jumps[:2]] == ["back", "ahead"]
     assert abs(jumps[1]["jump_seconds"] - year) < 60

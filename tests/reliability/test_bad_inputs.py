@@ -7,6 +7,7 @@ import pytest
 
 from loopx.store import schema
 from tests.reliability.tamper import rows
+from tests.factories import make_goal
 
 BIG = "x" * (70 * 1024)
 DEEP = "[" * 30000 + "]" * 30000
@@ -110,7 +111,7 @@ def _state(url: str) -> dict:
 
 @pytest.fixture
 def world(loopx):
-    g = loopx("project_prompt", "create", "--title", "target", "--json").json["id"]
+    g = make_goal(loopx, title="target")["goal"]
     t = loopx("todo", "add", "--goal-id", g, "--text", "first", "--json").json["id"]
     u = loopx("todo", "add", "--goal-id", g, "--text", "second", "--depends-on", t, "--json").json["id"]
     assert loopx("todo", "add", "--goal-id", g, "--text", "third", "--operation-id", "op-1").code == 0

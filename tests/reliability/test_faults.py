@@ -14,10 +14,11 @@ import time
 
 import pytest
 
-from loopx import actions, todos
-from loopx import goals as project_prompt
+from loopx import actions
 from loopx.should_run import should_run
 from loopx.registry import Registry
+from loopx.testing import wait_until
+from tests.factories import make_goal
 from tests.reliability.conftest import env as plugin_env
 from tests.reliability.faults import loopx, small_fs, snapshot  # noqa: F401 (fixture)
 
@@ -26,9 +27,7 @@ PY = sys.executable
 
 def _goal(url) -> str:
     with Registry.open(url) as reg:
-        g = project_prompt.create(reg, "user", title="faults")["id"]
-        todos.add(reg, "user", goal_id=g, text="first")
-    return g
+        return make_goal(reg, title="faults", todo_texts=("first",))["goal"]
 
 
 def _consistent(url):
@@ -125,14 +124,14 @@ def test_writers_killed_at_random_moments_lose_nothing_that_was_committed(tmp_pa
     url = str(tmp_path / "registry.db")
     g = _goal(url)
     acknowledged = []
-    for delay in (0.3, 0.45, 0.6, 0.8):
+    for seen in (1, 3, 10, 30):
         p = subprocess.Popen([PY, "-c", WRITER_LOOP, url, g], env=plugin_env(url), stdout=subprocess.PIPE, text=True)
-        # Wait until it writes, then kill it somewhere inside its stream of writes.
-        first = p.stdout.readline()
-        time.sleep(delay / 4)
+        # Wait until it has acknowledged `seen` writes, then kill it inside its stream of writes (it
+        # goes on writing while this reads, so the kill lands at a moment no one chose).
+        first = [p.stdout.readline().strip() for _ in range(seen)]
         os.kill(p.pid, signal.SIGKILL)
         rest, _ = p.communicate(timeout=30)
-        acknowledged += [first.strip()] + rest.split()
+        acknowledged += first + rest.split()
         _consistent(url)
     with Registry.open(url) as reg, reg.read() as tx:
         stored = {r["text"] for r in tx.query("SELECT text FROM todos WHERE goal_id = ?", (g,))}
@@ -154,10 +153,12 @@ def test_an_exec_killed_while_its_step_runs_is_recorded_as_ran_result_unknown(tm
     p = subprocess.Popen([PY, "-m", "loopx", "exec", "--run-id", run, "--action", "slow"],
                          env=plugin_env(url, LOOPX_ACTOR="executor"), start_new_session=True, cwd=work,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not started.exists():
-        assert time.monotonic() < deadline and p.poll() is None, "the step never started"
-        time.sleep(0.02)
+
+    def step_started():
+        assert p.poll() is None, "the exec ended before its step started"
+        return started.exists()
+
+    wait_until(step_started, "the step to start", interval=0.02)
     # While it runs, other writes leave its journal entry alone (its lock is held).
     assert loopx(url, "todo", "add", g, "--text", "meanwhile")[0] == 0
     with Registry.open(url) as reg, reg.read() as tx:
@@ -184,7 +185,7 @@ def test_a_self_repair_fix_killed_part_way_leaves_a_registry_the_next_fix_comple
     for delay in (0.2, 0.6):
         p = subprocess.Popen([PY, "-m", "loopx", "self-repair", "fix"], env=plugin_env(url),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(delay)
+        time.sleep(delay)  # not a wait: the moment the fix is killed, wherever it is by then
         p.kill()
         p.wait(30)
         import sqlite3

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import sys
 
-from loopx import actions, todos
-from loopx import goals as project_prompt
 from loopx.should_run import should_run
 from loopx.registry import Registry
+from tests.factories import make_goal
 from tests.reliability import tamper
 from tests.reliability.faults import loopx, small_fs, snapshot  # noqa: F401 (fixture)
 
@@ -22,16 +20,15 @@ PY = sys.executable
 
 def _goal(url, side_effect=None, fill=None):
     """A goal with a todo and an action; ``fill``: a file the action fills the disk with."""
+    acts = {}
+    if side_effect is not None:
+        script = f"open({str(side_effect)!r}, 'a').write('ran\\n')"
+        if fill is not None:
+            script += (f"\ntry:\n    f = open({str(fill)!r}, 'ab')\n    [f.write(bytes(65536)) for _ in iter(int, 1)]\n"
+                       "except OSError:\n    pass")
+        acts["step"] = [PY, "-c", script]
     with Registry.open(url) as reg:
-        g = project_prompt.create(reg, "user", title="full disk")["id"]
-        todos.add(reg, "user", goal_id=g, text="do it")
-        if side_effect is not None:
-            script = f"open({str(side_effect)!r}, 'a').write('ran\\n')"
-            if fill is not None:
-                script += (f"\ntry:\n    f = open({str(fill)!r}, 'ab')\n    [f.write(bytes(65536)) for _ in iter(int, 1)]\n"
-                           "except OSError:\n    pass")
-            actions.add(reg, "user", goal_id=g, name="step", argv=[PY, "-c", script])
-    return g
+        return make_goal(reg, title="full disk", todo_texts=("do it",), acts=acts)["goal"]
 
 
 def _one_disk_full_line(code, out, err):
@@ -146,8 +143,8 @@ def test_concurrent_self_repair_fixes_get_backups_of_their_own(tmp_path):
 
 
 def test_two_backups_in_the_same_instant_get_different_names(tmp_path, monkeypatch):
-    """The race made wide: every existence check takes 0.2 s (the answer unchanged), so both
-    repairs look before either writes; names must still differ."""
+    """The race made certain: each repair's first existence check waits for the other's (the
+    answer unchanged), so both look before either writes; names must still differ."""
     import pathlib
     import threading
 
@@ -156,9 +153,13 @@ def test_two_backups_in_the_same_instant_get_different_names(tmp_path, monkeypat
     url = str(tmp_path / "registry.db")
     _goal(url)
     real_exists = pathlib.Path.exists
+    both_looking, looked = threading.Barrier(2), set()
 
     def slow_exists(self, *a, **kw):
-        time.sleep(0.2)
+        me = threading.current_thread()
+        if me.name.startswith("backup-") and me not in looked:
+            looked.add(me)
+            both_looking.wait(30)
         return real_exists(self, *a, **kw)
 
     monkeypatch.setattr(pathlib.Path, "exists", slow_exists)
@@ -168,7 +169,7 @@ def test_two_backups_in_the_same_instant_get_different_names(tmp_path, monkeypat
     def backup(i):
         names[i] = repairs.backup(regs[i])
 
-    threads = [threading.Thread(target=backup, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=backup, args=(i,), name=f"backup-{i}") for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:

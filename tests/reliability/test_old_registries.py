@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from tests.factories import make_goal
 from tests.reliability.conftest import env as loopx_env
 
 
@@ -26,11 +27,10 @@ def run(url, *args):
 
 def _make_old(path, poisoned: bool):
     from loopx import evidence, gates, todos
-    from loopx import goals as project_prompt
     from loopx.registry import Registry
 
     with Registry.open(str(path)) as reg:
-        g = project_prompt.create(reg, "user", title="old goal")["id"]
+        g = make_goal(reg, title="old goal")["goal"]
         todos.add(reg, "user", goal_id=g, text="a step")
         gate = gates.add(reg, "user", goal_id=g, title="prod?", scope="production")["id"]
         ev = evidence.record(reg, "user", goal_id=g, kind="note", summary="poison", data={"s": "x", "n": [1]})["id"]

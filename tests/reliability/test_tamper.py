@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import pytest
 
+from tests.factories import make_goal
 from tests.reliability.tamper import raw, rows
 
 
 @pytest.fixture
 def goal(loopx):
     """A goal with a todo, a pending production gate blocking everything, and evidence."""
-    g = loopx("project_prompt", "create", "--title", "ship it", "--json").json["id"]
-    todo = loopx("todo", "add", "--goal-id", g, "--text", "build", "--json").json["id"]
-    gate = loopx("gate", "add", "--goal-id", g, "--title", "deploy to production?", "--scope", "production",
-                 "--json").json["id"]
+    made = make_goal(loopx, title="ship it", todo_texts=("build",),
+                     gates=({"title": "deploy to production?", "scope": "production"},))
+    g, [todo], [gate] = made["goal"], made["todos"], made["gates"]
     ev = loopx("evidence", "add", "--goal-id", g, "--kind", "note", "--summary", "looked", "--json").json["id"]
     return {"id": g, "todo": todo, "gate": gate, "evidence": ev}
 

@@ -1,14 +1,17 @@
 """Wall-clock budgets are enforced on real processes: `exec` stops at the run's lease or the
-goal's remaining wall budget, and parallel runs reserve their share when they open."""
+goal's remaining wall budget, and parallel runs reserve their share when they open.
+
+The action runs 60 s against budgets of 3 s; a step's duration is checked against the budget
+with 5 s to spare for a loaded machine (a kill and a reap that wait for a core), not 0.2 s."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import time
 
 from tests.conftest import loopx_env
+from tests.factories import make_goal
 
 
 def cli(url, *args, agent=None):
@@ -18,30 +21,25 @@ def cli(url, *args, agent=None):
 
 
 def _goal(url, wall, parallel=False):
-    g = json.loads(cli(url, "project_prompt", "create", "--title", "slow work", *(["--parallel-runs"] if parallel
-                                                                                   else []), "--json").stdout)["id"]
-    assert cli(url, "quota", "set", "--goal-id", g, "--max-wall-seconds", str(wall)).returncode == 0
-    assert cli(url, "action", "add", "--goal-id", g, "--name", "slow", "--", "sleep", "7").returncode == 0
-    return g
+    return make_goal(url, title="slow work", parallel=parallel, limits={"max_wall_seconds": wall},
+                     acts={"slow": ["sleep", "60"]})["goal"]
 
 
 def _used(url, g):
     return json.loads(cli(url, "quota", "show", "--goal-id", g, "--json").stdout)["used"]["wall_seconds"]
 
 
-def test_a_seven_second_action_under_a_three_second_budget_stops_at_three(registry_url):
+def test_a_sixty_second_action_under_a_three_second_budget_stops_at_three(registry_url):
     g = _goal(registry_url, 3)
-    started = time.monotonic()
     d = json.loads(cli(registry_url, "quota", "should-run", "--goal-id", g, "--json").stdout)
     assert d["decision"] == "run", d
     run_id = d["interaction_contract"]["run_id"]
     p = cli(registry_url, "exec", "--run-id", run_id, "--action", "slow", "--json")
-    elapsed = time.monotonic() - started
     assert p.returncode in (0, 1), p.stderr  # 1: the command did not succeed (it was stopped)
     result = json.loads(p.stdout)
     assert result["data"]["timed_out"] is True
-    assert elapsed < 5.5, elapsed  # ~3 s budget plus process start-up, never the full 7 s
-    assert result["data"]["duration_seconds"] <= 3.2
+    # Stopped at the budget (less what passed before exec started), never the full 60 s.
+    assert result["data"]["duration_seconds"] <= 3 + 5, result["data"]
     cli(registry_url, "run", "finish", "--run-id", run_id, "--outcome", "partial")
     assert _used(registry_url, g) <= 3.0
 
@@ -68,7 +66,7 @@ def test_four_parallel_runs_never_use_more_than_the_budget(registry_url):
         if "error" in answer:  # a loaded machine started it after the lease ended: refused, not run
             assert answer["error"]["code"] == "run_not_open", answer
         else:
-            assert answer["data"]["duration_seconds"] <= 3.2, answer
+            assert answer["data"]["timed_out"] is True and answer["data"]["duration_seconds"] <= 3 + 5, answer
     for r in run_ids:
         cli(registry_url, "run", "finish", "--run-id", r, "--outcome", "partial")
     assert _used(registry_url, g) <= 12.0

@@ -6,9 +6,6 @@ These tests use the fixtures LoopX installs for plugin authors (``loopx_registry
 
 import json
 import sqlite3
-import time
-
-import pytest
 
 from loopx import clock, evidence, gates, ledger, todos
 from loopx import goals as project_prompt
@@ -174,11 +171,11 @@ def test_ledger_drift_is_found_by_the_full_check_and_rebuilt(loopx_registry, loo
     assert_replay_matches(reg, g)
 
 
-def test_stale_lease_is_housekeeping_never_a_veto(loopx_registry, loopx_cli):
+def test_stale_lease_is_housekeeping_never_a_veto(loopx_registry, loopx_cli, loopx_clock):
     reg = loopx_registry
     g = new_goal(reg)
     a = add_todo(reg, g, "a")
-    todos.claim(reg, "user", goal_id=g, todo_id=a, agent="crashed-agent", ttl_seconds=1)
+    todos.claim(reg, "user", goal_id=g, todo_id=a, agent="crashed-agent", ttl_seconds=60)
     assert check(reg, g)["ok"]  # not expired yet
     later = clock.add_seconds(clock.now(), 3600)
     report = check(reg, g, now=later)
@@ -186,7 +183,8 @@ def test_stale_lease_is_housekeeping_never_a_veto(loopx_registry, loopx_cli):
     f = report["findings"][0]
     assert f["subject"] == a and f["severity"] == "housekeeping" and f["details"]["agent"] == "crashed-agent"
     assert veto(reg, g) == []
-    _wait_for(lambda: "stale_lease" in codes(check(reg, g)))
+    loopx_clock.advance(61)  # the lease runs out
+    assert "stale_lease" in codes(check(reg, g))
     assert decision(loopx_cli, g)["decision"] == "run"  # the core already treats it as free
     r = fix(loopx_cli, "--goal-id", g)
     assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["stale_lease"], r
@@ -197,14 +195,15 @@ def test_stale_lease_is_housekeeping_never_a_veto(loopx_registry, loopx_cli):
     assert_replay_matches(reg, g)
 
 
-def test_abandoned_run_is_recorded_with_the_core_event(loopx_registry, loopx_cli):
+def test_abandoned_run_is_recorded_with_the_core_event(loopx_registry, loopx_cli, loopx_clock):
     reg = loopx_registry
     g = new_goal(reg)
-    run = open_run(reg, g, ttl=1)
-    report = check(reg, g, now=clock.add_seconds(clock.now(), 60))
+    run = open_run(reg, g, ttl=60)
+    report = check(reg, g, now=clock.add_seconds(clock.now(), 120))
     assert codes(report) == ["abandoned_run"] and report["findings"][0]["subject"] == run
     assert veto(reg, g) == []
-    _wait_for(lambda: "abandoned_run" in codes(check(reg, g)))
+    loopx_clock.advance(120)  # the run's lease runs out
+    assert "abandoned_run" in codes(check(reg, g))
     r = fix(loopx_cli, "--goal-id", g)
     assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["abandoned_run"], r
     e = event_of(reg, g, "run.abandoned", run_id=run)
@@ -478,14 +477,6 @@ def test_skill_command_prints_the_shipped_skill(loopx_cli):
 def reg_events(reg, g):
     with reg.read() as tx:
         return [(e.seq, e.kind) for e in ledger.events(tx, g)]
-
-
-def _wait_for(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail("condition not met in time")
-        time.sleep(0.2)
 
 
 def _corrupt_index(path, index, update_sql):

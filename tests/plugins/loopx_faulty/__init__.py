@@ -1,5 +1,8 @@
 """A test plugin whose hooks fail on demand (``FAULTY_VETO``, ``FAULTY_ACTIONS``,
-``FAULTY_COMMANDS``: ``raise``, ``sleep:SECONDS``, ``wrongtype``...), for the plugin-fault suite."""
+``FAULTY_COMMANDS``: ``raise``, ``sleep:SECONDS``, ``block:PATH``, ``wrongtype``...), for the plugin-fault suite.
+
+``block:PATH`` creates ``PATH.in`` once inside the hook, then stays there until ``PATH`` exists
+(the test decides when the hook ends, instead of guessing how long it takes)."""
 
 import os
 import time
@@ -13,7 +16,13 @@ def _mode(hook: str) -> str:
 
 def _sleep(mode: str) -> None:
     if mode.startswith("sleep:"):
-        time.sleep(float(mode.split(":", 1)[1]))
+        time.sleep(float(mode.split(":", 1)[1]))  # the fault: a hook that takes this long
+    if mode.startswith("block:"):
+        path = mode.split(":", 1)[1]
+        open(path + ".in", "w").close()
+        deadline = time.monotonic() + 120
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 @hookimpl
