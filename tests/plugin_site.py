@@ -22,3 +22,20 @@ def plugin_env(tmp_path: Path, registry_url: str, **entry_points: str) -> dict:
     env.update({"PYTHONPATH": os.pathsep.join([str(site), str(PLUGINS)]), "LOOPX_REGISTRY": registry_url,
                 "LOOPX_PLUGIN_CACHE": "0", "LOOPX_PLUGINS": ",".join(entry_points)})
     return env
+
+
+def new_goal(cli) -> str:
+    """A goal made through ``cli`` (a fixture calling ``loopx`` with a plugin's environment, that
+    returns the finished process); its id."""
+    import json
+
+    return json.loads(cli("project_prompt", "create", "--title", "T", "--json").stdout)["id"]
+
+
+def should_run(cli, goal_id: str, **env) -> tuple[dict, str]:
+    """``quota should-run`` of ``goal_id`` through ``cli`` with ``env`` added: (the answer, stderr)."""
+    import json
+
+    p = cli("quota", "should-run", "--goal-id", goal_id, "--json", **env)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout), p.stderr

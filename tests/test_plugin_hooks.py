@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.plugin_site import plugin_env
+from tests.plugin_site import new_goal as _goal, plugin_env, should_run as _should_run
 
 PLUGINS = {"plain": "loopx_wrapping:PLAIN", "late": "loopx_wrapping:LATE", "wrapper": "loopx_wrapping:WRAPPER",
            "oldstyle": "loopx_wrapping:OLDSTYLE"}
@@ -35,16 +35,6 @@ def cli(tmp_path, sqlite_url):
         return p
 
     return run
-
-
-def _goal(cli) -> str:
-    return json.loads(cli("project_prompt", "create", "--title", "T", "--json").stdout)["id"]
-
-
-def _should_run(cli, goal, **kw):
-    p = cli("quota", "should-run", "--goal-id", goal, "--json", **kw)
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout), p.stderr
 
 
 def _actions(doc) -> list[str]:

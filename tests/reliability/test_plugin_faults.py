@@ -14,7 +14,7 @@ import time
 import pytest
 
 from loopx.testing import wait_until
-from tests.plugin_site import plugin_env
+from tests.plugin_site import new_goal as goal, plugin_env, should_run
 
 
 @pytest.fixture
@@ -32,16 +32,6 @@ def faulty(tmp_path, sqlite_url):
 
     run.env = env
     return run
-
-
-def goal(faulty) -> str:
-    return json.loads(faulty("project_prompt", "create", "--title", "T", "--json").stdout)["id"]
-
-
-def should_run(faulty, g, **extra):
-    p = faulty("quota", "should-run", "--goal-id", g, "--json", **extra)
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout), p.stderr
 
 
 def test_a_healthy_plugin_contributes(faulty):
