@@ -428,7 +428,8 @@ def _head_and_window(tx, goal_id: str, window: int) -> tuple[dict | None, bool, 
     transaction (``state_dirty``), and the newest ``window`` events (ascending)."""
     rows = tx.query(
         "SELECT h.seq AS h_seq, h.head_hash AS h_hash, h.state_digest AS h_digest,"
-        " CASE WHEN EXISTS (SELECT 1 FROM state_dirty d WHERE d.goal_id = q.gid) THEN 1 ELSE 0 END AS h_dirty, e.*"
+        " CASE WHEN EXISTS (SELECT 1 FROM state_dirty d WHERE d.goal_id = q.gid AND (d.old IS NULL OR d.new IS NULL"
+        " OR d.old <> d.new)) THEN 1 ELSE 0 END AS h_dirty, e.*"
         " FROM (SELECT CAST(? AS TEXT) AS gid) q LEFT JOIN goal_heads h ON h.goal_id = q.gid"
         " LEFT JOIN (SELECT * FROM events WHERE goal_id = ? ORDER BY seq DESC LIMIT ?) e ON 1 = 1",
         (goal_id, goal_id, window))

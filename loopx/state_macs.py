@@ -1,7 +1,7 @@
 """The state digest kept incrementally: one keyed MAC per state row, summed (issue 25).
 
 Every row of a goal's state tables (:data:`TABLES`) has a MAC in ``state_macs``:
-``HMAC_k(goal, table, key, canonical text of the row)``. The goal's digest is their sum
+``HMAC_k(goal, table, key, the row's JSON text)``. The goal's digest is their sum
 ``D = sum(MACs) mod 2^256`` with per-table row counts, bound to the chain head by a tag
 ``HMAC_k(goal, seq, head_hash, D, counts)``, all stored in ``goal_heads.state_digest`` as
 ``v3 <D> <counts> <tag>``. See docs/architecture.md ("The state digest").
@@ -15,9 +15,8 @@ a row is its MAC, which nobody without the key can make. Outside a LoopX transac
 leaves a mark should-run sees at once; one written with them removed is caught when a decision
 reads it (its MAC fails) or by the whole-goal sum ``self-repair check`` makes.
 
-Rows are always read as the database's JSON text (never as driver values), so the seal, the
-per-turn check and the whole-goal sum see the same text; floats are compared at 15 significant
-digits (what SQLite's JSON prints).
+Rows are always read as the database's JSON text (never as driver values): the seal, the
+per-turn check and the whole-goal sum MAC the very text the database prints for the row.
 """
 
 from __future__ import annotations
@@ -67,27 +66,18 @@ def text_sql(dialect: str, table: str, alias: str) -> str:
     return f"CAST(to_jsonb({alias}) AS TEXT)"
 
 
-# --- the text and the MACs ---
-
-def _norm(v):
-    if isinstance(v, float):
-        f = float(format(v, ".15g"))
-        return int(f) if f.is_integer() and abs(f) < 2 ** 53 else f
-    return v
-
-
-def canonical(text: str) -> str:
-    """A row's canonical text from the JSON the database printed (columns by name, floats at 15
-    significant digits: the same on SQLite and PostgreSQL)."""
-    row = json.loads(text)
-    return json.dumps(sorted((k, _norm(v)) for k, v in row.items()), separators=(",", ":"), ensure_ascii=False)
-
+# --- the MACs ---
 
 def row_mac(ring, goal_id: str, table: str, key: str, text: str) -> int:
-    """The MAC of one row (``text``: its JSON text as the database prints it), as an integer."""
-    msg = json.dumps(["loopx-row-v1", goal_id, table, key, canonical(text)], separators=(",", ":"),
-                     ensure_ascii=False).encode("utf-8", "backslashreplace")
-    return int(ring.digest(msg), 16)
+    """The MAC of one row (``text``: its JSON text as the database prints it - the same text for
+    the same row every time on one backend; a copy to another backend re-MACs every row), as an
+    integer. Each field is length-prefixed, so no two rows can be made to share a message."""
+    msg = f"loopx-row-v1 {len(goal_id)}:{goal_id}{len(table)}:{table}{len(key)}:{key}{text}"
+    return int(ring.digest(msg.encode("utf-8", "backslashreplace")), 16)
+
+
+def _open_run(text: str | None) -> bool:
+    return text is not None and json.loads(text).get("status") == "open"
 
 
 def tag(ring, goal_id: str, seq: int, head_hash: str | None, total: int, counts: dict) -> str:
@@ -143,13 +133,13 @@ def seal_incremental(tx, ring, goal_id: str, total: int, counts: dict) -> tuple[
         if old is not None:
             total -= row_mac(ring, goal_id, table, key, old)
             counts[table] = counts.get(table, 0) - 1
-            if table == "runs" and json.loads(old).get("status") == "open":
+            if table == "runs" and _open_run(old):
                 counts[OPEN_RUNS] = counts.get(OPEN_RUNS, 0) - 1
         if new is not None:
             mac = row_mac(ring, goal_id, table, key, new)
             total += mac
             counts[table] = counts.get(table, 0) + 1
-            if table == "runs" and json.loads(new).get("status") == "open":
+            if table == "runs" and _open_run(new):
                 counts[OPEN_RUNS] = counts.get(OPEN_RUNS, 0) + 1
             upserts.append((goal_id, table, key, f"{mac:064x}"))
         else:
@@ -178,7 +168,7 @@ def whole(tx, ring, goal_id: str) -> tuple[int, dict, list]:
         mac = row_mac(ring, goal_id, table, key, text)
         total += mac
         counts[table] = counts.get(table, 0) + 1
-        if table == "runs" and json.loads(text).get("status") == "open":
+        if table == "runs" and _open_run(text):
             counts[OPEN_RUNS] = counts.get(OPEN_RUNS, 0) + 1
         macs.append((goal_id, table, key, f"{mac:064x}"))
     return total % MODULUS, counts, macs
@@ -204,10 +194,11 @@ def turn_rows_sql(dialect: str, agent: str | None) -> str:
     def part(table: str, where: str, source: str | None = None) -> str:
         column = TABLES[table][0]
         return (f"SELECT '{table}' AS tbl, {key_sql(dialect, table, 't')} AS k, {text_sql(dialect, table, 't')} AS txt,"
-                f" m.mac AS mac FROM {source or table} t LEFT JOIN state_macs m ON m.goal_id = t.{column}"
+                f" m.mac AS mac FROM {source or table + ' t'} LEFT JOIN state_macs m ON m.goal_id = t.{column}"
                 f" AND m.tbl = '{table}' AND m.k = {key_sql(dialect, table, 't')} WHERE {where}")
 
     own = "" if agent is None else " OR t2.claim_agent = ?"
+    join = "CROSS JOIN" if dialect == "sqlite" else "JOIN"  # (SQLite's CROSS JOIN: the page first)
     page = ("SELECT r2.todo_id FROM todo_ready r2 JOIN todos t2 ON t2.id = r2.todo_id WHERE r2.goal_id = ?"
             " AND (t2.claim_agent IS NULL OR t2.claim_expires_at IS NULL OR t2.claim_expires_at <= ?" + own + ")"
             " ORDER BY r2.priority, r2.created_seq LIMIT ?")
@@ -218,14 +209,15 @@ def turn_rows_sql(dialect: str, agent: str | None) -> str:
         part("runs", "t.goal_id = ? AND t.status = 'open'"),
         part("contracts", "t.id IN (SELECT contract_id FROM runs WHERE goal_id = ? AND status = 'open')"),
         part("goal_usage", "t.goal_id = ?"),
-        part("todo_ready", f"t.goal_id = ? AND t.todo_id IN (SELECT todo_id FROM ({page}) p1)"),
-        part("todos", f"t.goal_id = ? AND t.id IN (SELECT todo_id FROM ({page}) p2)"),
+        # The page drives (a join from it, not a filter on the goal's rows: the cost is the page).
+        part("todo_ready", "t.goal_id = ?", f"({page}) p1 {join} todo_ready t ON t.todo_id = p1.todo_id"),
+        part("todos", "t.goal_id = ?", f"({page}) p2 {join} todos t ON t.id = p2.todo_id"),
     ])
 
 
 def turn_params(goal_id: str, agent: str | None, now: str, limit: int) -> tuple:
     page = (goal_id, now, *(() if agent is None else (agent,)), limit)
-    return (goal_id,) * 6 + (goal_id, *page) + (goal_id, *page)
+    return (goal_id,) * 6 + (*page, goal_id) + (*page, goal_id)
 
 
 #: The tables whose rows of the goal a decision reads whole: their count must match.
