@@ -331,18 +331,20 @@ EXPLAINED = """
 ready set is an index kept by the todo events (`todo_deps`, `todo_ready`: `loopx/todo_ready.py`)
 read a page at a time (the first 5 past gated todos and others' live claims); the newest runs,
 the latest hand-off and the feedback are index ranges with `LIMIT`; `todo claim` reads the one
-todo's dependencies; the attention summary reads its inputs in one statement. Outside the state
-digest, a should-run that opens a run sends 16 statements (+ `BEGIN`/`COMMIT`), none twice, the
-same on a goal with history (`tests/test_scale_history.py`, SQLite and PostgreSQL).
+todo's dependencies; the attention summary reads its inputs in one statement.
 
-**What still grows: the state digest.** `loopx/integrity.py` hashes the goal's whole current
-state before every write (to refuse writing over tampered state) and after it (to seal): every
-todo row (done ones included), every gate and action, and a sum over the closed runs. On a goal
-whose history left thousands of done todos this is the whole cost of a write (~24 of the ~40
-statements of a should-run, and nearly all of the time: compare the rows with the digest left
-out). It is being replaced by a keyed, incrementally maintained digest (branch wip/integrity);
-the rows with the digest left out are what a turn costs once it lands. `goal_usage` and
-`todo_ready` are in its `STATE_TABLES`.
+**The state digest costs the rows a write changed** (`loopx/state_macs.py`, schema 8; see
+docs/architecture.md). A keyed MAC per state row, summed: a write takes the rows it changed out
+of the trigger-kept change log and updates the sum (three statements), and should-run verifies
+the rows its decision reads against their MACs in one statement, beside the head, the newest
+events and an empty change log in another. A should-run that opens a run sends 22 statements
+(+ `BEGIN`/`COMMIT`), digest included, none twice (`tests/test_scale_history.py`). The rows
+"digest left out" skip it (verify and seal), to show what it costs.
+
+**Open runs are read by (goal, status).** SQLite chose the `(goal_id, opened_at, id)` index for
+`... WHERE goal_id = ? AND status = 'open' ORDER BY opened_at, id` (it satisfies the order) and
+walked every run of the goal: 4 ms per read at 3,000 turns, read twice per should-run. The open
+run reads now order by an expression, so the `(goal_id, status)` index is used.
 
 **How the long goal is built.** Whole turns through the same API functions the commands call
 (should-run, claim, two evidence, done, a new todo, finish: 7 events), committed 500 turns a
