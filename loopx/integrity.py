@@ -464,8 +464,10 @@ def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW, rollback: bool =
                            f" the last change recorded event {recorded['seq']}", newest["seq"]))
     # The oldest fetched row anchors the window (its own hash is checked, its link is not).
     anchor, checked = (rows[0], rows[1:]) if len(rows) > window else (None, rows)
-    if anchor is not None:
-        out.extend(p for p in _links(goal_id, [anchor], None, ring=ring) if p.code == "event_tampered")
+    if anchor is not None and anchor["hash"] != row_hash(anchor, ring):
+        # (Its hash alone: checking its link here would walk every sequence number before it.)
+        out.append(Problem("event_tampered", goal_id, f"goal {goal_id}: event {anchor['seq']} ({anchor['kind']})"
+                           " was edited: its content does not match its hash", anchor["seq"]))
     out.extend(_links(goal_id, checked, anchor, acknowledged(rows)[1], ring))
     out.extend(_digest_at_turn(tx, goal_id, recorded, ring, dirty))
     if out:
