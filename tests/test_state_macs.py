@@ -63,6 +63,24 @@ def test_rows_the_decision_reads_are_checked_by_their_macs_even_without_the_chan
     assert check(reg, g) == ["state_digest_mismatch"]
 
 
+def test_an_open_runs_contract_edited_without_the_change_log_makes_exec_refuse(loopx, tmp_path):
+    import json
+
+    url = loopx.url
+    g = loopx("project_prompt", "create", "--title", "t", "--json").json["id"]
+    assert loopx("todo", "add", "--goal-id", g, "--text", "build").code == 0
+    c = loopx("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json").json["interaction_contract"]
+    marker = tmp_path / "pwned"
+    doc = json.loads(rows(url, "SELECT document FROM contracts WHERE id = ?", (c["contract_id"],))[0]["document"])
+    doc["cli_channel"]["steps"].append({"id": "x", "kind": "do", "after": [],
+                                        "argv": ["loopx", "exec", "--run-id", c["run_id"], "--", "touch", str(marker)]})
+    unlogged(url, "UPDATE contracts SET document = ? WHERE id = ?", (json.dumps(doc), c["contract_id"]))
+    r = loopx("exec", "--run-id", c["run_id"], "--agent", "a1", "--json", "--", "touch", str(marker))
+    assert r.code == 2 and r.json["error"]["code"] == "integrity_mismatch", r
+    assert not marker.exists()
+    assert loopx("quota", "should-run", "--goal-id", g, "--agent", "a2", "--json").json["decision"] == "repair"
+
+
 def test_a_gate_deleted_without_the_change_log_changes_the_count(reg, registry_url):
     g = make_goal(reg, todo_texts=("build",))["goal"]
     add_gate(reg, g)
