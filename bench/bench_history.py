@@ -202,18 +202,46 @@ def cli_samples(url: str, reg, goals: dict, runs: int) -> dict:
 
 
 def mcp_samples(url: str, reg, goals: dict, calls: int) -> dict:
+    """p50 / p99 ms of should_run over MCP (``loopx mcp`` per goal, an SDK client each), the two
+    goals' calls interleaved so both see the same machine load."""
     import anyio
 
-    from bench_mcp import over_mcp
     from loopx import quota
 
-    out = {}
-    for name, g in goals.items():
+    for g in goals.values():
         held = quota.should_run(reg, "user", goal_id=g, agent=AGENT)  # the agent's open run, handed back
         assert held["decision"] == "run", held
-        samples = anyio.run(over_mcp, url, g, calls)
-        ordered = sorted(samples)
-        out[name] = (statistics.median(samples), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))])
+    samples = anyio.run(_interleaved_mcp, url, goals, calls)
+    out = {}
+    for name, got in samples.items():
+        ordered = sorted(got)
+        out[name] = (statistics.median(got), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))])
+    return out
+
+
+async def _interleaved_mcp(url: str, goals: dict, calls: int) -> dict:
+    from contextlib import AsyncExitStack
+
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    out: dict = {name: [] for name in goals}
+    async with AsyncExitStack() as stack:
+        sessions = {}
+        for name in goals:
+            params = StdioServerParameters(command=sys.executable, args=["-m", "loopx", "mcp"],
+                                           env=child_env(LOOPX_REGISTRY=url))
+            read, write = await stack.enter_async_context(stdio_client(params))
+            sessions[name] = await stack.enter_async_context(ClientSession(read, write))
+            await sessions[name].initialize()
+        for i in range(calls + 20):  # the first 20 rounds warm up
+            for name, g in goals.items():
+                start = time.perf_counter()
+                result = await sessions[name].call_tool("should_run", {"goal_id": g, "agent": AGENT})
+                took = (time.perf_counter() - start) * 1000
+                assert not result.is_error, result
+                if i >= 20:
+                    out[name].append(took)
     return out
 
 
