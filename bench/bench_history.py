@@ -374,6 +374,19 @@ events and an empty change log in another. A should-run that opens a run sends 2
 walked every run of the goal: 4 ms per read at 3,000 turns, read twice per should-run. The open
 run reads now order by an expression, so the `(goal_id, status)` index is used.
 
+**The head window checked its oldest event through the link walk.** `verify_head` re-hashes the
+newest events; the oldest of them went through the function that links events to their
+predecessors, which built the set of every sequence number before it - 5-20 ms per write at
+100,000 events, most of what `evidence add` cost on a long goal. It is now checked by its hash.
+
+**Noise, and what is still short.** On this 2-core machine shared with other work (load 4-10)
+the ratios move by about ±0.3x between runs: the run before this one measured should-run 1.00x
+(3.10 / 3.09 ms), the 100,000-todo goal 0.82x (digest included) and MCP 4.96 / 8.05 ms (then not
+interleaved); per-statement timings of both pairs (SQLite) are flat. Short of issue 25's targets:
+the bulk build runs at 600-900 events/s (target 2,000) - its time is in the domain code of a turn
+(a thread per plugin hook call, the event chain's HMACs, JSON), not in the digest, which it
+defers; the one-transaction-per-call rate adds a commit and the rollback anchor's file write.
+
 **How the long goal is built.** Whole turns through the same API functions the commands call
 (should-run, claim, two evidence, done, a new todo, finish: 7 events), committed 500 turns a
 transaction with the digest sealed once at the end (what the last write seals), then
