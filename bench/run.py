@@ -256,8 +256,8 @@ def writers(url: str, env: dict, processes: int = 8, writes: int = 100, queue: b
     """``processes`` real processes writing at once (see ``bench/writers.py``); plus one alone.
 
     Each process writes to a goal of its own created for this run, so a run measures goals of
-    the same size whatever earlier runs left (a write re-hashes its goal's current state for
-    tamper evidence, so its cost grows with the goal's todos). Latency is what the caller of
+    the same size whatever earlier runs left (a write's state digest costs the rows it changed,
+    loopx/state_macs.py, but the goal's other reads are kept comparable too). Latency is what the caller of
     one write waits: the writers' queue + the transaction + the commit; ``wait`` is the part
     spent queueing, ``own`` the rest.
     """

@@ -201,9 +201,12 @@ def authorize(tx, run_id: str, *, action: str | None = None, argv=None) -> tuple
 def _check_integrity(tx, run) -> None:
     """Refuse (``integrity_mismatch``) to run anything for a goal whose ledger, state or open runs'
     contracts fail their keyed check: an edited contract must never widen what ``exec`` runs."""
-    from loopx import integrity
+    from loopx import clock, integrity
 
-    problems = integrity.verify_head(tx, run.goal_id)
+    # The head, the digest's tag and the change log, then the goal's open runs and their contracts
+    # (with its gates, actions and usage) each against its MAC: one statement each.
+    problems = integrity.verify_head(tx, run.goal_id) or integrity.verify_turn_rows(
+        tx, run.goal_id, agent=None, now=clock.now(), limit=0)
     if problems:
         import shlex
 

@@ -215,7 +215,8 @@ def stop_leftovers(reg, goal_id: str, now: str) -> Leftovers:
     with reg.read() as tx:
         # One statement: the goal's revision and its open runs (none: one row of NULLs).
         rows = tx.query("SELECT g.revision AS goal_revision, r.* FROM goals g LEFT JOIN runs r"
-                        " ON r.goal_id = g.id AND r.status = 'open' WHERE g.id = ? ORDER BY r.opened_at, r.id",
+                        " ON r.goal_id = g.id AND r.status = 'open' WHERE g.id = ?"
+                        " ORDER BY COALESCE(r.opened_at, ''), r.id",
                         (goal_id,))
         revision = rows[0]["goal_revision"] if rows else None
         open_runs = [runs.run_from_row(r) for r in rows if r["id"] is not None]

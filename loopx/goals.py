@@ -255,7 +255,8 @@ def adopt_capabilities(tx) -> int:
         w = Writer(tx, "core", goal, None)
         after = sorted(set(json.loads(goal["capabilities"])) | set(names))
         w.emit("goal.capabilities_set", {"capabilities": after, "enabled": names, "disabled": []})
-        integrity.seal(tx, goal_id, trusted=recorded is None or recorded["state_digest"] != integrity.UNTRUSTED)
+        integrity.seal(tx, goal_id, trusted=recorded is None or recorded["state_digest"] != integrity.UNTRUSTED,
+                       legacy=True)  # schema v8: state_macs comes at v9
         changed += 1
     return changed
 

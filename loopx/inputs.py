@@ -134,7 +134,7 @@ def gather(tx, goal_id: str, *, goal_row: dict | None = None, open_runs: list | 
     goal = goal_from_row(goal_row) if goal_row is not None else load_goal(tx, goal_id)
     if open_runs is None:
         open_runs = [run_from_row(r) for r in tx.query(
-            "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' ORDER BY opened_at, id", (goal_id,))]
+            "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' ORDER BY COALESCE(opened_at, ''), id", (goal_id,))]
     used = usage_counts.read(tx, goal_id)  # counters: one row, whatever the goal's history
     totals = (used["turns"], used["tokens"], used["cost_micros"] / 1_000_000, used["wall_us"] / 1_000_000)
     gates = [gate_from_row(r) for r in tx.query("SELECT * FROM gates WHERE goal_id = ? ORDER BY created_at, id",

@@ -170,14 +170,26 @@ def head(tx, goal_id: str) -> dict | None:
     return tx.one("SELECT goal_id, seq, head_hash, state_digest FROM goal_heads WHERE goal_id = ?", (goal_id,))
 
 
-def seal(tx, goal_id: str, *, trusted: bool = True) -> dict | None:
+def seal(tx, goal_id: str, *, trusted: bool = True, last: dict | None = None, whole: bool = False,
+         legacy: bool = False) -> dict | None:
     """Record the goal's current chain head and state digest (inside the writing transaction).
+
+    The digest is kept per row (:mod:`loopx.state_macs`): the rows this transaction changed are
+    taken from ``state_dirty`` and their MACs added to the recorded sum - unless the recorded
+    digest does not verify with the key (a new goal, a registry keyed or re-keyed, a digest of the
+    older format) or ``whole`` (a repair rebuilt the goal), when every row is MACed afresh.
+    ``last``: the goal's newest event (``{"seq", "hash"}``) when the caller knows it.
+    ``legacy``: write the older whole-state digest (the schema step that keys a registry, before
+    ``state_macs`` exists).
 
     ``trusted=False`` (the state was already altered outside the ledger before this write):
     the head moves on but the digest is marked untrusted, so the mismatch stays visible until
     ``self-repair fix`` rebuilds the state. Returns the head sealed (``{"seq", "hash"}``) or None.
     """
-    last = last_event(tx, goal_id)
+    from loopx import state_macs
+
+    if last is None or (getattr(tx, "_loopx_rechained", None) or {}).get(goal_id):
+        last = last_event(tx, goal_id)  # (a chain recomputed in this transaction moved the head)
     if last is None:
         return None
     ring = keyring(tx)
@@ -187,14 +199,61 @@ def seal(tx, goal_id: str, *, trusted: bool = True) -> dict | None:
         if ring.state == "stripped":
             raise LoopxError("integrity_mismatch", ring.stripped_message())
         raise LoopxError("integrity_key_missing", ring.missing_message())
-    digest = state_digest(tx, goal_id, last["seq"], last["hash"], ring) if trusted else UNTRUSTED
+    if not trusted:
+        digest = UNTRUSTED
+    elif legacy or ring.state != "keyed":
+        digest = state_digest(tx, goal_id, last["seq"], last["hash"], ring)
+    else:
+        known = None if whole else _verified(tx, goal_id)
+        if known is None:
+            total, counts = state_macs.seal_whole(tx, ring, goal_id)
+        else:
+            total, counts = state_macs.seal_incremental(tx, ring, goal_id, *known)
+        digest = state_macs.encode(ring, goal_id, last["seq"], last["hash"], total, counts)
     tx.execute(
         "INSERT INTO goal_heads (goal_id, seq, head_hash, state_digest) VALUES (?, ?, ?, ?)"
         " ON CONFLICT (goal_id) DO UPDATE SET seq = excluded.seq, head_hash = excluded.head_hash,"
         " state_digest = excluded.state_digest",
         (goal_id, last["seq"], last["hash"], digest),
     )
+    _stash(tx, "_loopx_verified", goal_id, None)
     return last
+
+
+def _stash(tx, name: str, goal_id: str, value) -> None:
+    """Remember ``value`` for ``goal_id`` for the rest of ``tx`` (None forgets it)."""
+    found = getattr(tx, name, None)
+    if found is None:
+        found = {}
+        try:
+            setattr(tx, name, found)
+        except AttributeError:  # a transaction object that takes no attributes: nothing remembered
+            return
+    if value is None:
+        found.pop(goal_id, None)
+    else:
+        found[goal_id] = value
+
+
+def _verified(tx, goal_id: str):
+    """``(D, counts)`` of the goal's recorded digest when its tag verifies (from this
+    transaction's :func:`verify_head` when it ran, else read now), or None."""
+    from loopx import state_macs
+
+    known = (getattr(tx, "_loopx_verified", None) or {}).get(goal_id)
+    if known is not None:
+        return known
+    recorded = head(tx, goal_id)
+    if recorded is None:
+        return None
+    return state_macs.decode(keyring(tx), goal_id, recorded)
+
+
+def head_seen(tx, goal_id: str):
+    """What this transaction's :func:`verify_head` read of the goal - ``(newest event or None,
+    recorded head or None)`` - once (the writer numbers its first event from it), else None."""
+    found = getattr(tx, "_loopx_head_seen", None)
+    return found.pop(goal_id, None) if found else None
 
 
 class Problem:
@@ -282,10 +341,52 @@ def _key_missing(ring, goal_id: str) -> list[Problem]:
 
 
 def _digest_problem(tx, goal_id: str, recorded: dict, ring) -> list[Problem]:
-    if state_digest(tx, goal_id, recorded["seq"], recorded["head_hash"], ring) == recorded["state_digest"]:
+    """The whole-goal check: every state row's MAC summed against the recorded sum and counts
+    (or, for a digest of the older format, the whole-state hash)."""
+    from loopx import state_macs
+
+    if state_macs.is_v3(recorded):
+        known = state_macs.decode(ring, goal_id, recorded)
+        if known is not None and state_macs.whole(tx, ring, goal_id)[:2] == known:
+            return []
+    elif state_digest(tx, goal_id, recorded["seq"], recorded["head_hash"], ring) == recorded["state_digest"]:
         return []
-    return [Problem("state_digest_mismatch", goal_id, f"goal {goal_id}: its current state was changed"
-                    " outside the ledger (rows deleted, inserted or edited)")]
+    return [_mismatch(goal_id)]
+
+
+def _mismatch(goal_id: str, detail: str = "rows deleted, inserted or edited") -> Problem:
+    return Problem("state_digest_mismatch", goal_id, f"goal {goal_id}: its current state was changed"
+                   f" outside the ledger ({detail})")
+
+
+def _digest_at_turn(tx, goal_id: str, recorded: dict, ring, dirty: bool) -> list[Problem]:
+    """The per-turn digest check: the tag (sum and counts bound to the head), and no row changed
+    outside a LoopX transaction (``dirty``). The rows the decision reads are checked against
+    their MACs by :func:`verify_turn_rows`; an older-format digest is checked whole."""
+    from loopx import state_macs
+
+    if not state_macs.is_v3(recorded):
+        return _digest_problem(tx, goal_id, recorded, ring)
+    known = state_macs.decode(ring, goal_id, recorded)
+    if known is None:
+        return [_mismatch(goal_id, "its recorded digest does not verify")]
+    if dirty:
+        return [_mismatch(goal_id, "rows were written outside a LoopX transaction")]
+    _stash(tx, "_loopx_verified", goal_id, known)
+    return []
+
+
+def verify_turn_rows(tx, goal_id: str, *, agent: str | None, now: str, limit: int) -> list[Problem]:
+    """The rows a should-run decision reads (:func:`loopx.state_macs.check_turn`), each against its
+    MAC, and the counts of the sets it reads whole - after :func:`verify_head` found the digest's
+    tag good in this transaction (otherwise it already reported)."""
+    from loopx import state_macs
+
+    known = (getattr(tx, "_loopx_verified", None) or {}).get(goal_id)
+    if known is None:
+        return []
+    found = state_macs.check_turn(tx, keyring(tx), goal_id, known[1], agent=agent, now=now, limit=limit)
+    return [_mismatch(goal_id, "; ".join(found[:3]))] if found else []
 
 
 def rolled_back(tx, goal_id: str, ring, newest: list[dict]) -> list[Problem]:
@@ -322,17 +423,36 @@ def _behind(tx, goal_id: str, anchored: dict | None, newest: list[dict]) -> list
     return []
 
 
+def _head_and_window(tx, goal_id: str, window: int) -> tuple[dict | None, bool, list[dict]]:
+    """One statement: the recorded head, whether any row of the goal was changed outside a LoopX
+    transaction (``state_dirty``), and the newest ``window`` events (ascending)."""
+    rows = tx.query(
+        "SELECT h.seq AS h_seq, h.head_hash AS h_hash, h.state_digest AS h_digest,"
+        " CASE WHEN EXISTS (SELECT 1 FROM state_dirty d WHERE d.goal_id = q.gid AND (d.old IS NULL OR d.new IS NULL"
+        " OR d.old <> d.new)) THEN 1 ELSE 0 END AS h_dirty, e.*"
+        " FROM (SELECT CAST(? AS TEXT) AS gid) q LEFT JOIN goal_heads h ON h.goal_id = q.gid"
+        " LEFT JOIN (SELECT * FROM events WHERE goal_id = ? ORDER BY seq DESC LIMIT ?) e ON 1 = 1",
+        (goal_id, goal_id, window))
+    first = rows[0]
+    recorded = None if first["h_seq"] is None else {"goal_id": goal_id, "seq": first["h_seq"],
+                                                     "head_hash": first["h_hash"], "state_digest": first["h_digest"]}
+    events = [{k: v for k, v in r.items() if not k.startswith("h_")} for r in rows if r["seq"] is not None]
+    events.sort(key=lambda r: r["seq"])
+    return recorded, bool(first["h_dirty"]), events
+
+
 def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW, rollback: bool = False) -> list[Problem]:
-    """The cheap check ``should-run`` makes: head, the newest ``window`` events, state digest,
-    and (``rollback``: only inside a write holding the goal, see :func:`rolled_back`) the
-    rollback anchor."""
+    """The cheap check ``should-run`` makes: head, the newest ``window`` events, the state
+    digest's tag and that no row was written outside LoopX (the rows the decision reads are
+    checked by :func:`verify_turn_rows`), and (``rollback``: only inside a write holding the
+    goal, see :func:`rolled_back`) the rollback anchor."""
     ring = keyring(tx)
     missing = _key_missing(ring, goal_id)
     if missing:
         return missing
-    recorded = head(tx, goal_id)
-    rows = tx.query("SELECT * FROM events WHERE goal_id = ? ORDER BY seq DESC LIMIT ?", (goal_id, window + 1))
-    rows.reverse()
+    _stash(tx, "_loopx_verified", goal_id, None)
+    recorded, dirty, rows = _head_and_window(tx, goal_id, window + 1)
+    _stash(tx, "_loopx_head_seen", goal_id, (rows[-1] if rows else None, recorded))
     out = rolled_back(tx, goal_id, ring, rows) if rollback else []
     if not rows:
         return out
@@ -344,10 +464,14 @@ def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW, rollback: bool =
                            f" the last change recorded event {recorded['seq']}", newest["seq"]))
     # The oldest fetched row anchors the window (its own hash is checked, its link is not).
     anchor, checked = (rows[0], rows[1:]) if len(rows) > window else (None, rows)
-    if anchor is not None:
-        out.extend(p for p in _links(goal_id, [anchor], None, ring=ring) if p.code == "event_tampered")
+    if anchor is not None and anchor["hash"] != row_hash(anchor, ring):
+        # (Its hash alone: checking its link here would walk every sequence number before it.)
+        out.append(Problem("event_tampered", goal_id, f"goal {goal_id}: event {anchor['seq']} ({anchor['kind']})"
+                           " was edited: its content does not match its hash", anchor["seq"]))
     out.extend(_links(goal_id, checked, anchor, acknowledged(rows)[1], ring))
-    out.extend(_digest_problem(tx, goal_id, recorded, ring))
+    out.extend(_digest_at_turn(tx, goal_id, recorded, ring, dirty))
+    if out:
+        _stash(tx, "_loopx_verified", goal_id, None)
     return out
 
 
@@ -458,7 +582,25 @@ def add_goal_capabilities(tx) -> int:
     if not present:
         tx.execute("ALTER TABLE goals ADD COLUMN capabilities TEXT NOT NULL DEFAULT '[]'")
     for goal_id in goals:
-        seal(tx, goal_id, trusted=intact[goal_id])
+        seal(tx, goal_id, trusted=intact[goal_id], legacy=True)  # state_macs comes at v9
+    return len(goals)
+
+
+def mac_all(tx) -> int:
+    """Schema v9's step: give every goal its per-row MACs (:mod:`loopx.state_macs`) - but only a
+    goal whose recorded digest still matches its rows; one altered before the migration is sealed
+    untrusted, so the damage stays visible. A registry whose key is not here keeps its digests
+    (checked whole) until its owner writes to it. Returns the number of goals sealed."""
+    ring = keyring(tx)
+    if ring.state != "keyed":
+        return 0
+    goals = [r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM events")]
+    for goal_id in goals:
+        recorded = head(tx, goal_id)
+        intact = recorded is None or recorded["state_digest"] == state_digest(
+            tx, goal_id, recorded["seq"], recorded["head_hash"], ring)
+        seal(tx, goal_id, trusted=intact, whole=True)
+    tx.execute("DELETE FROM state_dirty")
     return len(goals)
 
 
@@ -506,3 +648,4 @@ def rechain(tx, goal_id: str, from_seq: int) -> None:
         prev_hash = digest
     if updates:
         tx.executemany("UPDATE events SET prev_hash = ?, hash = ? WHERE id = ?", updates)
+        _stash(tx, "_loopx_rechained", goal_id, True)

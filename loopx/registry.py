@@ -240,8 +240,13 @@ class Writer:
             # number.
             from loopx import integrity
 
-            last = integrity.last_event(self.tx, self.goal_id)
-            sealed = integrity.head(self.tx, self.goal_id)
+            # What the integrity check just read in this transaction, when it did (one statement).
+            seen = integrity.head_seen(self.tx, self.goal_id)
+            if seen is not None:
+                last, sealed = seen
+            else:
+                last = integrity.last_event(self.tx, self.goal_id)
+                sealed = integrity.head(self.tx, self.goal_id)
             self._revision = max((last["seq"] if last else 0), (sealed["seq"] if sealed else 0))
             self._prev_hash = (last["hash"] if last else None) or integrity.GENESIS
         self._revision += 1
@@ -412,7 +417,9 @@ class Registry:
             if writer.events:
                 from loopx import integrity
 
-                sealed = integrity.seal(tx, writer.goal_id, trusted=not writer.integrity_problems or writer.rebuilt)
+                sealed = integrity.seal(tx, writer.goal_id, trusted=not writer.integrity_problems or writer.rebuilt,
+                                        last={"seq": writer.events[-1].seq, "hash": writer._prev_hash},
+                                        whole=writer.rebuilt)
                 # A goal found rolled back keeps its anchor where it was: writing on the older copy
                 # must not make it look current (``loopx registry reanchor`` accepts it).
                 if sealed and ring.state == "keyed" and not any(p.code == "registry_rolled_back"

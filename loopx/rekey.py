@@ -29,11 +29,13 @@ def _damaged(tx, goals: list[str]) -> list[str]:
     return [g for g in goals if any(p.code != "registry_rolled_back" for p in integrity.verify_chain(tx, g))]
 
 
-def _rechain_all(tx, ring, goals: list[str], damaged: list[str]) -> None:
+def _rechain_all(tx, ring, goals: list[str], damaged: list[str], *, legacy: bool = False) -> None:
     keys.set_keyring(tx, ring)
     for goal_id in goals:
         integrity.rechain(tx, goal_id, 1)
-        integrity.seal(tx, goal_id, trusted=goal_id not in damaged)
+        # Every row MACed afresh with the new key (``legacy``: the keying schema step, before the
+        # per-row MACs exist, writes the whole-state digest; the next step converts it).
+        integrity.seal(tx, goal_id, trusted=goal_id not in damaged, whole=True, legacy=legacy)
 
 
 def key_registry(tx) -> int:
@@ -55,7 +57,7 @@ def key_registry(tx) -> int:
     damaged = _damaged(tx, goals)
     rid = uuid.uuid4().hex
     tx.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (keys.META_ID, rid))
-    _rechain_all(tx, keys.Keyring(rid, keys.create(rid)), goals, damaged)
+    _rechain_all(tx, keys.Keyring(rid, keys.create(rid)), goals, damaged, legacy=True)
     keys.remember(tx, rid)
     tx.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (keys.META_KEYED, json.dumps(
         {"at": clock.now(), "goals": len(goals), "already_damaged": damaged[:100],

@@ -130,7 +130,7 @@ def latest_handoff_note(tx, goal_id: str) -> str | None:
 def open_runs(tx, goal_id: str, now: str) -> list:
     """The goal's runs that are open and unexpired at ``now``, oldest first."""
     rows = tx.query(
-        "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at > ? ORDER BY opened_at, id",
+        "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at > ? ORDER BY COALESCE(opened_at, ''), id",
         (goal_id, now),
     )
     return [run_from_row(r) for r in rows]
@@ -139,7 +139,7 @@ def open_runs(tx, goal_id: str, now: str) -> list:
 def expired_runs(tx, goal_id: str, now: str) -> list:
     """The goal's runs still marked open whose expiry has passed (to be marked abandoned)."""
     rows = tx.query(
-        "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at <= ? ORDER BY opened_at, id",
+        "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at <= ? ORDER BY COALESCE(opened_at, ''), id",
         (goal_id, now),
     )
     return [run_from_row(r) for r in rows]

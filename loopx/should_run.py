@@ -246,6 +246,10 @@ def _tampered(tx, w, seen, *, agent, now) -> dict | None:
     goal = seen.goal
     problems = w.integrity_problems if w is not None else integrity.verify_head(tx, goal.id)
     if not problems:
+        # The rows this decision reads, each against its MAC (one statement; see loopx/state_macs.py).
+        gated = sum(1 for g in seen.gates if g.status in ("pending", "rejected") and g.blocks.startswith("todo:"))
+        problems = integrity.verify_turn_rows(tx, goal.id, agent=agent, now=now, limit=contract.READY_SHOWN + gated)
+    if not problems:
         return None
     import shlex
 

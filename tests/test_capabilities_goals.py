@@ -243,9 +243,15 @@ def _as_v7(path, goal_ids):
 
     with Registry.open(str(path)) as reg:
         def strip(tx):
+            # LoopX 7 had no per-row MACs either (schema v9): their triggers go first, since they
+            # name the column.
+            for r in tx.query("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'state_dirty_%'"):
+                tx.execute(f"DROP TRIGGER {r['name']}")
+            tx.execute("DROP TABLE state_macs")
+            tx.execute("DROP TABLE state_dirty")
             tx.execute("ALTER TABLE goals DROP COLUMN capabilities")
             for g in goal_ids:
-                integrity.seal(tx, g)
+                integrity.seal(tx, g, legacy=True)
 
         reg.store.write(strip)
     from loopx.store import schema

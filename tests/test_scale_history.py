@@ -110,9 +110,9 @@ def test_should_run_that_opens_a_run_sends_few_statements_none_twice(reg, counte
     assert len(on_busy) == len(on_fresh)
 
 
-@pytest.mark.xfail(strict=True, reason="the state digest (loopx/integrity.py) reads the goal's whole state before "
-                   "and after the write (~24 statements); the incremental digest (wip/integrity) is what brings the "
-                   "total under 25: drop this mark when it lands")
+# The state digest's share (loopx/state_macs.py): the head, newest events and change log in one
+# statement, the rows the decision reads with their MACs in one, and the seal's three (take the
+# changed rows out of the change log, upsert their MACs, write the head).
 def test_should_run_that_opens_a_run_sends_at_most_25_statements_digest_included(reg, counted):
     g = make_goal(reg, limits={"max_turns": 1000}, todo_texts=("a", "b"))["goal"]
     seen = _opening(reg, counted, g)

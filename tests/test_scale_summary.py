@@ -70,9 +70,9 @@ def _downgrade(url: str, to: int) -> None:
 def test_migration_builds_the_summary_of_an_existing_registry(loopx):
     # _downgrade undoes the steps after the summary up to the usage counters; the later steps
     # (v6's tables, created IF NOT EXISTS; v7's keying, which finds the registry's id in meta and
-    # the registry keyed already; v8's goal capabilities column, added only when missing) change
-    # nothing when re-run.
-    assert schema.CAPABILITIES_VERSION == schema.KEYED_VERSION + 1 == schema.CURRENT_VERSION
+    # the registry keyed already; v8's goal capabilities column, added only when missing; v9's
+    # per-row MACs, tables and triggers created IF NOT EXISTS) change nothing when re-run.
+    assert schema.MACS_VERSION == schema.CAPABILITIES_VERSION + 1 == schema.KEYED_VERSION + 2 == schema.CURRENT_VERSION
     assert schema.USAGE_VERSION == schema.INTEGRITY_VERSION + 1 == schema.SUMMARY_VERSION + 2, \
         "_downgrade undoes the steps after the summary"
     ids = _mixed(loopx)

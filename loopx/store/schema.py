@@ -351,15 +351,40 @@ _V7 = [Call("loopx.rekey", "key_registry")]
 # it, by a ledger event, so upgrading does not take its steps away.
 _V8 = [Call("loopx.integrity", "add_goal_capabilities"), Call("loopx.goals", "adopt_capabilities")]
 
+# v9: the state digest kept incrementally (loopx/state_macs.py, issue 25): one keyed MAC per state row
+# in state_macs, and the rows each transaction changed recorded by triggers in state_dirty (empty
+# outside a LoopX transaction). Every goal's MACs are computed from its rows - a goal whose recorded
+# digest no longer matches them is sealed untrusted instead (loopx.integrity.mac_all). A later step
+# that adds a column to a table in state_macs.TABLES must add it there, re-create the SQLite
+# triggers (state_macs.install) and end with the same Call.
+_V9 = [
+    """CREATE TABLE IF NOT EXISTS state_macs (
+        goal_id TEXT NOT NULL,
+        tbl TEXT NOT NULL,
+        k TEXT NOT NULL,
+        mac TEXT NOT NULL,
+        PRIMARY KEY (goal_id, tbl, k))""",
+    """CREATE TABLE IF NOT EXISTS state_dirty (
+        goal_id TEXT NOT NULL,
+        tbl TEXT NOT NULL,
+        k TEXT NOT NULL,
+        old TEXT,
+        new TEXT,
+        PRIMARY KEY (goal_id, tbl, k))""",
+    Call("loopx.state_macs", "install"),
+    Call("loopx.integrity", "mac_all"),
+]
+
 # A step is a list of SQL texts, ``{dialect: [SQL...]}`` for what differs per dialect, or a
 # callable run with the migration's transaction (for data that only Python can derive).
-MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
+MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
 CURRENT_VERSION = len(MIGRATIONS)
 SUMMARY_VERSION = MIGRATIONS.index(_V3) + 1  # the version that added the attention summary
 INTEGRITY_VERSION = MIGRATIONS.index(_V4) + 1  # the version that added the hash chain and digests
 USAGE_VERSION = MIGRATIONS.index(_V5) + 1  # the version that added the usage counters
 KEYED_VERSION = MIGRATIONS.index(_V7) + 1  # the version that keyed them
 CAPABILITIES_VERSION = MIGRATIONS.index(_V8) + 1  # the version that gave goals their capability list
+MACS_VERSION = MIGRATIONS.index(_V9) + 1  # the version that keeps the digest per row (state_macs)
 
 
 def statements(dialect: str, from_version: int) -> list:

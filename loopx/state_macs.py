@@ -1,0 +1,302 @@
+"""The state digest kept incrementally: one keyed MAC per state row, summed (issue 25).
+
+Every row of a goal's state tables (:data:`TABLES`) has a MAC in ``state_macs``:
+``HMAC_k(goal, table, key, the row's JSON text)``. The goal's digest is their sum
+``D = sum(MACs) mod 2^256`` with per-table row counts, bound to the chain head by a tag
+``HMAC_k(goal, seq, head_hash, D, counts)``, all stored in ``goal_heads.state_digest`` as
+``v3 <D> <counts> <tag>``. See docs/architecture.md ("The state digest").
+
+Which rows changed is recorded by SQL triggers in ``state_dirty`` (the row's text before the
+transaction and after, both as the database prints it: ``json_object`` on SQLite, ``to_jsonb``
+on PostgreSQL); the seal (:func:`seal_incremental`) takes them out in one statement, adds the
+new rows' MACs and subtracts the old ones. Triggers are bookkeeping, not evidence: what proves
+a row is its MAC, which nobody without the key can make. Outside a LoopX transaction
+``state_dirty`` is empty, so a row written behind LoopX's back while the triggers are in place
+leaves a mark should-run sees at once; one written with them removed is caught when a decision
+reads it (its MAC fails) or by the whole-goal sum ``self-repair check`` makes.
+
+Rows are always read as the database's JSON text (never as driver values): the seal, the
+per-turn check and the whole-goal sum MAC the very text the database prints for the row.
+"""
+
+from __future__ import annotations
+
+import json
+
+#: Per state table: the column holding the goal, the key expression (``{t}``: the row's alias),
+#: and its columns (SQLite's JSON text names them; the migration checks them against the table).
+TABLES = {
+    "goals": ("id", "{t}.id", ("id", "created_seq", "title", "description", "status", "status_reason", "criteria",
+                               "limits", "grants", "parallel_runs", "revision", "created_at", "updated_at",
+                               "capabilities")),
+    "gates": ("goal_id", "{t}.id", ("id", "goal_id", "title", "scope", "blocks", "status", "requested_by",
+                                    "created_at", "decided_by", "decided_at", "comment")),
+    "todos": ("goal_id", "{t}.id", ("id", "goal_id", "created_seq", "text", "priority", "depends_on", "status", "note",
+                                    "claim_agent", "claim_run_id", "claim_expires_at", "epoch", "created_at",
+                                    "updated_at")),
+    "actions": ("goal_id", "{t}.name", ("goal_id", "name", "argv", "source", "created_at", "gate_id")),
+    "runs": ("goal_id", "{t}.id", ("id", "goal_id", "agent", "status", "contract_id", "fingerprint", "opened_at",
+                                   "expires_at", "finished_at", "outcome", "tokens", "cost", "handoff")),
+    # The contracts: what ``exec`` obeys while their run is open (append-only).
+    "contracts": ("goal_id", "{t}.id", ("id", "goal_id", "run_id", "fingerprint", "issued_at", "expires_at",
+                                        "document")),
+    "capability_state": ("goal_id", "{t}.namespace || {sep} || {t}.key",
+                         ("goal_id", "namespace", "key", "value", "updated_at")),
+    "goal_usage": ("goal_id", "''", ("goal_id", "turns", "tokens", "cost_micros", "wall_us", "last_opened")),
+    "todo_ready": ("goal_id", "{t}.todo_id", ("goal_id", "todo_id", "priority", "created_seq")),
+}
+#: The count of open runs, kept beside the per-table counts (should-run reads every open run).
+OPEN_RUNS = "runs.open"
+MODULUS = 1 << 256
+FORMAT = "v3"
+
+
+def _sep(dialect: str) -> str:
+    return "char(31)" if dialect == "sqlite" else "chr(31)"
+
+
+def key_sql(dialect: str, table: str, alias: str) -> str:
+    """The SQL expression of a ``table`` row's key (``alias``: the row's name in the statement)."""
+    return TABLES[table][1].format(t=alias, sep=_sep(dialect))
+
+
+def text_sql(dialect: str, table: str, alias: str) -> str:
+    """The SQL expression of a row's JSON text."""
+    if dialect == "sqlite":
+        return "json_object(" + ", ".join(f"'{c}', {alias}.{c}" for c in TABLES[table][2]) + ")"
+    return f"CAST(to_jsonb({alias}) AS TEXT)"
+
+
+# --- the MACs ---
+
+def row_mac(ring, goal_id: str, table: str, key: str, text: str) -> int:
+    """The MAC of one row (``text``: its JSON text as the database prints it - the same text for
+    the same row every time on one backend; a copy to another backend re-MACs every row), as an
+    integer. Each field is length-prefixed, so no two rows can be made to share a message."""
+    msg = f"loopx-row-v1 {len(goal_id)}:{goal_id}{len(table)}:{table}{len(key)}:{key}{text}"
+    return int(ring.digest(msg.encode("utf-8", "backslashreplace")), 16)
+
+
+def _open_run(text: str | None) -> bool:
+    return text is not None and json.loads(text).get("status") == "open"
+
+
+def tag(ring, goal_id: str, seq: int, head_hash: str | None, total: int, counts: dict) -> str:
+    """The tag binding the sum and counts to the goal's chain head."""
+    msg = json.dumps(["loopx-state-v3", goal_id, seq, head_hash, f"{total:064x}", sorted(counts.items())],
+                     separators=(",", ":")).encode()
+    return ring.digest(msg)
+
+
+def encode(ring, goal_id: str, seq: int, head_hash: str | None, total: int, counts: dict) -> str:
+    """What ``goal_heads.state_digest`` stores."""
+    counts = {k: v for k, v in counts.items() if v}
+    return " ".join((FORMAT, f"{total:064x}", json.dumps(counts, sort_keys=True, separators=(",", ":")),
+                     tag(ring, goal_id, seq, head_hash, total, counts)))
+
+
+def decode(ring, goal_id: str, recorded: dict) -> tuple[int, dict] | None:
+    """``(D, counts)`` from a recorded head whose tag verifies with ``ring``, else None."""
+    stored = recorded.get("state_digest") or ""
+    if not stored.startswith(FORMAT + " ") or ring is None or ring.key is None:
+        return None
+    try:
+        _, total_hex, counts_text, stored_tag = stored.split(" ")
+        total, counts = int(total_hex, 16), json.loads(counts_text)
+    except ValueError:
+        return None
+    if tag(ring, goal_id, recorded["seq"], recorded["head_hash"], total, counts) != stored_tag:
+        return None
+    return total, counts
+
+
+def is_v3(recorded: dict | None) -> bool:
+    """Whether a recorded head holds a digest of this format (verified or not)."""
+    return recorded is not None and (recorded.get("state_digest") or "").startswith(FORMAT + " ")
+
+
+# --- the seal ---
+
+def seal_incremental(tx, ring, goal_id: str, total: int, counts: dict) -> tuple[int, dict]:
+    """Take the goal's changed rows out of ``state_dirty`` (one statement) and update their MACs:
+    returns the new ``(D, counts)``. The old row's MAC is computed from its text before the
+    change, not taken from ``state_macs``: a row altered behind LoopX's back (triggers removed)
+    and then changed by LoopX leaves ``D`` off by the difference, so the whole-goal sum still
+    finds it."""
+    changed = tx.query("DELETE FROM state_dirty WHERE goal_id = ? RETURNING tbl, k, old, new", (goal_id,))
+    counts = dict(counts)
+    upserts, deletes = [], []
+    for c in changed:
+        old, new = c["old"], c["new"]
+        if old == new:
+            continue
+        table, key = c["tbl"], c["k"]
+        if old is not None:
+            total -= row_mac(ring, goal_id, table, key, old)
+            counts[table] = counts.get(table, 0) - 1
+            if table == "runs" and _open_run(old):
+                counts[OPEN_RUNS] = counts.get(OPEN_RUNS, 0) - 1
+        if new is not None:
+            mac = row_mac(ring, goal_id, table, key, new)
+            total += mac
+            counts[table] = counts.get(table, 0) + 1
+            if table == "runs" and _open_run(new):
+                counts[OPEN_RUNS] = counts.get(OPEN_RUNS, 0) + 1
+            upserts.append((goal_id, table, key, f"{mac:064x}"))
+        else:
+            deletes.append((goal_id, table, key))
+    if upserts:
+        tx.executemany("INSERT INTO state_macs (goal_id, tbl, k, mac) VALUES (?, ?, ?, ?)"
+                       " ON CONFLICT (goal_id, tbl, k) DO UPDATE SET mac = excluded.mac", upserts)
+    if deletes:
+        tx.executemany("DELETE FROM state_macs WHERE goal_id = ? AND tbl = ? AND k = ?", deletes)
+    return total % MODULUS, counts
+
+
+def _all_rows(tx, goal_id: str):
+    """Every state row of the goal as ``(table, key, text)``, one table at a time."""
+    for table, (column, _, _) in TABLES.items():
+        sql = (f"SELECT {key_sql(tx.dialect, table, 't')} AS k, {text_sql(tx.dialect, table, 't')} AS txt"
+               f" FROM {table} t WHERE t.{column} = ?")
+        for r in tx.query(sql, (goal_id,)):
+            yield table, r["k"], r["txt"]
+
+
+def whole(tx, ring, goal_id: str) -> tuple[int, dict, list]:
+    """The sum and counts of the goal's rows as they stand (the full check), and their MACs."""
+    total, counts, macs = 0, {}, []
+    for table, key, text in _all_rows(tx, goal_id):
+        mac = row_mac(ring, goal_id, table, key, text)
+        total += mac
+        counts[table] = counts.get(table, 0) + 1
+        if table == "runs" and _open_run(text):
+            counts[OPEN_RUNS] = counts.get(OPEN_RUNS, 0) + 1
+        macs.append((goal_id, table, key, f"{mac:064x}"))
+    return total % MODULUS, counts, macs
+
+
+def seal_whole(tx, ring, goal_id: str) -> tuple[int, dict]:
+    """Recompute every MAC of the goal from its rows (a new goal, a rebuilt one, a new key)."""
+    total, counts, macs = whole(tx, ring, goal_id)
+    tx.execute("DELETE FROM state_macs WHERE goal_id = ?", (goal_id,))
+    tx.execute("DELETE FROM state_dirty WHERE goal_id = ?", (goal_id,))
+    for start in range(0, len(macs), 5000):
+        tx.executemany("INSERT INTO state_macs (goal_id, tbl, k, mac) VALUES (?, ?, ?, ?)", macs[start:start + 5000])
+    return total, counts
+
+
+# --- the per-turn check: the rows a decision reads ---
+
+def turn_rows_sql(dialect: str, agent: str | None) -> str:
+    """One statement: every row a should-run decision reads, with its stored MAC - the goal, its
+    gates and actions, its open runs and their contracts, its usage counters, and the first rows
+    of the ready page (todo_ready and todos, filtered as :func:`loopx.todo_ready.first_ready`)."""
+
+    def part(table: str, where: str, source: str | None = None) -> str:
+        column = TABLES[table][0]
+        return (f"SELECT '{table}' AS tbl, {key_sql(dialect, table, 't')} AS k, {text_sql(dialect, table, 't')} AS txt,"
+                f" m.mac AS mac FROM {source or table + ' t'} LEFT JOIN state_macs m ON m.goal_id = t.{column}"
+                f" AND m.tbl = '{table}' AND m.k = {key_sql(dialect, table, 't')} WHERE {where}")
+
+    own = "" if agent is None else " OR t2.claim_agent = ?"
+    join = "CROSS JOIN" if dialect == "sqlite" else "JOIN"  # (SQLite's CROSS JOIN: the page first)
+    page = ("SELECT r2.todo_id FROM todo_ready r2 JOIN todos t2 ON t2.id = r2.todo_id WHERE r2.goal_id = ?"
+            " AND (t2.claim_agent IS NULL OR t2.claim_expires_at IS NULL OR t2.claim_expires_at <= ?" + own + ")"
+            " ORDER BY r2.priority, r2.created_seq LIMIT ?")
+    return " UNION ALL ".join([
+        part("goals", "t.id = ?"),
+        part("gates", "t.goal_id = ?"),
+        part("actions", "t.goal_id = ?"),
+        part("runs", "t.goal_id = ? AND t.status = 'open'"),
+        part("contracts", "t.id IN (SELECT contract_id FROM runs WHERE goal_id = ? AND status = 'open')"),
+        part("goal_usage", "t.goal_id = ?"),
+        # The page drives (a join from it, not a filter on the goal's rows: the cost is the page).
+        part("todo_ready", "t.goal_id = ?", f"({page}) p1 {join} todo_ready t ON t.todo_id = p1.todo_id"),
+        part("todos", "t.goal_id = ?", f"({page}) p2 {join} todos t ON t.id = p2.todo_id"),
+    ])
+
+
+def turn_params(goal_id: str, agent: str | None, now: str, limit: int) -> tuple:
+    page = (goal_id, now, *(() if agent is None else (agent,)), limit)
+    return (goal_id,) * 6 + (*page, goal_id) + (*page, goal_id)
+
+
+#: The tables whose rows of the goal a decision reads whole: their count must match.
+READ_WHOLE = ("goals", "gates", "actions", "goal_usage")
+
+
+def check_turn(tx, ring, goal_id: str, counts: dict, *, agent: str | None, now: str, limit: int) -> list[str]:
+    """What fails among the rows a decision reads: each row's MAC, and the counts of the sets it
+    reads whole. Returns one line per finding (empty: all verified)."""
+    rows = tx.query(turn_rows_sql(tx.dialect, agent), turn_params(goal_id, agent, now, limit))
+    found, seen = [], {}
+    for r in rows:
+        table = r["tbl"]
+        seen[table] = seen.get(table, 0) + 1
+        if r["mac"] is None or int(r["mac"], 16) != row_mac(ring, goal_id, table, r["k"], r["txt"]):
+            found.append(f"{table} row {r['k'] or goal_id} is not the row the ledger wrote")
+    for table in READ_WHOLE:
+        if seen.get(table, 0) != counts.get(table, 0):
+            found.append(f"the goal has {seen.get(table, 0)} {table} rows, not {counts.get(table, 0)}")
+    if seen.get("runs", 0) != counts.get(OPEN_RUNS, 0):
+        found.append(f"the goal has {seen.get('runs', 0)} open runs, not {counts.get(OPEN_RUNS, 0)}")
+    if seen.get("contracts", 0) != seen.get("runs", 0):
+        found.append("an open run's contract is missing")
+    return found
+
+
+# --- the schema step ---
+
+def check_columns(tx) -> None:
+    """The columns :data:`TABLES` names are the tables' (SQLite's JSON text lists them)."""
+    for table, (_, _, columns) in TABLES.items():
+        if tx.dialect == "sqlite":
+            have = [r["name"] for r in tx.query(f"PRAGMA table_info({table})")]
+        else:
+            have = [r["column_name"] for r in tx.query(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ?"
+                " AND table_schema = current_schema() ORDER BY ordinal_position", (table,))]
+        if sorted(have) != sorted(columns):
+            raise RuntimeError(f"state_macs.TABLES[{table!r}] lists {sorted(columns)}, the table has {sorted(have)}")
+
+
+def trigger_sql(dialect: str) -> list[str]:
+    """The triggers that record changed rows in ``state_dirty`` (one set per state table)."""
+    out = []
+    for table, (column, _, _) in TABLES.items():
+        if dialect == "sqlite":
+            for op, ref, old, new, on_conflict in (
+                    ("INSERT", "NEW", "NULL", text_sql(dialect, table, "NEW"), "new = excluded.new"),
+                    ("UPDATE", "NEW", text_sql(dialect, table, "OLD"), text_sql(dialect, table, "NEW"),
+                     "new = excluded.new"),
+                    ("DELETE", "OLD", text_sql(dialect, table, "OLD"), "NULL", "new = NULL")):
+                out.append(f"CREATE TRIGGER IF NOT EXISTS state_dirty_{table}_{op.lower()} AFTER {op} ON {table}"
+                           f" BEGIN INSERT INTO state_dirty (goal_id, tbl, k, old, new) VALUES ({ref}.{column},"
+                           f" '{table}', {key_sql(dialect, table, ref)}, {old}, {new})"
+                           f" ON CONFLICT (goal_id, tbl, k) DO UPDATE SET {on_conflict}; END")
+        else:
+            out.append(f"""CREATE OR REPLACE FUNCTION state_dirty_{table}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+            BEGIN
+                IF TG_OP = 'DELETE' THEN
+                    INSERT INTO state_dirty (goal_id, tbl, k, old, new) VALUES (OLD.{column}, '{table}',
+                        {key_sql(dialect, table, 'OLD')}, CAST(to_jsonb(OLD) AS TEXT), NULL)
+                        ON CONFLICT (goal_id, tbl, k) DO UPDATE SET new = NULL;
+                ELSE
+                    INSERT INTO state_dirty (goal_id, tbl, k, old, new) VALUES (NEW.{column}, '{table}',
+                        {key_sql(dialect, table, 'NEW')},
+                        CASE WHEN TG_OP = 'UPDATE' THEN CAST(to_jsonb(OLD) AS TEXT) END, CAST(to_jsonb(NEW) AS TEXT))
+                        ON CONFLICT (goal_id, tbl, k) DO UPDATE SET new = excluded.new;
+                END IF;
+                RETURN NULL;
+            END $fn$""")
+            out.append(f"DROP TRIGGER IF EXISTS state_dirty_{table} ON {table}")
+            out.append(f"CREATE TRIGGER state_dirty_{table} AFTER INSERT OR UPDATE OR DELETE ON {table}"
+                       f" FOR EACH ROW EXECUTE FUNCTION state_dirty_{table}()")
+    return out
+
+
+def install(tx) -> None:
+    """Schema step: check the column lists, then create the triggers."""
+    check_columns(tx)
+    for sql in trigger_sql(tx.dialect):
+        tx.execute(sql)
