@@ -410,4 +410,6 @@ def clean(reg, repo: str, *, unknown: bool = True) -> dict:
         gone = gitrepo.remove_goal_worktree(root, worktree, branch)
         if gone:
             removed.append({"goal_id": goal_dir.name, "status": status, "removed": gone})
-    return {"repo": root, "removed": removed, "kept": kept}
+    from loopx_issue_fix import baserun
+
+    return {"repo": root, "removed": removed, "kept": kept, "bases_removed": baserun.prune(base.parent)}
