@@ -98,6 +98,7 @@ _LAZY = {
     "progress": "loopx.progress:progress",
     # --- processes ---
     "run_command": "loopx.process:run_command",
+    "in_step": "loopx.process:in_step",
     # --- executors ---
     "Executor": "loopx.executors.protocol:Executor",
     "CheckedExecutor": "loopx.executors.protocol:CheckedExecutor",

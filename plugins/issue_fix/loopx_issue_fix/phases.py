@@ -346,10 +346,15 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
     if env_problem:
         raise LoopxError("issue_fix.environment_changed", f"nothing run: {env_problem}")
     evidence_id = new_id("evidence")
-    # One base run per base: the same tree, command and environment were run red before (see baserun).
+    # One base run per base: the same tree, command and environment were run red before (see
+    # baserun). Only a run made outside any agent's turn is shared with later goals: inside one, the
+    # agent could write into the run's directory (in .git) while it runs.
+    from loopx.api import in_step
+
     key = baserun.base_key(state, tree, runner(state), signature)
     earlier = baserun.reusable(reg, state, key) if key else None
-    store = baserun.base_dir(state, key) / f"bytecode-{evidence_id}" if key else None
+    shared = bool(key) and (earlier is not None or not in_step())
+    store = baserun.base_dir(state, key) / f"bytecode-{evidence_id}" if shared and not earlier else None
     if earlier:
         test, artifact = _reuse(state, earlier, tree, limit, evidence_id)
     else:
@@ -410,7 +415,7 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
                                        "cases_total": len(cases), "results_sha256": artifact["sha256"],
                                        "test_files": sorted({c["file"] for c in cases.values() if c.get("file")}),
                                        "data_files": guard.data_files(test["report"].get("opened", [])),
-                                       "base_key": key, "reused": test.get("reused")}
+                                       "base_key": key if shared else None, "reused": test.get("reused")}
         changes["refs"] = refs
         return changes, ["reproduce"] if outcome == "red" else [], {"reproduced": outcome == "red"}
 
@@ -422,7 +427,7 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
                                      expected="fail", outcome=outcome, problem=problem, commit=commit, tree=tree,
                                      failing=red_ids, test_files=files))
     out.update(test=testrun.slim(test), outcome=outcome, failing=red_ids, test_files=files)
-    if key and outcome == "red" and out.get("phase") == "fix":
+    if shared and not earlier and outcome == "red" and out.get("phase") == "fix":
         baserun.remember(state, key, run.goal_id, out["evidence_id"])
     if outcome == "not_a_test_failure":
         raise LoopxError("issue_fix.not_a_test_failure",
