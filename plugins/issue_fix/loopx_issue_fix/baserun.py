@@ -116,6 +116,26 @@ def reusable(reg, state: dict, key: str) -> dict | None:
     return {"goal_id": goal_id, "evidence_id": evidence_id, "data": data, "facts": ev.data}
 
 
+def donor(reg, state: dict, skip: str | None = None) -> dict | None:
+    """The bytecode list of the most recently used shared base run of this repository that the
+    registry vouches for (see :func:`reusable`), to start a *new* base's run warm: its entries are
+    copied only where a file's blob is the same in the new tree (:func:`bytecode.seed`)."""
+    root = Path(state["goal_dir"]).parent / "base"
+    try:
+        dirs = sorted((d for d in root.iterdir() if d.is_dir() and d.name != skip),
+                      key=lambda d: d.stat().st_mtime, reverse=True)
+    except OSError:
+        return None
+    for d in dirs[:3]:
+        earlier = reusable(reg, state, d.name)
+        if earlier is not None:
+            try:
+                return json.loads(earlier["data"]).get("bytecode")
+            except ValueError:
+                return None
+    return None
+
+
 def prune(common: Path, keep: int = KEEP) -> list[str]:
     """Remove all but the ``keep`` most recently used base directories of a repository."""
     import shutil

@@ -125,7 +125,8 @@ def _run_tests(state: dict, tree: str, timeout: tuple[float, str], evidence_id: 
     of that file. Bytecode (a run LoopX starts itself, see :func:`runner`): ``fill_cache`` (the
     base run) writes a new cache and keeps it in ``store`` (default: ``<goal_dir>/bytecode/<evidence_id>``;
     its list goes into the results file, as ``bytecode``); ``base_cache`` (that list) gives a later
-    run a checked copy to read.
+    run a checked copy to read - or a base run a warm start (another base's list: only files whose
+    blob is the same are copied, the rest it compiles and adds).
     """
     import hashlib
     import json
@@ -144,7 +145,7 @@ def _run_tests(state: dict, tree: str, timeout: tuple[float, str], evidence_id: 
         checkout = work / "tree"
         blobs = gitrepo.export_tree(state["repo"], tree, checkout)
         pycache = work / "pycache" if planned else None
-        if pycache is not None and not fill_cache:
+        if pycache is not None and (base_cache or not fill_cache):
             seeded = bytecode.seed(base_cache, pycache, checkout, blobs)
         test = testrun.run_test(str(checkout), state["test_command"], report=work / "report" / "last.xml",
                                 report_option=state.get("report"), timeout=timeout[0], planned=planned,
@@ -358,7 +359,8 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
     if earlier:
         test, artifact = _reuse(state, earlier, tree, limit, evidence_id)
     else:
-        test, artifact = _run_tests(state, tree, limit, evidence_id, fill_cache=True, store=store)
+        warm = baserun.donor(reg, state, skip=key) if key else None
+        test, artifact = _run_tests(state, tree, limit, evidence_id, fill_cache=True, store=store, base_cache=warm)
     wrote: list[str] = []
     refs = _refs(state)
     cases = test["report"]["cases"]

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from issue_fix_helpers import FAILING_ID, FIXED, TEST_COMMAND, WRONG, make_project
+from issue_fix_helpers import FAILING_ID, FIXED, TEST_COMMAND, WRONG, git, make_project
 from test_issue_fix import start, state, step
 
 
@@ -49,6 +49,22 @@ def test_a_later_goal_on_the_same_base_reuses_the_red_base_run_and_still_verifie
     assert r.json["verified"] is True, r
     used = r.json["test"]["bytecode"]
     assert used["copied"] >= 1 and used["refused"] == 0, used
+
+
+def test_a_new_base_starts_warm_with_an_earlier_bases_bytecode_of_unchanged_files(cli, project):
+    reproduce(cli, project)
+    (project / "NOTES.txt").write_text("a file no test reads\n")
+    git(project, "add", "NOTES.txt")
+    git(project, "commit", "-qm", "notes")
+    g, wt, ran = reproduce(cli, project)  # a new base: its run runs, with the earlier base's bytecode
+    assert ran["test"].get("reused") is None, ran["test"]
+    assert ran["test"]["bytecode"]["copied"] >= 1 and ran["test"]["bytecode"]["refused"] == 0, ran["test"]
+    (wt / "calc.py").write_text(WRONG)
+    r, _ = step(cli, g, expect=1)
+    assert r.json["reason"] == "test_failed", r
+    (wt / "calc.py").write_text(FIXED)
+    r, _ = step(cli, g)
+    assert r.json["verified"] is True, r
 
 
 def test_an_earlier_results_file_that_changed_is_not_reused(cli, project):
