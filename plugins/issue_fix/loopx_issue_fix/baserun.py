@@ -75,12 +75,16 @@ def base_dir(state: dict, key: str) -> Path:
 
 
 def remember(state: dict, key: str, goal_id: str, evidence_id: str) -> None:
-    """Point ``key``'s directory at the red reproduction ``evidence_id`` of ``goal_id``."""
+    """Point ``key``'s directory at the red reproduction ``evidence_id`` of ``goal_id`` (best effort:
+    without the pointer the next goal on this base runs it again)."""
     where = base_dir(state, key)
-    where.mkdir(parents=True, exist_ok=True)
-    tmp = where / f".latest.{os.getpid()}"
-    tmp.write_text(json.dumps({"goal_id": goal_id, "evidence_id": evidence_id}))
-    os.replace(tmp, where / "latest.json")
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        tmp = where / f".latest.{os.getpid()}"
+        tmp.write_text(json.dumps({"goal_id": goal_id, "evidence_id": evidence_id}))
+        os.replace(tmp, where / "latest.json")
+    except OSError:
+        pass
 
 
 def reusable(reg, state: dict, key: str) -> dict | None:
@@ -113,6 +117,10 @@ def reusable(reg, state: dict, key: str) -> dict | None:
     if "sha256:" + hashlib.sha256(data).hexdigest() != ev.file_sha256 or \
             hashlib.sha256(data).hexdigest() != repro.get("results_sha256"):
         return None
+    try:
+        os.utime(base_dir(state, key))  # most recently used: the last that `prune` removes
+    except OSError:
+        pass
     return {"goal_id": goal_id, "evidence_id": evidence_id, "data": data, "facts": ev.data}
 
 
