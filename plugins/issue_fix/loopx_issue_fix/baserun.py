@@ -124,6 +124,31 @@ def reusable(reg, state: dict, key: str) -> dict | None:
     return {"goal_id": goal_id, "evidence_id": evidence_id, "data": data, "facts": ev.data}
 
 
+#: The facts of a run kept in its evidence that a reused base run takes over (see :func:`take_over`).
+_FACTS = ("command", "ran", "isolation", "exit_code", "timed_out", "duration_seconds", "output_tail",
+          "output_sha256", "output_bytes")
+
+
+def take_over(state: dict, earlier: dict, tree: str, timeout: tuple[float, str], evidence_id: str) -> tuple[dict, dict]:
+    """An earlier red base run of the same base key (:func:`reusable`) as this reproduction's
+    run: its complete results file, byte for byte, becomes this goal's (same sha256), its facts come
+    from its evidence, and ``reused`` names where they come from."""
+    data = earlier["data"]
+    body = json.loads(data)
+    path = Path(state["goal_dir"], "results", f"{evidence_id}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    artifact = {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), "cases_total": len(body["cases"]),
+                "collection_errors": len(body.get("collection_errors", {})), "exit_status": body.get("exit_status")}
+    test = {k: earlier["facts"].get(k) for k in _FACTS}
+    test.update(timeout_seconds=timeout[0], timeout_source=timeout[1], tree=tree, results=artifact,
+                reused={"goal_id": earlier["goal_id"], "evidence_id": earlier["evidence_id"]},
+                report={"found": True, "cases": body["cases"], "problem": None,
+                        "collection_errors": body.get("collection_errors", {}), "exit_status": body.get("exit_status"),
+                        "opened": body.get("opened", [])})
+    return test, artifact
+
+
 def donor(reg, state: dict, skip: str | None = None) -> dict | None:
     """The bytecode list of the most recently used shared base run of this repository that the
     registry vouches for (see :func:`reusable`), to start a *new* base's run warm: its entries are

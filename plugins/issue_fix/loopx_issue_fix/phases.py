@@ -173,34 +173,6 @@ def _run_tests(state: dict, tree: str, timeout: tuple[float, str], evidence_id: 
     return test, artifact
 
 
-#: The facts of a run kept in its evidence that a reused base run takes over (see :func:`_reuse`).
-_FACTS = ("command", "ran", "isolation", "exit_code", "timed_out", "duration_seconds", "output_tail",
-          "output_sha256", "output_bytes")
-
-
-def _reuse(state: dict, earlier: dict, tree: str, timeout: tuple[float, str], evidence_id: str) -> tuple[dict, dict]:
-    """An earlier red base run of the same base key (:func:`baserun.reusable`) as this reproduction's
-    run: its complete results file, byte for byte, becomes this goal's (same sha256), its facts come
-    from its evidence, and ``reused`` names where they come from."""
-    import hashlib
-    import json
-
-    data = earlier["data"]
-    body = json.loads(data)
-    path = Path(state["goal_dir"], "results", f"{evidence_id}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    artifact = {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), "cases_total": len(body["cases"]),
-                "collection_errors": len(body.get("collection_errors", {})), "exit_status": body.get("exit_status")}
-    test = {k: earlier["facts"].get(k) for k in _FACTS}
-    test.update(timeout_seconds=timeout[0], timeout_source=timeout[1], tree=tree, results=artifact,
-                reused={"goal_id": earlier["goal_id"], "evidence_id": earlier["evidence_id"]},
-                report={"found": True, "cases": body["cases"], "problem": None,
-                        "collection_errors": body.get("collection_errors", {}), "exit_status": body.get("exit_status"),
-                        "opened": body.get("opened", [])})
-    return test, artifact
-
-
 def read_results(state: dict, evidence_id: str, reg) -> dict:
     """The complete results a run recorded (its artifact file), checked against the sha256 its
     evidence holds (``issue_fix.evidence_changed`` if the file is gone or differs)."""
@@ -357,7 +329,7 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
     shared = bool(key) and (earlier is not None or not in_step())
     store = baserun.base_dir(state, key) / f"bytecode-{evidence_id}" if shared and not earlier else None
     if earlier:
-        test, artifact = _reuse(state, earlier, tree, limit, evidence_id)
+        test, artifact = baserun.take_over(state, earlier, tree, limit, evidence_id)
     else:
         warm = baserun.donor(reg, state, skip=key) if key else None
         test, artifact = _run_tests(state, tree, limit, evidence_id, fill_cache=True, store=store, base_cache=warm)
