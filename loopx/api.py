@@ -152,6 +152,7 @@ GROUPS = {
     },
     "Running a child process": {
         "run_command": "loopx.process:run_command",
+        "in_step": "loopx.process:in_step",
     },
     "Executors": {
         "Executor": "loopx.executors.protocol:Executor",

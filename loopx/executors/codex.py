@@ -65,9 +65,20 @@ class CodexExecutor:
         os.makedirs(home, exist_ok=True)  # Codex refuses to start without it
         env["CODEX_HOME"] = home
         report = agents.Report()
-        return agents.run_agent(NAME, registry, contract, agent=agent,
-                                argv=self.argv(prompts.build(contract, host=NAME, managed=True)), env=env,
-                                parse=parse, report=report, timeout=self.timeout or agents.configured_timeout())
+        out = agents.run_agent(NAME, registry, contract, agent=agent,
+                               argv=self.argv(prompts.build(contract, host=NAME, managed=True)), env=env,
+                               parse=parse, report=report, timeout=self.timeout or agents.configured_timeout())
+        if out["outcome"] == "failed" and not report.commands and sandbox_mode() == "read-only":
+            # Codex says nothing about it (no command item, exit 0): the turn's reason says why.
+            out["handoff"] = (f"{NAME}: failed [{READ_ONLY}]: Codex ran in its read-only sandbox "
+                              "(LOOPX_CODEX_SANDBOX=read-only), which forbids edits and lets no command run; set "
+                              "LOOPX_CODEX_SANDBOX=workspace-write (edits in the working directory only) or leave "
+                              "it unset; " + out["handoff"])[:4000]
+        return out
+
+
+#: The stable code a turn's hand-off starts with when Codex's read-only sandbox kept it from doing anything.
+READ_ONLY = "codex_sandbox_read_only"
 
 
 def sandbox_mode() -> str:

@@ -110,14 +110,14 @@ for d in dirs:
                     files[p] = hashlib.sha256(fh.read()).hexdigest()
             except OSError:
                 files[p] = "unreadable"
-print(json.dumps({"python": sys.version.split()[0], "prefix": sys.prefix, "files": files}))
+print(json.dumps({"python": sys.version.split()[0], "prefix": sys.prefix, "files": files, "dirs": dirs}))
 """
 
 
 def environment(interpreter: str, timeout: float = 30) -> dict | None:
-    """``{"interpreter", "python", "prefix", "files": {path: sha256}}``: the start-up code the
-    interpreter runs (``.pth`` files, ``sitecustomize``), asked in isolated mode; ``None`` if it
-    cannot be asked."""
+    """``{"interpreter", "python", "prefix", "files": {path: sha256}, "dirs"}``: the start-up code the
+    interpreter runs (``.pth`` files, ``sitecustomize``) and the directories it was looked for in,
+    asked in isolated mode; ``None`` if it cannot be asked."""
     import json
 
     from loopx.api import run_command

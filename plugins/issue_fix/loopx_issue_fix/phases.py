@@ -116,15 +116,17 @@ def runner(state: dict) -> dict | None:
 
 
 def _run_tests(state: dict, tree: str, timeout: tuple[float, str], evidence_id: str, *,
-               base_cache: dict | None = None, fill_cache: bool = False) -> tuple[dict, dict]:
+               base_cache: dict | None = None, fill_cache: bool = False, store: Path | None = None) -> tuple[dict, dict]:
     """One run of the tests on a clean copy of exactly ``tree`` (never in the agent's worktree).
 
     The copy is made from the repository's objects into a new directory under the goal's
     directory and removed afterwards. The complete results (every test id) are written to
     ``<goal_dir>/results/<evidence_id>.json``; returns the run and ``{"path", "sha256", ...}``
     of that file. Bytecode (a run LoopX starts itself, see :func:`runner`): ``fill_cache`` (the
-    base run) writes a new cache and keeps it (its list goes into the results file, as
-    ``bytecode``); ``base_cache`` (that list) gives a later run a checked copy to read.
+    base run) writes a new cache and keeps it in ``store`` (default: ``<goal_dir>/bytecode/<evidence_id>``;
+    its list goes into the results file, as ``bytecode``); ``base_cache`` (that list) gives a later
+    run a checked copy to read - or a base run a warm start (another base's list: only files whose
+    blob is the same are copied, the rest it compiles and adds).
     """
     import hashlib
     import json
@@ -143,13 +145,13 @@ def _run_tests(state: dict, tree: str, timeout: tuple[float, str], evidence_id: 
         checkout = work / "tree"
         blobs = gitrepo.export_tree(state["repo"], tree, checkout)
         pycache = work / "pycache" if planned else None
-        if pycache is not None and not fill_cache:
+        if pycache is not None and (base_cache or not fill_cache):
             seeded = bytecode.seed(base_cache, pycache, checkout, blobs)
         test = testrun.run_test(str(checkout), state["test_command"], report=work / "report" / "last.xml",
                                 report_option=state.get("report"), timeout=timeout[0], planned=planned,
                                 pycache=pycache, write_bytecode=fill_cache)
         if pycache is not None and fill_cache:
-            cache = bytecode.harvest(pycache, checkout, blobs, Path(state["goal_dir"], "bytecode", evidence_id))
+            cache = bytecode.harvest(pycache, checkout, blobs, store or Path(state["goal_dir"], "bytecode", evidence_id))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if seeded is not None:
@@ -196,17 +198,26 @@ def read_results(state: dict, evidence_id: str, reg) -> dict:
     return json.loads(data)
 
 
-def _environment_problem(state: dict) -> str | None:
-    """Whether the interpreter's start-up code changed since ``start`` (a ``.pth``, ``sitecustomize``)."""
-    from loopx_issue_fix import guard
+def _environment_problem(state: dict) -> tuple[str | None, str | None]:
+    """Whether the interpreter's start-up code changed since ``start`` (a ``.pth``, ``sitecustomize``):
+    ``(problem or None, the installation's signature now, or None)``.
+
+    The interpreter is asked (:func:`guard.environment`) only when the installation's stat
+    signature (:func:`baserun.signature`) is not the one a step recorded after asking it; the
+    signature is taken *before* asking, so a change made meanwhile shows at the next step.
+    """
+    from loopx_issue_fix import baserun, guard
 
     before = state.get("environment")
     if not before:
-        return None
+        return None, None
+    sig = baserun.signature(before)
+    if sig is not None and sig == state.get("environment_signature"):
+        return None, sig
     changed = guard.environment_changed(before, guard.environment(before["interpreter"]))
     if changed:
-        return f"the test interpreter's start-up files changed since start: {', '.join(changed[:5])}"
-    return None
+        return f"the test interpreter's start-up files changed since start: {', '.join(changed[:5])}", None
+    return None, sig
 
 
 def _refs(state: dict) -> dict:
@@ -296,7 +307,7 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
     A run where nothing fails is recorded (``reproduced: false``, exit 1, phase unchanged). A
     run that is not a test failure is recorded and refused: ``issue_fix.not_a_test_failure``.
     """
-    from loopx_issue_fix import gitrepo, testrun
+    from loopx_issue_fix import baserun, gitrepo, testrun
 
     from loopx_issue_fix import guard
     from loopx.api import new_id
@@ -304,11 +315,24 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
     run, state, limit = _context(reg, run_id, ("reproduce",), "reproduce", timeout)
     wt = state["worktree"]
     commit, tree = gitrepo.commit_of(wt), gitrepo.candidate_tree(wt, state.get("outputs", []))
-    env_problem = _environment_problem(state)
+    env_problem, signature = _environment_problem(state)
     if env_problem:
         raise LoopxError("issue_fix.environment_changed", f"nothing run: {env_problem}")
     evidence_id = new_id("evidence")
-    test, artifact = _run_tests(state, tree, limit, evidence_id, fill_cache=True)
+    # One base run per base: the same tree, command and environment were run red before (see
+    # baserun). Only a run made outside any agent's turn is shared with later goals: inside one, the
+    # agent could write into the run's directory (in .git) while it runs.
+    from loopx.api import in_step
+
+    key = baserun.base_key(state, tree, runner(state), signature)
+    earlier = baserun.reusable(reg, state, key) if key else None
+    shared = bool(key) and (earlier is not None or not in_step())
+    store = baserun.base_dir(state, key) / f"bytecode-{evidence_id}" if shared and not earlier else None
+    if earlier:
+        test, artifact = baserun.take_over(state, earlier, tree, limit, evidence_id)
+    else:
+        warm = baserun.donor(reg, state, skip=key) if key else None
+        test, artifact = _run_tests(state, tree, limit, evidence_id, fill_cache=True, store=store, base_cache=warm)
     wrote: list[str] = []
     refs = _refs(state)
     cases = test["report"]["cases"]
@@ -338,10 +362,10 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
                 problem = f"exit {test['exit_code']} but no test failed in the report"
     if problem:
         outcome = "not_a_test_failure"
-    if outcome != "red":  # only a red reproduction is ever a base: its bytecode is of no use
+    if outcome != "red" and not earlier:  # only a red reproduction is ever a base: its bytecode is of no use
         import shutil
 
-        shutil.rmtree(Path(state["goal_dir"], "bytecode", evidence_id), ignore_errors=True)
+        shutil.rmtree(store or Path(state["goal_dir"], "bytecode", evidence_id), ignore_errors=True)
     files = _test_files(wt, cases, red_ids) if outcome == "red" else []
     passed = testrun.ids_with(test, "passed")
     verdict = {"red": f"reproduced (red): {len(red_ids)} failing test(s): {', '.join(red_ids[:5])}",
@@ -352,6 +376,8 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
         changes = {"attempts": {**current["attempts"], "reproduce": current["attempts"]["reproduce"] + 1},
                    "log": _log(current, "reproduce", evidence_id, outcome, problem),
                    "outputs": _outputs(current, wrote)}
+        if signature:
+            changes["environment_signature"] = signature
         if current["phase"] != "reproduce":
             return changes, [], {"reproduced": False, "note": f"the goal moved on to {current['phase']} meanwhile"}
         if outcome == "red":
@@ -362,16 +388,21 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
                                        "exit_status": test["report"].get("exit_status"),
                                        "cases_total": len(cases), "results_sha256": artifact["sha256"],
                                        "test_files": sorted({c["file"] for c in cases.values() if c.get("file")}),
-                                       "data_files": guard.data_files(test["report"].get("opened", []))}
+                                       "data_files": guard.data_files(test["report"].get("opened", [])),
+                                       "base_key": key if shared else None, "reused": test.get("reused")}
         changes["refs"] = refs
         return changes, ["reproduce"] if outcome == "red" else [], {"reproduced": outcome == "red"}
 
     out = _record(reg, actor, run, step="reproduce", update=update, operation_id=operation_id,
                   request={"commit": commit, "tree": tree}, evidence_id=evidence_id,
-                  evidence=_evidence("reproduce", test, f"issue-fix reproduce: {testrun.summary_line(test)}: {verdict}",
+                  evidence=_evidence("reproduce", test, f"issue-fix reproduce: {testrun.summary_line(test)}"
+                                     + (f" (the same base's run of evidence {test['reused']['evidence_id']}, reused)"
+                                        if test.get("reused") else "") + f": {verdict}",
                                      expected="fail", outcome=outcome, problem=problem, commit=commit, tree=tree,
                                      failing=red_ids, test_files=files))
     out.update(test=testrun.slim(test), outcome=outcome, failing=red_ids, test_files=files)
+    if shared and not earlier and outcome == "red" and out.get("phase") == "fix":
+        baserun.remember(state, key, run.goal_id, out["evidence_id"])
     if outcome == "not_a_test_failure":
         raise LoopxError("issue_fix.not_a_test_failure",
                          f"not a test failure, not counted as red: {problem} (evidence {out['evidence_id']})")
@@ -431,7 +462,7 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
                                 opened=repro.get("data_files", []), exempt=repro["files"] if allow else [])
     approved = _approved_changes(reg, state, tree, infra)
     evidence_id = new_id("evidence")
-    test, problem, result, reason = None, None, {}, None
+    test, problem, result, reason, signature = None, None, {}, None, None
     if remote_moved:
         reason = "git_changed"
         problem = f"the remote {state['branch']['remote']} changed since LoopX's last step (a push LoopX did not " \
@@ -443,7 +474,7 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
         reason = "tests_changed"
         problem = f"the tests are not the base's: {', '.join(infra[:10])} changed"
     else:
-        problem = _environment_problem(state)
+        problem, signature = _environment_problem(state)
         if problem:
             reason = "environment_changed"
     if reason is None:
@@ -512,6 +543,8 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
         changes = {"attempts": {**current["attempts"], "verify": current["attempts"]["verify"] + 1},
                    "log": _log(current, "verify", evidence_id, outcome, problem),
                    "refs": refs, "git_changes": _git_log(current, "verify", remote_moved, local_moved)}
+        if signature and signature != current.get("environment_signature"):
+            changes["environment_signature"] = signature
         if reason == "unchanged":
             changes["flaky"] = sorted(set(current.get("flaky", [])) | set(repro["failing"]))
         if files_now:

@@ -100,6 +100,32 @@ def _installed_bytecode_outside(root):
         return installed if os.path.exists(installed) else cached
 
     external.cache_from_source = cache_from_source
+    _installed_rewrites_outside(inside)
+
+
+def _installed_rewrites_outside(inside):
+    """The same for pytest's assertion rewriting (it keeps its own ``*-pytest-X.pyc``, found through
+    ``sys.pycache_prefix`` too): a pytest plugin installed outside the checkout (hypothesis, anyio
+    ...) reads the rewritten bytecode installed beside it, as a plain pytest run does, instead of
+    being rewritten again into every base run's cache. pytest checks that bytecode against its
+    source's mtime and size either way; inside the checkout nothing changes."""
+    try:
+        from _pytest.assertion import rewrite
+    except ImportError:
+        return
+    real = getattr(rewrite, "get_cache_dir", None)
+    tail = getattr(rewrite, "PYC_TAIL", None)
+    if real is None or tail is None:
+        return
+
+    def get_cache_dir(file_path):
+        cached = real(file_path)
+        if str(file_path).startswith(inside):
+            return cached
+        installed = file_path.parent / "__pycache__"
+        return installed if (installed / (file_path.name[:-3] + tail)).exists() else cached
+
+    rewrite.get_cache_dir = get_cache_dir
 
 
 def main():

@@ -141,6 +141,11 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
         raise LoopxError("issue_fix.branch_exists", f"branch {branch} already exists in {root}; name another with --branch")
     planned = testrun.plan(test_command, root)
     environment = guard.environment(planned["interpreter"]) if planned else None
+    # Taken right after asking (a user's command: no agent of this goal runs yet); later steps ask
+    # the interpreter again only when the installation's signature differs (phases._environment_problem).
+    from loopx_issue_fix import baserun
+
+    signature = baserun.signature(environment)
     goal_dir = gitrepo.common_dir(root) / "loopx-issue-fix" / goal_id
     worktree = worktree_root() / goal_id / "worktree"
     todo_ids = {step: new_id("todo") for step in STEPS}
@@ -169,6 +174,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
         "publish_gate": None,
         "runner": planned,
         "environment": environment,
+        "environment_signature": signature,
         "keep": bool(keep),
     }
 
@@ -411,4 +417,6 @@ def clean(reg, repo: str, *, unknown: bool = True) -> dict:
         gone = gitrepo.remove_goal_worktree(root, worktree, branch)
         if gone:
             removed.append({"goal_id": goal_dir.name, "status": status, "removed": gone})
-    return {"repo": root, "removed": removed, "kept": kept}
+    from loopx_issue_fix import baserun
+
+    return {"repo": root, "removed": removed, "kept": kept, "bases_removed": baserun.prune(base.parent)}

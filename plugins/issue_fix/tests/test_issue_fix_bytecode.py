@@ -50,7 +50,8 @@ def test_verify_reads_the_base_runs_bytecode_for_unchanged_files_only(cli, proje
     r, _ = step(cli, g)
     assert r.json["verified"] is True, r
     used = r.json["test"]["bytecode"]
-    assert used["copied"] >= 2 and used["changed"] == 1 and used["refused"] == 0, used  # calc.py changed
+    # test_calc.py's rewritten bytecode is copied; calc.py changed (installed plugins keep their own bytecode)
+    assert used["copied"] >= 1 and used["changed"] == 1 and used["refused"] == 0, used
 
 
 def test_bytecode_committed_next_to_an_unchanged_test_does_not_run(cli, project):
@@ -108,12 +109,3 @@ def test_a_fix_that_writes_into_its_bytecode_cache_cannot_reach_a_later_run(cli,
     (wt / "calc.py").write_text(FIXED)
     r, _ = step(cli, g)
     assert r.json["verified"] is True, r
-
-
-def test_closing_the_goal_removes_its_bytecode(cli, project):
-    g, _wt = reproduced(cli, project)
-    store = Path(base_cache(cli, g)["store"])
-    assert store.is_dir()
-    r = cli("issue-fix", "close", "--goal-id", g, "--json")
-    assert r.code == 0, r
-    assert not store.exists()

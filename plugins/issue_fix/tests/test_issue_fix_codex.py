@@ -96,6 +96,8 @@ def test_codex_in_its_read_only_sandbox_runs_nothing_inside_loopx_confinement(tm
         t = loopx("turn", "--goal-id", g, "--executor", "codex", code=1)
     # Codex's own sandbox cannot start inside LoopX's confinement: no command runs, the turn fails.
     assert t["outcome"] == "failed" and "ran none of the contract's commands" in t["handoff"], t["handoff"]
+    # ... and the turn's reason says why, with a stable code (Codex itself says nothing).
+    assert t["handoff"].startswith("codex: failed [codex_sandbox_read_only]") and "forbids edits" in t["handoff"]
     s = loopx("issue-fix", "show", "--goal-id", g)
     assert s["phase"] == "reproduce" and s.get("reproduction") is None
     assert (wt / "calc.py").read_text() == BUGGY
