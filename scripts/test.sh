@@ -65,8 +65,7 @@ log "installing LoopX and the repository's plugins into .venv"
 .venv/bin/python -m pip install -q --upgrade pip >&2 || true
 .venv/bin/python -m pip install -q -e '.[test,postgres]' >&2
 # The capabilities shipped here. The example third-party plugin (examples/plugins/) is not
-# installed: it offers its actions to every goal, as the seed walkthrough wants; its tests and
-# the walkthrough install it where they need it.
+# installed: its tests and the seed walkthrough install it where they need it.
 for plugin in plugins/*/; do
     [ -f "$plugin/pyproject.toml" ] && .venv/bin/python -m pip install -q -e "$plugin" >&2
 done
