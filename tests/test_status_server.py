@@ -136,16 +136,17 @@ def test_only_get_and_head(served, method):
 
 
 TRAVERSALS = [
-    "/../loopx/status_server.py",
+    "/../loopx/status.py",
     "/../../etc/passwd",
-    "/assets/../status_server.py",
+    "/assets/../status.py",
+    "/assets/../status_server/server.py",
     "/assets/../../pyproject.toml",
-    "/assets/%2e%2e/status_server.py",
-    "/assets/%2e%2e%2fstatus_server.py",
+    "/assets/%2e%2e/status.py",
+    "/assets/%2e%2e%2fstatus.py",
     "/assets/..%2f..%2fpyproject.toml",
     "/assets/%2E%2E%2F%2E%2E%2Fetc%2Fpasswd",
     "/assets//etc/passwd",
-    "/assets/..\\status_server.py",
+    "/assets/..\\status.py",
     "/assets/dashboard.js%00.html",
     "/assets/./dashboard.js/../../status.py",
     "//etc/passwd",
@@ -153,7 +154,7 @@ TRAVERSALS = [
     "/api/goals/..%2f..%2fetc%2fpasswd",
     "/api/goals/g-000000000000/../../../etc/passwd",
     "/api/goals/g-000000000000%2f..%2f..",
-    "/api/goals/g-000000000000/events/../../../../status_server.py",
+    "/api/goals/g-000000000000/events/../../../../status.py",
     "http://127.0.0.1/../../etc/passwd",
 ]
 
