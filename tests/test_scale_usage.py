@@ -55,8 +55,20 @@ def test_an_older_registry_gets_its_counters_on_migration(tmp_path, loopx_clock)
     with Registry.open(path) as reg:
         g = _busy_goal(reg, loopx_clock)
         before = _counters(reg, g)[0]
+
+        def whole_state_digest(tx):  # as schemas before 9 sealed it (no per-row MACs)
+            from loopx import integrity
+
+            h = integrity.head(tx, g)
+            digest = integrity.state_digest(tx, g, h["seq"], h["head_hash"], integrity.keyring(tx))
+            tx.execute("UPDATE goal_heads SET state_digest = ? WHERE goal_id = ?", (digest, g))
+
+        reg.store.write(whole_state_digest)
     conn = sqlite3.connect(path)
-    for table in ("goal_usage", "todo_deps", "todo_ready"):
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'state_dirty_%'"
+                                ).fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    for table in ("state_macs", "state_dirty", "goal_usage", "todo_deps", "todo_ready"):
         conn.execute(f"DROP TABLE {table}")
     conn.execute(f"PRAGMA user_version = {schema.USAGE_VERSION - 1}")
     conn.commit()
