@@ -95,14 +95,23 @@ def _checked(title: str, scope: str, blocks: str) -> tuple[str, str, str, str | 
     return title, "all" if kind == "all" else f"{kind}:{target}", kind, target
 
 
-def request_in(w, *, title: str, scope: str = "other", blocks: str = "all", gate_id: str | None = None) -> str:
+def request_in(w, *, title: str, scope: str = "other", blocks: str = "all", gate_id: str | None = None,
+               approval_only: bool = False) -> str:
     """Inside a mutation: ask for a gate on the writer's goal (``blocks``: ``all``, ``todo:ID`` or
     ``action:NAME``, which must exist: ``todo_not_found``, ``action_not_found``); returns its id.
-    :func:`add` is this in a transaction of its own."""
+    :func:`add` is this in a transaction of its own.
+
+    ``approval_only`` (a capability's code, never the CLI): the gate blocks ``action:NAME`` for
+    a name the goal does not allow - so it holds nothing back - and is an approval the capability
+    checks itself by gate id (Issue-Fix's "accept these changed tests"). Without it a missing
+    action is refused, since for a person it is a typo that would leave the real action ungated.
+    """
     title, blocks, kind, target = _checked(title, scope, blocks)
     gate_id = check_id("gate", gate_id) if gate_id else new_id("gate")
     goal_id = w.goal_id
-    if kind == "action" and w.tx.one("SELECT name FROM actions WHERE goal_id = ? AND name = ?",
+    if approval_only and kind != "action":
+        raise LoopxError("invalid_argument", "approval_only goes with blocks='action:NAME' (a name nobody allows)")
+    if kind == "action" and not approval_only and w.tx.one("SELECT name FROM actions WHERE goal_id = ? AND name = ?",
                                      (goal_id, target)) is None:
         raise LoopxError("action_not_found", f"goal {goal_id} has no action {target}")
     if kind == "todo" and w.tx.one("SELECT id FROM todos WHERE goal_id = ? AND id = ?", (goal_id, target)) is None:

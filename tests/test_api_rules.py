@@ -77,6 +77,24 @@ def test_a_gate_on_a_missing_action(loopx_registry, loopx_cli, goal):
                 lambda w: api.writer_request_gate(w, title="ok?", blocks="action:deploy"), goal_id=g)
 
 
+def test_an_approval_only_gate_names_an_action_nobody_allows_and_holds_nothing_back(loopx_registry, loopx_cli, goal):
+    """A capability's approval (Issue-Fix's "accept these changed tests") is a gate on an action
+    name the goal does not allow: asked for explicitly, it is pending and blocks no work; the same
+    request for a todo is refused, and without approval_only the missing action is refused."""
+    g = goal["id"]
+    loopx_cli("todo", "add", "--goal-id", g, "--text", "work that goes on", "--json")
+    made = loopx_registry.mutate("user", lambda w: api.writer_request_gate(
+        w, title="accept?", blocks="action:not-an-action", approval_only=True), goal_id=g)
+    with loopx_registry.read() as tx:
+        gate = tx.one("SELECT status, blocks FROM gates WHERE id = ?", (made,))
+    assert gate == {"status": "pending", "blocks": "action:not-an-action"}
+    assert loopx_cli("quota", "should-run", "--goal-id", g, "--dry-run", "--json").json["decision"] == "run"
+    with pytest.raises(api.LoopxError) as err:
+        loopx_registry.mutate("user", lambda w: api.writer_request_gate(
+            w, title="accept?", blocks=f"todo:{goal['done']}", approval_only=True), goal_id=g)
+    assert err.value.code == "invalid_argument"
+
+
 def test_too_many_criteria(loopx_registry, loopx_cli):
     many = [f"criterion {i}" for i in range(51)]
     both_refuse(loopx_registry, loopx_cli, "invalid_argument",

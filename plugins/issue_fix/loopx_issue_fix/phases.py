@@ -556,6 +556,7 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
 
                 gate_id = new_id("gate")
                 writer_request_gate(w, gate_id=gate_id, scope="other", blocks="action:issue-fix-test-changes",
+                                    approval_only=True,
                                     title=f"Accept changed tests for this fix: {', '.join(sorted(files_now))[:200]}")
                 changes["test_change_gate"] = {"gate_id": gate_id, "files": files_now}
         if approved and infra and reason is None:
