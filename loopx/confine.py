@@ -11,7 +11,8 @@ the agent and everything it starts inherit it. The policy:
   and a few devices (``/dev/null``...);
 * **reads** everywhere except LoopX's config directory (``platformdirs.user_config_dir("loopx")``,
   where the integrity key lives), the SQLite registry file and its journal files, and PostgreSQL
-  password files. Landlock is an allow-list, so a path is hidden by granting read on every
+  password files, and LoopX's private root (:func:`private_root`, where Issue-Fix's test runs made
+  during a turn live: :mod:`loopx.private_run`). Landlock is an allow-list, so a path is hidden by granting read on every
   sibling along the way from ``/`` to it (:func:`cover`); the directories on the way (``/``,
   the home directory...) can then be passed through but not listed;
 * the registry's directory, ``.git/hooks``, ``.git/config`` and ``.git/info`` are never writable;
@@ -82,6 +83,21 @@ def config_dir() -> str:
     import platformdirs
 
     return platformdirs.user_config_dir("loopx", appauthor=False)
+
+
+def private_root() -> str:
+    """LoopX's private root, ``platformdirs.user_cache_dir("loopx")/private``: where LoopX runs
+    commands on a step's behalf (:mod:`loopx.private_run`); hidden from every step."""
+    import platformdirs
+
+    return os.path.join(platformdirs.user_cache_dir("loopx", appauthor=False), "private")
+
+
+def ensure_root() -> str:
+    """Make the private root (mode 0700) and return its real path."""
+    root = private_root()
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    return os.path.realpath(root)
 
 
 def _real(path: str) -> str:
@@ -296,8 +312,9 @@ class Step:
         """The Landlock policy (see :mod:`loopx.landlock`)."""
         hidden_reg, ro_reg, ports = registry_paths(self.registry_url)
         home = os.path.expanduser("~")
+        # LoopX's private root: the runs LoopX makes on the step's behalf (loopx.private_run).
         hidden = [_real(config_dir()), *hidden_reg, _real(os.path.join(home, ".pgpass")),
-                  _real(os.path.join(home, ".pg_service.conf"))]
+                  _real(os.path.join(home, ".pg_service.conf")), ensure_root()]
         if os.environ.get("PGPASSFILE"):
             hidden.append(_real(os.environ["PGPASSFILE"]))
         git_writable, git_protected = _git_paths(self.workdir)
