@@ -5,7 +5,6 @@ and only what the registry vouches for is ever taken over."""
 from __future__ import annotations
 
 import hashlib
-import os
 import json
 import subprocess
 import sys
