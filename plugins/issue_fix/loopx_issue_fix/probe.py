@@ -50,8 +50,21 @@ def _audit(event, args):
         if full.startswith(prefix):
             OPENED.add(full[len(prefix):])
             return
-    if not full.startswith(_SKIP) and len(OUTSIDE) <= MAX_OUTSIDE:
+    _outside(full)
+
+
+def _outside(full):
+    if not full.startswith(_PREFIXES + _SKIP) and len(OUTSIDE) <= MAX_OUTSIDE:
         OUTSIDE.add(full)
+
+
+def _imported_outside():
+    """Every imported module's source outside the tree and installation: a module read from
+    bytecode (installed beside it, or copied into the run's cache) never opens its source."""
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str):
+            _outside(os.path.abspath(path))
 
 
 def _message(report):
@@ -169,6 +182,7 @@ def main():
         sys.path.insert(0, root)
     sys.argv = ["pytest", *args]
     code = int(pytest.main(args, plugins=plugins))
+    _imported_outside()
     with open(results, "w", encoding="utf-8") as fh:
         json.dump({"exit_status": code, "cases": CASES, "collection_errors": COLLECTION_ERRORS,
                    "opened": sorted(OPENED), "outside": sorted(OUTSIDE)[:MAX_OUTSIDE],

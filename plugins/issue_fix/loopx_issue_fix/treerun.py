@@ -37,8 +37,20 @@ def fingerprint(path: str) -> str:
 
 
 def outside_fingerprints(paths: list[str]) -> dict[str, str]:
-    """``{path: fingerprint}`` of the files a run opened outside its tree and installation."""
-    return {p: fingerprint(p) for p in paths}
+    """``{path: fingerprint}`` of the files a run opened outside its tree and installation (and,
+    for bytecode in a ``__pycache__``, of its source: a changed source makes it stale)."""
+    import importlib.util
+
+    out = {}
+    for p in paths:
+        out[p] = fingerprint(p)
+        if p.endswith(".pyc") and "__pycache__" in p:
+            try:
+                source = importlib.util.source_from_cache(p)
+            except ValueError:
+                continue
+            out[source] = fingerprint(source)
+    return out
 
 
 def outside_changed(body: dict) -> list[str]:

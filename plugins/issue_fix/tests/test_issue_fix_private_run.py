@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from issue_fix_helpers import BUGGY, FAILING_ID, FIXED, TEST, make_project
+from issue_fix_helpers import BUGGY, FAILING_ID, FIXED, TEST, git, make_project
 from test_issue_fix import start, state, step
 from test_issue_fix_reuse import reproduce, results_file
 
@@ -195,6 +195,23 @@ def test_a_file_the_base_run_opened_outside_the_tree_that_changed_means_the_base
     (shared / "helper.py").write_text("FIVE = 5  # same value, other bytes\n")
     _g, _wt, recreated = reproduce(cli, project)
     assert recreated["test"].get("reused") is None, recreated["test"]
+
+
+def test_code_imported_from_outside_only_as_bytecode_is_covered_too(cli, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "helper.py").write_text("FIVE = 5\n")
+    project = make_project(tmp_path, test=HELPER_TEST.format(shared=str(shared)))
+    reproduce(cli, project)  # compiles helper.py into the shared base's bytecode
+    (project / "NOTES.txt").write_text("a new base\n")
+    git(project, "add", "NOTES.txt")
+    git(project, "commit", "-qm", "notes")
+    g, _wt, warm = reproduce(cli, project)  # a new base, started warm: helper.py is read as bytecode only
+    assert warm["test"].get("reused") is None and warm["test"]["bytecode"]["copied"] >= 1, warm["test"]
+    assert str(shared / "helper.py") in json.loads(results_file(cli, g).read_bytes())["outside"]
+    (shared / "helper.py").write_text("FIVE = 5  # same value, other bytes\n")
+    _g, _wt, after = reproduce(cli, project)
+    assert after["test"].get("reused") is None, after["test"]
 
 
 def test_without_landlock_the_test_run_is_refused_not_run_unconfined(cli, project, monkeypatch):
