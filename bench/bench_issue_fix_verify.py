@@ -123,6 +123,15 @@ def one_goal(env: dict, repo: Path, n: int, in_turn: bool = False) -> dict[str, 
         wall = timed(lambda: loopx(agent, "issue-fix", step, "--run-id", run, "--timeout", "600"))  # exit 0: green
         times[step] = (wall, CPU.pop())
         loopx(agent, "run", "finish", "--run-id", run)
+    if in_turn:
+        # The turn machinery alone (contract, broker, policy, the agent process; the goal now
+        # waits for its hand-off): an agent that does nothing.
+        idle = repo.parent / "idle.py"
+        idle.write_text("")
+        CPU.append(0.0)
+        wall = timed(lambda: loopx({**turn_env, "LOOPX_EXECUTOR_COMMAND": json.dumps([sys.executable, str(idle)])},
+                                   "turn", "--goal-id", g, "--executor", "command", ok=(0, 1, 3)))
+        times["idle turn"] = (wall, CPU.pop())
     loopx(env, "issue-fix", "close", "--goal-id", g)
     return times
 
@@ -181,6 +190,9 @@ def main() -> None:
             t = one_goal(env, repo, 1000 + n, in_turn=True)
             add("new base in a turn: reproduce (whole turn)", t["reproduce"])
             add("new base in a turn: reproduce + verify", tuple(a + b for a, b in zip(t["reproduce"], t["verify"])))
+            add("an idle turn (the turn machinery alone)", t["idle turn"])
+            add("new base in a turn, less the idle turn", tuple(a + b - c for a, b, c in
+                                                                zip(t["reproduce"], t["verify"], t["idle turn"])))
         med = {name: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
                for name, v in rows.items()}
         a, ca = med["plain pytest, twice"]
