@@ -11,10 +11,11 @@ the agent and everything it starts inherit it. The policy:
   and a few devices (``/dev/null``...);
 * **reads** everywhere except LoopX's config directory (``platformdirs.user_config_dir("loopx")``,
   where the integrity key lives), the SQLite registry file and its journal files, and PostgreSQL
-  password files, and LoopX's private root (:func:`private_root`, where Issue-Fix's test runs made
-  during a turn live: :mod:`loopx.private_run`). Landlock is an allow-list, so a path is hidden by granting read on every
-  sibling along the way from ``/`` to it (:func:`cover`); the directories on the way (``/``,
-  the home directory...) can then be passed through but not listed;
+  password files, and LoopX's private root (:func:`private_root`: where LoopX runs code on the
+  step's behalf, e.g. Issue-Fix's tests; :mod:`loopx.private_run`). Landlock is an allow-list, so
+  a path is hidden by granting read on every sibling along the way from ``/`` to it
+  (:func:`cover`); the directories on the way (``/``, the home directory...) can then be passed
+  through but not listed;
 * the registry's directory, ``.git/hooks``, ``.git/config`` and ``.git/info`` are never writable;
 * with a PostgreSQL registry, TCP connections to its port are denied (Landlock ABI >= 4), and
   the registry URL and ``PG*`` variables never reach the agent's environment.

@@ -91,12 +91,13 @@ def _step_policy() -> tuple[bool, dict | None]:
 
 def _reads(step: dict | None, registry_url: str | None) -> tuple[list, list[int]]:
     """The read rules and denied ports: the step's when in one (what the agent may read, which
-    hides LoopX's secrets and the private root), else LoopX's secrets hidden afresh."""
+    hides LoopX's secrets and the private root), else LoopX's secrets and the private root (other
+    runs) hidden afresh; the run's own directory is added by its ``rw`` rule."""
     if step is not None:
         return [r for r in step.get("rules", []) if r[1] == "r"], list(step.get("deny_tcp") or [])
     home = os.path.expanduser("~")
     hidden = [confine._real(confine.config_dir()), confine._real(os.path.join(home, ".pgpass")),
-              confine._real(os.path.join(home, ".pg_service.conf"))]
+              confine._real(os.path.join(home, ".pg_service.conf")), confine.ensure_root()]
     if os.environ.get("PGPASSFILE"):
         hidden.append(confine._real(os.environ["PGPASSFILE"]))
     ports: list[int] = []
