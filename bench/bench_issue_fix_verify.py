@@ -12,9 +12,12 @@ the same suite twice with plain ``python -m pytest -q -p no:cacheprovider`` in t
 - **same base again**: a second goal on that commit, started by hand outside an agent's turn,
   takes over the first one's base run (``reproduce`` reads the recorded results, see
   ``loopx_issue_fix/baserun.py``); its verify still runs the suite;
+- **new base in a turn**: another new commit, whose base run an agent makes inside its turn
+  (``loopx turn --executor command``, the turn timed whole); the run is private
+  (``loopx_issue_fix/treerun.py``), so it starts warm from the previous shared base and is
+  shared itself;
 - **first in the repository** (once, before the rounds): no earlier base run to start warm
-  from, as for every base run made inside an agent's turn (those are never shared); compared
-  with plain pytest's first two runs (the first without ``__pycache__``).
+  from; compared with plain pytest's first two runs (the first without ``__pycache__``).
 
 A new base's run starts warm from the previous round's shared base (its test modules are
 unchanged), as plain pytest does from its ``__pycache__``.
@@ -84,15 +87,33 @@ def timed(fn) -> float:
     return wall
 
 
-def one_goal(env: dict, repo: Path, n: int) -> dict[str, tuple[float, float]]:
+# The agent of an in-turn base run: runs the contract's ```sh block (its reproduce step).
+AGENT = r'''
+import os, re, subprocess
+block = re.search(r"```sh\n(.*?)\n```", open(os.environ["LOOPX_PROMPT_FILE"]).read(), re.S).group(1)
+for line in block.splitlines():
+    subprocess.run(line, shell=True, check=False)
+'''
+
+
+def one_goal(env: dict, repo: Path, n: int, in_turn: bool = False) -> dict[str, tuple[float, float]]:
     """Start a goal, then time its reproduce and its verify (each a whole process):
-    ``{step: (wall s, CPU s)}``."""
+    ``{step: (wall s, CPU s)}``. ``in_turn``: the reproduce is an agent's, inside a whole
+    ``loopx turn --executor command`` (timed as that turn: broker, confinement and all)."""
     out = loopx(env, "issue-fix", "start", "--repo", str(repo), "--title", f"bench {n}", "--issue-text", "double(7)",
                 "--test-command", f"{shlex.quote(sys.executable)} -m pytest -q", "--test-timeout", "600")
     g, wt = out["goal_id"], Path(out["worktree"])
     agent = {**env, "LOOPX_ACTOR": "executor"}
     times = {}
-    for edit in (None, "def double(x):\n    return x * 2\n"):
+    if in_turn:
+        script = repo.parent / "agent.py"
+        script.write_text(AGENT)
+        turn_env = {**env, "LOOPX_EXECUTOR_COMMAND": json.dumps([sys.executable, str(script)]),
+                    "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '')}"}
+        CPU.append(0.0)
+        wall = timed(lambda: loopx(turn_env, "turn", "--goal-id", g, "--executor", "command"))
+        times["reproduce"] = (wall, CPU.pop())
+    for edit in ((None,) if not in_turn else ()) + ("def double(x):\n    return x * 2\n",):
         if edit:
             (wt / "lib.py").write_text(edit)
         doc = loopx(agent, "quota", "should-run", "--goal-id", g)
@@ -102,6 +123,15 @@ def one_goal(env: dict, repo: Path, n: int) -> dict[str, tuple[float, float]]:
         wall = timed(lambda: loopx(agent, "issue-fix", step, "--run-id", run, "--timeout", "600"))  # exit 0: green
         times[step] = (wall, CPU.pop())
         loopx(agent, "run", "finish", "--run-id", run)
+    if in_turn:
+        # The turn machinery alone (contract, broker, policy, the agent process; the goal now
+        # waits for its hand-off): an agent that does nothing.
+        idle = repo.parent / "idle.py"
+        idle.write_text("")
+        CPU.append(0.0)
+        wall = timed(lambda: loopx({**turn_env, "LOOPX_EXECUTOR_COMMAND": json.dumps([sys.executable, str(idle)])},
+                                   "turn", "--goal-id", g, "--executor", "command", ok=(0, 1, 3)))
+        times["idle turn"] = (wall, CPU.pop())
     loopx(env, "issue-fix", "close", "--goal-id", g)
     return times
 
@@ -138,7 +168,7 @@ def main() -> None:
         env = child_env(LOOPX_REGISTRY=str(root / "registry.db"), LOOPX_ISSUE_FIX_WORKTREES=str(root / "worktrees"))
         rows: dict[str, list[tuple[float, float]]] = {}
         # The first runs in a new repository, once: plain pytest has no __pycache__ of the suite yet,
-        # Issue-Fix no earlier base run (as inside agents' turns, whose base runs are never shared).
+        # Issue-Fix no earlier base run to start warm from.
         rows["first in the repository: plain twice (1 run)"] = [plain_twice(repo)]
         t = one_goal(env, repo, 0)
         rows["first in the repository: repr. + verify (1 run)"] = [
@@ -155,6 +185,14 @@ def main() -> None:
                 add(f"{case}: reproduce", t["reproduce"])
                 add(f"{case}: verify", t["verify"])
                 add(f"{case}: reproduce + verify", tuple(a + b for a, b in zip(t["reproduce"], t["verify"])))
+            # Another new base, reproduced by an agent inside its turn: private, so shared and warm.
+            new_base(repo, 1000 + n)
+            t = one_goal(env, repo, 1000 + n, in_turn=True)
+            add("new base in a turn: reproduce (whole turn)", t["reproduce"])
+            add("new base in a turn: reproduce + verify", tuple(a + b for a, b in zip(t["reproduce"], t["verify"])))
+            add("an idle turn (the turn machinery alone)", t["idle turn"])
+            add("new base in a turn, less the idle turn", tuple(a + b - c for a, b, c in
+                                                                zip(t["reproduce"], t["verify"], t["idle turn"])))
         med = {name: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
                for name, v in rows.items()}
         a, ca = med["plain pytest, twice"]

@@ -153,6 +153,8 @@ GROUPS = {
     "Running a child process": {
         "run_command": "loopx.process:run_command",
         "in_step": "loopx.process:in_step",
+        "private_dir": "loopx.private_run:private_dir",
+        "run_confined": "loopx.private_run:run_confined",
     },
     "Executors": {
         "Executor": "loopx.executors.protocol:Executor",

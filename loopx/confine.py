@@ -11,9 +11,11 @@ the agent and everything it starts inherit it. The policy:
   and a few devices (``/dev/null``...);
 * **reads** everywhere except LoopX's config directory (``platformdirs.user_config_dir("loopx")``,
   where the integrity key lives), the SQLite registry file and its journal files, and PostgreSQL
-  password files. Landlock is an allow-list, so a path is hidden by granting read on every
-  sibling along the way from ``/`` to it (:func:`cover`); the directories on the way (``/``,
-  the home directory...) can then be passed through but not listed;
+  password files, and LoopX's private root (:func:`private_root`: where LoopX runs code on the
+  step's behalf, e.g. Issue-Fix's tests; :mod:`loopx.private_run`). Landlock is an allow-list, so
+  a path is hidden by granting read on every sibling along the way from ``/`` to it
+  (:func:`cover`); the directories on the way (``/``, the home directory...) can then be passed
+  through but not listed;
 * the registry's directory, ``.git/hooks``, ``.git/config`` and ``.git/info`` are never writable;
 * with a PostgreSQL registry, TCP connections to its port are denied (Landlock ABI >= 4), and
   the registry URL and ``PG*`` variables never reach the agent's environment.
@@ -82,6 +84,21 @@ def config_dir() -> str:
     import platformdirs
 
     return platformdirs.user_config_dir("loopx", appauthor=False)
+
+
+def private_root() -> str:
+    """LoopX's private root, ``platformdirs.user_cache_dir("loopx")/private``: where LoopX runs
+    commands on a step's behalf (:mod:`loopx.private_run`); hidden from every step."""
+    import platformdirs
+
+    return os.path.join(platformdirs.user_cache_dir("loopx", appauthor=False), "private")
+
+
+def ensure_root() -> str:
+    """Make the private root (mode 0700) and return its real path."""
+    root = private_root()
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    return os.path.realpath(root)
 
 
 def _real(path: str) -> str:
@@ -296,8 +313,9 @@ class Step:
         """The Landlock policy (see :mod:`loopx.landlock`)."""
         hidden_reg, ro_reg, ports = registry_paths(self.registry_url)
         home = os.path.expanduser("~")
+        # LoopX's private root: the runs LoopX makes on the step's behalf (loopx.private_run).
         hidden = [_real(config_dir()), *hidden_reg, _real(os.path.join(home, ".pgpass")),
-                  _real(os.path.join(home, ".pg_service.conf"))]
+                  _real(os.path.join(home, ".pg_service.conf")), ensure_root()]
         if os.environ.get("PGPASSFILE"):
             hidden.append(_real(os.environ["PGPASSFILE"]))
         git_writable, git_protected = _git_paths(self.workdir)

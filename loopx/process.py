@@ -186,7 +186,8 @@ def _contained(argv: list[str], reap: bool, policy: str | None = None) -> list[s
 
 
 def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: str | None = None,
-                on_line=None, reap: bool = False, tail_bytes: int = TAIL_BYTES, confine: bool = True) -> dict:
+                on_line=None, reap: bool = False, tail_bytes: int = TAIL_BYTES, confine: bool = True,
+                policy: str | None = None) -> dict:
     """Run ``argv`` with ``env`` added to this process's environment (a value ``None`` removes a variable).
 
     Returns ``{"exit_code", "timed_out", "duration_seconds", "output_tail", "output_bytes",
@@ -194,6 +195,9 @@ def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: st
     with it, stdout is read line by line (``on_line(str)`` per line, without the newline) and
     stderr goes only into the tail and digest. A command that cannot start gets exit code 127
     and the reason as its output. On timeout the group gets SIGTERM, then SIGKILL.
+
+    ``policy`` is a Landlock policy file of the caller's own, applied instead of the active
+    step's and without the step's environment (:func:`loopx.private_run.run_confined`).
     """
     import hashlib
     import signal
@@ -206,7 +210,10 @@ def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: st
     total = 0
     lock = threading.Lock()
     started = time.monotonic()
-    policy, step_env = active_step() if confine else (None, {})
+    if policy is None:
+        policy, step_env = active_step() if confine else (None, {})
+    else:
+        step_env = {}
     full_env = {**os.environ, **env, **step_env}
     for key in [k for k, v in full_env.items() if v is None]:
         del full_env[key]

@@ -11,6 +11,17 @@ variables), the interpreter's start-up fingerprint (:func:`guard.environment`) a
 goal's ``issue_fix`` state must name the same key and evidence, the results file must have the
 sha256 that evidence recorded, the run's facts come from the evidence itself).
 
+The key has a second half that only the run itself reveals: the files it opened outside the
+repository's tree and the interpreter's installation (code imported from a sibling checkout or
+an editable install elsewhere, a data or configuration file in the home directory), each with
+its stat fingerprint (:func:`treerun.fingerprint`), in the results file (whose sha256 the
+registry holds). :func:`reusable` takes the run over only while every one of them still has that
+fingerprint; a changed, new or removed one means the base runs again.
+
+A base run is shared whether it ran inside an agent's turn or not: it runs privately
+(:mod:`loopx_issue_fix.treerun`), where the agent cannot write. Only a turn the user runs
+unconfined keeps its base run to its own goal.
+
 :func:`signature` is the other half: the stat data (inode, ctime, mtime, size) of the interpreter
 and of every entry of the directories its start-up scan reads. ctime cannot be set back by a
 file's owner, so an unchanged signature means no ``.pth`` or ``sitecustomize`` was added, removed
@@ -116,6 +127,13 @@ def reusable(reg, state: dict, key: str) -> dict | None:
         return None
     if "sha256:" + hashlib.sha256(data).hexdigest() != ev.file_sha256 or \
             hashlib.sha256(data).hexdigest() != repro.get("results_sha256"):
+        return None
+    from loopx_issue_fix.treerun import outside_changed
+
+    try:
+        if outside_changed(json.loads(data)):  # the key's second half: what the run opened elsewhere
+            return None
+    except (ValueError, AttributeError):
         return None
     try:
         os.utime(base_dir(state, key))  # most recently used: the last that `prune` removes

@@ -47,7 +47,12 @@ def harvest(prefix: Path, checkout: Path, blobs: dict[str, str], store: Path) ->
     if not prefix.is_dir():
         return {"store": str(store), "files": files}
     store.parent.mkdir(parents=True, exist_ok=True)
-    os.rename(prefix, store)
+    try:
+        os.rename(prefix, store)
+    except OSError:  # the run's private directory may be on another file system than the store
+        import shutil
+
+        shutil.move(str(prefix), str(store))
     ck = _inside(prefix, checkout) + "/"
     total = 0
     for dirpath, _dirs, names in os.walk(store):  # does not follow symbolic links

@@ -115,89 +115,6 @@ def runner(state: dict) -> dict | None:
     return testrun.plan(state["test_command"], state["repo"])
 
 
-def _run_tests(state: dict, tree: str, timeout: tuple[float, str], evidence_id: str, *,
-               base_cache: dict | None = None, fill_cache: bool = False, store: Path | None = None) -> tuple[dict, dict]:
-    """One run of the tests on a clean copy of exactly ``tree`` (never in the agent's worktree).
-
-    The copy is made from the repository's objects into a new directory under the goal's
-    directory and removed afterwards. The complete results (every test id) are written to
-    ``<goal_dir>/results/<evidence_id>.json``; returns the run and ``{"path", "sha256", ...}``
-    of that file. Bytecode (a run LoopX starts itself, see :func:`runner`): ``fill_cache`` (the
-    base run) writes a new cache and keeps it in ``store`` (default: ``<goal_dir>/bytecode/<evidence_id>``;
-    its list goes into the results file, as ``bytecode``); ``base_cache`` (that list) gives a later
-    run a checked copy to read - or a base run a warm start (another base's list: only files whose
-    blob is the same are copied, the rest it compiles and adds).
-    """
-    import hashlib
-    import json
-    import os
-    import shutil
-    import tempfile
-
-    from loopx_issue_fix import bytecode, gitrepo, testrun
-
-    runs = Path(state["goal_dir"], "runs")
-    runs.mkdir(parents=True, exist_ok=True)
-    # resolved: the bytecode cache is keyed by the checkout's absolute path (sys.pycache_prefix)
-    work = Path(os.path.realpath(tempfile.mkdtemp(prefix="run-", dir=runs)))
-    planned, cache, seeded = runner(state), None, None
-    try:
-        checkout = work / "tree"
-        blobs = gitrepo.export_tree(state["repo"], tree, checkout)
-        pycache = work / "pycache" if planned else None
-        if pycache is not None and (base_cache or not fill_cache):
-            seeded = bytecode.seed(base_cache, pycache, checkout, blobs)
-        test = testrun.run_test(str(checkout), state["test_command"], report=work / "report" / "last.xml",
-                                report_option=state.get("report"), timeout=timeout[0], planned=planned,
-                                pycache=pycache, write_bytecode=fill_cache)
-        if pycache is not None and fill_cache:
-            cache = bytecode.harvest(pycache, checkout, blobs, store or Path(state["goal_dir"], "bytecode", evidence_id))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    if seeded is not None:
-        test["bytecode"] = seeded
-    test["timeout_source"] = timeout[1]
-    test["tree"] = tree
-    rep = test["report"]
-    body = {"tree": tree, "command": test["command"], "ran": test["ran"], "isolation": test["isolation"],
-            "exit_code": test["exit_code"], "exit_status": rep.get("exit_status"), "timed_out": test["timed_out"],
-            "collection_errors": rep.get("collection_errors", {}), "cases": rep["cases"],
-            "opened": rep.get("opened", []), **({"bytecode": cache} if cache else {})}
-    data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    path = Path(state["goal_dir"], "results", f"{evidence_id}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    artifact = {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), "cases_total": len(rep["cases"]),
-                "collection_errors": len(rep.get("collection_errors", {})), "exit_status": rep.get("exit_status")}
-    test["results"] = artifact
-    return test, artifact
-
-
-def read_results(state: dict, evidence_id: str, reg) -> dict:
-    """The complete results a run recorded (its artifact file), checked against the sha256 its
-    evidence holds (``issue_fix.evidence_changed`` if the file is gone or differs)."""
-    import hashlib
-    import json
-
-    from loopx.api import load_evidence
-
-    with reg.read() as tx:
-        ev = load_evidence(tx, evidence_id)
-    if ev is not None and not ev.file_path and isinstance(ev.data, dict) and "cases" in ev.data:
-        return {"cases": ev.data["cases"]}  # recorded before results files existed: what it kept
-    if ev is None or not ev.file_path:
-        raise LoopxError("issue_fix.evidence_changed", f"evidence {evidence_id} names no results file")
-    try:
-        data = Path(ev.file_path).read_bytes()
-    except OSError as exc:
-        raise LoopxError("issue_fix.evidence_changed", f"the results of evidence {evidence_id} cannot be read "
-                         f"({ev.file_path}: {exc.strerror})") from None
-    if "sha256:" + hashlib.sha256(data).hexdigest() != ev.file_sha256:
-        raise LoopxError("issue_fix.evidence_changed", f"the results file of evidence {evidence_id} changed since it "
-                         f"was recorded ({ev.file_path}): its sha256 is not {ev.file_sha256}")
-    return json.loads(data)
-
-
 def _environment_problem(state: dict) -> tuple[str | None, str | None]:
     """Whether the interpreter's start-up code changed since ``start`` (a ``.pth``, ``sitecustomize``):
     ``(problem or None, the installation's signature now, or None)``.
@@ -307,9 +224,7 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
     A run where nothing fails is recorded (``reproduced: false``, exit 1, phase unchanged). A
     run that is not a test failure is recorded and refused: ``issue_fix.not_a_test_failure``.
     """
-    from loopx_issue_fix import baserun, gitrepo, testrun
-
-    from loopx_issue_fix import guard
+    from loopx_issue_fix import baserun, gitrepo, guard, testrun, treerun
     from loopx.api import new_id
 
     run, state, limit = _context(reg, run_id, ("reproduce",), "reproduce", timeout)
@@ -320,19 +235,18 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
         raise LoopxError("issue_fix.environment_changed", f"nothing run: {env_problem}")
     evidence_id = new_id("evidence")
     # One base run per base: the same tree, command and environment were run red before (see
-    # baserun). Only a run made outside any agent's turn is shared with later goals: inside one, the
-    # agent could write into the run's directory (in .git) while it runs.
-    from loopx.api import in_step
-
+    # baserun). A run is shared with later goals when it was private (treerun: inside a turn the
+    # agent cannot reach it; only a turn the user runs unconfined leaves it to its goal).
     key = baserun.base_key(state, tree, runner(state), signature)
     earlier = baserun.reusable(reg, state, key) if key else None
-    shared = bool(key) and (earlier is not None or not in_step())
-    store = baserun.base_dir(state, key) / f"bytecode-{evidence_id}" if shared and not earlier else None
+    store = baserun.base_dir(state, key) / f"bytecode-{evidence_id}" if key and not earlier else None
     if earlier:
         test, artifact = baserun.take_over(state, earlier, tree, limit, evidence_id)
     else:
         warm = baserun.donor(reg, state, skip=key) if key else None
-        test, artifact = _run_tests(state, tree, limit, evidence_id, fill_cache=True, store=store, base_cache=warm)
+        test, artifact = treerun.run_on_tree(state, tree, limit, evidence_id, fill_cache=True, store=store,
+                                             base_cache=warm, registry_url=reg.store.url)
+    shared = bool(key) and (earlier is not None or test["private"])
     wrote: list[str] = []
     refs = _refs(state)
     cases = test["report"]["cases"]
@@ -365,7 +279,9 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
     if outcome != "red" and not earlier:  # only a red reproduction is ever a base: its bytecode is of no use
         import shutil
 
-        shutil.rmtree(store or Path(state["goal_dir"], "bytecode", evidence_id), ignore_errors=True)
+        for kept in (store, Path(state["goal_dir"], "bytecode", evidence_id)):
+            if kept is not None:
+                shutil.rmtree(kept, ignore_errors=True)
     files = _test_files(wt, cases, red_ids) if outcome == "red" else []
     passed = testrun.ids_with(test, "passed")
     verdict = {"red": f"reproduced (red): {len(red_ids)} failing test(s): {', '.join(red_ids[:5])}",
@@ -447,7 +363,7 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
     no new test module appeared, and the code differs from the reproduced code; else ``reason``
     is ``test_failed``, ``regression``, ``unchanged`` (flaky), ``exit_status``, or a refusal.
     """
-    from loopx_issue_fix import gitrepo, guard, testrun
+    from loopx_issue_fix import gitrepo, guard, testrun, treerun
     from loopx.api import new_id
 
     run, state, limit = _context(reg, run_id, ("fix", "handoff"), "verify", timeout)
@@ -478,8 +394,9 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
         if problem:
             reason = "environment_changed"
     if reason is None:
-        base_results = read_results(state, repro["evidence_id"], reg)
-        test, _artifact = _run_tests(state, tree, limit, evidence_id, base_cache=base_results.get("bytecode"))
+        base_results = treerun.read_results(state, repro["evidence_id"], reg)
+        test, _artifact = treerun.run_on_tree(state, tree, limit, evidence_id, base_cache=base_results.get("bytecode"),
+                                              registry_url=reg.store.url)
         rep = test["report"]
         cases = rep["cases"]
         problem = testrun.not_a_test_failure(test)

@@ -5,7 +5,9 @@ Copied by :mod:`loopx_issue_fix.testrun` into a directory of LoopX's own (as
 ignores ``PYTHON*`` variables, the user site and the current directory. :func:`main` then
 
 - installs an audit hook (``sys.addaudithook``) that records every file opened under the
-  checkout (the base run's list guards the data files the tests read);
+  checkout (the base run's list guards the data files the tests read), and every file opened
+  outside the checkout, the run's own directory and the interpreter's installation (code or
+  data imported from elsewhere: a base run is reused only while they are unchanged);
 - imports pytest from the interpreter's own site-packages *before* the checkout joins
   ``sys.path`` (a ``pytest.py`` in the code under test cannot stand in for it);
 - points ``sys.pycache_prefix`` at the run's own bytecode directory (when LoopX gives one), and
@@ -22,7 +24,13 @@ import os
 import sys
 
 _PREFIXES = ()
+#: Where an opened file is neither the tree's nor "outside": the run's own directory, the
+#: interpreter's installation, and kernel file systems.
+_SKIP = ("/proc/", "/dev/", "/sys/")
+#: At most this many files outside are recorded (more: the run is not reused).
+MAX_OUTSIDE = 5000
 OPENED = set()
+OUTSIDE = set()
 CASES = {}
 COLLECTION_ERRORS = {}
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
@@ -42,6 +50,21 @@ def _audit(event, args):
         if full.startswith(prefix):
             OPENED.add(full[len(prefix):])
             return
+    _outside(full)
+
+
+def _outside(full):
+    if not full.startswith(_PREFIXES + _SKIP) and len(OUTSIDE) <= MAX_OUTSIDE:
+        OUTSIDE.add(full)
+
+
+def _imported_outside():
+    """Every imported module's source outside the tree and installation: a module read from
+    bytecode (installed beside it, or copied into the run's cache) never opens its source."""
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str):
+            _outside(os.path.abspath(path))
 
 
 def _message(report):
@@ -134,7 +157,10 @@ def main():
     global _PREFIXES
     root, results, add_root, args = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[6:]
     pycache, write = sys.argv[4], sys.argv[5] == "1"
+    global _SKIP
     _PREFIXES = tuple({os.path.abspath(root) + os.sep, os.path.realpath(root) + os.sep})
+    own = [os.path.dirname(os.path.abspath(root)), sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    _SKIP = tuple({d.rstrip(os.sep) + os.sep for p in own for d in (os.path.abspath(p), os.path.realpath(p))}) + _SKIP
     sys.addaudithook(_audit)
     import pytest  # from site-packages, before the checkout is on sys.path
 
@@ -156,7 +182,9 @@ def main():
         sys.path.insert(0, root)
     sys.argv = ["pytest", *args]
     code = int(pytest.main(args, plugins=plugins))
+    _imported_outside()
     with open(results, "w", encoding="utf-8") as fh:
         json.dump({"exit_status": code, "cases": CASES, "collection_errors": COLLECTION_ERRORS,
-                   "opened": sorted(OPENED)}, fh)
+                   "opened": sorted(OPENED), "outside": sorted(OUTSIDE)[:MAX_OUTSIDE],
+                   "outside_truncated": len(OUTSIDE) > MAX_OUTSIDE}, fh)
     return code

@@ -124,14 +124,18 @@ _BOOT = "import sys; sys.path.insert(0, {dir!r}); import _loopx_issue_fix_probe 
 
 
 def run_test(checkout: str, command: str, *, report: Path, report_option: str | None, timeout: float,
-             planned: dict | None = None, pycache: Path | None = None, write_bytecode: bool = False) -> dict:
+             planned: dict | None = None, pycache: Path | None = None, write_bytecode: bool = False,
+             private: Path | None = None, registry_url: str | None = None) -> dict:
     """Run ``command`` in ``checkout`` (a clean copy of the code); the run's facts and its results.
 
     With ``planned`` (see :func:`plan`) LoopX starts the interpreter itself, isolated (``-I -B``),
     with its probe (:mod:`loopx_issue_fix.probe`) collecting every test id, the collection
     errors, the exit status and the files the run opened; with ``pycache`` it uses that bytecode
     directory, writing into it only with ``write_bytecode`` (see :mod:`loopx_issue_fix.bytecode`). Otherwise ``sh -c`` runs the command
-    and its JUnit report is read. Either way the environment is :func:`clean_env`.
+    and its JUnit report is read. Either way the environment is :func:`clean_env`, and the command
+    runs under :func:`loopx.api.run_confined`: it may write only beneath ``private`` (the run's
+    own directory, which holds ``checkout``; its ``tmp/`` is the run's ``TMPDIR``), default: the
+    checkout's parent. ``confined`` in the result says whether it ran under that policy.
 
     Returns ``{"command", "ran", "isolation", "exit_code", "timed_out", "timeout_seconds",
     "duration_seconds", "output_tail", "output_sha256", "output_bytes", "report": {"found", "cases",
@@ -139,7 +143,7 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
     """
     import shutil
 
-    from loopx.api import run_command
+    from loopx.api import run_confined
 
     from loopx_issue_fix import probe
 
@@ -162,9 +166,14 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
     else:
         ran = command_line(command, report, report_option)
         argv, env = ["sh", "-c", ran], clean_env()
+    private = Path(private or Path(checkout).parent)
+    tmp = private / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env.update({"TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp)})
     # reap: whatever the tests left running (a server, a `sleep &`, a `setsid` daemon) is ended
     # when they finish, as at the time-out and when LoopX itself is killed (see run_command).
-    res = run_command(argv, env=env, timeout=timeout, cwd=checkout, reap=True)
+    res = run_confined(argv, writable=[str(private)], env=env, timeout=timeout, cwd=checkout, reap=True,
+                       registry_url=registry_url)
     parsed = parse_results(results) if planned else parse_report(written)
     return {"command": command, "ran": ran, "isolation": "probe" if planned else "shell", "timeout_seconds": timeout,
             **res, "report": parsed}
@@ -182,7 +191,8 @@ def parse_results(path: Path) -> dict:
         return {"found": False, "cases": {}, "problem": problem, "collection_errors": {}, "exit_status": None,
                 "opened": []}
     return {"found": True, "cases": data["cases"], "problem": None, "collection_errors": data["collection_errors"],
-            "exit_status": data["exit_status"], "opened": data["opened"]}
+            "exit_status": data["exit_status"], "opened": data["opened"], "outside": data.get("outside", []),
+            "outside_truncated": bool(data.get("outside_truncated"))}
 
 
 def _case_id(case) -> str:

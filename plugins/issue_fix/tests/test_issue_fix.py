@@ -351,10 +351,12 @@ def test_test_changes_allowed_at_start_verify_with_a_loud_warning(cli, project):
 
 
 def test_output_files_of_the_test_run_are_not_a_change_and_flaky_is_caught(cli, tmp_path):
-    counter = tmp_path / "runs"
+    # Fails while the harness keeps a file there (the run itself may write only its own directory).
+    (tmp_path / "weather").mkdir()
+    storm = tmp_path / "weather" / "storm"
+    storm.write_text("")
     flaky = ("import pathlib\n\n\ndef test_flaky():\n"
-             f"    p = pathlib.Path({str(counter)!r})\n    n = int(p.read_text()) if p.exists() else 0\n"
-             "    p.write_text(str(n + 1))\n    assert n >= 1\n")
+             f"    assert not pathlib.Path({str(storm)!r}).exists()\n")
     repo = make_project(tmp_path, test=flaky)
     # The command also writes report.xml and out.log into the worktree, as many runners do.
     command = (f"{PY} -m pytest -q --junitxml={{report}} -o junit_family=xunit1 -p no:cacheprovider; rc=$?; "
@@ -362,6 +364,7 @@ def test_output_files_of_the_test_run_are_not_a_change_and_flaky_is_caught(cli, 
     g = start(cli, repo, command=command)["goal_id"]
     r, _ = step(cli, g)
     assert r.json["failing"] == ["test_calc.py::test_flaky"]
+    storm.unlink()
     r, _ = step(cli, g, expect=1)
     assert r.json["test"]["cases"]["test_calc.py::test_flaky"]["status"] == "passed"
     assert r.json["verified"] is False and r.json["reason"] == "unchanged"
@@ -416,16 +419,31 @@ def test_nothing_failing_is_not_a_reproduction(cli, tmp_path, loopx_registry):
 
 
 def test_steps_are_refused_under_a_stale_contract_and_run_nothing(cli, project, tmp_path):
-    marker = tmp_path / "test-ran"
-    g = start(cli, project, command=f"touch {shlex.quote(str(marker))}; {TEST_COMMAND}")["goal_id"]
+    import socket
+
+    # The command calls the test back (a run may write only its own directory, but connect out).
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    call = shlex.quote(f"import socket; socket.create_connection(('127.0.0.1', {port}))")
+    g = start(cli, project, command=f"{PY} -c {call}; {TEST_COMMAND}")["goal_id"]
+
+    def called() -> bool:
+        try:
+            listener.accept()[0].close()
+            return True
+        except TimeoutError:
+            return False
+
     run = contract(cli, g)["interaction_contract"]["run_id"]
     assert cli("quota", "set", "--goal-id", g, "--max-turns", "5").code == 0
     r = as_agent(cli, f"loopx issue-fix reproduce --run-id {run} --json")
     assert r.code == 2 and r.json["error"]["code"] == "contract_stale", r
-    assert not marker.exists()
+    assert not called()
     assert contract(cli, g)["interaction_contract"]["run_id"] == run
     r = as_agent(cli, f"loopx issue-fix reproduce --run-id {run} --json")
-    assert r.code == 0 and marker.exists()
+    assert r.code == 0 and called()
+    listener.close()
 
 
 def test_other_goals_get_nothing_from_issue_fix(cli):
