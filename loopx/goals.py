@@ -100,9 +100,10 @@ def create(
     goal_id = new_id("goal")
     body = {"title": title, "description": description, "criteria": criteria, "parallel_runs": parallel_runs}
     if capabilities:
-        from loopx.capability_goals import check_enabling
-
-        body["capabilities"] = check_enabling(capabilities)
+        # Checked once, by create_in inside the transaction: a replay of a recorded operation id
+        # answers what was recorded even if the capability has been uninstalled since. Sorted and
+        # deduplicated here only so that the request (and its idempotency hash) is the same.
+        body["capabilities"] = sorted(set(capabilities))
 
     def work(w):
         create_in(w, **body, goal_id=goal_id)

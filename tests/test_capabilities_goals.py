@@ -143,6 +143,28 @@ def test_creating_with_an_unknown_capability_creates_nothing(loopx):
     assert loopx("project-prompt", "list", "--json").json == []
 
 
+def test_a_retried_create_answers_what_was_recorded_after_the_capability_is_gone(loopx):
+    """The capability list is checked once, inside the transaction: a retry of a recorded
+    operation id replays its result, even once the plugin is uninstalled; a new request is refused."""
+    from loopx.plugins import get_plugin_manager
+
+    pm = get_plugin_manager()
+    name = pm.register(Scoped())
+    try:
+        args = ("project-prompt", "create", "--title", "T", "--capability", "scoped", "--operation-id", "op-1",
+                "--json")
+        first = loopx(*args)
+        assert first.code == 0 and first.json["capabilities"] == ["scoped"], first
+    finally:
+        pm.unregister(name=name)
+    again = loopx(*args)
+    assert again.code == 0 and again.json["id"] == first.json["id"], again
+    fresh = loopx("project-prompt", "create", "--title", "T", "--capability", "scoped", "--operation-id", "op-2",
+                  "--json")
+    assert fresh.code == 2 and fresh.json["error"]["code"] == "capability_not_found", fresh
+    assert [g["id"] for g in loopx("project-prompt", "list", "--json").json] == [first.json["id"]]
+
+
 @pytest.mark.parametrize("actor", ["executor", "dashboard"])
 def test_only_a_user_changes_the_list(loopx, loopx_plugin, actor):
     loopx_plugin(Scoped())
