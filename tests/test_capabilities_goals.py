@@ -165,6 +165,28 @@ def test_a_retried_create_answers_what_was_recorded_after_the_capability_is_gone
     assert [g["id"] for g in loopx("project-prompt", "list", "--json").json] == [first.json["id"]]
 
 
+def block_of(text: str, goal_id: str) -> list[str]:
+    """The lines ``loopx status`` prints for one goal: its own line and those indented under it."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if goal_id in line)
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("    ")), len(lines))
+    return lines[start:end]
+
+
+def test_status_without_a_goal_shows_each_goals_capabilities(loopx, loopx_plugin):
+    loopx_plugin(Scoped())
+    loopx_plugin(Scoped("other"))
+    plain, using = create(loopx, title="Plain"), create(loopx, "scoped", "other", title="Using")
+    shown = {g["id"]: g["capabilities"] for g in loopx("status", "--json").json["goals"]}
+    assert shown == {plain: [], using: ["other", "scoped"]}
+    text = loopx("status").out
+    assert block_of(text, using)[1:] == ["    todos 0/0 done", "    capabilities: other, scoped"], text
+    assert not [line for line in block_of(text, plain) if "capabilities" in line], text
+    # Disabled, it is gone from the page too.
+    assert loopx("project-prompt", "capabilities", using, "--disable", "other").code == 0
+    assert {g["id"]: g["capabilities"] for g in loopx("status", "--json").json["goals"]}[using] == ["scoped"]
+
+
 @pytest.mark.parametrize("actor", ["executor", "dashboard"])
 def test_only_a_user_changes_the_list(loopx, loopx_plugin, actor):
     loopx_plugin(Scoped())
