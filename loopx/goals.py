@@ -318,7 +318,9 @@ def history_stream(reg: Registry, goal_id: str, *, after: int = 0, limit: int | 
             for e in ledger.iter_events(tx, goal_id, after=after, limit=limit):
                 if e.kind not in why:
                     why[e.kind] = ledger.unknown_kind(e.kind)
-                yield to_json(e) if why[e.kind] is None else {**to_json(e), "unknown_kind": why[e.kind]}
+                # A capability's repair is understood without its plugin (the core replays it).
+                unknown = why[e.kind] and ledger.unknown_event(e)
+                yield to_json(e) if not unknown else {**to_json(e), "unknown_kind": unknown}
         finally:
             reading.__exit__(None, None, None)
 
