@@ -28,6 +28,7 @@ import sys
 import threading
 
 from loopx.broker_client import ENV, ENV_TOKEN, receive, send
+from loopx.errors import LoopxError
 
 #: (command, subcommand) whose every write the ledger refuses to the executor: the event kinds
 #: only a user may write (``goal.created``, ``goal.closed``, ``goal.retried``, ``gate.approved``,
@@ -74,8 +75,17 @@ def refusal(command: list[str]) -> str | None:
     # The seed's underscore spellings (`project_prompt`) are aliases of the hyphenated names.
     name = command[0].replace("_", "-")
     sub = _subcommand(command[1:])
-    if (name, None) in REFUSED or (name, sub) in REFUSED:
-        shown = f"{name} {sub}" if (name, sub) in REFUSED else name
+    refused = REFUSED
+    if not any(n == name for n, _ in REFUSED):
+        # Perhaps a plugin's command: its capability says which of them are the user's.
+        from loopx.capabilities import user_commands
+
+        try:
+            refused = user_commands()
+        except LoopxError as exc:  # fail closed: which commands are the user's is unknown
+            return f"the installed capabilities' declarations do not load ({exc.message})"
+    if (name, None) in refused or (name, sub) in refused:
+        shown = f"{name} {sub}" if (name, sub) in refused else name
         return f"`loopx {shown}` is the user's, not an executor's"
     return None
 

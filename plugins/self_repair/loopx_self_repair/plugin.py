@@ -30,6 +30,7 @@ def loopx_register_capabilities(register):
         reads=["ledger", "goals", "todos", "gates", "runs", "evidence", "quota", "storage"],
         quota={"turns": 0, "tokens": 0, "wall_seconds": 0},
         commands=["self-repair"],
+        user_commands=["self-repair accept"],  # confirming what a repair kept is a user's judgement
         actions=["fix"],
         repairs=REPAIRS,
         # What a contract names when LoopX's own integrity check answers repair.
