@@ -6,9 +6,10 @@ its argv there (:mod:`loopx.broker_client`, chosen by ``LOOPX_BROKER`` and a per
 only the step's own processes hold). Each request runs as *this run's executor* on *this
 turn's registry*, whatever the request or the step's environment says:
 
-* user-only verbs (gate approve/reject, reward add, quota set/grant, criteria, pause/resume,
-  goal creation, allowed actions, and LoopX's own administration: turn, loop, registry,
-  plugins...) are refused with ``actor_forbidden``, and so is ``--unconfined``;
+* user-only verbs (:data:`USER_ONLY`: gate approve/reject, reward add, quota set/grant, goal
+  creation, closing, retrying, criteria, pause/resume, capabilities, allowed actions, settings)
+  and LoopX's own administration (:data:`ADMINISTRATION`: turn, loop, worker, registry,
+  plugins...) are refused with ``actor_forbidden`` before anything runs, and so is ``--unconfined``;
 * every refusal (the broker's or the ledger's role check) is recorded as evidence on the run
   (kind ``refused``);
 * the rest runs in LoopX's process (one request at a time, the cheap path) or, while another
@@ -27,18 +28,25 @@ import sys
 import threading
 
 from loopx.broker_client import ENV, ENV_TOKEN, receive, send
+from loopx.errors import LoopxError
 
-#: (command, subcommand or None for all) the broker never runs: a user's decision, or LoopX's
-#: own administration.
-REFUSED = {
+#: (command, subcommand) whose every write the ledger refuses to the executor: the event kinds
+#: only a user may write (``goal.created``, ``goal.closed``, ``goal.retried``, ``gate.approved``,
+#: ``quota.set``, ``reward.added``, ``action.added``... see the writers of loopx/events/*.py) and
+#: the settings only a user changes (loopx/supervision.py). The ledger still refuses them; the
+#: broker refuses them before anything runs, all with the same code.
+USER_ONLY = {
     ("gate", "approve"), ("gate", "reject"), ("reward", "add"), ("quota", "set"), ("quota", "grant"),
+    ("project-prompt", "create"), ("project-prompt", "close"), ("project-prompt", "retry"),
     ("project-prompt", "criterion"), ("project-prompt", "pause"), ("project-prompt", "resume"),
-    ("project-prompt", "create"), ("project_prompt", "criterion"), ("project_prompt", "pause"),
-    ("project_prompt", "resume"), ("project_prompt", "create"), ("project-prompt", "capabilities"),
-    ("project_prompt", "capabilities"), ("action", "add"), ("action", "remove"),
-    ("turn", None), ("loop", None), ("demo", None), ("status-server", None), ("status_server", None),
-    ("mcp", None), ("registry", None), ("plugins", None),
+    ("project-prompt", "capabilities"), ("action", "add"), ("action", "remove"),
+    ("config", "set"), ("config", "unset"),
 }
+#: Commands the broker never runs at all: LoopX's own administration (turns of their own,
+#: servers, the registry and the installed plugins).
+ADMINISTRATION = {"turn", "loop", "worker", "demo", "status-server", "mcp", "registry", "plugins"}
+#: Both, as (command, subcommand or None for all).
+REFUSED = USER_ONLY | {(name, None) for name in ADMINISTRATION}
 _GLOBAL_WITH_VALUE = ("--registry", "--format")
 
 
@@ -64,11 +72,34 @@ def refusal(command: list[str]) -> str | None:
         return "--unconfined is the user's choice, never a step's"
     if not command:
         return None
-    name = command[0]
-    sub = next((a for a in command[1:] if not a.startswith("-")), None)
-    if (name, None) in REFUSED or (name, sub) in REFUSED:
-        shown = f"{name} {sub}" if (name, sub) in REFUSED else name
+    # The seed's underscore spellings (`project_prompt`) are aliases of the hyphenated names.
+    name = command[0].replace("_", "-")
+    sub = _subcommand(command[1:])
+    refused = REFUSED
+    if not any(n == name for n, _ in REFUSED):
+        # Perhaps a plugin's command: its capability says which of them are the user's.
+        from loopx.capabilities import user_commands
+
+        try:
+            refused = user_commands()
+        except LoopxError as exc:  # fail closed: which commands are the user's is unknown
+            return f"the installed capabilities' declarations do not load ({exc.message})"
+    if (name, None) in refused or (name, sub) in refused:
+        shown = f"{name} {sub}" if (name, sub) in refused else name
         return f"`loopx {shown}` is the user's, not an executor's"
+    return None
+
+
+def _subcommand(args: list[str]) -> str | None:
+    """The first argument that is not an option, skipping the value of a group's ``--format``."""
+    i = 0
+    while i < len(args):
+        if args[i] == "--format":
+            i += 2
+            continue
+        if not args[i].startswith("-"):
+            return args[i]
+        i += 1
     return None
 
 

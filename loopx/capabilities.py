@@ -108,7 +108,7 @@ def _names(value) -> tuple[str, ...]:
     return tuple(value or ())
 
 
-_LISTS = ("owns", "reads", "commands", "actions", "repairs")
+_LISTS = ("owns", "reads", "commands", "actions", "repairs", "user_commands")
 
 
 class Capability(_Frozen):
@@ -117,7 +117,9 @@ class Capability(_Frozen):
     ``owns``: state namespaces it alone writes. ``reads``: state it reads (core areas such as
     ``todos`` or other capabilities' namespaces). ``quota``: its needs per run, a
     :class:`QuotaNeeds` or a dict of ``turns``/``tokens``/``wall_seconds``. ``commands``: the
-    top-level ``loopx`` commands it adds. ``actions``: names of the contract actions it
+    top-level ``loopx`` commands it adds. ``user_commands``: those of them only a user runs
+    (``"issue-fix start"``, or a command's name alone for all of it): inside a turn the broker
+    refuses them before anything runs, like the core's user-only commands. ``actions``: names of the contract actions it
     contributes (a contributed action carries ``"capability": NAME`` and ``"action": one of
     these``). ``repairs``: the kinds of core-state repair it may record (its own repair event
     kind checks them; declaring any lets it record ledger loss, ``capability.loss_recorded``).
@@ -130,17 +132,17 @@ class Capability(_Frozen):
     ``## On for every goal``.
     """
 
-    FIELDS = ("name", "version", "summary", "owns", "reads", "quota", "commands", "actions", "repairs",
-              "repair_argv", "doc", "default_on", "why", "plugin", "distribution")
+    FIELDS = ("name", "version", "summary", "owns", "reads", "quota", "commands", "user_commands", "actions",
+              "repairs", "repair_argv", "doc", "default_on", "why", "plugin", "distribution")
     __slots__ = FIELDS
 
     def __init__(self, name: str, version: str, summary: str, owns=(), reads=(), quota=None, commands=(),
                  actions=(), repairs=(), doc: str = "", default_on: bool = False, why: str = "",
-                 plugin: str | None = None, distribution: str | None = None, repair_argv=()):
+                 plugin: str | None = None, distribution: str | None = None, repair_argv=(), user_commands=()):
         self._set("name", name)
         self._set("version", version)
         self._set("summary", summary)
-        for field, value in zip(_LISTS, (owns, reads, commands, actions, repairs)):
+        for field, value in zip(_LISTS, (owns, reads, commands, actions, repairs, user_commands)):
             self._set(field, _names(value))
         self._set("repair_argv", tuple(repair_argv or ()))
         self._set("quota", _quota(quota))
@@ -189,6 +191,11 @@ def validate(cap: Capability) -> Capability:
         for item in getattr(cap, field):
             if not isinstance(item, str) or not item.strip() or len(item) > 100:
                 raise LoopxError("plugin_error", f"{who}: {field} holds {item!r}, which is not a short name")
+    for item in cap.user_commands:
+        words = item.split() if isinstance(item, str) else []
+        if not 1 <= len(words) <= 2 or words[0] not in cap.commands:
+            raise LoopxError("plugin_error", f"{who}: user_commands holds {item!r}: name one of its commands, alone"
+                             " or with one subcommand ('issue-fix start')")
     if cap.repair_argv and (not cap.repairs or not all(isinstance(a, str) and a and len(a) <= 200
                                                        for a in cap.repair_argv)):
         raise LoopxError("plugin_error", f"{who}: repair_argv must be a list of short strings, and only a"
@@ -279,6 +286,17 @@ def get(name: str) -> Capability:
     if found is None:
         raise LoopxError("capability_not_found", f"no capability {name!r} is installed (see `loopx capabilities list`)")
     return found
+
+
+def user_commands() -> set[tuple[str, str | None]]:
+    """``(command, subcommand or None for all of it)`` of every installed capability's
+    ``user_commands``: what the broker refuses inside a turn besides the core's own."""
+    out: set[tuple[str, str | None]] = set()
+    for cap in load().values():
+        for item in cap.user_commands:
+            words = item.split()
+            out.add((words[0], words[1] if len(words) > 1 else None))
+    return out
 
 
 def owner(namespace: str) -> Capability | None:

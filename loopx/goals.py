@@ -100,9 +100,10 @@ def create(
     goal_id = new_id("goal")
     body = {"title": title, "description": description, "criteria": criteria, "parallel_runs": parallel_runs}
     if capabilities:
-        from loopx.capability_goals import check_enabling
-
-        body["capabilities"] = check_enabling(capabilities)
+        # Checked once, by create_in inside the transaction: a replay of a recorded operation id
+        # answers what was recorded even if the capability has been uninstalled since. Sorted and
+        # deduplicated here only so that the request (and its idempotency hash) is the same.
+        body["capabilities"] = sorted(set(capabilities))
 
     def work(w):
         create_in(w, **body, goal_id=goal_id)
@@ -317,7 +318,9 @@ def history_stream(reg: Registry, goal_id: str, *, after: int = 0, limit: int | 
             for e in ledger.iter_events(tx, goal_id, after=after, limit=limit):
                 if e.kind not in why:
                     why[e.kind] = ledger.unknown_kind(e.kind)
-                yield to_json(e) if why[e.kind] is None else {**to_json(e), "unknown_kind": why[e.kind]}
+                # A capability's repair is understood without its plugin (the core replays it).
+                unknown = why[e.kind] and ledger.unknown_event(e)
+                yield to_json(e) if not unknown else {**to_json(e), "unknown_kind": unknown}
         finally:
             reading.__exit__(None, None, None)
 

@@ -122,6 +122,39 @@ def unknown_kind(name: str) -> str | None:
     return f"written by a plugin that is not installed (namespace {area!r})"
 
 
+#: The suffix of a capability's repair event kind (``NAME.repaired``): the core's repair
+#: vocabulary (:mod:`loopx.events.repair`), which the core replays itself (:func:`core_repair`).
+REPAIRED = ".repaired"
+
+
+def core_repair(event: Event) -> bool:
+    """Whether ``event`` is a repair the core replays itself when the plugin that wrote it is not
+    installed: kind ``NS.repaired`` outside the core's areas, written as ``capability:…`` (never
+    by a user or an agent: only plugin code may act as a capability), its body naming namespace
+    ``NS`` and a repair of the core's vocabulary.
+
+    Such a kind can only have been written through the core's repair guard: the plugin seam
+    accepts a ``NS.repaired`` kind only with the core's repair apply and guard, writable by
+    capabilities alone (:func:`loopx.plugins.event_kinds`).
+    """
+    name = event.kind
+    if not name.endswith(REPAIRED) or name.count(".") != 1:
+        return False
+    namespace = name.split(".", 1)[0]
+    if namespace in AREAS or role(event.actor) != CAPABILITY or not isinstance(event.body, dict):
+        return False
+    # The repair vocabulary lives with the apply functions, reached like every area (on first use).
+    vocabulary = importlib.import_module("loopx.events.repair").KINDS
+    return event.body.get("namespace") == namespace and event.body.get("repair") in vocabulary
+
+
+def unknown_event(event: Event) -> str | None:
+    """:func:`unknown_kind` for one event: ``None`` too for a repair the core replays itself
+    (:func:`core_repair`), whether or not the plugin that wrote it is installed."""
+    why = unknown_kind(event.kind)
+    return None if why is not None and core_repair(event) else why
+
+
 def plugin_kind(name: str) -> EventKind | None:
     """The plugin-registered kind ``name``, or ``None`` (not cached: plugins come and go in tests)."""
     from loopx import plugins
@@ -155,7 +188,8 @@ def apply(tx, event: Event, *, summary: bool = True) -> None:
 
     An event of a plugin's kind whose plugin is not installed any more (or of a retired core
     kind, :data:`RETIRED_KINDS`, whose plugin is not) replays as a no-op: its history stays
-    readable (:func:`unknown_kind` names it). An unknown core kind is an error. The goal's attention summary
+    readable (:func:`unknown_kind` names it); a capability's repair (:func:`core_repair`)
+    replays through the core's repair API instead. An unknown core kind is an error. The goal's attention summary
     (:mod:`loopx.attention`) is refreshed too, unless the event's area cannot change it;
     ``summary=False`` leaves that to the caller (:func:`apply_many`).
     """
@@ -165,6 +199,11 @@ def apply(tx, event: Event, *, summary: bool = True) -> None:
         found = plugin_kind(event.kind)
         if found is not None:
             found.apply(tx, event)
+        elif core_repair(event):
+            # Its plugin is gone, but what a repair does is the core's (the plugin applied it
+            # through the same function, which the core's old name for repairs still uses):
+            # replay it, so the state stays its replayed ledger.
+            kind("capability.repaired").apply(tx, event)
     tx.execute(
         "UPDATE goals SET revision = ?, updated_at = ? WHERE id = ?",
         (event.seq, event.at, event.goal_id),

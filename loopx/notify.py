@@ -96,6 +96,12 @@ def _record(reg, goal_id: str, reason: str, key: str, channel: str, status: str,
     reg.store.write(work)
 
 
+def open_goal_ids(reg) -> list[str]:
+    """The ids of every open goal: what ``loopx notify check`` looks at when no goal is named."""
+    with reg.read() as tx:
+        return [r["id"] for r in tx.query("SELECT id FROM goals WHERE status = 'open'")]
+
+
 def check_goals(reg, goal_ids) -> list[dict]:
     """Notify for each of ``goal_ids`` (and goals held back earlier) whose need changed. Returns what was sent."""
     from loopx.needs_you import needs

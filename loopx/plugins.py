@@ -280,6 +280,12 @@ def event_kinds(core_areas=(), retired=()) -> dict[str, tuple]:
                 problem = f"registered the event kind {name!r} without an apply(tx, event) function"
             elif not writers or not set(writers) <= {"user", "executor", "capability"}:
                 problem = f"event kind {name!r}: writers must be some of user, executor, capability, not {writers!r}"
+            elif name.endswith(".repaired") and not _core_repair_kind(apply, guard, writers):
+                # The core replays NAME.repaired itself when its plugin is gone (loopx.ledger.core_repair):
+                # only a kind that is the core's repair, under the core's guard, may carry the name.
+                problem = (f"event kind {name!r}: a '.repaired' kind is a repair of the core's vocabulary:"
+                           " register it with loopx.api's repair_event_apply and repair_event_guard,"
+                           " writers=('capability',)")
             else:
                 for old in formerly:
                     if not _namespaced(old) or (old.split(".")[0] in core_areas and old not in retired):
@@ -294,6 +300,18 @@ def event_kinds(core_areas=(), retired=()) -> dict[str, tuple]:
         return out
 
     return _cached("event_kinds", build)
+
+
+def _core_repair_kind(apply, guard, writers) -> bool:
+    """Whether a kind registered with ``apply``, ``guard`` and ``writers`` is exactly the core's
+    repair event: :func:`loopx.events.repair.apply_event`, :func:`loopx.repairs.guard_event`
+    (named, not imported: the plugin seam sits below both), written by capabilities only."""
+
+    def named(fn, module: str, qualname: str) -> bool:
+        return getattr(fn, "__module__", None) == module and getattr(fn, "__qualname__", None) == qualname
+
+    return (set(writers) == {"capability"} and named(apply, "loopx.events.repair", "apply_event")
+            and named(guard, "loopx.repairs", "guard_event"))
 
 
 def _homes() -> dict[str, set]:

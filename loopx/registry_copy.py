@@ -193,8 +193,8 @@ def _unknown_kinds(events) -> str:
     """Why a replay may differ: event kinds no installed plugin knows (they replay as no-ops)."""
     why = {}
     for e in events:
-        if e.kind not in why:
-            why[e.kind] = ledger.unknown_kind(e.kind)
+        if not why.get(e.kind):
+            why[e.kind] = ledger.unknown_event(e)
     unknown = [f"{kind} ({text})" for kind, text in why.items() if text]
     return f" (its ledger holds kinds no installed plugin knows: {'; '.join(unknown)})" if unknown else ""
 

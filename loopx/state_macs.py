@@ -198,11 +198,11 @@ def turn_rows_sql(dialect: str, agent: str | None) -> str:
                 f" m.mac AS mac FROM {source or table + ' t'} LEFT JOIN state_macs m ON m.goal_id = t.{column}"
                 f" AND m.tbl = '{table}' AND m.k = {key_sql(dialect, table, 't')} WHERE {where}")
 
-    own = "" if agent is None else " OR t2.claim_agent = ?"
+    from loopx.todo_ready import free_sql
+
     join = "CROSS JOIN" if dialect == "sqlite" else "JOIN"  # (SQLite's CROSS JOIN: the page first)
     page = ("SELECT r2.todo_id FROM todo_ready r2 JOIN todos t2 ON t2.id = r2.todo_id WHERE r2.goal_id = ?"
-            " AND (t2.claim_agent IS NULL OR t2.claim_expires_at IS NULL OR t2.claim_expires_at <= ?" + own + ")"
-            " ORDER BY r2.priority, r2.created_seq LIMIT ?")
+            f" AND {free_sql('t2', agent)} ORDER BY r2.priority, r2.created_seq LIMIT ?")
     return " UNION ALL ".join([
         part("goals", "t.id = ?"),
         part("gates", "t.goal_id = ?"),
@@ -217,7 +217,9 @@ def turn_rows_sql(dialect: str, agent: str | None) -> str:
 
 
 def turn_params(goal_id: str, agent: str | None, now: str, limit: int) -> tuple:
-    page = (goal_id, now, *(() if agent is None else (agent,)), limit)
+    from loopx.todo_ready import free_params
+
+    page = (goal_id, *free_params(agent, now), limit)
     return (goal_id,) * 6 + (*page, goal_id) + (*page, goal_id)
 
 

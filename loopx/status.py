@@ -183,6 +183,8 @@ def _goal_row_summary(g: dict) -> dict:
         "revision": g["revision"],
         "created_at": g["created_at"],
         "updated_at": g["updated_at"],
+        # The goal's own list, in the row the page already reads (no query of its own).
+        "capabilities": _loads(g.get("capabilities"), []),
     }
 
 

@@ -9,8 +9,9 @@ a replay runs, so a rebuild makes the same rows:
 * ``todo_ready`` - one row per unblocked todo, with its ``priority`` and ``created_seq``, indexed
   in the ready set's order.
 
-What remains of readiness depends on the clock or on gates (a claim held by another agent, a
-pending or rejected ``todo:ID`` gate) and is filtered when the page is read
+What remains of readiness depends on the clock, on runs or on gates (a claim another agent holds
+under a live lease for a run still open, a pending or rejected ``todo:ID`` gate: :func:`free_sql`)
+and is filtered when the page is read
 (:func:`first_ready`): a page costs the todos it shows plus those skipped for a live claim or a
 gate, never the goal's whole list.
 """
@@ -72,20 +73,47 @@ def settled(tx, goal_id: str, todo_id: str) -> None:
         refresh(tx, goal_id, r["todo_id"])
 
 
-def first_ready(tx, goal_id: str, *, agent: str | None, now: str, exclude: set, limit: int) -> list[dict]:
-    """The first ``limit`` todos rows of the ready set for ``agent`` at ``now``, in its order
-    (priority, then creation), leaving out the ids in ``exclude`` (gated todos)."""
-    sql = ("SELECT t.* FROM todo_ready r JOIN todos t ON t.id = r.todo_id"
-           " WHERE r.goal_id = ? AND (t.claim_agent IS NULL OR t.claim_expires_at IS NULL OR t.claim_expires_at <= ?"
-           "{own}) ORDER BY r.priority, r.created_seq LIMIT ?")
-    own, params = ("", [goal_id, now]) if agent is None else (" OR t.claim_agent = ?", [goal_id, now, agent])
-    found: list[dict] = []
-    # Gated todos are few (one gate each): ask for that many more and drop them here.
-    rows = tx.query(sql.format(own=own), (*params, limit + len(exclude)))
-    for row in rows:
-        if row["id"] not in exclude:
-            found.append(row)
-    return found[:limit]
+def free_sql(alias: str, agent: str | None) -> str:
+    """The one definition of "no claim keeps this todo from ``agent``", as an SQL condition on
+    the ``todos`` row ``alias``; its parameters are :func:`free_params`.
+
+    A claim holds a todo while its lease is valid *and*, for a claim taken under a run, while
+    that run is open and not expired: a claim left by a run that failed, finished or expired
+    holds nothing (whoever asks next is offered the todo). The agent's own claims never hold it
+    back from that agent.
+    """
+    own = "" if agent is None else f" OR {alias}.claim_agent = ?"
+    return (f"({alias}.claim_agent IS NULL OR {alias}.claim_expires_at IS NULL OR {alias}.claim_expires_at <= ?"
+            f" OR ({alias}.claim_run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM runs claim_run"
+            f" WHERE claim_run.id = {alias}.claim_run_id AND claim_run.status = 'open'"
+            f" AND claim_run.expires_at > ?)){own})")
+
+
+def free_params(agent: str | None, now: str) -> tuple:
+    """The parameters of :func:`free_sql`, in order."""
+    return (now, now) if agent is None else (now, now, agent)
+
+
+def claim_holds(tx, goal_id: str, todo_id: str, *, agent: str | None, now: str) -> bool:
+    """Whether a claim keeps ``todo_id`` from ``agent`` at ``now`` (see :func:`free_sql`)."""
+    row = tx.one(f"SELECT 1 AS held FROM todos t WHERE t.goal_id = ? AND t.id = ? AND NOT {free_sql('t', agent)}",
+                 (goal_id, todo_id, *free_params(agent, now)))
+    return row is not None
+
+
+def first_ready(tx, goal_id: str, *, agent: str | None, now: str, exclude: set, limit: int | None) -> list[dict]:
+    """The first ``limit`` (``None``: all) todos rows of the ready set for ``agent`` at ``now``, in
+    its order (priority, then creation), leaving out the ids in ``exclude`` (gated todos); a todo
+    a live claim holds (:func:`free_sql`) is left out too."""
+    sql = (f"SELECT t.* FROM todo_ready r JOIN todos t ON t.id = r.todo_id"
+           f" WHERE r.goal_id = ? AND {free_sql('t', agent)} ORDER BY r.priority, r.created_seq")
+    params: tuple = (goal_id, *free_params(agent, now))
+    if limit is not None:
+        # Gated todos are few (one gate each): ask for that many more and drop them here.
+        sql += " LIMIT ?"
+        params += (limit + len(exclude),)
+    found = [row for row in tx.query(sql, params) if row["id"] not in exclude]
+    return found if limit is None else found[:limit]
 
 
 def any_todo(tx, goal_id: str) -> bool:

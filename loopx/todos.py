@@ -64,11 +64,6 @@ def count(tx, goal_id: str) -> int:
     return tx.one("SELECT COUNT(*) AS n FROM todos WHERE goal_id = ?", (goal_id,))["n"]
 
 
-def held_by_other(todo: Todo, agent: str | None, now: str) -> bool:
-    """Whether someone other than ``agent`` holds ``todo`` under a lease still valid at ``now``."""
-    return todo.claim is not None and todo.claim.agent != agent and todo.claim.expires_at > now
-
-
 def _gated_todos(tx, goal_id: str) -> dict[str, str]:
     rows = tx.query(
         "SELECT blocks, status FROM gates WHERE goal_id = ? AND status IN ('pending', 'rejected')", (goal_id,)
@@ -86,9 +81,9 @@ def _statuses(tx, goal_id: str, ids) -> dict[str, str]:
     return {r["id"]: r["status"] for r in rows}
 
 
-def why_not_ready(todo: Todo, *, statuses: dict[str, str], gated: dict[str, str], agent: str | None,
-                  now: str) -> tuple[str, str] | None:
-    """``None`` when ``todo`` is ready for ``agent``; else ``(code, message)`` saying why not."""
+def why_not_ready(todo: Todo, *, statuses: dict[str, str], gated: dict[str, str], held: bool) -> tuple[str, str] | None:
+    """``None`` when ``todo`` is ready; else ``(code, message)`` saying why not. ``held``: whether a
+    claim keeps it from whoever asks (:func:`loopx.todo_ready.claim_holds`)."""
     if todo.status != "open":
         return "todo_not_open", f"todo {todo.id} is {todo.status}"
     waiting = [d for d in todo.depends_on if statuses.get(d) != "done"]
@@ -97,7 +92,7 @@ def why_not_ready(todo: Todo, *, statuses: dict[str, str], gated: dict[str, str]
     if todo.id in gated:
         code = "gate_pending" if gated[todo.id] == "pending" else "todo_not_ready"
         return code, f"todo {todo.id} is behind a {gated[todo.id]} gate"
-    if held_by_other(todo, agent, now):
+    if held:
         c = todo.claim
         return "todo_claimed", f"todo {todo.id} is claimed by {c.agent} until {c.expires_at} (epoch {c.epoch})"
     return None
@@ -107,13 +102,15 @@ def ready(tx, goal_id: str, *, agent: str | None, now: str) -> list[Todo]:
     """The ready set for ``agent`` at ``now``, by priority (P0 first) then creation order.
 
     Open, every dependency done, no pending or rejected gate on ``todo:ID``, and not held by
-    another agent under a lease that expires after ``now`` (the agent's own claims stay in).
+    another agent's claim (:func:`loopx.todo_ready.free_sql`: a lease that expires after ``now``,
+    for a run still open; the agent's own claims stay in). The same set, read the same way, as
+    the page ``quota should-run`` offers.
     """
-    todos = list_todos(tx, goal_id)
-    statuses = {t.id: t.status for t in todos}
-    gated = _gated_todos(tx, goal_id)
-    return [t for t in todos
-            if why_not_ready(t, statuses=statuses, gated=gated, agent=agent, now=now) is None]
+    from loopx import todo_ready
+
+    rows = todo_ready.first_ready(tx, goal_id, agent=agent, now=now, exclude=set(_gated_todos(tx, goal_id)),
+                                  limit=None)
+    return [todo_from_row(r) for r in rows]
 
 
 def _run_for(w, run_id: str | None, *, fresh: bool):
@@ -258,8 +255,11 @@ def claim(reg: Registry, actor: str, *, goal_id: str, todo_id: str, agent: str |
         if who is None:
             raise LoopxError("invalid_argument", "say who claims the todo: --agent NAME (or --run-id)")
         todo = load_todo(w.tx, goal_id, todo_id)
+        from loopx import todo_ready
+
         refusal = why_not_ready(todo, statuses=_statuses(w.tx, goal_id, todo.depends_on),
-                                gated=_gated_todos(w.tx, goal_id), agent=who, now=w.at)
+                                gated=_gated_todos(w.tx, goal_id),
+                                held=todo_ready.claim_holds(w.tx, goal_id, todo_id, agent=who, now=w.at))
         if refusal is not None:
             raise LoopxError(*refusal)
         same = todo.claim is not None and todo.claim.agent == who

@@ -30,6 +30,14 @@ def test_the_prompt_holds_the_objective_the_todo_and_exactly_the_contracts_comma
     assert contract["id"] == out["run_id"]
 
 
+def test_the_prompt_names_every_command_the_broker_refuses_as_a_users(loopx):
+    g = _goal(loopx, "Fit the forecast")
+    prompt = loopx("agent-prompt", "--goal-id", g, "--host", "codex", "--json").json["prompt"]
+    listed = re.search(r"User-only commands \((.*?)\) refuse you", prompt).group(1).split(", ")
+    for command in ("project-prompt close", "project-prompt retry", "gate approve", "quota set", "config set"):
+        assert command in listed, listed
+
+
 def test_no_turn_no_commands_and_a_bad_host_is_refused(loopx):
     g = _goal(loopx)
     loopx("project_prompt", "pause", "--goal-id", g)

@@ -143,6 +143,50 @@ def test_creating_with_an_unknown_capability_creates_nothing(loopx):
     assert loopx("project-prompt", "list", "--json").json == []
 
 
+def test_a_retried_create_answers_what_was_recorded_after_the_capability_is_gone(loopx):
+    """The capability list is checked once, inside the transaction: a retry of a recorded
+    operation id replays its result, even once the plugin is uninstalled; a new request is refused."""
+    from loopx.plugins import get_plugin_manager
+
+    pm = get_plugin_manager()
+    name = pm.register(Scoped())
+    try:
+        args = ("project-prompt", "create", "--title", "T", "--capability", "scoped", "--operation-id", "op-1",
+                "--json")
+        first = loopx(*args)
+        assert first.code == 0 and first.json["capabilities"] == ["scoped"], first
+    finally:
+        pm.unregister(name=name)
+    again = loopx(*args)
+    assert again.code == 0 and again.json["id"] == first.json["id"], again
+    fresh = loopx("project-prompt", "create", "--title", "T", "--capability", "scoped", "--operation-id", "op-2",
+                  "--json")
+    assert fresh.code == 2 and fresh.json["error"]["code"] == "capability_not_found", fresh
+    assert [g["id"] for g in loopx("project-prompt", "list", "--json").json] == [first.json["id"]]
+
+
+def block_of(text: str, goal_id: str) -> list[str]:
+    """The lines ``loopx status`` prints for one goal: its own line and those indented under it."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if goal_id in line)
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("    ")), len(lines))
+    return lines[start:end]
+
+
+def test_status_without_a_goal_shows_each_goals_capabilities(loopx, loopx_plugin):
+    loopx_plugin(Scoped())
+    loopx_plugin(Scoped("other"))
+    plain, using = create(loopx, title="Plain"), create(loopx, "scoped", "other", title="Using")
+    shown = {g["id"]: g["capabilities"] for g in loopx("status", "--json").json["goals"]}
+    assert shown == {plain: [], using: ["other", "scoped"]}
+    text = loopx("status").out
+    assert block_of(text, using)[1:] == ["    todos 0/0 done", "    capabilities: other, scoped"], text
+    assert not [line for line in block_of(text, plain) if "capabilities" in line], text
+    # Disabled, it is gone from the page too.
+    assert loopx("project-prompt", "capabilities", using, "--disable", "other").code == 0
+    assert {g["id"]: g["capabilities"] for g in loopx("status", "--json").json["goals"]}[using] == ["scoped"]
+
+
 @pytest.mark.parametrize("actor", ["executor", "dashboard"])
 def test_only_a_user_changes_the_list(loopx, loopx_plugin, actor):
     loopx_plugin(Scoped())

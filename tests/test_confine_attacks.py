@@ -393,3 +393,69 @@ def test_a_step_cannot_move_the_clock_the_registry_decides_by(world):
     # Served by the broker, the note is dated by the turn's clock (the harness's), not the agent's.
     ahead = clock.seconds_between(clock.now(), note["created_at"])
     assert 86400 - 600 < ahead < 86400 + 600, (note, out)
+
+
+USER_VERBS = r"""
+set +e
+for cmd in "project-prompt close {goal}" "project-prompt retry --goal-id {goal}" "project_prompt close {goal}" \
+           "project-prompt --format json close {goal}" "config set notify.command true" "worker --print-unit"; do
+  echo "VERB $cmd => $(loopx $cmd 2>&1 | tr '\n' ' ')"
+done
+"""
+
+
+def test_closing_retrying_or_configuring_from_a_step_is_refused_by_the_broker_before_anything_runs(world):
+    made, _ = _prepare(world, acts={"work": ["sh", "verbs.sh"]})
+    (world["work"] / "verbs.sh").write_text(USER_VERBS.format(goal=made["goal"]))
+    p = _turn(world, made["goal"])
+    t = json.loads(p.stdout)
+    with Registry.open(world["url"]) as reg, reg.read() as tx:
+        goal = tx.one("SELECT status FROM goals WHERE id = ?", (made["goal"],))
+        out = "".join(json.loads(e["data"])["output_tail"] for e in
+                      tx.query("SELECT data FROM evidence WHERE run_id = ? AND kind = 'command'", (t["run_id"],)))
+        refused = [json.loads(e["data"]) for e in
+                   tx.query("SELECT data FROM evidence WHERE run_id = ? AND kind = 'refused'", (t["run_id"],))]
+        settings = tx.query("SELECT * FROM settings")
+    lines = [line for line in out.splitlines() if line.startswith("VERB ")]
+    assert len(lines) == 6, out
+    # Each is the broker's own refusal (it names the command as the user's), not the ledger's.
+    for line in lines:
+        assert "is the user's, not an executor's" in line and "actor_forbidden" in line, line
+    assert goal["status"] == "open"
+    assert not [s for s in settings if "notify" in json.dumps(dict(s))], settings
+    assert len(refused) == 6 and all(r["code"] == "actor_forbidden" for r in refused), refused
+
+
+PLUGIN_USER_VERBS = r"""
+set +e
+for cmd in "issue-fix start --repo . --title T --test-command true --issue-text broken" "issue-fix clean --repo ." \
+           "self-repair accept --goal-id {goal}"; do
+  echo "VERB $cmd => $(loopx $cmd 2>&1 | tr '\n' ' ')"
+done
+"""
+
+
+def test_a_plugins_user_only_commands_are_refused_by_the_broker_before_anything_runs(world):
+    """A capability names its commands that are a user's (``user_commands``); inside a turn the
+    broker refuses them up front, before the plugin's code runs outside confinement (git, files)."""
+    subprocess.run(["git", "-C", str(world["work"]), "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-q",
+                    "--allow-empty", "-m", "base"], check=True)
+    made, _ = _prepare(world, acts={"work": ["sh", "verbs.sh"]})
+    (world["work"] / "verbs.sh").write_text(PLUGIN_USER_VERBS.format(goal=made["goal"]))
+    caps = json.loads(subprocess.run([PY, "-m", "loopx", "capabilities", "list", "--json"], env=world["env"],
+                                     capture_output=True, text=True, timeout=60).stdout)
+    if not {"issue_fix", "self_repair"} <= {c["name"] for c in caps}:
+        pytest.skip("the issue_fix and self_repair plugins are not installed")
+    t = json.loads(_turn(world, made["goal"]).stdout)
+    with Registry.open(world["url"]) as reg, reg.read() as tx:
+        out = "".join(json.loads(e["data"])["output_tail"] for e in
+                      tx.query("SELECT data FROM evidence WHERE run_id = ? AND kind = 'command'", (t["run_id"],)))
+        goals = tx.one("SELECT COUNT(*) AS n FROM goals")["n"]
+    lines = [line for line in out.splitlines() if line.startswith("VERB ")]
+    assert len(lines) == 3, out
+    for line in lines:
+        assert "is the user's, not an executor's" in line and "actor_forbidden" in line, line
+    # Nothing ran: no goal was created, no worktree or branch was made in the repository.
+    assert goals == 1
+    worktrees = subprocess.run(["git", "-C", str(world["work"]), "worktree", "list"], capture_output=True, text=True)
+    assert len(worktrees.stdout.splitlines()) == 1, worktrees.stdout

@@ -132,3 +132,30 @@ def test_placeholder_text_is_nowhere_in_a_contract(registry_url, tmp_path):
     assert "what was done" not in text and "the first step" not in text and "the next step" not in text
     finish = out["interaction_contract"]["cli_channel"]["steps"][-1]
     assert finish["kind"] == "finish" and "--outcome" not in finish["argv"]
+
+
+def test_after_a_failed_run_summary_all_counts_its_todo_ready_as_should_run_offers_it(registry_url, tmp_path):
+    """The failed run's claim holds nothing once the run ended: summary-all, status and the next
+    should-run (for any agent) agree that the todo is ready."""
+    url = registry_url
+    made = make_goal(url, title="Fails once", acts={"work": ["sh", "-c", "exit 3"]}, todo_texts=("Do it",))
+    g, todo = made["goal"], made["todos"][0]
+    p = run_loop(url, tmp_path, readme_loop(), g)
+    assert "Stopped: that step failed" in p.stdout, (p.stdout, p.stderr)
+    [run] = ok_json(url, "run", "list", "--goal-id", g)
+    assert (run["status"], run["outcome"]) == ("finished", "failed"), run
+    # The claim the failed run took is still on the todo (its lease has not run out) ...
+    [held] = ok_json(url, "todo", "list", "--goal-id", g)
+    assert held["claim"] is not None and held["claim"]["run_id"] == run["id"], held
+    # ... but it no longer holds the todo back: every view counts it ready.
+    todos = ok_json(url, "summary-all", "--goal-id", g)["goals"][0]["todos"]
+    assert todos["ready"] == 1, todos
+    assert ok_json(url, "status", "--goal-id", g)["todos"]["ready"] == [todo]
+    assert [t["id"] for t in ok_json(url, "todo", "list", "--goal-id", g, "--ready")] == [todo]
+    for agent in (run["agent"], "another-agent"):
+        offer = ok_json(url, "quota", "should-run", "--goal-id", g, "--agent", agent, "--dry-run")
+        assert offer["decision"] == "run", offer
+        assert [t["id"] for t in offer["interaction_contract"]["agent_channel"]["ready_todos"]] == [todo], offer
+    # And another agent may take it over (a new claim, the next epoch).
+    taken = ok_json(url, "todo", "claim", "--goal-id", g, "--todo-id", todo, "--agent", "another-agent")
+    assert taken["claim"]["agent"] == "another-agent" and taken["epoch"] == held["epoch"] + 1, taken

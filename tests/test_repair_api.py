@@ -148,3 +148,38 @@ def test_a_repair_is_applied_under_the_rules_of_every_write(loopx_registry, loop
     with pytest.raises(LoopxError) as err:
         attempt(repair)
     assert err.value.code == "repair_not_needed"
+
+
+class Lax:
+    """A plugin that registers a '.repaired' kind an executor could write, with its own apply and no guard."""
+
+    @hookimpl
+    def loopx_register_capabilities(self, register):
+        from loopx.api import Capability
+
+        register(Capability(name="lax", version="1", summary="s", owns=["lax"]))
+
+    @hookimpl
+    def loopx_register_event_kinds(self, register):
+        register("lax.repaired", lambda tx, event: None, writers=("executor", "capability"))
+
+
+def test_only_the_cores_repair_may_be_named_repaired_so_no_agent_writes_one(loopx_registry, loopx_cli, loopx_plugin,
+                                                                           capsys):
+    """The core replays a capability's ``NAME.repaired`` events itself when the plugin is gone, so
+    the name is kept for the core's repair (its apply and guard, capabilities only): a kind that
+    is not is refused at registration, and nobody - an agent least - can write it."""
+    loopx_plugin(Lax())
+    g, t = goal_with_claim(loopx_cli)
+    run = loopx_cli("run", "list", "--goal-id", g, "--json").json[0]["id"]
+    body = {"namespace": "lax", "repair": "lease_released", "todo_id": t, "agent": "a1", "expired_at": "x",
+            "finding": "stale_lease"}
+    for actor in ("executor", "capability:lax"):
+        with pytest.raises(LoopxError) as err:
+            loopx_registry.mutate(actor, lambda w: w.emit("lax.repaired", body), goal_id=g)
+        assert err.value.code == "invalid_argument" and "unknown event kind" in err.value.message, err.value
+    # The claim the repair would have released is still held, and the ledger holds no such event.
+    todo = loopx_cli("todo", "list", "--goal-id", g, "--json").json[0]
+    assert todo["claim"]["run_id"] == run and ("lax.repaired" not in [k for _, k in events(loopx_registry, g)])
+    # The plugin is told why.
+    assert "'.repaired' kind is a repair of the core's vocabulary" in capsys.readouterr().err

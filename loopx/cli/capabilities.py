@@ -28,6 +28,8 @@ def _detail(c: dict) -> str:
         f"  commands: {', '.join(c['commands']) or '-'}",
         f"  actions:  {', '.join(c['actions']) or '-'}",
     ]
+    if c.get("user_commands"):
+        rows.append(f"  user's:   {', '.join(c['user_commands'])} (refused inside a turn)")
     if c["repairs"]:
         rows.append(f"  repairs:  {', '.join(c['repairs'])}")
     rows.append(f"  serves:   every goal: {c['why']}" if c.get("default_on") else

@@ -35,8 +35,5 @@ def notify_check(goal_ids):
     from loopx import notify as notify_mod
 
     with open_registry() as reg:
-        if not goal_ids:
-            with reg.read() as tx:
-                goal_ids = [r["id"] for r in tx.query("SELECT id FROM goals WHERE status = 'open'")]
-        out = notify_mod.check_goals(reg, list(goal_ids))
+        out = notify_mod.check_goals(reg, list(goal_ids) or notify_mod.open_goal_ids(reg))
     emit(out, lambda rows: "\n".join(f"sent {r['id']}: {r['goal_id']} {r['reason']}" for r in rows) or "nothing new")

@@ -59,6 +59,8 @@ def overview_text(view: dict) -> str:
             r = g["last_run"]
             detail += f", last run {r['state']}" + (f" ({r['outcome']})" if r["outcome"] else "")
         lines.append(detail)
+        if g.get("capabilities"):
+            lines.append(f"    capabilities: {', '.join(g['capabilities'])}")
         if g["attention"]:
             lines.append(f"    attention: {', '.join(g['attention'])}")
         lines += _needs_you_lines(g.get("needs_you"))

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import shlex
 
+from loopx import broker as _broker
+
 HOSTS = ("claude-code", "codex", "generic")
 _TOOL = {"claude-code": "your Bash tool", "codex": "your shell tool", "generic": "a shell"}
-USER_ONLY = ("gate approve", "gate reject", "reward add", "quota set", "quota grant", "project-prompt create")
+#: What the broker refuses as a user's (one list: :data:`loopx.broker.USER_ONLY`), as the agent reads it.
+USER_ONLY = tuple(sorted(f"{command} {sub}" for command, sub in _broker.USER_ONLY))
 
 
 def steps(contract: dict) -> list[dict]:

@@ -53,6 +53,7 @@ def loopx_register_capabilities(register):
         reads=["goals", "gates", "runs", "quota"],
         quota={"turns": 0, "tokens": 0, "wall_seconds": 0},
         commands=["approvals"],
+        user_commands=["approvals"],  # a page for a person to decide on, never served from inside a turn
         actions=[],
         doc="docs/capabilities/approvals.md",
     ))

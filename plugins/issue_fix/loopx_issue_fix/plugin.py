@@ -25,6 +25,8 @@ def loopx_register_capabilities(register):
         reads=("goals", "todos", "gates", "runs", "evidence"),
         quota={"turns": 1, "tokens": 0, "wall_seconds": 60},
         commands=("issue-fix",),
+        # A user's: starting (a goal, a worktree) and closing a fix, and removing what closed ones left.
+        user_commands=("issue-fix start", "issue-fix close", "issue-fix clean"),
         actions=("reproduce", "verify", "handoff", "publish"),
         doc="docs/capabilities/issue_fix.md",
     ))

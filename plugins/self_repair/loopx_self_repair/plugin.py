@@ -30,6 +30,7 @@ def loopx_register_capabilities(register):
         reads=["ledger", "goals", "todos", "gates", "runs", "evidence", "quota", "storage"],
         quota={"turns": 0, "tokens": 0, "wall_seconds": 0},
         commands=["self-repair"],
+        user_commands=["self-repair accept"],  # confirming what a repair kept is a user's judgement
         actions=["fix"],
         repairs=REPAIRS,
         # What a contract names when LoopX's own integrity check answers repair.
@@ -41,27 +42,18 @@ def loopx_register_capabilities(register):
     ))
 
 
-def _apply(tx, event):
-    from loopx.api import repair_event_apply
-
-    repair_event_apply(tx, event)
-
-
-def _guard(writer, body):
-    from loopx.api import repair_event_guard
-
-    repair_event_guard(writer, body)
-
-
 @hookimpl
 def loopx_register_event_kinds(register):
     """``self_repair.repaired``: one repair of a goal's current state, recorded in its ledger
-    (applied and guarded by LoopX's repair API: ``repair_event_apply``, ``repair_event_guard``).
+    (applied and guarded by LoopX's repair API: ``repair_event_apply``, ``repair_event_guard``,
+    which is what lets LoopX replay these events itself when this plugin is not installed).
 
     Older registries hold ``capability.repaired``, its name when LoopX's core defined it: the core
     replays those itself.
     """
-    register("self_repair.repaired", _apply, writers=("capability",), guard=_guard)
+    from loopx.api import repair_event_apply, repair_event_guard
+
+    register("self_repair.repaired", repair_event_apply, writers=("capability",), guard=repair_event_guard)
 
 
 @hookimpl

@@ -55,10 +55,42 @@ def test_disabled_plugin_removes_its_commands_and_leaves_the_core_working(tmp_pa
     p = run("quota", "should-run", "--goal-id", g, "--agent", "a", "--json", env_extra=off, tmp_path=tmp_path)
     assert p.returncode == 0 and json.loads(p.stdout)["decision"] == "run", p.stderr
     p = run("history", "--goal-id", g, "--json", env_extra=off, tmp_path=tmp_path)
-    # Kept in the ledger, and shown as written by a plugin that is not installed (never dropped).
+    # Kept in the ledger and understood: a repair is the core's vocabulary (the core replays it).
     [repaired] = [e for e in json.loads(p.stdout) if e["kind"] == "self_repair.repaired"]
-    assert "not installed" in repaired["unknown_kind"]
+    assert "unknown_kind" not in repaired, repaired
     assert "self-repair" in run("--help", tmp_path=tmp_path).stdout
+
+
+def test_without_the_plugin_its_repairs_still_read_replay_and_copy(tmp_path):
+    """A repair is the core's vocabulary: with the plugin disabled, history shows the event as
+    understood, and `registry copy` carries it (hash-chained, replayed through the core's repair
+    API) instead of refusing the goal."""
+    off = {"LOOPX_DISABLE_PLUGINS": "self_repair"}
+    later = tmp_path / "clock"
+    later.write_text("600")  # ten minutes on: the claim below has expired
+
+    def ok(*args, env_extra=None):
+        p = run(*args, "--json", env_extra=env_extra, tmp_path=tmp_path)
+        assert p.returncode == 0, (args, p.stdout, p.stderr)
+        return json.loads(p.stdout)
+
+    g = ok("project-prompt", "create", "--title", "T")["id"]
+    t = ok("todo", "add", "--goal-id", g, "--text", "x")["id"]
+    ok("todo", "claim", "--goal-id", g, "--todo-id", t, "--agent", "gone", "--ttl-seconds", "60")
+    fixed = ok("self-repair", "fix", "--goal-id", g, env_extra={"LOOPX_CLOCK_OFFSET_FILE": str(later)})
+    assert [r["code"] for r in fixed["repaired"]] == ["stale_lease"], fixed
+    [repaired] = [e for e in ok("history", "--goal-id", g, env_extra=off) if e["kind"] == "self_repair.repaired"]
+    assert repaired["body"]["repair"] == "lease_released" and "unknown_kind" not in repaired, repaired
+    target = tmp_path / "copy.db"
+    p = run("registry", "copy", "--from", str(tmp_path / "r.db"), "--to", str(target), "--json", env_extra=off,
+            tmp_path=tmp_path)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    copied = run("history", "--goal-id", g, "--json", env_extra={**off, "LOOPX_REGISTRY": str(target)},
+                 tmp_path=tmp_path)
+    assert "self_repair.repaired" in [e["kind"] for e in json.loads(copied.stdout)], copied
+    todo = json.loads(run("todo", "list", "--goal-id", g, "--json", env_extra={**off, "LOOPX_REGISTRY": str(target)},
+                          tmp_path=tmp_path).stdout)[0]
+    assert todo["claim"] is None, todo  # the repair's effect, replayed without the plugin
 
 
 def test_the_shipped_skill_is_the_repository_skill():
