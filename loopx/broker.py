@@ -7,7 +7,8 @@ only the step's own processes hold). Each request runs as *this run's executor* 
 turn's registry*, whatever the request or the step's environment says:
 
 * user-only verbs (:data:`USER_ONLY`: gate approve/reject, reward add, quota set/grant, goal
-  creation, closing, retrying, criteria, pause/resume, capabilities, allowed actions, settings)
+  creation, closing, retrying, criteria, pause/resume, capabilities, allowed actions, settings,
+  notify check)
   and LoopX's own administration (:data:`ADMINISTRATION`: turn, loop, worker, registry,
   plugins...) are refused with ``actor_forbidden`` before anything runs, and so is ``--unconfined``;
 * every refusal (the broker's or the ledger's role check) is recorded as evidence on the run
@@ -41,6 +42,9 @@ USER_ONLY = {
     ("project-prompt", "criterion"), ("project-prompt", "pause"), ("project-prompt", "resume"),
     ("project-prompt", "capabilities"), ("action", "add"), ("action", "remove"),
     ("config", "set"), ("config", "unset"),
+    # Runs the user's notification command (what the worker does): an agent must not be able to
+    # page the user or run that command at will.
+    ("notify", "check"),
 }
 #: Commands the broker never runs at all: LoopX's own administration (turns of their own,
 #: servers, the registry and the installed plugins).

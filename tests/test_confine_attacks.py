@@ -398,7 +398,8 @@ def test_a_step_cannot_move_the_clock_the_registry_decides_by(world):
 USER_VERBS = r"""
 set +e
 for cmd in "project-prompt close {goal}" "project-prompt retry --goal-id {goal}" "project_prompt close {goal}" \
-           "project-prompt --format json close {goal}" "config set notify.command true" "worker --print-unit"; do
+           "project-prompt --format json close {goal}" "config set notify.command true" "worker --print-unit" \
+           "notify check {goal}"; do
   echo "VERB $cmd => $(loopx $cmd 2>&1 | tr '\n' ' ')"
 done
 """
@@ -417,13 +418,13 @@ def test_closing_retrying_or_configuring_from_a_step_is_refused_by_the_broker_be
                    tx.query("SELECT data FROM evidence WHERE run_id = ? AND kind = 'refused'", (t["run_id"],))]
         settings = tx.query("SELECT * FROM settings")
     lines = [line for line in out.splitlines() if line.startswith("VERB ")]
-    assert len(lines) == 6, out
+    assert len(lines) == 7, out
     # Each is the broker's own refusal (it names the command as the user's), not the ledger's.
     for line in lines:
         assert "is the user's, not an executor's" in line and "actor_forbidden" in line, line
     assert goal["status"] == "open"
     assert not [s for s in settings if "notify" in json.dumps(dict(s))], settings
-    assert len(refused) == 6 and all(r["code"] == "actor_forbidden" for r in refused), refused
+    assert len(refused) == 7 and all(r["code"] == "actor_forbidden" for r in refused), refused
 
 
 PLUGIN_USER_VERBS = r"""
