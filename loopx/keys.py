@@ -150,7 +150,7 @@ def forget(registry_id: str, loc: str) -> None:
     (``loopx demo``'s temporary registry): a deleted registry leaves no secret behind."""
     anchor = key_dir() / f"{registry_id}.anchor"
     for f in (key_path(registry_id), anchor, anchor.with_name(anchor.name + "-wal"),
-              anchor.with_name(anchor.name + "-shm"), _location_file(loc)):
+              anchor.with_name(anchor.name + "-shm"), anchor.with_name(anchor.name + "-lock"), _location_file(loc)):
         try:
             f.unlink()
         except FileNotFoundError:
