@@ -45,6 +45,20 @@ def path(registry_id: str):
     return keys.key_dir() / f"{registry_id}.anchor"
 
 
+_PATHS: dict[tuple, str] = {}
+
+
+def _where(registry_id: str) -> str:
+    """:func:`path` as text, remembered per key directory (asked twice by every write)."""
+    d = keys.key_dir()
+    found = _PATHS.get((d, registry_id))
+    if found is None:
+        if len(_PATHS) >= 64:
+            _PATHS.clear()
+        found = _PATHS[(d, registry_id)] = str(d / f"{registry_id}.anchor")
+    return found
+
+
 def lock_path(registry_id: str):
     """The file whose ``flock`` the writers of ``registry_id``'s anchor take turns on."""
     return keys.key_dir() / f"{registry_id}.anchor-lock"
@@ -87,11 +101,12 @@ def _flocked(registry_id: str, key: str):
 
 
 def _conn(registry_id: str, *, create: bool) -> sqlite3.Connection | None:
-    p = path(registry_id)
-    conn = _CONNS.pop(str(p), None)
+    where = _where(registry_id)
+    conn = _CONNS.pop(where, None)
     if conn is not None:
-        _CONNS[str(p)] = conn  # now the most recently used
+        _CONNS[where] = conn  # now the most recently used
         return conn
+    p = path(registry_id)
     if not p.exists():
         if not create:
             return None
@@ -106,7 +121,7 @@ def _conn(registry_id: str, *, create: bool) -> sqlite3.Connection | None:
     conn.execute("PRAGMA synchronous = NORMAL")  # a lost update leaves the anchor behind: accepted
     while len(_CONNS) >= _KEEP:
         _close(next(iter(_CONNS)))
-    _CONNS[str(p)] = conn
+    _CONNS[where] = conn
     return conn
 
 
@@ -114,7 +129,7 @@ def record(registry_id: str, goal_id: str, seq: int, head_hash: str, event_id: i
     """Move the anchor forward to ``goal_id``'s event ``seq`` (hash ``head_hash``) and the
     registry's generation to ``event_id`` - never backward."""
     conn = _conn(registry_id, create=True)
-    with _turn(registry_id, str(path(registry_id))):
+    with _turn(registry_id, _where(registry_id)):
         _record(conn, goal_id, seq, head_hash, event_id)
 
 
@@ -163,7 +178,7 @@ def reset(registry_id: str, current: list[dict], generation: int) -> None:
     """Replace the anchor with the registry as it stands now (``registry reanchor`` / ``rekey``):
     ``current`` is every goal's newest event ``{"goal_id", "seq", "hash"}``."""
     conn = _conn(registry_id, create=True)
-    with _turn(registry_id, str(path(registry_id))):
+    with _turn(registry_id, _where(registry_id)):
         _reset(conn, current, generation)
 
 

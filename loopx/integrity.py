@@ -453,7 +453,8 @@ def _head_and_window(tx, goal_id: str, window: int) -> tuple[dict | None, bool, 
     first = rows[0]
     recorded = None if first["h_seq"] is None else {"goal_id": goal_id, "seq": first["h_seq"],
                                                      "head_hash": first["h_hash"], "state_digest": first["h_digest"]}
-    events = [{k: v for k, v in r.items() if not k.startswith("h_")} for r in rows if r["seq"] is not None]
+    names = [k for k in first if not k.startswith("h_")]  # the events' columns (asked once, not per row)
+    events = [{k: r[k] for k in names} for r in rows if r["seq"] is not None]
     events.sort(key=lambda r: r["seq"])
     return recorded, bool(first["h_dirty"]), events
 
