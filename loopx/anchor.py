@@ -10,7 +10,9 @@ anchor - a goal whose newest event is older than the anchored one, an anchored e
 differs, or a highest event id below the anchored one - was replaced by an older copy (or had its
 newest events removed): :mod:`loopx.integrity` reports ``registry_rolled_back``.
 
-Writers of one anchor (every process writing the registry, right after its commit) take turns
+A writer of an SQLite registry moves the anchor right after its commit while it still holds the
+writers' queue (:meth:`loopx.store.sqlite.SqliteStore.write`'s ``then``), so writers of one
+registry never meet here. Writers that can (PostgreSQL clients of one user, a copy) take turns
 on an exclusive ``flock`` of ``<registry id>.anchor-lock`` before SQLite's write lock: a writer
 that finds another's anchor write in progress sleeps in the kernel and is woken the moment it
 ends. Without it SQLite's busy handler makes the loser poll with sleeps that grow to 100 ms -

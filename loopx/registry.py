@@ -433,9 +433,17 @@ class Registry:
                 )
             return result, writer.events
 
-        result, events = self.store.write(transaction)
-        if anchor_to:
-            _advance_anchor(anchor_to, getattr(self.store, "path", None) if self.store.dialect == "sqlite" else None)
+        def advance():
+            if anchor_to:
+                _advance_anchor(anchor_to, getattr(self.store, "path", None) if self.store.dialect == "sqlite" else None)
+
+        if getattr(type(self.store), "THEN_IN_QUEUE", False):
+            # Moved while this writer still holds the writers' queue: the next one finds the anchor
+            # where the registry is, and anchor writes never queue on a lock of their own.
+            result, events = self.store.write(transaction, then=advance)
+        else:
+            result, events = self.store.write(transaction)
+            advance()
         if events:
             from loopx import plugins
 
