@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextvars
 import os
 import sys
+from _thread import allocate_lock as _allocate_lock
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import pluggy
@@ -127,26 +128,102 @@ def _describe(exc: BaseException) -> str:
 def _run(fn, args, kwargs, timeout: float | None, plugin: str):
     if timeout is None:
         return fn(*args, **kwargs)
-    import threading
+    return _Job(fn, args, kwargs).wait(timeout, plugin)
 
-    box: dict = {}
-    context = contextvars.copy_context()
 
-    def target():
+class _Job:
+    """One implementation run with a deadline, on a worker thread (:class:`_Worker`).
+
+    The caller waits for it at most ``timeout``; a job not finished by then is abandoned with its
+    thread (which never serves again). Which of the two happened is decided under ``_POOL``'s
+    lock, so a job that ends just as its caller gives up is either taken (finished) or abandoned
+    (its thread leaves), never half of each.
+    """
+
+    __slots__ = ("fn", "args", "kwargs", "context", "done", "value", "error", "finished", "abandoned")
+
+    def __init__(self, fn, args, kwargs):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.context = contextvars.copy_context()  # the caller's context variables, as a thread of its own had
+        self.done = _allocate_lock()
+        self.done.acquire()  # released by the worker when the job has run
+        self.value = self.error = None
+        self.finished = self.abandoned = False
+
+    def run(self) -> None:
         try:
-            box["value"] = context.run(fn, *args, **kwargs)
+            self.value = self.context.run(self.fn, *self.args, **self.kwargs)
         except BaseException as exc:  # raised again in the caller's thread
-            box["error"] = exc
+            self.error = exc
 
-    # A daemon thread: a hook that never returns is abandoned, never waited for.
-    thread = threading.Thread(target=target, name=f"loopx-hook-{plugin}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise TimeoutError(f"took longer than {timeout:g}s")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
+    def wait(self, timeout: float, plugin: str):
+        worker = _Worker.take()
+        worker.thread.name = f"loopx-hook-{plugin}"  # what a stack dump of a stuck hook shows
+        worker.jobs.put(self)
+        if not self.done.acquire(timeout=timeout):
+            with _POOL_LOCK:
+                if not self.finished:
+                    # A hook that never returns is abandoned with its thread, never waited for.
+                    self.abandoned = True
+                    raise TimeoutError(f"took longer than {timeout:g}s")
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        return self.value
+
+
+class _Worker:
+    """A daemon thread that runs hook implementations for callers waiting with a deadline.
+
+    Reused across calls (a thread started per call cost about as much as a small hook itself, on
+    every turn and every write that asks a contract hook): an idle worker waits in ``_POOL``;
+    a caller takes one (or starts one when all are busy: nested or concurrent calls), hands it
+    the job and waits. A worker whose job was abandoned ends with it (if it ever returns).
+    """
+
+    __slots__ = ("jobs", "thread")
+
+    def __init__(self):
+        import queue
+        import threading
+
+        self.jobs = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name="loopx-hook", daemon=True)
+        self.thread.start()
+
+    @classmethod
+    def take(cls) -> "_Worker":
+        with _POOL_LOCK:
+            if _POOL:
+                return _POOL.pop()
+        return cls()
+
+    def _serve(self) -> None:
+        while True:
+            job = self.jobs.get()
+            job.run()
+            with _POOL_LOCK:
+                if job.abandoned:
+                    return  # its caller went on without it: this thread is done
+                job.finished = True
+                _POOL.append(self)
+            job.done.release()
+            job = None  # nothing of the call kept alive while idle
+
+
+_POOL: list[_Worker] = []  # idle workers
+_POOL_LOCK = _allocate_lock()
+
+
+def _forget_workers() -> None:
+    # A forked child has none of its parent's threads: the workers in the pool are not there.
+    global _POOL_LOCK
+    _POOL.clear()
+    _POOL_LOCK = _allocate_lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_forget_workers)
 
 
 def _contain_plain(fn, plugin: str, hook: str):

@@ -42,12 +42,29 @@ def event_hash(prev_hash: str, goal_id: str, seq: int, at: str, actor: str, kind
                operation_id: str | None, ring=None) -> str:
     """The chain hash of one event (``body_text``: the body exactly as stored): HMAC-SHA256 with
     the registry's key (``ring``, a :class:`loopx.keys.Keyring`), or plain sha256 for a
-    registry not keyed yet (``ring`` None or unkeyed)."""
+    registry not keyed yet (``ring`` None or unkeyed).
+
+    Remembered per process for the newest few events (:data:`_HASHED`): every write re-checks
+    the goal's newest events (:func:`verify_head`), which this process usually wrote or checked
+    a moment ago. Only the same inputs give the remembered hash - a row edited since is hashed
+    afresh - so this changes what is computed, never what is found."""
+    memo = (ring, prev_hash, goal_id, seq, type(seq), at, actor, kind, body_text, operation_id)
+    found = _HASHED.get(memo)
+    if found is not None:
+        return found
     canonical = json.dumps([prev_hash, goal_id, seq, at, actor, kind, body_text, operation_id],
                            separators=(",", ":")).encode("ascii", "backslashreplace")
-    if ring is None:
-        return _sha256(canonical).hexdigest()
-    return ring.digest(canonical)
+    found = _sha256(canonical).hexdigest() if ring is None else ring.digest(canonical)
+    if len(_HASHED) >= _HASHED_KEEP:
+        _HASHED.clear()
+    _HASHED[memo] = found
+    return found
+
+
+#: :func:`event_hash`'s memory: its inputs (with the :class:`loopx.keys.Keyring` object, one per
+#: registry and key, :func:`loopx.keys.keyring`) -> the hash; emptied when it holds this many.
+_HASHED: dict[tuple, str] = {}
+_HASHED_KEEP = 512
 
 
 def row_hash(row: dict, ring=None) -> str:
@@ -436,7 +453,8 @@ def _head_and_window(tx, goal_id: str, window: int) -> tuple[dict | None, bool, 
     first = rows[0]
     recorded = None if first["h_seq"] is None else {"goal_id": goal_id, "seq": first["h_seq"],
                                                      "head_hash": first["h_hash"], "state_digest": first["h_digest"]}
-    events = [{k: v for k, v in r.items() if not k.startswith("h_")} for r in rows if r["seq"] is not None]
+    names = [k for k in first if not k.startswith("h_")]  # the events' columns (asked once, not per row)
+    events = [{k: r[k] for k in names} for r in rows if r["seq"] is not None]
     events.sort(key=lambda r: r["seq"])
     return recorded, bool(first["h_dirty"]), events
 

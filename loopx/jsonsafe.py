@@ -88,7 +88,12 @@ ENVELOPE_DEPTH = 4
 
 
 def problem(value, max_depth: int = MAX_DEPTH) -> str | None:
-    """Why ``value`` is not interoperable JSON (first problem found), or None. No recursion."""
+    """Why ``value`` is not interoperable JSON (first problem found), or None. No recursion.
+
+    Every event body passes here (a should-run's holds its whole contract): the plain text and
+    small integers inside a container are checked where they are met, not stacked one by one,
+    and ASCII text (almost all of it) needs no encoding to be known valid.
+    """
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -111,11 +116,26 @@ def problem(value, max_depth: int = MAX_DEPTH) -> str | None:
             for k, v in item.items():
                 if not isinstance(k, str):
                     return f"has a non-text key {k!r}"
-                if not _utf8(k):
+                if not k.isascii() and not _utf8(k):
                     return "holds a lone surrogate in a key"
-                stack.append((v, depth + 1))
+                kind = type(v)
+                if kind is str:
+                    if not v.isascii() and not _utf8(v):
+                        return "holds a lone surrogate (text that is not valid Unicode)"
+                elif kind is int and -_INT_LIMIT <= v <= _INT_LIMIT or v is None or kind is bool:
+                    pass
+                else:
+                    stack.append((v, depth + 1))
         elif isinstance(item, (list, tuple)):
-            stack.extend((v, depth + 1) for v in item)
+            for v in item:
+                kind = type(v)
+                if kind is str:
+                    if not v.isascii() and not _utf8(v):
+                        return "holds a lone surrogate (text that is not valid Unicode)"
+                elif kind is int and -_INT_LIMIT <= v <= _INT_LIMIT or v is None or kind is bool:
+                    pass
+                else:
+                    stack.append((v, depth + 1))
         else:
             return f"holds a {type(item).__name__}, which is not JSON"
     return None

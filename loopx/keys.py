@@ -150,7 +150,7 @@ def forget(registry_id: str, loc: str) -> None:
     (``loopx demo``'s temporary registry): a deleted registry leaves no secret behind."""
     anchor = key_dir() / f"{registry_id}.anchor"
     for f in (key_path(registry_id), anchor, anchor.with_name(anchor.name + "-wal"),
-              anchor.with_name(anchor.name + "-shm"), _location_file(loc)):
+              anchor.with_name(anchor.name + "-shm"), anchor.with_name(anchor.name + "-lock"), _location_file(loc)):
         try:
             f.unlink()
         except FileNotFoundError:
@@ -274,13 +274,28 @@ def keyring(tx) -> Keyring:
     if ring is None:
         rid = stored_id(tx)
         if rid is not None:
-            ring = Keyring(rid, load(rid))
+            ring = _ring(rid, load(rid))
         else:
             # No id: a registry never keyed - unless this user keyed one right here before.
             was = remembered(tx)
             ring = Keyring(was, None, stripped=True) if was else Keyring(None, None)
         set_keyring(tx, ring)
     return ring
+
+
+_RINGS: dict[tuple, Keyring] = {}
+
+
+def _ring(registry_id: str, key: bytes | None) -> Keyring:
+    """The :class:`Keyring` of ``registry_id`` with ``key``, made once per process: every
+    transaction asks for it, and making one prepares the key's HMAC pads (and the same object
+    each time lets :mod:`loopx.integrity` remember what it already hashed with it)."""
+    found = _RINGS.get((registry_id, key))
+    if found is None:
+        if len(_RINGS) >= 64:  # a process walking many registries keeps the newest few
+            _RINGS.clear()
+        found = _RINGS[(registry_id, key)] = Keyring(registry_id, key)
+    return found
 
 
 def set_keyring(tx, ring: Keyring) -> None:

@@ -433,9 +433,17 @@ class Registry:
                 )
             return result, writer.events
 
-        result, events = self.store.write(transaction)
-        if anchor_to:
-            _advance_anchor(anchor_to, getattr(self.store, "path", None) if self.store.dialect == "sqlite" else None)
+        def advance():
+            if anchor_to:
+                _advance_anchor(anchor_to, getattr(self.store, "path", None) if self.store.dialect == "sqlite" else None)
+
+        if getattr(type(self.store), "THEN_IN_QUEUE", False):
+            # Moved while this writer still holds the writers' queue: the next one finds the anchor
+            # where the registry is, and anchor writes never queue on a lock of their own.
+            result, events = self.store.write(transaction, then=advance)
+        else:
+            result, events = self.store.write(transaction)
+            advance()
         if events:
             from loopx import plugins
 
@@ -451,6 +459,11 @@ class Registry:
         return result
 
 
+#: ``(registry path as opened, registry id)`` this process has remembered (resolving the path
+#: is most of what remembering costs once done: not redone on every write).
+_REMEMBERED: set = set()
+
+
 def _advance_anchor(to: dict, path=None) -> None:
     """Move the rollback anchor (:mod:`loopx.anchor`) after a commit, and (an SQLite file, once
     per process) remember that the registry at ``path`` is keyed, so that a copy found there
@@ -462,8 +475,9 @@ def _advance_anchor(to: dict, path=None) -> None:
     from loopx import anchor, keys
 
     try:
-        if path is not None:
+        if path is not None and (str(path), to["registry_id"]) not in _REMEMBERED:
             keys.remember_location(keys.sqlite_location(path), to["registry_id"], once=True)
+            _REMEMBERED.add((str(path), to["registry_id"]))
         anchor.record(to["registry_id"], to["goal_id"], to["seq"], to["head_hash"], to["event_id"])
     except (OSError, sqlite3.Error) as exc:
         import sys

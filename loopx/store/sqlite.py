@@ -199,7 +199,14 @@ class SqliteStore:
             except sqlite3.DatabaseError as exc:
                 raise storage_error(exc, self.path) from None
 
-    def write(self, work):
+    #: :meth:`write` takes ``then`` (see there); asked of the class, so a wrapper never claims it.
+    THEN_IN_QUEUE = True
+
+    def write(self, work, *, then=None):
+        """Run ``work(tx)`` in one write transaction (see :class:`loopx.store.base.Store`);
+        ``then()``, when given, runs after the commit while this writer still holds the writers'
+        queue: what it records beside the registry (the rollback anchor) is in place before the
+        next writer reads it, and it never waits on a lock of its own behind other writers."""
         if self.readonly:
             raise LoopxError("registry_readonly", "this registry was opened read-only")
         if self._readonly_file == "read-only file system":
@@ -222,6 +229,8 @@ class SqliteStore:
                     conn.execute("ROLLBACK")
                     raise
                 conn.execute("COMMIT")
+                if then is not None:
+                    then()
                 checkpoint = ticket is not None and (
                     (ticket + 1) % CHECKPOINT_EVERY == 0 or conn.total_changes - changes > CHECKPOINT_CHANGES)
                 return result
