@@ -112,22 +112,19 @@ def problem(value, max_depth: int = MAX_DEPTH) -> str | None:
         elif isinstance(item, float):
             if not math.isfinite(item):
                 return f"holds the number {item} (JSON has no NaN or Infinity)"
-        elif isinstance(item, dict):
-            for k, v in item.items():
-                if not isinstance(k, str):
-                    return f"has a non-text key {k!r}"
-                if not k.isascii() and not _utf8(k):
-                    return "holds a lone surrogate in a key"
-                kind = type(v)
-                if kind is str:
-                    if not v.isascii() and not _utf8(v):
-                        return "holds a lone surrogate (text that is not valid Unicode)"
-                elif kind is int and -_INT_LIMIT <= v <= _INT_LIMIT or v is None or kind is bool:
-                    pass
-                else:
-                    stack.append((v, depth + 1))
-        elif isinstance(item, (list, tuple)):
-            for v in item:
+        elif isinstance(item, (dict, list, tuple)):
+            if isinstance(item, dict):
+                for k in item:
+                    if not isinstance(k, str):
+                        return f"has a non-text key {k!r}"
+                    if not k.isascii() and not _utf8(k):
+                        return "holds a lone surrogate in a key"
+                values = item.values()
+            else:
+                values = item
+            # Plain values are checked here in place (the common case, on every event body);
+            # only containers and unusual values go on the stack.
+            for v in values:
                 kind = type(v)
                 if kind is str:
                     if not v.isascii() and not _utf8(v):
