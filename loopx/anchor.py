@@ -51,72 +51,27 @@ def _conn(registry_id: str, *, create: bool) -> sqlite3.Connection | None:
         conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")  # a lost update leaves the anchor behind: accepted
     while len(_CONNS) >= _KEEP:
-        oldest = next(iter(_CONNS))
-        _CONNS.pop(oldest).close()
-        queue = _QUEUES.pop(oldest, None)
-        if queue:
-            os.close(queue.fd)
+        _CONNS.pop(next(iter(_CONNS))).close()
     _CONNS[str(p)] = conn
     return conn
-
-
-def _queue(registry_id: str):
-    """The first-come, first-served queue of the anchor's writers
-    (:class:`loopx.store.writer_queue.WriterQueue` on ``<anchor>-lock``), or None where none can
-    be had: every committed write moves the anchor, so concurrent writers meet here right after
-    leaving the registry's queue, and SQLite's busy handler would make them poll with sleeps
-    growing to 100 ms (8 writers: p99 ~10 ms of sleeping for a ~0.1 ms update)."""
-    p = str(path(registry_id))
-    queue = _QUEUES.get(p)
-    if queue is None:
-        queue = False
-        try:
-            from loopx.store.writer_queue import WriterQueue
-
-            fd = os.open(f"{p}-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            queue = WriterQueue(fd)
-            if queue.tickets:  # checkpointed by ticket, after leaving the queue (see record)
-                _conn(registry_id, create=True).execute("PRAGMA wal_autocheckpoint = 0")
-        except (ImportError, OSError):  # no fcntl (Windows): SQLite's busy handler serves
-            pass
-        _QUEUES[p] = queue
-    return queue or None
-
-
-#: The writer of every CHECKPOINT_EVERY-th anchor move checkpoints its WAL.
-CHECKPOINT_EVERY = 64
-_QUEUES: dict = {}  # anchor path -> its WriterQueue (False: none); one lock file per anchor per process
 
 
 def record(registry_id: str, goal_id: str, seq: int, head_hash: str, event_id: int) -> None:
     """Move the anchor forward to ``goal_id``'s event ``seq`` (hash ``head_hash``) and the
     registry's generation to ``event_id`` - never backward."""
     conn = _conn(registry_id, create=True)
-    queue = _queue(registry_id)
-    ticket = queue.enter() if queue is not None else None
+    conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute("INSERT INTO heads (goal_id, seq, hash) VALUES (?, ?, ?) ON CONFLICT (goal_id) DO UPDATE"
-                         " SET seq = excluded.seq, hash = excluded.hash WHERE excluded.seq > heads.seq",
-                         (goal_id, seq, head_hash))
-            conn.execute("INSERT INTO generation (one, event_id) VALUES (0, ?) ON CONFLICT (one) DO UPDATE"
-                         " SET event_id = excluded.event_id WHERE excluded.event_id > generation.event_id",
-                         (event_id,))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    finally:
-        if queue is not None:
-            queue.leave()
-    if ticket is not None and (ticket + 1) % CHECKPOINT_EVERY == 0:
-        # Outside the queue (as the registry's writers do): the WAL's pages copied into the file
-        # with an fsync would otherwise hold every writer queued behind this one.
-        try:
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except sqlite3.Error:  # the next one catches up
-            pass
+        conn.execute("INSERT INTO heads (goal_id, seq, hash) VALUES (?, ?, ?) ON CONFLICT (goal_id) DO UPDATE"
+                     " SET seq = excluded.seq, hash = excluded.hash WHERE excluded.seq > heads.seq",
+                     (goal_id, seq, head_hash))
+        conn.execute("INSERT INTO generation (one, event_id) VALUES (0, ?) ON CONFLICT (one) DO UPDATE"
+                     " SET event_id = excluded.event_id WHERE excluded.event_id > generation.event_id",
+                     (event_id,))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def read(registry_id: str, goal_id: str) -> tuple[dict | None, int | None]:

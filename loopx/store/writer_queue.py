@@ -47,11 +47,6 @@ class WriterQueue:
         self._fcntl.fcntl(self._fd, self._ofd, struct.pack("hhqqi4x", kind, os.SEEK_SET, start, 1, 0))
 
     @property
-    def fd(self) -> int:
-        """The lock file's descriptor (its owner closes it)."""
-        return self._fd
-
-    @property
     def tickets(self) -> bool:
         """Whether writers are numbered (the fair queue; not the ``flock`` fallback)."""
         return self._ofd is not None
