@@ -36,6 +36,7 @@ import time
 
 FILL_VERSION = 3  # bump when the mix or the way it is written changes: cached registries are rebuilt
 BATCH_GOALS = 25_000
+CACHE_KIB = 1_000_000  # SQLite's page cache while filling
 #: Goals 0..10 are made through the API; they hold one goal of each mix (see :func:`variant`).
 TEMPLATE_GOALS = 11
 #: One goal in this many has an open run whose lease ran out (the tests make them more often).
@@ -238,7 +239,7 @@ def fill(reg, n: int, *, progress=None) -> None:
     if reg.store.dialect == "sqlite":
         # Goal ids are random, so every batch touches pages all over the indexes: keep them in
         # memory (the default 2 MB cache turns a million-goal fill into gigabytes of page reads).
-        for pragma in ("cache_size = -1000000", "mmap_size = 4294967296", "wal_autocheckpoint = 50000"):
+        for pragma in (f"cache_size = -{CACHE_KIB}", "mmap_size = 4294967296", "wal_autocheckpoint = 50000"):
             reg.store._conn.execute(f"PRAGMA {pragma}")
     with reg.read() as tx:
         done = tx.one("SELECT count(*) AS n FROM goals")["n"]

@@ -315,7 +315,8 @@ def _ms(v) -> str:
 
 #: Marked sections written by other benchmarks, carried over when the report is rewritten.
 KEPT_SECTIONS = [("<!-- bench_history:start -->", "<!-- bench_history:end -->"),
-                 ("<!-- writers_100k:start -->", "<!-- writers_100k:end -->"),
+                 ("<!-- todos_100k:start -->", "<!-- todos_100k:end -->"),
+                 ("<!-- writers_1m:start -->", "<!-- writers_1m:end -->"),
                  ("<!-- issue_fix_verify:start -->", "<!-- issue_fix_verify:end -->")]
 
 
