@@ -231,6 +231,35 @@ def _drop_triggers(dialect: str) -> list[str]:
     return [f"DROP TRIGGER state_dirty_{t} ON {t}" for t in state_macs.TABLES]
 
 
+_INDEXES_KEY = "bench_fill_indexes"
+
+
+def _drop_indexes(tx) -> None:
+    """Drop the goal tables' secondary indexes for the bulk copy (SQLite): built once at the end
+    from sorted rows (:func:`_make_indexes`) they cost a fraction of a million random inserts.
+    Their definitions wait in ``meta`` meanwhile, so an interrupted fill still makes them."""
+    if tx.one("SELECT value FROM meta WHERE key = ?", (_INDEXES_KEY,)) is not None:
+        return  # dropped by the fill this one resumes
+    from loopx.store import schema
+
+    tables = ("events", *schema.GOAL_TABLES)
+    found = tx.query(f"SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name IN"
+                     f" ({', '.join('?' for _ in tables)}) ORDER BY name", tables)
+    tx.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (_INDEXES_KEY, json.dumps(
+        [[r["name"], r["sql"]] for r in found])))
+    for r in found:
+        tx.execute(f"DROP INDEX {r['name']}")
+
+
+def _make_indexes(tx) -> None:
+    row = tx.one("SELECT value FROM meta WHERE key = ?", (_INDEXES_KEY,))
+    if row is None:
+        return
+    for _, sql in json.loads(row["value"]):
+        tx.execute(sql)
+    tx.execute("DELETE FROM meta WHERE key = ?", (_INDEXES_KEY,))
+
+
 def fill(reg, n: int, *, progress=None) -> None:
     """Fill ``reg`` up to ``n`` goals, in batches of one transaction each (so an interrupted fill
     leaves whole batches, and calling this again resumes it)."""
@@ -266,6 +295,8 @@ def fill(reg, n: int, *, progress=None) -> None:
                          "capability_state", "goal_summary", "goal_usage", "todo_deps", "todo_ready")
              if t in inserts]
     started = time.monotonic()
+    if reg.store.dialect == "sqlite":
+        reg.store.write(_drop_indexes)
     while done < n:
         count = min(BATCH_GOALS, n - done)
 
@@ -277,6 +308,8 @@ def fill(reg, n: int, *, progress=None) -> None:
             for sql in _drop_triggers(tx.dialect):
                 tx.execute(sql)
             event_id = first_event = int(tx.one("SELECT max(id) AS m FROM events")["m"] or 0) + 1
+            if tx.dialect == "sqlite":  # the batch's rows are those past each table's last rowid
+                before = {t: tx.one(f"SELECT max(rowid) AS m FROM {t}")["m"] or 0 for t in state_macs.TABLES}
             events, rows, heads = [], {t: [] for t in order}, {}
             # The batch's goals in the order of their ids, so that every index on the goal is
             # written in order (a command's random ids would otherwise scatter each batch).
@@ -307,10 +340,11 @@ def fill(reg, n: int, *, progress=None) -> None:
             sums: dict = {g: [0, {}] for g in heads}
             macs = []
             for table, (column, _, _) in state_macs.TABLES.items():
+                where, param = ((f"t.{column} IN (SELECT goal_id FROM events WHERE id >= ? AND seq = 1)", first_event)
+                                if tx.dialect != "sqlite" else ("t.rowid > ?", before[table]))
                 _, found = query(f"SELECT t.{column} AS g, {state_macs.key_sql(tx.dialect, table, 't')} AS k,"
                                  f" {state_macs.text_sql(tx.dialect, table, 't')} AS txt FROM {table} t"
-                                 f" WHERE t.{column} IN (SELECT goal_id FROM events WHERE id >= ? AND seq = 1)",
-                                 (first_event,))
+                                 f" WHERE {where}", (param,))
                 for goal_id, key, text in found:
                     msg = f"loopx-row-v1 {len(goal_id)}:{goal_id}{len(table)}:{table}{len(key)}:{key}{text}"
                     hexed = mac(msg.encode("utf-8", "backslashreplace"))
@@ -336,3 +370,7 @@ def fill(reg, n: int, *, progress=None) -> None:
         if progress:
             rate = (done - TEMPLATE_GOALS) / max(time.monotonic() - started, 1e-9)
             progress(f"  {done:,}/{n:,} goals ({rate:,.0f}/s)")
+    if reg.store.dialect == "sqlite":
+        reg.store.write(_make_indexes)
+        if progress:
+            progress(f"  indexes made: {time.monotonic() - started:,.0f} s")

@@ -81,6 +81,24 @@ def test_bulk_fill_passes_self_repair_check(filled, loopx):
         ("abandoned_run", order[i]) for i in (1, 98, 195))
 
 
+def test_the_filled_registry_has_the_schema_a_new_one_has(filled, tmp_path):
+    reg, _ = filled
+    if reg.store.dialect != "sqlite":
+        pytest.skip("the fill changes no PostgreSQL schema object but the change log's triggers")
+    from loopx.registry import Registry
+
+    def objects(r):
+        with r.read() as tx:
+            return [tuple(row.values()) for row in tx.query("SELECT type, name, tbl_name, sql FROM sqlite_master"
+                                                               " ORDER BY name")]
+
+    with Registry.open(str(tmp_path / "new.db")) as fresh:
+        assert objects(reg) == objects(fresh)  # every index and change-log trigger back as the schema made it
+    with reg.read() as tx:
+        assert tx.query("SELECT key FROM meta WHERE key LIKE 'bench%'") == []
+        assert tx.one("SELECT count(*) AS n FROM state_dirty")["n"] == 0
+
+
 def test_bulk_copies_hold_the_rows_the_api_writes(filled):
     reg, order = filled
     # Goals made now through the API, one of each mix, against a bulk copy of the same mix.
