@@ -17,7 +17,11 @@ should-run makes the decision a real goal gets (``run``, not ``repair``);
 
 What the bulk path skips is per-command overhead: a process, a transaction and a commit per
 step, and the rollback anchor's entry per goal (an anchor behind the registry is accepted; see
-loopx/anchor.py). A copy's times are its template's.
+loopx/anchor.py). A copy's times are its template's. How it is fast: the copies are compiled
+templates (string joins), 25,000 goals a transaction in the order of their ids, the MACs are
+one-shot HMACs, the change log's triggers are left out while a batch is written (and put back,
+as the schema makes them, before it commits), and on SQLite the goal tables' secondary indexes
+are made once at the end (their random keys made each batch rewrite most index pages).
 
 The mix per goal: created, limits set (``max_turns`` 3, ``max_tokens`` 50,000), three todos (the
 second depending on the first), then (one goal in ten) a turn, then two allow-listed actions. One
