@@ -1,7 +1,8 @@
 """One-command benchmark: ``python bench/run.py`` measures LoopX from 10 to 1,000,000 goals.
 
-It builds (once) registries of each size with the bulk fill of ``bench/fill.py`` (ledger events
-applied by the ledger's own apply code), caches them, and writes ``docs/performance.md``: every
+It builds (once) registries of each size with the bulk fill of ``bench/fill.py`` (goals made
+through the API, copied in bulk with their chains, digests and heads computed with the
+registry's key: what the commands write, checked by ``tests/test_bench_fill.py``), caches them, and writes ``docs/performance.md``: every
 figure a median with its p95, beside floors measured in the same run (``python -c pass``, the
 import floor, raw SQLite commits per second), on SQLite and on PostgreSQL.
 
@@ -314,7 +315,8 @@ def _ms(v) -> str:
 
 #: Marked sections written by other benchmarks, carried over when the report is rewritten.
 KEPT_SECTIONS = [("<!-- bench_history:start -->", "<!-- bench_history:end -->"),
-                 ("<!-- writers_100k:start -->", "<!-- writers_100k:end -->"),
+                 ("<!-- todos_100k:start -->", "<!-- todos_100k:end -->"),
+                 ("<!-- writers_1m:start -->", "<!-- writers_1m:end -->"),
                  ("<!-- issue_fix_verify:start -->", "<!-- issue_fix_verify:end -->")]
 
 
@@ -480,9 +482,12 @@ SCRAM authentication) to the server.
 **Cache.** Filled registries live in `${XDG_CACHE_HOME:-~/.cache}/loopx-bench/` (or
 `$LOOPX_BENCH_CACHE`) and PostgreSQL schemas `loopx_bench_*` (on a server named by `--postgres`;
 without one the run starts a throwaway server and fills it anew); `python bench/run.py --clean`
-removes the files. The fill (`bench/fill.py`) writes ledger events with `executemany` and applies
-them with the ledger's apply code; the commands measured here write a little to the cached
-registries (should-run on one goal, the writers' todos).
+removes the files. The fill (`bench/fill.py`) makes its first 11 goals through the API and copies
+them in bulk (`executemany`, one transaction per 25,000 goals): each copy's rows with its own ids,
+title, creation numbers and contract fingerprint, and its event chain, per-row MACs, digest and
+head computed with the registry's key - the bytes the commands write (`tests/test_bench_fill.py`
+compares them and runs `self-repair check`); the commands measured here write a little to the
+cached registries (should-run on one goal, the writers' todos).
 """.splitlines()
 
 

@@ -39,7 +39,8 @@ def goal_from_row(row: dict) -> Goal:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         status_reason=row["status_reason"],
-        capabilities=json.loads(row["capabilities"]),
+        # (A registry read before schema 8 reached it - opened read-only, not migrated - has none.)
+        capabilities=json.loads(row.get("capabilities") or "[]"),
     )
 
 

@@ -443,10 +443,16 @@ def _behind(tx, goal_id: str, anchored: dict | None, newest: list[dict]) -> list
 def _head_and_window(tx, goal_id: str, window: int) -> tuple[dict | None, bool, list[dict]]:
     """One statement: the recorded head, whether any row of the goal was changed outside a LoopX
     transaction (``state_dirty``), and the newest ``window`` events (ascending)."""
+    from loopx.store import schema
+
+    # A registry read without migrating it (read-only) from before the change log (schema 9) has
+    # no state_dirty: its digest is the whole-state one of its version, checked whole.
+    dirty = ("CASE WHEN EXISTS (SELECT 1 FROM state_dirty d WHERE d.goal_id = q.gid AND (d.old IS NULL OR d.new IS NULL"
+             " OR d.old <> d.new)) THEN 1 ELSE 0 END" if getattr(tx, "schema_version", schema.CURRENT_VERSION)
+             >= schema.MACS_VERSION else "0")
     rows = tx.query(
         "SELECT h.seq AS h_seq, h.head_hash AS h_hash, h.state_digest AS h_digest,"
-        " CASE WHEN EXISTS (SELECT 1 FROM state_dirty d WHERE d.goal_id = q.gid AND (d.old IS NULL OR d.new IS NULL"
-        " OR d.old <> d.new)) THEN 1 ELSE 0 END AS h_dirty, e.*"
+        f" {dirty} AS h_dirty, e.*"
         " FROM (SELECT CAST(? AS TEXT) AS gid) q LEFT JOIN goal_heads h ON h.goal_id = q.gid"
         " LEFT JOIN (SELECT * FROM events WHERE goal_id = ? ORDER BY seq DESC LIMIT ?) e ON 1 = 1",
         (goal_id, goal_id, window))

@@ -95,6 +95,7 @@ class SqliteStore:
         self._readonly_file = False
         self._queue_fd: int | None = None  # the sidecar lock file, opened at the first write
         self._queue = None  # its WriterQueue (False: none can be had)
+        self._behind: int | None = None  # the schema version of a file read without migrating it
         self._conn = self._connect()
 
     def _connect(self) -> sqlite3.Connection:
@@ -132,6 +133,9 @@ class SqliteStore:
             version = self._identify(conn)
             if ro:
                 self._readonly_file = "read-only file system" if frozen else not self.readonly
+                # Read as it is (read-only cannot migrate): readers that depend on a later
+                # schema's tables check the transaction's ``schema_version``.
+                self._behind = version if version < schema.CURRENT_VERSION else None
             elif version < schema.CURRENT_VERSION:
                 self._migrate(conn)
             # NORMAL is durable against a killed process in WAL mode; only an OS crash can lose
@@ -193,7 +197,10 @@ class SqliteStore:
             try:
                 conn.execute("BEGIN")
                 try:
-                    yield SqliteTx(conn)
+                    tx = SqliteTx(conn)
+                    if self._behind is not None:
+                        tx.schema_version = self._behind
+                    yield tx
                 finally:
                     conn.execute("ROLLBACK")
             except sqlite3.DatabaseError as exc:
