@@ -16,8 +16,11 @@ the same suite twice with plain ``python -m pytest -q -p no:cacheprovider`` in t
   (``loopx turn --executor command``, the turn timed whole); the run is private
   (``loopx_issue_fix/treerun.py``), so it starts warm from the previous shared base and is
   shared itself;
-- **first in the repository** (once, before the rounds): no earlier base run to start warm
-  from; compared with plain pytest's first two runs (the first without ``__pycache__``).
+- **first in the repository** (every round, in a repository of its own made for that round): no
+  earlier base run to start warm from; compared with plain pytest's first two runs in a fresh
+  copy of that repository (the first without ``__pycache__``: it compiles and assertion-rewrites
+  every test module, the second reads them), timed run by run beside ``reproduce`` and
+  ``verify``. The two alternate which goes first from round to round.
 
 A new base's run starts warm from the previous round's shared base (its test modules are
 unchanged), as plain pytest does from its ``__pycache__``.
@@ -47,9 +50,9 @@ from timing import child_env, scratch_dir
 PER_FILE = 50
 
 
-def make_suite(root: Path, tests: int) -> Path:
-    """A git repository with ``lib.double`` (wrong for 7) and ``tests`` tests in modules of 50."""
-    repo = root / "suite"
+def make_suite(root: Path, tests: int, name: str = "suite") -> Path:
+    """A git repository ``root/name`` with ``lib.double`` (wrong for 7) and ``tests`` tests in modules of 50."""
+    repo = root / name
     (repo / "tests").mkdir(parents=True)
     (repo / "lib.py").write_text("def double(x):\n    return x * 2 if x != 7 else 15\n")
     (repo / "pytest.ini").write_text("[pytest]\npythonpath = .\n")
@@ -136,17 +139,46 @@ def one_goal(env: dict, repo: Path, n: int, in_turn: bool = False) -> dict[str, 
     return times
 
 
-def plain_twice(repo: Path) -> tuple[float, float]:
+def plain_runs(repo: Path, runs: int = 2) -> list[tuple[float, float]]:
+    """``runs`` runs of plain pytest in ``repo`` (keeping its ``__pycache__``): ``[(wall s, CPU s)]``."""
     env = child_env()
 
     def run():
-        for _ in range(2):
-            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=repo, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=repo, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    CPU.append(0.0)
-    wall = timed(run)
-    return wall, CPU.pop()
+    out = []
+    for _ in range(runs):
+        CPU.append(0.0)
+        wall = timed(run)
+        out.append((wall, CPU.pop()))
+    return out
+
+
+def plain_twice(repo: Path) -> tuple[float, float]:
+    """Plain pytest run twice in ``repo``: ``(wall s, CPU s)`` of both."""
+    first, second = plain_runs(repo)
+    return first[0] + second[0], first[1] + second[1]
+
+
+def first_in_repository(root: Path, env: dict, tests: int, n: int) -> dict[str, tuple[float, float]]:
+    """Round ``n`` of the first-in-the-repository case: a new repository of its own (no earlier base
+    run to start warm from), its first goal's reproduce and verify, and plain pytest's first two
+    runs in a copy of it made before anything ran there (no ``__pycache__``), in alternating order."""
+    import shutil
+
+    repo = make_suite(root / f"first-{n}", tests)
+    copy = root / f"first-{n}" / "plain"
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
+    out: dict[str, tuple[float, float]] = {}
+    for part in ("plain", "goal") if n % 2 else ("goal", "plain"):
+        if part == "plain":
+            cold, warm = plain_runs(copy)
+            out |= {"plain cold": cold, "plain warm": warm}
+        else:
+            t = one_goal(env, repo, 10_000 + n)
+            out |= {"reproduce": t["reproduce"], "verify": t["verify"]}
+    return out
 
 
 def new_base(repo: Path, n: int) -> None:
@@ -167,17 +199,23 @@ def main() -> None:
         repo = make_suite(root, args.tests)
         env = child_env(LOOPX_REGISTRY=str(root / "registry.db"), LOOPX_ISSUE_FIX_WORKTREES=str(root / "worktrees"))
         rows: dict[str, list[tuple[float, float]]] = {}
-        # The first runs in a new repository, once: plain pytest has no __pycache__ of the suite yet,
-        # Issue-Fix no earlier base run to start warm from.
-        rows["first in the repository: plain twice (1 run)"] = [plain_twice(repo)]
-        t = one_goal(env, repo, 0)
-        rows["first in the repository: repr. + verify (1 run)"] = [
-            tuple(a + b for a, b in zip(t["reproduce"], t["verify"]))]
 
         def add(name, value):
             rows.setdefault(name, []).append(value)
 
+        def both(a, b):
+            return tuple(x + y for x, y in zip(a, b))
+
         for n in range(1, args.runs + 1):  # interleaved, so drift hits all cases alike
+            # The first runs in a new repository: plain pytest has no __pycache__ of the suite yet,
+            # Issue-Fix no earlier base run to start warm from.
+            f = first_in_repository(root, env, args.tests, n)
+            add("first in the repository: plain twice", both(f["plain cold"], f["plain warm"]))
+            add("first in the repo.: plain 1st run (cold)", f["plain cold"])
+            add("first in the repo.: plain 2nd run (warm)", f["plain warm"])
+            add("first in the repo.: reproduce (cold)", f["reproduce"])
+            add("first in the repo.: verify", f["verify"])
+            add("first in the repository: reproduce + verify", both(f["reproduce"], f["verify"]))
             new_base(repo, n)
             add("plain pytest, twice", plain_twice(repo))
             for case, goal in (("new base", 2 * n - 1), ("same base again", 2 * n)):
@@ -196,15 +234,22 @@ def main() -> None:
         med = {name: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
                for name, v in rows.items()}
         a, ca = med["plain pytest, twice"]
-        first = med.pop("first in the repository: plain twice (1 run)")
+        first = med["first in the repository: plain twice"]
+        # The ratio of the medians, and the median of each round's own ratio (the pair measured
+        # back to back, so load that moves between rounds cancels out).
+        ratios = [(g[0] / p[0], g[1] / p[1]) for g, p in zip(rows["first in the repository: reproduce + verify"],
+                                                             rows["first in the repository: plain twice"])]
         print(f"{args.tests:,} tests, median of {args.runs} runs (python {sys.version.split()[0]}, "
-              f"{os.cpu_count()} cpu); CPU = user + system seconds of the processes; x = ratio to plain twice")
+              f"{os.cpu_count()} cpu, load {os.getloadavg()[0]:.1f}); CPU = user + system seconds of the processes; "
+              f"x = ratio to plain twice (first in the repository: to plain's first two runs in a fresh copy)")
         print(f"{'case':<48} {'wall s':>8} {'x plain':>8} {'CPU s':>8} {'x plain':>8}")
         for name, (w, c) in med.items():
             ref_w, ref_c = first if name.startswith("first") else (a, ca)
             print(f"{name:<48} {w:>8.2f} {w / ref_w:>8.2f} {c:>8.2f} {c / ref_c:>8.2f}")
-        print(f"(the first-in-the-repository row is one run, against the first plain twice: "
-              f"{first[0]:.2f} s wall, {first[1]:.2f} s CPU)")
+        print("first in the repository, each round's reproduce + verify / plain twice (wall, CPU): "
+              + ", ".join(f"{w:.2f} {c:.2f}" for w, c in ratios)
+              + f"; median {statistics.median(w for w, _ in ratios):.2f} wall, "
+              f"{statistics.median(c for _, c in ratios):.2f} CPU")
 
 
 if __name__ == "__main__":
