@@ -51,7 +51,7 @@ def test_every_module_is_in_a_layer():
 
 @pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
 def test_should_run_imports_cattrs_nowhere(registry_url):
-    # cattrs is imported only where it is used (to_json of nested values); `quota should-run`,
+    # cattrs is imported only to build values from JSON (see tests/test_model_json.py); `quota should-run`,
     # which runs before every agent turn, turns its flat values into JSON without it.
     from tests.conftest import loopx_env
 
