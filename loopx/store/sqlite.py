@@ -292,7 +292,8 @@ class SqliteStore:
 
     def close(self) -> None:
         if self._checkpointer is not None:
-            self._checkpointer.stop()  # the checkpoint asked for last is done before the store closes
+            if self._checkpointer.pid == os.getpid():  # a forked child has no such thread to wait for
+                self._checkpointer.stop()  # the checkpoint asked for last is done before the store closes
             self._checkpointer = None
         self._conn.close()
         if self._queue_fd is not None:
@@ -347,7 +348,9 @@ class _Checkpointer:
                         return  # stopping, nothing left to do
                     self._asked = False
                 if conn is None:
-                    conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+                    # mode=rw: a registry moved or deleted meanwhile is never made again, empty.
+                    conn = sqlite3.connect(f"file:{quote(str(self._path))}?mode=rw", uri=True,
+                                           isolation_level=None, check_same_thread=False)
                 try:
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 except sqlite3.Error:  # the next one will catch up; a failed checkpoint loses nothing
