@@ -99,6 +99,9 @@ class SqliteStore:
         self._queue_fd: int | None = None  # the sidecar lock file, opened at the first write
         self._queue = None  # its WriterQueue (False: none can be had)
         self._checkpointer: _Checkpointer | None = None  # started at the first checkpoint
+        #: SQLite files written inside the queue by ``then`` (the rollback anchor), checkpointed
+        #: with the registry: their own automatic checkpoint is off, it would run in the queue.
+        self._sidecars: list[str] = []
         self._behind: int | None = None  # the schema version of a file read without migrating it
         self._conn = self._connect()
 
@@ -217,7 +220,9 @@ class SqliteStore:
         """Run ``work(tx)`` in one write transaction (see :class:`loopx.store.base.Store`);
         ``then()``, when given, runs after the commit while this writer still holds the writers'
         queue: what it records beside the registry (the rollback anchor) is in place before the
-        next writer reads it, and it never waits on a lock of its own behind other writers."""
+        next writer reads it, and it never waits on a lock of its own behind other writers. What
+        ``then()`` returns, when it is a path, names an SQLite file it wrote (with its automatic
+        checkpoint off): this store's checkpointer checkpoints it with the registry."""
         if self.readonly:
             raise LoopxError("registry_readonly", "this registry was opened read-only")
         if self._readonly_file == "read-only file system":
@@ -241,7 +246,9 @@ class SqliteStore:
                     raise
                 conn.execute("COMMIT")
                 if then is not None:
-                    then()
+                    sidecar = then()
+                    if isinstance(sidecar, str) and sidecar not in self._sidecars:
+                        self._sidecars.append(sidecar)  # checkpointed with the registry
                 checkpoint = ticket is not None and (
                     (ticket + 1) % CHECKPOINT_EVERY == 0 or conn.total_changes - changes > CHECKPOINT_CHANGES)
                 return result
@@ -259,7 +266,7 @@ class SqliteStore:
         while this write returns to its caller."""
         ck = self._checkpointer
         if ck is None or ck.pid != os.getpid():  # a forked child has none of its parent's threads
-            ck = self._checkpointer = _Checkpointer(self.path)
+            ck = self._checkpointer = _Checkpointer(self.path, self._sidecars)
         ck.ask()
 
     def _writer_queue(self):
@@ -302,7 +309,8 @@ class SqliteStore:
 
 
 class _Checkpointer:
-    """A daemon thread with a connection of its own that checkpoints one registry when asked.
+    """A daemon thread with connections of its own that checkpoints one registry (and the SQLite files
+    written in its queue, the rollback anchor) when asked.
 
     PASSIVE: it never waits for, nor blocks, readers or the next writer; SQLite releases the GIL
     while it copies pages and syncs, so the process's writes go on meanwhile. Asks made while it
@@ -310,9 +318,10 @@ class _Checkpointer:
     leaves the WAL to the next checkpoint: a checkpoint cut short loses nothing.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, sidecars: list[str]):
         self.pid = os.getpid()
         self._path = path
+        self._sidecars = sidecars  # the store's list: files that join it later are checkpointed too
         self._cond = threading.Condition()
         self._asked = self._stopping = False
         # Started without ``threading.Thread.start()``, which waits for the new thread to run: a
@@ -338,7 +347,7 @@ class _Checkpointer:
             self._done.release()
 
     def _serve(self) -> None:
-        conn = None
+        conns: dict = {}
         try:
             while True:
                 with self._cond:
@@ -347,18 +356,18 @@ class _Checkpointer:
                     if not self._asked:
                         return  # stopping, nothing left to do
                     self._asked = False
-                if conn is None:
-                    # mode=rw: a registry moved or deleted meanwhile is never made again, empty.
-                    conn = sqlite3.connect(f"file:{quote(str(self._path))}?mode=rw", uri=True,
-                                           isolation_level=None, check_same_thread=False)
-                try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                except sqlite3.Error:  # the next one will catch up; a failed checkpoint loses nothing
-                    pass
-        except sqlite3.Error:  # could not even open the file: a later checkpoint will catch up
-            return
+                for path in [str(self._path), *self._sidecars]:
+                    try:
+                        conn = conns.get(path)
+                        if conn is None:
+                            # mode=rw: a file moved or deleted meanwhile is never made again, empty.
+                            conn = conns[path] = sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True,
+                                                                 isolation_level=None, check_same_thread=False)
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    except sqlite3.Error:  # the next one will catch up; a failed checkpoint loses nothing
+                        pass
         finally:
-            if conn is not None:
+            for conn in conns.values():
                 conn.close()
             self._done.release()
 
