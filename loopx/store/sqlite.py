@@ -32,10 +32,10 @@ BUSY_TIMEOUT_MS = 60_000
 #: commit that takes it past 1,000 pages - while that writer holds the queue, so every writer
 #: behind it waits for the disk (a few ms, tens under load). Queued writers turn that off and
 #: instead the writer of every CHECKPOINT_EVERY-th ticket (or of a transaction that changed more
-#: than CHECKPOINT_CHANGES rows) asks for a checkpoint after it has let the next writer in. The
-#: checkpoint runs on the store's checkpointer thread (:class:`_Checkpointer`), not the writer's:
-#: done by the writer it was that write's latency (8-20 ms at the p99 under 8 writers), and the
-#: p99 of every write, 1 in 64 of them being such a write.
+#: than CHECKPOINT_CHANGES rows) checkpoints after it has let the next writer in - the registry
+#: and the SQLite files its ``then`` wrote in the queue (the rollback anchor). On the writing
+#: thread: a thread of its own was tried and measured, and its GIL hand-offs landed on the writes
+#: (docs/performance.md, "Where a write's own tail came from").
 CHECKPOINT_EVERY = 64
 CHECKPOINT_CHANGES = 2000
 
@@ -98,10 +98,10 @@ class SqliteStore:
         self._readonly_file = False
         self._queue_fd: int | None = None  # the sidecar lock file, opened at the first write
         self._queue = None  # its WriterQueue (False: none can be had)
-        self._checkpointer: _Checkpointer | None = None  # started at the first checkpoint
         #: SQLite files written inside the queue by ``then`` (the rollback anchor), checkpointed
-        #: with the registry: their own automatic checkpoint is off, it would run in the queue.
-        self._sidecars: list[str] = []
+        #: with the registry (their own automatic checkpoint is off: it would run in the queue),
+        #: and this store's connection to each (opened at its first checkpoint).
+        self._sidecars: dict[str, sqlite3.Connection | None] = {}
         self._behind: int | None = None  # the schema version of a file read without migrating it
         self._conn = self._connect()
 
@@ -248,7 +248,7 @@ class SqliteStore:
                 if then is not None:
                     sidecar = then()
                     if isinstance(sidecar, str) and sidecar not in self._sidecars:
-                        self._sidecars.append(sidecar)  # checkpointed with the registry
+                        self._sidecars[sidecar] = None  # checkpointed with the registry
                 checkpoint = ticket is not None and (
                     (ticket + 1) % CHECKPOINT_EVERY == 0 or conn.total_changes - changes > CHECKPOINT_CHANGES)
                 return result
@@ -261,13 +261,22 @@ class SqliteStore:
                     self._checkpoint()
 
     def _checkpoint(self) -> None:
-        """Have the WAL's committed pages copied into the database file, outside the writers' queue
-        and off the writing thread (see :data:`CHECKPOINT_EVERY`): the checkpointer thread does it
-        while this write returns to its caller."""
-        ck = self._checkpointer
-        if ck is None or ck.pid != os.getpid():  # a forked child has none of its parent's threads
-            ck = self._checkpointer = _Checkpointer(self.path, self._sidecars)
-        ck.ask()
+        """Copy the WAL's committed pages into the database file (and the sidecars' into theirs),
+        outside the writers' queue (see :data:`CHECKPOINT_EVERY`); PASSIVE: it never waits for,
+        nor blocks, readers or the next writer."""
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:  # the next one will catch up; a failed checkpoint loses nothing
+            pass
+        for path, conn in list(self._sidecars.items()):
+            try:
+                if conn is None:
+                    # mode=rw: a file moved or deleted meanwhile is never made again, empty.
+                    conn = self._sidecars[path] = sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True,
+                                                                  isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:
+                pass
 
     def _writer_queue(self):
         """The :class:`~loopx.store.writer_queue.WriterQueue` on the sidecar lock file, or None
@@ -298,78 +307,14 @@ class SqliteStore:
         return self._conn.execute("PRAGMA data_version").fetchone()[0]
 
     def close(self) -> None:
-        if self._checkpointer is not None:
-            if self._checkpointer.pid == os.getpid():  # a forked child has no such thread to wait for
-                self._checkpointer.stop()  # the checkpoint asked for last is done before the store closes
-            self._checkpointer = None
+        for conn in self._sidecars.values():
+            if conn is not None:
+                conn.close()
+        self._sidecars.clear()
         self._conn.close()
         if self._queue_fd is not None:
             os.close(self._queue_fd)
             self._queue_fd, self._queue = None, None
-
-
-class _Checkpointer:
-    """A daemon thread with connections of its own that checkpoints one registry (and the SQLite files
-    written in its queue, the rollback anchor) when asked.
-
-    PASSIVE: it never waits for, nor blocks, readers or the next writer; SQLite releases the GIL
-    while it copies pages and syncs, so the process's writes go on meanwhile. Asks made while it
-    is busy fold into one more checkpoint. A process that ends without closing its store (killed)
-    leaves the WAL to the next checkpoint: a checkpoint cut short loses nothing.
-    """
-
-    def __init__(self, path: Path, sidecars: list[str]):
-        self.pid = os.getpid()
-        self._path = path
-        self._sidecars = sidecars  # the store's list: files that join it later are checkpointed too
-        self._cond = threading.Condition()
-        self._asked = self._stopping = False
-        # Started without ``threading.Thread.start()``, which waits for the new thread to run: a
-        # hand-off the writer would pay (milliseconds on a loaded machine) on its way out.
-        import _thread
-
-        self._done = _thread.allocate_lock()
-        self._done.acquire()  # released when the thread ends
-        _thread.start_new_thread(self._serve, ())
-
-    def ask(self) -> None:
-        """Checkpoint soon (once more after the one running, if any)."""
-        with self._cond:
-            self._asked = True
-            self._cond.notify()
-
-    def stop(self) -> None:
-        """Finish the checkpoint asked for, if any, then end the thread."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        if self._done.acquire(timeout=30):
-            self._done.release()
-
-    def _serve(self) -> None:
-        conns: dict = {}
-        try:
-            while True:
-                with self._cond:
-                    while not (self._asked or self._stopping):
-                        self._cond.wait()
-                    if not self._asked:
-                        return  # stopping, nothing left to do
-                    self._asked = False
-                for path in [str(self._path), *self._sidecars]:
-                    try:
-                        conn = conns.get(path)
-                        if conn is None:
-                            # mode=rw: a file moved or deleted meanwhile is never made again, empty.
-                            conn = conns[path] = sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True,
-                                                                 isolation_level=None, check_same_thread=False)
-                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                    except sqlite3.Error:  # the next one will catch up; a failed checkpoint loses nothing
-                        pass
-        finally:
-            for conn in conns.values():
-                conn.close()
-            self._done.release()
 
 
 def storage_error(exc: sqlite3.Error, path) -> LoopxError:
