@@ -442,7 +442,10 @@ class Registry:
         if getattr(type(self.store), "THEN_IN_QUEUE", False):
             # Moved while this writer still holds the writers' queue: the next one finds the anchor
             # where the registry is, and anchor writes never queue on a lock of their own.
-            result, events = self.store.write(transaction, then=lambda: advance(in_queue=True))
+            # The anchor's own automatic checkpoint would run in the queue: off, where the store's
+            # writers checkpoint it with the registry after leaving the queue.
+            in_queue = getattr(self.store, "checkpoints_by_ticket", lambda: False)()
+            result, events = self.store.write(transaction, then=lambda: advance(in_queue=in_queue))
         else:
             result, events = self.store.write(transaction)
             advance()

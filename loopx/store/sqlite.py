@@ -221,8 +221,9 @@ class SqliteStore:
         ``then()``, when given, runs after the commit while this writer still holds the writers'
         queue: what it records beside the registry (the rollback anchor) is in place before the
         next writer reads it, and it never waits on a lock of its own behind other writers. What
-        ``then()`` returns, when it is a path, names an SQLite file it wrote (with its automatic
-        checkpoint off): this store's checkpointer checkpoints it with the registry."""
+        ``then()`` returns, when it is a path, names an SQLite file it wrote with its automatic
+        checkpoint off (see :meth:`checkpoints_by_ticket`): the writer that checkpoints the registry
+        checkpoints it too."""
         if self.readonly:
             raise LoopxError("registry_readonly", "this registry was opened read-only")
         if self._readonly_file == "read-only file system":
@@ -277,6 +278,13 @@ class SqliteStore:
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
             except sqlite3.Error:
                 pass
+
+    def checkpoints_by_ticket(self) -> bool:
+        """Whether this store's writers checkpoint by ticket after leaving the queue (and so also
+        the files ``write``'s ``then`` names): false without a numbered queue (in-memory
+        registries, no ``fcntl``), where SQLite's automatic checkpoints stay on."""
+        queue = self._writer_queue()
+        return queue is not None and queue.tickets
 
     def _writer_queue(self):
         """The :class:`~loopx.store.writer_queue.WriterQueue` on the sidecar lock file, or None
