@@ -433,14 +433,19 @@ class Registry:
                 )
             return result, writer.events
 
-        def advance():
+        def advance(in_queue=False):
             if anchor_to:
-                _advance_anchor(anchor_to, getattr(self.store, "path", None) if self.store.dialect == "sqlite" else None)
+                return _advance_anchor(anchor_to, getattr(self.store, "path", None)
+                                       if self.store.dialect == "sqlite" else None, in_queue=in_queue)
+            return None
 
         if getattr(type(self.store), "THEN_IN_QUEUE", False):
             # Moved while this writer still holds the writers' queue: the next one finds the anchor
             # where the registry is, and anchor writes never queue on a lock of their own.
-            result, events = self.store.write(transaction, then=advance)
+            # The anchor's own automatic checkpoint would run in the queue: off, where the store's
+            # writers checkpoint it with the registry after leaving the queue.
+            in_queue = getattr(self.store, "checkpoints_by_ticket", lambda: False)()
+            result, events = self.store.write(transaction, then=lambda: advance(in_queue=in_queue))
         else:
             result, events = self.store.write(transaction)
             advance()
@@ -464,12 +469,13 @@ class Registry:
 _REMEMBERED: set = set()
 
 
-def _advance_anchor(to: dict, path=None) -> None:
+def _advance_anchor(to: dict, path=None, in_queue: bool = False) -> str | None:
     """Move the rollback anchor (:mod:`loopx.anchor`) after a commit, and (an SQLite file, once
     per process) remember that the registry at ``path`` is keyed, so that a copy found there
     without its id is never trusted (a file moved since it was keyed is covered from its first
     write at the new place). The write has happened: a failure here only leaves the anchor
-    behind, which is accepted, so it is said, not raised."""
+    behind, which is accepted, so it is said, not raised. Returns the anchor file's path (None if
+    it could not be written); ``in_queue``: see :func:`loopx.anchor.record`."""
     import sqlite3
 
     from loopx import anchor, keys
@@ -478,12 +484,14 @@ def _advance_anchor(to: dict, path=None) -> None:
         if path is not None and (str(path), to["registry_id"]) not in _REMEMBERED:
             keys.remember_location(keys.sqlite_location(path), to["registry_id"], once=True)
             _REMEMBERED.add((str(path), to["registry_id"]))
-        anchor.record(to["registry_id"], to["goal_id"], to["seq"], to["head_hash"], to["event_id"])
+        return anchor.record(to["registry_id"], to["goal_id"], to["seq"], to["head_hash"], to["event_id"],
+                             in_queue=in_queue)
     except (OSError, sqlite3.Error) as exc:
         import sys
 
         print(f"loopx: warning: could not update the rollback anchor {anchor.path(to['registry_id'])}: {exc}",
               file=sys.stderr)
+        return None
 
 
 def _hash(request: dict) -> str:

@@ -191,3 +191,30 @@ def test_every_64th_queued_write_checkpoints_the_wal_into_the_database_file(sqli
     conn = sqlite3.connect(tmp_path / "later.db")
     assert conn.execute("SELECT count(*) FROM todos WHERE goal_id = ?", (goal,)).fetchone()[0] == written
     conn.close()
+
+
+def test_the_rollback_anchor_moved_in_the_queue_is_checkpointed_after_the_queue(sqlite_url, tmp_path):
+    """The anchor's own automatic checkpoint (every ~1,000 WAL pages: page copy and 2 fsyncs) ran
+    inside the commit that moved it, so inside the registry's writers' queue, holding every writer
+    behind it; it is off there, and the writer of every 64th ticket checkpoints the anchor file
+    with the registry after leaving the queue: after the 64th write the anchor file alone (without
+    its WAL) holds the goal's newest head."""
+    import shutil
+    import sqlite3
+
+    from loopx import anchor, keys, todos
+    from loopx.store.sqlite import CHECKPOINT_EVERY
+
+    goal = _goal(sqlite_url)
+    lock = f"{sqlite_url}-lock"
+    with Registry.open(sqlite_url) as reg:
+        while tickets_taken(lock) < CHECKPOINT_EVERY:
+            todos.add(reg, "user", goal_id=goal, text=f"t{tickets_taken(lock)}")
+        with reg.read() as tx:
+            registry_id = keys.keyring(tx).registry_id
+            seq = tx.one("SELECT max(seq) AS seq FROM events WHERE goal_id = ?", (goal,))["seq"]
+        alone = tmp_path / "anchor-alone.db"
+        shutil.copyfile(anchor.path(registry_id), alone)  # the main file only
+    conn = sqlite3.connect(alone)
+    assert conn.execute("SELECT seq FROM heads WHERE goal_id = ?", (goal,)).fetchone() == (seq,) == (64,)
+    conn.close()

@@ -32,7 +32,10 @@ BUSY_TIMEOUT_MS = 60_000
 #: commit that takes it past 1,000 pages - while that writer holds the queue, so every writer
 #: behind it waits for the disk (a few ms, tens under load). Queued writers turn that off and
 #: instead the writer of every CHECKPOINT_EVERY-th ticket (or of a transaction that changed more
-#: than CHECKPOINT_CHANGES rows) checkpoints after it has let the next writer in.
+#: than CHECKPOINT_CHANGES rows) checkpoints after it has let the next writer in - the registry
+#: and the SQLite files its ``then`` wrote in the queue (the rollback anchor). On the writing
+#: thread: a thread of its own was tried and measured, and its GIL hand-offs landed on the writes
+#: (docs/performance.md, "Where a write's own tail came from").
 CHECKPOINT_EVERY = 64
 CHECKPOINT_CHANGES = 2000
 
@@ -95,6 +98,10 @@ class SqliteStore:
         self._readonly_file = False
         self._queue_fd: int | None = None  # the sidecar lock file, opened at the first write
         self._queue = None  # its WriterQueue (False: none can be had)
+        #: SQLite files written inside the queue by ``then`` (the rollback anchor), checkpointed
+        #: with the registry (their own automatic checkpoint is off: it would run in the queue),
+        #: and this store's connection to each (opened at its first checkpoint).
+        self._sidecars: dict[str, sqlite3.Connection | None] = {}
         self._behind: int | None = None  # the schema version of a file read without migrating it
         self._conn = self._connect()
 
@@ -213,7 +220,10 @@ class SqliteStore:
         """Run ``work(tx)`` in one write transaction (see :class:`loopx.store.base.Store`);
         ``then()``, when given, runs after the commit while this writer still holds the writers'
         queue: what it records beside the registry (the rollback anchor) is in place before the
-        next writer reads it, and it never waits on a lock of its own behind other writers."""
+        next writer reads it, and it never waits on a lock of its own behind other writers. What
+        ``then()`` returns, when it is a path, names an SQLite file it wrote with its automatic
+        checkpoint off (see :meth:`checkpoints_by_ticket`): the writer that checkpoints the registry
+        checkpoints it too."""
         if self.readonly:
             raise LoopxError("registry_readonly", "this registry was opened read-only")
         if self._readonly_file == "read-only file system":
@@ -237,7 +247,9 @@ class SqliteStore:
                     raise
                 conn.execute("COMMIT")
                 if then is not None:
-                    then()
+                    sidecar = then()
+                    if isinstance(sidecar, str) and sidecar not in self._sidecars:
+                        self._sidecars[sidecar] = None  # checkpointed with the registry
                 checkpoint = ticket is not None and (
                     (ticket + 1) % CHECKPOINT_EVERY == 0 or conn.total_changes - changes > CHECKPOINT_CHANGES)
                 return result
@@ -250,12 +262,29 @@ class SqliteStore:
                     self._checkpoint()
 
     def _checkpoint(self) -> None:
-        """Copy the WAL's committed pages into the database file, outside the writers' queue (see
-        :data:`CHECKPOINT_EVERY`); PASSIVE: it never waits for, nor blocks, readers or the next writer."""
+        """Copy the WAL's committed pages into the database file (and the sidecars' into theirs),
+        outside the writers' queue (see :data:`CHECKPOINT_EVERY`); PASSIVE: it never waits for,
+        nor blocks, readers or the next writer."""
         try:
             self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         except sqlite3.Error:  # the next one will catch up; a failed checkpoint loses nothing
             pass
+        for path, conn in list(self._sidecars.items()):
+            try:
+                if conn is None:
+                    # mode=rw: a file moved or deleted meanwhile is never made again, empty.
+                    conn = self._sidecars[path] = sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True,
+                                                                  isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:
+                pass
+
+    def checkpoints_by_ticket(self) -> bool:
+        """Whether this store's writers checkpoint by ticket after leaving the queue (and so also
+        the files ``write``'s ``then`` names): false without a numbered queue (in-memory
+        registries, no ``fcntl``), where SQLite's automatic checkpoints stay on."""
+        queue = self._writer_queue()
+        return queue is not None and queue.tickets
 
     def _writer_queue(self):
         """The :class:`~loopx.store.writer_queue.WriterQueue` on the sidecar lock file, or None
@@ -286,6 +315,10 @@ class SqliteStore:
         return self._conn.execute("PRAGMA data_version").fetchone()[0]
 
     def close(self) -> None:
+        for conn in self._sidecars.values():
+            if conn is not None:
+                conn.close()
+        self._sidecars.clear()
         self._conn.close()
         if self._queue_fd is not None:
             os.close(self._queue_fd)

@@ -83,14 +83,14 @@ if point == "after_commit":
     todos.add(reg, "user", goal_id=goal, text="committed")
     os.kill(os.getpid(), signal.SIGKILL)
 store_write = reg.store.write
-def write(work):
+def write(work, **kw):  # kw: then= (the anchor moved in the queue), passed on
     def dying(tx):
         if point == "before_work":
             os.kill(os.getpid(), signal.SIGKILL)
         out = work(tx)
         os.kill(os.getpid(), signal.SIGKILL)  # before_commit: everything written, nothing committed
         return out
-    return store_write(dying)
+    return store_write(dying, **kw)
 reg.store.write = write
 todos.add(reg, "user", goal_id=goal, text="never committed")
 """
