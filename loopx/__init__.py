@@ -2,7 +2,16 @@
 
 __version__ = "0.1.0"
 
-import pluggy as _pluggy
 
-#: Mark a plugin's hook implementations: ``@loopx.hookimpl``.
-hookimpl = _pluggy.HookimplMarker("loopx")
+def __getattr__(name: str):
+    """``loopx.hookimpl`` (mark a plugin's hook implementations: ``@loopx.hookimpl``), made on
+    first use: importing pluggy costs about 12 ms, and the processes that never touch a plugin
+    (the ``loopx`` a confined step runs, which only forwards its argv to the broker) import this
+    package too."""
+    if name == "hookimpl":
+        import pluggy
+
+        global hookimpl
+        hookimpl = pluggy.HookimplMarker("loopx")
+        return hookimpl
+    raise AttributeError(f"module 'loopx' has no attribute {name!r}")

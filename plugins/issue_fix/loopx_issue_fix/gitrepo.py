@@ -200,18 +200,27 @@ def changed_paths(repo: str, a: str, b: str, paths: list[str] | None = None) -> 
 
 
 def diff(repo: str, a: str, b: str) -> dict:
-    """What changed from ``a`` to ``b`` (commits or trees): the full patch, numstat and stat."""
-    files, ins, dels = [], 0, 0
-    plain = ("--no-ext-diff", "--no-textconv", "--no-renames")
-    for line in git(repo, "diff", "--numstat", *plain, a, b, "--").splitlines():
+    """What changed from ``a`` to ``b`` (commits or trees): the full patch, numstat and stat.
+
+    One ``git diff --numstat --stat --patch`` (git prints the three one after the other: the
+    numstat lines, the stat lines, a blank line, then the patch), not one git process for each.
+    """
+    out = git(repo, "diff", "--numstat", "--stat", "--patch", "--no-ext-diff", "--no-textconv", "--no-renames",
+              "--binary", a, b, "--")
+    cut = out.find("\n\ndiff --git ")
+    head, patch = (out[:cut], out[cut + 2:]) if cut >= 0 else (out, "")
+    files, ins, dels, stat = [], 0, 0, []
+    for line in head.splitlines():
+        if line.startswith(" ") or stat:  # numstat lines come first; every stat line starts with a space
+            stat.append(line)
+            continue
         added, removed, path = line.split("\t", 2)
         x = int(added) if added.isdigit() else 0  # binary files show "-"
         y = int(removed) if removed.isdigit() else 0
         files.append({"path": path, "insertions": x, "deletions": y})
         ins, dels = ins + x, dels + y
     return {"files": files, "files_changed": len(files), "insertions": ins, "deletions": dels,
-            "stat": git(repo, "diff", "--stat", *plain, a, b, "--"),
-            "patch": git(repo, "diff", *plain, "--binary", a, b, "--")}
+            "stat": "\n".join(stat).rstrip("\n"), "patch": patch}
 
 
 def push(repo: str, remote: str, commit: str, branch: str, timeout: float) -> dict:
@@ -257,10 +266,19 @@ def remote_refs(repo: str, remote: str, timeout: float, *patterns: str) -> dict[
     return refs
 
 
-def local_refs(repo: str) -> dict[str, str]:
-    """``{ref: sha}`` of every ref in the repository (all worktrees share them)."""
-    out = git(repo, "for-each-ref", "--format=%(refname) %(objectname)")
-    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+def local_refs(repo: str) -> tuple[dict[str, str], dict[str, str]]:
+    """``({ref: sha} of every ref, {ref: worktree path} of the branches checked out somewhere})``
+    (all worktrees share the refs), from one ``git for-each-ref``."""
+    out = git(repo, "for-each-ref", "--format=%(objectname) %(refname)%00%(worktreepath)")
+    refs, checked_out = {}, {}
+    for line in out.splitlines():
+        head, _, where = line.partition("\0")
+        sha, _, ref = head.partition(" ")
+        if ref:
+            refs[ref] = sha
+            if where:
+                checked_out[ref] = where
+    return refs, checked_out
 
 
 def source_mtime(blob: str) -> int:

@@ -73,11 +73,15 @@ def pytest_section(name: str, text: bytes | None) -> str | None:
 
 
 def tests_changed(repo: str, base_tree: str, tree: str, *, test_files: list[str], opened: list[str],
-                  exempt: list[str] = ()) -> list[str]:
-    """The paths whose change makes the tests not the base's (see the module's docstring)."""
+                  exempt: list[str] = (), changed: list[str] | None = None) -> list[str]:
+    """The paths whose change makes the tests not the base's (see the module's docstring).
+
+    ``changed``: the paths that differ between the two trees, when the caller already asked git.
+    """
     from loopx_issue_fix import gitrepo
 
-    changed = gitrepo.changed_paths(repo, base_tree, tree)
+    if changed is None:
+        changed = gitrepo.changed_paths(repo, base_tree, tree)
     known, data = set(test_files), set(data_files(opened))
     out = []
     for path in changed:

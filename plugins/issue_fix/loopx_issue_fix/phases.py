@@ -144,11 +144,12 @@ def _refs(state: dict) -> dict:
     from loopx_issue_fix.workflow import worktree_root
 
     # LoopX's own branches move when any goal verifies or closes: they are not the agent's doing.
+    # One git call tells both the refs and where each branch is checked out.
     root = str(worktree_root())
-    ours = {f"refs/heads/{b}" for path, b in gitrepo.worktree_branches(state["repo"]).items()
-            if path.startswith(root + "/")} | {f"refs/heads/{state['branch']['name']}", "refs/stash"}
-    local = {r: sha for r, sha in gitrepo.local_refs(state["repo"]).items()
-             if r not in ours and not r.startswith("refs/heads/issue-fix/")}
+    refs, checked_out = gitrepo.local_refs(state["repo"])
+    ours = {r for r, path in checked_out.items() if path.startswith(root + "/")} | \
+        {f"refs/heads/{state['branch']['name']}", "refs/stash"}
+    local = {r: sha for r, sha in refs.items() if r not in ours and not r.startswith("refs/heads/issue-fix/")}
     remote = gitrepo.remote_refs(state["repo"], state["branch"]["remote"], 30)
     return {"local": local, "remote": remote}
 
@@ -373,9 +374,13 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
     ignored = gitrepo.ignored_files(wt)
     refs = _refs(state)
     remote_moved, local_moved = _ref_changes(state, refs)
-    touched = [] if allow else gitrepo.changed_paths(wt, repro["tree"], tree, repro["files"]) if repro["files"] else []
+    # One diff of the reproduced tree against the candidate answers both questions below.
+    changed = gitrepo.changed_paths(state["repo"], repro["tree"], tree)
+    touched = [] if allow else [p for p in changed if any(p == f or p.startswith(f.rstrip("/") + "/")
+                                                          for f in repro["files"])]
     infra = guard.tests_changed(state["repo"], repro["tree"], tree, test_files=repro.get("test_files", []),
-                                opened=repro.get("data_files", []), exempt=repro["files"] if allow else [])
+                                opened=repro.get("data_files", []), exempt=repro["files"] if allow else [],
+                                changed=changed)
     approved = _approved_changes(reg, state, tree, infra)
     evidence_id = new_id("evidence")
     test, problem, result, reason, signature = None, None, {}, None, None
