@@ -252,9 +252,10 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
     duration, output tail and output sha256. ``agent``: who runs it (``run_not_yours`` if the
     run is another agent's).
     """
+    import os
     import sys
 
-    from loopx import evidence, interrupt, runs, step_journal
+    from loopx import evidence, interrupt, process, runs, step_journal
     from loopx.process import run_command
 
     check_id("run", run_id)
@@ -280,7 +281,14 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
     # recorded later, as "ran, result unknown"; no room for the journal, no step.
     intent = step_journal.intend(reg, run=run, step=step_id, action=name, argv=command, by=actor)
     try:
-        result = run_command(child, env=env, timeout=timeout, cwd=cwd)
+        step = process.STEP.get()
+        broker = getattr(step, "broker", None) if command[0] == "loopx" else None
+        if broker is not None:
+            # Under a turn's broker a capability's step is a request to that broker whichever way it
+            # goes: served here, without a confined client, its watcher and a second `loopx`.
+            result = broker.run_step(command[1:], cwd=cwd or os.getcwd(), step_id=step_id or name)
+        else:
+            result = run_command(child, env=env, timeout=timeout, cwd=cwd)
         data = {"action": name, "step": step_id, "argv": command, "by": actor, **result}
         stop = interrupt.describe()
         if stop and stop["forced"]:

@@ -16,6 +16,8 @@ turn's registry*, whatever the request or the step's environment says:
 * the rest runs in LoopX's process (one request at a time, the cheap path) or, while another
   request is running (an ``exec`` whose child itself calls ``loopx``), in a ``loopx`` child
   outside confinement with the same forced identity. Children of ``exec`` stay confined.
+* a step of ``exec`` that is itself a ``loopx`` command (a capability's step) never starts a
+  process: ``exec`` hands it to :meth:`Broker.run_step`, as the confined child would have.
 """
 
 from __future__ import annotations
@@ -129,7 +131,9 @@ class Broker:
         self.run_cli = run_cli
         self.path = os.path.join(directory, "broker.sock")
         self.token = secrets.token_hex(16)
-        self.inprocess = threading.Lock()
+        # Reentrant: a step of an ``exec`` this process serves is itself served in this process, in
+        # the same thread, strictly nested (:meth:`run_step`); other threads never share it.
+        self.inprocess = threading.RLock()
         self.served = 0
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(self.path)
@@ -203,6 +207,26 @@ class Broker:
         if code in ("actor_forbidden", "invalid_actor"):
             self.record_refusal(argv, code, _error_message(out) or code)
         return out
+
+    def run_step(self, argv: list[str], *, cwd: str | None, step_id: str) -> dict:
+        """Run the step ``loopx ARGV`` of ``loopx exec`` as a request to this broker, without a process.
+
+        What a confined ``loopx`` child of ``exec`` would have asked this broker (same checks,
+        same identity, same step id), served directly: the request no longer needs a client
+        process, a watcher and (while ``exec`` itself holds this process) a whole ``loopx`` child.
+        Returns :func:`loopx.process.run_command`'s result (stdout, then stderr, as its output).
+        A LoopX command has no time-out of its own here: its own limits apply (an Issue-Fix test
+        run's), and a turn's stop reaches the processes it starts.
+        """
+        import time
+
+        from loopx.process import result_of
+
+        started = time.monotonic()
+        out = self.dispatch(argv, cwd=cwd, step_id=step_id)
+        output = (out.get("stdout") or "").encode("utf-8", errors="replace") + \
+            (out.get("stderr") or "").encode("utf-8", errors="replace")
+        return result_of(out["exit_code"], output, time.monotonic() - started)
 
     def _outside(self, command: list[str], cwd: str | None) -> str | None:
         """Why a ``--file`` the command names is refused: LoopX reads it outside confinement, so it

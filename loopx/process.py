@@ -283,6 +283,15 @@ def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: st
     }
 
 
+def result_of(exit_code: int, output: bytes, duration: float, *, tail_bytes: int = TAIL_BYTES) -> dict:
+    """What :func:`run_command` returns, for a command that ran some other way (in this process)."""
+    import hashlib
+
+    return {"exit_code": exit_code, "timed_out": False, "duration_seconds": round(duration, 3),
+            "output_tail": output[-tail_bytes:].decode("utf-8", errors="replace"), "output_bytes": len(output),
+            "output_sha256": "sha256:" + hashlib.sha256(output).hexdigest()}
+
+
 def _wait(proc, timeout: float | None) -> int:
     """``proc.wait(timeout)`` that wakes when the child exits, not at the next poll.
 

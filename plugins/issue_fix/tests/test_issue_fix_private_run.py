@@ -243,3 +243,46 @@ def test_writes_outside():
     assert not target.exists()
     cases = json.loads(results_file(cli, g).read_bytes())["cases"]
     assert cases["test_calc.py::test_writes_outside"]["status"] == "failed", cases
+
+
+# Logs every process a Python process starts (the audit event of subprocess.Popen), with its own pid.
+SPAWN_LOG = r'''
+import json, os, sys
+def _hook(event, args):
+    if event == "subprocess.Popen" and os.environ.get("SPAWN_LOG"):
+        try:
+            with open(os.environ["SPAWN_LOG"], "a") as f:
+                f.write(json.dumps({"pid": os.getpid(), "argv": [str(a) for a in (args[1] or [])]}) + "\n")
+        except OSError:
+            pass  # a confined process may not write there
+sys.addaudithook(_hook)
+'''
+
+
+def test_a_step_that_is_a_loopx_command_runs_in_the_turns_process_not_in_two_more(cli, project, tmp_path):
+    """The contract's `loopx exec -- loopx issue-fix reproduce` inside a turn: `exec` hands the step
+    to the turn's broker, which serves it in the turn's own process. Before, exec started a confined
+    `loopx` (a broker client) and the busy broker a whole second `python -m loopx` for its request."""
+    inside = start(cli, project)["goal_id"]
+    site, log = tmp_path / "site", tmp_path / "spawns.jsonl"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SPAWN_LOG)
+    p = _turn(inside, _turn_env(cli, tmp_path, PYTHONPATH=str(site), SPAWN_LOG=str(log)), tmp_path)
+    out, err = p.communicate(timeout=240)
+    assert p.returncode == 0, (out[-3000:], err[-3000:])
+    # The step was done: reproduced, recorded by exec with the command's own output.
+    s = state(cli, inside)
+    assert s["phase"] == "fix" and s["reproduction"]["failing"] == [FAILING_ID], s
+    listed = cli("--format", "json", "evidence", "list", "--goal-id", inside).json
+    items = listed["evidence"] if isinstance(listed, dict) else listed
+    steps = [e for e in items if e["kind"] == "command"]
+    assert len(steps) == 1 and steps[0]["data"]["exit_code"] == 0, steps
+    assert steps[0]["data"]["argv"][:3] == ["loopx", "issue-fix", "reproduce"], steps[0]["data"]
+    assert steps[0]["data"]["output_bytes"] > 0 and "reproduce" in steps[0]["data"]["output_tail"], steps[0]["data"]
+    # What the turn's process started: the agent, and the step's own commands (git, the test
+    # run's watcher) - never a `loopx`.
+    started = [json.loads(line) for line in log.read_text().splitlines()]
+    by_turn = [e["argv"] for e in started if e["pid"] == p.pid]
+    assert any(str(tmp_path / "agent.py") in a for a in by_turn), by_turn
+    loopx_children = [a for a in by_turn if "loopx" in a[:6] and "-m" in a[:6]]
+    assert loopx_children == [], loopx_children
