@@ -65,14 +65,21 @@ ALIASES = {"agent_prompt": "agent-prompt", "project_prompt": "project-prompt", "
 class RootGroup(LoopxGroup):
     """The root group: built-in commands load on demand; plugin commands through a hook."""
 
-    _plugins_loaded = False
+    #: The plugin manager whose plugins' commands ``self.commands`` holds. The manager is rebuilt
+    #: when ``LOOPX_PLUGINS`` / ``LOOPX_DISABLE_PLUGINS`` change, and an in-process CLI (a plugin
+    #: author's ``loopx_cli``) must then show the commands of the plugins now chosen.
+    _plugin_commands_of = None
     aliases = ALIASES
 
     def _load_plugin_commands(self):
-        if not self._plugins_loaded:
-            self._plugins_loaded = True
-            from loopx import plugins
+        from loopx import plugins
 
+        pm = plugins.get_plugin_manager()
+        if self._plugin_commands_of is not pm:
+            # Built-in commands load from COMMANDS and are never added here: everything in
+            # self.commands came from the former manager's plugins.
+            self.commands.clear()
+            self._plugin_commands_of = pm
             # One plugin's broken commands hook costs that plugin its commands, nothing more.
             plugins.hooks().register_commands(self)
 
@@ -151,8 +158,7 @@ class RootGroup(LoopxGroup):
         if target is not None and _available(name):
             module, attr = target.split(":")
             return getattr(importlib.import_module(module), attr)
-        if name not in self.commands:
-            self._load_plugin_commands()
+        self._load_plugin_commands()
         return self.commands.get(name)
 
 
