@@ -229,18 +229,17 @@ class Broker:
         return result_of(out["exit_code"], output, time.monotonic() - started)
 
     def _outside(self, command: list[str], cwd: str | None) -> str | None:
-        """Why a ``--file`` the command names is refused: LoopX reads it outside confinement, so it
-        must be one the step could read and write itself (beneath its workdir or temp dir)."""
+        """Why a path the command names is refused: LoopX reads or writes it outside confinement, so
+        it must be one the step could read and write itself (beneath its workdir or temp dir). The
+        paths are the values of the command's ``click.Path`` / ``click.File`` parameters, as the
+        in-process CLI declares them; a broker without one checks :data:`FALLBACK_PATH_OPTIONS`."""
         if self.step is None:
             return None
-        for i, arg in enumerate(command):
-            path = command[i + 1] if arg == "--file" and i + 1 < len(command) else (
-                arg.split("=", 1)[1] if arg.startswith("--file=") else None)
-            if path is None:
-                continue
+        named = getattr(self.run_cli, "path_options", None) or _fallback_path_options
+        for option, path in named(command):
             real = os.path.realpath(os.path.join(cwd or self.step.workdir, os.path.expanduser(path)))
             if not any(real == root or real.startswith(root.rstrip("/") + "/") for root in self.step.writable()):
-                return f"--file {path} is outside what this step may touch"
+                return f"{option} {path} is outside what this step may touch"
         return None
 
     def identity_env(self, step_id: str | None) -> dict:
@@ -322,6 +321,22 @@ class Broker:
                                 data={"argv": argv[:64], "code": code, "why": why[:500], "by": "broker"})
         except LoopxError:
             pass  # the run may be closed already; the refusal itself still stands
+
+
+#: The path options a broker checks when no in-process CLI tells it a command's (a turn started
+#: through the Python API without ``run_cli``; every ``loopx`` command gives one).
+FALLBACK_PATH_OPTIONS = ("--file", "--output")
+
+
+def _fallback_path_options(command: list[str]) -> list[tuple[str, str]]:
+    found = []
+    for i, arg in enumerate(command):
+        for option in FALLBACK_PATH_OPTIONS:
+            if arg == option and i + 1 < len(command):
+                found.append((option, command[i + 1]))
+            elif arg.startswith(option + "="):
+                found.append((option, arg.split("=", 1)[1]))
+    return found
 
 
 def _error(out: dict) -> dict | None:

@@ -29,9 +29,23 @@ RUN_ID = {"type": "string", "pattern": "^r-[0-9a-f]{12}$", "description": "The r
 TODO_ID = {"type": "string", "pattern": "^t-[0-9a-f]{12}$", "description": "A todo id (t-…)."}
 AGENT = {"type": "string", "minLength": 1, "maxLength": 200, "description": "Agent name (default: LOOPX_AGENT or 'agent')."}
 
-# Operations only a user may do; a call for one is refused, never forwarded.
-USER_ONLY = ("gate_approve", "gate_reject", "reward_add", "quota_set", "quota_grant", "goal_create", "goal_close",
-             "goal_pause", "goal_resume", "action_add", "criterion_met")
+
+
+def tool_name(command: str, sub: str | None = None) -> str:
+    """The tool name of the ``loopx`` command ``command sub``: ``gate approve`` is ``gate_approve``,
+    ``project-prompt close`` is ``goal_close`` (the tools call goals goals)."""
+    words = ["goal" if command == "project-prompt" else command, *([sub] if sub else [])]
+    return "_".join(words).replace("-", "_")
+
+
+def refused_tools() -> set[str]:
+    """The tool names refused with ``actor_forbidden``, never run: every command the broker refuses
+    an executor (:data:`loopx.broker.REFUSED`, the installed capabilities' ``user_commands``) by
+    its tool name. One definition, so a command made the user's there is refused here too."""
+    from loopx.broker import REFUSED
+    from loopx.capabilities import user_commands
+
+    return {tool_name(command, sub) for command, sub in REFUSED | user_commands()}
 
 
 def _schema(required: list[str], **props) -> dict:
@@ -87,12 +101,19 @@ class Tools:
 
     def __init__(self, registry):
         self.reg = registry
+        self._refused: set[str] | None = None
+
+    def refused(self) -> set[str]:
+        """:func:`refused_tools`, worked out once per server (the installed plugins do not change under it)."""
+        if self._refused is None:
+            self._refused = refused_tools()
+        return self._refused
 
     def call(self, name: str, args: dict) -> dict:
         """Run tool ``name``; raises ``LoopxError`` with the CLI's codes."""
         from loopx.errors import LoopxError
 
-        if name in USER_ONLY:
+        if name in self.refused():
             raise LoopxError("actor_forbidden", f"{name} is for users only; loopx mcp acts as the executor")
         if name not in TOOLS:
             raise LoopxError("invalid_argument", f"no tool {name!r} (tools: {', '.join(TOOLS)})")
@@ -286,7 +307,7 @@ def serve(registry_url: str | None = None) -> None:
 
     async def list_tools(ctx, params):
         return types.ListToolsResult(tools=[types.Tool(name=n, description=d, input_schema=s)
-                                            for n, (d, s) in TOOLS.items()])
+                                            for n, (d, s) in TOOLS.items() if n not in tools.refused()])
 
     async def call_tool(ctx, params):
         try:

@@ -20,16 +20,19 @@ PERSON_DECISIONS = ("ask_user", "repair")
 
 def needs(tx, goal_id: str, now: str) -> dict | None:
     """``{"decision", "reason", "reasons", "message", "commands"}`` when ``goal_id`` waits for a person, else ``None``."""
-    from loopx import contract, inputs
+    from loopx import contract, inputs, todo_ready
 
     seen = inputs.gather(tx, goal_id)
     if seen.goal.status != "open":
         return None
     d = contract.decide(tx, seen, agent="user", now=now, own_run=None)
     if d.reasons[:1] == ["no_ready_work"] and tx.one(
-            "SELECT 1 AS held FROM todos WHERE goal_id = ? AND status = 'open' AND claim_agent IS NOT NULL"
-            " AND claim_expires_at > ? LIMIT 1", (goal_id, now)):
-        d = None  # an agent holds a todo's claim: work is going on, nobody needs to add any
+            f"SELECT 1 AS held FROM todos t WHERE t.goal_id = ? AND t.status = 'open'"
+            f" AND NOT {todo_ready.free_sql('t', None)} LIMIT 1", (goal_id, *todo_ready.free_params(None, now))):
+        # An agent holds a todo's claim (the one readiness definition: a live lease under a run
+        # still open): work is going on, nobody needs to add any. A claim its failed or finished
+        # run left behind holds nothing.
+        d = None
     if d is not None and d.decision in PERSON_DECISIONS:
         doc = contract.document(tx, d, seen, contract_id=None, run_id=None, fingerprint="", issued_at=now)
         reason = _reason(d.reasons)
@@ -83,7 +86,7 @@ def current(tx, goal_id: str, now: str) -> dict | None:
     """The goal's decision *now* (what a should-run dry run would answer, without plugin hooks):
     ``{"decision", "reasons", "primary_action", "next_user_actions", "next_eligible_at"}``; the goal
     page shows it beside the last run's contract."""
-    from loopx import contract, inputs
+    from loopx import contract, inputs, todo_ready
 
     seen = inputs.gather(tx, goal_id)
     d = contract.decide(tx, seen, agent="user", now=now, own_run=None)

@@ -116,8 +116,8 @@ def entry_points() -> list[tuple[str, str, str | None]]:
     # sys.path[0] is the script's directory or the working directory: it changes all the time
     # and never holds installed distributions, so it stays out of the key.
     key = [[p, _mtime(p)] for p in sys.path[1:]]
-    cache = _cache_file()
     use_cache = os.environ.get(ENV_CACHE, "1") != "0"
+    cache = _cache_file() if use_cache else None
     if use_cache:
         try:
             data = json.loads(cache.read_text())
@@ -154,12 +154,24 @@ def _mtime(path: str) -> int:
 def _cache_file() -> Path:
     import zlib
 
-    import platformdirs
-
     # One cache per interpreter (virtualenvs differ in what is installed); crc32 is enough to
     # tell a handful of paths apart and, unlike hashlib, costs nothing to import.
     tag = f"{zlib.crc32(sys.executable.encode()):08x}"
-    return Path(platformdirs.user_cache_dir("loopx", appauthor=False)) / f"entry-points-{tag}.json"
+    return _cache_dir() / f"entry-points-{tag}.json"
+
+
+def _cache_dir() -> Path:
+    """platformdirs' ``user_cache_dir("loopx")``. Every command that loads plugins asks, and
+    importing platformdirs costs ~6 ms (its Unix module imports tempfile), so on Linux its rule is
+    applied here: ``$XDG_CACHE_HOME`` when absolute, else ``$HOME/.cache``. (Were it ever to
+    differ, the cost is one more scan, not a wrong answer: this is only a cache.)"""
+    xdg, home = os.environ.get("XDG_CACHE_HOME", ""), os.environ.get("HOME", "")
+    if sys.platform.startswith("linux") and not os.environ.get("ANDROID_DATA") and (
+            os.path.isabs(xdg) or os.path.isabs(home)):
+        return Path(xdg if os.path.isabs(xdg) else os.path.join(home, ".cache"), "loopx")
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("loopx", appauthor=False))
 
 
 # --- the façade: every hook call goes through loopx.hooks.Hooks -------------------------------------

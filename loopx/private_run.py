@@ -32,7 +32,7 @@ import tempfile
 
 from loopx import confine
 from loopx.errors import LoopxError
-from loopx.process import SECRET_VARS, active_step, in_step, run_command
+from loopx.process import SECRET_VARS, active_step, in_step, run_command, run_under_policy
 
 
 def _remove_dead(root: str) -> None:
@@ -144,7 +144,7 @@ def run_confined(argv: list[str], *, writable: list[str], env: dict, timeout: fl
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(policy, f)
-        res = run_command(argv, env=full_env, timeout=timeout, cwd=cwd, reap=reap, policy=policy_file)
+        res = run_under_policy(argv, env=full_env, timeout=timeout, cwd=cwd, reap=reap, policy=policy_file)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(policy_file)

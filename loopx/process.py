@@ -186,8 +186,7 @@ def _contained(argv: list[str], reap: bool, policy: str | None = None) -> list[s
 
 
 def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: str | None = None,
-                on_line=None, reap: bool = False, tail_bytes: int = TAIL_BYTES, confine: bool = True,
-                policy: str | None = None) -> dict:
+                on_line=None, reap: bool = False, tail_bytes: int = TAIL_BYTES, confine: bool = True) -> dict:
     """Run ``argv`` with ``env`` added to this process's environment (a value ``None`` removes a variable).
 
     Returns ``{"exit_code", "timed_out", "duration_seconds", "output_tail", "output_bytes",
@@ -195,9 +194,20 @@ def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: st
     with it, stdout is read line by line (``on_line(str)`` per line, without the newline) and
     stderr goes only into the tail and digest. A command that cannot start gets exit code 127
     and the reason as its output. On timeout the group gets SIGTERM, then SIGKILL.
+    """
+    return run_under_policy(argv, env=env, timeout=timeout, cwd=cwd, on_line=on_line, reap=reap,
+                            tail_bytes=tail_bytes, confine=confine, policy=None)
 
-    ``policy`` is a Landlock policy file of the caller's own, applied instead of the active
-    step's and without the step's environment (:func:`loopx.private_run.run_confined`).
+
+def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cwd: str | None = None,
+                     on_line=None, reap: bool = False, tail_bytes: int = TAIL_BYTES, confine: bool = True,
+                     policy: str | None) -> dict:
+    """:func:`run_command`, confined by ``policy`` when one is given: a Landlock policy file of the
+    caller's own, applied instead of the active step's and without the step's environment.
+
+    The core's alone (:func:`loopx.private_run.run_confined` writes the policy and calls this):
+    ``loopx.api`` offers ``run_command`` without it, and plugins use ``run_confined``, which
+    builds the policy from what may be written.
     """
     import hashlib
     import signal

@@ -45,7 +45,7 @@ def _counts(tx, sql: str, goal_id: str, keys=()) -> dict[str, int]:
 
 def goal_summary(tx, goal, *, at: str) -> dict:
     """One goal's summary, read through ``tx`` (``goal`` is a :class:`loopx.model.Goal`)."""
-    from loopx import gates, rewards, runs, todos, usage
+    from loopx import gates, rewards, runs, todo_ready, todos, usage
 
     gid = goal.id
     by_status = _counts(tx, "SELECT status AS k, COUNT(*) AS n FROM runs WHERE goal_id = ? GROUP BY status",
@@ -67,6 +67,10 @@ def goal_summary(tx, goal, *, at: str) -> dict:
         todo_counts[t.status] += 1
     open_todos = [t for t in all_todos if t.status == "open"]
     ready = todos.ready(tx, gid, agent=None, now=at)
+    # A claim outlives its run on the row; it holds the todo only under the one readiness rule.
+    held = {r["id"] for r in tx.query(
+        f"SELECT t.id FROM todos t WHERE t.goal_id = ? AND t.status = 'open' AND NOT {todo_ready.free_sql('t', None)}",
+        (gid, *todo_ready.free_params(None, at)))}
     handoff = runs.latest_handoff(tx, gid)
     return {
         "goal": {"id": gid, "title": goal.title, "status": goal.status, "revision": goal.revision},
@@ -92,7 +96,7 @@ def goal_summary(tx, goal, *, at: str) -> dict:
             "total": len(all_todos),
             "by_status": todo_counts,
             "ready": len(ready),
-            "open": [to_json(t) for t in open_todos[:MAX_OPEN_TODOS]],
+            "open": [{**to_json(t), "claim_holds": t.id in held} for t in open_todos[:MAX_OPEN_TODOS]],
         },
         "handoff": None if handoff is None else to_json(handoff),
     }
@@ -169,7 +173,7 @@ def _goal_text(s: dict) -> str:
     td = s["todos"]
     lines.append(f"  todos     {td['total']}: {_kv(td['by_status'])}; ready {td['ready']}")
     for t in td["open"]:
-        who = f"  [{t['claim']['agent']}]" if t.get("claim") else ""
+        who = f"  [{t['claim']['agent']}]" if t.get("claim") and t.get("claim_holds") else ""  # while it holds
         lines.append(f"    {t['priority']} {t['id']} {t['text']}{who}")
     if s["handoff"]:
         h = s["handoff"]

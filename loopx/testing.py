@@ -83,7 +83,7 @@ def loopx_plugin():
 
     pm = get_plugin_manager()
     commands_before = dict(cli.commands)
-    loaded_before = cli.__dict__.get("_plugins_loaded")
+    loaded_before = cli.__dict__.get("_plugin_commands_of")
     added = []
 
     def register(plugin, name=None):
@@ -93,8 +93,8 @@ def loopx_plugin():
             return plugin
         added.append(pm.register(plugin, name=name))
         pm.check_pending()
-        if cli.__dict__.get("_plugins_loaded"):
-            # The CLI already asked installed plugins for their commands; ask this one now.
+        if cli.__dict__.get("_plugin_commands_of") is pm:
+            # The CLI already asked this manager's plugins for their commands; ask this one now.
             from loopx.plugins import hooks
 
             hooks().register_commands(cli, only=plugin)
@@ -107,9 +107,9 @@ def loopx_plugin():
     cli.commands.clear()
     cli.commands.update(commands_before)
     if loaded_before is None:
-        cli.__dict__.pop("_plugins_loaded", None)
+        cli.__dict__.pop("_plugin_commands_of", None)
     else:
-        cli._plugins_loaded = loaded_before
+        cli._plugin_commands_of = loaded_before
 
 
 @pytest.fixture

@@ -97,6 +97,38 @@ def test_an_mcp_client_runs_a_whole_turn_and_is_refused_what_only_a_user_may_do(
         reg.close()
 
 
+def test_every_command_the_broker_keeps_for_the_user_is_refused_over_mcp_by_its_tool_name(sqlite_url, monkeypatch):
+    # The server loads every installed plugin (its environment has no LOOPX_PLUGINS); so does this list.
+    monkeypatch.delenv("LOOPX_PLUGINS", raising=False)
+    from loopx import broker, capabilities
+
+    def name(command, sub):  # `gate approve` -> gate_approve; the tools call a project-prompt a goal
+        return "_".join(["goal" if command == "project-prompt" else command, *([sub] if sub else [])]).replace("-", "_")
+
+    users = broker.USER_ONLY | capabilities.user_commands()
+    assert ("issue-fix", "start") in users and ("approvals", None) in users  # the capabilities' own count too
+    reg = Registry.open(sqlite_url)
+    g = make_goal(reg)["goal"]
+
+    async def body(s):
+        offered = {t.name for t in (await s.list_tools()).tools}
+        answers = {}
+        for command, sub in sorted(users, key=str):
+            tool = name(command, sub)
+            assert tool not in offered
+            answers[tool] = await s.call_tool(tool, {"goal_id": g})
+        return answers
+
+    try:
+        answers = anyio.run(_session, sqlite_url, body)
+        wrong = {tool: _json(a) for tool, a in answers.items()
+                 if not (a.is_error and _json(a)["error"]["code"] == "actor_forbidden")}
+        assert wrong == {}
+        assert "goal_retry" in answers and "notify_check" in answers and "self_repair_accept" in answers
+    finally:
+        reg.close()
+
+
 def test_claude_code_takes_a_turn_through_loopx_mcp_registered_as_documented(tmp_path, sqlite_url):
     """The `mcpServers` snippet of docs/agents.md, given to the real Claude Code."""
     import subprocess

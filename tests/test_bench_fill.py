@@ -69,12 +69,10 @@ def filled(reg, monkeypatch):
     return reg, [number[i] for i in range(GOALS)]  # the goals by their number in the mix
 
 
-def test_bulk_fill_passes_self_repair_check(filled, loopx_proc):
+def test_bulk_fill_passes_self_repair_check(filled, loopx):
     reg, order = filled
     assert len(order) == GOALS
-    # A process of its own: the in-process CLI keeps the plugin commands of its first call, so a
-    # plugin allow-list set here would hide every other plugin's commands from later tests.
-    out = loopx_proc("self-repair", "check", "--json", env={"LOOPX_PLUGINS": "self_repair"}).json
+    out = loopx("self-repair", "check", "--json", env={"LOOPX_PLUGINS": "self_repair"}).json
     assert out["checked"]["goals"] == GOALS
     assert {"chain_broken", "event_tampered", "head_mismatch", "state_digest_mismatch", "goal_unsealed",
             "ledger_drift", "quota_drift", "revision_mismatch"} <= set(out["checked"]["detectors"])

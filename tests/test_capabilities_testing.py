@@ -2,6 +2,8 @@
 
 import sys
 
+import pytest
+
 pytest_plugins = ["pytester"]
 
 AUTHOR_TESTS = '''
@@ -64,3 +66,22 @@ def test_the_entry_point_is_registered():
 
     assert "loopx.testing" in [ep.value for ep in entry_points(group="pytest11") if ep.name == "loopx"]
     assert sys.modules.get("loopx.testing") is not None  # loaded into this very run
+
+
+def _commands(loopx_cli, plugins):
+    """The plugin commands `loopx --help` lists with LOOPX_PLUGINS=``plugins`` (None: unset, every installed one)."""
+    r = loopx_cli("--help", env={"LOOPX_PLUGINS": plugins})
+    assert r.code == 0, r
+    return {name for name in ("self-repair", "issue-fix", "approvals") if f"\n  {name} " in r.out}
+
+
+@pytest.mark.parametrize("first, then", [("self_repair", None), (None, "self_repair")])
+def test_the_in_process_cli_follows_a_changed_plugin_allow_list(loopx_cli, first, then):
+    # One process, two allow-lists: a plugin author's in-process CLI shows the commands of the
+    # plugins loaded now, not those of its first call. (CliRunner puts the environment back after
+    # each call, and the CLI reloads for whatever manager the next test's environment gives.)
+    everything = {"self-repair", "issue-fix", "approvals"}
+    expected = {"self_repair": {"self-repair"}, None: everything}
+    assert _commands(loopx_cli, first) == expected[first]
+    assert _commands(loopx_cli, then) == expected[then]
+    assert _commands(loopx_cli, first) == expected[first]

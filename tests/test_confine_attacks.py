@@ -460,3 +460,63 @@ def test_a_plugins_user_only_commands_are_refused_by_the_broker_before_anything_
     assert goals == 1
     worktrees = subprocess.run(["git", "-C", str(world["work"]), "worktree", "list"], capture_output=True, text=True)
     assert len(worktrees.stdout.splitlines()) == 1, worktrees.stdout
+
+
+SCRIBBLE_PLUGIN = '''
+import click
+from loopx import hookimpl
+
+
+@hookimpl
+def loopx_register_commands(cli):
+    @click.command("scribble")
+    @click.option("--out", type=click.Path(), required=True)
+    def scribble(out):
+        """Write a file where told (in LoopX's process, outside the step's confinement)."""
+        with open(out, "w") as f:
+            f.write("scribbled")
+        print("SCRIBBLED", out)
+
+    cli.add_command(scribble)
+'''
+
+PATH_ATTACKS = r"""
+set +e
+echo "PATH out_outside => $(loopx scribble --out {outside} 2>&1 | tr '\n' ' ')"
+echo "PATH out_equals_outside => $(loopx scribble --out={outside}2 2>&1 | tr '\n' ' ')"
+echo "PATH out_inside => $(loopx scribble --out inside.txt 2>&1 | tr '\n' ' ')"
+echo "PATH handoff_outside => $(loopx issue-fix handoff --run-id "$LOOPX_RUN_ID" --output {outside}3 2>&1 | tr '\n' ' ')"
+"""
+
+
+def test_a_path_option_naming_a_file_outside_the_step_is_refused_by_the_broker_and_recorded(world):
+    """Every path parameter a command declares (``click.Path`` / ``click.File``: a plugin's own, Issue-Fix's
+    ``handoff --output``) is held to the step's writable roots: the broker runs the command outside
+    confinement, so a path it writes must be one the step could write itself."""
+    from tests.plugin_site import plugin_env
+
+    site_env = plugin_env(world["tmp"], world["url"], scribble="loopx_scribble_test")
+    (world["tmp"] / "site" / "loopx_scribble_test.py").write_text(SCRIBBLE_PLUGIN)
+    made, _ = _prepare(world, acts={"work": ["sh", "paths.sh"]})
+    outside = world["tmp"] / "outside.txt"
+    (world["work"] / "paths.sh").write_text(PATH_ATTACKS.format(outside=outside))
+    env = {**site_env, "HOME": world["env"]["HOME"], "XDG_CONFIG_HOME": world["env"]["XDG_CONFIG_HOME"],
+           "PATH": world["env"]["PATH"], "LOOPX_PLUGINS": "scribble,issue_fix"}
+    p = subprocess.run([PY, "-m", "loopx", "--format", "json", "turn", "--goal-id", made["goal"]], env=env,
+                       cwd=world["work"], capture_output=True, text=True, timeout=300)
+    t = json.loads(p.stdout)
+    with Registry.open(world["url"]) as reg, reg.read() as tx:
+        out = "".join(json.loads(e["data"])["output_tail"] for e in
+                      tx.query("SELECT data FROM evidence WHERE run_id = ? AND kind = 'command'", (t["run_id"],)))
+        refused = [json.loads(e["data"]) for e in
+                   tx.query("SELECT data FROM evidence WHERE run_id = ? AND kind = 'refused'", (t["run_id"],))]
+    lines = dict(line[len("PATH "):].split(" => ", 1) for line in out.splitlines() if line.startswith("PATH "))
+    assert set(lines) == {"out_outside", "out_equals_outside", "out_inside", "handoff_outside"}, out
+    for name, option in (("out_outside", "--out"), ("out_equals_outside", "--out"), ("handoff_outside", "--output")):
+        assert "is outside what this step may touch" in lines[name] and "actor_forbidden" in lines[name], lines
+        assert lines[name].count(option) >= 1, lines
+    assert "SCRIBBLED inside.txt" in lines["out_inside"], lines
+    assert (world["work"] / "inside.txt").read_text() == "scribbled"
+    assert not any(Path(f"{outside}{n}").exists() for n in ("", "2", "3"))
+    assert sorted(r["why"].split(" ", 1)[0] for r in refused) == ["--out", "--out", "--output"], refused
+    assert all(r["code"] == "actor_forbidden" for r in refused), refused

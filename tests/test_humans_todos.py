@@ -249,3 +249,20 @@ def test_on_a_closed_goal_only_the_open_run_may_still_mark_its_todo_done(loopx, 
     assert r.code == 2 and r.json["error"]["code"] == "run_not_open"
     r = loopx("todo", "done", "--goal-id", goal, "--todo-id", second, "--json")
     assert r.code == 2 and r.json["error"]["code"] == "goal_closed"
+
+
+def test_summary_all_names_a_claimant_only_while_the_claim_holds(loopx, goal):
+    todo = add(loopx, goal, "the work")
+    r = loopx("quota", "should-run", "--goal-id", goal, "--agent", "bot", "--json")
+    run = r.json["interaction_contract"]["run_id"]
+    assert claim(loopx, goal, todo, "bot", "--run-id", run).code == 0
+
+    def shown():
+        text = loopx("summary-all", "--goal-id", goal).out
+        entry = loopx("summary-all", "--goal-id", goal, "--json").json["goals"][0]["todos"]["open"][0]
+        return [line for line in text.splitlines() if todo in line], entry["claim_holds"]
+
+    assert shown() == ([f"    P2 {todo} the work  [bot]"], True)
+    assert loopx("run", "finish", "--run-id", run, "--outcome", "failed").code == 0
+    # The failed run's claim stays on the row (its lease has not run out) but holds nothing.
+    assert shown() == ([f"    P2 {todo} the work"], False)

@@ -123,3 +123,18 @@ def test_a_capability_may_abandon_only_an_expired_run(reg):
     assert err.value.code == "actor_forbidden"
     with reg.read() as tx:
         assert api.load_run(tx, run).status == "open"
+
+
+def test_run_command_takes_no_policy_of_the_callers_run_confined_builds_one(tmp_path):
+    """A plugin confines a child by a policy of its own through ``run_confined`` only: ``run_command``
+    has no ``policy=`` that would swap the turn's confinement for a file the plugin names."""
+    import sys
+
+    import loopx.api as api
+
+    marker = tmp_path / "ran"
+    argv = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
+    with pytest.raises(TypeError):
+        api.run_command(argv, env={}, timeout=30, policy=str(tmp_path / "my-policy.json"))
+    assert not marker.exists()
+    assert api.run_command(argv, env={}, timeout=30)["exit_code"] == 0 and marker.exists()

@@ -223,3 +223,19 @@ def test_status_reads_through_a_readonly_registry(loopx, registry_url):
     with Registry.open(registry_url, readonly=True) as ro:
         assert status.goal_view(ro, goal_id)["goal"]["id"] == goal_id
         assert status.overview(ro)["goals"][0]["id"] == goal_id
+
+
+def test_a_claim_its_failed_run_left_behind_does_not_hide_that_the_goal_needs_you(loopx):
+    # The claim's lease outlives its run; once the run failed it holds nothing (loopx.todo_ready.free_sql),
+    # so the todo's gate is what stands in the way, and a person is asked for it.
+    g = make_goal(loopx, title="held back", todo_texts=["the work"])
+    goal, todo = g["goal"], g["todos"][0]
+    run = _open_run(loopx, goal)
+    assert loopx("todo", "claim", "--goal-id", goal, "--todo-id", todo, "--run-id", run).code == 0
+    gate = _id(loopx("gate", "add", "--goal-id", goal, "--title", "Not this one yet", "--blocks", f"todo:{todo}",
+                     "--json"))
+    _finish(loopx, run, "failed")
+    needs = loopx("status", "--json").json["goals"][0]["needs_you"]
+    assert needs is not None and needs["decision"] == "ask_user", needs
+    assert f"loopx gate approve --goal-id {goal} --gate-id {gate}" in needs["commands"], needs
+    assert "NEEDS YOU" in loopx("status").out

@@ -65,14 +65,21 @@ ALIASES = {"agent_prompt": "agent-prompt", "project_prompt": "project-prompt", "
 class RootGroup(LoopxGroup):
     """The root group: built-in commands load on demand; plugin commands through a hook."""
 
-    _plugins_loaded = False
+    #: The plugin manager whose plugins' commands ``self.commands`` holds. The manager is rebuilt
+    #: when ``LOOPX_PLUGINS`` / ``LOOPX_DISABLE_PLUGINS`` change, and an in-process CLI (a plugin
+    #: author's ``loopx_cli``) must then show the commands of the plugins now chosen.
+    _plugin_commands_of = None
     aliases = ALIASES
 
     def _load_plugin_commands(self):
-        if not self._plugins_loaded:
-            self._plugins_loaded = True
-            from loopx import plugins
+        from loopx import plugins
 
+        pm = plugins.get_plugin_manager()
+        if self._plugin_commands_of is not pm:
+            # Built-in commands load from COMMANDS and are never added here: everything in
+            # self.commands came from the former manager's plugins.
+            self.commands.clear()
+            self._plugin_commands_of = pm
             # One plugin's broken commands hook costs that plugin its commands, nothing more.
             plugins.hooks().register_commands(self)
 
@@ -151,8 +158,7 @@ class RootGroup(LoopxGroup):
         if target is not None and _available(name):
             module, attr = target.split(":")
             return getattr(importlib.import_module(module), attr)
-        if name not in self.commands:
-            self._load_plugin_commands()
+        self._load_plugin_commands()
         return self.commands.get(name)
 
 
@@ -204,6 +210,47 @@ def main(argv=None):
     cli.main(args=argv, prog_name="loopx")
 
 
-def run_inprocess(argv: list[str]) -> None:
-    """The CLI in this process (the broker's cheap path); exits with ``SystemExit`` like ``main``."""
-    cli.main(args=argv, prog_name="loopx")
+def path_options(command: list[str]) -> list[tuple[str, str]]:
+    """``[(option, path)]`` that ``command`` (argv after the global options) gives its command's
+    path parameters: those declared ``click.Path`` or ``click.File`` (a built-in's or a plugin's),
+    the one declaration a turn's broker reads to keep a step to its own files."""
+    ctx = click.Context(cli, resilient_parsing=True)
+    cmd, args = cli, list(command)
+    try:
+        while isinstance(cmd, click.Group):
+            _, rest, _ = cmd.make_parser(ctx).parse_args(args)  # stops at the subcommand
+            if not rest:
+                return []
+            cmd, args = cmd.get_command(ctx, rest[0]), rest[1:]
+            if cmd is None:
+                return []  # no such command: it runs nothing
+            ctx = click.Context(cmd, parent=ctx, info_name=rest[0], resilient_parsing=True)
+        values, _, _ = cmd.make_parser(ctx).parse_args(args)
+    except click.UsageError:
+        return []  # the command itself fails to parse the same way, before it runs
+    found = []
+    for param in cmd.params:
+        if not isinstance(param.type, (click.Path, click.File)) or values.get(param.name) is None:
+            continue
+        given = values[param.name]
+        for value in given if isinstance(given, (list, tuple)) else [given]:
+            if value != "-":  # stdin / stdout
+                found.append((param.opts[0] if isinstance(param, click.Option) else param.human_readable_name,
+                              str(value)))
+    return found
+
+
+class _InProcess:
+    """The CLI in this process, as a turn's broker uses it: runs a command (the broker's cheap
+    path; exits with ``SystemExit`` like ``main``) and names the paths a command would touch."""
+
+    def __call__(self, argv: list[str]) -> None:
+        cli.main(args=argv, prog_name="loopx")
+
+    @staticmethod
+    def path_options(command: list[str]) -> list[tuple[str, str]]:
+        """:func:`path_options`."""
+        return path_options(command)
+
+
+run_inprocess = _InProcess()

@@ -19,7 +19,7 @@ def evidence():
 @click.option("--kind", required=True, help="note, command, file, metric... (a short name).")
 @click.option("--summary", required=True, help="One line on what was observed.")
 @click.option("--data", default=None, help="A JSON object or array with details.")
-@click.option("--file", "file_path", default=None, help="A file to record by path and sha256.")
+@click.option("--file", "file_path", type=click.Path(), default=None, help="A file to record by path and sha256.")
 @click.option("--agent", default=None, help=AGENT_HELP)
 @operation_option
 def add(run_id, goal_id, kind, summary, data, file_path, agent, operation_id):

@@ -127,7 +127,7 @@ def verify(run_id, timeout, operation_id):
 @RUN_ID
 @TIMEOUT
 @click.option("--root-cause", default=None, help="What caused the issue, for the reviewer.")
-@click.option("--output", default=None, help="Where to write the packet (default: in the goal's directory in .git).")
+@click.option("--output", type=click.Path(readable=False), default=None, help="Where to write the packet (default: in the goal's directory in .git).")
 @operation_option
 def handoff(run_id, timeout, root_cause, output, operation_id):
     """Write the reviewer packet and request the publish gate."""
