@@ -32,7 +32,15 @@ KEY_BYTES = 32
 
 def _dir_env() -> tuple:
     """The environment :func:`key_dir` is a function of."""
+    if _RAW is not None:
+        # Asked several times by every write (the key, the anchor): the mapping os.environ keeps
+        # (and changes with it) read directly - os.environ.get encodes and decodes each time.
+        return _RAW.get(b"XDG_CONFIG_HOME"), _RAW.get(b"HOME"), _RAW.get(b"APPDATA")
     return os.environ.get("XDG_CONFIG_HOME"), os.environ.get("HOME"), os.environ.get("APPDATA")
+
+
+#: os.environ's own bytes mapping on POSIX (what ``os.environ[...] = ...`` changes), else None.
+_RAW = getattr(os.environ, "_data", None) if os.name == "posix" and os.environ.encodekey("HOME") == b"HOME" else None
 
 
 def key_dir() -> Path:

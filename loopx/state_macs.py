@@ -75,8 +75,24 @@ def row_mac(ring, goal_id: str, table: str, key: str, text: str) -> int:
     """The MAC of one row (``text``: its JSON text as the database prints it - the same text for
     the same row every time on one backend; a copy to another backend re-MACs every row), as an
     integer. Each field is length-prefixed, so no two rows can be made to share a message."""
+    memo = (ring, goal_id, table, key, text)
+    found = _MACS.get(memo)
+    if found is not None:
+        return found
     msg = f"loopx-row-v1 {len(goal_id)}:{goal_id}{len(table)}:{table}{len(key)}:{key}{text}"
-    return int(ring.digest(msg.encode("utf-8", "backslashreplace")), 16)
+    found = int(ring.digest(msg.encode("utf-8", "backslashreplace")), 16)
+    if len(_MACS) >= _MACS_KEEP:
+        _MACS.clear()
+    _MACS[memo] = found
+    return found
+
+
+#: :func:`row_mac`'s memory, as :func:`loopx.integrity.event_hash` keeps one: a write MACs each
+#: changed row's text before and after, and the text before is the one the goal's last write
+#: MACed after (the goal row changes with every event); should-run MACs again the rows it reads.
+#: Only the same key, goal, table, row key and text give the remembered MAC.
+_MACS: dict[tuple, int] = {}
+_MACS_KEEP = 512
 
 
 def _open_run(text: str | None) -> bool:
