@@ -405,15 +405,37 @@ and this code alternated three times each, 2026-12-02 05:24 UTC, load 4.8-7.0) t
 p99 went from 6.6-23.2 ms to 1.8-4.2 ms and a write's own p99 from 17.5-29.4 ms to 14.2-17.5 ms
 (own p50 1.2-1.6 ms both); p99 latency 40.7-101.6 ms before, 44.2-54.9 ms after, nothing lost.
 
+**What a write costs, counted in instructions** (issue 25, the session after). Counted with
+`valgrind --tool=callgrind` on a loop of whole turns as this bench drives them (the count for 50
+turns less the count for 10, per event; hook implementations inline for the count, since the
+worker thread's GIL waits vary with load), which the other work on the machine does not move. A
+write's cost is spread thin - SQLite about a quarter, JSON encoding about a seventh,
+function-level imports of LoopX's own modules (importlib's Python-level `_handle_fromlist`) a
+twentieth, the rest over the domain code - so it was cut in many places, none changing a byte
+written: `json.dumps` built an encoder per call (the event body, the event's hash input, the
+contract column, fingerprints and digest tags now go through C encoders made once,
+`jsonsafe.canonical` and its siblings, the same text); the digest tag this process sealed and the
+row MACs it computed are remembered, like event hashes (only identical inputs hit: an edited
+digest or row is still caught); `todo claim` and `todo done` use the goal row the writer locked
+instead of reading it again; the key's path, the step journal check (one `scandir`), capability
+declarations (keyed on a plugin-manager generation), a contract's do-steps (parsed once per text)
+and clock stamps (`isoformat`) cost less; the modules every write uses are imported once. Per
+event, main (c9b4b99) against this code: one transaction per call 3,120,172 -> 2,665,753
+instructions (-15 %), the batched build 1,711,365 -> 1,598,160 (-7 %); statements per event
+(batched) 14.0 -> 13.7. What is left has no large part: SQLite's own work, the per-transaction
+envelope (lock, verify, seal, anchor, commit), and each event's JSON and hashes.
+
 **Noise, and what is still short.** On this 2-core machine shared with other work (load 4-10)
 the ratios move by about ±0.3x between runs, and wall-clock rates by 2-3x: the bulk build row
-also gives events per CPU-second, what the code costs whatever the load. The bulk build is not
-yet at 2,000 events/s under load: at load 2.6-3.3 (3,500-event batches on a small goal, main and
-this code alternated) it ran at 1,460-2,080 events/s before and 1,640-2,260 after, 1,500-2,500
-per CPU-second both - the thread per hook call cost wall time, little CPU. What is left is
-spread thin over a turn's domain code (about 13 SQL statements per event - each state row's
-trigger prints its JSON for the digest's change log -, JSON, lazy imports), none of it more than
-a few per cent. 8 writers' p99 ≤ 20 ms is the queue: 7 writes of ~1.2 ms ahead, stretched by
+also gives events per CPU-second, what the code costs whatever the load. The bulk build is at
+2,000 events/s only on a quiet machine, without the margin the target asks: in the table's run
+(load ~3) 1,840 events/s, 1,930 per CPU-second (973 and 1,749 in the run before, at load ~4).
+Main and this code alternated in separate processes (1,000 whole turns batched as above, then
+200 turns one transaction per call; 2026-12-02 08:20 UTC, load 1.1-1.3): batched 1,560-1,850
+events per CPU-second on main, 1,930-2,000 here; one transaction per call 800-990 on main,
+900-1,090 here. What is left is spread thin over a turn (the counts above): about 14 SQL
+statements per event - each state row's trigger prints its JSON for the digest's change log -,
+the per-transaction envelope, each event's JSON and hashes, none of it more than a few per cent. 8 writers' p99 ≤ 20 ms is the queue: 7 writes of ~1.2 ms ahead, stretched by
 CPU contention (8 writing processes on 2 cores at load 5-7), plus the write of every 64th ticket,
 which checkpoints the WAL (an fsync, 5-15 ms) after leaving the queue.
 

@@ -261,7 +261,8 @@ def load() -> dict[str, Capability]:
     pm = plugins.get_plugin_manager()
     # The plugin objects themselves, not their ids: the key keeps them alive, so an unregistered
     # plugin's id can never be reused by a new one and match a stale entry.
-    key = (pm, tuple((name, p) for name, p in pm.list_name_plugin()))
+    generation = getattr(pm, "generation", None)  # (a ContainedPluginManager's: every register moves it)
+    key = (pm, generation) if generation is not None else (pm, tuple((name, p) for name, p in pm.list_name_plugin()))
     if _cache is not None and _cache[0] == key:
         return _cache[1]
     found: list[Capability] = []

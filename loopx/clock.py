@@ -16,6 +16,12 @@ except ImportError:  # pragma: no cover - Pythons without the C accelerator
 
 _FMT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
+
+def _text(stamp: datetime) -> str:
+    """``stamp`` (UTC) in :data:`_FMT`: ``isoformat`` prints the same digits in half the time of
+    ``strftime`` (a write stamps every event and lease)."""
+    return stamp.isoformat(timespec="microseconds")[:26] + "Z"
+
 #: Tests move the wall clock of real LoopX processes with this: the path of a file holding an
 #: offset in seconds (the file is read at every call; a missing or empty file is 0). Durations
 #: never use the wall clock (``time.monotonic``), so only what is dated moves.
@@ -58,7 +64,7 @@ def now() -> str:
     stamp = datetime.now(timezone.utc)
     if offset:
         stamp = stamp + timedelta(seconds=offset)
-    return stamp.strftime(_FMT)
+    return _text(stamp)
 
 
 def epoch(stamp: str | None = None) -> float:
@@ -77,7 +83,7 @@ def parse(stamp: str) -> datetime:
 
 def add_seconds(stamp: str, seconds: float) -> str:
     """``stamp`` moved by ``seconds`` (may be negative)."""
-    return (parse(stamp) + timedelta(seconds=seconds)).strftime(_FMT)
+    return _text(parse(stamp) + timedelta(seconds=seconds))
 
 
 def seconds_between(start: str, end: str) -> float:

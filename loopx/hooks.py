@@ -325,12 +325,25 @@ def contain(pm: pluggy.PluginManager, plugin: object) -> None:
 class ContainedPluginManager(pluggy.PluginManager):
     """A pluggy plugin manager whose every registered hook implementation is contained (:func:`contain`)."""
 
+    #: Moves on with every plugin registered or unregistered: what is derived from the set of
+    #: plugins (the capability declarations, asked several times a write) is keyed on it.
+    generation = 0
+
     def register(self, plugin: object, name: str | None = None) -> str | None:
         """Register ``plugin`` as pluggy does, then contain its hook implementations."""
         registered = super().register(plugin, name)
+        self.generation += 1
         if registered is not None:
             contain(self, plugin)
         return registered
+
+    def unregister(self, plugin: object | None = None, name: str | None = None):
+        """Unregister as pluggy does (also what ``set_blocked`` does)."""
+        self.generation += 1
+        try:
+            return super().unregister(plugin, name)
+        finally:
+            self.generation += 1
 
 
 # --- the façade ----------------------------------------------------------------------------------

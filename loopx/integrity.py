@@ -20,6 +20,8 @@ import json
 import math
 from operator import itemgetter
 
+from loopx import jsonsafe, keys, state_macs  # every write uses them
+
 try:  # the built-in sha256 (no OpenSSL to load: should-run keeps its start-up cheap)
     from _sha256 import sha256 as _sha256
 except ImportError:  # pragma: no cover - other Pythons
@@ -52,8 +54,8 @@ def event_hash(prev_hash: str, goal_id: str, seq: int, at: str, actor: str, kind
     found = _HASHED.get(memo)
     if found is not None:
         return found
-    canonical = json.dumps([prev_hash, goal_id, seq, at, actor, kind, body_text, operation_id],
-                           separators=(",", ":")).encode("ascii", "backslashreplace")
+    canonical = jsonsafe.compact([prev_hash, goal_id, seq, at, actor, kind, body_text, operation_id]).encode(
+        "ascii", "backslashreplace")
     found = _sha256(canonical).hexdigest() if ring is None else ring.digest(canonical)
     if len(_HASHED) >= _HASHED_KEEP:
         _HASHED.clear()
@@ -75,8 +77,6 @@ def row_hash(row: dict, ring=None) -> str:
 
 def keyring(tx):
     """The :class:`loopx.keys.Keyring` of the registry ``tx`` reads."""
-    from loopx import keys
-
     return keys.keyring(tx)
 
 
@@ -203,8 +203,6 @@ def seal(tx, goal_id: str, *, trusted: bool = True, last: dict | None = None, wh
     the head moves on but the digest is marked untrusted, so the mismatch stays visible until
     ``self-repair fix`` rebuilds the state. Returns the head sealed (``{"seq", "hash"}``) or None.
     """
-    from loopx import state_macs
-
     if last is None or (getattr(tx, "_loopx_rechained", None) or {}).get(goal_id):
         last = last_event(tx, goal_id)  # (a chain recomputed in this transaction moved the head)
     if last is None:
@@ -255,8 +253,6 @@ def _stash(tx, name: str, goal_id: str, value) -> None:
 def _verified(tx, goal_id: str):
     """``(D, counts)`` of the goal's recorded digest when its tag verifies (from this
     transaction's :func:`verify_head` when it ran, else read now), or None."""
-    from loopx import state_macs
-
     known = (getattr(tx, "_loopx_verified", None) or {}).get(goal_id)
     if known is not None:
         return known
@@ -360,8 +356,6 @@ def _key_missing(ring, goal_id: str) -> list[Problem]:
 def _digest_problem(tx, goal_id: str, recorded: dict, ring) -> list[Problem]:
     """The whole-goal check: every state row's MAC summed against the recorded sum and counts
     (or, for a digest of the older format, the whole-state hash)."""
-    from loopx import state_macs
-
     if state_macs.is_v3(recorded):
         known = state_macs.decode(ring, goal_id, recorded)
         if known is not None and state_macs.whole(tx, ring, goal_id)[:2] == known:
@@ -380,8 +374,6 @@ def _digest_at_turn(tx, goal_id: str, recorded: dict, ring, dirty: bool) -> list
     """The per-turn digest check: the tag (sum and counts bound to the head), and no row changed
     outside a LoopX transaction (``dirty``). The rows the decision reads are checked against
     their MACs by :func:`verify_turn_rows`; an older-format digest is checked whole."""
-    from loopx import state_macs
-
     if not state_macs.is_v3(recorded):
         return _digest_problem(tx, goal_id, recorded, ring)
     known = state_macs.decode(ring, goal_id, recorded)
@@ -397,8 +389,6 @@ def verify_turn_rows(tx, goal_id: str, *, agent: str | None, now: str, limit: in
     """The rows a should-run decision reads (:func:`loopx.state_macs.check_turn`), each against its
     MAC, and the counts of the sets it reads whole - after :func:`verify_head` found the digest's
     tag good in this transaction (otherwise it already reported)."""
-    from loopx import state_macs
-
     known = (getattr(tx, "_loopx_verified", None) or {}).get(goal_id)
     if known is None:
         return []

@@ -176,3 +176,36 @@ def dumps_out(value, **kwargs) -> str:
         return text
     except (ValueError, UnicodeEncodeError, RecursionError):
         return json.dumps(escaped(value), ensure_ascii=False, allow_nan=False, **kwargs)
+
+
+
+def _encoder(sort_keys: bool, item_sep: str, key_sep: str):
+    """``json.dumps(value, sort_keys=sort_keys, separators=(item_sep, key_sep))``, the same text,
+    with one C encoder made once instead of an encoder object built per call (every write encodes
+    its event body, the event's hash input and more: the building was a good part of each call).
+
+    Without the circular-reference check (``check_circular=False``): what is encoded here is an
+    event body already held to :data:`MAX_DEPTH` by :func:`problem`, or values of LoopX's own."""
+    from json import encoder
+
+    if encoder.c_make_encoder is None:  # pragma: no cover - Pythons without the C accelerator
+        return lambda value: json.dumps(value, sort_keys=sort_keys, separators=(item_sep, key_sep))
+    encode_str = encoder.encode_basestring_ascii
+    fast = encoder.c_make_encoder(None, json.JSONEncoder().default, encode_str, None, key_sep, item_sep, sort_keys,
+                                  False, True)
+
+    def dumps(value) -> str:
+        if isinstance(value, str):  # (json.dumps's own shortcut for a lone string)
+            return encode_str(value)
+        return "".join(fast(value, 0))
+
+    return dumps
+
+
+#: ``json.dumps(value, sort_keys=True, separators=(",", ":"))``: event bodies, contracts, fingerprints.
+canonical = _encoder(True, ",", ":")
+#: ``json.dumps(value, separators=(",", ":"))``: hash inputs.
+compact = _encoder(False, ",", ":")
+#: ``json.dumps(value)`` and ``json.dumps(value, sort_keys=True)``: columns written that way.
+plain = _encoder(False, ", ", ": ")
+plain_sorted = _encoder(True, ", ", ": ")

@@ -30,10 +30,23 @@ META_KEYED = "integrity_keyed"
 KEY_BYTES = 32
 
 
+def _dir_env() -> tuple:
+    """The environment :func:`key_dir` is a function of."""
+    if _RAW is not None:
+        # Asked several times by every write (the key, the anchor): the mapping os.environ keeps
+        # (and changes with it) read directly - os.environ.get encodes and decodes each time.
+        return _RAW.get(b"XDG_CONFIG_HOME"), _RAW.get(b"HOME"), _RAW.get(b"APPDATA")
+    return os.environ.get("XDG_CONFIG_HOME"), os.environ.get("HOME"), os.environ.get("APPDATA")
+
+
+#: os.environ's own bytes mapping on POSIX (what ``os.environ[...] = ...`` changes), else None.
+_RAW = getattr(os.environ, "_data", None) if os.name == "posix" and os.environ.encodekey("HOME") == b"HOME" else None
+
+
 def key_dir() -> Path:
     """Where keys and anchors live: ``platformdirs.user_config_dir("loopx")/keys``."""
     # Asked on every write (the anchor): remembered per environment that decides it.
-    env = (os.environ.get("XDG_CONFIG_HOME"), os.environ.get("HOME"), os.environ.get("APPDATA"))
+    env = _dir_env()
     found = _DIRS.get(env)
     if found is None:
         import platformdirs
@@ -109,15 +122,18 @@ def discard(staged: dict) -> None:
         Path(staged["path"]).unlink(missing_ok=True)
 
 
-_CACHE: dict[str, tuple[str, bytes]] = {}  # registry id -> (key path, key)
+# registry id -> (the environment that decides the key's directory (:func:`_dir_env`), key):
+# asked by every transaction, so the key's path is not rebuilt to find a key already read.
+_CACHE: dict[str, tuple[tuple, bytes]] = {}
 
 
 def load(registry_id: str) -> bytes | None:
     """The key of ``registry_id``, or None when this user has none (another machine or user)."""
-    path = key_path(registry_id)
+    env = _dir_env()
     cached = _CACHE.get(registry_id)
-    if cached is not None and cached[0] == str(path):
+    if cached is not None and cached[0] == env:
         return cached[1]
+    path = key_path(registry_id)
     try:
         text = path.read_text().strip()
         key = bytes.fromhex(text)
@@ -125,7 +141,7 @@ def load(registry_id: str) -> bytes | None:
         return None
     if len(key) != KEY_BYTES:
         return None
-    _CACHE[registry_id] = (str(path), key)
+    _CACHE[registry_id] = (env, key)
     return key
 
 

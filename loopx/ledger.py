@@ -17,6 +17,7 @@ from typing import Callable
 
 import attrs
 
+from loopx import integrity, jsonsafe  # every append uses them
 from loopx.errors import LoopxError
 from loopx.model import Event
 from loopx.store import schema
@@ -246,8 +247,6 @@ def append_chained(tx, event: Event, prev_hash: str | None = None) -> tuple[Even
     a plugin or a capability put in it, nothing that a reader could not emit is ever written.
     The event is chained to ``prev_hash`` (looked up when not given; see :mod:`loopx.integrity`).
     """
-    from loopx import integrity, jsonsafe
-
     # The values inside were held to 64 levels where they entered; the body wraps them.
     found = jsonsafe.problem(event.body, jsonsafe.MAX_DEPTH + jsonsafe.ENVELOPE_DEPTH)
     if found:
@@ -256,7 +255,7 @@ def append_chained(tx, event: Event, prev_hash: str | None = None) -> tuple[Even
         prev = tx.one("SELECT hash FROM events WHERE goal_id = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
                       (event.goal_id, event.seq))
         prev_hash = (prev["hash"] if prev else None) or integrity.GENESIS
-    body_text = json.dumps(event.body, sort_keys=True, separators=(",", ":"))
+    body_text = jsonsafe.canonical(event.body)
     digest = integrity.event_hash(prev_hash, event.goal_id, event.seq, event.at, event.actor, event.kind,
                                   body_text, event.operation_id, integrity.keyring(tx))
     row = tx.one(
@@ -272,8 +271,6 @@ def append_chained(tx, event: Event, prev_hash: str | None = None) -> tuple[Even
 
 def last_hash(tx, goal_id: str) -> str:
     """The hash of the goal's newest event (what the next event links to)."""
-    from loopx import integrity
-
     row = integrity.last_event(tx, goal_id)
     return (row["hash"] if row else None) or integrity.GENESIS
 

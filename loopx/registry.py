@@ -20,7 +20,8 @@ import os
 from contextlib import contextmanager
 from typing import Any, Callable
 
-from loopx import clock, ledger
+# Every write uses these (light, no loopx imports of their own): imported once, not per call.
+from loopx import clock, integrity, keys, ledger, step_journal
 from loopx.errors import LoopxError
 from loopx.model import Event
 
@@ -238,8 +239,6 @@ class Writer:
             # damaged, trusting it would collide with an existing (goal_id, seq). And never below
             # the recorded chain head: events lost at the end leave a visible gap, never a reused
             # number.
-            from loopx import integrity
-
             # What the integrity check just read in this transaction, when it did (one statement).
             seen = integrity.head_seen(self.tx, self.goal_id)
             if seen is not None:
@@ -358,8 +357,6 @@ class Registry:
 
             operation_id = check_text(operation_id, what="--operation-id", limit="agent")
         request_hash = _hash(request or {}) if operation_id is not None else None
-        from loopx import step_journal
-
         if not getattr(self.store, "missing", False) and step_journal.pending(self.store):
             # A step ran but its result could not be recorded (full disk, killed process):
             # record it now, before anything else is written (loopx/step_journal.py).
@@ -381,8 +378,6 @@ class Registry:
         locked: dict = {}  # the goal row as locked: which capabilities hear the committed events
 
         def transaction(tx):
-            from loopx import keys
-
             anchor_to.clear()
             if operation_id is not None:
                 done = tx.one("SELECT request, result FROM operations WHERE id = ?", (operation_id,))
@@ -408,15 +403,11 @@ class Registry:
                 raise LoopxError("integrity_key_missing", ring.missing_message())
             writer = Writer(tx, actor, goal, operation_id)
             if goal is not None:
-                from loopx import integrity
-
                 # Checked before the change: a write must never seal state that was altered
                 # outside the ledger (that would launder the tampering).
                 writer.integrity_problems = integrity.verify_head(tx, goal_id, rollback=True)
             result = work(writer)
             if writer.events:
-                from loopx import integrity
-
                 sealed = integrity.seal(tx, writer.goal_id, trusted=not writer.integrity_problems or writer.rebuilt,
                                         last={"seq": writer.events[-1].seq, "hash": writer._prev_hash},
                                         whole=writer.rebuilt)

@@ -23,7 +23,7 @@ MAX_COST = 10**9
 
 def run_from_row(row: dict):
     """A :class:`loopx.model.Run` from a ``runs`` row."""
-    from loopx.model import Run
+    from loopx.model.run import Run  # (a module, not the package: no package import machinery per row)
 
     return Run(
         id=row["id"],
@@ -63,14 +63,16 @@ def _of_goal(run, goal_id: str | None):
     return run
 
 
-def check_fresh(tx, run_id: str, *, goal_id: str | None = None, now: str | None = None):
+def check_fresh(tx, run_id: str, *, goal_id: str | None = None, now: str | None = None, goal_row: dict | None = None):
     """The run, if a *doing* command may act under it now.
 
     ``run_not_open`` when it is finished, abandoned or past its expiry; ``contract_stale`` when
     the goal's fingerprint (gates, lifecycle, limits, actions, exhausted budgets) is no longer
     the one its contract was issued under. Ask ``quota should-run`` again for a fresh contract.
+    ``goal_row``: the goal's row as this transaction holds it (a writer's locked goal, before it
+    wrote anything), instead of reading it again.
     """
-    from loopx.goals import load_goal
+    from loopx.goals import goal_from_row, load_goal
     from loopx.usage import fingerprint
 
     run = _of_goal(load_run(tx, run_id), goal_id)
@@ -78,7 +80,9 @@ def check_fresh(tx, run_id: str, *, goal_id: str | None = None, now: str | None 
     if status != "open":
         detail = "expired at " + run.expires_at if run.status == "open" else status
         raise LoopxError("run_not_open", f"run {run_id} is {detail}; ask `loopx quota should-run` for a new turn")
-    current = fingerprint(tx, load_goal(tx, run.goal_id), exclude_run=run.id)
+    goal = (goal_from_row(goal_row) if goal_row is not None and goal_row["id"] == run.goal_id
+            else load_goal(tx, run.goal_id))
+    current = fingerprint(tx, goal, exclude_run=run.id)
     if current != run.fingerprint:
         raise LoopxError(
             "contract_stale",

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 
+from loopx import jsonsafe
+
 #: Per state table: the column holding the goal, the key expression (``{t}``: the row's alias),
 #: and its columns (SQLite's JSON text names them; the migration checks them against the table).
 TABLES = {
@@ -73,8 +75,24 @@ def row_mac(ring, goal_id: str, table: str, key: str, text: str) -> int:
     """The MAC of one row (``text``: its JSON text as the database prints it - the same text for
     the same row every time on one backend; a copy to another backend re-MACs every row), as an
     integer. Each field is length-prefixed, so no two rows can be made to share a message."""
+    memo = (ring, goal_id, table, key, text)
+    found = _MACS.get(memo)
+    if found is not None:
+        return found
     msg = f"loopx-row-v1 {len(goal_id)}:{goal_id}{len(table)}:{table}{len(key)}:{key}{text}"
-    return int(ring.digest(msg.encode("utf-8", "backslashreplace")), 16)
+    found = int(ring.digest(msg.encode("utf-8", "backslashreplace")), 16)
+    if len(_MACS) >= _MACS_KEEP:
+        _MACS.clear()
+    _MACS[memo] = found
+    return found
+
+
+#: :func:`row_mac`'s memory, as :func:`loopx.integrity.event_hash` keeps one: a write MACs each
+#: changed row's text before and after, and the text before is the one the goal's last write
+#: MACed after (the goal row changes with every event); should-run MACs again the rows it reads.
+#: Only the same key, goal, table, row key and text give the remembered MAC.
+_MACS: dict[tuple, int] = {}
+_MACS_KEEP = 512
 
 
 def _open_run(text: str | None) -> bool:
@@ -83,16 +101,25 @@ def _open_run(text: str | None) -> bool:
 
 def tag(ring, goal_id: str, seq: int, head_hash: str | None, total: int, counts: dict) -> str:
     """The tag binding the sum and counts to the goal's chain head."""
-    msg = json.dumps(["loopx-state-v3", goal_id, seq, head_hash, f"{total:064x}", sorted(counts.items())],
-                     separators=(",", ":")).encode()
+    msg = jsonsafe.compact(["loopx-state-v3", goal_id, seq, head_hash, f"{total:064x}", sorted(counts.items())]).encode()
     return ring.digest(msg)
 
 
 def encode(ring, goal_id: str, seq: int, head_hash: str | None, total: int, counts: dict) -> str:
     """What ``goal_heads.state_digest`` stores."""
     counts = {k: v for k, v in counts.items() if v}
-    return " ".join((FORMAT, f"{total:064x}", json.dumps(counts, sort_keys=True, separators=(",", ":")),
+    text = " ".join((FORMAT, f"{total:064x}", jsonsafe.canonical(counts),
                      tag(ring, goal_id, seq, head_hash, total, counts)))
+    if len(_SEALED) >= 256:
+        _SEALED.clear()
+    _SEALED[(ring, goal_id)] = (seq, head_hash, text, total, counts)
+    return text
+
+
+#: What :func:`encode` made last per (keyring, goal): the goal's next write verifies exactly that
+#: text at exactly that head (:func:`decode`), so its tag is known good without computing it again -
+#: only the same key, goal, head and stored text hit (a digest edited since is checked afresh).
+_SEALED: dict[tuple, tuple] = {}
 
 
 def decode(ring, goal_id: str, recorded: dict) -> tuple[int, dict] | None:
@@ -100,6 +127,9 @@ def decode(ring, goal_id: str, recorded: dict) -> tuple[int, dict] | None:
     stored = recorded.get("state_digest") or ""
     if not stored.startswith(FORMAT + " ") or ring is None or ring.key is None:
         return None
+    made = _SEALED.get((ring, goal_id))
+    if made is not None and made[2] == stored and made[0] == recorded["seq"] and made[1] == recorded["head_hash"]:
+        return made[3], dict(made[4])
     try:
         _, total_hex, counts_text, stored_tag = stored.split(" ")
         total, counts = int(total_hex, 16), json.loads(counts_text)

@@ -126,7 +126,13 @@ def pending(store) -> bool:
             store._loopx_journal = folder
         except AttributeError:
             pass
-    return folder is not None and folder.is_dir() and any(folder.iterdir())
+    if folder is None:
+        return False
+    try:  # one directory read (no stat first): the journal is usually missing or empty
+        with os.scandir(folder) as entries:
+            return any(True for _ in entries)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 def replay(reg) -> int:

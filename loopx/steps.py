@@ -203,7 +203,10 @@ def results(tx, run_id: str, doc: dict | None) -> list[dict]:
     evidence ``loopx exec`` wrote (kind ``command``, actor ``core``) counts: an agent cannot
     record a step as passed by writing a note.
     """
-    do = [s for s in of(doc) if s.get("kind") == "do"]
+    return _results(tx, run_id, [s for s in of(doc) if s.get("kind") == "do"])
+
+
+def _results(tx, run_id: str, do: list[dict]) -> list[dict]:
     if not do:
         return []
     latest: dict[str, tuple[str, dict]] = {}
@@ -233,7 +236,28 @@ def results(tx, run_id: str, doc: dict | None) -> list[dict]:
 
 def run_results(tx, run) -> list[dict]:
     """:func:`results` for a run row (its current contract)."""
-    return results(tx, run.id, load_contract(tx, run.contract_id))
+    return _results(tx, run.id, _do_steps(tx, run.contract_id))
+
+
+#: The ``do`` steps of contract documents parsed before, by their stored text (read-only here):
+#: ``todo done`` and ``run finish`` both check the steps of the same few-KB contract every turn.
+_DO_STEPS: dict[str, list[dict]] = {}
+
+
+def _do_steps(tx, contract_id: str) -> list[dict]:
+    """The ``do`` steps of an issued contract (``not_found`` if there is none)."""
+    from loopx.errors import LoopxError
+
+    row = tx.one("SELECT document FROM contracts WHERE id = ?", (contract_id,))
+    if row is None:
+        raise LoopxError("not_found", f"no contract {contract_id}")
+    text = row["document"]
+    found = _DO_STEPS.get(text)
+    if found is None:
+        if len(_DO_STEPS) >= 32:
+            _DO_STEPS.clear()
+        found = _DO_STEPS[text] = [s for s in of(json.loads(text)) if s.get("kind") == "do"]
+    return found
 
 
 def derive(res: list[dict]) -> str:

@@ -123,7 +123,9 @@ def _run_for(w, run_id: str | None, *, fresh: bool):
     from loopx import runs
 
     if ledger.role(w.actor) == ledger.EXECUTOR and fresh:
-        return runs.check_fresh(w.tx, run_id, goal_id=w.goal_id, now=w.at)
+        # The goal row the writer locked is current until it writes (read once, not twice).
+        return runs.check_fresh(w.tx, run_id, goal_id=w.goal_id, now=w.at,
+                                goal_row=None if w.events else w.goal)
     run = runs.load_run(w.tx, run_id)
     if run.goal_id != w.goal_id:
         raise LoopxError("run_not_found", f"run {run_id} belongs to goal {run.goal_id}, not {w.goal_id}")
@@ -287,7 +289,10 @@ def settle_in(w, verb: str, *, todo_id: str, note: str | None = None, run_id: st
     # Settling a todo records what already happened, like `evidence add`: never refused
     # for a stale contract, only for a run that is no longer open.
     run = _run_for(w, check_id("run", run_id) if run_id is not None else None, fresh=False)
-    if w.tx.one("SELECT status FROM goals WHERE id = ?", (goal_id,))["status"] == "closed":
+    # The goal row the writer locked, unless something this mutation wrote came first.
+    status = w.goal["status"] if w.goal is not None and not w.events else w.tx.one(
+        "SELECT status FROM goals WHERE id = ?", (goal_id,))["status"]
+    if status == "closed":
         if run is None or run.status != "open":
             raise LoopxError("goal_closed", f"goal {goal_id} is closed")
     who = _agent_for(run, agent)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from loopx.jsonsafe import canonical
 from loopx.model import Goal, QuotaLimits, QuotaUsage
 from loopx.model.goal import BUDGETS  # noqa: F401  (usage name -> limit name; the one table)
 
@@ -90,7 +91,7 @@ def fingerprint_of(goal: Goal, gates, actions, used: QuotaUsage) -> str:
         "actions": [list(a) for a in sorted(actions, key=lambda a: a[0])],
         "exhausted": exhausted(goal, used),
     }
-    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
+    blob = canonical(inputs).encode()
     return "sha256:" + _sha256(blob).hexdigest()
 
 

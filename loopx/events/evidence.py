@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
+from loopx import jsonsafe
 from loopx.ledger import CAPABILITY, CORE, EXECUTOR, USER, event_kind
 
 
@@ -22,5 +21,5 @@ def added(tx, event):
         "INSERT INTO evidence (id, goal_id, run_id, kind, summary, actor, created_at, data, file_path, file_sha256)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (b["evidence_id"], event.goal_id, b.get("run_id"), b["kind"], b["summary"], event.actor, event.at,
-         None if data is None else json.dumps(data, sort_keys=True), b.get("file_path"), b.get("file_sha256")),
+         None if data is None else jsonsafe.plain_sorted(data), b.get("file_path"), b.get("file_sha256")),
     )

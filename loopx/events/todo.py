@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from loopx import todo_ready
+from loopx import jsonsafe, todo_ready
 from loopx.ledger import EXECUTOR, USER, event_kind
 
 
@@ -20,7 +20,7 @@ def added(tx, event):
         "INSERT INTO todos (id, goal_id, created_seq, text, priority, depends_on, status, note,"
         " claim_agent, claim_run_id, claim_expires_at, epoch, created_at, updated_at)"
         " VALUES (?, ?, ?, ?, ?, ?, 'open', NULL, NULL, NULL, NULL, 0, ?, ?)",
-        (b["todo_id"], event.goal_id, event.id, b["text"], b["priority"], json.dumps(b["depends_on"]),
+        (b["todo_id"], event.goal_id, event.id, b["text"], b["priority"], jsonsafe.plain(b["depends_on"]),
          event.at, event.at),
     )
     todo_ready.added(tx, event.goal_id, b["todo_id"], b["depends_on"])
