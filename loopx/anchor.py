@@ -130,7 +130,7 @@ def _conn(registry_id: str, *, create: bool) -> sqlite3.Connection | None:
 
 #: Anchors whose connection has SQLite's automatic checkpoint held back (see :func:`record`).
 _DEFERRED: set[str] = set()
-_IN_QUEUE_PAGES = 4096
+_IN_QUEUE_PAGES = 16384
 
 
 def record(registry_id: str, goal_id: str, seq: int, head_hash: str, event_id: int, *,
@@ -143,7 +143,7 @@ def record(registry_id: str, goal_id: str, seq: int, head_hash: str, event_id: i
     :mod:`loopx.store.checkpointer`). SQLite's automatic checkpoint of the anchor's WAL (page
     copy + 2 fsyncs, every ~1,000 pages: one write in a few hundred) ran inside this commit, so
     inside the registry's queue, holding every writer behind it (up to 6 ms measured); with
-    ``in_queue`` it waits for 4,096 pages, which the checkpointer never lets the WAL reach: a
+    ``in_queue`` it waits for 16,384 pages, which the checkpointer never lets the WAL reach: a
     safety net for an anchor no checkpointer covers (another user's, writing the same registry)."""
     where = _where(registry_id)
     conn = _conn(registry_id, create=True)

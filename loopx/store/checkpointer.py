@@ -41,13 +41,15 @@ from urllib.parse import quote
 
 #: A pass every this many tickets of the writers' queue.
 EVERY = 64
-#: A pass that leaves at least this many frames in the registry's WAL (32 MiB of 4 KiB pages;
-#: ~400 writes of a goal at 1,000,000 goals) is repeated inside the writers' queue, so that the
-#: WAL starts over; a file written in the queue beside it (the rollback anchor), at an eighth.
-CATCH_UP_PAGES = 8192
+#: A pass that leaves at least this many frames in the registry's WAL (128 MiB of 4 KiB pages;
+#: ~1,300-1,700 writes of a todo at 100,000-1,000,000 goals) is repeated inside the writers'
+#: queue, so that the WAL starts over; a file written in the queue beside it (the rollback
+#: anchor, ~1/9 of the registry's frames a write), at a quarter. Rare on purpose: the repeat holds
+#: the writers behind it for two fsyncs (18-29 ms measured at load 7-8; the disk is shared).
+CATCH_UP_PAGES = 32768
 #: SQLite's own automatic checkpoint for queued writers: a safety net that a running
 #: checkpointer never lets the WAL reach (it would run inside the queue).
-SAFETY_PAGES = 4 * CATCH_UP_PAGES
+SAFETY_PAGES = 2 * CATCH_UP_PAGES
 #: How often the checkpointer looks at the ticket counter, and how long without a new ticket
 #: it waits before its last pass and exit (seconds).
 POLL = 0.02
@@ -91,7 +93,8 @@ def _spawn(db: str, sidecars, fd: int) -> bool:
         keep.append(fd_hi)
         actions = [(os.POSIX_SPAWN_DUP2, null_hi, 0), (os.POSIX_SPAWN_DUP2, null_hi, 1),
                    (os.POSIX_SPAWN_DUP2, null_hi, 2), (os.POSIX_SPAWN_DUP2, fd_hi, 3)]
-        pid = os.posix_spawn(sys.executable, [sys.executable, "-m", "loopx.store.checkpointer", db, *sidecars],
+        argv = [sys.executable, "-m", "loopx.store.checkpointer", f"--catch-up={CATCH_UP_PAGES}", db, *sidecars]
+        pid = os.posix_spawn(sys.executable, argv,
                              os.environ, file_actions=actions, setsid=True)
     except (OSError, AttributeError, NotImplementedError):  # no posix_spawn (Windows), no executable
         return False
@@ -121,10 +124,11 @@ def _checkpoint(conn: sqlite3.Connection):
         return None
 
 
-def settle(db: str, sidecars=(), queue=None) -> bool:
+def settle(db: str, sidecars=(), queue=None, catch_up: int | None = None) -> bool:
     """One pass: a PASSIVE checkpoint of ``db`` and each of ``sidecars``; again inside the
-    writers' ``queue`` when the WAL was left long (see the module's docstring). False when
-    ``db`` is gone."""
+    writers' ``queue`` when the WAL was left at ``catch_up`` frames or more (default
+    :data:`CATCH_UP_PAGES`; see the module's docstring). False when ``db`` is gone."""
+    catch_up = CATCH_UP_PAGES if catch_up is None else catch_up
     if not os.path.exists(db):
         return False
     conns = []
@@ -138,7 +142,7 @@ def settle(db: str, sidecars=(), queue=None) -> bool:
                 conn = sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True, isolation_level=None, timeout=2)
             except sqlite3.Error:
                 continue
-            conns.append((conn, CATCH_UP_PAGES if i == 0 else CATCH_UP_PAGES // 8))
+            conns.append((conn, catch_up if i == 0 else catch_up // 4))
         long = False
         for conn, limit in conns:
             row = _checkpoint(conn)
@@ -156,13 +160,13 @@ def settle(db: str, sidecars=(), queue=None) -> bool:
     return True
 
 
-def run(db: str, sidecars, fd: int) -> None:
+def run(db: str, sidecars, fd: int, catch_up: int | None = None) -> None:
     """The checkpointer's loop (``fd``: the lock file, its byte held)."""
     from loopx.store.writer_queue import WriterQueue, tickets_at
 
     queue = WriterQueue(fd)
     done = seen = tickets_at(fd)
-    if not settle(db, sidecars, queue):
+    if not settle(db, sidecars, queue, catch_up):
         return
     quiet = time.monotonic()
     while True:
@@ -172,22 +176,27 @@ def run(db: str, sidecars, fd: int) -> None:
             seen, quiet = taken, now
         if taken - done >= EVERY:
             done = taken
-            if not settle(db, sidecars, queue):
+            if not settle(db, sidecars, queue, catch_up):
                 return
         elif now - quiet >= IDLE:
             if taken != done:
-                settle(db, sidecars, queue)
+                settle(db, sidecars, queue, catch_up)
             return
 
 
 def main(argv: list[str]) -> int:
-    """``python -m loopx.store.checkpointer DB [SIDECAR...]``, started by :func:`request` with
-    the lock file, its byte held, as descriptor 3; run by hand, it takes the lock itself (and
-    exits at once if a checkpointer runs)."""
+    """``python -m loopx.store.checkpointer [--catch-up=PAGES] DB [SIDECAR...]``, started by
+    :func:`request` with the lock file, its byte held, as descriptor 3 (and the starting
+    process's :data:`CATCH_UP_PAGES`); run by hand, it takes the lock itself (and exits at once
+    if a checkpointer runs)."""
     from loopx.store.writer_queue import claim_checkpointer
 
+    catch_up = None
+    if argv and argv[0].startswith("--catch-up="):
+        catch_up = int(argv[0].split("=", 1)[1])
+        argv = argv[1:]
     if not argv:
-        print("usage: python -m loopx.store.checkpointer DB [SIDECAR...]", file=sys.stderr)
+        print("usage: python -m loopx.store.checkpointer [--catch-up=PAGES] DB [SIDECAR...]", file=sys.stderr)
         return 2
     db, sidecars = argv[0], argv[1:]
     fd = 3
@@ -203,7 +212,7 @@ def main(argv: list[str]) -> int:
         fd = claim_checkpointer(f"{db}-lock")
         if fd is None:
             return 0
-    run(db, sidecars, fd)
+    run(db, sidecars, fd, catch_up)
     return 0
 
 
