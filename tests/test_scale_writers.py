@@ -332,3 +332,27 @@ def test_a_killed_checkpointer_loses_nothing_and_wedges_nothing(sqlite_url):
             seqs = [r["seq"] for r in tx.query("SELECT seq FROM events WHERE goal_id = ? ORDER BY seq", (goal,))]
             assert seqs == list(range(1, 153))
         assert reg.store.integrity_check() == []
+
+
+def test_the_checkpointer_never_imports_code_from_the_writers_working_directory(sqlite_url, tmp_path):
+    """The writer may work in a directory an agent can write (the broker, in the agent's workdir):
+    a ``loopx`` package planted there must not be what the checkpointer process runs."""
+    from loopx.store.sqlite import CHECKPOINT_EVERY
+
+    planted = tmp_path / "workdir"
+    (planted / "loopx" / "store").mkdir(parents=True)
+    marker = tmp_path / "ran-planted-code"
+    (planted / "loopx" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (planted / "loopx" / "store" / "__init__.py").write_text("")
+    (planted / "loopx" / "store" / "checkpointer.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    goal = _goal(sqlite_url)
+    # -P: the writer itself (a ``loopx`` command, the broker) does not look in its working directory.
+    writer = subprocess.Popen([sys.executable, "-P", "-c", BURST_WRITER, sqlite_url, goal, str(CHECKPOINT_EVERY + 10),
+                               "0", "10", "yes", "0"], env=loopx_env(sqlite_url), cwd=planted,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = writer.communicate(timeout=120)
+    assert writer.returncode == 0, err
+    count = "SELECT count(*) FROM todos WHERE goal_id = ?"
+    wait_until(lambda: marker.exists() or _in_main_file(sqlite_url, count, (goal,)) == (CHECKPOINT_EVERY + 11,),
+               "the checkpointer to copy every write", interval=0.02)
+    assert not marker.exists()

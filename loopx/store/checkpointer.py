@@ -93,7 +93,9 @@ def _spawn(db: str, sidecars, fd: int) -> bool:
         keep.append(fd_hi)
         actions = [(os.POSIX_SPAWN_DUP2, null_hi, 0), (os.POSIX_SPAWN_DUP2, null_hi, 1),
                    (os.POSIX_SPAWN_DUP2, null_hi, 2), (os.POSIX_SPAWN_DUP2, fd_hi, 3)]
-        argv = [sys.executable, "-m", "loopx.store.checkpointer", f"--catch-up={CATCH_UP_PAGES}", db, *sidecars]
+        # -P: not the working directory first on sys.path. The writer may be the broker, working
+        # in an agent's directory: a loopx/ planted there would run with the user's authority.
+        argv = [sys.executable, "-P", "-m", "loopx.store.checkpointer", f"--catch-up={CATCH_UP_PAGES}", db, *sidecars]
         pid = os.posix_spawn(sys.executable, argv,
                              os.environ, file_actions=actions, setsid=True)
     except (OSError, AttributeError, NotImplementedError):  # no posix_spawn (Windows), no executable
