@@ -230,7 +230,7 @@ def _checkpointers(db: str) -> list[int]:
                     argv = f.read().split(b"\0")
             except OSError:
                 continue
-            if b"loopx.store.checkpointer" in argv and os.fsencode(db) in argv:
+            if any(a.endswith(b"loopx/store/checkpointer.py") for a in argv) and os.fsencode(db) in argv:
                 found.append(int(pid))
     return found
 

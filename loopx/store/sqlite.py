@@ -25,8 +25,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
 from loopx.errors import LoopxError
-from loopx.store import schema
-from loopx.store import checkpointer
+from loopx.store import checkpointer, schema
 
 BUSY_TIMEOUT_MS = 60_000
 #: SQLite checkpoints the WAL (copies its pages into the database file, with an fsync) inside the
