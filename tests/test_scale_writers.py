@@ -244,10 +244,16 @@ def test_a_checkpointer_process_copies_the_wal_off_the_writers_path_and_ends_whe
 
     goal = _goal(sqlite_url)
     writer = _burst(sqlite_url, [goal], CHECKPOINT_EVERY + 10)[0]
-    seen: set[int] = set()
+    seen: dict[int, list[bytes]] = {}  # checkpointer -> the LOOPX_* variables of its environment
+
+    def look():
+        for pid in _checkpointers(sqlite_url):
+            if pid not in seen:
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as f:
+                    seen[pid] = [e for e in f.read().split(b"\0") if e.startswith(b"LOOPX_")]
 
     def written():
-        seen.update(_checkpointers(sqlite_url))
+        look()
         return writer.poll() is not None
 
     wait_until(written, "the writer to finish", interval=0.01)
@@ -255,11 +261,13 @@ def test_a_checkpointer_process_copies_the_wal_off_the_writers_path_and_ends_whe
     count = "SELECT count(*) FROM todos WHERE goal_id = ?"
 
     def copied():
-        seen.update(_checkpointers(sqlite_url))
+        look()
         return _in_main_file(sqlite_url, count, (goal,)) == (CHECKPOINT_EVERY + 11,)
 
     wait_until(copied, "every write in the database file alone", interval=0.02)
     assert seen and writer.pid not in seen  # a process of its own
+    # with none of the writer's environment (LOOPX_RUN_ID: a run's processes all end with it)
+    assert all(found == [] for found in seen.values()), seen
     wait_until(lambda: not _checkpointers(sqlite_url), "the checkpointer to end")
 
 

@@ -56,6 +56,8 @@ POLL = 0.02
 IDLE = 0.5
 
 _CHILDREN: list[int] = []  # checkpointers this process started, reaped when found ended
+#: What of the writer's environment the checkpointer gets: what an interpreter may need to start.
+_ENV_KEPT = frozenset({"PATH", "PYTHONHOME", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "TMPDIR", "SQLITE_TMPDIR"})
 
 
 def request(db: str, sidecars=(), queue=None) -> None:
@@ -99,7 +101,10 @@ def _spawn(db: str, sidecars, fd: int) -> bool:
         # belongs to there, so the checkpointer runs the writer's own code, installed or not.
         # -S: no site-packages (it needs only the standard library and its own loopx): ~10 ms less.
         argv = [sys.executable, "-S", "-P", os.path.abspath(__file__), f"--catch-up={CATCH_UP_PAGES}", db, *sidecars]
-        pid = os.posix_spawn(sys.executable, argv, os.environ, file_actions=actions, setsid=True)
+        # An environment of its own: the writer's may name a run (LOOPX_RUN_ID, whose processes
+        # must all end with it) or hold credentials, and it needs none of that.
+        env = {k: v for k, v in os.environ.items() if k in _ENV_KEPT}
+        pid = os.posix_spawn(sys.executable, argv, env, file_actions=actions, setsid=True)
     except (OSError, AttributeError, NotImplementedError):  # no posix_spawn (Windows), no executable
         return False
     finally:
