@@ -143,8 +143,9 @@ def settle(db: str, sidecars=(), queue=None, catch_up: int | None = None) -> boo
     conns = []
     try:
         for i, path in enumerate((db, *sidecars)):
-            # No WAL file: nothing to copy, and opening the database would make one.
-            if not os.path.exists(f"{path}-wal"):
+            # No WAL (or no index of it): nothing to copy, and opening the database would make
+            # the files again - in a directory that may be being removed (a demo's, a test's).
+            if not (os.path.exists(f"{path}-wal") and os.path.exists(f"{path}-shm")):
                 continue
             try:
                 # mode=rw: a file moved or deleted meanwhile is never made again, empty.
