@@ -128,8 +128,9 @@ def _conn(registry_id: str, *, create: bool) -> sqlite3.Connection | None:
     return conn
 
 
-#: Anchors whose connection has SQLite's automatic checkpoint turned off (see :func:`record`).
+#: Anchors whose connection has SQLite's automatic checkpoint held back (see :func:`record`).
 _DEFERRED: set[str] = set()
+_IN_QUEUE_PAGES = 16384
 
 
 def record(registry_id: str, goal_id: str, seq: int, head_hash: str, event_id: int, *,
@@ -137,15 +138,17 @@ def record(registry_id: str, goal_id: str, seq: int, head_hash: str, event_id: i
     """Move the anchor forward to ``goal_id``'s event ``seq`` (hash ``head_hash``) and the
     registry's generation to ``event_id`` - never backward; returns the anchor file's path.
 
-    ``in_queue``: the caller holds an SQLite registry's writers' queue, whose writers checkpoint
-    this file with the registry after leaving the queue (``SqliteStore.write``'s ``then``).
-    SQLite's automatic checkpoint of the anchor's WAL (page copy + 2 fsyncs, every ~1,000 pages:
-    one write in a few hundred) ran inside this commit, so inside the registry's queue, holding
-    every writer behind it (up to 6 ms measured); with ``in_queue`` it is off."""
+    ``in_queue``: the caller holds an SQLite registry's writers' queue, whose checkpointer
+    checkpoints this file with the registry (``SqliteStore.write``'s ``then``,
+    :mod:`loopx.store.checkpointer`). SQLite's automatic checkpoint of the anchor's WAL (page
+    copy + 2 fsyncs, every ~1,000 pages: one write in a few hundred) ran inside this commit, so
+    inside the registry's queue, holding every writer behind it (up to 6 ms measured); with
+    ``in_queue`` it waits for 16,384 pages, which the checkpointer never lets the WAL reach: a
+    safety net for an anchor no checkpointer covers (another user's, writing the same registry)."""
     where = _where(registry_id)
     conn = _conn(registry_id, create=True)
     if in_queue != (where in _DEFERRED):
-        conn.execute(f"PRAGMA wal_autocheckpoint = {0 if in_queue else 1000}")
+        conn.execute(f"PRAGMA wal_autocheckpoint = {_IN_QUEUE_PAGES if in_queue else 1000}")
         (_DEFERRED.add if in_queue else _DEFERRED.discard)(where)
     with _turn(registry_id, where):
         _record(conn, goal_id, seq, head_hash, event_id)

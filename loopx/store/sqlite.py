@@ -25,18 +25,17 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
 from loopx.errors import LoopxError
-from loopx.store import schema
+from loopx.store import checkpointer, schema
 
 BUSY_TIMEOUT_MS = 60_000
 #: SQLite checkpoints the WAL (copies its pages into the database file, with an fsync) inside the
 #: commit that takes it past 1,000 pages - while that writer holds the queue, so every writer
-#: behind it waits for the disk (a few ms, tens under load). Queued writers turn that off and
-#: instead the writer of every CHECKPOINT_EVERY-th ticket (or of a transaction that changed more
-#: than CHECKPOINT_CHANGES rows) checkpoints after it has let the next writer in - the registry
-#: and the SQLite files its ``then`` wrote in the queue (the rollback anchor). On the writing
-#: thread: a thread of its own was tried and measured, and its GIL hand-offs landed on the writes
-#: (docs/performance.md, "Where a write's own tail came from").
-CHECKPOINT_EVERY = 64
+#: behind it waits for the disk (a few ms, tens under load). Queued writers leave that to a
+#: checkpointer process (:mod:`loopx.store.checkpointer`): the writer of every
+#: CHECKPOINT_EVERY-th ticket (or of a transaction that changed more than CHECKPOINT_CHANGES rows)
+#: starts one after it has let the next writer in, if none runs, for the registry and the SQLite
+#: files its ``then`` wrote in the queue (the rollback anchor).
+CHECKPOINT_EVERY = checkpointer.EVERY
 CHECKPOINT_CHANGES = 2000
 
 
@@ -99,9 +98,8 @@ class SqliteStore:
         self._queue_fd: int | None = None  # the sidecar lock file, opened at the first write
         self._queue = None  # its WriterQueue (False: none can be had)
         #: SQLite files written inside the queue by ``then`` (the rollback anchor), checkpointed
-        #: with the registry (their own automatic checkpoint is off: it would run in the queue),
-        #: and this store's connection to each (opened at its first checkpoint).
-        self._sidecars: dict[str, sqlite3.Connection | None] = {}
+        #: with the registry (their own automatic checkpoint would run in the queue).
+        self._sidecars: list[str] = []
         self._behind: int | None = None  # the schema version of a file read without migrating it
         self._conn = self._connect()
 
@@ -222,7 +220,7 @@ class SqliteStore:
         queue: what it records beside the registry (the rollback anchor) is in place before the
         next writer reads it, and it never waits on a lock of its own behind other writers. What
         ``then()`` returns, when it is a path, names an SQLite file it wrote with its automatic
-        checkpoint off (see :meth:`checkpoints_by_ticket`): the writer that checkpoints the registry
+        checkpoint held back (see :meth:`checkpoints_by_ticket`): whoever checkpoints the registry
         checkpoints it too."""
         if self.readonly:
             raise LoopxError("registry_readonly", "this registry was opened read-only")
@@ -249,7 +247,7 @@ class SqliteStore:
                 if then is not None:
                     sidecar = then()
                     if isinstance(sidecar, str) and sidecar not in self._sidecars:
-                        self._sidecars[sidecar] = None  # checkpointed with the registry
+                        self._sidecars.append(sidecar)  # checkpointed with the registry
                 checkpoint = ticket is not None and (
                     (ticket + 1) % CHECKPOINT_EVERY == 0 or conn.total_changes - changes > CHECKPOINT_CHANGES)
                 return result
@@ -259,25 +257,7 @@ class SqliteStore:
                 if queue is not None:
                     queue.leave()
                 if checkpoint:
-                    self._checkpoint()
-
-    def _checkpoint(self) -> None:
-        """Copy the WAL's committed pages into the database file (and the sidecars' into theirs),
-        outside the writers' queue (see :data:`CHECKPOINT_EVERY`); PASSIVE: it never waits for,
-        nor blocks, readers or the next writer."""
-        try:
-            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except sqlite3.Error:  # the next one will catch up; a failed checkpoint loses nothing
-            pass
-        for path, conn in list(self._sidecars.items()):
-            try:
-                if conn is None:
-                    # mode=rw: a file moved or deleted meanwhile is never made again, empty.
-                    conn = self._sidecars[path] = sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True,
-                                                                  isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error:
-                pass
+                    checkpointer.request(str(self.path), self._sidecars, queue)
 
     def checkpoints_by_ticket(self) -> bool:
         """Whether this store's writers checkpoint by ticket after leaving the queue (and so also
@@ -297,8 +277,8 @@ class SqliteStore:
 
                     self._queue_fd = os.open(f"{self.path}-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                     self._queue = WriterQueue(self._queue_fd)
-                    if self._queue.tickets:  # checkpoints by ticket, after leaving the queue
-                        self._conn.execute("PRAGMA wal_autocheckpoint = 0")
+                    if self._queue.tickets:  # the checkpointer's; SQLite's own only as a safety net
+                        self._conn.execute(f"PRAGMA wal_autocheckpoint = {checkpointer.SAFETY_PAGES}")
                 except (ImportError, OSError):  # Windows has no fcntl
                     pass
         return self._queue or None
@@ -315,10 +295,6 @@ class SqliteStore:
         return self._conn.execute("PRAGMA data_version").fetchone()[0]
 
     def close(self) -> None:
-        for conn in self._sidecars.values():
-            if conn is not None:
-                conn.close()
-        self._sidecars.clear()
         self._conn.close()
         if self._queue_fd is not None:
             os.close(self._queue_fd)

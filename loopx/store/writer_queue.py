@@ -11,7 +11,9 @@ for dozens of writes. This queue serves writers in the order they arrived:
   it locks its own *slot* (one byte, ``SLOTS_AT + t % SLOTS``), which it holds until its write
   is over;
 - it then waits on the slot of ticket ``t - 1``: the lock is granted the moment that writer
-  finishes (or dies: the kernel drops a dead process's locks), and only that one waiter is woken.
+  finishes (or dies: the kernel drops a dead process's locks), and only that one waiter is woken;
+- byte ``CHECKPOINTER_AT`` (8) is held by the registry's checkpointer while it runs
+  (:mod:`loopx.store.checkpointer`), so that at most one runs.
 
 The locks are Linux open-file-description locks (``F_OFD_SETLKW``): byte ranges, owned by the
 open file (two stores in one process queue like two processes), released on close and on exit,
@@ -30,6 +32,7 @@ import struct
 #: waiting at once would share slots (still correct: only the order could suffer).
 SLOTS_AT = 16
 SLOTS = 1 << 16
+CHECKPOINTER_AT = 8
 
 
 class WriterQueue:
@@ -94,3 +97,31 @@ def tickets_taken(path: str) -> int:
     except FileNotFoundError:
         return 0
     return int.from_bytes(raw, "little") if len(raw) == 8 else 0
+
+
+def tickets_at(fd: int) -> int:
+    """:func:`tickets_taken` of the lock file open as ``fd`` (read without a lock: a reader only
+    polls it)."""
+    raw = os.pread(fd, 8, 0)
+    return int.from_bytes(raw, "little") if len(raw) == 8 else 0
+
+
+def claim_checkpointer(path: str) -> int | None:
+    """A new descriptor of the lock file ``path`` (close-on-exec) holding the checkpointer's byte
+    locked, or None when another process holds it (a checkpointer runs) or it cannot be had (no
+    open-file-description locks). Closing every copy of the descriptor lets the byte go (so does
+    the holder's death): a descriptor handed to a child process keeps it held for the child."""
+    import fcntl
+
+    if getattr(fcntl, "F_OFD_SETLK", None) is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, CHECKPOINTER_AT, 1, 0))
+    except OSError:  # held: a checkpointer runs
+        os.close(fd)
+        return None
+    return fd
