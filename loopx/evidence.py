@@ -123,12 +123,16 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
     file_path = file_sha = None
     if file is not None:
         file_path, file_sha = hash_file(file)
+    goal_of = None
     if run_id is not None:
-        with reg.read() as tx:
+        named = goal_id
+
+        def goal_of(tx):
+            # Found in the write transaction (reg.mutate), not in a read of its own.
             owner = runs.check_owner(runs.load_run(tx, run_id), agent).goal_id
-        if goal_id is not None and goal_id != owner:
-            raise LoopxError("run_not_found", f"run {run_id} belongs to goal {owner}, not {goal_id}")
-        goal_id = owner
+            if named is not None and named != owner:
+                raise LoopxError("run_not_found", f"run {run_id} belongs to goal {owner}, not {named}")
+            return owner
     evidence_id = new_id("evidence")
     body = {"evidence_id": evidence_id, "run_id": run_id, "kind": kind, "summary": summary}
     if data is not None:
@@ -145,8 +149,8 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
         return to_json(evidence_from_row(row))
 
     request = {k: v for k, v in body.items() if k != "evidence_id"}
-    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id, allow_closed=run_id is not None,
-                      request={"op": "evidence.add", "goal": goal_id, **request})
+    return reg.mutate(actor, work, goal_id=None if goal_of else goal_id, goal_of=goal_of, operation_id=operation_id,
+                      allow_closed=run_id is not None, request={"op": "evidence.add", "goal": goal_id, **request})
 
 
 def of_goal(tx, goal_id: str, *, kind: str | None = None, run_id: str | None = None) -> list:

@@ -185,13 +185,10 @@ def finish(reg: Registry, actor: str, *, run_id: str, outcome: str | None = None
     handoff = check_text(handoff, what="--handoff", limit="note", required=False)
     if actor == "dashboard":
         raise LoopxError("actor_forbidden", "the dashboard never writes")
-    with reg.read() as tx:
-        goal_id = load_run(tx, run_id).goal_id
-
     def work(w):
         from loopx import steps
 
-        run = check_owner(check_recordable(w.tx, run_id), agent)
+        run = check_owner(check_recordable(w.tx, run_id, goal_id=w.goal_id), agent)
         late = state(run, w.at) != "open"
         res = steps.run_results(w.tx, run)
         supported = steps.derive(res)
@@ -222,7 +219,8 @@ def finish(reg: Registry, actor: str, *, run_id: str, outcome: str | None = None
         return out
 
     # Run events belong to the core: whoever reports, the core writes the entry (and names them).
-    return reg.mutate("core", work, goal_id=goal_id, operation_id=operation_id, allow_closed=True,
+    # The run's goal is found in the write transaction itself (no read transaction of its own).
+    return reg.mutate("core", work, goal_of=lambda tx: load_run(tx, run_id).goal_id, operation_id=operation_id, allow_closed=True,
                       request={"op": "run.finish", "run": run_id, "outcome": outcome, "tokens": tokens,
                                "cost": cost, "handoff": handoff, "by": actor, "agent": agent,
                                "force": force_outcome})
