@@ -183,3 +183,36 @@ def test_the_cheap_damage_check_asks_once_on_a_sound_goal_and_still_finds_each_d
     assert damaged(("UPDATE goals SET revision = ? WHERE id = ?", (last, g)),
                    ("DELETE FROM todos WHERE id = ?", (b,))) == [("missing_dependency", dep)]
     assert damaged(("DELETE FROM todos WHERE id = ?", (a,))) == [("dangling_gate", gate), ("missing_dependency", dep)]
+
+
+def test_a_runs_contract_is_encoded_once_and_filed_exactly_as_its_ledger_entry_holds_it(reg, monkeypatch):
+    from loopx import ledger
+
+    g = make_goal(reg, todo_texts=("a",))["goal"]
+    encoded = []
+    canonical = jsonsafe.canonical
+
+    def counting(value):
+        if isinstance(value, dict) and "agent_channel" in value:  # a contract document
+            encoded.append(value["contract_id"])
+        return canonical(value)
+
+    monkeypatch.setattr(jsonsafe, "canonical", counting)
+    c = ask(reg, g, agent="worker")["interaction_contract"]
+    # The run.opened body (which holds it) is encoded; the contract's own column is cut from it.
+    assert encoded == [], encoded
+    with reg.read() as tx:
+        filed = tx.one("SELECT document FROM contracts WHERE id = ?", (c["contract_id"],))["document"]
+        body = tx.one("SELECT body FROM events WHERE goal_id = ? AND kind = 'run.opened'", (g,))["body"]
+    assert filed == canonical(json.loads(body)["contract"]) and f'"contract":{filed},' in body
+
+    # The cut is exact whatever the body holds around the member (random bodies, every position).
+    rng = random.Random(7)
+    for _ in range(2000):
+        body = {rng.choice(["a", "contract", "zz", "é", "", "k\"", "contracts"]): _value(rng) for _ in range(4)}
+        body["contract"] = _value(rng)
+        event = ledger.Event(id=1, goal_id=g, seq=1, at="t", actor="core", kind="run.opened", body=body)
+        monkeypatch.setattr(ledger, "_applying", (body, canonical(body)))
+        assert ledger.member_text(event, "contract") == canonical(body["contract"])
+        monkeypatch.setattr(ledger, "_applying", ({**body}, canonical(body)))  # another body: encoded anew
+        assert ledger.member_text(event, "contract") == canonical(body["contract"])
