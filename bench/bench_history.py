@@ -425,17 +425,43 @@ instructions (-15 %), the batched build 1,711,365 -> 1,598,160 (-7 %); statement
 (batched) 14.0 -> 13.7. What is left has no large part: SQLite's own work, the per-transaction
 envelope (lock, verify, seal, anchor, commit), and each event's JSON and hashes.
 
+**Fewer statements and transactions per turn** (issue 25, the round after). Traced with an
+SQLite trace callback, a whole turn sent 150 statements in the batched build (triggers
+included) and 189 in 12 transactions one transaction per call; now 137, and 177 in 9. The
+self-repair capability's veto (before every should-run) ran LoopX's cheap damage detectors as
+four statements, plus one per pending gate on a todo: `loopx.damage.cheap` now asks whether any
+of them would find something in one statement, and runs them only when it says so. `evidence
+add` and `run finish` opened a read transaction only to find the run's goal: `Registry.mutate`
+takes `goal_of(tx)`, which on SQLite reads the run inside the write (which holds the database
+from `BEGIN IMMEDIATE`) and hands the row on to the work; on PostgreSQL, whose repeatable-read
+snapshot that read would fix before the goal's row lock, it is still read apart. A writer without
+`verify_head`'s reading numbers its first event from the newest event and the recorded head in
+one statement, not two. A run's ~1.9 KB contract was encoded for its `run.opened` event and again
+for its own column: the column is now cut from the event body's canonical text (exact by
+construction, `ledger.member_text`). The plugin manager's environment check (~15 times a turn)
+and the run-identity check of every write read `os.environ`'s own mapping instead of
+`os.environ.get`. Instructions per event (callgrind as above, modules compiled beforehand:
+counts of this loop varied by ~10 % when one of the two runs compiled them), main 68a8278
+against this code: batched build 1,585,244-1,592,775 -> 1,468,382-1,471,160 (-7.5 %), one
+transaction per call 2,645,754 -> 2,524,551 (-4.6 %). Hook implementations on worker threads
+(as this bench runs them) count the same as inline (1,470,977): the ~22 µs hand-off per hook
+call is waiting, not CPU, so running known-fast hooks inline would not lower events per
+CPU-second; it was left alone (a hung hook must still not hang the write).
+
 **Noise, and what is still short.** On this 2-core machine shared with other work (load 4-10)
 the ratios move by about ±0.3x between runs, and wall-clock rates by 2-3x: the bulk build row
-also gives events per CPU-second, what the code costs whatever the load. The bulk build is at
-2,000 events/s only on a quiet machine, without the margin the target asks: in the table's run
-(load ~3) 1,840 events/s, 1,930 per CPU-second (973 and 1,749 in the run before, at load ~4).
-Main and this code alternated in separate processes (1,000 whole turns batched as above, then
-200 turns one transaction per call; 2026-12-02 08:20 UTC, load 1.1-1.3): batched 1,560-1,850
-events per CPU-second on main, 1,930-2,000 here; one transaction per call 800-990 on main,
-900-1,090 here. What is left is spread thin over a turn (the counts above): about 14 SQL
-statements per event - each state row's trigger prints its JSON for the digest's change log -,
-the per-transaction envelope, each event's JSON and hashes, none of it more than a few per cent. 8 writers' p99 ≤ 20 ms is the queue: 7 writes of ~1.2 ms ahead, stretched by
+also gives events per CPU-second, what the code costs whatever the load. The table's run (08:56
+UTC, load 1.5 at the start, 2.0 at the end) built at 2,297 events/s, 2,438 per CPU-second; a run
+of the same code minutes before (08:48 UTC, load 1.8-2.4) at 1,706 and 1,844 (the session
+before: 1,840 and 1,930). Main (68a8278) and this code alternated in separate processes, the
+bench's bulk build of 99,995 events (2026-12-02 08:52 UTC, load 2.1-2.4): main 2,367 and 2,284
+events per CPU-second, this code 2,707 and 2,541 (+11 to +18 %); 1,000 batched turns 2,282-2,642
+on main, 2,722-3,032 here (08:47 UTC, load 1.8). So the 2,000 events/s holds on a quiet machine,
+with a margin only per CPU-second. What is left is spread thin over a turn (the counts above):
+about 20 SQL statements per event counting triggers - each state row's trigger prints its JSON
+for the digest's change log -, the per-transaction envelope, each event's JSON and hashes,
+SQLite's own mutexes (serialized mode, ~5 % of the instructions), none of it more than a few per
+cent. 8 writers' p99 ≤ 20 ms is the queue: 7 writes of ~1.2 ms ahead, stretched by
 CPU contention (8 writing processes on 2 cores at load 5-7), plus the write of every 64th ticket,
 which checkpoints the WAL (an fsync, 5-15 ms) after leaving the queue.
 

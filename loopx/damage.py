@@ -111,13 +111,31 @@ CHEAP = (revision_mismatch, missing_dependencies, dangling_gates)
 def cheap(tx, goal_id: str) -> list[Finding]:
     """The cheap damage detectors (:data:`CHEAP`) for one goal: what a contract veto may run on
     every ``quota should-run`` (a few indexed queries; no ledger replay)."""
-    goal = tx.one("SELECT id, status, revision FROM goals WHERE id = ?", (goal_id,))
+    # One statement asks whether any of them would find something (it runs before every turn);
+    # only then do the detectors themselves run, to say what and where.
+    goal = tx.one(_CHEAP_PROBE, (goal_id,))
     if goal is None:
+        return []
+    if (goal["last"] is None or goal["last"] == goal["revision"]) and not goal["deps_missing"] \
+            and not goal["gates_dangling"]:
         return []
     out: list[Finding] = []
     for detect in CHEAP:
         out.extend(detect(tx, goal))
     return out
+
+
+#: Whether :func:`revision_mismatch`, :func:`missing_dependencies` or :func:`dangling_gates` would
+#: find anything, in one statement (the same conditions, each an indexed lookup).
+_CHEAP_PROBE = (
+    "SELECT g.id, g.status, g.revision,"
+    " (SELECT MAX(seq) FROM events WHERE goal_id = g.id) AS last,"
+    " EXISTS (SELECT 1 FROM todo_deps d WHERE d.goal_id = g.id AND NOT EXISTS"
+    "  (SELECT 1 FROM todos t WHERE t.id = d.dep_id AND t.goal_id = d.goal_id)) AS deps_missing,"
+    " EXISTS (SELECT 1 FROM gates ga WHERE ga.goal_id = g.id AND ga.status = 'pending' AND ga.blocks LIKE 'todo:%'"
+    "  AND NOT EXISTS (SELECT 1 FROM todos t WHERE t.goal_id = g.id AND t.id = substr(ga.blocks, 6))) AS gates_dangling"
+    " FROM goals g WHERE g.id = ?"
+)
 
 
 # --- housekeeping ----------------------------------------------------------------------------

@@ -74,6 +74,13 @@ def record_in(w, *, kind: str, summary: str, run_id: str | None = None, data=Non
     """Inside a mutation: append evidence to the writer's goal (bound to ``run_id`` if given, which
     must not be finished; an executor must name one); returns its id. :func:`record` is this in a
     transaction of its own (and hashes a file for you)."""
+    return _record_in(w, kind=kind, summary=summary, run_id=run_id, data=data, file_path=file_path,
+                      file_sha256=file_sha256, evidence_id=evidence_id)
+
+
+def _record_in(w, *, kind, summary, run_id=None, data=None, file_path=None, file_sha256=None, evidence_id=None,
+               run=None) -> str:
+    # ``run``: the run's row as this transaction already read it (record's goal_of).
     from loopx import runs
 
     check_name(kind, what="--kind")
@@ -84,7 +91,7 @@ def record_in(w, *, kind: str, summary: str, run_id: str | None = None, data=Non
         if ledger.role(w.actor) == ledger.EXECUTOR:
             raise LoopxError("run_not_open", "an executor records evidence only inside a run: pass --run-id")
     else:
-        runs.check_recordable(w.tx, check_id("run", run_id), goal_id=w.goal_id)
+        runs.check_recordable(w.tx, check_id("run", run_id), goal_id=w.goal_id, run=run)
     evidence_id = check_id("evidence", evidence_id) if evidence_id else new_id("evidence")
     body = {"evidence_id": evidence_id, "run_id": run_id, "kind": kind, "summary": summary}
     if data is not None:
@@ -123,12 +130,17 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
     file_path = file_sha = None
     if file is not None:
         file_path, file_sha = hash_file(file)
+    goal_of, found = None, {}
     if run_id is not None:
-        with reg.read() as tx:
-            owner = runs.check_owner(runs.load_run(tx, run_id), agent).goal_id
-        if goal_id is not None and goal_id != owner:
-            raise LoopxError("run_not_found", f"run {run_id} belongs to goal {owner}, not {goal_id}")
-        goal_id = owner
+        named = goal_id
+
+        def goal_of(tx):
+            # Found in the write transaction (reg.mutate), not in a read of its own.
+            found["tx"], found["run"] = tx, runs.check_owner(runs.load_run(tx, run_id), agent)
+            owner = found["run"].goal_id
+            if named is not None and named != owner:
+                raise LoopxError("run_not_found", f"run {run_id} belongs to goal {owner}, not {named}")
+            return owner
     evidence_id = new_id("evidence")
     body = {"evidence_id": evidence_id, "run_id": run_id, "kind": kind, "summary": summary}
     if data is not None:
@@ -139,14 +151,16 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
     _check_data(data)
 
     def work(w):
-        record_in(w, kind=kind, summary=summary, run_id=run_id, data=data, file_path=file_path,
-                  file_sha256=file_sha, evidence_id=evidence_id)
+        # The run's row goal_of read in this same transaction, which has written nothing since.
+        run = found.get("run") if found.get("tx") is w.tx and not w.events else None
+        _record_in(w, kind=kind, summary=summary, run_id=run_id, data=data, file_path=file_path,
+                   file_sha256=file_sha, evidence_id=evidence_id, run=run)
         row = w.tx.one("SELECT * FROM evidence WHERE id = ?", (evidence_id,))
         return to_json(evidence_from_row(row))
 
     request = {k: v for k, v in body.items() if k != "evidence_id"}
-    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id, allow_closed=run_id is not None,
-                      request={"op": "evidence.add", "goal": goal_id, **request})
+    return reg.mutate(actor, work, goal_id=None if goal_of else goal_id, goal_of=goal_of, operation_id=operation_id,
+                      allow_closed=run_id is not None, request={"op": "evidence.add", "goal": goal_id, **request})
 
 
 def of_goal(tx, goal_id: str, *, kind: str | None = None, run_id: str | None = None) -> list:

@@ -187,6 +187,17 @@ def head(tx, goal_id: str) -> dict | None:
     return tx.one("SELECT goal_id, seq, head_hash, state_digest FROM goal_heads WHERE goal_id = ?", (goal_id,))
 
 
+def last_and_head_seq(tx, goal_id: str) -> tuple[dict | None, int | None]:
+    """:func:`last_event` and the seq of :func:`head`, in one statement (a writer numbering its
+    first event without a :func:`head_seen`)."""
+    row = tx.one("SELECT e.seq, e.hash, (SELECT seq FROM goal_heads WHERE goal_id = ?) AS head_seq"
+                 " FROM (SELECT 1 AS one) o LEFT JOIN"
+                 " (SELECT seq, hash FROM events WHERE goal_id = ? ORDER BY seq DESC LIMIT 1) e ON 1 = 1",
+                 (goal_id, goal_id))
+    last = {"seq": row["seq"], "hash": row["hash"]} if row["seq"] is not None else None
+    return last, row["head_seq"]
+
+
 def seal(tx, goal_id: str, *, trusted: bool = True, last: dict | None = None, whole: bool = False,
          legacy: bool = False) -> dict | None:
     """Record the goal's current chain head and state digest (inside the writing transaction).

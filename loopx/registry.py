@@ -75,7 +75,14 @@ def inside_run() -> str | None:
     ident = IDENTITY.get()
     if ident is not None:
         return ident["run_id"]
+    if _RAW is not None:  # every write asks: os.environ's own mapping, without encoding the name
+        found = _RAW.get(b"LOOPX_RUN_ID")
+        return None if found is None else os.fsdecode(found)
     return os.environ.get(ENV_RUN_ID)
+
+
+#: os.environ's own bytes mapping on POSIX (what ``os.environ[...] = ...`` changes), else None.
+_RAW = getattr(os.environ, "_data", None) if os.name == "posix" and os.environ.encodekey("A") == b"A" else None
 
 
 def check_actor(actor: str) -> str:
@@ -243,10 +250,10 @@ class Writer:
             seen = integrity.head_seen(self.tx, self.goal_id)
             if seen is not None:
                 last, sealed = seen
+                sealed_seq = sealed["seq"] if sealed else None
             else:
-                last = integrity.last_event(self.tx, self.goal_id)
-                sealed = integrity.head(self.tx, self.goal_id)
-            self._revision = max((last["seq"] if last else 0), (sealed["seq"] if sealed else 0))
+                last, sealed_seq = integrity.last_and_head_seq(self.tx, self.goal_id)
+            self._revision = max((last["seq"] if last else 0), sealed_seq or 0)
             self._prev_hash = (last["hash"] if last else None) or integrity.GENESIS
         self._revision += 1
         event = Event(
@@ -337,6 +344,7 @@ class Registry:
         operation_id: str | None = None,
         request: dict | None = None,
         allow_closed: bool = False,
+        goal_of: Callable[[Any], str] | None = None,
     ) -> Any:
         """Run ``work(writer)`` as one transaction and return its (JSON-ready) result.
 
@@ -344,6 +352,9 @@ class Registry:
         ``goal_closed`` if it is closed unless ``allow_closed``). With ``operation_id``, a
         retry whose ``request`` matches returns the first result and writes nothing; a reuse
         of the id for a different request is refused with ``operation_conflict``.
+        ``goal_of(tx)`` instead of ``goal_id``: finds the goal (say, a run's) in the write
+        transaction itself, before the lock, raising what it refuses (a ``"goal"`` in ``request``
+        is then the goal found).
         """
         check_actor(actor)
         if actor == "dashboard":
@@ -352,6 +363,14 @@ class Registry:
             # Whatever runs for a step (a plugin's command, through the plugin API too) acts as
             # that step's executor or as a capability, never as the user or as LoopX itself.
             raise LoopxError("actor_forbidden", f"a command run inside a step may not write as {actor}")
+        if goal_of is not None and (self.store.dialect != "sqlite" or getattr(self.store, "missing", False)):
+            # On SQLite the write holds the whole database from its first statement, so finding the
+            # goal inside it costs no read transaction of its own. PostgreSQL's repeatable-read
+            # snapshot would be fixed by that read, before the goal's row lock: found first, apart.
+            with self.read() as tx:
+                goal_id, goal_of = goal_of(tx), None
+            if request is not None and "goal" in request:
+                request = {**request, "goal": goal_id}
         if operation_id is not None:
             from loopx.validate import check_text
 
@@ -378,7 +397,13 @@ class Registry:
         locked: dict = {}  # the goal row as locked: which capabilities hear the committed events
 
         def transaction(tx):
+            nonlocal goal_id, request_hash
             anchor_to.clear()
+            if goal_of is not None:
+                goal_id = goal_of(tx)
+                if request_hash is not None and "goal" in request:
+                    # The request names the goal found, as it did when it was found beforehand.
+                    request_hash = _hash({**request, "goal": goal_id})
             if operation_id is not None:
                 done = tx.one("SELECT request, result FROM operations WHERE id = ?", (operation_id,))
                 if done is not None:

@@ -99,9 +99,10 @@ def check_owner(run, agent: str | None):
     return run
 
 
-def check_recordable(tx, run_id: str, *, goal_id: str | None = None):
-    """The run, if what happened under it may still be recorded (it is not finished)."""
-    run = _of_goal(load_run(tx, run_id), goal_id)
+def check_recordable(tx, run_id: str, *, goal_id: str | None = None, run=None):
+    """The run, if what happened under it may still be recorded (it is not finished). ``run``:
+    the row as this transaction already read it (nothing written since), instead of reading it again."""
+    run = _of_goal(run if run is not None and run.id == run_id else load_run(tx, run_id), goal_id)
     if run.status == "finished":
         raise LoopxError("run_not_open", f"run {run_id} was finished at {run.finished_at}")
     return run
@@ -185,13 +186,18 @@ def finish(reg: Registry, actor: str, *, run_id: str, outcome: str | None = None
     handoff = check_text(handoff, what="--handoff", limit="note", required=False)
     if actor == "dashboard":
         raise LoopxError("actor_forbidden", "the dashboard never writes")
-    with reg.read() as tx:
-        goal_id = load_run(tx, run_id).goal_id
+    found = {}
+
+    def goal_of(tx):
+        found["tx"], found["run"] = tx, load_run(tx, run_id)
+        return found["run"].goal_id
 
     def work(w):
         from loopx import steps
 
-        run = check_owner(check_recordable(w.tx, run_id), agent)
+        # The row goal_of read in this transaction, which has written nothing since.
+        same = found.get("tx") is w.tx and not w.events
+        run = check_owner(check_recordable(w.tx, run_id, goal_id=w.goal_id, run=found["run"] if same else None), agent)
         late = state(run, w.at) != "open"
         res = steps.run_results(w.tx, run)
         supported = steps.derive(res)
@@ -222,7 +228,8 @@ def finish(reg: Registry, actor: str, *, run_id: str, outcome: str | None = None
         return out
 
     # Run events belong to the core: whoever reports, the core writes the entry (and names them).
-    return reg.mutate("core", work, goal_id=goal_id, operation_id=operation_id, allow_closed=True,
+    # The run's goal is found in the write transaction itself (no read transaction of its own).
+    return reg.mutate("core", work, goal_of=goal_of, operation_id=operation_id, allow_closed=True,
                       request={"op": "run.finish", "run": run_id, "outcome": outcome, "tokens": tokens,
                                "cost": cost, "handoff": handoff, "by": actor, "agent": agent,
                                "force": force_outcome})

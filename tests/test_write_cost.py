@@ -94,3 +94,125 @@ def test_the_reused_encoders_write_exactly_what_json_dumps_writes():
         assert jsonsafe.plain(v) == json.dumps(v)
         assert jsonsafe.plain_sorted(v) == json.dumps(v, sort_keys=True)
     assert jsonsafe.compact("lone \"string\" é") == json.dumps("lone \"string\" é", separators=(",", ":"))
+
+
+def _transactions(monkeypatch, reg) -> dict:
+    """How many read and write transactions ``reg``'s store opens from now on."""
+    opened = {"read": 0, "write": 0}
+    store = type(reg.store)
+    for name in ("read", "write"):
+        original = getattr(store, name)
+
+        def wrapper(self, *args, _original=original, _name=name, **kwargs):
+            opened[_name] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(store, name, wrapper)
+    return opened
+
+
+def test_evidence_add_and_run_finish_find_the_runs_goal_in_their_write(reg, monkeypatch):
+    from loopx import runs
+    from loopx.errors import LoopxError
+
+    g = make_goal(reg, todo_texts=("a",))["goal"]
+    other = make_goal(reg, todo_texts=("a",))["goal"]
+    run = ask(reg, g, agent="worker")["interaction_contract"]["run_id"]
+    opened = _transactions(monkeypatch, reg)
+    added = evidence.record(reg, "executor", run_id=run, kind="note", summary="s", agent="worker", operation_id="op-1")
+    # SQLite: one write transaction, no read of its own first (PostgreSQL's snapshot is fixed by
+    # its first statement, so there the run is still looked up in a read before the row lock).
+    assert opened == {"read": 0 if reg.store.dialect == "sqlite" else 1, "write": 1}
+    assert added["goal_id"] == g and added["run_id"] == run
+    # A retry of the same operation answers the first result and writes nothing.
+    again = evidence.record(reg, "executor", run_id=run, kind="note", summary="s", agent="worker", operation_id="op-1")
+    assert again == added
+    with reg.read() as tx:
+        before = tx.one("SELECT MAX(seq) AS n FROM events WHERE goal_id = ?", (g,))["n"]
+    refusals = [
+        (dict(agent="someone"), "run_not_yours"),
+        (dict(agent="worker", goal_id=other), "run_not_found"),
+    ]
+    for kw, code in refusals:
+        try:
+            evidence.record(reg, "executor", run_id=run, kind="note", summary="s", **kw)
+        except LoopxError as exc:
+            assert exc.code == code
+        else:
+            raise AssertionError(f"not refused: {kw}")
+    try:
+        runs.finish(reg, "executor", run_id=run, agent="someone")
+    except LoopxError as exc:
+        assert exc.code == "run_not_yours"
+    else:
+        raise AssertionError("finish by another agent not refused")
+    with reg.read() as tx:
+        assert tx.one("SELECT MAX(seq) AS n FROM events WHERE goal_id = ?", (g,))["n"] == before
+    opened.update(read=0, write=0)
+    done = runs.finish(reg, "executor", run_id=run, agent="worker", tokens=5)
+    assert opened == {"read": 0 if reg.store.dialect == "sqlite" else 1, "write": 1}
+    assert done["status"] == "finished" and done["goal_id"] == g
+
+
+def test_the_cheap_damage_check_asks_once_on_a_sound_goal_and_still_finds_each_damage(reg, monkeypatch):
+    from loopx import damage
+
+    g = make_goal(reg, todo_texts=("a", "b"))["goal"]
+    with reg.read() as tx:
+        a, b = [r["id"] for r in tx.query("SELECT id FROM todos WHERE goal_id = ? ORDER BY created_seq", (g,))]
+    dep = todos.add(reg, "user", goal_id=g, text="after b", depends_on=[b])["id"]
+    from loopx import gates
+
+    gate = gates.add(reg, "user", goal_id=g, title="a ok?", scope="other", blocks=f"todo:{a}")["id"]
+    gates.add(reg, "user", goal_id=g, title="all ok?", scope="other", blocks="all")
+    seen = _counting(monkeypatch)
+    with reg.read() as tx:
+        assert damage.cheap(tx, g) == []
+    # Before every turn: one statement on a sound goal (the goal, its ledger's end, dependencies
+    # and gates on missing todos asked together).
+    assert len(seen) == 1, seen
+
+    def damaged(*sql):
+        reg.store.write(lambda tx: [tx.execute(s, p) for s, p in sql])
+        with reg.read() as tx:
+            return sorted((f.code, f.subject) for f in damage.cheap(tx, g))
+
+    assert damaged(("UPDATE goals SET revision = 1 WHERE id = ?", (g,))) == [("revision_mismatch", g)]
+    with reg.read() as tx:
+        last = tx.one("SELECT MAX(seq) AS n FROM events WHERE goal_id = ?", (g,))["n"]
+    assert damaged(("UPDATE goals SET revision = ? WHERE id = ?", (last, g)),
+                   ("DELETE FROM todos WHERE id = ?", (b,))) == [("missing_dependency", dep)]
+    assert damaged(("DELETE FROM todos WHERE id = ?", (a,))) == [("dangling_gate", gate), ("missing_dependency", dep)]
+
+
+def test_a_runs_contract_is_encoded_once_and_filed_exactly_as_its_ledger_entry_holds_it(reg, monkeypatch):
+    from loopx import ledger
+
+    g = make_goal(reg, todo_texts=("a",))["goal"]
+    encoded = []
+    canonical = jsonsafe.canonical
+
+    def counting(value):
+        if isinstance(value, dict) and "agent_channel" in value:  # a contract document
+            encoded.append(value["contract_id"])
+        return canonical(value)
+
+    monkeypatch.setattr(jsonsafe, "canonical", counting)
+    c = ask(reg, g, agent="worker")["interaction_contract"]
+    # The run.opened body (which holds it) is encoded; the contract's own column is cut from it.
+    assert encoded == [], encoded
+    with reg.read() as tx:
+        filed = tx.one("SELECT document FROM contracts WHERE id = ?", (c["contract_id"],))["document"]
+        body = tx.one("SELECT body FROM events WHERE goal_id = ? AND kind = 'run.opened'", (g,))["body"]
+    assert filed == canonical(json.loads(body)["contract"]) and f'"contract":{filed},' in body
+
+    # The cut is exact whatever the body holds around the member (random bodies, every position).
+    rng = random.Random(7)
+    for _ in range(2000):
+        body = {rng.choice(["a", "contract", "zz", "é", "", "k\"", "contracts"]): _value(rng) for _ in range(4)}
+        body["contract"] = _value(rng)
+        event = ledger.Event(id=1, goal_id=g, seq=1, at="t", actor="core", kind="run.opened", body=body)
+        monkeypatch.setattr(ledger, "_applying", (body, canonical(body)))
+        assert ledger.member_text(event, "contract") == canonical(body["contract"])
+        monkeypatch.setattr(ledger, "_applying", ({**body}, canonical(body)))  # another body: encoded anew
+        assert ledger.member_text(event, "contract") == canonical(body["contract"])

@@ -4,7 +4,7 @@ run found past its expiry is marked abandoned."""
 
 from __future__ import annotations
 
-from loopx import jsonsafe, usage_counts
+from loopx import ledger, usage_counts
 from loopx.ledger import CAPABILITY, CORE, event_kind
 
 
@@ -14,7 +14,7 @@ def _file_contract(tx, event, run_id):
         "INSERT INTO contracts (id, goal_id, run_id, fingerprint, issued_at, expires_at, document)"
         " VALUES (?, ?, ?, ?, ?, ?, ?)",
         (doc["contract_id"], event.goal_id, run_id, doc["fingerprint"], doc["issued_at"], doc["expires_at"],
-         jsonsafe.canonical(doc)),
+         ledger.member_text(event, "contract")),
     )
 
 
