@@ -87,7 +87,10 @@ def test_login_approve_and_refusals(browser, server, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    wait = WebDriverWait(browser, WAIT)
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    # The page re-renders after each action: an element read while it is replaced is looked up again.
+    wait = WebDriverWait(browser, WAIT, ignored_exceptions=(StaleElementReferenceException,))
     base = server["url"]
     token_file = server["token_file"]
     assert oct(os.stat(token_file).st_mode & 0o777) == "0o600"
