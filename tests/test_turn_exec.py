@@ -182,3 +182,22 @@ def test_action_list_and_remove(loopx):
     assert gone.json["error"]["code"] == "action_not_found"
     bad = loopx("--json", "action", "add", "--goal-id", g, "--name", "Bad Name", "--", "true")
     assert bad.json["error"]["code"] == "invalid_argument"
+
+
+def test_a_listed_loopx_step_the_user_alone_may_run_is_refused_and_recorded(loopx):
+    """A step that is itself a `loopx` command is served by the step's broker without a process of
+    its own (`Broker.run_step`): listed by mistake, a user-only command is still refused there."""
+    g = loopx("project_prompt", "create", "--title", "Exec", "--json").json["id"]
+    assert loopx("action", "add", "--goal-id", g, "--name", "publish", "--", "echo", "pub").code == 0
+    gate = loopx("gate", "add", g, "--title", "Ship", "--scope", "production", "--blocks", "action:publish",
+                 "--json").json["id"]
+    assert loopx("action", "add", "--goal-id", g, "--name", "sneak", "--", "loopx", "gate", "approve", "--goal-id", g,
+                 "--gate-id", gate).code == 0
+    loopx("todo", "add", "--goal-id", g, "--text", "step")
+    r = loopx("quota", "should-run", "--goal-id", g, "--agent", "me", "--json").json["interaction_contract"]["run_id"]
+    res = loopx("exec", "--run-id", r, "--action", "sneak", "--json")
+    assert res.code == 1 and res.json["data"]["exit_code"] == 2, res
+    assert "actor_forbidden" in res.json["data"]["output_tail"], res.json["data"]
+    assert [x["status"] for x in loopx("gate", "list", g, "--json").json] == ["pending"]
+    kinds = [e["kind"] for e in loopx("evidence", "list", "--goal-id", g, "--json").json]
+    assert "refused" in kinds and "command" in kinds, kinds
