@@ -86,7 +86,7 @@ def current(tx, goal_id: str, now: str) -> dict | None:
     """The goal's decision *now* (what a should-run dry run would answer, without plugin hooks):
     ``{"decision", "reasons", "primary_action", "next_user_actions", "next_eligible_at"}``; the goal
     page shows it beside the last run's contract."""
-    from loopx import contract, inputs, todo_ready
+    from loopx import contract, inputs
 
     seen = inputs.gather(tx, goal_id)
     d = contract.decide(tx, seen, agent="user", now=now, own_run=None)
