@@ -287,3 +287,25 @@ def test_another_runner_failing_to_import_a_module_is_not_red(cli, tmp_path):
     g = start(cli, repo, "--report", "build/junit.xml", command=f"{PY} run_tests.py")["goal_id"]
     r, _ = step(cli, g, expect=2)
     assert r.json["error"]["code"] == "issue_fix.not_a_test_failure" and "collection error" in r.json["error"]["message"]
+
+
+def test_the_evidence_summary_keeps_failing_cases_first_within_its_byte_budget():
+    """A big run's evidence holds a bounded summary (the complete results are in the results
+    file): failing cases first, then passing ones while the budget of JSON bytes lasts. Ids with
+    quotes, backslashes, control and non-ASCII characters count as JSON writes them."""
+    from loopx_issue_fix.testrun import slim
+
+    odd = ['t"q', "t\\b", "t\nn", "tü", "t\x7f", "t\u4e2d", "t\x01"]
+    cases = {f"tests/test_m.py::test_{n}{odd[n % len(odd)]}": {"status": "passed", "message": None}
+             for n in range(3000)}
+    cases |= {f"tests/test_f.py::test_red_{n}": {"status": "failed", "message": f'assert {n} == "x\\y"'}
+              for n in range(5)}
+    test = {"command": "pytest", "exit_code": 1, "report": {"found": True, "cases": cases}}
+    out = slim(test, budget=20_000)
+    kept = list(out["cases"])
+    assert kept[:5] == [f"tests/test_f.py::test_red_{n}" for n in range(5)]
+    assert out["cases"][kept[0]] == {"status": "failed", "message": 'assert 0 == "x\\y"'}
+    assert out["cases_total"] == 3005 and out["cases_truncated"] is True and "report" not in out
+    size = sum(len(json.dumps([i, e])) for i, e in out["cases"].items())
+    following = next(i for i in cases if i not in out["cases"])
+    assert size <= 20_000 < size + len(json.dumps([following, {"status": "passed"}]))
