@@ -210,6 +210,8 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
     ``loopx.api`` offers ``run_command`` without it, and plugins use ``run_confined``, which
     builds the policy from what may be written.
     """
+    import contextlib
+    import fcntl
     import hashlib
     import signal
     import subprocess
@@ -249,8 +251,16 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
                 del tail[: len(tail) - tail_bytes]
 
     def pump_chunks(stream):
-        for chunk in iter(lambda: stream.read1(65536), b""):
+        # A test runner flushes a character a test: woken for each, this thread cost LoopX's
+        # process ~30 us a wake-up (45 ms of CPU for a 1,500-test run). After a short read the
+        # writer is trickling: let it gather for a moment. The pipe is made to hold 1 MiB, so a
+        # command that writes fast meanwhile goes on (and the next, full, read follows at once).
+        with contextlib.suppress(OSError, AttributeError):
+            fcntl.fcntl(stream.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+        while chunk := stream.read1(1 << 20):
             keep(chunk)
+            if len(chunk) < 4096:
+                time.sleep(0.01)
 
     def pump_lines(stream):
         for line in iter(stream.readline, b""):

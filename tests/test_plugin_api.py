@@ -138,3 +138,21 @@ def test_run_command_takes_no_policy_of_the_callers_run_confined_builds_one(tmp_
         api.run_command(argv, env={}, timeout=30, policy=str(tmp_path / "my-policy.json"))
     assert not marker.exists()
     assert api.run_command(argv, env={}, timeout=30)["exit_code"] == 0 and marker.exists()
+
+
+def test_run_command_keeps_every_byte_of_a_trickle_and_of_a_flood():
+    """The output a command writes a character at a time (a test runner's progress) and 20 MB at
+    once both arrive whole: the byte count, the sha256 of everything and the tail."""
+    import hashlib
+
+    import loopx.api as api
+
+    trickle = "import sys, time\nfor i in range(300):\n    sys.stdout.write(str(i % 10)); sys.stdout.flush()\n" \
+              "    time.sleep(0.001)\nsys.stdout.write('end')"
+    flood = "import sys\nfor i in range(200000):\n    sys.stdout.write('%098d\\n' % i)"
+    for code, expected in ((trickle, "".join(str(i % 10) for i in range(300)) + "end"),
+                           (flood, "".join("%098d\n" % i for i in range(200000)))):
+        res = api.run_command([sys.executable, "-c", code], env={}, timeout=60)
+        assert res["exit_code"] == 0 and res["output_bytes"] == len(expected)
+        assert res["output_sha256"] == "sha256:" + hashlib.sha256(expected.encode()).hexdigest()
+        assert expected.endswith(res["output_tail"]) and len(res["output_tail"]) == min(len(expected), 4096)
