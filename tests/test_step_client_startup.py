@@ -1,11 +1,15 @@
 """The ``loopx`` a confined step runs only forwards its argv to the turn's broker: it loads no
-plugin machinery (issue 23: an Issue-Fix step inside a turn starts two of them, ``loopx exec``
-and the ``loopx issue-fix ...`` it runs)."""
+plugin machinery and no command line (issue 23: every ``loopx`` an agent runs in its turn is one
+of these clients), whether it is started as ``python -m loopx`` or as the installed console
+script an agent finds on its ``PATH``."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+
+import pytest
 
 from tests.conftest import loopx_env
 from tests.factories import make_goal
@@ -13,16 +17,25 @@ from tests.factories import make_goal
 PY = sys.executable
 
 
-def test_a_steps_loopx_reaches_the_broker_without_importing_pluggy(loopx_proc, registry_url, tmp_path):
+@pytest.mark.parametrize("started_as", ["module", "console script"])
+def test_a_steps_loopx_reaches_the_broker_without_importing_pluggy_or_click(loopx_proc, registry_url, tmp_path,
+                                                                            started_as):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "loopx").write_text(f"#!/bin/sh\nexec {PY} -X importtime -m loopx \"$@\"\n")
+    if started_as == "module":
+        start = f"{PY} -X importtime -m loopx"
+    else:
+        script = shutil.which("loopx", path=loopx_env(registry_url)["PATH"])
+        assert script, "the loopx console script is installed beside the interpreter"
+        start = f"{PY} -X importtime {script}"
+    (bin_dir / "loopx").write_text(f"#!/bin/sh\nexec {start} \"$@\"\n")
     (bin_dir / "loopx").chmod(0o755)
     path = {"PATH": str(bin_dir) + os.pathsep + loopx_env(registry_url)["PATH"]}
     probe = ("out=$(loopx todo list --goal-id \"$LOOPX_GOAL_ID\" --json 2>&1); "
              "echo \"$out\" | grep -q '\"text\": \"work\"' && echo ANSWERED; "
              "echo \"$out\" | grep -q ' loopx.broker_client$' && echo FORWARDED; "
-             "echo \"$out\" | grep -q ' pluggy$' && echo PLUGGY; true")
+             "echo \"$out\" | grep -q ' pluggy$' && echo PLUGGY; "
+             "echo \"$out\" | grep -q ' click$' && echo CLICK; true")
     made = make_goal(loopx_proc, title="Client", acts={"probe": ["sh", "-c", probe]}, todo_texts=("work",))
     g = made["goal"]
     doc = loopx_proc("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json", env={"LOOPX_ACTOR": "executor"})
@@ -32,4 +45,4 @@ def test_a_steps_loopx_reaches_the_broker_without_importing_pluggy(loopx_proc, r
     assert r.code == 0, r
     tail = r.json["data"]["output_tail"]
     assert "ANSWERED" in tail and "FORWARDED" in tail, tail
-    assert "PLUGGY" not in tail, tail
+    assert "PLUGGY" not in tail and "CLICK" not in tail, tail

@@ -1,0 +1,24 @@
+"""The ``loopx`` command's entry point (the console script and ``python -m loopx``).
+
+Inside a confined step (``LOOPX_BROKER`` is set) every ``loopx`` an agent runs is a broker
+client: it forwards its arguments to the step's broker and prints the answer
+(:mod:`loopx.broker_client`). It does that before anything of the command line is imported -
+click and the CLI's modules cost a client about 30 ms it has no use for. ``loopx mcp`` runs
+where it is started (its tool calls go to the broker).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> None:
+    """Run ``loopx`` with ``sys.argv``: forwarded to the step's broker inside a step, else the CLI."""
+    if os.environ.get("LOOPX_BROKER") and sys.argv[1:2] != ["mcp"]:
+        from loopx.broker_client import forward
+
+        sys.exit(forward(sys.argv[1:]))
+    from loopx.cli import main as cli
+
+    cli()
