@@ -100,6 +100,7 @@ def run_recorded(target, call):
     started = time.monotonic()
     code = 0
     clean = False  # the command ended as commands end (returned or exited): its registry is as it left it
+    outer = output.step_registry  # a step run in-process by another's command keeps that one's afterwards
     output.step_registry = (resolve_url(registry), reg)
     try:
         result = call()
@@ -113,7 +114,7 @@ def run_recorded(target, call):
         code = 1
         raise
     finally:
-        output.step_registry = None
+        output.step_registry = outer
         try:
             _record(reg if clean else None, registry, run_id, step_id, argv, code,
                     round(time.monotonic() - started, 3))
