@@ -30,12 +30,13 @@ import re
 
 from loopx.errors import LoopxError
 
+# Patterns as strings, compiled on first use (re's cache): most commands check no name.
 # Capability names become actor names (``capability:NAME``) and namespaces: keep them simple.
-_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,39}")
+_NAME_RE = r"[a-z][a-z0-9_]{0,39}"
 # A namespace is a capability-style name, optionally dotted (``issue_fix`` or ``issue_fix.git``).
-_NAMESPACE_RE = re.compile(r"[a-z][a-z0-9_]{0,39}(\.[a-z][a-z0-9_]{0,39}){0,3}")
+_NAMESPACE_RE = r"[a-z][a-z0-9_]{0,39}(\.[a-z][a-z0-9_]{0,39}){0,3}"
 # State keys: short machine names.
-_KEY_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+_KEY_RE = r"[a-z][a-z0-9_.-]{0,63}"
 #: The quota a capability may need per run, by the names the contract's ``remaining`` uses.
 QUOTA_KEYS = ("turns", "tokens", "wall_seconds")
 #: Largest JSON encoding of one state value (bigger material belongs in evidence files).
@@ -178,14 +179,14 @@ class Capability(_Frozen):
 def validate(cap: Capability) -> Capability:
     """Check one declaration's fields; raises ``plugin_error`` naming the capability and the field."""
     who = f"capability {cap.name!r}"
-    if not isinstance(cap.name, str) or not _NAME_RE.fullmatch(cap.name):
+    if not isinstance(cap.name, str) or not re.fullmatch(_NAME_RE, cap.name):
         raise LoopxError("plugin_error", f"{who}: the name must be 1-40 characters of a-z, 0-9, '_', starting with a letter")
     for field in ("version", "summary"):
         value = getattr(cap, field)
         if not isinstance(value, str) or not value.strip():
             raise LoopxError("plugin_error", f"{who}: {field} must be non-empty text")
     for ns in cap.owns:
-        if not isinstance(ns, str) or not _NAMESPACE_RE.fullmatch(ns):
+        if not isinstance(ns, str) or not re.fullmatch(_NAMESPACE_RE, ns):
             raise LoopxError("plugin_error", f"{who}: {ns!r} is not a namespace (a-z, 0-9, '_', dotted)")
     for field in ("reads", "commands", "actions", "repairs"):
         for item in getattr(cap, field):
@@ -323,7 +324,7 @@ def check_owner(actor: str, namespace: str) -> Capability:
     name = capability_of(actor)
     if name is None:
         raise LoopxError("ownership_violation", f"{actor} may not write capability state; only its capability may")
-    if not isinstance(namespace, str) or not _NAMESPACE_RE.fullmatch(namespace):
+    if not isinstance(namespace, str) or not re.fullmatch(_NAMESPACE_RE, namespace):
         raise LoopxError("invalid_argument", f"{namespace!r} is not a state namespace")
     cap = load().get(name)
     if cap is None:
@@ -342,7 +343,7 @@ def check_owner(actor: str, namespace: str) -> Capability:
 
 def check_name(name) -> str:
     """``name`` if it is a well-formed capability name (``invalid_argument`` otherwise)."""
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+    if not isinstance(name, str) or not re.fullmatch(_NAME_RE, name):
         raise LoopxError("invalid_argument", f"{name!r} is not a capability name")
     return name
 
@@ -417,7 +418,7 @@ def _check_values(values: dict) -> dict:
 
 
 def _check_key(key) -> str:
-    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
+    if not isinstance(key, str) or not re.fullmatch(_KEY_RE, key):
         raise LoopxError("invalid_argument", f"state key {key!r} must be 1-64 characters of a-z, 0-9, '_', '.', '-'")
     return key
 

@@ -81,17 +81,17 @@ def check(unconfined: bool = False) -> str | None:
 
 def config_dir() -> str:
     """LoopX's config directory (the integrity key lives beneath it): never readable inside a step."""
-    import platformdirs
+    from loopx import userdirs
 
-    return platformdirs.user_config_dir("loopx", appauthor=False)
+    return userdirs.config_dir()  # the directory keys.key_dir() is in: one answer for both
 
 
 def private_root() -> str:
     """LoopX's private root, ``platformdirs.user_cache_dir("loopx")/private``: where LoopX runs
     commands on a step's behalf (:mod:`loopx.private_run`); hidden from every step."""
-    import platformdirs
+    from loopx import userdirs
 
-    return os.path.join(platformdirs.user_cache_dir("loopx", appauthor=False), "private")
+    return os.path.join(userdirs.cache_dir(), "private")
 
 
 def ensure_root() -> str:

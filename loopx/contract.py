@@ -21,7 +21,7 @@ from loopx.clock import add_seconds
 from loopx.usage import effective_limits, exhausted, remaining
 
 SCHEMA = "loopx.interaction_contract/1"
-_CODE = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")
+_CODE = r"[a-z][a-z0-9_.:-]{0,63}"  # compiled on first use (re's cache)
 READY_SHOWN = 5
 TEXT_SHOWN = 160
 HANDOFF_SHOWN = 600
@@ -170,7 +170,7 @@ def decide(tx, inputs, *, agent: str, now: str, own_run, vetoed: dict | None = N
     if found:
         reason = str(found.get("reason") or "")
         # Reasons are stable machine codes; a plugin's free text is not one.
-        if not _CODE.fullmatch(reason):
+        if not re.fullmatch(_CODE, reason):
             reason = "capability_veto"
         # A veto may ask for a person instead of a repair (self-repair: repair_needs_user).
         decision = "ask_user" if found.get("decision") == "ask_user" else "repair"

@@ -44,14 +44,14 @@ _RAW = getattr(os.environ, "_data", None) if os.name == "posix" and os.environ.e
 
 
 def key_dir() -> Path:
-    """Where keys and anchors live: ``platformdirs.user_config_dir("loopx")/keys``."""
+    """Where keys and anchors live: ``platformdirs.user_config_dir("loopx")/keys`` (:mod:`loopx.userdirs`)."""
     # Asked on every write (the anchor): remembered per environment that decides it.
     env = _dir_env()
     found = _DIRS.get(env)
     if found is None:
-        import platformdirs
+        from loopx import userdirs
 
-        found = _DIRS[env] = Path(platformdirs.user_config_dir("loopx", appauthor=False)) / "keys"
+        found = _DIRS[env] = Path(userdirs.config_dir()) / "keys"
     return found
 
 

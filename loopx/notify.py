@@ -42,9 +42,9 @@ def secret_path():
     """The webhook signing key's file: ``<user config dir>/loopx/notify.key`` (platformdirs)."""
     from pathlib import Path
 
-    import platformdirs
+    from loopx import userdirs
 
-    return Path(platformdirs.user_config_dir("loopx", appauthor=False)) / "notify.key"
+    return Path(userdirs.config_dir()) / "notify.key"
 
 
 def secret() -> bytes:

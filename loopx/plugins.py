@@ -168,17 +168,11 @@ def _cache_file() -> Path:
 
 
 def _cache_dir() -> Path:
-    """platformdirs' ``user_cache_dir("loopx")``. Every command that loads plugins asks, and
-    importing platformdirs costs ~6 ms (its Unix module imports tempfile), so on Linux its rule is
-    applied here: ``$XDG_CACHE_HOME`` when absolute, else ``$HOME/.cache``. (Were it ever to
-    differ, the cost is one more scan, not a wrong answer: this is only a cache.)"""
-    xdg, home = os.environ.get("XDG_CACHE_HOME", ""), os.environ.get("HOME", "")
-    if sys.platform.startswith("linux") and not os.environ.get("ANDROID_DATA") and (
-            os.path.isabs(xdg) or os.path.isabs(home)):
-        return Path(xdg if os.path.isabs(xdg) else os.path.join(home, ".cache"), "loopx")
-    import platformdirs
+    """platformdirs' ``user_cache_dir("loopx")``, asked by every command that loads plugins:
+    :mod:`loopx.userdirs` finds it without importing platformdirs where it can."""
+    from loopx import userdirs
 
-    return Path(platformdirs.user_cache_dir("loopx", appauthor=False))
+    return Path(userdirs.cache_dir())
 
 
 # --- the façade: every hook call goes through loopx.hooks.Hooks -------------------------------------

@@ -311,8 +311,9 @@ class _CapabilityWriter:
 class Registry:
     """Durable state, over one store."""
 
-    def __init__(self, store):
+    def __init__(self, store, *, owner: bool = True):
         self.store = store
+        self._owner = owner  # False: a loan of another Registry's store (see lend), closed by its owner
 
     @classmethod
     def open(cls, url: str | None = None, *, readonly: bool = False, create: bool = True) -> "Registry":
@@ -320,8 +321,14 @@ class Registry:
         return cls(open_store(url, readonly=readonly, create=create))
 
     def close(self) -> None:
-        """Release the store."""
-        self.store.close()
+        """Release the store (a loan, :meth:`lend`, leaves it to its owner)."""
+        if self._owner:
+            self.store.close()
+
+    def lend(self) -> "Registry":
+        """This registry over the same open store, for code whose ``close()`` (its ``with``) must
+        leave the store open: a step run by hand lends its registry to the command it runs."""
+        return Registry(self.store, owner=False)
 
     def __enter__(self):
         return self

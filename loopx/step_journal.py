@@ -30,12 +30,11 @@ def directory(store) -> Path | None:
         if path is None or str(path) == ":memory:":
             return None
         return Path(f"{path}.journal")
-    import platformdirs
-
+    from loopx import userdirs
     from loopx.store import display_url
 
     key = _sha256(display_url(store.url).encode()).hexdigest()[:16]
-    return Path(platformdirs.user_data_dir("loopx", appauthor=False)) / f"journal-{key}"
+    return Path(userdirs.data_dir()) / f"journal-{key}"
 
 
 def _sha256(data: bytes):

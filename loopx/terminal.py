@@ -14,7 +14,8 @@ import re
 
 # C0 controls but newline and tab, DEL, the C1 controls (U+0080-U+009F, which a terminal may
 # read as CSI/OSC/ST), and the bidirectional overrides and isolates that reorder what is shown.
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# A string, compiled on first use (re's cache): every command imports this module, few print text.
+_CONTROLS = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 _NAMED = {"\r": "\\r", "\x0b": "\\v", "\x0c": "\\f"}
 
 
@@ -27,4 +28,4 @@ def _escape(m: re.Match) -> str:
 
 def safe(text: str) -> str:
     """``text`` with every control character but newline and tab shown escaped (``\\x1b``)."""
-    return _CONTROLS.sub(_escape, text) if _CONTROLS.search(text) else text
+    return re.sub(_CONTROLS, _escape, text) if re.search(_CONTROLS, text) else text

@@ -257,9 +257,21 @@ def open_registry(url: str | None = None, *, readonly: bool = False):
     """
     from loopx.registry import Registry
 
+    url = registry_url(url)
+    if step_registry is not None and not readonly:
+        from loopx.registry import resolve_url
+
+        if resolve_url(url) == step_registry[0]:
+            return step_registry[1].lend()  # a step run by hand opened it already (loopx/cli/steprun.py)
     # create=False: a registry file that does not exist is refused for reading
     # (registry_not_found) and created only by the first write.
-    return Registry.open(registry_url(url), readonly=readonly, create=False)
+    return Registry.open(url, readonly=readonly, create=False)
+
+
+#: ``(resolved url, Registry)`` while a capability's step run by hand runs its command
+#: (:func:`loopx.cli.steprun.run_recorded`): that registry, opened read-write, is lent to the
+#: command's read-write :func:`open_registry` of the same URL instead of opening it again.
+step_registry: tuple | None = None
 
 
 def set_output_format(fmt: str, ctx=None) -> None:

@@ -346,9 +346,9 @@ def _on_readonly_fs(path) -> bool:
 
 def default_path() -> Path:
     """The embedded registry's default file, in the platformdirs user data directory."""
-    import platformdirs
+    from loopx import userdirs
 
-    return Path(platformdirs.user_data_dir("loopx", appauthor=False)) / "registry.db"
+    return Path(userdirs.data_dir()) / "registry.db"
 
 
 def open_sqlite(url: str, readonly: bool = False) -> SqliteStore:
