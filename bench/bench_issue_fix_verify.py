@@ -250,6 +250,14 @@ def main() -> None:
               + ", ".join(f"{w:.2f} {c:.2f}" for w, c in ratios)
               + f"; median {statistics.median(w for w, _ in ratios):.2f} wall, "
               f"{statistics.median(c for _, c in ratios):.2f} CPU")
+        # The same for the other cases: each round's figure against that round's plain pair (the
+        # suite's cost drifts with the machine from round to round; the pair measured minutes
+        # apart drifts less).
+        for name in ("new base: reproduce + verify", "new base in a turn: reproduce + verify",
+                     "new base in a turn, less the idle turn"):
+            own = [(g[0] / p[0], g[1] / p[1]) for g, p in zip(rows[name], rows["plain pytest, twice"])]
+            print(f"{name}, each round / that round's plain twice (CPU): "
+                  + ", ".join(f"{c:.2f}" for _, c in own) + f"; median {statistics.median(c for _, c in own):.2f}")
 
 
 if __name__ == "__main__":
