@@ -199,14 +199,8 @@ def _json_requested(args: list[str]) -> bool:
 
 
 def main(argv=None):
-    """Console-script entry point. Inside a confined step (``LOOPX_BROKER`` is set) the command is
-    forwarded to the step's broker, which runs it as this run's executor (:mod:`loopx.broker`)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    # `loopx mcp` runs where it is started; its tool calls go to the broker (loopx.mcp_server).
-    if os.environ.get("LOOPX_BROKER") and args[:1] != ["mcp"]:
-        from loopx.broker_client import forward
-
-        sys.exit(forward(args))
+    """The command line in this process. The ``loopx`` command enters through :mod:`loopx.entry`,
+    which first forwards a confined step's command to its broker (:mod:`loopx.broker`)."""
     cli.main(args=argv, prog_name="loopx")
 
 

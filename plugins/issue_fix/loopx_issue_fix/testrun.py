@@ -302,14 +302,14 @@ def summary_line(test: dict) -> str:
 
 
 #: Text JSON writes as itself between two quotes: printable ASCII but for ``"`` and ``\\``.
-_JSON_PLAIN = re.compile(r'[\x20-\x7e]*').fullmatch
+_JSON_PLAIN = re.compile(r'[\x20\x21\x23-\x5b\x5d-\x7e]*').fullmatch
 
 
 def _json_len(text: str) -> int:
     """``len(json.dumps(text))``, without encoding the common plain string."""
     import json
 
-    return len(text) + 2 if _JSON_PLAIN(text) and '"' not in text and "\\" not in text else len(json.dumps(text))
+    return len(text) + 2 if _JSON_PLAIN(text) else len(json.dumps(text))
 
 
 def _entry_size(test_id: str, entry: dict) -> int:
