@@ -29,6 +29,31 @@ OBJECTIVE_SHOWN = 400
 CRITERIA_SHOWN = 10
 RECHECK_SECONDS = 300
 
+#: Every deciding reason the core gives (the first of ``reasons``), with its decision: the
+#: precedence table of :func:`decide` and docs/state-interaction-model.md, and what
+#: :mod:`loopx.should_run` adds around it (integrity damage, a rolled-back registry, the wall
+#: budget reserved by open runs). A capability's veto gives its own code (a ``repair`` or an
+#: ``ask_user``); ``capability_veto`` stands for one whose code is not a code, ``plugin_failed``
+#: for a veto hook that failed. tests/test_dry_run_parity.py has a case for each.
+REASONS = {
+    "goal_closed": "stop",
+    "goal_paused": "wait",
+    "integrity_mismatch": "repair",
+    "registry_rolled_back": "repair",
+    "plugin_failed": "repair",
+    "capability_veto": "repair",
+    "gate_pending": "ask_user",
+    "gate_rejected": "ask_user",
+    "quota_exhausted": "ask_user",
+    "repeated_failure": "ask_user",
+    "cadence": "wait",
+    "run_in_progress": "wait",
+    "wall_budget_reserved": "wait",
+    "no_ready_work": "ask_user",
+    "no_todos": "run",
+    "ready_work": "run",
+}
+
 
 class Decision:
     """What should-run decided for one agent, and the facts the contract will show.

@@ -352,6 +352,7 @@ class Registry:
         request: dict | None = None,
         allow_closed: bool = False,
         goal_of: Callable[[Any], str] | None = None,
+        preview: bool = False,
     ) -> Any:
         """Run ``work(writer)`` as one transaction and return its (JSON-ready) result.
 
@@ -362,6 +363,9 @@ class Registry:
         ``goal_of(tx)`` instead of ``goal_id``: finds the goal (say, a run's) in the write
         transaction itself, before the lock, raising what it refuses (a ``"goal"`` in ``request``
         is then the goal found).
+        ``preview``: run the same checks and ``work`` in the same transaction, then roll it back:
+        nothing is written (no step-journal replay before it, no operation record, no anchor
+        move, no hooks after it); returns what ``work`` returned (``should-run --dry-run``).
         """
         check_actor(actor)
         if actor == "dashboard":
@@ -383,7 +387,7 @@ class Registry:
 
             operation_id = check_text(operation_id, what="--operation-id", limit="agent")
         request_hash = _hash(request or {}) if operation_id is not None else None
-        if not getattr(self.store, "missing", False) and step_journal.pending(self.store):
+        if not preview and not getattr(self.store, "missing", False) and step_journal.pending(self.store):
             # A step ran but its result could not be recorded (full disk, killed process):
             # record it now, before anything else is written (loopx/step_journal.py).
             step_journal.replay(self)
@@ -439,6 +443,8 @@ class Registry:
                 # outside the ledger (that would launder the tampering).
                 writer.integrity_problems = integrity.verify_head(tx, goal_id, rollback=True)
             result = work(writer)
+            if preview:
+                raise _Previewed(result)  # rolls the transaction back: nothing it did is kept
             if writer.events:
                 sealed = integrity.seal(tx, writer.goal_id, trusted=not writer.integrity_problems or writer.rebuilt,
                                         last={"seq": writer.events[-1].seq, "hash": writer._prev_hash},
@@ -462,6 +468,12 @@ class Registry:
                                        if self.store.dialect == "sqlite" else None, in_queue=in_queue)
             return None
 
+        if preview:
+            try:
+                self.store.write(transaction)
+            except _Previewed as done:
+                return done.result
+            raise AssertionError("a preview's transaction must roll back")  # pragma: no cover
         if getattr(type(self.store), "THEN_IN_QUEUE", False):
             # Moved while this writer still holds the writers' queue: the next one finds the anchor
             # where the registry is, and anchor writes never queue on a lock of their own.
@@ -485,6 +497,15 @@ class Registry:
                     skip = frozenset()  # the commit stands, and observing it never raises
                 hooks.event_committed(self, events, skip=skip)
         return result
+
+
+class _Previewed(Exception):
+    """Raised out of a preview's transaction (:meth:`Registry.mutate`) so the store rolls it back;
+    carries what the work returned."""
+
+    def __init__(self, result):
+        super().__init__("preview")
+        self.result = result
 
 
 #: ``(registry path as opened, registry id)`` this process has remembered (resolving the path

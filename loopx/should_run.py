@@ -49,15 +49,9 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
     run_id, contract_id = new_id("run"), new_id("contract")
     # Plugin hooks run here, before the write transaction begins: never while the lock is held.
     answers = _plugin_answers(reg, goal_id, agent, run_id)
-
     if dry_run:
-        # A preview opens no run, so it shows no run id (a real call would use another one);
-        # an agent's own open run is shown, since a real call would hand it back.
-        # The steps are listed (capabilities' too) with the run id this preview drew, so what a
-        # real call would give can be seen; a real call opens a run with an id of its own.
-        with reg.read() as tx:
-            return _turn(tx, None, goal_id=goal_id, agent=agent, ttl=ttl, now=clock.now(),
-                         run_id=run_id, contract_id=None, answers=answers)
+        return _preview(reg, goal_id=goal_id, agent=agent, ttl=ttl, run_id=run_id, contract_id=contract_id,
+                        answers=answers)
 
     from loopx import claims
 
@@ -73,6 +67,62 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
     return reg.mutate("core", work, goal_id=goal_id, allow_closed=True, operation_id=operation_id,
                       request={"op": "quota.should_run", "goal": goal_id, "agent": agent, "ttl": ttl,
                                "by": actor})
+
+
+def _preview(reg, *, goal_id, agent, ttl, run_id, contract_id, answers) -> dict:
+    """``--dry-run``: the real call's own transaction - the same checks (integrity, rollback
+    anchor), the same closing of expired and owner-gone runs, the same decision - rolled back at
+    the end, so the answer is the one a real call would give and nothing is written.
+
+    Unlike the real call it stops no leftover step process (it only looks for dead owners,
+    inside the transaction) and replays no step journal. A registry that refuses writes (opened
+    read-only, or read-only file or server) is previewed in a read transaction instead, which
+    cannot close expired runs first (a real call could not run there at all).
+    """
+    from loopx.errors import LoopxError
+
+    def work(w):
+        return _turn(w.tx, w, goal_id=goal_id, agent=agent, ttl=ttl, now=w.at, run_id=run_id,
+                     contract_id=contract_id, answers=answers, check_owners=True)
+
+    try:
+        out = reg.mutate("core", work, goal_id=goal_id, allow_closed=True, preview=True)
+    except LoopxError as exc:
+        if exc.code != "registry_readonly":
+            raise
+        out = _read_only_preview(reg, goal_id=goal_id, agent=agent, ttl=ttl, run_id=run_id,
+                                 contract_id=contract_id, answers=answers)
+    return _as_preview(out, run_id, contract_id)
+
+
+def _read_only_preview(reg, *, goal_id, agent, ttl, run_id, contract_id, answers) -> dict:
+    """The preview on a registry that cannot be written: the rollback anchor read beside the
+    snapshot the way ``self-repair check`` reads it (:func:`loopx.integrity.verify_anchor`),
+    then the decision in one read transaction."""
+    from loopx import integrity
+
+    behind = integrity.verify_anchor(reg, goal_id)
+    with reg.read() as tx:
+        return _turn(tx, None, goal_id=goal_id, agent=agent, ttl=ttl, now=clock.now(), run_id=run_id,
+                     contract_id=contract_id, answers=answers, rolled_back=behind)
+
+
+def _as_preview(out: dict, run_id: str, contract_id: str) -> dict:
+    """A real call's answer, shown as the preview it is: no run id or contract id a real call
+    would not use (an agent's own open run, and the contract it holds, are shown: a real call
+    hands them back); the steps keep the run id this preview drew, so what a real call would
+    list can be seen."""
+    out = dict(out)
+    doc = out.get("interaction_contract")
+    opened = doc is not None and doc.get("run_id") == run_id
+    if doc is not None and doc.get("contract_id") == contract_id:  # opened or renewed by this call
+        doc = {**doc, "contract_id": None, **({"run_id": None} if opened else {})}
+        out["interaction_contract"] = doc
+    out["dry_run"] = True
+    out["preview"] = ("dry run: nothing was written and no run was opened; the steps are shown with the run id "
+                      f"this preview drew ({run_id}): a real call opens a run of its own and lists them with its id"
+                      if opened else "dry run: nothing was written")
+    return out
 
 
 class _Answers:
@@ -128,7 +178,7 @@ def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
 
 
 def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owner=None,
-          check_owners=False, leftovers=None) -> dict:
+          check_owners=False, leftovers=None, rolled_back=()) -> dict:
     from loopx import contract, inputs, runs
 
     # One read of the goal's inputs per call: the one taken before the transaction when nothing
@@ -144,7 +194,7 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owne
                  if leftovers is not None and w is not None and w.goal is not None else None)
         seen = inputs.gather(tx, goal_id, goal_row=w.goal if w is not None else None, open_runs=known)
     if seen.goal.status != "closed":
-        tampered = _tampered(tx, w, seen, agent=agent, now=now)
+        tampered = _tampered(tx, w, seen, agent=agent, now=now, rolled_back=rolled_back)
         if tampered is not None:
             return tampered
     if w is not None and seen.goal.status != "closed":
@@ -170,11 +220,6 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owne
     own = next((r for r in seen.live_runs(now) if r.agent == agent), None)
     d = contract.decide(tx, seen, agent=agent, now=now, own_run=own, vetoed=answers.veto)
     out = {"goal_id": goal_id, "should_run": d.decision == "run", "decision": d.decision, "reasons": d.reasons}
-    if w is None:
-        out["dry_run"] = True
-        out["preview"] = ("dry run: nothing was written and no run was opened; the steps are shown with the run id "
-                          f"this preview drew ({run_id}): a real call opens a run of its own and lists them with its id"
-                          if d.decision == "run" and own is None else "dry run: nothing was written")
     if d.decision != "run":
         fp = seen.fingerprint(own.id if own else None)
         out["interaction_contract"] = contract.document(tx, d, seen, contract_id=None,
@@ -222,8 +267,6 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owne
             from loopx import claims
 
             claims.emit_owner(w, run_id, owner)
-    else:
-        doc = {**doc, "run_id": None}  # a preview opens no run (its steps carry the id drawn)
     out["interaction_contract"] = doc
     return out
 
@@ -235,16 +278,17 @@ def claims_started(tx, run_id: str) -> bool:
     return bool(unfinished_steps(tx, run_id))
 
 
-def _tampered(tx, w, seen, *, agent, now) -> dict | None:
+def _tampered(tx, w, seen, *, agent, now, rolled_back=()) -> dict | None:
     """``repair`` (writing nothing) when the goal's ledger or state fails its integrity check.
 
-    The mutation already verified the goal before this turn (``w.integrity_problems``); a dry
-    run checks here. See :mod:`loopx.integrity`.
+    The mutation already verified the goal before this turn (``w.integrity_problems``); a
+    preview on a registry that cannot be written checks here (``rolled_back``: what the anchor
+    check it made before its snapshot found). See :mod:`loopx.integrity`.
     """
     from loopx import contract, integrity
 
     goal = seen.goal
-    problems = w.integrity_problems if w is not None else integrity.verify_head(tx, goal.id)
+    problems = w.integrity_problems if w is not None else [*rolled_back, *integrity.verify_head(tx, goal.id)]
     if not problems:
         # The rows this decision reads, each against its MAC (one statement; see loopx/state_macs.py).
         gated = sum(1 for g in seen.gates if g.status in ("pending", "rejected") and g.blocks.startswith("todo:"))
@@ -272,8 +316,6 @@ def _tampered(tx, w, seen, *, agent, now) -> dict | None:
             "argvs": argvs}
     d = contract.Decision("repair", [reason], goal=goal, agent=agent, veto=veto)
     out = {"goal_id": goal.id, "should_run": False, "decision": "repair", "reasons": d.reasons}
-    if w is None:
-        out["dry_run"] = True
     out["interaction_contract"] = contract.document(tx, d, seen, contract_id=None, run_id=None,
                                                     fingerprint=seen.fingerprint(), issued_at=now)
     return out
