@@ -166,12 +166,15 @@ def parse_cursor(cursor: str | None) -> tuple[str, int | None]:
     """``None`` -> start; ``a.N`` / ``r.N`` -> after created_seq N in the attention / rest part."""
     if cursor is None:
         return "a", None
+    from loopx.validate import ascii_whole
+
     part, _, seq = str(cursor).partition(".")
     if cursor == "r":
         return "r", None
-    if part not in ("a", "r") or not seq.isdigit() or len(seq) > 18:
+    after = ascii_whole(seq)  # ASCII only: "a.²" is no cursor (str.isdigit() would say it is)
+    if part not in ("a", "r") or after is None:
         raise LoopxError("invalid_argument", f"--cursor: {cursor!r} is not a cursor this command returned")
-    return part, int(seq)
+    return part, after
 
 
 def _goal_row_summary(g: dict) -> dict:

@@ -113,6 +113,18 @@ def check_number(value, *, what: str, minimum=None, maximum=None, integer: bool 
     return int(value) if integer else value
 
 
+def ascii_whole(text, *, digits: int = 18) -> int | None:
+    """``text`` as a whole number when it is 1 to ``digits`` ASCII digits, else ``None``.
+
+    Every number LoopX reads as text goes through here: ``str.isdigit()`` also accepts "²", "①"
+    and other scripts' digits, which ``int()`` refuses (a ValueError where a clear error was
+    due) or reads as numbers nobody typed ("١٢" is 12).
+    """
+    if not isinstance(text, str) or not 0 < len(text) <= digits or not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
 def _show(value) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

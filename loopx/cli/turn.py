@@ -25,10 +25,12 @@ def turn(goal_id, executor, agent, ttl_seconds, unconfined, grace_seconds, worke
     if worker_lease is not None:
         from loopx.errors import LoopxError
 
+        from loopx.validate import ascii_whole
+
         wid, _, token = worker_lease.rpartition(":")
-        if not wid or not token.isdigit():
+        if not wid or ascii_whole(token) is None:
             raise LoopxError("invalid_argument", "--worker-lease is WORKER:TOKEN")
-        owner = claims.owner_here(worker=wid, lease_token=int(token))
+        owner = claims.owner_here(worker=wid, lease_token=ascii_whole(token))
     with interrupt.handling(grace_seconds), open_registry() as reg:
         out = turns.turn(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds,
                              owner=owner, unconfined=unconfined, run_cli=run_inprocess)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 from loopx.errors import LoopxError
+from loopx.validate import ascii_whole
 from loopx.status_server.access import authorised
 from loopx.status_server.responses import ERROR_STATUS, send_error, send_json
 from loopx.status_server.routes import route
@@ -65,8 +66,9 @@ class StatusHandler(BaseHTTPRequestHandler):
     def _not_allowed(self):
         # Drain a request body so the connection stays usable, but never act on it.
         length = self.headers.get("Content-Length")
-        if length and length.isascii() and length.isdigit() and int(length) <= 1 << 20:
-            self.rfile.read(int(length))
+        size = ascii_whole(length or "")
+        if size is not None and size <= 1 << 20:
+            self.rfile.read(size)
         elif length:
             self.close_connection = True
         if not authorised(self):  # with a token, every request needs it, whatever the method

@@ -7,7 +7,7 @@ from loopx import status as projection
 from loopx.errors import LoopxError
 from loopx.status_server.responses import send_error, send_json
 from loopx.status_server.stream import serve_stream
-from loopx.validate import check_id
+from loopx.validate import ascii_whole, check_id
 from loopx.status_server.views import goal_revision, send_asset, send_view
 
 
@@ -45,7 +45,7 @@ def route(handler, path: str, q: dict) -> None:
 def _overview(handler, path: str, q: dict) -> None:
     limit = _int(q, "limit", 50)
     part, after = projection.parse_cursor(q.get("cursor") or None)
-    include_closed = q.get("all", "") in ("1", "true", "yes")
+    include_closed = _flag(q, "all")
     if not 1 <= limit <= projection.MAX_LIMIT:
         raise LoopxError("invalid_argument", f"limit must be 1-{projection.MAX_LIMIT}")
 
@@ -63,7 +63,17 @@ def _int(q: dict, name: str, default: int) -> int:
     value = q.get(name)
     if value is None or value == "":
         return default
-    # isascii() first: str.isdigit() accepts "²" and other Unicode digits int() refuses.
-    if not (value.isascii() and value.isdigit()) or len(value) > 18:
-        raise LoopxError("invalid_argument", f"{name} must be a whole number")
-    return int(value)
+    number = ascii_whole(value)
+    if number is None:
+        raise LoopxError("invalid_argument", f"{name} must be a whole number (ASCII digits)")
+    return number
+
+
+def _flag(q: dict, name: str) -> bool:
+    value = q.get(name, "")
+    if value not in _FLAGS:
+        raise LoopxError("invalid_argument", f"{name} must be one of {', '.join(repr(v) for v in _FLAGS)}")
+    return _FLAGS[value]
+
+
+_FLAGS = {"": False, "0": False, "false": False, "no": False, "1": True, "true": True, "yes": True}

@@ -198,9 +198,12 @@ def cache_bytes() -> int:
     value = os.environ.get("LOOPX_STATUS_CACHE_BYTES", "")
     if not value:
         return CACHE_BYTES
-    if not value.isdigit() or not 1 << 16 <= int(value) <= 1 << 34:
+    from loopx.validate import ascii_whole
+
+    number = ascii_whole(value)
+    if number is None or not 1 << 16 <= number <= 1 << 34:
         raise LoopxError("invalid_argument", "LOOPX_STATUS_CACHE_BYTES must be a whole number from 65536 to 2^34")
-    return int(value)
+    return number
 
 
 def make_server(registry_url: str | None, *, host: str = "127.0.0.1", port: int = 8765,

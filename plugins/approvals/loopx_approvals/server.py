@@ -18,6 +18,7 @@ import html
 import ipaddress
 import json
 import os
+import re
 import secrets
 import sys
 import threading
@@ -25,6 +26,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 COOKIE = "loopx_approvals"
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")  # a score as typed: ASCII digits only
+
+
+def _ascii_number(text: str) -> float | None:
+    """A score as a float, or None: ``float()`` alone also reads "١" (Arabic-Indic one), "１"
+    (fullwidth), "nan" and "1e3" - not a score anyone typed into the box."""
+    return float(text) if _NUMBER.fullmatch(text or "") else None
+
+
+def _length(header: str | None) -> int | None:
+    """A ``Content-Length`` as a number (0 when absent), or None when it is not ASCII digits
+    (``int()`` would raise on "²" and read "-1" as "until the client hangs up")."""
+    if not header:
+        return 0
+    return int(header) if header.isascii() and header.isdigit() and len(header) <= 18 else None
 
 
 class State:
@@ -86,6 +102,13 @@ def _page(view: dict, csrf: str, message: str = "") -> str:
             f"{note}<ul id='goals'>{''.join(rows) or '<li>Nothing waits for you.</li>'}</ul></body></html>")
 
 
+def _score(text: str) -> float:
+    number = _ascii_number(text.strip())
+    if number is None:
+        raise ValueError(text)  # refused below, as any score that is not a number
+    return number
+
+
 def make_handler(state: State, allowed_hosts: set[str]):
     from loopx import api
 
@@ -94,6 +117,13 @@ def make_handler(state: State, allowed_hosts: set[str]):
 
         def log_message(self, *args):
             pass
+
+        def _refuse(self, message: str):
+            """400 with a JSON error (``invalid_argument``), and the connection closed: what
+            follows a request whose length is unknown cannot be read as the next one."""
+            self.close_connection = True
+            return self._send(400, json.dumps({"error": {"code": "invalid_argument", "message": message}}),
+                              ctype="application/json; charset=utf-8")
 
         def _send(self, code: int, body: str, *, headers: dict | None = None, ctype="text/html; charset=utf-8"):
             data = body.encode()
@@ -148,7 +178,9 @@ def make_handler(state: State, allowed_hosts: set[str]):
             origin = self.headers.get("Origin")
             if origin and urlparse(origin).netloc not in allowed_hosts:
                 return self._send(403, "<p id='error'>cross-site request refused</p>")
-            size = int(self.headers.get("Content-Length") or 0)
+            size = _length(self.headers.get("Content-Length"))
+            if size is None:
+                return self._refuse("Content-Length must be a whole number (ASCII digits)")
             if size > 65536:
                 return self._send(413, "too large")
             form = {k: v[0] for k, v in parse_qs(self.rfile.read(size).decode(errors="replace")).items()}
@@ -164,7 +196,8 @@ def make_handler(state: State, allowed_hosts: set[str]):
                         message = f"gate {gate['id']} {gate['status']} (session {session})"
                     elif self.path == "/reward":
                         reward = api.add_reward(reg, "user", goal_id=form.get("goal_id", ""),
-                                                run_id=form.get("run_id", ""), score=float(form.get("score", "x")),
+                                                run_id=form.get("run_id", ""),
+                                                score=_score(form.get("score", "")),
                                                 comment=form.get("comment") or None, operation_id=op)
                         message = f"reward {reward['id']} added (session {session})"
                     else:
