@@ -196,7 +196,7 @@ def validate(cap: Capability) -> Capability:
         words = item.split() if isinstance(item, str) else []
         if not 1 <= len(words) <= 2 or words[0] not in cap.commands:
             raise LoopxError("plugin_error", f"{who}: user_commands holds {item!r}: name one of its commands, alone"
-                             " or with one subcommand ('issue-fix start')")
+                             " or with one subcommand ('COMMAND SUBCOMMAND')")
     if cap.repair_argv and (not cap.repairs or not all(isinstance(a, str) and a and len(a) <= 200
                                                        for a in cap.repair_argv)):
         raise LoopxError("plugin_error", f"{who}: repair_argv must be a list of short strings, and only a"

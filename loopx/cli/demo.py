@@ -60,7 +60,7 @@ def render(entry: dict) -> str:
 def demo(demo_registry):
     """Run a governed agent loop end to end on a fresh registry, printing a readable transcript.
 
-    A goal with criteria, allowed commands, a budget, gates that pause it, the approvals, turns
+    A goal with criteria, allowed commands, a budget, gates that pause it until a user decides, turns
     through the shell executor with evidence, a human reward, and the final summary_all.
     """
     import tempfile

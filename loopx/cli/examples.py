@@ -21,7 +21,7 @@ EXAMPLES: dict[str, list[str]] = {
     "action remove": ["loopx action remove g-2ce4 --name test"],
     "capabilities": ["loopx capabilities list"],
     "capabilities list": ["loopx capabilities list --json"],
-    "capabilities show": ["loopx capabilities show issue_fix"],
+    "capabilities show": ["loopx capabilities show seed_domain"],
     "demo": ["loopx demo", "loopx --registry /tmp/demo.db demo   # keep the demo's registry"],
     "evidence": ["loopx evidence add --run-id r-91ab --kind note --summary 'the fit converged'"],
     "evidence add": ["loopx evidence add --run-id r-91ab --kind metric --summary 'MAPE 4.1%' --data '{\"mape\": 0.041}'"],
@@ -42,7 +42,7 @@ EXAMPLES: dict[str, list[str]] = {
     "plugins": ["loopx plugins", "loopx plugins install ./examples/plugins/loopx-seed-domain"],
     "plugins list": ["loopx plugins list --json"],
     "plugins install": ["loopx plugins install ./examples/plugins/loopx-seed-domain",
-                        "loopx plugins install loopx-issue-fix"],
+                        "loopx plugins install PACKAGE   # a name on the package index"],
     "plugins uninstall": ["loopx plugins uninstall loopx-seed-domain"],
     "project-prompt": ["loopx project-prompt create --title 'Investigate the revenue spike' --criterion 'names three drivers'"],
     "project-prompt create": ["loopx project-prompt create --title 'Investigate the revenue spike' "

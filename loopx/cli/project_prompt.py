@@ -114,7 +114,7 @@ def criterion(goal_id, number, met, operation_id):
 def capabilities_command(goal_id, enable, disable, operation_id):
     """Show or change the capabilities a goal uses (a user's choice, never an agent's).
 
-    Only the capabilities a goal uses (and those on for every goal, such as self-repair) add
+    Only the capabilities a goal uses (and those declared on for every goal) add
     steps to its contracts, veto its turns or hear its events; the next contract follows.
     """
     from loopx import goals
