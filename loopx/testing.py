@@ -229,13 +229,14 @@ def capability_doc_problems(name: str, doc_root=".") -> list[str]:
     return capabilities.check_doc(cap, path.read_text(encoding="utf-8"))
 
 
-#: The LoopX modules a plugin may import.
+#: The LoopX modules a plugin may import (its tests: these and ``loopx.testing``).
 ALLOWED_IMPORTS = ("loopx", "loopx.api")
 
 
-def check_plugin_imports(package_dir) -> list[str]:
+def check_plugin_imports(package_dir, *, tests: bool = False) -> list[str]:
     """Every import of a LoopX module other than ``loopx.api`` (and ``loopx`` for ``hookimpl``)
     in the Python files under ``package_dir``, as ``"path:line: what"``; empty when clean.
+    ``tests``: ``package_dir`` holds a plugin's tests, which may import ``loopx.testing`` too.
 
     Walks the syntax trees, so imports inside functions count too. Run it in your plugin's tests:
     ``assert loopx.api.check_plugin_imports(Path(my_plugin.__file__).parent) == []``. A check
@@ -270,10 +271,75 @@ def check_plugin_imports(package_dir) -> list[str]:
             for module, members in names:
                 if module != "loopx" and not module.startswith("loopx."):
                     continue
-                if module == "loopx.api":
+                if module == "loopx.api" or (tests and module == "loopx.testing"):
                     continue
-                if module == "loopx" and (members is None or set(members) <= {"hookimpl", "api", "__version__"}):
+                allowed = {"hookimpl", "api", "__version__", *(("testing",) if tests else ())}
+                if module == "loopx" and (members is None or set(members) <= allowed):
                     continue
                 what = f"from {module} import {', '.join(members)}" if members else f"import {module}"
                 problems.append(f"{path.relative_to(root.parent)}:{node.lineno}: {what}")
     return problems
+
+
+# --------------------------------------------------------------------------- damaging a registry
+
+
+def tamper_sqlite(reg, *statements, reseal: bool = True) -> None:
+    """Damage an SQLite registry behind LoopX's back: each ``(sql, params)`` of ``statements``
+    run on its file directly, as someone with ``sqlite3`` would.
+
+    ``reseal`` (the default) then re-chains and re-seals every goal and moves the rollback anchor
+    to the registry as it stands, as migrating a registry an older LoopX damaged would: the
+    damage predates the hash chain, so only a repair capability's own detectors can find it.
+    ``reseal=False`` leaves the damage for the integrity checks to find.
+    """
+    import sqlite3
+
+    con = sqlite3.connect(reg.store.path)
+    try:
+        for sql, params in statements:
+            con.execute(sql, params)
+        con.commit()
+    finally:
+        con.close()
+    if not reseal:
+        return
+    from loopx import integrity
+    from loopx.rekey import anchor_as_it_stands
+
+    def work(tx):
+        for r in tx.query("SELECT DISTINCT goal_id FROM events"):
+            integrity.rechain(tx, r["goal_id"], 1)
+            integrity.seal(tx, r["goal_id"])
+
+    reg.store.write(work)
+    anchor_as_it_stands(reg)  # re-chained, the newest events have new hashes
+
+
+def old_sqlite_registry(path) -> int:
+    """Make ``path`` an SQLite registry as the first LoopX left it (schema version 1, no goals),
+    for a test of what meets an old registry; returns that version."""
+    import sqlite3
+
+    from loopx.store import schema
+
+    con = sqlite3.connect(path)
+    try:
+        for sql in schema.MIGRATIONS[0]:
+            con.execute(sql.format(**schema.DIALECT_WORDS["sqlite"]))
+        con.execute("PRAGMA user_version = 1")
+        con.commit()
+    finally:
+        con.close()
+    return 1
+
+
+def forbid_ledger_replay(monkeypatch) -> None:
+    """Make any replay of a goal's ledger fail the test (``monkeypatch``: pytest's fixture), for
+    a test that a path is cheap: a check that must never replay history, whatever its length."""
+    from loopx import ledger
+
+    def no_replay(*_args, **_kw):
+        raise AssertionError("this path must not replay the ledger")
+
+    monkeypatch.setattr(ledger, "replay", no_replay)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from issue_fix_helpers import Result, make_project
 
@@ -25,16 +24,14 @@ def project(tmp_path) -> Path:
 
 
 @pytest.fixture
-def cli(loopx_registry):
-    """``cli("issue-fix", "show", ..., env={...})`` -> :class:`Result`, in-process, on a fresh registry."""
-    from loopx.cli import cli as root
-
+def cli(loopx_registry, loopx_cli):
+    """``cli("issue-fix", "show", ..., env={...})`` -> :class:`Result`, in-process, on a fresh registry
+    (``loopx_cli`` of ``loopx.testing``)."""
     url = str(loopx_registry.store.url)
 
     def call(*args, env=None):
-        r = CliRunner().invoke(root, [str(a) for a in args], env={"LOOPX_REGISTRY": url, **(env or {})},
-                               catch_exceptions=False)
-        return Result(r.exit_code, r.stdout, r.stderr)
+        r = loopx_cli(*args, env=env)
+        return Result(r.code, r.out, r.err)
 
     call.url = url
     return call

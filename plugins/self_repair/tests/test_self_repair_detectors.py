@@ -1,16 +1,17 @@
 """Every self-repair detector on a registry damaged on purpose (raw SQL on the SQLite file), the
 contract veto, and the fix recorded in the ledger.
 
-These tests use the fixtures LoopX installs for plugin authors (``loopx_registry``, ``loopx_cli``).
+These tests use the fixtures LoopX installs for plugin authors (``loopx_registry``, ``loopx_cli``,
+``loopx_clock``) and import nothing of LoopX but ``loopx.api`` and ``loopx.testing``: a copy of the
+plugin that has only those passes them (tests/test_self_repair_api_only.py).
 """
 
 import json
 import sqlite3
+from datetime import datetime, timedelta
 
-from loopx import clock, evidence, gates, ledger, todos
-from loopx import goals as project_prompt
-from loopx.should_run import should_run
-from loopx.store import schema
+from loopx import api
+from loopx.testing import forbid_ledger_replay, old_sqlite_registry, tamper_sqlite
 from loopx_self_repair import detectors, repairs
 
 
@@ -18,15 +19,15 @@ from loopx_self_repair import detectors, repairs
 
 
 def new_goal(reg, title="Investigate Quarterly Revenue Spike"):
-    return project_prompt.create(reg, "user", title=title)["id"]
+    return api.create_goal(reg, "user", title=title)["id"]
 
 
 def add_todo(reg, g, text, depends_on=()):
-    return todos.add(reg, "user", goal_id=g, text=text, depends_on=list(depends_on))["id"]
+    return api.add_todo(reg, "user", goal_id=g, text=text, depends_on=list(depends_on))["id"]
 
 
 def open_run(reg, g, agent="a1", ttl=3600):
-    r = should_run(reg, "user", goal_id=g, agent=agent, ttl_seconds=ttl)
+    r = api.should_run(reg, "user", goal_id=g, agent=agent, ttl_seconds=ttl)
     assert r["decision"] == "run", r
     return r["interaction_contract"]["run_id"]
 
@@ -38,31 +39,18 @@ def raw(reg, *statements, sealed=True):
     an older LoopX damaged would: the damage predates the hash chain, so only these detectors can
     find it. tests/reliability/test_tamper.py covers damage done after the chain existed.
     """
-    con = sqlite3.connect(reg.store.path)
-    try:
-        for sql, params in statements:
-            con.execute(sql, params)
-        con.commit()
-    finally:
-        con.close()
-    if sealed:
-        from loopx import integrity
+    tamper_sqlite(reg, *statements, reseal=sealed)
 
-        def reseal(tx):
-            for r in tx.query("SELECT DISTINCT goal_id FROM events"):
-                integrity.rechain(tx, r["goal_id"], 1)
-                integrity.seal(tx, r["goal_id"])
 
-        reg.store.write(reseal)
-        # Re-chained, the newest events have new hashes: this is the registry as it stands now.
-        from loopx.rekey import anchor_as_it_stands
-
-        anchor_as_it_stands(reg)
+def later(seconds):
+    """LoopX's clock ``seconds`` from now, as LoopX writes times."""
+    stamp = "%Y-%m-%dT%H:%M:%S.%fZ"
+    return (datetime.strptime(api.now(), stamp) + timedelta(seconds=seconds)).strftime(stamp)
 
 
 def event_of(reg, g, kind, **match):
     with reg.read() as tx:
-        for e in ledger.events(tx, g):
+        for e in api.goal_events(tx, g):
             if e.kind == kind and all(e.body.get(k) == v for k, v in match.items()):
                 return e
     raise AssertionError(f"no {kind} {match}")
@@ -101,14 +89,13 @@ def fix(loopx_cli, *args):
 
 def repair_events(reg, g):
     with reg.read() as tx:
-        return [(e.actor, e.kind, e.body.get("repair")) for e in ledger.events(tx, g)
+        return [(e.actor, e.kind, e.body.get("repair")) for e in api.goal_events(tx, g)
                 if e.actor == "capability:self_repair" or e.body.get("by") == "capability:self_repair"]
 
 
 def assert_replay_matches(reg, g):
     with reg.read() as tx:
-        live = ledger.normalise(ledger.snapshot(tx, g))
-        assert live == ledger.normalise(ledger.replayed_snapshot(ledger.events(tx, g)))
+        assert api.goal_snapshot(tx, g) == api.replay_goal(api.goal_events(tx, g))[0]
 
 
 # --- a healthy registry ----------------------------------------------------------------------
@@ -119,9 +106,9 @@ def test_a_healthy_registry_has_no_findings(loopx_registry, loopx_cli):
     g = new_goal(reg)
     a = add_todo(reg, g, "load data")
     b = add_todo(reg, g, "fit model", [a])
-    gates.add(reg, "user", goal_id=g, title="ok to publish?", scope="production", blocks=f"todo:{b}")
+    api.request_gate(reg, "user", goal_id=g, title="ok to publish?", scope="production", blocks=f"todo:{b}")
     run = open_run(reg, g)
-    evidence.record(reg, "user", kind="note", summary="loaded", run_id=run)
+    api.add_evidence(reg, "user", kind="note", summary="loaded", run_id=run)
     report = check(reg)
     assert report["ok"] is True and report["findings"] == [] and report["checked"]["goals"] == 1
     r = loopx_cli("self-repair", "check", "--json")
@@ -166,8 +153,8 @@ def test_ledger_drift_is_found_by_the_full_check_and_rebuilt(loopx_registry, loo
     r = fix(loopx_cli, "--goal-id", g)
     assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["ledger_drift"]
     with reg.read() as tx:
-        assert todos.load_todo(tx, g, a).text == "the real text"
-        assert project_prompt.load_goal(tx, g).title == "Investigate Quarterly Revenue Spike"
+        assert api.load_todo(tx, g, a).text == "the real text"
+        assert api.load_goal(tx, g).title == "Investigate Quarterly Revenue Spike"
     assert_replay_matches(reg, g)
 
 
@@ -175,10 +162,11 @@ def test_stale_lease_is_housekeeping_never_a_veto(loopx_registry, loopx_cli, loo
     reg = loopx_registry
     g = new_goal(reg)
     a = add_todo(reg, g, "a")
-    todos.claim(reg, "user", goal_id=g, todo_id=a, agent="crashed-agent", ttl_seconds=60)
+    claimed = loopx_cli("todo", "claim", "--goal-id", g, "--todo-id", a, "--agent", "crashed-agent",
+                        "--ttl-seconds", "60", "--json")
+    assert claimed.code == 0, claimed
     assert check(reg, g)["ok"]  # not expired yet
-    later = clock.add_seconds(clock.now(), 3600)
-    report = check(reg, g, now=later)
+    report = check(reg, g, now=later(3600))
     assert codes(report) == ["stale_lease"]
     f = report["findings"][0]
     assert f["subject"] == a and f["severity"] == "housekeeping" and f["details"]["agent"] == "crashed-agent"
@@ -189,8 +177,8 @@ def test_stale_lease_is_housekeeping_never_a_veto(loopx_registry, loopx_cli, loo
     r = fix(loopx_cli, "--goal-id", g)
     assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["stale_lease"], r
     with reg.read() as tx:
-        assert todos.load_todo(tx, g, a).claim is None
-        assert todos.load_todo(tx, g, a).epoch == 1  # a later claim still bumps the epoch
+        assert api.load_todo(tx, g, a).claim is None
+        assert api.load_todo(tx, g, a).epoch == 1  # a later claim still bumps the epoch
     assert ("capability:self_repair", "self_repair.repaired", "lease_released") in repair_events(reg, g)
     assert_replay_matches(reg, g)
 
@@ -199,7 +187,7 @@ def test_abandoned_run_is_recorded_with_the_core_event(loopx_registry, loopx_cli
     reg = loopx_registry
     g = new_goal(reg)
     run = open_run(reg, g, ttl=60)
-    report = check(reg, g, now=clock.add_seconds(clock.now(), 120))
+    report = check(reg, g, now=later(120))
     assert codes(report) == ["abandoned_run"] and report["findings"][0]["subject"] == run
     assert veto(reg, g) == []
     loopx_clock.advance(120)  # the run's lease runs out
@@ -218,7 +206,7 @@ def test_evidence_without_a_run(loopx_registry, loopx_cli):
     reg = loopx_registry
     g = new_goal(reg)
     run = open_run(reg, g)
-    ev = evidence.record(reg, "user", kind="note", summary="observed", run_id=run)["id"]
+    ev = api.add_evidence(reg, "user", kind="note", summary="observed", run_id=run)["id"]
     # Damage the ledger itself: the evidence entry now names a run that never existed.
     e = event_of(reg, g, "evidence.added", evidence_id=ev)
     raw(reg, rewrite_event(e, run_id="r-000000000000"), ("UPDATE evidence SET run_id = 'r-000000000000' WHERE id = ?", (ev,)))
@@ -239,7 +227,7 @@ def test_evidence_whose_run_row_vanished_is_restored_from_the_ledger(loopx_regis
     reg = loopx_registry
     g = new_goal(reg)
     run = open_run(reg, g)
-    evidence.record(reg, "user", kind="note", summary="observed", run_id=run)
+    api.add_evidence(reg, "user", kind="note", summary="observed", run_id=run)
     raw(reg, ("DELETE FROM runs WHERE id = ?", (run,)))
     # Usage is kept in counters (goal_usage), which still hold the run's turn: no quota drift.
     assert codes(check(reg, g)) == ["ledger_drift", "orphan_evidence"]
@@ -270,7 +258,7 @@ def test_todo_depending_on_a_missing_todo(loopx_registry, loopx_cli):
     r = fix(loopx_cli, "--goal-id", g)
     assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["missing_dependency"], r
     with reg.read() as tx:
-        assert todos.load_todo(tx, g, b).depends_on == [a]  # only the missing one is dropped
+        assert api.load_todo(tx, g, b).depends_on == [a]  # only the missing one is dropped
     assert decision(loopx_cli, g)["decision"] == "run"
     assert_replay_matches(reg, g)
 
@@ -279,7 +267,8 @@ def test_gate_pointing_at_a_missing_todo_is_widened_not_removed(loopx_registry, 
     reg = loopx_registry
     g = new_goal(reg)
     a = add_todo(reg, g, "publish")
-    gate = gates.add(reg, "user", goal_id=g, title="ok to publish?", scope="production", blocks=f"todo:{a}")["id"]
+    gate = api.request_gate(reg, "user", goal_id=g, title="ok to publish?", scope="production",
+                            blocks=f"todo:{a}")["id"]
     e = event_of(reg, g, "gate.added", gate_id=gate)
     ghost = "t-000000000000"
     raw(reg, rewrite_event(e, blocks=f"todo:{ghost}"), ("UPDATE gates SET blocks = ? WHERE id = ?", (f"todo:{ghost}", gate)))
@@ -302,7 +291,7 @@ def test_a_gate_on_a_removed_action_is_not_damage(loopx_registry, loopx_cli):
     reg = loopx_registry
     g = new_goal(reg)
     assert loopx_cli("action", "add", "--goal-id", g, "--name", "deploy", "--", "echo", "hi", "--json").code == 0
-    gates.add(reg, "user", goal_id=g, title="deploy?", scope="production", blocks="action:deploy")
+    api.request_gate(reg, "user", goal_id=g, title="deploy?", scope="production", blocks="action:deploy")
     assert loopx_cli("action", "remove", "--goal-id", g, "--name", "deploy", "--json").code == 0
     assert check(reg, g)["ok"]
 
@@ -344,22 +333,17 @@ def test_storage_integrity(loopx_registry, loopx_cli):
 def test_schema_version_behind(tmp_path, loopx_cli, monkeypatch):
     # A registry as an older LoopX left it: the first schema step only.
     path = tmp_path / "old.db"
-    con = sqlite3.connect(path)
-    for sql in schema.MIGRATIONS[0]:
-        con.execute(sql.format(**schema.DIALECT_WORDS["sqlite"]))
-    con.execute("PRAGMA user_version = 1")
-    con.commit()
-    con.close()
+    assert old_sqlite_registry(path) == 1
     env = {"LOOPX_REGISTRY": str(path)}
     r = loopx_cli("self-repair", "check", "--json", env=env)
     assert r.code == 1, r
     assert codes(r.json) == ["schema_behind"]
-    assert r.json["findings"][0]["details"] == {"version": 1, "current": schema.CURRENT_VERSION}
+    assert r.json["findings"][0]["details"] == {"version": 1, "current": api.SCHEMA_VERSION}
     r = loopx_cli("self-repair", "fix", "--json", env=env)
     assert r.code == 0 and r.json["repaired"][0]["code"] == "schema_behind", r
     assert loopx_cli("self-repair", "check", "--json", env=env).json["ok"]
     con = sqlite3.connect(path)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == schema.CURRENT_VERSION
+    assert con.execute("PRAGMA user_version").fetchone()[0] == api.SCHEMA_VERSION
     con.close()
 
 
@@ -371,13 +355,7 @@ def test_the_veto_never_replays_the_ledger(loopx_registry, loopx_cli, monkeypatc
     g = new_goal(reg)
     add_todo(reg, g, "a")
 
-    def no_replay(*a, **k):
-        raise AssertionError("the veto path must not replay the ledger")
-
-    from loopx import damage
-
-    monkeypatch.setattr(damage, "replay", no_replay)
-    monkeypatch.setattr(ledger, "replayed_snapshot", no_replay)
+    forbid_ledger_replay(monkeypatch)
     assert decision(loopx_cli, g)["decision"] == "run"
 
 
@@ -398,7 +376,7 @@ def test_a_lost_ledger_entry_is_repaired_in_order(loopx_registry, loopx_cli):
     g = new_goal(reg)
     a = add_todo(reg, g, "a")
     b = add_todo(reg, g, "b", [a])
-    gate = gates.add(reg, "user", goal_id=g, title="a ok?", blocks=f"todo:{a}")["id"]
+    gate = api.request_gate(reg, "user", goal_id=g, title="a ok?", blocks=f"todo:{a}")["id"]
     lost = event_of(reg, g, "todo.added", todo_id=a)
     raw(reg, ("DELETE FROM events WHERE id = ?", (lost.id,)))
     assert codes(check(reg, g)) == ["chain_broken", "ledger_drift", "ledger_gap"]
@@ -414,7 +392,7 @@ def test_a_lost_ledger_entry_is_repaired_in_order(loopx_registry, loopx_cli):
         ("self_repair.repaired", "dependency_dropped"), ("self_repair.repaired", "gate_widened"),
         ("capability.state_set", None)]
     with reg.read() as tx:
-        assert [t.id for t in todos.list_todos(tx, g)] == [b]
+        assert [t.id for t in api.list_todos(tx, g)] == [b]
         assert tx.one("SELECT blocks FROM gates WHERE id = ?", (gate,))["blocks"] == "all"
         assert tx.one("SELECT seq FROM events WHERE goal_id = ? AND seq = ?", (g, lost.seq)) is None
     assert event_of(reg, g, "self_repair.repaired", repair="state_rebuilt").body["lost"] == [lost.seq]
@@ -422,9 +400,7 @@ def test_a_lost_ledger_entry_is_repaired_in_order(loopx_registry, loopx_cli):
     assert check(reg, g)["ok"]
     assert_replay_matches(reg, g)
     # The capability's own record of what it did, in the namespace it owns.
-    from loopx.capabilities import get_state
-
-    assert get_state(reg, g, "self_repair")["last_fix"]["repaired"] == ["missing_dependency", "dangling_gate"]
+    assert api.get_state(reg, g, "self_repair")["last_fix"]["repaired"] == ["missing_dependency", "dangling_gate"]
 
 
 def test_fix_operation_id_retry_writes_nothing_twice(loopx_registry, loopx_cli):
@@ -457,12 +433,12 @@ def test_repairs_on_a_closed_goal(loopx_registry, loopx_cli):
     reg = loopx_registry
     g = new_goal(reg)
     add_todo(reg, g, "a")
-    project_prompt.transition(reg, "user", "close", g)
+    assert loopx_cli("project-prompt", "close", "--goal-id", g, "--reason", "done", "--json").code == 0
     raw(reg, ("UPDATE goals SET revision = 1 WHERE id = ?", (g,)))
     r = fix(loopx_cli)
     assert r.json["ok"] and r.json["repaired"], r
     with reg.read() as tx:
-        assert project_prompt.load_goal(tx, g).status == "closed"
+        assert api.load_goal(tx, g).status == "closed"
 
 
 def test_skill_command_prints_the_shipped_skill(loopx_cli):
@@ -476,7 +452,7 @@ def test_skill_command_prints_the_shipped_skill(loopx_cli):
 
 def reg_events(reg, g):
     with reg.read() as tx:
-        return [(e.seq, e.kind) for e in ledger.events(tx, g)]
+        return [(e.seq, e.kind) for e in api.goal_events(tx, g)]
 
 
 def _corrupt_index(path, index, update_sql):
