@@ -341,3 +341,17 @@ def test_every_reason_the_code_gives_is_listed_and_has_a_case():
     assert set(contract.REASONS) - written == set(), "contract.REASONS lists a reason the code no longer gives"
     covered = {reason for _build, reason in CASES.values()}
     assert set(contract.REASONS) - covered == set(), "a reason without a parity case"
+
+
+def test_a_read_only_preview_still_sees_a_registry_rolled_back(reg, loopx):
+    # A registry that cannot be written is previewed in a read transaction: the rollback anchor
+    # is read beside it, so the older copy is still named (a real call could not run there).
+    from loopx.registry import Registry
+
+    g, agent = rolled_back(reg, loopx.url, None, None)
+    with Registry.open(loopx.url, readonly=True) as ro:
+        preview = should_run(ro, "user", goal_id=g, agent=agent, dry_run=True)
+    assert (preview["decision"], preview["reasons"]) == ("repair", ["registry_rolled_back"]), preview
+    assert preview["dry_run"] is True
+    real = loopx("quota", "should-run", "--goal-id", g, "--agent", agent, "--json").json
+    assert (real["decision"], real["reasons"]) == (preview["decision"], preview["reasons"])
