@@ -640,10 +640,13 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
         raise LoopxError("issue_fix.changed_since_verify",
                          f"nothing published: {problem}; the goal is back to verify (evidence {out['evidence_id']})")
     seconds = limit[0]
+    # A request's body is the packet the user decided on: checked against its recorded sha256
+    # before anything is pushed (artifact_tampered: nothing pushed, nothing opened).
+    body = _packet_body(state) if how["provider"] != "push" else None
     remote_moved, local_moved = _ref_changes(state, _refs(state))
     pushed = gitrepo.push(state["repo"], branch["remote"], ver["commit"], branch["name"], seconds)
     refs = _refs(state)
-    request = _open_request(state, seconds) if how["provider"] != "push" else None
+    request = _open_request(state, body, seconds) if how["provider"] != "push" else None
 
     def update(current, evidence_id, w):
         if current["phase"] != "publish":
@@ -679,14 +682,21 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
     return out
 
 
-def _open_request(state: dict, timeout: float) -> str:
-    """Open a pull (``gh``) or merge (``glab``) request from the pushed branch; its URL or output."""
-    from loopx.api import read_artifact, run_command
+def _packet_body(state: dict) -> str:
+    """The recorded hand-off packet's text, only while its sha256 is the recorded one."""
+    from loopx.api import read_artifact
+
+    handoff = state["handoff"]
+    return read_artifact(handoff["packet"], handoff["sha256"], what="the hand-off packet").decode(
+        "utf-8", "replace")[:60000]
+
+
+def _open_request(state: dict, body: str, timeout: float) -> str:
+    """Open a pull (``gh``) or merge (``glab``) request from the pushed branch, ``body`` its
+    description; its URL or output."""
+    from loopx.api import run_command
 
     provider, title = state["publish"]["provider"], state["issue"]["title"]
-    # The request's body is the packet the user approved on, checked against its recorded sha256.
-    body = read_artifact(state["handoff"]["packet"], state["handoff"]["sha256"],
-                         what="the hand-off packet").decode("utf-8", "replace")[:60000]
     if provider == "gh":
         argv = ["gh", "pr", "create", "--head", state["branch"]["name"], "--title", title, "--body", body]
     else:

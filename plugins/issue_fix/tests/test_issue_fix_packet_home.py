@@ -18,8 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from issue_fix_helpers import FIXED, git
-from test_issue_fix import start, state, step
+from issue_fix_helpers import FIXED, as_agent, git, origin_of
+from test_issue_fix import contract, only, start, state, step
 
 
 def to_handoff(cli, project):
@@ -158,3 +158,55 @@ def test_handoff_output_raced_by_a_directory_swapped_for_a_link_never_writes_out
     assert log["rewrite_packet"].startswith("refused"), log
     s = state(cli, g)
     assert s["phase"] == "publish" and "import os; os.system" in s["packet"], s["phase"]
+
+
+FAKE_GH = """#!/bin/sh
+# Records how it was called (the request's body among it) and answers with a URL.
+printf '%s\\n' "$@" > "$(dirname "$0")/gh-argv.txt"
+echo https://example.invalid/pull/1
+"""
+
+
+def test_a_pull_request_body_is_the_recorded_packet_and_a_rewritten_one_pushes_nothing(cli, project, tmp_path,
+                                                                                         monkeypatch):
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(FAKE_GH)
+    (bin_dir / "gh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ.get('PATH', '')}")
+    out = start(cli, project, "--publish", "gh")
+    g = out["goal_id"]
+    step(cli, g)
+    Path(out["worktree"], "calc.py").write_text(FIXED)
+    step(cli, g)
+    r, _ = step(cli, g, "--root-cause", "add used subtraction")
+    packet, text = Path(r.json["packet_path"]), r.json["packet"]
+    [gate] = cli("gate", "list", "--goal-id", g, "--json").json
+    assert cli("gate", "approve", "--goal-id", g, "--gate-id", gate["id"]).code == 0
+
+    packet.write_text(text.replace("add used subtraction", "trust me"))
+    doc = contract(cli, g)
+    refused = as_agent(cli, only(doc, "loopx issue-fix publish") + " --json")
+    assert refused.code == 2 and refused.json["error"]["code"] == "artifact_tampered", refused
+    assert git(origin_of(project), "branch", "--list") == "" and not (bin_dir / "gh-argv.txt").exists()
+
+    packet.write_text(text)  # as recorded again
+    done = as_agent(cli, only(doc, "loopx issue-fix publish") + " --json")
+    assert done.code == 0 and done.json["request"] == "https://example.invalid/pull/1", done
+    argv = (bin_dir / "gh-argv.txt").read_text()
+    assert "--body" in argv and "add used subtraction" in argv and "trust me" not in argv
+
+
+def test_results_rewritten_before_the_hand_off_never_reach_the_packet(cli, project):
+    """The packet's table of flipped tests comes from the complete results files (in the goal's
+    directory, beside the agent's git metadata): one changed since it was recorded stops the hand-off."""
+    _, g = to_handoff(cli, project)
+    s = state(cli, g)
+    results = Path(s["goal_dir"], "results", f"{s['verification']['evidence_id']}.json")
+    doc = json.loads(results.read_text())
+    doc["cases"]["test_calc.py::test_sub"]["status"] = "failed"
+    results.write_text(json.dumps(doc))
+    r, _ = step(cli, g, "--root-cause", "add used subtraction", expect=2, end=False)
+    assert r.json["error"]["code"] == "artifact_tampered" and "results file" in r.json["error"]["message"], r
+    assert state(cli, g)["phase"] == "handoff" and cli("gate", "list", "--goal-id", g, "--json").json == []
