@@ -235,3 +235,35 @@ def test_a_path_opened_beneath_a_root_follows_no_link_and_leaves_no_root(tmp_pat
             (root / "a" / "link").symlink_to(outside / "secret")
     finally:
         safe_open._openat2_state[:] = saved
+
+
+def test_a_command_served_in_a_broker_child_resolves_beneath_the_steps_roots_again(tmp_path, sqlite_url):
+    """A request the broker serves in a ``loopx`` child (while another runs in its process) gets the
+    step in ``LOOPX_STEP``, the roots with it: the child opens the path the same way."""
+    from loopx.registry import Registry
+    from tests.test_turn_helpers import make_goal
+
+    with Registry.open(sqlite_url) as reg:
+        goal = make_goal(reg)["goal"]
+    work, outside = tmp_path / "work", tmp_path / "outside.txt"
+    work.mkdir()
+    outside.write_text("secret\n")
+    (work / "plain.txt").write_text("plain\n")
+    (work / "link").symlink_to(outside)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    env.update(LOOPX_REGISTRY=sqlite_url, LOOPX_STEP=json.dumps({"policy": None, "env": {}, "roots": [str(work)]}))
+
+    def add(path, **extra):
+        return subprocess.run([PY, "-m", "loopx", "--format", "json", "evidence", "add", "--goal-id", goal, "--kind",
+                               "file", "--summary", "s", "--file", path], env={**env, **extra}, cwd=work,
+                              capture_output=True, text=True, timeout=60)
+
+    p = add("plain.txt")
+    assert p.returncode == 0 and json.loads(p.stdout)["file_sha256"] == \
+        "sha256:" + hashlib.sha256(b"plain\n").hexdigest(), p
+    for path in ("link", str(outside), "../outside.txt"):
+        p = add(path)
+        assert p.returncode == 2 and json.loads(p.stdout)["error"]["code"] == "actor_forbidden", (path, p.stdout)
+    # A step whose roots are not known names nothing (fails closed).
+    p = add("plain.txt", LOOPX_STEP=json.dumps({"policy": None, "env": {}}))
+    assert p.returncode == 2 and json.loads(p.stdout)["error"]["code"] == "actor_forbidden", p.stdout
