@@ -256,6 +256,8 @@ class Broker:
                 found = safe_open.place(os.path.expanduser(path), roots=self.step.writable(),
                                         cwd=cwd or self.step.workdir)
             except LoopxError as exc:
+                if exc.code != "actor_forbidden":
+                    continue  # missing: the command, resolving it the same way, says so itself
                 return f"{option} {exc.message}"
             if held is None or path in held:
                 found.close()

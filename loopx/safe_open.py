@@ -210,6 +210,8 @@ def place(path: str, *, roots: list[str], cwd: str | None = None) -> Place:
         try:
             dir_fd = open_beneath(root_fd, parent or ".", os.O_RDONLY | _DIRECTORY)
         except OSError as exc:
+            if exc.errno == errno.ENOENT:  # nothing to escape through: the command says it is missing
+                raise LoopxError("invalid_argument", f"{path}: a directory on the way does not exist") from None
             raise _refused(path, _why(exc)) from None
         finally:
             os.close(root_fd)

@@ -124,6 +124,7 @@ out["read_hardlink"] = loopx("evidence", "add", "--kind", "file", "--summary", "
 out["write_link_final"] = loopx("scribble", "--out", "pth-link")
 out["write_link_dir"] = loopx("scribble", "--out", "site-link/zz.pth")
 out["write_dotdot"] = loopx("scribble", "--out", "sub/../../site-packages/zz.pth")
+out["read_missing_dir"] = loopx("evidence", "add", "--kind", "file", "--summary", "s", "--file", "nope/x.txt")
 out["legit_read"] = loopx("evidence", "add", "--kind", "file", "--summary", "plain", "--file", "plain.txt")
 out["legit_write"] = loopx("scribble", "--out", "sub/written.txt")
 with open("race-result.json", "w") as f:
@@ -187,6 +188,9 @@ def test_links_swapped_in_while_the_broker_serves_a_path_never_reach_outside_the
         assert code == 2 and "actor_forbidden" in text, (name, text)
     assert "symbolic link" in out["read_link_final"][1] and "symbolic link" in out["write_link_dir"][1], out
     assert "hard links" in out["read_hardlink"][1], out["read_hardlink"]
+    # A directory that does not exist is the command's plain error, not a refusal.
+    assert out["read_missing_dir"][0] == 2 and "invalid_argument" in out["read_missing_dir"][1], out
+    assert "does not exist" in out["read_missing_dir"][1]
     assert out["legit_read"][0] == 0 and out["legit_write"][0] == 0, out
     assert (work / "sub" / "written.txt").read_bytes().startswith(b"import os")
     # A link named as the output is replaced by the file, never written through.
