@@ -156,6 +156,17 @@ GROUPS = {
         "private_dir": "loopx.private_run:private_dir",
         "run_confined": "loopx.private_run:run_confined",
     },
+    "Files a step names, and what a human reviews": {
+        "open_step_file": "loopx.safe_open:open_file",
+        "read_step_file": "loopx.safe_open:read_file",
+        "hash_step_file": "loopx.safe_open:hash_file",
+        "write_step_file": "loopx.safe_open:write_file",
+        "write_beneath": "loopx.safe_open:write_beneath",
+        "read_beneath": "loopx.safe_open:read_beneath",
+        "save_artifact": "loopx.artifacts:save",
+        "read_artifact": "loopx.artifacts:read_verified",
+        "artifact_dir": "loopx.artifacts:directory",
+    },
     "Executors": {
         "Executor": "loopx.executors.protocol:Executor",
         "CheckedExecutor": "loopx.executors.protocol:CheckedExecutor",

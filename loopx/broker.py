@@ -184,6 +184,14 @@ class Broker:
 
     def dispatch(self, argv: list[str], *, cwd: str | None = None, step_id: str | None = None) -> dict:
         """Run ``loopx ARGV`` as this run's executor; ``{"exit_code", "stdout", "stderr"}``."""
+        from loopx import safe_open
+
+        # The paths the request names are resolved once (:meth:`_outside`) and held while it runs:
+        # the command opens those very directories (loopx.safe_open.step_place), not the path again.
+        with safe_open.holding():
+            return self._dispatch(argv, cwd=cwd, step_id=step_id)
+
+    def _dispatch(self, argv: list[str], *, cwd: str | None, step_id: str | None) -> dict:
         head, command = split(argv)
         why = refusal(command) or self._outside(command, cwd)
         if why is not None:
@@ -232,14 +240,29 @@ class Broker:
         """Why a path the command names is refused: LoopX reads or writes it outside confinement, so
         it must be one the step could read and write itself (beneath its workdir or temp dir). The
         paths are the values of the command's ``click.Path`` / ``click.File`` parameters, as the
-        in-process CLI declares them; a broker without one checks :data:`FALLBACK_PATH_OPTIONS`."""
+        in-process CLI declares them; a broker without one checks :data:`FALLBACK_PATH_OPTIONS`.
+
+        The check is the open (:func:`loopx.safe_open.place`): each path's directory is opened
+        beneath one of the step's roots with no symbolic link followed, and held for the command
+        (:data:`loopx.safe_open.HELD`); nothing is resolved twice."""
         if self.step is None:
             return None
+        from loopx import safe_open
+
         named = getattr(self.run_cli, "path_options", None) or _fallback_path_options
+        held = safe_open.HELD.get()
         for option, path in named(command):
-            real = os.path.realpath(os.path.join(cwd or self.step.workdir, os.path.expanduser(path)))
-            if not any(real == root or real.startswith(root.rstrip("/") + "/") for root in self.step.writable()):
-                return f"{option} {path} is outside what this step may touch"
+            try:
+                found = safe_open.place(os.path.expanduser(path), roots=self.step.writable(),
+                                        cwd=cwd or self.step.workdir)
+            except LoopxError as exc:
+                if exc.code != "actor_forbidden":
+                    continue  # missing: the command, resolving it the same way, says so itself
+                return f"{option} {exc.message}"
+            if held is None or path in held:
+                found.close()
+            else:
+                held[path] = found
         return None
 
     def identity_env(self, step_id: str | None) -> dict:

@@ -358,7 +358,8 @@ class Step:
 
     def describe(self) -> str:
         """This step as ``LOOPX_STEP`` holds it (see :data:`loopx.process.ENV_STEP`)."""
-        return json.dumps({"policy": self.policy_file, "env": self.env()})
+        # roots: what a file the step names may lie beneath (loopx.safe_open.step_roots)
+        return json.dumps({"policy": self.policy_file, "env": self.env(), "roots": self.writable()})
 
     def close(self) -> None:
         """Remove the step's private directory."""

@@ -61,6 +61,7 @@ CODES = frozenset(
         "run_in_progress",  # loopx.claims: another live process carries this run out
         "evidence_too_large",
         "state_too_large",
+        "artifact_tampered",  # loopx.artifacts: what a human reviews is not what LoopX recorded
     }
 )
 

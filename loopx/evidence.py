@@ -47,21 +47,18 @@ def parse_data(text: str | None):
 
 
 def hash_file(path: str) -> tuple[str, str]:
-    """``(absolute path, "sha256:...")`` of a readable regular file."""
-    import hashlib
-    import os
+    """``(absolute path, "sha256:...")`` of a readable regular file, hashed from the descriptor it
+    was opened as. On a step's behalf it must lie beneath the step's roots, reached with no
+    symbolic link, and have one link (:mod:`loopx.safe_open`): what the broker checked is what is
+    hashed, whatever the agent swaps in meanwhile."""
+    from loopx import safe_open
 
-    full = os.path.abspath(path)
-    if not os.path.isfile(full):
-        raise LoopxError("invalid_argument", f"--file: {path} is not a readable file")
-    digest = hashlib.sha256()
     try:
-        with open(full, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
+        return safe_open.hash_file(path)
+    except LoopxError as exc:
+        raise LoopxError(exc.code, f"--file: {exc.message}") from None
     except OSError as exc:
         raise LoopxError("invalid_argument", f"--file: cannot read {path}: {exc.strerror}") from None
-    return full, "sha256:" + digest.hexdigest()
 
 
 def _check_data(data) -> None:

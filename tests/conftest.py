@@ -36,6 +36,15 @@ def private_key_dir(tmp_path, monkeypatch):
     return config / "loopx" / "keys"
 
 
+@pytest.fixture(autouse=True)
+def private_data_dir(tmp_path, monkeypatch):
+    """LoopX's data directory (``user_data_dir("loopx")``: the artifacts a human reviews) in the
+    test's own directory too."""
+    data = tmp_path / "xdg-data"
+    monkeypatch.setenv("XDG_DATA_HOME", str(data))
+    return data / "loopx"
+
+
 @pytest.fixture(params=backends.KINDS)
 def registry_url(request, tmp_path):
     """A fresh, empty registry URL, once per backend (PostgreSQL skips without a server)."""

@@ -73,18 +73,25 @@ def start(repo, title, issue_text, issue_file, test_command, test_ids, report, a
 
 @issue_fix.command(epilog="Example:\n  loopx issue-fix show --goal-id g-2ce4")
 @goal_option(help="The Issue-Fix goal (also as the first argument).")
-def show(goal_id):
-    """An Issue-Fix goal's phase, attempts, todos, publish gate and next step."""
+@click.option("--packet", "print_packet", is_flag=True, help="Print the hand-off packet (checked against its recorded sha256).")
+def show(goal_id, print_packet):
+    """An Issue-Fix goal's phase, attempts, todos, publish gate and next step.
+
+    A recorded hand-off packet is shown only while its sha256 is the one recorded
+    (else `artifact_tampered`)."""
     from loopx_issue_fix import workflow
 
     with open_registry() as reg:
         out = workflow.show(reg, goal_id)
 
     def text(o):
+        if print_packet:
+            return o["packet"].rstrip("\n") if o["packet"] else f"no hand-off packet yet on {o['goal_id']}"
         todos = ", ".join(f"{k} {v}" for k, v in o["todo_status"].items())
+        packet = f"\n  packet {o['handoff']['packet']} (sha256 verified)" if o.get("handoff") else ""
         return (f"{o['goal_id']}  [{o['status']}]  {o['title']}\n  worktree {o['worktree']}  branch "
                 f"{o['branch']['name']}\n  phase {o['phase']}  attempts {o['attempts']}\n  todos: {todos}\n"
-                f"  publish gate {o['publish_gate']} ({o['publish_gate_status']})\n  next: {o['next']}")
+                f"  publish gate {o['publish_gate']} ({o['publish_gate_status']})\n  next: {o['next']}{packet}")
 
     emit(out, text)
 
@@ -127,7 +134,8 @@ def verify(run_id, timeout, operation_id):
 @RUN_ID
 @TIMEOUT
 @click.option("--root-cause", default=None, help="What caused the issue, for the reviewer.")
-@click.option("--output", type=click.Path(readable=False), default=None, help="Where to write the packet (default: in the goal's directory in .git).")
+@click.option("--output", type=click.Path(readable=False), default=None, help="Where to write a copy of the packet (it is always kept in LoopX's data directory; inside a "
+                   "turn only beneath the step's own directories).")
 @operation_option
 def handoff(run_id, timeout, root_cause, output, operation_id):
     """Write the reviewer packet and request the publish gate."""

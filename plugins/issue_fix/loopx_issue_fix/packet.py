@@ -20,7 +20,8 @@ def _evidence(tx, evidence_id: str | None) -> dict | None:
     if ev is None:
         return None
     out = {"id": ev.id, "run_id": ev.run_id, "summary": ev.summary, "created_at": ev.created_at,
-           "data": ev.data if ev.data is not None else {}, "file_path": ev.file_path}
+           "data": ev.data if ev.data is not None else {}, "file_path": ev.file_path,
+           "file_sha256": ev.file_sha256}
     out["cases"] = _cases(out)
     return out
 
@@ -144,14 +145,20 @@ def repo_passed(repro: dict) -> int:
 
 
 def _cases(ev: dict | None) -> dict:
+    """Every test's result from the evidence's complete results file, read only while its sha256
+    is the recorded one (``artifact_tampered``: the packet never shows results changed since)."""
     import json
-    from pathlib import Path
+
+    from loopx.api import read_artifact
 
     if ev is None:
         return {}
+    if not ev.get("file_path") or not ev.get("file_sha256"):
+        return ev["data"].get("cases") or {}
+    data = read_artifact(ev["file_path"], ev["file_sha256"], what=f"the results file of evidence {ev['id']}")
     try:
-        return json.loads(Path(ev["file_path"]).read_text())["cases"] if ev.get("file_path") else ev["data"].get("cases", {})
-    except (OSError, ValueError, KeyError):
+        return json.loads(data)["cases"]
+    except (ValueError, KeyError):
         return ev["data"].get("cases") or {}
 
 

@@ -526,14 +526,14 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
             timeout: float | None = None, operation_id: str | None = None) -> dict:
     """Write the reviewer packet for the verified commit and request the publish gate.
 
-    The packet goes to ``output`` or ``<git-common-dir>/loopx-issue-fix/<goal>/handoff.md``
-    (never in the diff it describes). One transaction records it, adds the ``production``
-    gate that holds the publish todo (the goal now waits for a user) and moves to ``publish``.
+    The packet goes to LoopX's data directory (``loopx.api.save_artifact``: outside anything the
+    agent can write, never in the diff it describes), its sha256 recorded; ``output`` gets a copy.
+    One transaction records it, adds the ``production`` gate that holds the publish todo (the goal now waits for a user) and moves to ``publish``.
     """
     import hashlib
 
     from loopx_issue_fix import gitrepo, packet
-    from loopx.api import check_text, new_id, writer_request_gate
+    from loopx.api import check_text, new_id, save_artifact, write_step_file, writer_request_gate
 
     root_cause = check_text(root_cause, what="--root-cause", limit="note", required=False)
     run, state, _ = _context(reg, run_id, ("handoff",), "handoff", timeout)
@@ -545,13 +545,22 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
     state = {**state, "git_changes": _git_log(state, "handoff", remote_moved, local_moved)}
     with reg.read() as tx:
         text, warnings = packet.render(tx, run.goal_id, state, diff, root_cause, probed)
-    path = Path(output).expanduser() if output else Path(state["goal_dir"], "handoff.md")
     data = text.encode("utf-8")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    except OSError as exc:
-        raise LoopxError("issue_fix.packet_unwritable", f"cannot write the hand-off packet to {path}: {exc.strerror}") from None
+    # The packet a human decides on lives in LoopX's data directory, outside anything the agent
+    # can write; `--output` gets a copy (on a step's behalf only beneath the step's own roots,
+    # written without following a link: loopx.api.write_step_file).
+    with reg.read() as tx:
+        saved = save_artifact(tx, run.goal_id, "handoff.md", data)
+    path = Path(saved["path"])
+    copy = None
+    if output:
+        try:
+            copy = write_step_file(output, data)
+        except LoopxError as exc:
+            if exc.code == "actor_forbidden":
+                raise
+            raise LoopxError("issue_fix.packet_unwritable", f"cannot write the hand-off packet to {output}: "
+                             f"{exc.message}") from None
     sha = hashlib.sha256(data).hexdigest()
     gate_id = new_id("gate")
     publish = state["publish"]
@@ -565,8 +574,8 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
         writer_request_gate(w, gate_id=gate_id, scope="production", blocks=f"todo:{current['todos']['publish']}",
                             title=f"Publish verified commit {ver['commit'][:12]} of {current['branch']['name']} "
                                   f"({publish['provider']} to {publish['remote']})")
-        info = {"evidence_id": evidence_id, "run_id": run.id, "packet": str(path.resolve()), "sha256": sha,
-                "root_cause": root_cause, "warnings": warnings}
+        info = {"evidence_id": evidence_id, "run_id": run.id, "packet": str(path), "sha256": sha,
+                "root_cause": root_cause, "warnings": warnings, "copy": copy}
         return ({"phase": "publish", "handoff": info, "publish_gate": gate_id, "publish_gate_commit": ver["commit"],
                  "refs": refs, "git_changes": _git_log(current, "handoff", remote_moved, local_moved)},
                 ["handoff"], {"gate_id": gate_id})
@@ -577,8 +586,8 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
                             f"{ver['commit'][:12]} ({diff['files_changed']} file(s), +{diff['insertions']} "
                             f"-{diff['deletions']}){'; WARNINGS: ' + '; '.join(warnings) if warnings else ''}",
                             "data": {"step": "handoff", "commit": ver["commit"], "warnings": warnings},
-                            "file_path": str(path.resolve()), "file_sha256": "sha256:" + sha})
-    out.update(packet_path=str(path.resolve()), packet_sha256=sha, packet=text, warnings=warnings,
+                            "file_path": str(path), "file_sha256": "sha256:" + sha})
+    out.update(packet_path=str(path), packet_sha256=sha, packet=text, warnings=warnings, packet_copy=copy,
                commit=ver["commit"])
     return out
 
@@ -631,10 +640,13 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
         raise LoopxError("issue_fix.changed_since_verify",
                          f"nothing published: {problem}; the goal is back to verify (evidence {out['evidence_id']})")
     seconds = limit[0]
+    # A request's body is the packet the user decided on: checked against its recorded sha256
+    # before anything is pushed (artifact_tampered: nothing pushed, nothing opened).
+    body = _packet_body(state) if how["provider"] != "push" else None
     remote_moved, local_moved = _ref_changes(state, _refs(state))
     pushed = gitrepo.push(state["repo"], branch["remote"], ver["commit"], branch["name"], seconds)
     refs = _refs(state)
-    request = _open_request(state, seconds) if how["provider"] != "push" else None
+    request = _open_request(state, body, seconds) if how["provider"] != "push" else None
 
     def update(current, evidence_id, w):
         if current["phase"] != "publish":
@@ -670,17 +682,26 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
     return out
 
 
-def _open_request(state: dict, timeout: float) -> str:
-    """Open a pull (``gh``) or merge (``glab``) request from the pushed branch; its URL or output."""
+def _packet_body(state: dict) -> str:
+    """The recorded hand-off packet's text, only while its sha256 is the recorded one."""
+    from loopx.api import read_artifact
+
+    handoff = state["handoff"]
+    return read_artifact(handoff["packet"], handoff["sha256"], what="the hand-off packet").decode(
+        "utf-8", "replace")[:60000]
+
+
+def _open_request(state: dict, body: str, timeout: float) -> str:
+    """Open a pull (``gh``) or merge (``glab``) request from the pushed branch, ``body`` its
+    description; its URL or output."""
     from loopx.api import run_command
 
     provider, title = state["publish"]["provider"], state["issue"]["title"]
-    body = Path(state["handoff"]["packet"])
     if provider == "gh":
-        argv = ["gh", "pr", "create", "--head", state["branch"]["name"], "--title", title, "--body-file", str(body)]
+        argv = ["gh", "pr", "create", "--head", state["branch"]["name"], "--title", title, "--body", body]
     else:
         argv = ["glab", "mr", "create", "--source-branch", state["branch"]["name"], "--title", title,
-                "--description", body.read_text(encoding="utf-8")[:60000], "--yes"]
+                "--description", body, "--yes"]
     # LoopX's own publishing, after a user approved it: outside the turn's confinement.
     res = run_command(argv, env={}, timeout=timeout, cwd=state["repo"], confine=False)
     if res["exit_code"] != 0 or res["timed_out"]:

@@ -115,9 +115,11 @@ def run_on_tree(state: dict, tree: str, timeout: tuple[float, str], evidence_id:
             **({"outside_truncated": True} if rep.get("outside_truncated") else {}),
             **({"bytecode": cache} if cache else {})}
     data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    path = Path(state["goal_dir"], "results", f"{evidence_id}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    # Written with no link followed beneath the goal's directory (which the agent's git directory
+    # holds): a link planted at `results/` must not carry LoopX's write elsewhere.
+    from loopx.api import write_beneath
+
+    path = Path(write_beneath(state["goal_dir"], f"results/{evidence_id}.json", data))
     artifact = {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), "cases_total": len(rep["cases"]),
                 "collection_errors": len(rep.get("collection_errors", {})), "exit_status": rep.get("exit_status")}
     test["results"] = artifact

@@ -236,8 +236,12 @@ def load_state(tx, goal_id: str) -> dict:
 
 
 def show(reg, goal_id: str) -> dict:
-    """An Issue-Fix goal's state, its todos, the publish gate, and the next step."""
-    from loopx.api import check_id, list_todos, load_gate, load_goal
+    """An Issue-Fix goal's state, its todos, the publish gate, and the next step.
+
+    A recorded hand-off packet is read back and checked against its recorded sha256 first
+    (``packet``: its text): a packet changed since is refused with ``artifact_tampered``.
+    """
+    from loopx.api import check_id, list_todos, load_gate, load_goal, read_artifact
 
     check_id("goal", goal_id)
     with reg.read() as tx:
@@ -245,6 +249,9 @@ def show(reg, goal_id: str) -> dict:
         state = load_state(tx, goal_id)
         by_id = {t.id: t for t in list_todos(tx, goal_id)}
         gate = load_gate(tx, goal_id, state["publish_gate"]) if state.get("publish_gate") else None
+        handoff = state.get("handoff")
+        packet = read_artifact(handoff["packet"], handoff["sha256"], what="the hand-off packet").decode(
+            "utf-8", "replace") if handoff else None
         return {
             "goal_id": goal_id,
             "title": goal.title,
@@ -255,6 +262,7 @@ def show(reg, goal_id: str) -> dict:
                             for step, tid in state["todos"].items()},
             "publish_gate_status": gate.status if gate else "not requested",
             "next": next_step(state, gate.status if gate else None),
+            "packet": packet,
         }
 
 

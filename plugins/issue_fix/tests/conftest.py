@@ -14,6 +14,8 @@ def worktrees(tmp_path, monkeypatch) -> Path:
     """Goals' worktrees go under the test's own directory (not ``~/.local/share``)."""
     root = tmp_path / "loopx-issue-fix-worktrees"
     monkeypatch.setenv("LOOPX_ISSUE_FIX_WORKTREES", str(root))
+    # LoopX's data directory (the reviewer packets) too.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
     return root
 
 

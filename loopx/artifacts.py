@@ -1,0 +1,84 @@
+"""What a human reviews, kept where no step can write it, and shown only when it is what was recorded.
+
+A reviewer packet (Issue-Fix's ``handoff.md``) and any other artifact a capability writes for a
+human live in LoopX's data directory, per registry and goal::
+
+    <user data dir>/loopx/artifacts/<registry id>/<goal id>/<name>
+
+never in the agent's workdir or in a ``.git`` it can write. They are written through
+:mod:`loopx.safe_open` (a temporary file renamed into place, no link followed) and their sha256
+is recorded with the event that names them. :func:`read_verified` reads one back only when its
+bytes still have that sha256; anything else - changed, replaced, removed, a link - is refused
+with ``artifact_tampered``, and nothing of it is shown. Artifacts recorded at an older place (a
+packet in ``.git/loopx-issue-fix/<goal>/``) are read and checked the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+from loopx.errors import LoopxError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def root() -> str:
+    """Where every registry's artifacts live: ``<user data dir>/loopx/artifacts``."""
+    from loopx.userdirs import data_dir
+
+    return os.path.join(data_dir(), "artifacts")
+
+
+def registry_key(tx) -> str:
+    """The directory name of the registry ``tx`` reads: its id, else a digest of where it lives."""
+    from loopx import keys
+
+    rid = keys.stored_id(tx)
+    if rid and _NAME.match(rid):
+        return rid
+    return "loc-" + hashlib.sha256(keys.location(tx).encode()).hexdigest()[:24]
+
+
+def directory(tx, goal_id: str) -> str:
+    """The directory of ``goal_id``'s artifacts in the registry ``tx`` reads."""
+    return os.path.join(root(), registry_key(tx), goal_id)
+
+
+def save(tx, goal_id: str, name: str, data: bytes) -> dict:
+    """Write the artifact ``name`` of ``goal_id`` (replacing an earlier one of that name);
+    ``{"path", "sha256"}`` to record with the event that names it."""
+    from loopx import safe_open
+
+    if not _NAME.match(name) or not _NAME.match(goal_id):
+        raise LoopxError("invalid_argument", f"not an artifact name: {goal_id}/{name}")
+    rel = os.path.join(registry_key(tx), goal_id, name)
+    try:
+        path = safe_open.write_beneath(root(), rel, data)
+    except OSError as exc:
+        raise LoopxError("invalid_argument", f"cannot write {name} in {root()}: {exc.strerror}") from None
+    return {"path": path, "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def read_verified(path: str, sha256: str, *, what: str = "the artifact") -> bytes:
+    """The bytes of the artifact at ``path`` if their sha256 is ``sha256`` (hex, ``sha256:`` allowed);
+    else ``artifact_tampered``. The file itself is opened with no link followed."""
+    expected = sha256.split(":", 1)[-1].lower()
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise LoopxError("artifact_tampered", f"TAMPERED: {what} {path} cannot be read as LoopX wrote it "
+                         f"({exc.strerror}); it is not shown") from None
+    import stat
+
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise LoopxError("artifact_tampered", f"TAMPERED: {what} {path} is not a regular file any more; "
+                             "it is not shown")
+        data = fh.read()
+    if hashlib.sha256(data).hexdigest() != expected:
+        raise LoopxError("artifact_tampered", f"TAMPERED: {what} {path} changed after LoopX recorded it "
+                         f"(recorded sha256 {expected[:16]}..., the file's differs); it is not shown")
+    return data
