@@ -84,3 +84,34 @@ def forward(argv: list[str]) -> int:
     sys.stderr.write(answer.get("stderr", ""))
     sys.stdout.flush()
     return int(answer.get("exit_code", 1))
+
+
+#: The ``loopx`` a step finds first on its PATH (:func:`write_client`): this module alone, run by
+#: this interpreter without site-packages (``-IS``: a client has no use for them, and processing
+#: them - an editable install's finders, every ``.pth`` - is most of a Python start-up). Anything
+#: but a request to the broker execs the whole ``loopx`` (``loopx mcp``, or no broker at all).
+CLIENT = """#!{python} -IS
+import os, sys
+sys.path.append({root!r})
+if os.environ.get("LOOPX_BROKER") and sys.argv[1:2] != ["mcp"]:
+    from loopx.broker_client import forward
+    sys.exit(forward(sys.argv[1:]))
+from loopx import selfrun
+os.execv(sys.executable, selfrun.argv(sys.argv[1:]))
+"""
+
+
+def write_client(directory: str) -> str | None:
+    """Write the step's ``loopx`` client (:data:`CLIENT`) into ``directory/bin``; that directory,
+    or ``None`` where a ``#!`` line cannot name this interpreter (no path, spaces, too long)."""
+    python = sys.executable
+    if not python or " " in python or len(python) > 120 or not sys.platform.startswith("linux"):
+        return None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    bindir = os.path.join(directory, "bin")
+    os.mkdir(bindir, 0o755)
+    path = os.path.join(bindir, "loopx")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(CLIENT.format(python=python, root=root))
+    os.chmod(path, 0o755)
+    return bindir

@@ -37,6 +37,9 @@ ENV_STEP = "LOOPX_STEP"
 #: directory, but the confined children it starts (an action's command) run where the step asked.
 CALLER_DIR: contextvars.ContextVar = contextvars.ContextVar("loopx_caller_dir", default=None)
 ENV_CALLER_DIR = "LOOPX_CALLER_DIR"
+#: The step's own ``loopx`` client's directory (:func:`loopx.broker_client.write_client`), put
+#: first on a confined child's ``PATH``.
+ENV_STEP_BIN = "LOOPX_STEP_BIN"
 LANDLOCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "landlock.py")
 
 #: The watcher every command runs under on Linux (``python -I -S -c WATCHER REAP PROGRAM ARGS...``).
@@ -245,6 +248,8 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
     full_env = {**os.environ, **env, **step_env}
     for key in [k for k, v in full_env.items() if v is None]:
         del full_env[key]
+    if step_env.get(ENV_STEP_BIN):
+        full_env["PATH"] = step_env[ENV_STEP_BIN] + os.pathsep + full_env.get("PATH", "")
     try:
         command = _contained(argv, reap, policy)
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

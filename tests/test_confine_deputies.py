@@ -225,3 +225,32 @@ def test_a_planted_loopx_never_runs_when_claude_code_asks_the_broker(world):
     calls = _calls((world["work"] / "deputy-results.txt").read_text())
     _assert_nothing_planted_ran(world, gate)
     _assert_served_by_loopx(world, t["run_id"], calls)
+
+
+SIDE_BY_SIDE = r"""
+set +e
+for i in 1 2 3 4 5 6; do
+  (loopx --format json evidence add --kind note --summary "side-$i" > "$TMPDIR/out-$i" 2>&1; echo "EXIT $?" >> "$TMPDIR/out-$i") &
+done
+wait
+for i in 1 2 3 4 5 6; do echo "SIDE $i $(tr '\n' ' ' < "$TMPDIR/out-$i")"; done
+"""
+
+
+def test_requests_served_side_by_side_in_the_turns_process_each_get_their_own_answer(world):
+    """Six ``loopx`` calls at once from one step, all nested inside the ``exec`` running it: each
+    is served in the turn's process with its own output (nothing of one reaches another's)."""
+    (world["work"] / "side.sh").write_text(SIDE_BY_SIDE)
+    made, gate = _goal(world, script="side.sh")
+    t = _turn(world, made["goal"])
+    out = _command_output(world, t["run_id"])
+    answers = {}
+    for line in out.splitlines():
+        if line.startswith("SIDE "):
+            _, n, rest = line.split(" ", 2)
+            doc, _, code = rest.rpartition("EXIT ")
+            answers[n] = (json.loads(doc), code.strip())
+    assert sorted(answers) == [str(i) for i in range(1, 7)], out
+    for n, (doc, code) in answers.items():
+        assert code == "0" and doc["summary"] == f"side-{n}" and doc["run_id"] == t["run_id"], (n, doc)
+    assert len({doc["id"] for doc, _ in answers.values()}) == 6
