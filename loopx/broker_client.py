@@ -48,12 +48,19 @@ def _exactly(sock, n: int) -> bytes | None:
     return bytes(out)
 
 
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # the directory was removed under the step (a worktree cleaned up)
+        return None
+
+
 def request(argv: list[str]) -> dict:
     """Send ``argv`` to the broker; its answer ``{"exit_code", "stdout", "stderr"}`` (``OSError`` if unreachable)."""
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(os.environ[ENV])
-        send(sock, {"token": os.environ.get(ENV_TOKEN, ""), "argv": argv, "cwd": os.getcwd(),
+        send(sock, {"token": os.environ.get(ENV_TOKEN, ""), "argv": argv, "cwd": _cwd(),
                     "step_id": os.environ.get("LOOPX_STEP_ID")})
         answer = receive(sock)
     finally:
@@ -69,7 +76,7 @@ def forward(argv: list[str]) -> int:
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(path)
-        send(sock, {"token": os.environ.get(ENV_TOKEN, ""), "argv": argv, "cwd": os.getcwd(),
+        send(sock, {"token": os.environ.get(ENV_TOKEN, ""), "argv": argv, "cwd": _cwd(),
                     "step_id": os.environ.get("LOOPX_STEP_ID")})
         answer = receive(sock)
     except OSError as exc:
