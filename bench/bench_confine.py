@@ -7,8 +7,9 @@ Measures, interleaved so machine load hits both sides alike, the median and p95 
   call with no step (the watcher alone);
 * **step setup**: building a step (the policy: the hidden paths' siblings listed, the policy file
   written) and starting and stopping its broker;
-* **broker call**: one ``loopx evidence add`` from inside a confined child (through the broker)
-  against the same command run directly by the user;
+* **broker call**: ``loopx status`` and ``loopx evidence add`` run by a turn's confined action
+  (through the broker, nested inside the ``exec`` that runs the action) against ``python -c pass``
+  in the same step, interleaved; printed as a ratio (target, issue 34: at most 1.5);
 * **turn**: a whole ``loopx turn`` (shell executor, one action ``true``) confined against
   ``--unconfined``.
 
@@ -43,10 +44,48 @@ def _timed(fn) -> float:
     return (time.perf_counter() - t) * 1000
 
 
+#: The action of the broker-call measure: inside the confined step, times ``loopx`` calls (the
+#: broker's clients) against ``python -c pass``, interleaved, and prints the medians.
+PROBE = r"""
+import json, os, shutil, statistics, subprocess, sys, time
+loopx = shutil.which("loopx")  # what an agent runs: the step's own client, first on its PATH
+calls = {"pass": [sys.executable, "-c", "pass"], "status": [loopx, "status"],
+         "evidence": [loopx, "evidence", "add", "--kind", "note", "--summary", "probe"]}
+times = {k: [] for k in calls}
+for _ in range(int(sys.argv[1])):
+    for name, argv in calls.items():
+        t = time.perf_counter()
+        p = subprocess.run(argv, capture_output=True)
+        times[name].append((time.perf_counter() - t) * 1000)
+        assert p.returncode == 0, (name, p.stdout[-300:], p.stderr[-300:])
+print("PROBE " + json.dumps({k: [statistics.median(v), sorted(v)[int(0.95 * (len(v) - 1))]] for k, v in times.items()}))
+"""
+
+
+def broker_calls(url: str, work: Path, repeat: int) -> dict:
+    """Medians and p95 (ms) of ``loopx status``, ``loopx evidence add`` and ``python -c pass``
+    inside one confined step of a real ``loopx turn``."""
+    from loopx.registry import Registry
+    from tests.test_turn_helpers import make_goal
+
+    with Registry.open(url) as reg:
+        made = make_goal(reg, title="Probe", acts={"probe": [sys.executable, "-c", PROBE, str(repeat)]})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    env["LOOPX_REGISTRY"] = url
+    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", "turn", "--goal-id", made["goal"]],
+                       env=env, cwd=work, capture_output=True, text=True, timeout=600)
+    assert json.loads(p.stdout)["outcome"] == "ok", p.stdout[-2000:]
+    with Registry.open(url) as reg, reg.read() as tx:
+        row = tx.one("SELECT data FROM evidence WHERE goal_id = ? AND kind = 'command'", (made["goal"],))
+    line = next(ln for ln in json.loads(row["data"])["output_tail"].splitlines() if ln.startswith("PROBE "))
+    return json.loads(line[len("PROBE "):])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--turns", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=15, help="loopx calls of each kind inside the step")
     args = ap.parse_args()
 
     from loopx import confine, process
@@ -107,10 +146,20 @@ def main() -> None:
     rows.append(("loopx turn (shell, 1 action)", tc, tu))
     reg.close()
 
+    calls = broker_calls(url, work, args.calls)
+
     print(f"{'measure':32} {'confined ms':>12} {'unconfined ms':>14} {'extra ms':>9} {'ratio':>6}   p95 conf/unconf")
     for name, c, u in rows:
         mc, mu = statistics.median(c), statistics.median(u)
         print(f"{name:32} {mc:12.1f} {mu:14.1f} {mc - mu:9.1f} {mc / mu:6.2f}   {_p95(c):.1f}/{_p95(u):.1f}")
+    print()
+    print(f"inside one confined step, {args.calls} calls each, interleaved (target: ratio <= 1.5)")
+    print(f"{'call':32} {'median ms':>12} {'p95 ms':>9} {'ratio to python -c pass':>24}")
+    base = calls["pass"][0]
+    for name, shown in (("pass", "python -c pass"), ("status", "loopx status (broker)"),
+                        ("evidence", "loopx evidence add (broker)")):
+        median, p95 = calls[name]
+        print(f"{shown:32} {median:12.1f} {p95:9.1f} {median / base:24.2f}")
 
 
 if __name__ == "__main__":

@@ -253,9 +253,8 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
     run is another agent's).
     """
     import os
-    import sys
 
-    from loopx import evidence, interrupt, process, runs, step_journal
+    from loopx import evidence, interrupt, process, runs, selfrun, step_journal
     from loopx.process import run_command
 
     check_id("run", run_id)
@@ -275,8 +274,9 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
     claim_step(reg, run_id=run.id, step_id=step_id or name, action=name, by=actor, agent=agent)
     env = {"LOOPX_ACTOR": "executor", "LOOPX_RUN_ID": run.id, "LOOPX_GOAL_ID": run.goal_id,
            "LOOPX_AGENT": run.agent, "LOOPX_REGISTRY": reg.store.url, "LOOPX_STEP_ID": step_id or name}
-    # A capability step runs the very LoopX that runs this exec, whatever PATH says.
-    child = [sys.executable, "-m", "loopx", *command[1:]] if command[0] == "loopx" else command
+    # A capability step runs the very LoopX that runs this exec, whatever PATH says, started as
+    # LoopX starts itself (loopx.selfrun): isolated, so nothing in the action's directory is imported.
+    child = selfrun.argv(command[1:]) if command[0] == "loopx" else command
     # Journal first (loopx/step_journal.py): a step whose result cannot be recorded is still
     # recorded later, as "ran, result unknown"; no room for the journal, no step.
     intent = step_journal.intend(reg, run=run, step=step_id, action=name, argv=command, by=actor)
@@ -286,7 +286,8 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
         if broker is not None:
             # Under a turn's broker a capability's step is a request to that broker whichever way it
             # goes: served here, without a confined client, its watcher and a second `loopx`.
-            result = broker.run_step(command[1:], cwd=cwd or os.getcwd(), step_id=step_id or name)
+            result = broker.run_step(command[1:], cwd=cwd or process.caller_dir() or os.getcwd(),
+                                     step_id=step_id or name)
         else:
             result = run_command(child, env=env, timeout=timeout, cwd=cwd)
         data = {"action": name, "step": step_id, "argv": command, "by": actor, **result}

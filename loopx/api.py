@@ -153,6 +153,7 @@ GROUPS = {
     "Running a child process": {
         "run_command": "loopx.process:run_command",
         "in_step": "loopx.process:in_step",
+        "caller_dir": "loopx.process:caller_dir",
         "private_dir": "loopx.private_run:private_dir",
         "run_confined": "loopx.private_run:run_confined",
     },

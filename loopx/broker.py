@@ -13,21 +13,24 @@ turn's registry*, whatever the request or the step's environment says:
   plugins...) are refused with ``actor_forbidden`` before anything runs, and so is ``--unconfined``;
 * every refusal (the broker's or the ledger's role check) is recorded as evidence on the run
   (kind ``refused``);
-* the rest runs in LoopX's process (one request at a time, the cheap path) or, while another
-  request is running (an ``exec`` whose child itself calls ``loopx``), in a ``loopx`` child
-  outside confinement with the same forced identity. Children of ``exec`` stay confined.
+* the rest runs in LoopX's process, however many at once (an ``exec`` whose confined child itself
+  calls ``loopx`` is served while the ``exec`` runs): each request in a thread of its own, with
+  its own output and identity (:mod:`loopx.served`), never in the directory it names - the
+  relative paths it gives are made absolute against that directory first. A broker without the
+  in-process CLI (a turn started through the Python API without ``run_cli``) runs a ``loopx``
+  child instead, started as every child of LoopX is (:mod:`loopx.selfrun`: isolated interpreter,
+  absolute entry point, LoopX's own directory and environment), with the same forced identity.
+  Children of ``exec`` stay confined.
 * a step of ``exec`` that is itself a ``loopx`` command (a capability's step) never starts a
   process: ``exec`` hands it to :meth:`Broker.run_step`, as the confined child would have.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import secrets
 import socket
-import sys
 import threading
 
 from loopx.broker_client import ENV, ENV_TOKEN, receive, send
@@ -109,17 +112,6 @@ def _subcommand(args: list[str]) -> str | None:
     return None
 
 
-class _Capture(io.TextIOWrapper):
-    """A text stream over bytes, like the one ``click.testing`` swaps in."""
-
-    def __init__(self):
-        super().__init__(io.BytesIO(), encoding="utf-8", errors="replace")
-
-    def value(self) -> str:
-        self.flush()
-        return self.buffer.getvalue().decode("utf-8", errors="replace")
-
-
 class Broker:
     """Serves one turn's ``loopx`` commands as its executor (see the module docstring)."""
 
@@ -127,13 +119,12 @@ class Broker:
                  run_cli=None):
         """``run_cli(argv)``: the ``loopx`` CLI in this process (``loopx.cli.run_inprocess``); without
         it every request runs in a ``loopx`` child."""
-        self.url, self.run_id, self.goal_id, self.agent, self.step = registry_url, run_id, goal_id, agent, step
+        # Absolute: a served command never runs in the directory this turn was started in.
+        url = registry_url if "://" in registry_url or registry_url == ":memory:" else os.path.abspath(registry_url)
+        self.url, self.run_id, self.goal_id, self.agent, self.step = url, run_id, goal_id, agent, step
         self.run_cli = run_cli
         self.path = os.path.join(directory, "broker.sock")
         self.token = secrets.token_hex(16)
-        # Reentrant: a step of an ``exec`` this process serves is itself served in this process, in
-        # the same thread, strictly nested (:meth:`run_step`); other threads never share it.
-        self.inprocess = threading.RLock()
         self.served = 0
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(self.path)
@@ -193,7 +184,10 @@ class Broker:
 
     def _dispatch(self, argv: list[str], *, cwd: str | None, step_id: str | None) -> dict:
         head, command = split(argv)
-        why = refusal(command) or self._outside(command, cwd)
+        why = refusal(command)
+        if why is None:
+            command, why = self._absolute(command, cwd)
+        why = why or self._outside(command)
         if why is not None:
             self.record_refusal(argv, "actor_forbidden", why)
             err = {"code": "actor_forbidden", "message": f"refused inside run {self.run_id}: {why}; "
@@ -204,13 +198,11 @@ class Broker:
             return {"exit_code": 2, "stdout": "", "stderr": f"loopx: error: {err['message']} [{err['code']}]\n"}
         full = ["--registry", self.url, *head, *command]
         self.served += 1
-        if self.run_cli is not None and self.inprocess.acquire(blocking=False):
-            try:
-                out = self._inprocess(full, cwd=cwd, step_id=step_id)
-            finally:
-                self.inprocess.release()
+        caller = cwd if cwd and os.path.isabs(cwd) and os.path.isdir(cwd) else None
+        if self.run_cli is not None:
+            out = self._inprocess(full, step_id=step_id, caller=caller)
         else:
-            out = self._child(full, cwd=cwd, step_id=step_id)
+            out = self._child(full, step_id=step_id, caller=caller)
         code = _error_code(out)
         if code in ("actor_forbidden", "invalid_actor"):
             self.record_refusal(argv, code, _error_message(out) or code)
@@ -236,11 +228,42 @@ class Broker:
             (out.get("stderr") or "").encode("utf-8", errors="replace")
         return result_of(out["exit_code"], output, time.monotonic() - started)
 
-    def _outside(self, command: list[str], cwd: str | None) -> str | None:
+    def _named(self, command: list[str]) -> list[tuple[str, str]]:
+        """``[(option, path)]`` of the command's ``click.Path`` / ``click.File`` parameters, as the
+        in-process CLI declares them; a broker without one reads :data:`FALLBACK_PATH_OPTIONS`."""
+        return (getattr(self.run_cli, "path_options", None) or _fallback_path_options)(command)
+
+    def _absolute(self, command: list[str], cwd: str | None) -> tuple[list[str], str | None]:
+        """``(command with every relative path option made absolute against the request's
+        directory, None)``, or ``(command, why it is refused)``. The command then runs in LoopX's
+        own directory, never the step's, and reads exactly the path checked here."""
+        base = cwd if cwd and os.path.isabs(cwd) else (self.step.workdir if self.step is not None else None)
+        named = self._named(command)
+        if not named:
+            return command, None
+        out = list(command)
+        for option, path in named:
+            full = os.path.expanduser(path)
+            if os.path.isabs(full) and full == path:
+                continue
+            if base is None and not os.path.isabs(full):
+                return command, f"{option} {path} is relative and the request names no directory"
+            full = os.path.join(base or "/", full)
+            for i, arg in enumerate(out):
+                if arg == option and i + 1 < len(out) and out[i + 1] == path:
+                    out[i + 1] = full
+                elif arg == f"{option}={path}":
+                    out[i] = f"{option}={full}"
+        left = [f"{o} {p}" for o, p in self._named(out) if not os.path.isabs(p)]
+        if left:  # spelled some way this broker does not rewrite: refused rather than guessed
+            return command, f"{left[0]}: give this path as an absolute path or as {left[0].split()[0]} PATH"
+        return out, None
+
+    def _outside(self, command: list[str]) -> str | None:
         """Why a path the command names is refused: LoopX reads or writes it outside confinement, so
         it must be one the step could read and write itself (beneath its workdir or temp dir). The
         paths are the values of the command's ``click.Path`` / ``click.File`` parameters, as the
-        in-process CLI declares them; a broker without one checks :data:`FALLBACK_PATH_OPTIONS`.
+        in-process CLI declares them (:meth:`_named`), absolute by now (:meth:`_absolute`).
 
         The check is the open (:func:`loopx.safe_open.place`): each path's directory is opened
         beneath one of the step's roots with no symbolic link followed, and held for the command
@@ -249,12 +272,11 @@ class Broker:
             return None
         from loopx import safe_open
 
-        named = getattr(self.run_cli, "path_options", None) or _fallback_path_options
         held = safe_open.HELD.get()
-        for option, path in named(command):
+        for option, path in self._named(command):
             try:
                 found = safe_open.place(os.path.expanduser(path), roots=self.step.writable(),
-                                        cwd=cwd or self.step.workdir)
+                                        cwd=self.step.workdir)
             except LoopxError as exc:
                 if exc.code != "actor_forbidden":
                     continue  # missing: the command, resolving it the same way, says so itself
@@ -274,59 +296,45 @@ class Broker:
             env["LOOPX_STEP_ID"] = step_id
         return env
 
-    def _inprocess(self, argv: list[str], *, cwd, step_id) -> dict:
-        from loopx import process, registry
+    def _inprocess(self, argv: list[str], *, step_id, caller) -> dict:
+        """Serve ``argv`` in this thread with its own output and identity (:mod:`loopx.served`)."""
+        from loopx import process, registry, served
 
-        saved_env = dict(os.environ)
-        saved_cwd = os.getcwd()
-        saved_streams = sys.stdout, sys.stderr
-        out, err = _Capture(), _Capture()
         tokens = [registry.IDENTITY.set({"run_id": self.run_id, "goal_id": self.goal_id, "agent": self.agent,
                                          "step_id": step_id}),
-                  process.STEP.set(self.step)]
+                  process.STEP.set(self.step), process.CALLER_DIR.set(caller)]
         code = 0
         try:
-            for k, v in self.identity_env(step_id).items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            if cwd and os.path.isdir(cwd):
-                os.chdir(cwd)
-            sys.stdout, sys.stderr = out, err
-            try:
-                self.run_cli(argv)
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            except Exception as exc:  # a bug must reach the agent as an error, not kill the broker
-                err.write(f"loopx: error: {type(exc).__name__}: {exc} [internal_error]\n")
-                code = 1
+            with served.serving(self.identity_env(step_id)) as (out, err):
+                try:
+                    self.run_cli(argv)
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                except Exception as exc:  # a bug must reach the agent as an error, not kill the broker
+                    err.write(f"loopx: error: {type(exc).__name__}: {exc} [internal_error]\n")
+                    code = 1
         finally:
-            sys.stdout, sys.stderr = saved_streams
-            os.chdir(saved_cwd)
-            os.environ.clear()
-            os.environ.update(saved_env)
+            process.CALLER_DIR.reset(tokens[2])
             process.STEP.reset(tokens[1])
             registry.IDENTITY.reset(tokens[0])
         return {"exit_code": code, "stdout": out.value(), "stderr": err.value()}
 
-    def _child(self, argv: list[str], *, cwd, step_id) -> dict:
+    def _child(self, argv: list[str], *, step_id, caller) -> dict:
+        """Serve ``argv`` in a ``loopx`` child started as LoopX starts itself (:mod:`loopx.selfrun`):
+        never in the request's directory, never with anything of the step's environment."""
         import subprocess
 
-        env = {**os.environ}
-        for k, v in self.identity_env(step_id).items():
-            if v is None:
-                env.pop(k, None)
-            else:
-                env[k] = v
-        if self.step is not None:
-            env["LOOPX_STEP"] = self.step.describe()  # exec's children stay confined
-        from loopx import clock
+        from loopx import clock, process, selfrun
 
+        changes = self.identity_env(step_id)
+        if self.step is not None:
+            changes["LOOPX_STEP"] = self.step.describe()  # exec's children stay confined
+            changes[process.ENV_CALLER_DIR] = caller  # ... and run where the step asked
         if clock.offset_file():  # the broker's own clock (a test harness's), never the request's
-            env[clock.OFFSET_ENV] = clock.offset_file()
-        p = subprocess.run([sys.executable, "-m", "loopx", *argv], env=env, cwd=cwd if cwd and os.path.isdir(cwd)
-                           else None, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+            changes[clock.OFFSET_ENV] = clock.offset_file()
+        spawn = selfrun.command(argv, changes)
+        p = subprocess.run(spawn["args"], env=spawn["env"], cwd=spawn["cwd"], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True)
         return {"exit_code": p.returncode, "stdout": p.stdout, "stderr": p.stderr}
 
     def record_refusal(self, argv: list[str], code: str, why: str) -> None:

@@ -3,15 +3,15 @@
 Inside a step the agent cannot open the registry (confinement hides and write-protects it), so
 when ``LOOPX_BROKER`` names a socket the ``loopx`` CLI sends its argv and working directory
 there (:mod:`loopx.broker` runs the command as this run's executor) and prints what comes back,
-exiting with the same status. Nothing of LoopX is imported: this path costs a socket round trip.
+exiting with the same status. Nothing of LoopX is imported: this path costs a socket round trip
+(and ``_socket``, not ``socket``, whose enums cost a client ~4 ms it has no use for).
 """
 
 from __future__ import annotations
 
+import _socket
 import json
 import os
-import socket
-import struct
 import sys
 
 ENV = "LOOPX_BROKER"
@@ -23,7 +23,7 @@ MAX_MESSAGE = 16 * 1024 * 1024
 def send(sock, doc: dict) -> None:
     """One length-prefixed JSON message."""
     raw = json.dumps(doc).encode("utf-8")
-    sock.sendall(struct.pack(">I", len(raw)) + raw)
+    sock.sendall(len(raw).to_bytes(4, "big") + raw)
 
 
 def receive(sock) -> dict | None:
@@ -31,7 +31,7 @@ def receive(sock) -> dict | None:
     head = _exactly(sock, 4)
     if head is None:
         return None
-    size = struct.unpack(">I", head)[0]
+    size = int.from_bytes(head, "big")
     if size > MAX_MESSAGE:
         raise ValueError(f"a message of {size} bytes is more than {MAX_MESSAGE}")
     raw = _exactly(sock, size)
@@ -48,12 +48,19 @@ def _exactly(sock, n: int) -> bytes | None:
     return bytes(out)
 
 
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # the directory was removed under the step (a worktree cleaned up)
+        return None
+
+
 def request(argv: list[str]) -> dict:
     """Send ``argv`` to the broker; its answer ``{"exit_code", "stdout", "stderr"}`` (``OSError`` if unreachable)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(os.environ[ENV])
-        send(sock, {"token": os.environ.get(ENV_TOKEN, ""), "argv": argv, "cwd": os.getcwd(),
+        send(sock, {"token": os.environ.get(ENV_TOKEN, ""), "argv": argv, "cwd": _cwd(),
                     "step_id": os.environ.get("LOOPX_STEP_ID")})
         answer = receive(sock)
     finally:
@@ -66,10 +73,10 @@ def request(argv: list[str]) -> dict:
 def forward(argv: list[str]) -> int:
     """Send ``argv`` to the broker; print its output; return its exit status."""
     path = os.environ[ENV]
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(path)
-        send(sock, {"token": os.environ.get(ENV_TOKEN, ""), "argv": argv, "cwd": os.getcwd(),
+        send(sock, {"token": os.environ.get(ENV_TOKEN, ""), "argv": argv, "cwd": _cwd(),
                     "step_id": os.environ.get("LOOPX_STEP_ID")})
         answer = receive(sock)
     except OSError as exc:
@@ -84,3 +91,34 @@ def forward(argv: list[str]) -> int:
     sys.stderr.write(answer.get("stderr", ""))
     sys.stdout.flush()
     return int(answer.get("exit_code", 1))
+
+
+#: The ``loopx`` a step finds first on its PATH (:func:`write_client`): this module alone, run by
+#: this interpreter without site-packages (``-IS``: a client has no use for them, and processing
+#: them - an editable install's finders, every ``.pth`` - is most of a Python start-up). Anything
+#: but a request to the broker execs the whole ``loopx`` (``loopx mcp``, or no broker at all).
+CLIENT = """#!{python} -IS
+import os, sys
+sys.path.append({root!r})
+if os.environ.get("LOOPX_BROKER") and sys.argv[1:2] != ["mcp"]:
+    from loopx.broker_client import forward
+    sys.exit(forward(sys.argv[1:]))
+from loopx import selfrun
+os.execv(sys.executable, selfrun.argv(sys.argv[1:]))
+"""
+
+
+def write_client(directory: str) -> str | None:
+    """Write the step's ``loopx`` client (:data:`CLIENT`) into ``directory/bin``; that directory,
+    or ``None`` where a ``#!`` line cannot name this interpreter (no path, spaces, too long)."""
+    python = sys.executable
+    if not python or " " in python or len(python) > 120 or not sys.platform.startswith("linux"):
+        return None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    bindir = os.path.join(directory, "bin")
+    os.mkdir(bindir, 0o755)
+    path = os.path.join(bindir, "loopx")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(CLIENT.format(python=python, root=root))
+    os.chmod(path, 0o755)
+    return bindir

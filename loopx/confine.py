@@ -37,7 +37,7 @@ import sys
 import tempfile
 
 from loopx.errors import LoopxError
-from loopx.process import SECRET_VARS
+from loopx.process import ENV_STEP_BIN, SECRET_VARS
 
 ENV_UNCONFINED = "LOOPX_UNCONFINED"
 #: ``none`` makes LoopX behave as if the kernel had no Landlock (it can only make a turn refuse).
@@ -235,6 +235,10 @@ class Step:
         self.dir = tempfile.mkdtemp(prefix=f"loopx-step-{os.getpid()}-")
         self.tmp = os.path.join(self.dir, "tmp")
         os.mkdir(self.tmp, 0o700)
+        from loopx.broker_client import write_client
+
+        # The step's own `loopx` (the broker's client alone), first on its PATH: read-only to it.
+        self.bin = write_client(self.dir)
         self.workdir = _real(workdir)
         self.registry_url = registry_url
         self.broker_env = dict(broker_env or {})
@@ -354,6 +358,8 @@ class Step:
         """What a confined child's environment gets (``None`` removes a variable)."""
         out: dict = {k: None for k in os.environ if k.startswith("LOOPX_") or k in SECRET_VARS}
         out.update({"TMPDIR": self.tmp, "TMP": self.tmp, "TEMP": self.tmp, **self.broker_env})
+        if self.bin:
+            out[ENV_STEP_BIN] = self.bin  # put first on the child's PATH (loopx.process)
         return out
 
     def describe(self) -> str:

@@ -211,8 +211,12 @@ def _run_command(command: str, body: bytes) -> tuple[str, int, dict]:
     import subprocess
 
     try:
+        from loopx import selfrun
+
+        # In LoopX's own directory, never the worker's (the agents' workdir): a relative command
+        # there would be whatever an agent left under that name.
         p = subprocess.run(["/bin/sh", "-c", command], input=body, capture_output=True, timeout=COMMAND_TIMEOUT,
-                           start_new_session=True)
+                           start_new_session=True, cwd=selfrun.CWD)
     except subprocess.TimeoutExpired:
         return "failed", 1, {"error": f"timed out after {COMMAND_TIMEOUT:g}s"}
     except OSError as exc:

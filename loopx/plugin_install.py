@@ -44,8 +44,12 @@ def _canonical(name: str) -> str:
 
 
 def _pip(args: list[str]) -> None:
-    proc = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True,
-                          env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    from loopx import selfrun
+
+    # Isolated and in LoopX's own directory: `-m pip` must find this environment's pip, not a
+    # `pip/` in the directory the user happens to be in (a path to install is absolute by now).
+    proc = subprocess.run([sys.executable, "-I", "-m", "pip", *args], capture_output=True, text=True,
+                          env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}, cwd=selfrun.CWD)
     if proc.returncode != 0:
         # pip's own last error line is the useful one; the rest goes to stderr untouched.
         lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]

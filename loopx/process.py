@@ -32,6 +32,14 @@ SECRET_VARS = ("PGPASSWORD", "PGPASSFILE", "PGSERVICEFILE", "PGSERVICE", "PGUSER
 #: ``{"policy", "env"}``), so that what that process starts is confined like the rest of the step.
 #: A confined process setting it gains nothing: Landlock policies only ever narrow.
 ENV_STEP = "LOOPX_STEP"
+#: The directory a step's request was made in, while a broker serves it (in LoopX's process, or in
+#: the ``loopx`` child it starts, as ``LOOPX_CALLER_DIR``): a served command runs in LoopX's own
+#: directory, but the confined children it starts (an action's command) run where the step asked.
+CALLER_DIR: contextvars.ContextVar = contextvars.ContextVar("loopx_caller_dir", default=None)
+ENV_CALLER_DIR = "LOOPX_CALLER_DIR"
+#: The step's own ``loopx`` client's directory (:func:`loopx.broker_client.write_client`), put
+#: first on a confined child's ``PATH``.
+ENV_STEP_BIN = "LOOPX_STEP_BIN"
 LANDLOCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "landlock.py")
 
 #: The watcher every command runs under on Linux (``python -I -S -c WATCHER REAP PROGRAM ARGS...``).
@@ -152,6 +160,14 @@ os._exit(os.waitstatus_to_exitcode(st) if os.WIFEXITED(st) else 1)
 """
 
 
+def caller_dir() -> str | None:
+    """The directory the request being served was made in (:data:`CALLER_DIR`), inside a step only."""
+    if not in_step():
+        return None
+    found = CALLER_DIR.get() or os.environ.get(ENV_CALLER_DIR)
+    return found if found and os.path.isabs(found) and os.path.isdir(found) else None
+
+
 def in_step() -> bool:
     """Whether children started here run under a step's confinement (see :func:`active_step`)."""
     return STEP.get() is not None or bool(os.environ.get(ENV_STEP))
@@ -225,11 +241,15 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
     started = time.monotonic()
     if policy is None:
         policy, step_env = active_step() if confine else (None, {})
+        if cwd is None and confine:
+            cwd = caller_dir()  # a served request's children run where the step asked, confined
     else:
         step_env = {}
     full_env = {**os.environ, **env, **step_env}
     for key in [k for k, v in full_env.items() if v is None]:
         del full_env[key]
+    if step_env.get(ENV_STEP_BIN):
+        full_env["PATH"] = step_env[ENV_STEP_BIN] + os.pathsep + full_env.get("PATH", "")
     try:
         command = _contained(argv, reap, policy)
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

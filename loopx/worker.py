@@ -69,12 +69,16 @@ class Worker:
     def __init__(self, url: str, *, concurrency: int = 1, executor: str = "shell", agent: str | None = None,
                  lease_seconds: float = 60.0, beat_seconds: float = 10.0, grace_seconds: float = 30.0,
                  exit_when_idle: bool = False, poll_seconds: float = POLL_SECONDS, notify: bool = True,
-                 retry_seconds: float = 30.0):
+                 retry_seconds: float = 30.0, workdir: str | None = None):
         import secrets
 
         from loopx.registry import resolve_url
 
         self.url = resolve_url(url)
+        if "://" not in self.url and self.url != ":memory:":
+            self.url = os.path.abspath(self.url)  # its turns run elsewhere (loopx.selfrun.CWD)
+        # Where the goals' agents work: passed to each turn, which runs in LoopX's own directory.
+        self.workdir = os.path.abspath(workdir or os.getcwd())
         self.concurrency, self.executor = concurrency, executor
         self.id = "w-" + secrets.token_hex(6)
         self.agent = agent or f"worker:{self.id}"
@@ -171,15 +175,19 @@ class Worker:
             return
         with reg.read() as tx:
             executor = executor_for(settings(tx), goal_id, self.executor) or self.executor
-        env = {k: v for k, v in os.environ.items() if k not in ("LOOPX_RUN_ID", "LOOPX_ACTOR", "LOOPX_STEP_ID")}
-        env["LOOPX_REGISTRY"] = self.url
-        cmd = [sys.executable, "-m", "loopx", "--format", "json", "turn", goal_id, "--executor", executor,
-               "--agent", self.agent, "--grace-seconds", str(self.grace_seconds),
-               "--worker-lease", f"{self.id}:{token}"]
+        from loopx import selfrun
+
+        # LoopX started as LoopX starts itself (loopx.selfrun): isolated, in LoopX's own directory,
+        # never importing anything from the agents' workdir a turn left a `loopx/` package in.
+        spawn = selfrun.command(["--format", "json", "turn", goal_id, "--executor", executor, "--agent", self.agent,
+                                 "--grace-seconds", str(self.grace_seconds), "--worker-lease", f"{self.id}:{token}",
+                                 "--workdir", self.workdir],
+                                {"LOOPX_RUN_ID": None, "LOOPX_ACTOR": None, "LOOPX_STEP_ID": None,
+                                 "LOOPX_REGISTRY": self.url})
         # A session of its own: a Ctrl-C in the worker's terminal reaches the worker, which passes
         # SIGTERM on to its turns (each then lets its step finish within the grace period).
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(spawn["args"], env=spawn["env"], cwd=spawn["cwd"], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
         child = _Child(goal_id, token, proc)
         self.children[goal_id] = child
 
@@ -431,15 +439,19 @@ class _Notifier:
                     print(f"loopx worker: notification failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
-def unit(url: str | None, concurrency: int, executor: str, grace_seconds: float) -> str:
-    """A ``systemd --user`` unit that keeps this worker running."""
+def unit(url: str | None, concurrency: int, executor: str, grace_seconds: float, workdir: str | None = None) -> str:
+    """A ``systemd --user`` unit that keeps this worker running: the installed ``loopx`` by its
+    absolute path, in LoopX's own directory, its agents working in ``workdir`` (default: here)."""
     import shlex
 
+    from loopx import selfrun
     from loopx.registry import resolve_url
 
-    argv = [sys.executable, "-m", "loopx", "worker", "--concurrency", str(concurrency), "--executor", executor,
-            "--grace-seconds", str(grace_seconds)]
+    argv = [*selfrun.console_script(), "worker", "--concurrency", str(concurrency), "--executor", executor,
+            "--grace-seconds", str(grace_seconds), "--workdir", os.path.abspath(workdir or os.getcwd())]
     registry = resolve_url(url)
+    if "://" not in registry:
+        registry = os.path.abspath(registry)
     return "\n".join([
         "# ~/.config/systemd/user/loopx-worker.service",
         "# systemctl --user daemon-reload && systemctl --user enable --now loopx-worker",
@@ -452,6 +464,7 @@ def unit(url: str | None, concurrency: int, executor: str, grace_seconds: float)
         "Type=simple",
         f"Environment={shlex.quote('LOOPX_REGISTRY=' + registry)}",
         f"ExecStart={shlex.join(argv)}",
+        f"WorkingDirectory={selfrun.CWD}",
         "KillSignal=SIGTERM",
         "KillMode=mixed",
         f"TimeoutStopSec={int(grace_seconds) + 30}",

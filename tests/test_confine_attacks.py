@@ -515,7 +515,9 @@ def test_a_path_option_naming_a_file_outside_the_step_is_refused_by_the_broker_a
     for name, option in (("out_outside", "--out"), ("out_equals_outside", "--out"), ("handoff_outside", "--output")):
         assert "is outside what this step may touch" in lines[name] and "actor_forbidden" in lines[name], lines
         assert lines[name].count(option) >= 1, lines
-    assert "SCRIBBLED inside.txt" in lines["out_inside"], lines
+    # The relative path was made absolute against the step's directory before the command ran (in
+    # LoopX's own directory): the command writes exactly the file the broker checked.
+    assert f"SCRIBBLED {os.path.realpath(world['work'])}/inside.txt" in lines["out_inside"], lines
     assert (world["work"] / "inside.txt").read_text() == "scribbled"
     assert not any(Path(f"{outside}{n}").exists() for n in ("", "2", "3"))
     assert sorted(r["why"].split(" ", 1)[0] for r in refused) == ["--out", "--out", "--output"], refused

@@ -17,13 +17,17 @@ from tests.factories import make_goal
 PY = sys.executable
 
 
-@pytest.mark.parametrize("started_as", ["module", "console script"])
+@pytest.mark.parametrize("started_as", ["module", "console script", "step's client"])
 def test_a_steps_loopx_reaches_the_broker_without_importing_pluggy_or_click(loopx_proc, registry_url, tmp_path,
                                                                             started_as):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     if started_as == "module":
         start = f"{PY} -X importtime -m loopx"
+    elif started_as == "step's client":
+        # The `loopx` first on a step's PATH: LoopX's own file in the step's directory (read-only
+        # to the step), started without site-packages.
+        start = f'{PY} -X importtime -I -S "$(command -v loopx)"'
     else:
         script = shutil.which("loopx", path=loopx_env(registry_url)["PATH"])
         assert script, "the loopx console script is installed beside the interpreter"
@@ -31,7 +35,9 @@ def test_a_steps_loopx_reaches_the_broker_without_importing_pluggy_or_click(loop
     (bin_dir / "loopx").write_text(f"#!/bin/sh\nexec {start} \"$@\"\n")
     (bin_dir / "loopx").chmod(0o755)
     path = {"PATH": str(bin_dir) + os.pathsep + loopx_env(registry_url)["PATH"]}
-    probe = ("out=$(loopx todo list --goal-id \"$LOOPX_GOAL_ID\" --json 2>&1); "
+    # The step's own client is first on the PATH, then this test's instrumented `loopx`.
+    probe = ("case $(command -v loopx) in */loopx-step-*/bin/loopx) echo STEP_CLIENT;; esac; "
+             f"out=$({bin_dir}/loopx todo list --goal-id \"$LOOPX_GOAL_ID\" --json 2>&1); "
              "echo \"$out\" | grep -q '\"text\": \"work\"' && echo ANSWERED; "
              "echo \"$out\" | grep -q ' loopx.broker_client$' && echo FORWARDED; "
              "echo \"$out\" | grep -q ' pluggy$' && echo PLUGGY; "
@@ -44,5 +50,5 @@ def test_a_steps_loopx_reaches_the_broker_without_importing_pluggy_or_click(loop
                    env={"LOOPX_ACTOR": "executor", **path})
     assert r.code == 0, r
     tail = r.json["data"]["output_tail"]
-    assert "ANSWERED" in tail and "FORWARDED" in tail, tail
+    assert "ANSWERED" in tail and "FORWARDED" in tail and "STEP_CLIENT" in tail, tail
     assert "PLUGGY" not in tail and "CLICK" not in tail, tail

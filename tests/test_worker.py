@@ -165,12 +165,20 @@ def test_a_clock_jump_is_recorded_and_cadence_recovers(sqlite_url, tmp_path, loo
     assert len(_runs(url, gid)) == 2  # and nothing ran after the clock came back
 
 
-def test_print_unit_is_a_systemd_user_unit_for_this_registry(sqlite_url):
+def test_print_unit_is_a_systemd_user_unit_for_this_registry(sqlite_url, tmp_path):
+    import shlex
+
     code = subprocess.run([sys.executable, "-m", "loopx", "worker", "--print-unit", "--concurrency", "4"],
-                          env=loopx_env(sqlite_url), capture_output=True, text=True)
+                          env=loopx_env(sqlite_url), capture_output=True, text=True, cwd=tmp_path)
     assert code.returncode == 0, code.stderr
     unit = code.stdout
     assert "[Service]" in unit and "[Install]" in unit and "WantedBy=default.target" in unit
     exec_line = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
-    assert "worker --concurrency 4" in exec_line and sys.executable in exec_line
+    argv = shlex.split(exec_line[len("ExecStart="):])
+    # The installed console script by its absolute path (never `python -m loopx`, which imports
+    # from the working directory), in LoopX's own directory; the agents work where it was printed.
+    assert argv[0] == os.path.join(os.path.dirname(sys.executable), "loopx") and "-m" not in argv, argv
+    assert argv[1:4] == ["worker", "--concurrency", "4"] and argv[argv.index("--workdir") + 1] == str(tmp_path)
+    assert "WorkingDirectory=/" in unit.splitlines()
+    assert subprocess.run([argv[0], "--version"], capture_output=True, text=True).stdout.startswith("loopx ")
     assert f"LOOPX_REGISTRY={sqlite_url}" in unit and "KillSignal=SIGTERM" in unit

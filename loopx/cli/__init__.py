@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 
 import click
 
@@ -62,6 +63,10 @@ ALIASES = {"agent_prompt": "agent-prompt", "project_prompt": "project-prompt", "
            "status_server": "status-server"}
 
 
+#: Held while one thread loads the plugins' commands (see :meth:`RootGroup._load_plugin_commands`).
+_PLUGIN_COMMANDS = threading.RLock()
+
+
 class RootGroup(LoopxGroup):
     """The root group: built-in commands load on demand; plugin commands through a hook."""
 
@@ -69,19 +74,26 @@ class RootGroup(LoopxGroup):
     #: when ``LOOPX_PLUGINS`` / ``LOOPX_DISABLE_PLUGINS`` change, and an in-process CLI (a plugin
     #: author's ``loopx_cli``) must then show the commands of the plugins now chosen.
     _plugin_commands_of = None
+    _plugin_commands_ready = None
     aliases = ALIASES
 
     def _load_plugin_commands(self):
         from loopx import plugins
 
         pm = plugins.get_plugin_manager()
-        if self._plugin_commands_of is not pm:
-            # Built-in commands load from COMMANDS and are never added here: everything in
-            # self.commands came from the former manager's plugins.
-            self.commands.clear()
-            self._plugin_commands_of = pm
-            # One plugin's broken commands hook costs that plugin its commands, nothing more.
-            plugins.hooks().register_commands(self)
+        if self._plugin_commands_ready is not pm:
+            # A turn's broker serves commands side by side (loopx.served): one thread loads them,
+            # the others wait for the whole set (a plugin asking for commands meanwhile, in the
+            # loading thread, sees what is there so far, as before).
+            with _PLUGIN_COMMANDS:
+                if self._plugin_commands_of is not pm:
+                    # Built-in commands load from COMMANDS and are never added here: everything in
+                    # self.commands came from the former manager's plugins.
+                    self.commands.clear()
+                    self._plugin_commands_of = pm
+                    # One plugin's broken commands hook costs that plugin its commands, nothing more.
+                    plugins.hooks().register_commands(self)
+                    self._plugin_commands_ready = pm
 
     def main(self, args=None, prog_name=None, **extra):
         """Run the CLI; usage errors become LoopX errors (one line, ``invalid_argument``, exit 2)."""

@@ -12,7 +12,9 @@ from loopx.cli.turn_common import turn_options, turn_text
 @turn_options
 @click.option("--worker-lease", default=None, hidden=True,
               help="WORKER:TOKEN - set by loopx worker: open the run only under this goal lease.")
-def turn(goal_id, executor, agent, ttl_seconds, unconfined, grace_seconds, worker_lease):
+@click.option("--workdir", default=None, hidden=True,
+              help="Set by loopx worker: the agents' working directory (the turn itself starts in LoopX's own).")
+def turn(goal_id, executor, agent, ttl_seconds, unconfined, grace_seconds, worker_lease, workdir):
     """One governed turn: should-run, the executor under the contract, evidence, run finish.
 
     SIGTERM or Ctrl-C lets the running step finish (up to --grace-seconds), starts no other,
@@ -21,6 +23,12 @@ def turn(goal_id, executor, agent, ttl_seconds, unconfined, grace_seconds, worke
     from loopx import claims, interrupt, turn as turns
     from loopx.cli import run_inprocess
 
+    if workdir is not None:
+        import os
+
+        # Started isolated (loopx.selfrun): everything of LoopX is imported from where it is
+        # installed, never from here; this directory is only where the agent works.
+        os.chdir(workdir)
     owner = None
     if worker_lease is not None:
         from loopx.errors import LoopxError

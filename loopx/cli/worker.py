@@ -27,8 +27,10 @@ def _worker_text(out: dict) -> str:
               help="After a failed turn, try the goal again after this long (doubling, at most an hour).")
 @click.option("--exit-when-idle", is_flag=True, help="Stop when no turn runs and none is due (scripts, tests).")
 @click.option("--print-unit", is_flag=True, help="Print a systemd --user unit that runs this worker, and exit.")
+@click.option("--workdir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Where the goals' agents work (default: the current directory).")
 def worker(concurrency, executor, agent, grace_seconds, lease_seconds, beat_seconds, retry_seconds, exit_when_idle,
-           print_unit):
+           print_unit, workdir):
     """Take governed turns for every goal that should run, by cadence and budget, until stopped.
 
     Each goal gets its configured executor; SIGTERM / Ctrl-C lets running steps finish (up to
@@ -41,7 +43,7 @@ def worker(concurrency, executor, agent, grace_seconds, lease_seconds, beat_seco
 
     url = click.get_current_context().meta.get(REGISTRY_KEY)
     if print_unit:
-        click.echo(worker_mod.unit(url, concurrency, executor, grace_seconds), nl=False)
+        click.echo(worker_mod.unit(url, concurrency, executor, grace_seconds, workdir), nl=False)
         return
     for value, what in ((lease_seconds, "--lease-seconds"), (beat_seconds, "--beat-seconds")):
         if not 0.05 <= value <= 86400:
@@ -55,7 +57,7 @@ def worker(concurrency, executor, agent, grace_seconds, lease_seconds, beat_seco
         reg.store.schema_version()
     w = worker_mod.Worker(url, concurrency=concurrency, executor=executor, agent=agent, lease_seconds=lease_seconds,
                           beat_seconds=beat_seconds, grace_seconds=grace_seconds, exit_when_idle=exit_when_idle,
-                          retry_seconds=retry_seconds)
+                          retry_seconds=retry_seconds, workdir=workdir)
     out = w.run()
     emit(out, _worker_text)
     if out.get("stopped_by"):

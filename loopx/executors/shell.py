@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 NAME = "shell"
 
@@ -77,13 +76,19 @@ class ShellExecutor:
             # (the actions it runs are confined children).
             out = step.broker.dispatch(["--format", "json", *argv[1:]], cwd=os.getcwd())
             return out["exit_code"], out["stdout"] or out["stderr"]
-        # The LoopX that runs this executor runs the steps, whatever PATH says.
-        cmd = [sys.executable, "-m", "loopx", "--format", "json", *argv[1:]]
+        # The LoopX that runs this executor runs the steps, whatever PATH says, started as LoopX
+        # starts itself (loopx.selfrun: isolated, in LoopX's own directory).
+        from loopx import selfrun
+
+        spawn = selfrun.command(["--format", "json", *argv[1:]],
+                                {**{k: None for k in os.environ if k.startswith("LOOPX_")}, **env})
+        # Its steps' actions run where this turn runs (nothing is imported from there: -I).
+        spawn["cwd"] = os.getcwd()
         try:
             # A session of its own: a Ctrl-C in the terminal reaches LoopX, which lets the step
             # finish within its grace period (loopx.interrupt), not the step.
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=self.timeout + 60,
-                               start_new_session=True)
+            p = subprocess.run(spawn["args"], env=spawn["env"], cwd=spawn["cwd"], capture_output=True, text=True,
+                               timeout=self.timeout + 60, start_new_session=True)
         except subprocess.TimeoutExpired:
             return 2, json.dumps({"error": {"code": "timeout", "message": f"{argv[1]} did not return"}})
         return p.returncode, p.stdout or p.stderr

@@ -101,7 +101,10 @@ def _spawn(db: str, sidecars, fd: int) -> bool:
         # planted there would run with the user's authority); main() puts the loopx this file
         # belongs to there, so the checkpointer runs the writer's own code, installed or not.
         # -S: no site-packages (it needs only the standard library and its own loopx): ~10 ms less.
-        argv = [sys.executable, "-S", "-P", os.path.abspath(__file__), f"--catch-up={CATCH_UP_PAGES}", db, *sidecars]
+        # -I (which holds -P): no PYTHON* variable either (loopx.selfrun: how LoopX starts itself);
+        # main() then leaves the writer's directory for LoopX's own.
+        argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), f"--catch-up={CATCH_UP_PAGES}",
+                os.path.abspath(db), *map(os.path.abspath, sidecars)]
         # An environment of its own: the writer's may name a run (LOOPX_RUN_ID, whose processes
         # must all end with it) or hold credentials, and it needs none of that.
         env = {k: v for k, v in os.environ.items() if k in _ENV_KEPT}
@@ -236,4 +239,5 @@ if __name__ == "__main__":
     except (AttributeError, OSError):  # not Linux, or refused: an ordinary process
         pass
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    os.chdir("/")  # loopx.selfrun.CWD: the paths it is given are absolute
     sys.exit(main(sys.argv[1:]))

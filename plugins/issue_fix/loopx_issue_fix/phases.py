@@ -676,7 +676,11 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
     # `start --keep` asked to keep them. The packet and the results stay in the goal's directory.
     # An agent runs this step *inside* the worktree: removing it there would pull the directory
     # from under the agent's next command; `loopx issue-fix clean` (also run by `start`) does it.
-    inside = Path.cwd().resolve().is_relative_to(Path(wt).resolve()) if Path(wt).exists() else False
+    from loopx.api import caller_dir
+
+    # Where the agent stands (a command served by the turn's broker runs elsewhere).
+    here = Path(caller_dir() or Path.cwd())
+    inside = here.resolve().is_relative_to(Path(wt).resolve()) if Path(wt).exists() else False
     out["removed"] = [] if state.get("keep") or inside else \
         gitrepo.remove_goal_worktree(state["repo"], wt, branch["name"])
     return out
