@@ -49,6 +49,10 @@ TABLES = {
 }
 #: The count of open runs, kept beside the per-table counts (should-run reads every open run).
 OPEN_RUNS = "runs.open"
+#: The table counting a goal's changed events, and its count's key in the digest's counts
+#: (:mod:`loopx.history_guard`; named here too, where the seal and the checks read them).
+CHANGED_EVENTS = "event_changes"
+CHANGES = "events.changed"
 MODULUS = 1 << 256
 FORMAT = "v3"
 
@@ -158,6 +162,10 @@ def seal_incremental(tx, ring, goal_id: str, total: int, counts: dict) -> tuple[
     upserts, deletes = [], []
     for c in changed:
         old, new = c["old"], c["new"]
+        if c["tbl"] == CHANGED_EVENTS:
+            # The goal's count of events changed (loopx/history_guard.py): bound in the tag as it is now.
+            counts[CHANGES] = int(new)
+            continue
         if old == new:
             continue
         table, key = c["tbl"], c["k"]
@@ -181,6 +189,19 @@ def seal_incremental(tx, ring, goal_id: str, total: int, counts: dict) -> tuple[
     if deletes:
         tx.executemany("DELETE FROM state_macs WHERE goal_id = ? AND tbl = ? AND k = ?", deletes)
     return total % MODULUS, counts
+
+
+def changes(tx, goal_id: str) -> int:
+    """The goal's count of event rows updated or deleted (``event_changes``, loopx/history_guard.py;
+    0 before the schema step that made the table)."""
+    if tx.dialect == "sqlite":
+        found = tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = ?", (CHANGED_EVENTS,))
+    else:
+        found = tx.one("SELECT 1 AS x WHERE to_regclass(?) IS NOT NULL", (CHANGED_EVENTS,))
+    if found is None:
+        return 0
+    row = tx.one(f"SELECT n FROM {CHANGED_EVENTS} WHERE goal_id = ?", (goal_id,))
+    return int(row["n"]) if row else 0
 
 
 def _all_rows(tx, goal_id: str):
@@ -208,6 +229,9 @@ def whole(tx, ring, goal_id: str) -> tuple[int, dict, list]:
 def seal_whole(tx, ring, goal_id: str) -> tuple[int, dict]:
     """Recompute every MAC of the goal from its rows (a new goal, a rebuilt one, a new key)."""
     total, counts, macs = whole(tx, ring, goal_id)
+    n = changes(tx, goal_id)
+    if n:
+        counts[CHANGES] = n  # the count as it stands is what this seal vouches for
     tx.execute("DELETE FROM state_macs WHERE goal_id = ?", (goal_id,))
     tx.execute("DELETE FROM state_dirty WHERE goal_id = ?", (goal_id,))
     for start in range(0, len(macs), 5000):
