@@ -441,7 +441,7 @@ def rolled_back(tx, goal_id: str, ring, newest: list[dict]) -> list[Problem]:
         return []
     from loopx import anchor
 
-    return _behind(tx, goal_id, anchor.read(ring.registry_id, goal_id)[0], newest)
+    return _behind(tx, goal_id, anchor.read_head(ring.registry_id, goal_id), newest)
 
 
 def _behind(tx, goal_id: str, anchored: dict | None, newest: list[dict]) -> list[Problem]:
