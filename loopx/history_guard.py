@@ -34,6 +34,8 @@ COUNT = "events.changed"
 MARK_KEY = "schema_mac"
 #: The tables whose definitions the mark covers besides every trigger's.
 _TABLES = ("events", TABLE, "state_dirty")
+#: The oid of the registry's PostgreSQL schema (the one its tables are in).
+_HERE = "(SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = current_schema())"
 
 _CREATE = f"CREATE TABLE IF NOT EXISTS {TABLE} (goal_id TEXT PRIMARY KEY, n BIGINT NOT NULL)"
 
@@ -134,9 +136,9 @@ def definitions_sql(dialect: str) -> str:
             " || ':' || CAST(t.tgenabled AS TEXT) || ':' || p.oid || ':' || CAST(p.xmin AS TEXT) || ':' || md5(p.prosrc) AS x"
             " FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid"
             " JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid"
-            " WHERE c.relnamespace = CAST(CAST(current_schema() AS regnamespace) AS oid) AND NOT t.tgisinternal"
+            f" WHERE c.relnamespace = {_HERE} AND NOT t.tgisinternal"
             " UNION ALL SELECT 'table:' || c.relname || ':' || c.oid FROM pg_catalog.pg_class c"
-            f" WHERE c.relnamespace = CAST(CAST(current_schema() AS regnamespace) AS oid) AND c.relname IN ({names})"
+            f" WHERE c.relnamespace = {_HERE} AND c.relname IN ({names})"
             ") d)")
 
 
@@ -200,7 +202,7 @@ def restore(tx) -> None:
     else:
         for r in tx.query("SELECT t.tgname AS name, c.relname AS tbl FROM pg_catalog.pg_trigger t"
                           " JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid WHERE NOT t.tgisinternal"
-                          " AND c.relnamespace = CAST(CAST(current_schema() AS regnamespace) AS oid)"):
+                          f" AND c.relnamespace = {_HERE}"):
             tx.execute(f'DROP TRIGGER IF EXISTS "{r["name"]}" ON "{r["tbl"]}"')
         for sql in schema.summary_triggers("postgres"):
             tx.execute(sql)

@@ -302,6 +302,19 @@ def check_turn(tx, ring, goal_id: str, counts: dict, *, agent: str | None, now: 
         found.append(f"the goal has {seen.get('runs', 0)} open runs, not {counts.get(OPEN_RUNS, 0)}")
     if seen.get("contracts", 0) != seen.get("runs", 0):
         found.append("an open run's contract is missing")
+    if not found:
+        # The ready page just verified, in its order: the decision reads it from here
+        # (loopx.todo_ready.first_ready) instead of asking again - the very rows whose MACs held.
+        order = {}
+        for r in rows:
+            if r["tbl"] == "todo_ready":
+                ready = json.loads(r["txt"])
+                order[ready["todo_id"]] = (ready["priority"], ready["created_seq"])
+        page = sorted((json.loads(r["txt"]) for r in rows if r["tbl"] == "todos"), key=lambda t: order.get(t["id"], ()))
+        try:
+            tx._loopx_page = (goal_id, agent, now, limit, page)
+        except AttributeError:  # a transaction object that takes no attributes: read again
+            pass
     return found
 
 
