@@ -372,9 +372,11 @@ todo's dependencies; the attention summary reads its inputs in one statement.
 docs/architecture.md). A keyed MAC per state row, summed: a write takes the rows it changed out
 of the trigger-kept change log and updates the sum (three statements), and should-run verifies
 the rows its decision reads against their MACs in one statement, beside the head, the newest
-events and an empty change log in another. A should-run that opens a run sends 22 statements
-(+ `BEGIN`/`COMMIT`), digest included, none twice (`tests/test_scale_history.py`). The rows
-"digest left out" skip it (verify and seal), to show what it costs.
+events and an empty change log in another. A should-run that opens a run makes 24 statements
+on SQLite and 25 on PostgreSQL, none twice, counting the registry's open, the statements its
+triggers run and the rollback anchor's (transaction control and PRAGMAs aside;
+`tests/test_statement_count.py`, issue 39). The rows "digest left out" skip it (verify and
+seal), to show what it costs.
 
 **Open runs are read by (goal, status).** SQLite chose the `(goal_id, opened_at, id)` index for
 `... WHERE goal_id = ? AND status = 'open' ORDER BY opened_at, id` (it satisfies the order) and

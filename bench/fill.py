@@ -361,6 +361,9 @@ def fill(reg, n: int, *, progress=None) -> None:
                     macs.append((goal_id, table, key, hexed))
             for sql in state_macs.trigger_sql(tx.dialect):
                 tx.execute(sql)
+            from loopx import history_guard
+
+            history_guard.mark(tx)  # (PostgreSQL gives re-created triggers new oids: marked again, with the key)
             tx.executemany("INSERT INTO state_macs (goal_id, tbl, k, mac) VALUES (?, ?, ?, ?)", macs)
             tx.executemany("INSERT INTO goal_heads (goal_id, seq, head_hash, state_digest) VALUES (?, ?, ?, ?)",
                            [(g, seq, head, state_macs.encode(ring, g, seq, head, sums[g][0] % state_macs.MODULUS,

@@ -183,6 +183,19 @@ def read(registry_id: str, goal_id: str) -> tuple[dict | None, int | None]:
     return ({"seq": head[0], "hash": head[1]} if head else None), (gen[0] if gen else None)
 
 
+def read_head(registry_id: str, goal_id: str) -> dict | None:
+    """The anchored head ``{"seq", "hash"}`` of ``goal_id`` or None (one statement: what a
+    write's rollback check needs, without the generation)."""
+    conn = _conn(registry_id, create=False)
+    if conn is None:
+        return None
+    try:
+        head = conn.execute("SELECT seq, hash FROM heads WHERE goal_id = ?", (goal_id,)).fetchone()
+    except sqlite3.OperationalError:  # created by a process that has not made its tables yet
+        return None
+    return {"seq": head[0], "hash": head[1]} if head else None
+
+
 def heads(registry_id: str) -> tuple[list[dict], int | None]:
     """Every anchored goal head ``{"goal_id", "seq", "hash"}`` and the anchored generation."""
     conn = _conn(registry_id, create=False)

@@ -63,17 +63,19 @@ class Decision:
     """
 
     __slots__ = ("decision", "reasons", "goal", "agent", "own_run", "blocking", "ready", "next_eligible_at",
-                 "other_run", "veto", "exhausted", "failure", "problems")
+                 "other_run", "veto", "exhausted", "failure", "problems", "history")
 
     def __init__(self, decision: str, reasons: list[str], *, goal, agent: str, own_run=None,
                  blocking: dict | None = None, ready: list | None = None, next_eligible_at: str | None = None,
                  other_run=None, veto: dict | None = None, exhausted: list[str] | None = None,
-                 failure: dict | None = None):
+                 failure: dict | None = None, history: dict | None = None):
         self.decision, self.reasons, self.goal, self.agent = decision, reasons, goal, agent
         self.own_run, self.blocking, self.ready = own_run, blocking or {}, ready or []
         self.next_eligible_at, self.other_run, self.veto = next_eligible_at, other_run, veto
         self.exhausted = exhausted or []
         self.failure = failure
+        #: The goal's past as :func:`loopx.runs.recent` read it for this decision (None: not read).
+        self.history = history
         #: Malformed plugin contributions that were dropped, named by plugin (shown as notes).
         self.problems: list[str] = []
 
@@ -211,11 +213,16 @@ def decide(tx, inputs, *, agent: str, now: str, own_run, vetoed: dict | None = N
     spent = exhausted(goal, inputs.usage(exclude))
     if spent:
         return Decision("ask_user", ["quota_exhausted", *[f"{k}_exhausted" for k in spent]], exhausted=spent, **d)
-    from loopx.steps import repeated_failure
+    from loopx.runs import recent
+    from loopx.steps import repeated_failure, stuck_after
 
-    failure = repeated_failure(tx, goal)
+    # The goal's past in one statement: the runs the failure check reads, and the hand-off and
+    # rewards the contract shows (document() takes them from the decision).
+    history = recent(tx, goal.id, max(stuck_after(goal), 0))
+    failure = repeated_failure(tx, goal, history)
     if failure:
-        return Decision("ask_user", ["repeated_failure"], failure=failure, **d)
+        return Decision("ask_user", ["repeated_failure"], failure=failure, history=history, **d)
+    d["history"] = history
     cadence = goal.limits.cadence_seconds
     if cadence:
         last = inputs.last_opened_other_than(tx, exclude)
@@ -456,9 +463,12 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
     for gate in shown_gates:
         if gate.status == "rejected" and gate.comment:
             notes.append(f"gate {gate.id} ({gate.blocks}) was rejected: {_short(gate.comment, TEXT_SHOWN)}")
-    handoff = runs.latest_handoff_note(tx, goal.id)
+    if d.history is not None:
+        handoff, given = d.history["handoff"], d.history["feedback"]
+    else:
+        handoff, given = runs.latest_handoff_note(tx, goal.id), rewards.feedback(tx, goal.id, limit=3)
     feedback = [{"run_id": f["run_id"], "score": f["score"], "comment": _short(f["comment"], TEXT_SHOWN)}
-                for f in rewards.feedback(tx, goal.id, limit=3)]
+                for f in given]
     agent_channel = {
         "agent": d.agent,
         # What the work is for lives in the goal, not in the agent's memory: every contract

@@ -304,8 +304,29 @@ def registry_schema(reg) -> list[Finding]:
 
 
 def registry_storage(reg) -> list[Finding]:
-    """``storage_integrity`` for the registry ``reg`` (:func:`storage_integrity`)."""
-    return storage_integrity(reg.store)
+    """``storage_integrity`` for the registry ``reg`` (:func:`storage_integrity`), and
+    ``schema_altered`` when its triggers no longer match their keyed mark
+    (:mod:`loopx.history_guard`); both are cured by ``reindexed`` (:func:`loopx.repairs.reindex_storage`)."""
+    return storage_integrity(reg.store) + schema_altered(reg)
+
+
+def schema_altered(reg) -> list[Finding]:
+    """``schema_altered``: the registry's trigger definitions fail their keyed mark."""
+    from loopx import history_guard, keys
+    from loopx.store import schema
+
+    with reg.read() as tx:
+        if getattr(tx, "schema_version", schema.CURRENT_VERSION) < schema.GUARD_VERSION:
+            return []
+        ring = keys.keyring(tx)
+        if ring.state != "keyed":
+            return []
+        row = tx.one(f"SELECT {history_guard.definitions_sql(tx.dialect)} AS d,"
+                     f" (SELECT value FROM meta WHERE key = '{history_guard.MARK_KEY}') AS m")
+        if not history_guard.altered(ring, row["d"], row["m"]):
+            return []
+    return [Finding("schema_altered", None, None, "the registry's triggers or event tables were changed outside"
+                    " LoopX: an edit of a goal's history meanwhile could have gone uncounted", "reindexed")]
 
 
 def chain_findings(tx, goal: dict) -> list[Finding]:
@@ -392,6 +413,8 @@ CODES = {
     "chain_broken": "an event does not link to the hash of the event before it",
     "state_digest_mismatch": "the goal's current-state rows differ from the digest written with its last change",
     "goal_unsealed": "the goal has no recorded chain head",
+    "history_changed": "stored events were edited or deleted outside LoopX (the count its keyed seal binds moved)",
+    "schema_altered": "the registry's triggers or event tables were changed outside LoopX (their keyed mark fails)",
     "registry_rolled_back": "the registry is older than what this user last committed to it (an older copy)",
     "integrity_key_missing": "the registry's integrity key is not on this machine: nothing can be verified",
 }

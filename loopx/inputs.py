@@ -13,6 +13,8 @@ never the goal's whole list of todos.
 
 from __future__ import annotations
 
+import json
+
 from loopx.model import QuotaUsage
 
 
@@ -118,6 +120,21 @@ class TurnInputs:
         return todo_ready.any_todo(tx, self.goal.id)
 
 
+def _side_sql(dialect: str) -> str:
+    """The usage counters, gates and actions of a goal in one statement (made once per dialect)."""
+    found = _SIDE_SQL.get(dialect)
+    if found is None:
+        from loopx.state_macs import text_sql
+
+        found = _SIDE_SQL[dialect] = " UNION ALL ".join(
+            f"SELECT '{t}' AS tbl, {text_sql(dialect, t, 'x')} AS txt FROM {t} x WHERE x.goal_id = ?"
+            for t in ("goal_usage", "gates", "actions"))
+    return found
+
+
+_SIDE_SQL: dict[str, str] = {}
+
+
 def gather(tx, goal_id: str, *, goal_row: dict | None = None, open_runs: list | None = None) -> TurnInputs:
     """Read everything a turn decision needs about ``goal_id`` (``goal_not_found`` if absent).
 
@@ -135,10 +152,13 @@ def gather(tx, goal_id: str, *, goal_row: dict | None = None, open_runs: list | 
     if open_runs is None:
         open_runs = [run_from_row(r) for r in tx.query(
             "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' ORDER BY COALESCE(opened_at, ''), id", (goal_id,))]
-    used = usage_counts.read(tx, goal_id)  # counters: one row, whatever the goal's history
+    # The usage counters (one row, whatever the goal's history), the gates and the actions: one
+    # statement, each row as the database prints it in JSON (the text its MAC is made from).
+    found: dict[str, list] = {"goal_usage": [], "gates": [], "actions": []}
+    for r in tx.query(_side_sql(tx.dialect), (goal_id, goal_id, goal_id)):
+        found[r["tbl"]].append(json.loads(r["txt"]))
+    used = usage_counts.read_row(found["goal_usage"][0]) if found["goal_usage"] else dict(usage_counts.ZERO)
     totals = (used["turns"], used["tokens"], used["cost_micros"] / 1_000_000, used["wall_us"] / 1_000_000)
-    gates = [gate_from_row(r) for r in tx.query("SELECT * FROM gates WHERE goal_id = ? ORDER BY created_at, id",
-                                                (goal_id,))]
-    actions = [action_from_row(r) for r in tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY created_at, name",
-                                                    (goal_id,))]
+    gates = [gate_from_row(r) for r in sorted(found["gates"], key=lambda r: (r["created_at"], r["id"]))]
+    actions = [action_from_row(r) for r in sorted(found["actions"], key=lambda r: (r["created_at"], r["name"]))]
     return TurnInputs(goal, goal.revision, open_runs, totals, used["last_opened"], gates, actions)

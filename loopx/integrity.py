@@ -20,7 +20,7 @@ import json
 import math
 from operator import itemgetter
 
-from loopx import jsonsafe, keys, state_macs  # every write uses them
+from loopx import history_guard, jsonsafe, keys, state_macs  # every write uses them
 
 try:  # the built-in sha256 (no OpenSSL to load: should-run keeps its start-up cheap)
     from _sha256 import sha256 as _sha256
@@ -302,6 +302,9 @@ CODES = {
     "registry_rolled_back": "the registry is older than what this user last committed to it (replaced by an older"
                             " copy, or its newest events removed); see `loopx registry reanchor`",
     "integrity_key_missing": "the registry's integrity key is not on this machine: nothing can be verified",
+    "history_changed": "stored events of the goal were edited or deleted outside LoopX (the count of changed"
+                       " events its keyed seal binds moved; loopx/history_guard.py)",
+    "schema_altered": "the registry's triggers or event tables were changed outside LoopX (their keyed mark fails)",
 }
 
 
@@ -365,15 +368,30 @@ def _key_missing(ring, goal_id: str) -> list[Problem]:
 
 
 def _digest_problem(tx, goal_id: str, recorded: dict, ring) -> list[Problem]:
-    """The whole-goal check: every state row's MAC summed against the recorded sum and counts
-    (or, for a digest of the older format, the whole-state hash)."""
+    """The whole-goal check: every state row's MAC summed against the recorded sum and counts,
+    and the goal's count of changed events against the one they bind (or, for a digest of the
+    older format, the whole-state hash)."""
     if state_macs.is_v3(recorded):
         known = state_macs.decode(ring, goal_id, recorded)
-        if known is not None and state_macs.whole(tx, ring, goal_id)[:2] == known:
-            return []
+        if known is not None:
+            sealed = dict(known[1])
+            sealed_changes = sealed.pop(state_macs.CHANGES, 0)
+            if state_macs.whole(tx, ring, goal_id)[:2] == (known[0], sealed):
+                changes = state_macs.changes(tx, goal_id)
+                return [] if changes == sealed_changes else [_history_changed(goal_id, changes - sealed_changes)]
     elif state_digest(tx, goal_id, recorded["seq"], recorded["head_hash"], ring) == recorded["state_digest"]:
         return []
     return [_mismatch(goal_id)]
+
+
+def _history_changed(goal_id: str, n: int) -> Problem:
+    return Problem("history_changed", goal_id, f"goal {goal_id}: {n} of its stored events were edited or deleted"
+                   " outside LoopX since its last change (the count its keyed seal binds moved)")
+
+
+def _schema_altered(goal_id: str) -> Problem:
+    return Problem("schema_altered", goal_id, f"goal {goal_id}: the registry's triggers or event tables were changed"
+                   " outside LoopX (their keyed mark fails), so an edit of its history could have gone uncounted")
 
 
 def _mismatch(goal_id: str, detail: str = "rows deleted, inserted or edited") -> Problem:
@@ -381,15 +399,18 @@ def _mismatch(goal_id: str, detail: str = "rows deleted, inserted or edited") ->
                    f" outside the ledger ({detail})")
 
 
-def _digest_at_turn(tx, goal_id: str, recorded: dict, ring, dirty: bool) -> list[Problem]:
-    """The per-turn digest check: the tag (sum and counts bound to the head), and no row changed
-    outside a LoopX transaction (``dirty``). The rows the decision reads are checked against
-    their MACs by :func:`verify_turn_rows`; an older-format digest is checked whole."""
+def _digest_at_turn(tx, goal_id: str, recorded: dict, ring, dirty: bool, changes: int | None = None) -> list[Problem]:
+    """The per-turn digest check: the tag (sum and counts bound to the head), the goal's count of
+    changed events against the one the tag binds (``changes``, :mod:`loopx.history_guard`), and no
+    row changed outside a LoopX transaction (``dirty``). The rows the decision reads are checked
+    against their MACs by :func:`verify_turn_rows`; an older-format digest is checked whole."""
     if not state_macs.is_v3(recorded):
         return _digest_problem(tx, goal_id, recorded, ring)
     known = state_macs.decode(ring, goal_id, recorded)
     if known is None:
         return [_mismatch(goal_id, "its recorded digest does not verify")]
+    if changes is not None and changes != known[1].get(state_macs.CHANGES, 0):
+        return [_history_changed(goal_id, changes - known[1].get(state_macs.CHANGES, 0))]
     if dirty:
         return [_mismatch(goal_id, "rows were written outside a LoopX transaction")]
     _stash(tx, "_loopx_verified", goal_id, known)
@@ -420,7 +441,7 @@ def rolled_back(tx, goal_id: str, ring, newest: list[dict]) -> list[Problem]:
         return []
     from loopx import anchor
 
-    return _behind(tx, goal_id, anchor.read(ring.registry_id, goal_id)[0], newest)
+    return _behind(tx, goal_id, anchor.read_head(ring.registry_id, goal_id), newest)
 
 
 def _behind(tx, goal_id: str, anchored: dict | None, newest: list[dict]) -> list[Problem]:
@@ -441,19 +462,26 @@ def _behind(tx, goal_id: str, anchored: dict | None, newest: list[dict]) -> list
     return []
 
 
-def _head_and_window(tx, goal_id: str, window: int) -> tuple[dict | None, bool, list[dict]]:
+def _head_and_window(tx, goal_id: str, window: int) -> tuple[dict | None, bool, list[dict], dict | None]:
     """One statement: the recorded head, whether any row of the goal was changed outside a LoopX
-    transaction (``state_dirty``), and the newest ``window`` events (ascending)."""
+    transaction (``state_dirty``), the newest ``window`` events (ascending), and (schema 11 on,
+    :mod:`loopx.history_guard`) the goal's count of changed events, the registry's trigger
+    definitions and their recorded mark (``{"changes", "defs", "mark"}``, else None)."""
+    from loopx import history_guard
     from loopx.store import schema
 
     # A registry read without migrating it (read-only) from before the change log (schema 9) has
     # no state_dirty: its digest is the whole-state one of its version, checked whole.
+    version = getattr(tx, "schema_version", schema.CURRENT_VERSION)
     dirty = ("CASE WHEN EXISTS (SELECT 1 FROM state_dirty d WHERE d.goal_id = q.gid AND (d.old IS NULL OR d.new IS NULL"
-             " OR d.old <> d.new)) THEN 1 ELSE 0 END" if getattr(tx, "schema_version", schema.CURRENT_VERSION)
-             >= schema.MACS_VERSION else "0")
+             " OR d.old <> d.new)) THEN 1 ELSE 0 END" if version >= schema.MACS_VERSION else "0")
+    guard = (f", (SELECT n FROM {state_macs.CHANGED_EVENTS} c WHERE c.goal_id = q.gid) AS h_changes,"
+             f" {history_guard.definitions_sql(tx.dialect)} AS h_defs,"
+             f" (SELECT value FROM meta WHERE key = '{history_guard.MARK_KEY}') AS h_mark"
+             if version >= schema.GUARD_VERSION else "")
     rows = tx.query(
         "SELECT h.seq AS h_seq, h.head_hash AS h_hash, h.state_digest AS h_digest,"
-        f" {dirty} AS h_dirty, e.*"
+        f" {dirty} AS h_dirty{guard}, e.*"
         " FROM (SELECT CAST(? AS TEXT) AS gid) q LEFT JOIN goal_heads h ON h.goal_id = q.gid"
         " LEFT JOIN (SELECT * FROM events WHERE goal_id = ? ORDER BY seq DESC LIMIT ?) e ON 1 = 1",
         (goal_id, goal_id, window))
@@ -463,7 +491,9 @@ def _head_and_window(tx, goal_id: str, window: int) -> tuple[dict | None, bool, 
     names = [k for k in first if not k.startswith("h_")]  # the events' columns (asked once, not per row)
     events = [{k: r[k] for k in names} for r in rows if r["seq"] is not None]
     events.sort(key=lambda r: r["seq"])
-    return recorded, bool(first["h_dirty"]), events
+    guarded = ({"changes": int(first["h_changes"] or 0), "defs": first["h_defs"], "mark": first["h_mark"]}
+               if guard else None)
+    return recorded, bool(first["h_dirty"]), events, guarded
 
 
 def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW, rollback: bool = False) -> list[Problem]:
@@ -476,9 +506,11 @@ def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW, rollback: bool =
     if missing:
         return missing
     _stash(tx, "_loopx_verified", goal_id, None)
-    recorded, dirty, rows = _head_and_window(tx, goal_id, window + 1)
+    recorded, dirty, rows, guard = _head_and_window(tx, goal_id, window + 1)
     _stash(tx, "_loopx_head_seen", goal_id, (rows[-1] if rows else None, recorded))
     out = rolled_back(tx, goal_id, ring, rows) if rollback else []
+    if guard is not None and ring.state == "keyed" and history_guard.altered(ring, guard["defs"], guard["mark"]):
+        out.append(_schema_altered(goal_id))
     if not rows:
         return out
     if recorded is None:
@@ -494,7 +526,7 @@ def verify_head(tx, goal_id: str, *, window: int = HEAD_WINDOW, rollback: bool =
         out.append(Problem("event_tampered", goal_id, f"goal {goal_id}: event {anchor['seq']} ({anchor['kind']})"
                            " was edited: its content does not match its hash", anchor["seq"]))
     out.extend(_links(goal_id, checked, anchor, acknowledged(rows)[1], ring))
-    out.extend(_digest_at_turn(tx, goal_id, recorded, ring, dirty))
+    out.extend(_digest_at_turn(tx, goal_id, recorded, ring, dirty, guard["changes"] if guard else None))
     if out:
         _stash(tx, "_loopx_verified", goal_id, None)
     return out

@@ -280,6 +280,9 @@ class _Hmac:
 
 def stored_id(tx) -> str | None:
     """The registry's id (``meta.registry_id``), or None for a registry not keyed yet."""
+    seen = getattr(tx, "_loopx_locked_id", None)
+    if seen is not None:
+        return seen[0]  # read with the goal's row, in this transaction (SqliteTx/PostgresTx.lock_goal)
     row = tx.one("SELECT value FROM meta WHERE key = ?", (META_ID,))
     return row["value"] if row else None
 

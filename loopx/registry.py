@@ -266,6 +266,7 @@ class Writer:
             body=body,
             operation_id=self.operation_id,
         )
+        getattr(self.tx, "__dict__", {}).pop("_loopx_page", None)  # a page read before this event is stale after it
         event, self._prev_hash = ledger.append_chained(self.tx, event, self._prev_hash)
         if kind_name.split(".", 1)[0] not in ledger.AREAS:
             # A plugin's own kind may set state in its apply (loopx.api.apply_state): held to the

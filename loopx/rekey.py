@@ -105,6 +105,9 @@ def rekey(reg, actor: str, *, adopt: bool = False) -> dict:
         new = keys.stage(ring.registry_id)
         staged.update(new)
         _rechain_all(tx, keys.Keyring(ring.registry_id, new["key"]), goals, [])
+        from loopx import history_guard
+
+        history_guard.mark(tx)  # the trigger definitions, MACed with the new key
         keys.remember(tx, ring.registry_id)
         tx.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                    ("integrity_rekeyed", json.dumps({"at": clock.now(), "adopted": adopt, "goals": len(goals)})))

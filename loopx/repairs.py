@@ -321,7 +321,12 @@ def restore_goal_rows(reg, actor: str, *, kind: str, after=None) -> list:
 
 
 def reindex_storage(reg) -> None:
-    """Rebuild every index of the registry's tables (cures index corruption)."""
+    """Rebuild every index of the registry's tables (cures index corruption), and put LoopX's
+    triggers back as its schema defines them (cures ``schema_altered``,
+    :func:`loopx.history_guard.restore`): then every goal's whole chain is checked, and a goal that
+    fails it is sealed untrusted, so what was edited while the triggers were away stays visible to
+    the next should-run."""
+    from loopx import history_guard, integrity, keys
     from loopx.store import schema
 
     def reindex(tx):
@@ -330,6 +335,16 @@ def reindex_storage(reg) -> None:
         else:
             for table in ("events", "operations", *schema.GOAL_TABLES):
                 tx.execute(f"REINDEX TABLE {table}")
+        if keys.keyring(tx).state != "keyed":
+            return
+        row = tx.one(f"SELECT {history_guard.definitions_sql(tx.dialect)} AS d,"
+                     f" (SELECT value FROM meta WHERE key = '{history_guard.MARK_KEY}') AS m")
+        if not history_guard.altered(keys.keyring(tx), row["d"], row["m"]):
+            return
+        history_guard.restore(tx)
+        for r in tx.query("SELECT DISTINCT goal_id FROM events"):
+            if any(p.code != "registry_rolled_back" for p in integrity.verify_chain(tx, r["goal_id"])):
+                integrity.seal(tx, r["goal_id"], trusted=False)
 
     reg.store.write(reindex)
 

@@ -116,6 +116,33 @@ def _handoff_row(tx, goal_id: str) -> dict | None:
     )
 
 
+def recent(tx, goal_id: str, runs: int, rewards: int = 3) -> dict:
+    """One statement for what a turn decision and its contract read of the goal's past: its newest
+    ``runs`` closed runs (``id, outcome, contract_id, opened_at``, newest first), its latest
+    hand-off note (``handoff``: the text or None) and its latest ``rewards`` rewards
+    (``{run_id, score, comment, at}``, newest first) - each an index range, whatever the history."""
+    rows = tx.query(
+        "SELECT 'run' AS part, id, outcome, contract_id, opened_at AS at, NULL AS note,"
+        " CAST(NULL AS REAL) AS score, NULL AS rid"
+        " FROM (SELECT id, outcome, contract_id, opened_at FROM runs WHERE goal_id = ? AND status <> 'open'"
+        " ORDER BY opened_at DESC, id DESC LIMIT ?) a"
+        " UNION ALL SELECT 'handoff', id, NULL, NULL, finished_at, handoff, CAST(NULL AS REAL), NULL"
+        " FROM (SELECT id, handoff, finished_at FROM runs WHERE goal_id = ? AND status = 'finished'"
+        " AND handoff IS NOT NULL ORDER BY finished_at DESC, id DESC LIMIT 1) b"
+        " UNION ALL SELECT 'reward', run_id, NULL, NULL, created_at, comment, score, id"
+        " FROM (SELECT id, run_id, score, comment, created_at FROM rewards WHERE goal_id = ?"
+        " ORDER BY created_at DESC, id DESC LIMIT ?) c",
+        (goal_id, runs, goal_id, goal_id, rewards))
+    newest = sorted((r for r in rows if r["part"] == "run"), key=lambda r: (r["at"], r["id"]), reverse=True)
+    given = sorted((r for r in rows if r["part"] == "reward"), key=lambda r: (r["at"], r["rid"]), reverse=True)
+    note = next((r["note"] for r in rows if r["part"] == "handoff"), None)
+    return {"runs": [{"id": r["id"], "outcome": r["outcome"], "contract_id": r["contract_id"], "opened_at": r["at"]}
+                     for r in newest],
+            "handoff": note,
+            "feedback": [{"run_id": r["id"], "score": float(r["score"]), "comment": r["note"], "at": r["at"]}
+                         for r in given]}
+
+
 def latest_handoff(tx, goal_id: str):
     """The :class:`loopx.model.Handoff` of the goal's most recently finished run that left one, or ``None``."""
     row = _handoff_row(tx, goal_id)

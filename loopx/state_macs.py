@@ -49,6 +49,10 @@ TABLES = {
 }
 #: The count of open runs, kept beside the per-table counts (should-run reads every open run).
 OPEN_RUNS = "runs.open"
+#: The table counting a goal's changed events, and its count's key in the digest's counts
+#: (:mod:`loopx.history_guard`; named here too, where the seal and the checks read them).
+CHANGED_EVENTS = "event_changes"
+CHANGES = "events.changed"
 MODULUS = 1 << 256
 FORMAT = "v3"
 
@@ -158,6 +162,10 @@ def seal_incremental(tx, ring, goal_id: str, total: int, counts: dict) -> tuple[
     upserts, deletes = [], []
     for c in changed:
         old, new = c["old"], c["new"]
+        if c["tbl"] == CHANGED_EVENTS:
+            # The goal's count of events changed (loopx/history_guard.py): bound in the tag as it is now.
+            counts[CHANGES] = int(new)
+            continue
         if old == new:
             continue
         table, key = c["tbl"], c["k"]
@@ -175,12 +183,29 @@ def seal_incremental(tx, ring, goal_id: str, total: int, counts: dict) -> tuple[
             upserts.append((goal_id, table, key, f"{mac:064x}"))
         else:
             deletes.append((goal_id, table, key))
-    if upserts:
-        tx.executemany("INSERT INTO state_macs (goal_id, tbl, k, mac) VALUES (?, ?, ?, ?)"
-                       " ON CONFLICT (goal_id, tbl, k) DO UPDATE SET mac = excluded.mac", upserts)
+    # One statement for all the new MACs (a turn changes a few rows; the statement is sent once, not
+    # once per row as executemany would), in chunks that stay below the drivers' parameter limits.
+    for start in range(0, len(upserts), 500):
+        chunk = upserts[start:start + 500]
+        tx.execute("INSERT INTO state_macs (goal_id, tbl, k, mac) VALUES " + ", ".join(["(?, ?, ?, ?)"] * len(chunk))
+                   + " ON CONFLICT (goal_id, tbl, k) DO UPDATE SET mac = excluded.mac",
+                   tuple(v for row in chunk for v in row))
     if deletes:
         tx.executemany("DELETE FROM state_macs WHERE goal_id = ? AND tbl = ? AND k = ?", deletes)
     return total % MODULUS, counts
+
+
+def changes(tx, goal_id: str) -> int:
+    """The goal's count of event rows updated or deleted (``event_changes``, loopx/history_guard.py;
+    0 before the schema step that made the table)."""
+    if tx.dialect == "sqlite":
+        found = tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = ?", (CHANGED_EVENTS,))
+    else:
+        found = tx.one("SELECT 1 AS x WHERE to_regclass(?) IS NOT NULL", (CHANGED_EVENTS,))
+    if found is None:
+        return 0
+    row = tx.one(f"SELECT n FROM {CHANGED_EVENTS} WHERE goal_id = ?", (goal_id,))
+    return int(row["n"]) if row else 0
 
 
 def _all_rows(tx, goal_id: str):
@@ -208,6 +233,9 @@ def whole(tx, ring, goal_id: str) -> tuple[int, dict, list]:
 def seal_whole(tx, ring, goal_id: str) -> tuple[int, dict]:
     """Recompute every MAC of the goal from its rows (a new goal, a rebuilt one, a new key)."""
     total, counts, macs = whole(tx, ring, goal_id)
+    n = changes(tx, goal_id)
+    if n:
+        counts[CHANGES] = n  # the count as it stands is what this seal vouches for
     tx.execute("DELETE FROM state_macs WHERE goal_id = ?", (goal_id,))
     tx.execute("DELETE FROM state_dirty WHERE goal_id = ?", (goal_id,))
     for start in range(0, len(macs), 5000):
@@ -274,6 +302,19 @@ def check_turn(tx, ring, goal_id: str, counts: dict, *, agent: str | None, now: 
         found.append(f"the goal has {seen.get('runs', 0)} open runs, not {counts.get(OPEN_RUNS, 0)}")
     if seen.get("contracts", 0) != seen.get("runs", 0):
         found.append("an open run's contract is missing")
+    if not found:
+        # The ready page just verified, in its order: the decision reads it from here
+        # (loopx.todo_ready.first_ready) instead of asking again - the very rows whose MACs held.
+        order = {}
+        for r in rows:
+            if r["tbl"] == "todo_ready":
+                ready = json.loads(r["txt"])
+                order[ready["todo_id"]] = (ready["priority"], ready["created_seq"])
+        page = sorted((json.loads(r["txt"]) for r in rows if r["tbl"] == "todos"), key=lambda t: order.get(t["id"], ()))
+        try:
+            tx._loopx_page = (goal_id, agent, now, limit, page)
+        except AttributeError:  # a transaction object that takes no attributes: read again
+            pass
     return found
 
 

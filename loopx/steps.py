@@ -310,20 +310,29 @@ def first_failure(res: list[dict]) -> dict | None:
     return next((r for r in res if r["status"] == "failed"), None)
 
 
-def repeated_failure(tx, goal) -> dict | None:
+def stuck_after(goal) -> int:
+    """How many failed runs in a row make the goal wait for a person (0: never)."""
+    n = getattr(goal.limits, "stuck_after", None)
+    return DEFAULT_STUCK_AFTER if n is None else int(n)
+
+
+def repeated_failure(tx, goal, history: dict | None = None) -> dict | None:
     """``{"step", "runs", "run_id", "exit_code", "output_tail"}`` when one step failed in the
     goal's last N runs in a row (N: the goal's ``stuck_after``, default 3; 0 turns it off).
 
     Cheap when nothing is wrong: one indexed query over the last N runs, and the evidence is
     read only when all of them failed. Runs opened before a user's ``project_prompt retry``
-    do not count.
+    do not count. ``history``: :func:`loopx.runs.recent` read with ``stuck_after`` runs, when the
+    caller has it.
     """
-    n = getattr(goal.limits, "stuck_after", None)
-    n = DEFAULT_STUCK_AFTER if n is None else int(n)
+    n = stuck_after(goal)
     if n <= 0:
         return None
-    rows = tx.query("SELECT id, outcome, contract_id, opened_at FROM runs WHERE goal_id = ? AND status <> 'open'"
-                    " ORDER BY opened_at DESC, id DESC LIMIT ?", (goal.id, n))
+    if history is not None and len(history["runs"]) <= n:  # (loopx.runs.recent, read with at most n runs)
+        rows = history["runs"]
+    else:
+        rows = tx.query("SELECT id, outcome, contract_id, opened_at FROM runs WHERE goal_id = ? AND status <> 'open'"
+                        " ORDER BY opened_at DESC, id DESC LIMIT ?", (goal.id, n))
     if len(rows) < n or any(r["outcome"] != "failed" for r in rows):
         return None
     retried = tx.one("SELECT MAX(at) AS at FROM events WHERE goal_id = ? AND kind = 'goal.retried'", (goal.id,))

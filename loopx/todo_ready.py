@@ -105,6 +105,12 @@ def first_ready(tx, goal_id: str, *, agent: str | None, now: str, exclude: set, 
     """The first ``limit`` (``None``: all) todos rows of the ready set for ``agent`` at ``now``, in
     its order (priority, then creation), leaving out the ids in ``exclude`` (gated todos); a todo
     a live claim holds (:func:`free_sql`) is left out too."""
+    verified = getattr(tx, "_loopx_page", None)
+    if (limit is not None and verified is not None and verified[:3] == (goal_id, agent, now)
+            and (verified[3] >= limit + len(exclude) or len(verified[4]) < verified[3])):
+        # The page loopx.state_macs.check_turn read and verified in this transaction, nothing
+        # written since (loopx.registry.Writer forgets it on every event): the same rows, in order.
+        return [row for row in verified[4][:limit + len(exclude)] if row["id"] not in exclude][:limit]
     sql = (f"SELECT t.* FROM todo_ready r JOIN todos t ON t.id = r.todo_id"
            f" WHERE r.goal_id = ? AND {free_sql('t', agent)} ORDER BY r.priority, r.created_seq")
     params: tuple = (goal_id, *free_params(agent, now))

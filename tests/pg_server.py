@@ -109,7 +109,9 @@ class ThrowawayPostgres:
                 executable=str(pg_ctl), host="127.0.0.1", port=port, datadir=str(data),
                 unixsocketdir=str(self.dir), logfile=str(log), startparams="-w -t 60", dbname=DATABASE,
                 user="postgres", password=superuser_password, timeout=90,
-                postgres_options="-c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off",
+                # track_functions: the statement-count test counts the trigger functions a turn runs.
+                postgres_options=("-c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
+                                  " -c track_functions=pl"),
             )
             try:
                 self._executor.start()

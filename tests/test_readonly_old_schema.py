@@ -22,9 +22,11 @@ def _v7_registry(path: str) -> str:
         g = goals.create(reg, "user", title="made before schema 8")["id"]
         todos.add(reg, "user", goal_id=g, text="a step")
     conn = sqlite3.connect(path, isolation_level=None)
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'state_dirty_%'"
-                                ).fetchall():
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND (name LIKE 'state_dirty_%'"
+                                " OR name LIKE 'event%')").fetchall():  # (and schema 11's, loopx/history_guard.py)
         conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("DROP TABLE event_changes")
+    conn.execute("DELETE FROM meta WHERE key = 'schema_mac'")
     conn.execute("DROP TABLE state_macs")
     conn.execute("DROP TABLE state_dirty")
     conn.execute("ALTER TABLE goals DROP COLUMN capabilities")

@@ -128,7 +128,13 @@ class PostgresTx:
         return self._conn.execute(translate(sql), _params(params)).fetchone()
 
     def lock_goal(self, goal_id):
-        return self.one("SELECT * FROM goals WHERE id = ? FOR UPDATE", (goal_id,))
+        # The registry's id comes with the goal's row (loopx.keys.stored_id reads it from there).
+        row = self.one("SELECT g.*, (SELECT value FROM meta WHERE key = 'registry_id') AS _loopx_registry_id"
+                       " FROM goals g WHERE g.id = ? FOR UPDATE", (goal_id,))
+        if row is None:
+            return None
+        self._loopx_locked_id = (row.pop("_loopx_registry_id"),)
+        return row
 
 
 class PostgresStore:
@@ -146,8 +152,12 @@ class PostgresStore:
         self._version_counter = 0
         self._conn = self._connect()
         try:
-            self._channel = "loopx." + (self._conn.execute("SELECT current_schema() AS s").fetchone()["s"] or "")
-            self._ensure_schema()
+            # The schema's name and whether it holds a registry, in one statement.
+            found = self._conn.execute(
+                "SELECT current_schema() AS s, EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
+                " ON n.oid = c.relnamespace WHERE c.relname = 'meta' AND n.nspname = current_schema()) AS e").fetchone()
+            self._channel = "loopx." + (found["s"] or "")
+            self._ensure_schema(found["e"])
         except BaseException:
             self._conn.close()
             raise
@@ -181,20 +191,22 @@ class PostgresStore:
             conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
         return conn
 
-    def _stored_version(self) -> int | None:
+    def _stored_version(self, exists: bool | None = None) -> int | None:
         # Ask the catalog with a query, not to_regclass(): a plain scan uses a fresh snapshot,
         # where a name lookup may answer from a cache that predates a concurrent migration.
-        exists = self._conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
-            " ON n.oid = c.relnamespace WHERE c.relname = 'meta' AND n.nspname = current_schema()) AS e"
-        ).fetchone()["e"]
+        # (``exists``: that answer, when the caller asked it already.)
+        if exists is None:
+            exists = self._conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
+                " ON n.oid = c.relnamespace WHERE c.relname = 'meta' AND n.nspname = current_schema()) AS e"
+            ).fetchone()["e"]
         if not exists:
             return None
         row = self._conn.execute("SELECT value FROM meta WHERE key = %s", (VERSION_KEY,)).fetchone()
         return int(row["value"]) if row else 0
 
-    def _ensure_schema(self) -> None:
-        version = self._stored_version()
+    def _ensure_schema(self, exists: bool | None = None) -> None:
+        version = self._stored_version(exists)
         if version == schema.CURRENT_VERSION:
             return
         if version is not None and version > schema.CURRENT_VERSION:

@@ -383,9 +383,15 @@ _V10 = [
     " WHERE status = 'finished' AND handoff IS NOT NULL",
 ]
 
+# v11: every edit or deletion of a stored event seen by the next should-run (loopx/history_guard.py,
+# issue 39): triggers count them per goal in event_changes (bound in the goal's keyed tag), and the
+# definitions of every trigger are MACed into meta.schema_mac. A later step that changes a trigger
+# or these tables must end with the same Call (it marks the definitions again).
+_V11 = [Call("loopx.history_guard", "install")]
+
 # A step is a list of SQL texts, ``{dialect: [SQL...]}`` for what differs per dialect, or a
 # callable run with the migration's transaction (for data that only Python can derive).
-MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
+MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
 CURRENT_VERSION = len(MIGRATIONS)
 SUMMARY_VERSION = MIGRATIONS.index(_V3) + 1  # the version that added the attention summary
 INTEGRITY_VERSION = MIGRATIONS.index(_V4) + 1  # the version that added the hash chain and digests
@@ -393,6 +399,12 @@ USAGE_VERSION = MIGRATIONS.index(_V5) + 1  # the version that added the usage co
 KEYED_VERSION = MIGRATIONS.index(_V7) + 1  # the version that keyed them
 CAPABILITIES_VERSION = MIGRATIONS.index(_V8) + 1  # the version that gave goals their capability list
 MACS_VERSION = MIGRATIONS.index(_V9) + 1  # the version that keeps the digest per row (state_macs)
+GUARD_VERSION = MIGRATIONS.index(_V11) + 1  # the version that counts changed events (history_guard)
+
+
+def summary_triggers(dialect: str) -> list[str]:
+    """v3's triggers that keep the attention counts (re-created by a repair of the triggers)."""
+    return list(_SQLITE_TRIGGERS if dialect == "sqlite" else _POSTGRES_TRIGGERS)
 
 
 def statements(dialect: str, from_version: int) -> list:

@@ -47,6 +47,19 @@ def path_from_url(url: str) -> Path:
     return Path(url)
 
 
+#: The goal's row, and the registry's id with it (what every write reads next: loopx.keys.stored_id).
+_LOCK_GOAL = ("SELECT g.*, (SELECT value FROM meta WHERE key = 'registry_id') AS _loopx_registry_id"
+              " FROM goals g WHERE g.id = ?")
+
+
+def _with_registry_id(tx, row):
+    """The goal's row without the registry's id, which is kept on ``tx`` for :func:`loopx.keys.stored_id`."""
+    if row is None:
+        return None
+    tx._loopx_locked_id = (row.pop("_loopx_registry_id"),)
+    return row
+
+
 class SqliteTx:
     """A transaction on one SQLite connection."""
 
@@ -80,7 +93,7 @@ class SqliteTx:
 
     def lock_goal(self, goal_id):
         # BEGIN IMMEDIATE already holds the whole database against other writers.
-        return self.one("SELECT * FROM goals WHERE id = ?", (goal_id,))
+        return _with_registry_id(self, self.one(_LOCK_GOAL, (goal_id,)))
 
 
 class SqliteStore:
