@@ -72,6 +72,22 @@ def decision_commands(gate: Gate) -> list[str]:
     return [shlex.join([*base, "approve", *tail]), shlex.join([*base, "reject", *tail, "--comment", "why"])]
 
 
+def approving(gate: Gate, *, actions: dict | None = None, todo_id: str | None = None) -> str:
+    """What approving ``gate`` does, in one line for the person deciding (``actions``: the goal's
+    actions by name, to show the command a held-back action runs; ``todo_id``: the todo waiting)."""
+    kind, _, target = gate.blocks.partition(":")
+    if kind == "action":
+        found = (actions or {}).get(target)
+        text = f"lets action {target} run" + (f" (`{shlex.join(found.argv)}`)" if found is not None else "")
+    elif kind == "todo":
+        text = f"lets todo {target} be worked on"
+    else:
+        text = "lets the goal's turns run again"
+    if todo_id and kind != "todo":
+        text += f" for todo {todo_id}"
+    return text
+
+
 def parse_blocks(value: str | None) -> tuple[str, str | None]:
     """``all``, ``action:NAME`` or ``todo:ID`` -> (kind, target); anything else is refused."""
     if value is None or value == "all":

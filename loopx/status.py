@@ -413,7 +413,8 @@ def goal_view_tx(tx, goal_id: str) -> dict:
     )
     actions = tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY name", (goal_id,))
     handoff = runs.latest_handoff(tx, goal_id)
-    items = [_todo_json(t, at) for t in todo_list[:MAX_TODOS]]
+    gated = todos.held_by_gates(tx, goal_id)
+    items = [todos.with_hold(_todo_json(t, at), gated) for t in todo_list[:MAX_TODOS]]
     from loopx import status_history
 
     for x in pending:
