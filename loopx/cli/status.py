@@ -41,7 +41,7 @@ def overview_text(view: dict) -> str:
     counts = view["counts"]["goals"]
     lines = [
         f"{counts['open']} open, {counts['paused']} paused, {counts['closed']} closed;"
-        f" {view['counts']['attention']} need attention  (revision {view['revision']})"
+        f" {view['counts']['attention']} need you  (revision {view['revision']})"
     ]
     if not view["goals"]:
         closed = counts["closed"]
@@ -49,7 +49,7 @@ def overview_text(view: dict) -> str:
         lines.append(f"no open or paused goals; {closed} closed (loopx status --all shows them)" if closed
                      else "no goals")
     for g in view["goals"]:
-        flag = "!" if g["attention"] else " "
+        flag = "!" if g.get("needs_you") else " "
         todos = g["todos"]
         lines.append(f"{flag} {g['id']}  [{g['status']}]  {g['title']}")
         detail = f"    todos {todos['done']}/{sum(todos.values())} done"

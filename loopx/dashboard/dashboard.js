@@ -55,7 +55,7 @@ async function getJSON(url) {
 function renderOverview(view) {
   const g = view.counts.goals;
   $("counts").textContent =
-    `${g.open} open · ${g.paused} paused · ${g.closed} closed · ${view.counts.attention} need attention`;
+    `${g.open} open · ${g.paused} paused · ${g.closed} closed · ${view.counts.attention} need you`;
   $("revision").textContent = `revision ${view.revision}`;
   const list = $("goals");
   list.replaceChildren(...view.goals.map(goalItem));
@@ -99,7 +99,7 @@ function goalItem(goal) {
   if (goal.last_run) meta.push(`last run ${goal.last_run.outcome || goal.last_run.state}`);
   const item = el(
     "li",
-    { class: goal.attention.length ? "attention" : "", tabIndex: 0, "data-goal-id": goal.id },
+    { class: goal.needs_you ? "attention" : "", tabIndex: 0, "data-goal-id": goal.id },
     el("span", { class: "title" }, goal.title),
     badge(goal.status),
     " ",
