@@ -6,7 +6,7 @@ its argv there (:mod:`loopx.broker_client`, chosen by ``LOOPX_BROKER`` and a per
 only the step's own processes hold). Each request runs as *this run's executor* on *this
 turn's registry*, whatever the request or the step's environment says:
 
-* user-only verbs (:data:`USER_ONLY`: gate approve/reject, reward add, quota set/grant, goal
+* user-only verbs (:data:`USER_ONLY`: gate approve/reject/reopen, reward add, quota set/grant, goal
   creation, closing, retrying, criteria, pause/resume, capabilities, allowed actions, settings,
   notify check)
   and LoopX's own administration (:data:`ADMINISTRATION`: turn, loop, worker, registry,
@@ -39,7 +39,7 @@ from loopx.errors import LoopxError
 #: the settings only a user changes (loopx/supervision.py). The ledger still refuses them; the
 #: broker refuses them before anything runs, all with the same code.
 USER_ONLY = {
-    ("gate", "approve"), ("gate", "reject"), ("reward", "add"), ("quota", "set"), ("quota", "grant"),
+    ("gate", "approve"), ("gate", "reject"), ("gate", "reopen"), ("reward", "add"), ("quota", "set"), ("quota", "grant"),
     ("project-prompt", "create"), ("project-prompt", "close"), ("project-prompt", "retry"),
     ("project-prompt", "criterion"), ("project-prompt", "pause"), ("project-prompt", "resume"),
     ("project-prompt", "capabilities"), ("action", "add"), ("action", "remove"),

@@ -301,6 +301,9 @@ def _user_channel(d: Decision, gates_shown: list, inputs=None) -> dict:
     if d.veto and d.decision == "ask_user":
         actions += [str(a) for a in d.veto.get("user_actions") or []]
     if reason == "gate_rejected":
+        # Not a dead end: a rejected gate can be decided again.
+        actions += [_q("loopx", "gate", "reopen", "--goal-id", g, "--gate-id", x.id)
+                    for x in d.blocking["all"] if x.status == "rejected"]
         actions += [_q("loopx", "gate", "list", "--goal-id", g),
                     _q("loopx", "project-prompt", "close", "--goal-id", g, "--reason", "gate rejected")]
     if reason == "quota_exhausted":
@@ -336,8 +339,12 @@ def _primary(d: Decision, run_id: str | None) -> str:
                 f"(`loopx todo add --goal-id {g.id} --run-id {run_id or 'R'} --text TEXT`), then finish {run}.")
     if reason == "repeated_failure":
         f = d.failure
+        from loopx.steps import last_line
+
+        why = last_line(f.get("output_tail"))
         return (f"Stop: step {f['step']} failed in each of the last {f['runs']} runs (latest {f['run_id']}, "
-                f"exit {f['exit_code']}); a user must look and let agents retry.")
+                f"exit {f['exit_code']}" + (f": {why}" if why else "") + "); a user must look, fix the cause and "
+                "let agents retry (`loopx project-prompt retry`).")
     if reason == "goal_closed":
         return "The goal is closed: stop."
     if reason == "goal_paused":
