@@ -88,6 +88,8 @@ function needsYouBlock(needs) {
   return el("div", { class: "needs-you-body", "data-reason": needs.reason },
     el("strong", {}, `Needs you: ${needs.decision} (${needs.reason.replaceAll("_", " ")})`),
     el("div", { class: "small" }, needs.message),
+    ...(needs.decisions || []).map((d) => el("div", { class: "small approving" },
+      `Gate ${d.gate_id} (${d.title}): approving ${d.approving}`)),
     ...needs.commands.map((c) => el("div", { class: "command" }, el("code", {}, c), copyButton(c, "Copy the command"))));
 }
 
