@@ -238,6 +238,8 @@ def overview_tx(tx, *, limit: int, part: str = "a", after: int | None = None, in
     ids = [gid for gid, _ in page]
     goals = _summaries(tx, ids, attention_of(tx, ids, at), at)
     _with_needs_you(tx, goals, at)
+    supervision = _supervision(tx, at)
+    _with_retry(tx, goals, supervision["workers"])
     return {
         "schema": SCHEMA,
         "view": "overview",
@@ -247,7 +249,7 @@ def overview_tx(tx, *, limit: int, part: str = "a", after: int | None = None, in
                    "attention": _needs_count(tx, stored["attention"], late, goals, at)},
         "goals": goals,
         "page": {"limit": limit, "next": next_cursor},
-        **_supervision(tx, at),
+        **supervision,
     }
 
 
@@ -262,6 +264,23 @@ def _with_needs_you(tx, goals: list[dict], at: str) -> None:
         g["needs_you"] = found.get(g["id"])
     waiting = sorted((g for g in goals if g["needs_you"] is not None), key=lambda g: (g["created_at"], g["id"]))
     goals[:] = waiting + [g for g in goals if g["needs_you"] is None]
+
+
+def _with_retry(tx, goals: list[dict], workers: list[dict]) -> None:
+    """``retry`` on each open goal a worker is backing off from (its newest turns failed and no
+    person is needed yet): ``{"at", "failed_turns", "retry_seconds"}`` - when the worker tries
+    again (:func:`loopx.supervision.retry_at`, with the newest worker's ``--retry-seconds``)."""
+    from loopx.supervision import failed_streak, retry_at
+
+    seconds = next((w["retry_seconds"] for w in workers if w.get("retry_seconds") is not None), None)
+    for g in goals:
+        g["retry"] = None
+        if seconds is None or g["status"] != "open" or g.get("needs_you") or "run_failed" not in g["attention"]:
+            continue
+        streak, last = failed_streak(tx, g["id"])
+        at = retry_at(streak, last, seconds)
+        if at is not None:
+            g["retry"] = {"at": at, "failed_turns": streak, "retry_seconds": seconds}
 
 
 def _needs_count(tx, lane: int, late: dict, goals: list[dict], at: str) -> int:

@@ -63,6 +63,10 @@ def overview_text(view: dict) -> str:
             lines.append(f"    capabilities: {', '.join(g['capabilities'])}")
         if g["attention"]:
             lines.append(f"    attention: {', '.join(g['attention'])}")
+        if g.get("retry"):
+            r = g["retry"]
+            lines.append(f"    next attempt at {r['at']} (back-off: {r['failed_turns']} failed turn(s) in a row,"
+                         f" --retry-seconds {r['retry_seconds']:g} doubling)")
         lines += _needs_you_lines(g.get("needs_you"))
     lines += _worker_lines(view)
     if view["page"]["next"]:
@@ -75,6 +79,8 @@ def _needs_you_lines(needs, indent: str = "    ") -> list[str]:
     if not needs:
         return []
     out = [f"{indent}NEEDS YOU: {needs['decision']} ({needs['reason']}): {needs['message']}"]
+    for d in needs.get("decisions") or []:
+        out.append(f"{indent}  gate {d['gate_id']} ({d['title']}): approving {d['approving']}")
     out += [f"{indent}  $ {c}" for c in needs["commands"]]
     return out
 
