@@ -71,6 +71,11 @@ def test_a_todo_whose_action_a_gate_holds_back_stays_open_until_approved_then_it
     assert held["status"] == "open" and held["blocked_by"]["gate_id"] == made["gate"]
     code, text = cli(url, work, "todo", "list", gid)
     assert f"blocked by gate {made['gate']}" in text and "action publish is held back" in text
+    code, view = cli(url, work, "status", "--goal-id", gid, "--json")
+    [item] = [x for x in view["todos"]["items"] if x["id"] == made["publish"]]
+    assert item["blocked_by"]["gate_id"] == made["gate"]
+    code, text = cli(url, work, "status", "--goal-id", gid)
+    assert f"Publish the report  (blocked by gate {made['gate']}" in text
     code, t = cli(url, work, "turn", gid, "--executor", "shell", "--json")
     assert t["decision"] == "ask_user" and t["reasons"] == ["gate_pending"], t
     assert todo(url, work, gid, made["publish"])["status"] == "open"

@@ -128,7 +128,8 @@ def goal_text(view: dict) -> str:
         for t in todos["items"]:
             state = "ready" if t["id"] in ready else t["status"]
             claim = f"  claimed by {t['claim']['agent']}" if t["claim"] and t["claim"]["valid"] else ""
-            lines.append(f"  {t['id']}  {t['priority']} {state:<7} {t['text']}{claim}")
+            held = f"  ({t['blocked_by']['text']})" if t.get("blocked_by") else ""
+            lines.append(f"  {t['id']}  {t['priority']} {state:<7} {t['text']}{claim}{held}")
     quota = _quota_lines(view["quota"])
     if quota:
         lines.append("quota:")

@@ -176,7 +176,8 @@ function renderGoal(view) {
       const claim = t.claim ? `${t.claim.agent}${t.claim.valid ? "" : " (expired)"}` : "";
       return el("tr", { "data-todo-id": t.id }, el("td", {}, el("code", {}, t.id)), el("td", {}, t.priority),
         el("td", {}, badge(st, st === "open" ? "" : st === "done" ? "ok" : st === "blocked" ? "bad" : st)),
-        el("td", {}, t.text), el("td", { class: "muted" }, claim));
+        el("td", {}, t.text, t.blocked_by ? el("div", { class: "muted small blocked-by" }, t.blocked_by.text) : null),
+        el("td", { class: "muted" }, claim));
     }),
   );
 
