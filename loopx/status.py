@@ -34,7 +34,7 @@ SCHEMA = "loopx.status/1"
 ATTENTION = ("gate_pending", "budget_exhausted", "run_abandoned", "run_failed", "no_ready_work")
 #: Above this many goals in the attention lane, the overview's "need you" count is the lane's
 #: stored count (each candidate costs a decision: :func:`loopx.needs_you.needs`).
-NEEDS_COUNTED = 500
+NEEDS_COUNTED = 200
 MAX_LIMIT = 1000
 MAX_EVENTS = 1000
 # How much history one goal view carries; older rows stay reachable through the ledger.
