@@ -6,7 +6,7 @@ its argv there (:mod:`loopx.broker_client`, chosen by ``LOOPX_BROKER`` and a per
 only the step's own processes hold). Each request runs as *this run's executor* on *this
 turn's registry*, whatever the request or the step's environment says:
 
-* user-only verbs (:data:`USER_ONLY`: gate approve/reject/reopen, reward add, quota set/grant, goal
+* user-only verbs (:data:`USER_ONLY`: gate approve/reject, reward add, quota set/grant, goal
   creation, closing, retrying, criteria, pause/resume, capabilities, allowed actions, settings,
   notify check)
   and LoopX's own administration (:data:`ADMINISTRATION`: turn, loop, worker, registry,

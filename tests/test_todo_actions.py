@@ -63,6 +63,7 @@ def test_a_todo_whose_action_a_gate_holds_back_stays_open_until_approved_then_it
     # Turn 1: the count todo, with only its own action.
     code, t = cli(url, work, "turn", gid, "--executor", "shell", "--json")
     assert code == 0 and t["outcome"] == "ok", t
+    assert f"held back: action publish (gate {made['gate']} pending)" in t["handoff"]
     assert todo(url, work, gid, made["count"])["status"] == "done"
     assert not (work / "report.csv").exists()
 
