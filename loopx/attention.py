@@ -13,7 +13,10 @@ What is stored and what is computed when a page is read:
   *lane* (0 closed, 1 nothing to see, 2 needs attention) and the attention codes that follow
   from the rows alone - ``gate_pending`` (a pending gate), ``budget_exhausted`` (usage from the
   runs against limits and grants), ``run_abandoned`` (the newest run was marked abandoned),
-  ``run_failed`` (the newest finished run failed).
+  ``run_failed`` (the newest finished run failed), ``no_ready_work`` (the goal has todos and
+  none is unblocked). Lane 2 holds every goal that may need a person: whether one does, and
+  why, is :func:`loopx.needs_you.needs` (the one definition), asked only for those goals and
+  the ones shown.
 * **Stored, judged at read time**: ``run_expires``, the earliest expiry among the goal's open
   runs. An open run past its expiry is abandoned *now*, before anyone has marked it, so the
   page query adds ``run_abandoned`` to every goal with ``run_expires <= now`` (an indexed range:
@@ -36,7 +39,7 @@ import json
 from loopx import usage_counts
 from loopx.model import BUDGETS
 
-STATIC_CODES = ("gate_pending", "budget_exhausted", "run_abandoned", "run_failed")
+STATIC_CODES = ("gate_pending", "budget_exhausted", "run_abandoned", "run_failed", "no_ready_work")
 LANE_CLOSED, LANE_QUIET, LANE_ATTENTION = 0, 1, 2
 COUNT_KEYS = ("open", "paused", "closed", "attention")
 SHARDS = 16  # PostgreSQL counter rows per key (SQLite uses shard 0 only: it has one writer)
@@ -51,6 +54,8 @@ _INPUTS = (
     " (SELECT outcome FROM runs WHERE goal_id = g.id AND status = 'finished'"
     " ORDER BY opened_at DESC, id DESC LIMIT 1) AS newest_done,"
     " (SELECT min(expires_at) FROM runs WHERE goal_id = g.id AND status = 'open') AS expiry,"
+    " (SELECT 1 FROM todos WHERE goal_id = g.id LIMIT 1) AS has_todos,"
+    " (SELECT 1 FROM todo_ready WHERE goal_id = g.id LIMIT 1) AS has_ready,"
     " u.turns, u.tokens, u.cost_micros, u.wall_us, u.last_opened,"
     " s.goal_id AS have, s.status AS have_status, s.created_seq AS have_created_seq, s.lane AS have_lane,"
     " s.attention AS have_attention, s.run_expires AS have_run_expires"
@@ -69,6 +74,8 @@ def _row_for(r: dict) -> tuple:
         codes.add("run_abandoned")
     if r["newest_done"] == "failed":
         codes.add("run_failed")
+    if r["has_todos"] and not r["has_ready"]:
+        codes.add("no_ready_work")
     used = usage_counts.shown(usage_counts.read_row(r) if r["turns"] is not None else usage_counts.ZERO)
     if _limited(r) and _exhausted(r, used):
         codes.add("budget_exhausted")
@@ -160,6 +167,11 @@ def rebuild_all(tx) -> int:
     for goal_id, (_, outcome) in newest_done.items():
         if outcome == "failed":
             codes.setdefault(goal_id, set()).add("run_failed")
+    if _has_ready_index(tx):  # the schema step that first built the summary came before the ready index
+        with_todos = {r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM todos")}
+        with_ready = {r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM todo_ready")}
+        for goal_id in with_todos - with_ready:
+            codes.setdefault(goal_id, set()).add("no_ready_work")
     used = _usage(tx)
     expiries = {r["goal_id"]: r["e"] for r in tx.query(
         "SELECT goal_id, min(expires_at) AS e FROM runs WHERE status = 'open' GROUP BY goal_id")}
@@ -177,6 +189,12 @@ def rebuild_all(tx) -> int:
     for start in range(0, len(rows), 10_000):
         tx.executemany(sql, rows[start:start + 10_000])
     return len(rows)
+
+
+def _has_ready_index(tx) -> bool:
+    if tx.dialect == "sqlite":
+        return tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = 'todo_ready'") is not None
+    return tx.one("SELECT to_regclass('todo_ready') IS NOT NULL AS x")["x"]
 
 
 def counts(tx) -> dict:

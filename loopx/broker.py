@@ -42,7 +42,7 @@ from loopx.errors import LoopxError
 #: the settings only a user changes (loopx/supervision.py). The ledger still refuses them; the
 #: broker refuses them before anything runs, all with the same code.
 USER_ONLY = {
-    ("gate", "approve"), ("gate", "reject"), ("reward", "add"), ("quota", "set"), ("quota", "grant"),
+    ("gate", "approve"), ("gate", "reject"), ("gate", "reopen"), ("reward", "add"), ("quota", "set"), ("quota", "grant"),
     ("project-prompt", "create"), ("project-prompt", "close"), ("project-prompt", "retry"),
     ("project-prompt", "criterion"), ("project-prompt", "pause"), ("project-prompt", "resume"),
     ("project-prompt", "capabilities"), ("action", "add"), ("action", "remove"),

@@ -63,7 +63,7 @@ class Decision:
     """
 
     __slots__ = ("decision", "reasons", "goal", "agent", "own_run", "blocking", "ready", "next_eligible_at",
-                 "other_run", "veto", "exhausted", "failure", "problems", "history")
+                 "other_run", "veto", "exhausted", "failure", "problems", "history", "held")
 
     def __init__(self, decision: str, reasons: list[str], *, goal, agent: str, own_run=None,
                  blocking: dict | None = None, ready: list | None = None, next_eligible_at: str | None = None,
@@ -76,6 +76,9 @@ class Decision:
         self.failure = failure
         #: The goal's past as :func:`loopx.runs.recent` read it for this decision (None: not read).
         self.history = history
+        #: At ``gate_pending`` with nothing ready: ``(Gate, todo id or None, action or None)``, the
+        #: pending gate that holds the goal's remaining work (a todo, or an action it would run).
+        self.held = None
         #: Malformed plugin contributions that were dropped, named by plugin (shown as notes).
         self.problems: list[str] = []
 
@@ -243,8 +246,25 @@ def decide(tx, inputs, *, agent: str, now: str, own_run, vetoed: dict | None = N
     if not ready:
         if not inputs.has_todos(tx):
             return Decision("run", ["no_todos"], **d)
+        held = _pending_hold(tx, inputs)
+        if held is not None:
+            # Work is waiting for a person's decision, not missing: closing now would skip it.
+            out = Decision("ask_user", ["gate_pending"], **d)
+            out.held = held
+            return out
         return Decision("ask_user", ["no_ready_work"], **d)
     return Decision("run", ["ready_work"], ready=ready, **d)
+
+
+def _pending_hold(tx, inputs) -> tuple | None:
+    """``(Gate, todo id, action)`` of the first pending gate holding an open todo (by ``todo:ID`` or
+    an action the todo names), else of the first pending gate on an action; ``None`` when no
+    pending gate holds work back."""
+    found = [(g, t, a) for t, (g, a) in inputs.held_todos(tx).items() if g.status == "pending"]
+    if found:
+        return min(found, key=lambda h: (h[0].created_at, h[0].id))
+    actions = [(g, None, name) for name, g in inputs.gated_actions().items() if g.status == "pending"]
+    return min(actions, key=lambda h: (h[0].created_at, h[0].id)) if actions else None
 
 
 def _short(text: str | None, limit: int) -> str | None:
@@ -281,33 +301,61 @@ def _grant_command(goal, budget: str) -> str:
     return _q("loopx", "quota", "grant", "--goal-id", goal.id, f"--{budget.replace('_', '-')}", amount)
 
 
-def _user_channel(d: Decision, gates_shown: list) -> dict:
+def _decisions(d: Decision, gates_shown: list, inputs) -> list[dict]:
+    """The pending gates a user can decide now, the one holding the work first: each with its
+    approve and reject commands and what approving does."""
+    from loopx.gates import approving, decision_commands
+
+    pending = [g for g in gates_shown if g.status == "pending"]
+    if d.held is not None and d.held[0].status == "pending":
+        pending = [d.held[0], *[g for g in pending if g.id != d.held[0].id]]
+    names = {a.name: a for a in inputs.actions} if inputs is not None else {}
+    out = []
+    for gate in pending:
+        todo_id = d.held[1] if d.held is not None and d.held[0].id == gate.id else None
+        approve, reject = decision_commands(gate)
+        out.append({"gate_id": gate.id, "title": _short(gate.title, TEXT_SHOWN), "scope": gate.scope,
+                    "approve": approve, "reject": reject,
+                    "approving": approving(gate, actions=names, todo_id=todo_id)})
+    return out
+
+
+def _user_channel(d: Decision, gates_shown: list, inputs=None) -> dict:
     g = d.goal.id
     actions: list[str] = []
     reason = d.reasons[0]
+    decisions = _decisions(d, gates_shown, inputs) if d.decision != "stop" else []
+    # At a gate the decision comes first: approve and reject, then everything else.
+    for item in decisions:
+        actions += [item["approve"], item["reject"]]
     if reason == "goal_paused":
         actions.append(_q("loopx", "project-prompt", "resume", "--goal-id", g))
     if d.veto and d.decision == "ask_user":
         actions += [str(a) for a in d.veto.get("user_actions") or []]
     if reason == "gate_rejected":
+        # Not a dead end: a rejected gate can be decided again.
+        actions += [_q("loopx", "gate", "reopen", "--goal-id", g, "--gate-id", x.id)
+                    for x in d.blocking["all"] if x.status == "rejected"]
         actions += [_q("loopx", "gate", "list", "--goal-id", g),
                     _q("loopx", "project-prompt", "close", "--goal-id", g, "--reason", "gate rejected")]
     if reason == "quota_exhausted":
         actions += [_grant_command(d.goal, b) for b in d.exhausted]
         actions.append(_q("loopx", "quota", "show", "--goal-id", g))
     if reason == "no_ready_work":
-        actions += [_q("loopx", "todo", "list", "--goal-id", g),
-                    _q("loopx", "project-prompt", "close", "--goal-id", g, "--reason", "done")]
+        actions.append(_q("loopx", "todo", "list", "--goal-id", g))
+        if not decisions:  # closing with a gate pending would skip the work it holds
+            actions.append(_q("loopx", "project-prompt", "close", "--goal-id", g, "--reason", "done"))
+    if reason == "gate_pending" and d.held is not None and d.held[1] is None:
+        # An action waits for the gate but no open todo names it: approving alone runs nothing.
+        actions.append(_q("loopx", "todo", "add", "--goal-id", g, "--text", "what it is for", "--action",
+                          d.held[2]))
     if reason == "repeated_failure":
         actions += [_q("loopx", "run", "show", "--run-id", d.failure["run_id"]),
                     _q("loopx", "project-prompt", "retry", "--goal-id", g)]
-    if d.decision != "stop":
-        from loopx.gates import decision_commands
-
-        for gate in gates_shown:
-            if gate.status == "pending":
-                actions += decision_commands(gate)
-    return {"action_required": d.decision == "ask_user", "next_user_actions": actions}
+    out = {"action_required": d.decision == "ask_user", "next_user_actions": actions}
+    if decisions:
+        out["decisions"] = decisions
+    return out
 
 
 def _primary(d: Decision, run_id: str | None) -> str:
@@ -323,8 +371,12 @@ def _primary(d: Decision, run_id: str | None) -> str:
                 f"(`loopx todo add --goal-id {g.id} --run-id {run_id or 'R'} --text TEXT`), then finish {run}.")
     if reason == "repeated_failure":
         f = d.failure
+        from loopx.steps import last_line
+
+        why = last_line(f.get("output_tail"))
         return (f"Stop: step {f['step']} failed in each of the last {f['runs']} runs (latest {f['run_id']}, "
-                f"exit {f['exit_code']}); a user must look and let agents retry.")
+                f"exit {f['exit_code']}" + (f": {why}" if why else "") + "); a user must look, fix the cause and "
+                "let agents retry (`loopx project-prompt retry`).")
     if reason == "goal_closed":
         return "The goal is closed: stop."
     if reason == "goal_paused":
@@ -333,6 +385,11 @@ def _primary(d: Decision, run_id: str | None) -> str:
         return str(d.veto.get("message") or "A capability found state that needs repair: run the repair actions.")
     if d.veto and d.decision == "ask_user":
         return "Stop and wait: a user must decide. " + str(d.veto.get("message") or "")
+    if reason == "gate_pending" and d.held is not None:
+        gate, todo_id, action = d.held
+        what = f"todo {todo_id}" if todo_id else f"action {action}"
+        return (f"Stop and wait: {what} is held by gate {gate.id} ({_short(gate.title, TEXT_SHOWN)}); "
+                f"a user must decide it.")
     if reason in ("gate_pending", "gate_rejected"):
         gate = d.blocking["all"][0]
         verb = "decide" if reason == "gate_pending" else "reconsider (it was rejected)"
@@ -371,6 +428,10 @@ def _steps(d: Decision, run_id: str | None, allowed: list, contributed: list[dic
     if top is not None:
         out.append(("claim", "claim", ["loopx", "todo", "claim", "--goal-id", g, "--todo-id", top.id, "--agent", a,
                                        "--run-id", run_id]))
+    if top is not None and top.actions:
+        # The todo names the actions that do it: its turn runs those, in its order, and no others.
+        by_name = {x.name: x for x in allowed}
+        allowed = [by_name[n] for n in top.actions if n in by_name]
     out += [(f"action:{x.name}", "do", [*exec_, "--action", x.name]) for x in allowed]
     for c in contributed:
         name = f"{c.get('capability') or c['plugin']}:{c.get('action') or c['argv'][1]}"
@@ -504,7 +565,7 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
         "expires_at": expires_at,
         "quota": _quota(goal, used),
         "gates": {"pending": [_gate_json(g) for g in shown_gates]},
-        "user_channel": _user_channel(d, shown_gates),
+        "user_channel": _user_channel(d, shown_gates, inputs),
         "agent_channel": agent_channel,
         "cli_channel": {"steps": steps, "next_cli_actions": lines(steps)},
     }

@@ -16,7 +16,8 @@ from loopx.model import GATE_SCOPES, Gate, to_json
 from loopx.registry import Registry
 from loopx.validate import check_id, check_name, check_text, new_id
 
-DECISIONS = {"approve": ("gate.approved", "approved"), "reject": ("gate.rejected", "rejected")}
+DECISIONS = {"approve": ("gate.approved", "approved"), "reject": ("gate.rejected", "rejected"),
+             "reopen": ("gate.reopened", "pending")}
 
 
 def gate_from_row(row: dict) -> Gate:
@@ -70,6 +71,22 @@ def decision_commands(gate: Gate) -> list[str]:
     base = ["loopx", "gate"]
     tail = ["--goal-id", gate.goal_id, "--gate-id", gate.id]
     return [shlex.join([*base, "approve", *tail]), shlex.join([*base, "reject", *tail, "--comment", "why"])]
+
+
+def approving(gate: Gate, *, actions: dict | None = None, todo_id: str | None = None) -> str:
+    """What approving ``gate`` does, in one line for the person deciding (``actions``: the goal's
+    actions by name, to show the command a held-back action runs; ``todo_id``: the todo waiting)."""
+    kind, _, target = gate.blocks.partition(":")
+    if kind == "action":
+        found = (actions or {}).get(target)
+        text = f"lets action {target} run" + (f" (`{shlex.join(found.argv)}`)" if found is not None else "")
+    elif kind == "todo":
+        text = f"lets todo {target} be worked on"
+    else:
+        text = "lets the goal's turns run again"
+    if todo_id and kind != "todo":
+        text += f" for todo {todo_id}"
+    return text
 
 
 def parse_blocks(value: str | None) -> tuple[str, str | None]:
@@ -137,9 +154,10 @@ def add(reg: Registry, actor: str, *, goal_id: str, title: str, scope: str = "ot
 
 def decide(reg: Registry, actor: str, verb: str, *, goal_id: str, gate_id: str, comment: str | None = None,
            operation_id: str | None = None) -> dict:
-    """Approve or reject a pending gate (user only); returns the decided gate."""
+    """Approve or reject a pending gate, or reopen a decided one so it can be decided again (user
+    only; the earlier decision stays in the ledger); returns the gate."""
     if verb not in DECISIONS:
-        raise LoopxError("invalid_argument", f"a gate decision is approve or reject, not {verb!r}")
+        raise LoopxError("invalid_argument", f"a gate decision is approve, reject or reopen, not {verb!r}")
     kind, _ = DECISIONS[verb]
     check_id("goal", goal_id)
     check_id("gate", gate_id)
@@ -151,9 +169,13 @@ def decide(reg: Registry, actor: str, verb: str, *, goal_id: str, gate_id: str, 
 
     def work(w):
         gate = load_gate(w.tx, goal_id, gate_id)
-        if gate.status != "pending":
+        if verb == "reopen":
+            if gate.status == "pending":
+                raise LoopxError("gate_pending", f"gate {gate_id} is pending already: approve or reject it")
+        elif gate.status != "pending":
             raise LoopxError("gate_decided",
-                             f"gate {gate_id} was already {gate.status} by {gate.decided_by} at {gate.decided_at}")
+                             f"gate {gate_id} was already {gate.status} by {gate.decided_by} at {gate.decided_at}"
+                             f"; to decide it again: loopx gate reopen --goal-id {goal_id} --gate-id {gate_id}")
         w.emit(kind, {"gate_id": gate_id, "comment": comment} if comment else {"gate_id": gate_id})
         return to_json(load_gate(w.tx, goal_id, gate_id))
 

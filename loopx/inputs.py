@@ -108,10 +108,25 @@ class TurnInputs:
         from loopx import todo_ready
         from loopx.todos import todo_from_row
 
-        gated = {g.blocks[5:] for g in self.gates
-                 if g.status in ("pending", "rejected") and g.blocks.startswith("todo:")}
+        gated = set(self.held_todos(tx))
         return [todo_from_row(r) for r in todo_ready.first_ready(tx, self.goal.id, agent=agent, now=now,
                                                                  exclude=gated, limit=limit)]
+
+    def held_todos(self, tx) -> dict:
+        """``{todo id: (Gate, action name or None)}``: the todos an unapproved gate holds, by a gate
+        on ``todo:ID`` or on an action the todo names (as :func:`loopx.todos.held_by_gates`; the
+        todos are read only when a gate holds an action back)."""
+        blocking = self.blocking()
+        out = {t: (g, None) for t, g in blocking["todos"].items()}
+        held = self.gated_actions(blocking)
+        if held:
+            from loopx import todo_ready
+
+            for todo_id, name in todo_ready.naming_actions(tx, self.goal.id, held).items():
+                gate = held[name]
+                if todo_id not in out or (out[todo_id][0].status == "rejected" and gate.status == "pending"):
+                    out[todo_id] = (gate, name)
+        return out
 
     def has_todos(self, tx) -> bool:
         """Whether the goal has any todo at all."""

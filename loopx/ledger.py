@@ -216,7 +216,7 @@ def apply(tx, event: Event, *, summary: bool = True) -> None:
 
 
 # Areas whose events never move a goal in the overview (kept in step with loopx.attention).
-_QUIET_AREAS = frozenset({"todo", "action", "evidence", "reward"})
+_QUIET_AREAS = frozenset({"action", "evidence", "reward"})
 
 
 def apply_many(tx, batch: list[Event]) -> None:

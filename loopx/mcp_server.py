@@ -58,7 +58,7 @@ TOOLS = {
                    _schema(["goal_id"], goal_id=GOAL_ID, agent=AGENT,
                            ttl_seconds={"type": "number", "exclusiveMinimum": 0, "maximum": 86400,
                                         "description": "Lease of the run opened (default 3600)."})),
-    "goal_status": ("A goal: objective, criteria, lifecycle, gates, todos, quota.", _schema(["goal_id"], goal_id=GOAL_ID)),
+    "goal_status": ("A goal: objective, criteria, lifecycle, gates, todos, quota, and needs_you (whether it waits for a person, why, the commands).", _schema(["goal_id"], goal_id=GOAL_ID)),
     "todo_add": ("Add a todo to the goal's plan inside your run.",
                  _schema(["goal_id", "run_id", "text"], goal_id=GOAL_ID, run_id=RUN_ID,
                          text={"type": "string", "minLength": 1, "maxLength": 2000},
@@ -126,9 +126,15 @@ class Tools:
         return should_run(self.reg, ACTOR, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
 
     def goal_status(self, goal_id):
+        from loopx import clock
         from loopx import goals as goal_store
+        from loopx.needs_you import needs
 
-        return goal_store.show(self.reg, goal_id)
+        out = goal_store.show(self.reg, goal_id)
+        # Whether it waits for a person, and why: the one definition status and the dashboard use.
+        with self.reg.read() as tx:
+            out["needs_you"] = needs(tx, out["id"], clock.now()) if out["status"] == "open" else None
+        return out
 
     def todo_add(self, goal_id, run_id, text, priority="P2", depends_on=()):
         from loopx import todos
@@ -203,7 +209,9 @@ class BrokeredTools(Tools):
                          *self._opt("--ttl-seconds", ttl_seconds))
 
     def goal_status(self, goal_id):
-        return self._cli("project-prompt", "show", "--goal-id", goal_id)
+        out = self._cli("project-prompt", "show", "--goal-id", goal_id)
+        out["needs_you"] = self._cli("status", "--goal-id", goal_id).get("needs_you")
+        return out
 
     def list_goals(self):
         return self._cli("project-prompt", "list")

@@ -19,7 +19,9 @@ PERSON_DECISIONS = ("ask_user", "repair")
 
 
 def needs(tx, goal_id: str, now: str) -> dict | None:
-    """``{"decision", "reason", "reasons", "message", "commands"}`` when ``goal_id`` waits for a person, else ``None``."""
+    """``{"decision", "reason", "reasons", "message", "commands", "decisions"}`` when ``goal_id`` waits
+    for a person, else ``None``. At a gate the decision comes first: ``commands`` starts with the
+    approve and reject commands, and ``decisions`` says what approving each pending gate does."""
     from loopx import contract, inputs, todo_ready
 
     seen = inputs.gather(tx, goal_id)
@@ -38,17 +40,21 @@ def needs(tx, goal_id: str, now: str) -> dict | None:
         reason = _reason(d.reasons)
         return {"decision": d.decision, "reason": reason, "reasons": list(d.reasons),
                 "message": doc["agent_channel"]["primary_action"],
-                "commands": list(doc["user_channel"]["next_user_actions"])}
+                "commands": list(doc["user_channel"]["next_user_actions"]),
+                "decisions": list(doc["user_channel"].get("decisions") or [])}
     if d is None:
         return None
     pending = [g for g in seen.gates if g.status == "pending"]
     if pending:  # a gate in front of one action or todo: the goal runs, but someone must decide it
-        from loopx.gates import decision_commands
+        from loopx.gates import approving, decision_commands
 
         gate = pending[0]
+        names = {a.name: a for a in seen.actions}
+        decisions = [{"gate_id": g.id, "title": g.title[:160], "scope": g.scope, "approve": decision_commands(g)[0],
+                      "reject": decision_commands(g)[1], "approving": approving(g, actions=names)} for g in pending]
         return {"decision": d.decision, "reason": "gate_pending", "reasons": ["gate_pending"],
                 "message": f"gate {gate.id} ({gate.title[:80]}) waits for a decision; it holds back {gate.blocks}",
-                "commands": [c for g in pending for c in decision_commands(g)]}
+                "commands": [c for g in pending for c in decision_commands(g)], "decisions": decisions}
     died = _owner_died(tx, goal_id)
     if died is not None:
         return {"decision": d.decision, "reason": "worker_died", "reasons": ["worker_died"],

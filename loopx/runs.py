@@ -184,6 +184,10 @@ def load_contract(tx, contract_id: str) -> dict:
     return load(tx, contract_id)
 
 
+#: Why a run failed when the agent tried a command LoopX refused (a user-only one, a path it may not use).
+REFUSED_COMMAND = "refused_command"
+
+
 def finish(reg: Registry, actor: str, *, run_id: str, outcome: str | None = None, tokens: int = 0,
            cost: float = 0.0, handoff: str | None = None, agent: str | None = None,
            force_outcome: str | None = None, operation_id: str | None = None) -> dict:
@@ -192,7 +196,9 @@ def finish(reg: Registry, actor: str, *, run_id: str, outcome: str | None = None
     Without ``outcome`` the outcome is what the run's own evidence supports
     (:func:`loopx.steps.derive`): ``failed`` when a ``do`` step failed or never ran, else ``ok``;
     a failed run without a hand-off gets one saying which step failed and which todo stays
-    open. ``outcome="ok"`` against failed evidence is refused (``outcome_contradicts_evidence``)
+    open. A run in which the broker refused a command the agent tried (evidence of kind
+    ``refused``) is ``failed``, reason ``refused_command``, its hand-off starting with what was
+    refused. ``outcome="ok"`` against failed evidence is refused (``outcome_contradicts_evidence``)
     unless ``force_outcome`` gives a reason, which is recorded as evidence of kind
     ``outcome_forced``. ``agent``: who reports; ``run_not_yours`` if the run is another's.
 
@@ -227,10 +233,15 @@ def finish(reg: Registry, actor: str, *, run_id: str, outcome: str | None = None
         run = check_owner(check_recordable(w.tx, run_id, goal_id=w.goal_id, run=found["run"] if same else None), agent)
         late = state(run, w.at) != "open"
         res = steps.run_results(w.tx, run)
-        supported = steps.derive(res)
+        refused = steps.refusals(w.tx, run_id)
+        # A turn in which the agent tried a command LoopX refused (a user-only one such as
+        # `gate approve`) failed, whatever the agent's exit status said.
+        supported = "failed" if refused else steps.derive(res)
         final, note = outcome or supported, handoff
+        if refused and final == "partial":
+            final = "failed"
         if final == "ok" and supported == "failed":
-            why = "; ".join(steps.describe(r) for r in res if r["status"] != "ok")
+            why = "; ".join([*(steps.describe(r) for r in res if r["status"] != "ok"), *refused])
             if force_outcome is None:
                 raise LoopxError("outcome_contradicts_evidence",
                                  f"run {run_id} cannot finish ok: {why}. Finish it without --outcome (its evidence "
@@ -242,7 +253,13 @@ def finish(reg: Registry, actor: str, *, run_id: str, outcome: str | None = None
             open_todos = [r["id"] for r in w.tx.query(
                 "SELECT id FROM todos WHERE claim_run_id = ? AND status = 'open' ORDER BY id", (run_id,))]
             note = steps.handoff_for(res, open_todos)
+        if refused and final == "failed":
+            text = f"{REFUSED_COMMAND}: " + "; ".join(refused)
+            note = text if not note else f"{text}; {note}"
+            note = note[:2000]
         body = {"run_id": run_id, "outcome": final, "tokens": tokens, "cost": cost, "handoff": note, "by": actor}
+        if refused and final == "failed":
+            body["reason"] = REFUSED_COMMAND
         if outcome is None:
             body["derived"] = True
         if force_outcome is not None and supported == "failed":
@@ -252,6 +269,8 @@ def finish(reg: Registry, actor: str, *, run_id: str, outcome: str | None = None
         out = to_json(done)
         out["wall_seconds"] = round(clock.seconds_between(done.opened_at, done.finished_at), 3)
         out["late"] = late
+        if "reason" in body:
+            out["reason"] = body["reason"]
         return out
 
     # Run events belong to the core: whoever reports, the core writes the entry (and names them).

@@ -31,7 +31,10 @@ from loopx.errors import LoopxError
 from loopx.validate import check_id, check_number
 
 SCHEMA = "loopx.status/1"
-ATTENTION = ("gate_pending", "budget_exhausted", "run_abandoned", "run_failed")
+ATTENTION = ("gate_pending", "budget_exhausted", "run_abandoned", "run_failed", "no_ready_work")
+#: Above this many goals in the attention lane, the overview's "need you" count is the lane's
+#: stored count (each candidate costs a decision: :func:`loopx.needs_you.needs`).
+NEEDS_COUNTED = 200
 MAX_LIMIT = 1000
 MAX_EVENTS = 1000
 # How much history one goal view carries; older rows stay reachable through the ledger.
@@ -238,28 +241,64 @@ def overview_tx(tx, *, limit: int, part: str = "a", after: int | None = None, in
     ids = [gid for gid, _ in page]
     goals = _summaries(tx, ids, attention_of(tx, ids, at), at)
     _with_needs_you(tx, goals, at)
+    supervision = _supervision(tx, at)
+    _with_retry(tx, goals, supervision["workers"])
     return {
         "schema": SCHEMA,
         "view": "overview",
         "generated_at": at,
         "revision": rev,
         "counts": {"goals": {k: stored[k] for k in ("open", "paused", "closed")},
-                   "attention": stored["attention"] + len(late)},
+                   "attention": _needs_count(tx, stored["attention"], late, goals, at)},
         "goals": goals,
         "page": {"limit": limit, "next": next_cursor},
-        **_supervision(tx, at),
+        **supervision,
     }
 
 
 def _with_needs_you(tx, goals: list[dict], at: str) -> None:
     """Each goal's ``needs_you`` (:mod:`loopx.needs_you`, ``None`` when no person is needed); the
-    goals waiting for a person first, in their order (loopx/worker's issue 24)."""
+    goals waiting for a person first, the one waiting longest (the oldest) first; the others in
+    their order."""
     from loopx.needs_you import many
 
     found = many(tx, [g["id"] for g in goals if g["status"] == "open"], at)
     for g in goals:
         g["needs_you"] = found.get(g["id"])
-    goals.sort(key=lambda g: g["needs_you"] is None)
+    waiting = sorted((g for g in goals if g["needs_you"] is not None), key=lambda g: (g["created_at"], g["id"]))
+    goals[:] = waiting + [g for g in goals if g["needs_you"] is None]
+
+
+def _with_retry(tx, goals: list[dict], workers: list[dict]) -> None:
+    """``retry`` on each open goal a worker is backing off from (its newest turns failed and no
+    person is needed yet): ``{"at", "failed_turns", "retry_seconds"}`` - when the worker tries
+    again (:func:`loopx.supervision.retry_at`, with the newest worker's ``--retry-seconds``)."""
+    from loopx.supervision import failed_streak, retry_at
+
+    seconds = next((w["retry_seconds"] for w in workers if w.get("retry_seconds") is not None), None)
+    for g in goals:
+        g["retry"] = None
+        if seconds is None or g["status"] != "open" or g.get("needs_you") or "run_failed" not in g["attention"]:
+            continue
+        streak, last = failed_streak(tx, g["id"])
+        at = retry_at(streak, last, seconds)
+        if at is not None:
+            g["retry"] = {"at": at, "failed_turns": streak, "retry_seconds": seconds}
+
+
+def _needs_count(tx, lane: int, late: dict, goals: list[dict], at: str) -> int:
+    """How many goals need a person: :func:`loopx.needs_you.needs` asked of every goal of the
+    attention lane (which holds every goal that may) and of the goals shown; past
+    :data:`NEEDS_COUNTED` candidates, the lane's stored count."""
+    if lane + len(late) > NEEDS_COUNTED:
+        return lane + len(late)
+    from loopx.needs_you import many
+
+    candidates = [r["goal_id"] for r in tx.query("SELECT goal_id FROM goal_summary WHERE lane = 2 AND status = 'open'")]
+    candidates += [g for g in late if g not in candidates]
+    shown = {g["id"] for g in goals if g.get("needs_you") is not None}
+    found = set(many(tx, [g for g in candidates if g not in shown], at))
+    return len(found | shown)
 
 
 def _now_and_needs(tx, goal_id: str, status: str, at: str) -> dict:
@@ -278,17 +317,17 @@ def _supervision(tx, at: str) -> dict:
 
 
 def _attention_after(tx, bound: int | None, n: int, late: dict[str, int]) -> list[tuple[str, int]]:
-    """Up to ``n`` attention goals older than ``bound``, newest first: the stored lane, merged
-    with the goals whose open run expired by now."""
+    """Up to ``n`` attention goals newer than ``bound``, oldest first (the one waiting longest
+    first): the stored lane, merged with the goals whose open run expired by now."""
     sql = "SELECT goal_id, created_seq FROM goal_summary WHERE lane = 2"
     params: list = []
     if bound is not None:
-        sql += " AND created_seq < ?"
+        sql += " AND created_seq > ?"
         params.append(bound)
-    rows = [(r["goal_id"], r["created_seq"]) for r in tx.query(sql + " ORDER BY created_seq DESC LIMIT ?",
+    rows = [(r["goal_id"], r["created_seq"]) for r in tx.query(sql + " ORDER BY created_seq LIMIT ?",
                                                                (*params, n))]
-    rows.extend((g, seq) for g, seq in late.items() if bound is None or seq < bound)
-    rows.sort(key=lambda r: -r[1])
+    rows.extend((g, seq) for g, seq in late.items() if bound is None or seq > bound)
+    rows.sort(key=lambda r: r[1])
     return rows[:n]
 
 
@@ -416,7 +455,8 @@ def goal_view_tx(tx, goal_id: str) -> dict:
     )
     actions = tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY name", (goal_id,))
     handoff = runs.latest_handoff(tx, goal_id)
-    items = [_todo_json(t, at) for t in todo_list[:MAX_TODOS]]
+    gated = todos.held_by_gates(tx, goal_id)
+    items = [todos.with_hold(_todo_json(t, at), gated) for t in todo_list[:MAX_TODOS]]
     from loopx import status_history
 
     for x in pending:

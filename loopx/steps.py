@@ -260,6 +260,19 @@ def _do_steps(tx, contract_id: str) -> list[dict]:
     return found
 
 
+def refusals(tx, run_id: str) -> list[str]:
+    """What the broker refused during the run (evidence of kind ``refused`` the core wrote), one
+    line each: ``tried `loopx gate approve …`: `loopx gate approve` is the user's, not an executor's``."""
+    out = []
+    for row in tx.query("SELECT data FROM evidence WHERE run_id = ? AND kind = 'refused' AND actor = 'core'"
+                        " ORDER BY created_at, id", (run_id,)):
+        data = json.loads(row["data"]) if row["data"] else {}
+        argv = [str(a) for a in (data.get("argv") or [])][:12]
+        out.append(f"tried `loopx {shlex.join(argv)}`"[:300] + (f" ({str(data.get('why'))[:200]})"
+                                                                if data.get("why") else ""))
+    return out
+
+
 def derive(res: list[dict]) -> str:
     """The outcome the evidence supports: ``failed`` when a do step failed or never ran, else ``ok``."""
     return "failed" if any(r["status"] != "ok" for r in res) else "ok"

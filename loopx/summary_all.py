@@ -67,6 +67,7 @@ def goal_summary(tx, goal, *, at: str) -> dict:
         todo_counts[t.status] += 1
     open_todos = [t for t in all_todos if t.status == "open"]
     ready = todos.ready(tx, gid, agent=None, now=at)
+    gated = todos.held_by_gates(tx, gid)
     # A claim outlives its run on the row; it holds the todo only under the one readiness rule.
     held = {r["id"] for r in tx.query(
         f"SELECT t.id FROM todos t WHERE t.goal_id = ? AND t.status = 'open' AND NOT {todo_ready.free_sql('t', None)}",
@@ -96,7 +97,8 @@ def goal_summary(tx, goal, *, at: str) -> dict:
             "total": len(all_todos),
             "by_status": todo_counts,
             "ready": len(ready),
-            "open": [{**to_json(t), "claim_holds": t.id in held} for t in open_todos[:MAX_OPEN_TODOS]],
+            "open": [todos.with_hold({**to_json(t), "claim_holds": t.id in held}, gated)
+                     for t in open_todos[:MAX_OPEN_TODOS]],
         },
         "handoff": None if handoff is None else to_json(handoff),
     }
@@ -174,7 +176,8 @@ def _goal_text(s: dict) -> str:
     lines.append(f"  todos     {td['total']}: {_kv(td['by_status'])}; ready {td['ready']}")
     for t in td["open"]:
         who = f"  [{t['claim']['agent']}]" if t.get("claim") and t.get("claim_holds") else ""  # while it holds
-        lines.append(f"    {t['priority']} {t['id']} {t['text']}{who}")
+        held = f"  ({t['blocked_by']['text']})" if t.get("blocked_by") else ""
+        lines.append(f"    {t['priority']} {t['id']} {t['text']}{who}{held}")
     if s["handoff"]:
         h = s["handoff"]
         lines.append(f"  handoff   {h['note']}  (run {h['run_id']}, {h['at']})")

@@ -124,7 +124,7 @@ def workers(tx, now: str | None = None, *, limit: int = 20) -> list[dict]:
         out.append({"id": r["id"], "host": r["host"], "pid": int(r["pid"]), "started_at": r["started_at"],
                     "last_beat_at": r["beat_at"], "goals": json.loads(r["goals"]), "state": state,
                     "stopped_at": r["stopped_at"], "concurrency": info.get("concurrency"),
-                    "clock_jumps": info.get("clock_jumps", 0)})
+                    "clock_jumps": info.get("clock_jumps", 0), "retry_seconds": info.get("retry_seconds")})
     return out
 
 
@@ -222,7 +222,9 @@ def clock_jumps(tx, *, limit: int = 10) -> list[dict]:
 
 def candidates(tx, now: str, goal_ids: list[str] | None = None) -> list[dict]:
     """Open goals with what the worker's schedule needs: ``{"id", "revision", "cadence", "last_opened",
-    "attention"}``; ``last_opened`` is the latest run opened at a believable time (not after ``now``).
+    "attention", "failed_streak", "last_failed_at"}``; ``last_opened`` is the latest run opened at a
+    believable time (not after ``now``); the failures in a row (:func:`failed_streak`) are read
+    only for goals whose newest finished run failed.
 
     One query over the open goals (or over ``goal_ids``): the worker calls it at start and then
     only for goals whose ledger moved.
@@ -242,9 +244,41 @@ def candidates(tx, now: str, goal_ids: list[str] | None = None) -> list[dict]:
             p += chunk
         for r in tx.query(q, p):
             limits = json.loads(r["limits"] or "{}")
+            streak, last = failed_streak(tx, r["id"]) if "run_failed" in (r["attention"] or "") else (0, None)
             out.append({"id": r["id"], "revision": int(r["revision"]), "cadence": limits.get("cadence_seconds"),
-                        "last_opened": r["last_opened"], "attention": r["attention"] or ""})
+                        "last_opened": r["last_opened"], "attention": r["attention"] or "",
+                        "failed_streak": streak, "last_failed_at": last})
     return out
+
+
+#: The longest a worker waits before trying a failing goal again.
+RETRY_CAP_SECONDS = 3600.0
+_STREAK_READ = 13  # 2**12 retry intervals are past the cap for any retry interval of a second or more
+
+
+def failed_streak(tx, goal_id: str) -> tuple[int, str | None]:
+    """``(failed turns in a row, when the newest of them finished)`` for ``goal_id``: its newest
+    finished runs that failed, up to the first that did not (runs opened before a user's
+    ``project-prompt retry`` do not count). ``(0, None)`` when its newest finished run did not fail."""
+    retried = tx.one("SELECT MAX(at) AS at FROM events WHERE goal_id = ? AND kind = 'goal.retried'", (goal_id,))
+    since = (retried or {}).get("at") or ""
+    n, last = 0, None
+    for r in tx.query("SELECT outcome, opened_at, finished_at FROM runs WHERE goal_id = ? AND status = 'finished'"
+                      " ORDER BY opened_at DESC, id DESC LIMIT ?", (goal_id, _STREAK_READ)):
+        if r["outcome"] != "failed" or (since and r["opened_at"] <= since):
+            break
+        n += 1
+        last = last or r["finished_at"]
+    return n, last
+
+
+def retry_at(streak: int, last_finished: str | None, retry_seconds: float) -> str | None:
+    """When a worker tries a goal again after ``streak`` failed turns in a row, the newest finished
+    at ``last_finished``: ``retry_seconds`` after it, doubling with each failure, at most
+    :data:`RETRY_CAP_SECONDS`. ``None`` when nothing failed."""
+    if not streak or last_finished is None:
+        return None
+    return clock.add_seconds(last_finished, min(RETRY_CAP_SECONDS, float(retry_seconds) * 2 ** min(streak - 1, 30)))
 
 
 def changed_goals(tx, after_event: int) -> tuple[list[str], int]:

@@ -14,14 +14,45 @@ under a live lease for a run still open, a pending or rejected ``todo:ID`` gate:
 and is filtered when the page is read
 (:func:`first_ready`): a page costs the todos it shows plus those skipped for a live claim or a
 gate, never the goal's whole list.
+
+A todo's ``depends_on`` list holds what it needs: the todos before it (their ids) and the actions
+that do it (``action:NAME``, :func:`split`). Only todos are dependency edges here; the actions
+matter when a gate holds one back (:func:`naming_actions`) and when the todo is marked done.
 """
 
 from __future__ import annotations
 
 import json
 
+ACTION_PREFIX = "action:"
+
+
+def split(needs) -> tuple[list[str], list[str]]:
+    """``(todo ids, action names)`` of a todo's ``depends_on`` list."""
+    todos, actions = [], []
+    for n in needs:
+        if n.startswith(ACTION_PREFIX):
+            actions.append(n[len(ACTION_PREFIX):])
+        else:
+            todos.append(n)
+    return todos, actions
+
+
+def naming_actions(tx, goal_id: str, names) -> dict[str, str]:
+    """``{todo id: action name}`` for the open todos that name one of the actions ``names``
+    (asked only for the actions a gate holds back, which are few)."""
+    out: dict[str, str] = {}
+    for name in dict.fromkeys(names):
+        # The list is JSON text; LIKE finds the candidates, the parsed list decides.
+        for r in tx.query("SELECT id, depends_on FROM todos WHERE goal_id = ? AND status = 'open'"
+                          " AND depends_on LIKE ?", (goal_id, f'%"{ACTION_PREFIX}{name}"%')):
+            if name in split(json.loads(r["depends_on"]))[1]:
+                out.setdefault(r["id"], name)
+    return out
+
 
 def _deps_done(tx, goal_id: str, deps: list[str]) -> bool:
+    deps = split(deps)[0]
     if not deps:
         return True
     marks = ", ".join("?" for _ in deps)
@@ -43,7 +74,7 @@ def refresh(tx, goal_id: str, todo_id: str) -> None:
 
 def added(tx, goal_id: str, todo_id: str, deps: list[str]) -> None:
     """A todo was added (or gained ``deps``): record its edges, then its place in the ready set."""
-    for dep in dict.fromkeys(deps):
+    for dep in dict.fromkeys(split(deps)[0]):
         tx.execute("INSERT INTO todo_deps (goal_id, todo_id, dep_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                    (goal_id, todo_id, dep))
     refresh(tx, goal_id, todo_id)
@@ -55,7 +86,7 @@ def resync(tx, goal_id: str, todo_id: str) -> None:
     row = tx.one("SELECT depends_on FROM todos WHERE id = ? AND goal_id = ?", (todo_id, goal_id))
     tx.execute("DELETE FROM todo_deps WHERE goal_id = ? AND todo_id = ?", (goal_id, todo_id))
     if row is not None:
-        for dep in dict.fromkeys(json.loads(row["depends_on"])):
+        for dep in dict.fromkeys(split(json.loads(row["depends_on"]))[0]):
             tx.execute("INSERT INTO todo_deps (goal_id, todo_id, dep_id) VALUES (?, ?, ?)", (goal_id, todo_id, dep))
     settled(tx, goal_id, todo_id)
 
@@ -137,7 +168,7 @@ def backfill(tx) -> int:
         status[(r["goal_id"], r["id"])] = r["status"]
     edges, ready = [], []
     for r in rows:
-        deps = list(dict.fromkeys(json.loads(r["depends_on"])))
+        deps = list(dict.fromkeys(split(json.loads(r["depends_on"]))[0]))
         edges += [(r["goal_id"], r["id"], d) for d in deps]
         if r["status"] == "open" and all(status.get((r["goal_id"], d)) == "done" for d in deps):
             ready.append((r["goal_id"], r["id"], r["priority"], r["created_seq"]))

@@ -26,7 +26,10 @@ SETTLE = {"done": ("todo.done", "done"), "block": ("todo.blocked", "blocked"), "
 
 def todo_from_row(row: dict) -> Todo:
     """A :class:`Todo` from a ``todos`` row (the claim is spread over ``claim_*`` columns)."""
+    from loopx.todo_ready import split
+
     claim = None
+    deps, actions = split(json.loads(row["depends_on"]))
     if row["claim_agent"] is not None:
         claim = Claim(agent=row["claim_agent"], run_id=row["claim_run_id"],
                       expires_at=row["claim_expires_at"], epoch=row["epoch"])
@@ -35,13 +38,14 @@ def todo_from_row(row: dict) -> Todo:
         goal_id=row["goal_id"],
         text=row["text"],
         priority=row["priority"],
-        depends_on=json.loads(row["depends_on"]),
+        depends_on=deps,
         status=row["status"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         note=row["note"],
         claim=claim,
         epoch=row["epoch"],
+        actions=actions,
     )
 
 
@@ -65,10 +69,33 @@ def count(tx, goal_id: str) -> int:
 
 
 def _gated_todos(tx, goal_id: str) -> dict[str, str]:
-    rows = tx.query(
-        "SELECT blocks, status FROM gates WHERE goal_id = ? AND status IN ('pending', 'rejected')", (goal_id,)
-    )
-    return {r["blocks"][5:]: r["status"] for r in rows if r["blocks"].startswith("todo:")}
+    """``{todo id: status}`` of the open todos an unapproved gate holds (:func:`held_by_gates`)."""
+    return {t: g.status for t, (g, _action) in held_by_gates(tx, goal_id).items()}
+
+
+def held_by_gates(tx, goal_id: str) -> dict[str, tuple]:
+    """``{todo id: (Gate, action name or None)}``: the todos an unapproved gate holds - a gate on
+    ``todo:ID``, or one that holds back an action the todo names (its work cannot run). A pending
+    gate is named before a rejected one (it is the one a user can still decide)."""
+    from loopx import todo_ready
+    from loopx.actions import gated, list_actions
+    from loopx.gates import blocking
+
+    found = blocking(tx, goal_id)
+    out: dict[str, tuple] = {t: (g, None) for t, g in found["todos"].items()}
+    held = gated(tx, goal_id, list_actions(tx, goal_id), found)
+    if held:
+        for todo_id, name in todo_ready.naming_actions(tx, goal_id, held).items():
+            gate = held[name]
+            if todo_id not in out or (out[todo_id][0].status == "rejected" and gate.status == "pending"):
+                out[todo_id] = (gate, name)
+    return out
+
+
+def held_line(gate, action: str | None) -> str:
+    """Why a gate holds a todo, for people: ``blocked by gate G (pending): action publish is held back``."""
+    text = f"blocked by gate {gate.id} ({gate.status}: {gate.title})"
+    return text + (f": action {action} is held back" if action else "")
 
 
 def _statuses(tx, goal_id: str, ids) -> dict[str, str]:
@@ -81,17 +108,19 @@ def _statuses(tx, goal_id: str, ids) -> dict[str, str]:
     return {r["id"]: r["status"] for r in rows}
 
 
-def why_not_ready(todo: Todo, *, statuses: dict[str, str], gated: dict[str, str], held: bool) -> tuple[str, str] | None:
-    """``None`` when ``todo`` is ready; else ``(code, message)`` saying why not. ``held``: whether a
-    claim keeps it from whoever asks (:func:`loopx.todo_ready.claim_holds`)."""
+def why_not_ready(todo: Todo, *, statuses: dict[str, str], gated: dict[str, tuple], held: bool) -> tuple[str, str] | None:
+    """``None`` when ``todo`` is ready; else ``(code, message)`` saying why not. ``gated``: what
+    :func:`held_by_gates` returns; ``held``: whether a claim keeps it from whoever asks
+    (:func:`loopx.todo_ready.claim_holds`)."""
     if todo.status != "open":
         return "todo_not_open", f"todo {todo.id} is {todo.status}"
     waiting = [d for d in todo.depends_on if statuses.get(d) != "done"]
     if waiting:
         return "todo_not_ready", f"todo {todo.id} waits for {', '.join(waiting)} to be done"
     if todo.id in gated:
-        code = "gate_pending" if gated[todo.id] == "pending" else "todo_not_ready"
-        return code, f"todo {todo.id} is behind a {gated[todo.id]} gate"
+        gate, action = gated[todo.id]
+        code = "gate_pending" if gate.status == "pending" else "todo_not_ready"
+        return code, f"todo {todo.id} is {held_line(gate, action)}"
     if held:
         c = todo.claim
         return "todo_claimed", f"todo {todo.id} is claimed by {c.agent} until {c.expires_at} (epoch {c.epoch})"
@@ -159,22 +188,41 @@ def _check_priority(priority: str) -> str:
     return priority
 
 
+def _check_actions(tx, goal_id: str, names) -> list[str]:
+    """The actions a todo names: each an action of the goal (``action_not_found`` otherwise)."""
+    from loopx.actions import load_action
+    from loopx.validate import check_name
+
+    names = list(dict.fromkeys(check_name(n, what="--action") for n in names))
+    if len(names) > MAX_DEPENDENCIES:
+        raise LoopxError("invalid_argument", f"at most {MAX_DEPENDENCIES} actions")
+    for n in names:
+        load_action(tx, goal_id, n)
+    return names
+
+
 def add_in(w, *, text: str, priority: str = "P2", depends_on=(), todo_id: str | None = None,
-           run_id: str | None = None) -> str:
-    """Inside a mutation: add a todo to the writer's goal (its dependencies must exist; an executor
-    names its open run); returns the todo id. :func:`add` is this in a transaction of its own."""
+           run_id: str | None = None, actions=()) -> str:
+    """Inside a mutation: add a todo to the writer's goal (its dependencies and the ``actions`` that
+    do it must exist; an executor names its open run); returns the todo id. :func:`add` is this in
+    a transaction of its own."""
+    from loopx.todo_ready import ACTION_PREFIX
+
     text = check_text(text, what="--text", limit="text")
     _check_priority(priority)
     todo_id = check_id("todo", todo_id) if todo_id else new_id("todo")
     _run_for(w, check_id("run", run_id) if run_id is not None else None, fresh=False)
     deps = _check_deps(w.tx, w.goal_id, depends_on)
+    # The actions that do it are kept in the same list as `action:NAME` (loopx.todo_ready.split).
+    deps += [ACTION_PREFIX + n for n in _check_actions(w.tx, w.goal_id, actions)]
     w.emit("todo.added", {"todo_id": todo_id, "text": text, "priority": priority, "depends_on": deps})
     return todo_id
 
 
 def add(reg: Registry, actor: str, *, goal_id: str, text: str, depends_on=(), priority: str = "P2",
-        run_id: str | None = None, operation_id: str | None = None) -> dict:
-    """Add a todo to the goal's plan; returns it."""
+        run_id: str | None = None, operation_id: str | None = None, actions=()) -> dict:
+    """Add a todo to the goal's plan; returns it. ``actions``: the goal's actions that do it (a turn
+    on the todo runs exactly those, and the todo is done only when they ran)."""
     check_id("goal", goal_id)
     text = check_text(text, what="--text", limit="text")  # refused before the transaction begins
     _check_priority(priority)
@@ -183,12 +231,15 @@ def add(reg: Registry, actor: str, *, goal_id: str, text: str, depends_on=(), pr
     todo_id = new_id("todo")
 
     def work(w):
-        add_in(w, text=text, priority=priority, depends_on=depends_on, todo_id=todo_id, run_id=run_id)
+        add_in(w, text=text, priority=priority, depends_on=depends_on, todo_id=todo_id, run_id=run_id,
+               actions=actions)
         return to_json(load_todo(w.tx, goal_id, todo_id))
 
-    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
-                      request={"op": "todo.add", "goal": goal_id, "text": text, "priority": priority,
-                               "depends_on": list(depends_on), "run": run_id})
+    request = {"op": "todo.add", "goal": goal_id, "text": text, "priority": priority,
+               "depends_on": list(depends_on), "run": run_id}
+    if actions:
+        request["actions"] = list(actions)
+    return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id, request=request)
 
 
 def depend(reg: Registry, actor: str, *, goal_id: str, todo_id: str, depends_on, run_id: str | None = None,
@@ -260,7 +311,7 @@ def claim(reg: Registry, actor: str, *, goal_id: str, todo_id: str, agent: str |
         from loopx import todo_ready
 
         refusal = why_not_ready(todo, statuses=_statuses(w.tx, goal_id, todo.depends_on),
-                                gated=_gated_todos(w.tx, goal_id),
+                                gated=held_by_gates(w.tx, goal_id),
                                 held=todo_ready.claim_holds(w.tx, goal_id, todo_id, agent=who, now=w.at))
         if refusal is not None:
             raise LoopxError(*refusal)
@@ -371,11 +422,37 @@ def _check_steps(tx, run, todo_id: str) -> None:
     """Refuse (``step_failed``) to mark a todo done under a run whose ``do`` steps did not all succeed."""
     from loopx import steps
 
-    bad = [r for r in steps.run_results(tx, run) if r["status"] != "ok"]
+    res = steps.run_results(tx, run)
+    _check_own_actions(tx, run, todo_id, res)
+    bad = [r for r in res if r["status"] != "ok"]
     if bad:
         raise LoopxError("step_failed", f"todo {todo_id} stays open: " + "; ".join(steps.describe(r) for r in bad)
                          + f" in run {run.id}. Run the step again, or finish the run "
                          f"(`loopx run finish --run-id {run.id}`): its hand-off will say why")
+
+
+def _check_own_actions(tx, run, todo_id: str, res: list[dict]) -> None:
+    """Refuse to mark a todo done under a run in which an action it names did not run and succeed:
+    ``gate_pending`` when a gate held the action back (the todo stays open, blocked by that gate),
+    ``step_failed`` otherwise."""
+    todo = load_todo(tx, run.goal_id, todo_id)
+    if not todo.actions:
+        return
+    ran = {r["step"]: r for r in res}
+    for name in todo.actions:
+        r = ran.get(f"action:{name}")
+        if r is not None and r["status"] == "ok":
+            continue
+        if r is None:
+            held = held_by_gates(tx, run.goal_id).get(todo_id)
+            if held is not None:
+                gate, _ = held
+                code = "gate_pending" if gate.status == "pending" else "step_failed"
+                raise LoopxError(code, f"todo {todo_id} stays open: {held_line(gate, held[1] or name)}; "
+                                 f"its action {name} was not a step of run {run.id}")
+            raise LoopxError("step_failed", f"todo {todo_id} stays open: its action {name} was not a step of "
+                             f"run {run.id}")
+        # A listed step that failed or never ran: the general check below says which.
 
 
 def _holder(todo: Todo) -> str:
@@ -394,4 +471,15 @@ def list_for(reg: Registry, goal_id: str, *, ready_only: bool = False, agent: st
     with reg.read() as tx:
         load_goal(tx, goal_id)
         found = ready(tx, goal_id, agent=agent, now=clock.now()) if ready_only else list_todos(tx, goal_id)
-        return [to_json(t) for t in found]
+        held = held_by_gates(tx, goal_id) if not ready_only else {}
+        return [with_hold(to_json(t), held) for t in found]
+
+
+def with_hold(todo: dict, held: dict) -> dict:
+    """A todo's JSON with ``blocked_by`` (the gate holding it, from :func:`held_by_gates`) when open and held."""
+    found = held.get(todo["id"]) if todo["status"] == "open" else None
+    if found is not None:
+        gate, action = found
+        todo["blocked_by"] = {"gate_id": gate.id, "status": gate.status, "action": action,
+                              "text": held_line(gate, action)}
+    return todo

@@ -86,6 +86,8 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     with registry.read() as tx:
         rows = tx.query("SELECT id, kind, summary FROM evidence WHERE run_id = ? ORDER BY created_at, id", (run_id,))
     out.update(run_id=run_id, outcome=finished["outcome"], handoff=finished["handoff"], evidence=rows)
+    if finished.get("reason"):
+        out["reason"] = finished["reason"]
     return out
 
 

@@ -7,8 +7,11 @@ once. A turn's answer decides what comes next: after an ``ok`` turn the goal is 
 at once (its cadence applies); after a ``wait`` it is due at ``next_eligible_at``; after
 ``ask_user``, ``repair``, ``stop`` or a turn that did not end ``ok`` it is *parked* until its
 ledger moves (a person approved the gate, added a todo, retried...). A turn that ``failed`` is
-tried again after ``retry_seconds``, doubling each time (at most an hour): the same step
-failing ``stuck_after`` runs in a row makes the decision ``ask_user``, which parks the goal.
+tried again ``retry_seconds`` after it ended, doubling with each failed turn in a row (at most an
+hour): the back-off is worked out from the goal's runs (:func:`loopx.supervision.retry_at`), so
+the turn's own ledger events, a rescan or a restart never shorten it, and ``loopx status`` shows
+the same next attempt. The same step failing ``stuck_after`` runs in a row makes the decision
+``ask_user``, which parks the goal; a user's ``project-prompt retry`` starts the count again.
 
 **Never two turns of one goal at once.** A worker starts a turn only after winning the goal's
 lease (:func:`loopx.supervision.acquire`), which raises the goal's fencing token; the turn's
@@ -85,7 +88,6 @@ class Worker:
         self.lease_seconds, self.beat_seconds, self.grace_seconds = lease_seconds, beat_seconds, grace_seconds
         self.exit_when_idle, self.poll_seconds, self.notify = exit_when_idle, poll_seconds, notify
         self.retry_seconds = retry_seconds
-        self.failures: dict[str, int] = {}  # goal -> failed turns in a row (back-off)
         self.wake = threading.Event()
         self.changed = threading.Event()
         self.stop_signal: int | None = None
@@ -109,7 +111,7 @@ class Worker:
         self.gen[goal_id] = self.gen.get(goal_id, 0) + 1  # invalidates its heap entries
 
     def _plan(self, rows: list[dict], values: dict) -> None:
-        from loopx.supervision import executor_for
+        from loopx.supervision import executor_for, retry_at
 
         mono, wall = time.monotonic(), clock.epoch()
         for row in rows:
@@ -127,6 +129,9 @@ class Worker:
             delay = 0.0
             if row["cadence"] and row["last_opened"]:
                 delay = max(0.0, clock.epoch(row["last_opened"]) + float(row["cadence"]) - wall)
+            again = retry_at(row.get("failed_streak") or 0, row.get("last_failed_at"), self.retry_seconds)
+            if again is not None:  # failed turns in a row: back off
+                delay = max(delay, clock.epoch(again) - wall)
             self._push(g, mono + delay)
 
     def _scan(self, reg, goal_ids: list[str] | None = None) -> None:
@@ -221,7 +226,6 @@ class Worker:
         if decision == "run":
             self.stats["turns"] += 1
         if decision == "run" and outcome == "ok":
-            self.failures.pop(goal_id, None)
             self._scan(reg, [goal_id])  # at once, or when its cadence says
             return
         if decision == "wait":
@@ -234,12 +238,11 @@ class Worker:
             self._push(goal_id, time.monotonic() + FAILED_START_BACKOFF)
             return
         if decision == "run" and outcome == "failed":
-            # Again after a back-off that doubles (a flaky step gets its retries); the same step
-            # failing run after run turns the decision into ask_user, which parks the goal.
-            n = self.failures[goal_id] = self.failures.get(goal_id, 0) + 1
-            self._push(goal_id, time.monotonic() + min(3600.0, self.retry_seconds * 2 ** (n - 1)))
+            # Again after a back-off that doubles (a flaky step gets its retries), worked out from
+            # its runs by _plan; the same step failing run after run turns the decision into
+            # ask_user, which parks the goal.
+            self._scan(reg, [goal_id])
             return
-        self.failures.pop(goal_id, None)
         with reg.read() as tx:  # parked until a person (or anything) changes the goal
             row = tx.one("SELECT revision FROM goals WHERE id = ?", (goal_id,))
         if row is not None:
@@ -319,7 +322,8 @@ class Worker:
         watcher = threading.Thread(target=self._watch, daemon=True)
         notifier = None
         try:
-            info = {"concurrency": self.concurrency, "beat_seconds": self.beat_seconds, "executor": self.executor}
+            info = {"concurrency": self.concurrency, "beat_seconds": self.beat_seconds, "executor": self.executor,
+                    "retry_seconds": self.retry_seconds}
             beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info=info)
             watcher.start()
             self._scan(reg)
@@ -385,7 +389,7 @@ class Worker:
             try:
                 beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info={
                     "concurrency": self.concurrency, "beat_seconds": self.beat_seconds,
-                    "clock_jumps": self.stats["clock_jumps"]}, stopped=True)
+                    "clock_jumps": self.stats["clock_jumps"], "retry_seconds": self.retry_seconds}, stopped=True)
             finally:
                 reg.close()
                 for s, h in before.items():

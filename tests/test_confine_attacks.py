@@ -152,9 +152,10 @@ def _turn(world, *extra, executor="shell", env=None):
 def test_the_shell_executors_hostile_action_is_refused_or_unreachable_and_its_real_work_still_lands(world):
     made, gate = _prepare(world, acts={"work": ["sh", "attack.sh"]})
     p = _turn(world, made["goal"])
-    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    # The attempts were refused, so the turn failed (refused_command), though its work landed.
+    assert p.returncode == 1, (p.stdout[-2000:], p.stderr[-2000:])
     t = json.loads(p.stdout)
-    assert t["outcome"] == "ok", t["handoff"]
+    assert (t["outcome"], t["reason"]) == ("failed", "refused_command"), t["handoff"]
     assert "[unconfined]" not in t["handoff"]
     command = next(e for e in t["evidence"] if e["kind"] == "command")
     reg = Registry.open(world["url"])
@@ -212,9 +213,9 @@ def test_a_real_agent_cli_as_a_hostile_agent_is_refused_or_unreachable_and_its_r
                         "LOOPX_CODEX_MODEL": "scripted-model", "OPENAI_API_KEY": "sk-scripted",
                         "CODEX_HOME": str(world["tmp"] / "codex-home")})
         p = _turn(world, made["goal"], executor=executor, env=env)
-    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    assert p.returncode == 1, (p.stdout[-2000:], p.stderr[-2000:])
     t = json.loads(p.stdout)
-    assert t["outcome"] == "ok", t["handoff"]
+    assert (t["outcome"], t["reason"]) == ("failed", "refused_command"), t["handoff"]
     results = _results((world["work"] / "attack-results.txt").read_text())
     _check_after(world, made, gate, t["run_id"], results)
 

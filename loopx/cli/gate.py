@@ -75,6 +75,8 @@ def _decision(verb: str, doc: str):
 
 _decision("approve", "Approve a pending gate (user only).")
 _decision("reject", "Reject a pending gate (user only): what it blocks stays blocked.")
+_decision("reopen", "Reopen a decided gate (user only): it is pending again, to be decided anew; "
+                    "the earlier decision stays in the history.")
 
 
 @gate.command("list")

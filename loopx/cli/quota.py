@@ -30,6 +30,8 @@ def contract_text(out: dict) -> str:
     if c["cli_channel"]["next_cli_actions"]:
         lines.append("agent actions:")
         lines += [f"  {a}" for a in c["cli_channel"]["next_cli_actions"]]
+    for d in c["user_channel"].get("decisions") or []:
+        lines.append(f"decide gate {d['gate_id']} ({d['title']}): approving {d['approving']}")
     if c["user_channel"]["next_user_actions"]:
         lines.append("user actions:" + ("  (action required)" if c["user_channel"]["action_required"] else ""))
         lines += [f"  {a}" for a in c["user_channel"]["next_user_actions"]]

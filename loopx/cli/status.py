@@ -41,7 +41,7 @@ def overview_text(view: dict) -> str:
     counts = view["counts"]["goals"]
     lines = [
         f"{counts['open']} open, {counts['paused']} paused, {counts['closed']} closed;"
-        f" {view['counts']['attention']} need attention  (revision {view['revision']})"
+        f" {view['counts']['attention']} need you  (revision {view['revision']})"
     ]
     if not view["goals"]:
         closed = counts["closed"]
@@ -49,7 +49,7 @@ def overview_text(view: dict) -> str:
         lines.append(f"no open or paused goals; {closed} closed (loopx status --all shows them)" if closed
                      else "no goals")
     for g in view["goals"]:
-        flag = "!" if g["attention"] else " "
+        flag = "!" if g.get("needs_you") else " "
         todos = g["todos"]
         lines.append(f"{flag} {g['id']}  [{g['status']}]  {g['title']}")
         detail = f"    todos {todos['done']}/{sum(todos.values())} done"
@@ -63,6 +63,10 @@ def overview_text(view: dict) -> str:
             lines.append(f"    capabilities: {', '.join(g['capabilities'])}")
         if g["attention"]:
             lines.append(f"    attention: {', '.join(g['attention'])}")
+        if g.get("retry"):
+            r = g["retry"]
+            lines.append(f"    next attempt at {r['at']} (back-off: {r['failed_turns']} failed turn(s) in a row,"
+                         f" --retry-seconds {r['retry_seconds']:g} doubling)")
         lines += _needs_you_lines(g.get("needs_you"))
     lines += _worker_lines(view)
     if view["page"]["next"]:
@@ -75,6 +79,8 @@ def _needs_you_lines(needs, indent: str = "    ") -> list[str]:
     if not needs:
         return []
     out = [f"{indent}NEEDS YOU: {needs['decision']} ({needs['reason']}): {needs['message']}"]
+    for d in needs.get("decisions") or []:
+        out.append(f"{indent}  gate {d['gate_id']} ({d['title']}): approving {d['approving']}")
     out += [f"{indent}  $ {c}" for c in needs["commands"]]
     return out
 
@@ -122,7 +128,8 @@ def goal_text(view: dict) -> str:
         for t in todos["items"]:
             state = "ready" if t["id"] in ready else t["status"]
             claim = f"  claimed by {t['claim']['agent']}" if t["claim"] and t["claim"]["valid"] else ""
-            lines.append(f"  {t['id']}  {t['priority']} {state:<7} {t['text']}{claim}")
+            held = f"  ({t['blocked_by']['text']})" if t.get("blocked_by") else ""
+            lines.append(f"  {t['id']}  {t['priority']} {state:<7} {t['text']}{claim}{held}")
     quota = _quota_lines(view["quota"])
     if quota:
         lines.append("quota:")

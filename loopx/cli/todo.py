@@ -16,6 +16,10 @@ def todo_line(t: dict) -> str:
     extra = []
     if t.get("depends_on"):
         extra.append("after " + ", ".join(t["depends_on"]))
+    if t.get("actions"):
+        extra.append("done by action " + ", ".join(t["actions"]))
+    if t.get("blocked_by"):
+        extra.append(t["blocked_by"]["text"])
     if t.get("claim"):
         c = t["claim"]
         extra.append(f"claimed by {c['agent']} until {c['expires_at']} (epoch {c['epoch']})")
@@ -34,15 +38,18 @@ def todo():
 @click.option("--text", required=True, help="What to do.")
 @id_option("todo", "--depends-on", "depends_on", required=False, multiple=True, help="A todo that must be done first (repeatable).")
 @click.option("--priority", type=click.Choice(PRIORITIES), default="P2", show_default=True)
+@click.option("--action", "actions", multiple=True,
+              help="An action of the goal that does this todo (repeatable): a turn on it runs exactly these, "
+                   "and it is done only when they ran; a gate holding one back keeps it open.")
 @id_option("run", required=False, help="The open run an agent adds it under (required for agents).")
 @operation_option
-def add(goal_id, text, depends_on, priority, run_id, operation_id):
+def add(goal_id, text, depends_on, priority, actions, run_id, operation_id):
     """Add a todo."""
     from loopx import todos
 
     with open_registry() as reg:
         found = todos.add(reg, actor(), goal_id=goal_id, text=text, depends_on=depends_on, priority=priority,
-                          run_id=run_id, operation_id=operation_id)
+                          run_id=run_id, operation_id=operation_id, actions=actions)
     emit(found, todo_line)
 
 

@@ -55,7 +55,7 @@ async function getJSON(url) {
 function renderOverview(view) {
   const g = view.counts.goals;
   $("counts").textContent =
-    `${g.open} open · ${g.paused} paused · ${g.closed} closed · ${view.counts.attention} need attention`;
+    `${g.open} open · ${g.paused} paused · ${g.closed} closed · ${view.counts.attention} need you`;
   $("revision").textContent = `revision ${view.revision}`;
   const list = $("goals");
   list.replaceChildren(...view.goals.map(goalItem));
@@ -88,6 +88,8 @@ function needsYouBlock(needs) {
   return el("div", { class: "needs-you-body", "data-reason": needs.reason },
     el("strong", {}, `Needs you: ${needs.decision} (${needs.reason.replaceAll("_", " ")})`),
     el("div", { class: "small" }, needs.message),
+    ...(needs.decisions || []).map((d) => el("div", { class: "small approving" },
+      `Gate ${d.gate_id} (${d.title}): approving ${d.approving}`)),
     ...needs.commands.map((c) => el("div", { class: "command" }, el("code", {}, c), copyButton(c, "Copy the command"))));
 }
 
@@ -99,7 +101,7 @@ function goalItem(goal) {
   if (goal.last_run) meta.push(`last run ${goal.last_run.outcome || goal.last_run.state}`);
   const item = el(
     "li",
-    { class: goal.attention.length ? "attention" : "", tabIndex: 0, "data-goal-id": goal.id },
+    { class: goal.needs_you ? "attention" : "", tabIndex: 0, "data-goal-id": goal.id },
     el("span", { class: "title" }, goal.title),
     badge(goal.status),
     " ",
@@ -174,7 +176,8 @@ function renderGoal(view) {
       const claim = t.claim ? `${t.claim.agent}${t.claim.valid ? "" : " (expired)"}` : "";
       return el("tr", { "data-todo-id": t.id }, el("td", {}, el("code", {}, t.id)), el("td", {}, t.priority),
         el("td", {}, badge(st, st === "open" ? "" : st === "done" ? "ok" : st === "blocked" ? "bad" : st)),
-        el("td", {}, t.text), el("td", { class: "muted" }, claim));
+        el("td", {}, t.text, t.blocked_by ? el("div", { class: "muted small blocked-by" }, t.blocked_by.text) : null),
+        el("td", { class: "muted" }, claim));
     }),
   );
 

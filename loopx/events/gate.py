@@ -34,3 +34,14 @@ def approved(tx, event):
 def rejected(tx, event):
     """``body = {"gate_id", "comment"?}``; what the gate blocks stays blocked."""
     _decide(tx, event, "rejected")
+
+
+@event_kind("gate.reopened", USER)
+def reopened(tx, event):
+    """``body = {"gate_id", "comment"?}``: a decided gate is pending again, to be decided anew (the
+    decision it had stays in the ledger); what it blocks is blocked until then."""
+    tx.execute(
+        "UPDATE gates SET status = 'pending', decided_by = NULL, decided_at = NULL, comment = ?"
+        " WHERE id = ? AND goal_id = ?",
+        (event.body.get("comment"), event.body["gate_id"], event.goal_id),
+    )

@@ -64,6 +64,12 @@ class ShellExecutor:
             parts.append(why)
         if planning:
             parts.append("the goal has no todos: a planner (human or agent) should add them with `loopx todo add`")
+        # What this turn did not run because a gate holds it back, so the hand-off says so.
+        held = [f"action {g['blocks'][7:]} (gate {g['id']} {g['status']})"
+                for g in (doc.get("gates") or {}).get("pending", [])
+                if str(g.get("blocks", "")).startswith("action:") and g.get("status") in ("pending", "rejected")]
+        if held:
+            parts.append("held back: " + ", ".join(held))
         return {"outcome": outcome, "tokens": 0, "cost": 0.0,
                 "handoff": "shell executor: " + ("; ".join(parts) if parts else "nothing to run")}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import attrs
+
 from loopx.model._value import Value, value
 
 
@@ -17,7 +19,8 @@ class Claim(Value):
 
 @value
 class Todo(Value):
-    """A step of the plan."""
+    """A step of the plan. ``depends_on``: the todos before it; ``actions``: the actions that do it
+    (a turn on this todo runs exactly those, and it is done only when they ran)."""
 
     id: str
     goal_id: str
@@ -30,3 +33,4 @@ class Todo(Value):
     note: str | None = None
     claim: Claim | None = None
     epoch: int = 0
+    actions: list[str] = attrs.field(factory=list)

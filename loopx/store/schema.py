@@ -389,9 +389,14 @@ _V10 = [
 # or these tables must end with the same Call (it marks the definitions again).
 _V11 = [Call("loopx.history_guard", "install")]
 
+# v12: the attention summary holds every goal that may need a person (loopx/attention.py, issue 36):
+# a goal with todos and none unblocked is in the attention lane too (``no_ready_work``), so the
+# overview's count and order can be those of loopx.needs_you. The summary is rebuilt by the new rules.
+_V12 = [Call("loopx.attention", "rebuild_all")]
+
 # A step is a list of SQL texts, ``{dialect: [SQL...]}`` for what differs per dialect, or a
 # callable run with the migration's transaction (for data that only Python can derive).
-MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
+MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12]
 CURRENT_VERSION = len(MIGRATIONS)
 SUMMARY_VERSION = MIGRATIONS.index(_V3) + 1  # the version that added the attention summary
 INTEGRITY_VERSION = MIGRATIONS.index(_V4) + 1  # the version that added the hash chain and digests
