@@ -291,7 +291,7 @@ async function loadGoal() {
   }
 }
 
-// Pages capabilities serve on ports of their own (the approvals page): a link to each.
+// Pages capabilities serve on ports of their own (GET /api/pages): a link to each.
 async function loadPages() {
   try {
     const { pages } = await getJSON("/api/pages");

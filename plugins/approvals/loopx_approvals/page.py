@@ -128,8 +128,8 @@ def _nav_item(entry) -> str:
 def _article(entry, csrf: str) -> str:
     g = entry["goal"]
     needs = g.get("needs_you")
-    hidden = (f"<input type='hidden' name='csrf' value='{esc(csrf)}'>"
-              f"<input type='hidden' name='goal_id' value='{esc(g['id'])}'>")
+    hidden = (f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+              f'<input type="hidden" name="goal_id" value="{esc(g["id"])}">')
     needs_html = (f"<div class='needs-you' data-reason='{esc(needs['reason'])}'><strong>Needs you: "
                   f"{esc(needs.get('decision', ''))} ({esc(needs['reason'].replace('_', ' '))})</strong>"
                   f"<div class='small'>{esc(needs.get('message', ''))}</div></div>" if needs else "")
