@@ -1,6 +1,6 @@
 """The approvals page: what waits for a person, laid out like the dashboard (its stylesheet).
 
-:func:`gather` reads, in one read transaction, the goals of ``status_overview`` that need a
+:func:`gather` reads the goals of ``status_overview`` that need a
 person, have a pending gate or a finished run to score; for each, its pending gates (title,
 scope, what they block) and the review packet its goal records. :func:`render` turns that into
 HTML: every value escaped, every form carrying the session's CSRF token, no score prefilled.
@@ -17,7 +17,8 @@ _ALL = "every turn of this goal"
 
 
 def gather(reg, limit: int = 100) -> dict:
-    """``{"goals": [...], "counts": {...}}``: what the page shows, read in one transaction."""
+    """``{"goals": [...], "counts": {...}}``: what the page shows (the overview, then one read
+    transaction for the gates, todos and packets of the goals it lists)."""
     from loopx import api
 
     view = api.status_overview(reg, limit=limit)
@@ -95,7 +96,6 @@ def render(data: dict, csrf: str, message: str = "") -> str:
     """The logged-in page (see the module's docstring)."""
     items, articles = [], []
     for entry in data["goals"]:
-        g = entry["goal"]
         items.append(_nav_item(entry))
         articles.append(_article(entry, csrf))
     note = f"<p id='message' class='card'>{esc(message)}</p>" if message else ""

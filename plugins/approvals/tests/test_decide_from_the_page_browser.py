@@ -191,6 +191,14 @@ def test_decide_from_the_page(browser, world):
     turn = _cli(env, "quota", "should-run", world["human"])
     assert turn["decision"] == "run" and turn["interaction_contract"]["run_id"]
 
+    # The publish-like gate: approved from the page, the held-back action is in the next contract.
+    steps = lambda: [s["id"] for s in _cli(env, "quota", "should-run", world["publish"], "--dry-run")  # noqa: E731
+                     ["interaction_contract"]["cli_channel"]["steps"]]
+    assert "action:publish" not in steps()
+    css(f".gate-card[data-gate-id='{world['publish_gate']}'] button[value='approve']").click()
+    wait.until(lambda d: f"gate {world['publish_gate']} approved" in d.find_element(By.ID, "message").text)
+    assert "action:publish" in steps()
+
     # The dashboard shows the decision; once the approvals server stops, the link goes.
     browser.get(world["dashboard"] + f"#{world['human']}")
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, f"#gates li[data-gate-id='{world['cutover']}'][data-status='approved']"))
