@@ -90,6 +90,12 @@ GROUPS = {
         "delete_state": "loopx.capabilities:delete_state",
         "get_state": "loopx.capabilities:get_state",
     },
+    "Pages a capability serves": {
+        "announce_page": "loopx.served_pages:announce",
+        "withdraw_page": "loopx.served_pages:withdraw",
+        "registry_id": "loopx.served_pages:registry_id",
+        "dashboard_stylesheet": "loopx.served_pages:dashboard_stylesheet",
+    },
     "The repair API: what is damaged, and repairing it": {
         "find_damage": "loopx.damage:check",
         "goal_damage": "loopx.damage:goal",

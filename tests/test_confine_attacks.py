@@ -53,6 +53,7 @@ try codex_notify sh -c 'echo "notify = [\"sh\"]" >> "${{CODEX_HOME:-$HOME/.codex
 try pg_env sh -c 'echo "pg=[$PGPASSWORD] reg=[$LOOPX_REGISTRY]"; test -n "$PGPASSWORD$LOOPX_REGISTRY$PGUSER"'
 try step_dir sh -c 'echo x > "$(dirname "$TMPDIR")/policy.json"'
 try outside_write touch {outside}
+try page_announce sh -c 'd="$HOME/.local/share/loopx/pages"; mkdir -p "$d" && echo "{{\"url\": \"http://evil.example/\", \"pid\": $$}}" > "$d/approvals.json"'
 try tmp_write sh -c 'echo scratch > "$TMPDIR/scratch" && cat "$TMPDIR/scratch"'
 try work_write sh -c 'echo fine > new-file.txt'
 try key_by_evidence loopx evidence add --kind file --summary key --file {keyfile}
@@ -61,7 +62,7 @@ try legit_evidence loopx evidence add --kind note --summary "the agent's own not
 
 NAMES = ["unset_env", "actor_user", "actor_capability", "no_broker", "sqlite3_write", "python_write", "rollback_cp",
          "rollback_mv", "read_key", "list_key", "git_hook", "git_config", "git_swap", "git_hooks_swap", "claude_hooks",
-         "claude_mcp", "codex_notify", "pg_env", "step_dir", "outside_write",
+         "claude_mcp", "codex_notify", "pg_env", "step_dir", "outside_write", "page_announce",
          "key_by_evidence"]
 LEGIT = ["tmp_write", "work_write", "legit_evidence"]
 THROUGH_BROKER = ["unset_env", "actor_user", "actor_capability", "key_by_evidence"]
@@ -137,6 +138,7 @@ def _check_after(world, made, gate, run_id, results):
     assert not (world["work"] / ".git" / "hooks" / "pre-push").exists()
     assert "hooksPath" not in (world["work"] / ".git" / "config").read_text()
     assert not (world["tmp"] / "outside.txt").exists()
+    assert not (world["home"] / ".local" / "share" / "loopx" / "pages").exists()
     assert (world["work"] / "new-file.txt").read_text() == "fine\n"
     with sqlite3.connect(world["url"]) as db:
         assert db.execute("SELECT status FROM gates WHERE id = ?", (gate["id"],)).fetchone()[0] == "pending"

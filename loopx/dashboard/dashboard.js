@@ -294,6 +294,16 @@ async function loadGoal() {
   }
 }
 
+// Pages capabilities serve on ports of their own (GET /api/pages): a link to each.
+async function loadPages() {
+  try {
+    const { pages } = await getJSON("/api/pages");
+    $("pages").replaceChildren(...pages.map((p) =>
+      el("a", { href: p.url, target: "_blank", rel: "noopener", "data-capability": p.capability },
+        `${p.title || p.capability} ↗`)));
+  } catch (err) { /* the link is optional; the dashboard stays as it is */ }
+}
+
 // Refreshes never overlap: a change that arrives mid-load triggers one more load afterwards.
 async function refresh() {
   if (state.loading) { state.again = true; return; }
@@ -303,6 +313,7 @@ async function refresh() {
       state.again = false;
       await loadOverview();
       await loadGoal();
+      await loadPages();
     } while (state.again);
   } catch (err) {
     $("counts").textContent = `error: ${err.message}`;

@@ -16,6 +16,7 @@ Routes::
     GET /api/goals/{id}                one goal in full
     GET /api/goals/{id}/events?after=N&limit=   the goal's ledger after seq N
     GET /api/stream                    server-sent events: ``revision`` whenever the registry changes
+    GET /api/pages                     pages capabilities serve for this registry (loopx.served_pages)
 
 The standard library's ``ThreadingHTTPServer`` is enough here: the API is a few small JSON
 documents per page view, and it meets the throughput and latency targets (see

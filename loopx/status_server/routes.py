@@ -24,6 +24,8 @@ def route(handler, path: str, q: dict) -> None:
         return _overview(handler, path, q)
     if path == "/api/stream":
         return serve_stream(handler)
+    if path == "/api/pages":
+        return _pages(handler)
     segments = path.split("/")
     # "/api/goals/ID" -> ["", "api", "goals", ID]; "/api/goals/ID/events" adds "events".
     if len(segments) in (4, 5) and segments[1:3] == ["api", "goals"]:
@@ -57,6 +59,15 @@ def _overview(handler, path: str, q: dict) -> None:
         return view
 
     send_view(handler, (path, limit, part, after, include_closed), overview)
+
+
+def _pages(handler) -> None:
+    """The pages capabilities serve for this registry (:mod:`loopx.served_pages`): read from files
+    their servers wrote, so the dashboard can link to them without writing anything itself."""
+    from loopx import served_pages
+
+    registry = handler.server.pool.run(served_pages.registry_id)
+    send_json(handler, 200, {"pages": served_pages.live(registry)})
 
 
 def _int(q: dict, name: str, default: int) -> int:

@@ -5,7 +5,14 @@ Authentication: ``serve`` makes a one-time login token, prints the login link
 once starts a session (a random id in an ``HttpOnly``, ``SameSite=Strict`` cookie); the token is
 then spent. Every form carries the session's CSRF token, checked on every ``POST``; the ``Host``
 header must name this server (no DNS rebinding), and ``Origin``, when sent, must be this server.
-It listens on loopback unless ``--allow-remote``.
+It listens on loopback unless ``--allow-remote``. The only things answered without a session are
+two public stylesheets: ``/assets/dashboard.css``, the dashboard's own (``loopx.api.dashboard_stylesheet``),
+so the page looks like the dashboard, and ``/assets/approvals.css``, this page's few additions; the
+Content-Security-Policy allows styles from this server only, and no script at all.
+
+While it runs, ``serve`` announces the page (``loopx.api.announce_page``: a file in LoopX's data
+directory naming its URL, process and registry) so the read-only dashboard links to it; the file is
+removed when it stops.
 
 Every decision goes through ``loopx.api`` as actor ``user`` with the operation id
 ``approvals-<session>-<n>``, which the ledger keeps with the event: who acted (the user) and
@@ -20,10 +27,14 @@ import json
 import os
 import re
 import secrets
+import signal
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, urlparse
+
+from loopx_approvals import page
 
 COOKIE = "loopx_approvals"
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")  # a score as typed: ASCII digits only
@@ -68,45 +79,30 @@ class State:
             return f"approvals-{session}-{self.counter}-{secrets.token_hex(4)}"
 
 
-def _page(view: dict, csrf: str, message: str = "") -> str:
-    esc = html.escape
-    rows = []
-    for g in view["goals"]:
-        needs = g.get("needs_you")
-        if needs is None and not g.get("last_run"):
-            continue
-        gates = "".join(
-            f'<form method="post" action="/decide" class="gate" data-gate-id="{esc(c.split("--gate-id ")[1].split()[0])}">'
-            f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
-            f'<input type="hidden" name="goal_id" value="{esc(g["id"])}">'
-            f'<input type="hidden" name="gate_id" value="{esc(c.split("--gate-id ")[1].split()[0])}">'
-            f'<input name="comment" placeholder="comment">'
-            f'<button name="verb" value="approve">Approve</button> <button name="verb" value="reject">Reject</button>'
-            f"</form>"
-            for c in (needs or {}).get("commands", []) if c.startswith("loopx gate approve"))
-        run = g.get("last_run")
-        reward = ""
-        if run and run.get("state") != "open":
-            reward = (f'<form method="post" action="/reward" class="reward" data-run-id="{esc(run["id"])}">'
-                      f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
-                      f'<input type="hidden" name="goal_id" value="{esc(g["id"])}">'
-                      f'<input type="hidden" name="run_id" value="{esc(run["id"])}">'
-                      f'Score run {esc(run["id"])}: <input name="score" size="4" value="1">'
-                      f'<input name="comment" placeholder="comment"><button>Add reward</button></form>')
-        reason = f' — needs you: {esc(needs["reason"])}: {esc(needs["message"])}' if needs else ""
-        rows.append(f'<li data-goal-id="{esc(g["id"])}"><strong>{esc(g["title"])}</strong> '
-                    f'<code>{esc(g["id"])}</code>{reason}{gates}{reward}</li>')
-    note = f'<p id="message">{esc(message)}</p>' if message else ""
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>LoopX approvals</title>"
-            "<meta name='referrer' content='same-origin'></head><body><h1>LoopX approvals</h1>"
-            f"{note}<ul id='goals'>{''.join(rows) or '<li>Nothing waits for you.</li>'}</ul></body></html>")
-
-
 def _score(text: str) -> float:
     number = _ascii_number(text.strip())
     if number is None:
         raise ValueError(text)  # refused below, as any score that is not a number
     return number
+
+
+def _own_stylesheet() -> bytes:
+    return (Path(__file__).resolve().parent / "approvals.css").read_bytes()
+
+
+def _dashboard_stylesheet() -> bytes:
+    from loopx import api
+
+    return api.dashboard_stylesheet()
+
+
+#: The only paths answered without a session: public stylesheets, the dashboard's and this page's.
+STYLESHEETS = {"/assets/dashboard.css": _dashboard_stylesheet, "/assets/approvals.css": _own_stylesheet}
+
+
+def _error(text: str) -> str:
+    """A refusal, as a page that looks like the others (``#error`` holds the reason)."""
+    return page.shell(f"<main><section class='card'><p id='error'>{html.escape(text)}</p></section></main>")
 
 
 def make_handler(state: State, allowed_hosts: set[str]):
@@ -132,7 +128,10 @@ def make_handler(state: State, allowed_hosts: set[str]):
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Cache-Control", "no-store")
             self.send_header("X-Frame-Options", "DENY")
-            self.send_header("Content-Security-Policy", "default-src 'none'; form-action 'self'; style-src 'unsafe-inline'")
+            self.send_header("Content-Security-Policy",
+                             "default-src 'none'; form-action 'self'; style-src 'self'; img-src data:; "
+                             "frame-ancestors 'none'; base-uri 'none'")
+            self.send_header("X-Content-Type-Options", "nosniff")
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
             self.end_headers()
@@ -152,32 +151,34 @@ def make_handler(state: State, allowed_hosts: set[str]):
             if not self._host_ok():
                 return self._send(421, "wrong host")
             url = urlparse(self.path)
+            if url.path in STYLESHEETS:
+                return self._send(200, STYLESHEETS[url.path]().decode(), ctype="text/css; charset=utf-8")
             if url.path == "/login":
                 token = (parse_qs(url.query).get("token") or [""])[0]
                 session = state.login(token)
                 if session is None:
-                    return self._send(403, "<p id='error'>This login link is wrong or was used already.</p>")
+                    return self._send(403, _error("This login link is wrong or was used already."))
                 return self._send(303, "", headers={
                     "Location": "/", "Set-Cookie": f"{COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/"})
             session = self._session()
             if session is None:
-                return self._send(401, "<p id='error'>Log in with the link `loopx approvals serve` printed.</p>")
+                return self._send(401, _error("Log in with the link `loopx approvals serve` printed."))
             if url.path != "/":
                 return self._send(404, "not found")
             message = (parse_qs(url.query).get("m") or [""])[0][:300]
             with api.Registry.open(state.url, readonly=True) as reg:
-                view = api.status_overview(reg, limit=100)
-            return self._send(200, _page(view, state.sessions[session], message))
+                data = page.gather(reg)
+            return self._send(200, page.render(data, state.sessions[session], message))
 
         def do_POST(self):
             if not self._host_ok():
                 return self._send(421, "wrong host")
             session = self._session()
             if session is None:
-                return self._send(401, "<p id='error'>not logged in</p>")
+                return self._send(401, _error("not logged in"))
             origin = self.headers.get("Origin")
             if origin and urlparse(origin).netloc not in allowed_hosts:
-                return self._send(403, "<p id='error'>cross-site request refused</p>")
+                return self._send(403, _error("cross-site request refused"))
             size = _length(self.headers.get("Content-Length"))
             if size is None:
                 return self._refuse("Content-Length must be a whole number (ASCII digits)")
@@ -185,7 +186,7 @@ def make_handler(state: State, allowed_hosts: set[str]):
                 return self._send(413, "too large")
             form = {k: v[0] for k, v in parse_qs(self.rfile.read(size).decode(errors="replace")).items()}
             if not secrets.compare_digest(form.get("csrf", "").encode(), state.sessions[session].encode()):
-                return self._send(403, "<p id='error'>CSRF token missing or wrong; nothing was changed</p>")
+                return self._send(403, _error("CSRF token missing or wrong; nothing was changed"))
             op = state.operation(session)
             try:
                 with api.Registry.open(state.url) as reg:
@@ -213,6 +214,10 @@ def make_handler(state: State, allowed_hosts: set[str]):
     return Handler
 
 
+def _interrupt(*_):
+    raise KeyboardInterrupt
+
+
 def run(*, host: str, port: int, allow_remote: bool, token_file: str | None) -> None:
     """Serve until interrupted (see the module's docstring)."""
     from loopx import api
@@ -225,8 +230,9 @@ def run(*, host: str, port: int, allow_remote: bool, token_file: str | None) -> 
         raise api.LoopxError("invalid_argument", f"--host {host} is not a loopback address; add --allow-remote "
                                                  "(and put TLS in front of it) to serve other machines")
     url = api.registry_url()
-    with api.Registry.open(url):  # refuse a registry that is not there before printing a link
-        pass
+    with api.Registry.open(url) as reg:  # refuse a registry that is not there before printing a link
+        with reg.read() as tx:
+            registry = api.registry_id(tx)
     state = State(url)
     server = ThreadingHTTPServer((host, port), None)
     real_port = server.server_address[1]
@@ -240,9 +246,14 @@ def run(*, host: str, port: int, allow_remote: bool, token_file: str | None) -> 
     link = f"http://{host}:{real_port}/login?token={state.login_token}"
     print(json.dumps({"url": f"http://{host}:{real_port}/", "login": link, "token_file": path}), flush=True)
     print(f"loopx approvals: open {link} once to log in (token also in {path})", file=sys.stderr, flush=True)
+    # SIGTERM stops it as Ctrl-C does, so the announcement below is withdrawn either way.
+    signal.signal(signal.SIGTERM, _interrupt)
+    announced = api.announce_page("approvals", title="Approvals", url=f"http://{host}:{real_port}/",
+                                  registry=registry)
     try:
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         pass
     finally:
+        api.withdraw_page(announced)
         server.server_close()

@@ -101,8 +101,8 @@ def test_login_approve_and_refusals(browser, server, tmp_path):
     assert "wrong or was used" in browser.find_element(By.ID, "error").text
 
     browser.get(server["login"])
-    row = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, f"li[data-goal-id='{server['goal']}']"))
-    assert "gate_pending" in row.text
+    row = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, f"article[data-goal-id='{server['goal']}']"))
+    assert "Publish?" in row.find_element(By.CSS_SELECTOR, f".gate-card[data-gate-id='{server['gate']}'] .gate-title").text
     cookie = browser.get_cookie("loopx_approvals")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
 
