@@ -129,6 +129,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     publish = check_provider(provider)
     need = float(test_timeout or WALL_NEED_SECONDS)
     root = gitrepo.toplevel(repo)
+    gitrepo.user_common_dir(root)  # issue_fix.git_tampered: a .git/commondir planted in the user's checkout
     try:  # what earlier goals of this repository left behind once closed (a publish run by an agent)
         clean(reg, root, unknown=False)
     except LoopxError:
