@@ -336,12 +336,13 @@ def diff(repo: str, a: str, b: str) -> dict:
             "stat": "\n".join(stat).rstrip("\n"), "patch": patch}
 
 
-def _transport_env(repo: str, remote: str) -> dict:
-    """The environment of a git that talks to ``remote`` (for :func:`loopx.api.run_command`, which
+def _transport_env(repo: str) -> dict:
+    """The environment of a git that talks to a remote (for :func:`loopx.api.run_command`, which
     adds it to LoopX's own): :func:`_env` with the user's global configuration kept (``insteadOf``,
     credentials), but every program it may start chosen here: the global ``core.sshCommand`` and
-    credential helpers (never the repository's), and git's own ``receive-pack``/``upload-pack``
-    for the remote (a ``remote.<name>.receivepack`` would run on this machine for a local remote)."""
+    credential helpers (never the repository's). The callers name git's own ``receive-pack`` and
+    ``upload-pack`` on the command line: a ``remote.<name>.receivepack`` would run on this machine
+    for a local remote, and for those keys the *first* value git reads wins, not the last."""
     found = subprocess.run(["git", "-C", "/", "config", "--global", "-z", "--get-regexp",
                             r"^(core\.sshcommand|credential\..*helper)$"], capture_output=True,
                            env=_env(local=False), timeout=GIT_TIMEOUT_SECONDS).stdout
@@ -353,8 +354,7 @@ def _transport_env(repo: str, remote: str) -> dict:
         elif key.startswith("credential."):
             helpers.append((key, value))
     where, filters = _PINNED.get(str(repo), ({}, ()))
-    settings = (*[(k, ssh if k == "core.sshCommand" else v) for k, v in SAFE_SETTINGS], *helpers, *filters,
-                (f"remote.{remote}.receivepack", "git-receive-pack"), (f"remote.{remote}.uploadpack", "git-upload-pack"))
+    settings = (*[(k, ssh if k == "core.sshCommand" else v) for k, v in SAFE_SETTINGS], *helpers, *filters)
     full = _env({k: v for k, v in where.items() if k != "GIT_WORK_TREE"}, local=False, settings=settings)
     return {k: None for k in os.environ if k not in full} | full
 
@@ -371,8 +371,8 @@ def push(repo: str, remote: str, commit: str, branch: str, timeout: float) -> di
     """
     from loopx.api import run_command
 
-    res = run_command(["git", "-C", repo, "push", "--porcelain", "--no-verify", remote,
-                       f"{commit}:refs/heads/{branch}"], env=_transport_env(repo, remote), timeout=timeout,
+    res = run_command(["git", "-C", repo, "push", "--porcelain", "--no-verify", "--receive-pack=git-receive-pack",
+                       remote, f"{commit}:refs/heads/{branch}"], env=_transport_env(repo), timeout=timeout,
                       confine=False)
     report = res["output_tail"].strip()
     if res["timed_out"]:
@@ -390,8 +390,8 @@ def remote_refs(repo: str, remote: str, timeout: float, *patterns: str) -> dict[
     """``{ref: sha}`` that ``remote`` holds (``git ls-remote``), or ``None`` when it cannot be asked."""
     from loopx.api import run_command
 
-    back = run_command(["git", "-C", repo, "ls-remote", remote, *patterns], env=_transport_env(repo, remote),
-                       timeout=timeout, tail_bytes=1 << 20, confine=False)
+    back = run_command(["git", "-C", repo, "ls-remote", "--upload-pack=git-upload-pack", remote, *patterns],
+                       env=_transport_env(repo), timeout=timeout, tail_bytes=1 << 20, confine=False)
     if back["exit_code"] != 0 or back["timed_out"]:
         return None
     refs = {}
