@@ -32,7 +32,7 @@ EXCLUDES = "__pycache__/\n*.py[cod]\n.pytest_cache/\n.coverage\n.coverage.*\n.to
 #: editors, ``askpass``, ssh and proxy commands, credential helpers, signing programs, external
 #: diff, the ``ext::``/``fd::`` transports, colour and prefix settings that would change the
 #: diffs LoopX parses. Filter drivers have names of the repository's choosing: each one its
-#: config defines is switched off too (:func:`pin`). Aliases never apply (LoopX runs only git's
+#: config defines is switched off too (:func:`gitlinks.pin`). Aliases never apply (LoopX runs only git's
 #: built-in commands, which no alias can replace); textconv and external diff programs are also
 #: refused on the command line (``--no-textconv``, ``--no-ext-diff``).
 SAFE_SETTINGS = (("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false"), ("core.untrackedCache", "false"),
@@ -51,9 +51,12 @@ _GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIREC
                  "GIT_GRAFT_FILE", "GIT_SHALLOW_FILE", "GIT_ATTR_SOURCE", "GIT_CONFIG_SYSTEM",
                  "GIT_PAGER", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR", "GIT_TEMPLATE_DIR", "GIT_PROTOCOL_FROM_USER",
                  "GIT_ALLOW_PROTOCOL", "SSH_ASKPASS")
-#: ``{path: (environment, settings)}`` of the repository and worktree :func:`pin` checked: git runs
-#: there with exactly these git directories, whatever the worktree's ``.git`` file says.
-_PINNED: dict[str, tuple[dict, tuple]] = {}
+#: ``{path: (environment, settings)}`` of the repository and worktree :func:`gitlinks.pin` checked:
+#: git runs there with exactly these git directories, whatever the worktree's ``.git`` file says.
+PINNED: dict[str, tuple[dict, tuple]] = {}
+#: ``{repository: settings}``: the ssh command and credential helpers of the user's own configuration
+#: (:func:`gitlinks.pin` reads them with the filter drivers, in one git call).
+TRANSPORT: dict[str, tuple] = {}
 
 
 def _settings_env(settings) -> dict:
@@ -74,15 +77,15 @@ def _env(extra: dict | None = None, *, local: bool = True, settings=SAFE_SETTING
     if local:
         env["GIT_CONFIG_GLOBAL"] = "/dev/null"
     env.update(extra or {})
-    return env
+    return {k: v for k, v in env.items() if v is not None}  # None: leave the variable out
 
 
 def git(repo: str | Path, *args: str, check: bool = True, env: dict | None = None, raw: bool = False,
         stdin: bytes | None = None):
     """Run ``git -C repo args...`` (hooks and code-running configuration off: :func:`_env`); its
     stdout (stripped of the final newline, or bytes if ``raw``). In a repository or worktree
-    :func:`pin` checked, with the git directories it found, never the ones ``.git`` names now."""
-    where, settings = _PINNED.get(str(repo), ({}, ()))
+    :func:`gitlinks.pin` checked, with the git directories it found, never the ones ``.git`` names now."""
+    where, settings = PINNED.get(str(repo), ({}, ()))
     if args and args[0] == "worktree":
         where = {k: v for k, v in where.items() if k != "GIT_WORK_TREE"}
     try:
@@ -100,87 +103,6 @@ def git(repo: str | Path, *args: str, check: bool = True, env: dict | None = Non
     if raw:
         return proc.stdout
     return proc.stdout.decode("utf-8", "replace").rstrip("\n")
-
-
-def _tampered(what: str):
-    return LoopxError("issue_fix.git_tampered", f"nothing run: {what}; the git metadata is not what LoopX or git "
-                      "made (a step may edit files, never git's own); restore it or close the goal")
-
-
-def _read_link(path: Path, prefix: str) -> str:
-    """The value of a one-line git link file (``gitdir: X``, a ``commondir``), not following a
-    symbolic link in its place."""
-    try:
-        if path.is_symlink() or not path.is_file():
-            raise _tampered(f"{path} is not a regular file")
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise _tampered(f"{path} cannot be read ({exc.strerror})") from None
-    line = text.strip()
-    if "\n" in line or not line.startswith(prefix):
-        raise _tampered(f"{path} is not a git link file")
-    return line[len(prefix):].strip()
-
-
-def user_common_dir(root: str) -> Path:
-    """The common git directory of the user's checkout ``root``, from the files git keeps
-    (``.git``, ``commondir``): ``issue_fix.git_tampered`` when a main repository's ``.git`` has a
-    ``commondir`` (git would follow it to a config of someone else's choosing)."""
-    dotgit = Path(root, ".git")
-    if dotgit.is_dir() and not dotgit.is_symlink():
-        if os.path.lexists(dotgit / "commondir"):
-            raise _tampered(f"{dotgit} holds a commondir file (a main repository has none)")
-        return dotgit.resolve()
-    gitdir = (Path(root) / _read_link(dotgit, "gitdir:")).resolve()
-    if os.path.lexists(gitdir / "commondir"):
-        return (gitdir / _read_link(gitdir / "commondir", "")).resolve()
-    return gitdir
-
-
-def _filter_settings(common: Path) -> tuple:
-    """Settings that switch off every filter driver the repository's configuration defines (the
-    names are the repository's: they cannot be listed in advance)."""
-    out = git(common, "config", "--name-only", "-z", "--get-regexp", r"^filter\.", check=False, raw=True,
-              env={"GIT_DIR": str(common)})
-    names = sorted({k.decode("utf-8", "replace").rsplit(".", 1)[0] for k in out.split(b"\0") if k.count(b".") >= 2})
-    return tuple((f"{name}.{part}", value) for name in names
-                 for part, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")))
-
-
-def pin(state: dict) -> Path:
-    """Check the git links of an Issue-Fix goal and make every later git call there use them.
-
-    The common directory is the one ``start`` found (the goal's directory is in it); the user's
-    checkout must still lead there, and the goal's worktree (when it exists) must be the
-    worktree LoopX created: its ``.git`` file names ``<common>/worktrees/<name>``, whose ``gitdir``
-    names that ``.git`` file back and whose ``commondir`` leads to the common directory.
-    Otherwise ``issue_fix.git_tampered`` and nothing runs. Every git call in those two places
-    then gets ``GIT_DIR``, ``GIT_COMMON_DIR`` and ``GIT_WORK_TREE`` explicitly, and filter
-    drivers switched off. Returns the common directory.
-    """
-    common = Path(state["goal_dir"]).resolve().parent.parent
-    repo = state["repo"]
-    found = user_common_dir(repo)
-    if found != common:
-        raise _tampered(f"{repo} now leads to the git directory {found}, not {common}")
-    main = Path(repo, ".git")
-    repo_gitdir = common if main.is_dir() else (Path(repo) / _read_link(main, "gitdir:")).resolve()
-    settings = _filter_settings(common) if (common / "config").exists() else ()
-    _PINNED[repo] = ({"GIT_DIR": str(repo_gitdir), "GIT_COMMON_DIR": str(common), "GIT_WORK_TREE": repo}, settings)
-    wt = Path(state["worktree"])
-    if os.path.lexists(wt / ".git"):
-        gitdir = Path(_read_link(wt / ".git", "gitdir:"))
-        gitdir = (wt / gitdir).resolve() if not gitdir.is_absolute() else Path(os.path.normpath(gitdir))
-        if gitdir.parent != common / "worktrees" or gitdir.is_symlink():
-            raise _tampered(f"{wt / '.git'} points at {gitdir}, not a worktree of {common}")
-        back = Path(_read_link(gitdir / "gitdir", ""))
-        if os.path.normpath(back) != os.path.normpath(wt / ".git"):
-            raise _tampered(f"{gitdir / 'gitdir'} names {back}, not {wt / '.git'}")
-        if (gitdir / _read_link(gitdir / "commondir", "")).resolve() != common:
-            raise _tampered(f"{gitdir / 'commondir'} does not lead to {common}")
-        _PINNED[str(wt)] = ({"GIT_DIR": str(gitdir), "GIT_COMMON_DIR": str(common), "GIT_WORK_TREE": str(wt)},
-                            settings)
-    return common
 
 
 def toplevel(path: str | Path) -> str:
@@ -339,22 +261,20 @@ def diff(repo: str, a: str, b: str) -> dict:
 def _transport_env(repo: str) -> dict:
     """The environment of a git that talks to a remote (for :func:`loopx.api.run_command`, which
     adds it to LoopX's own): :func:`_env` with the user's global configuration kept (``insteadOf``,
-    credentials), but every program it may start chosen here: the global ``core.sshCommand`` and
-    credential helpers (never the repository's). The callers name git's own ``receive-pack`` and
-    ``upload-pack`` on the command line: a ``remote.<name>.receivepack`` would run on this machine
-    for a local remote, and for those keys the *first* value git reads wins, not the last."""
-    found = subprocess.run(["git", "-C", "/", "config", "--global", "-z", "--get-regexp",
-                            r"^(core\.sshcommand|credential\..*helper)$"], capture_output=True,
-                           env=_env(local=False), timeout=GIT_TIMEOUT_SECONDS).stdout
-    ssh, helpers = "ssh", []
-    for entry in found.decode("utf-8", "replace").split("\0"):
-        key, _, value = entry.partition("\n")
-        if key.lower() == "core.sshcommand" and value:
-            ssh = value
-        elif key.startswith("credential."):
-            helpers.append((key, value))
-    where, filters = _PINNED.get(str(repo), ({}, ()))
-    settings = (*[(k, ssh if k == "core.sshCommand" else v) for k, v in SAFE_SETTINGS], *helpers, *filters)
+    credentials), but every program it may start chosen here: the ssh command and credential
+    helpers of the user's global and system configuration (never the repository's). The callers
+    name git's own ``receive-pack`` and ``upload-pack`` on the command line: a
+    ``remote.<name>.receivepack`` would run on this machine for a local remote, and for those keys
+    the *first* value git reads wins, not the last."""
+    if repo not in TRANSPORT:
+        from loopx_issue_fix import gitlinks
+
+        TRANSPORT[repo] = gitlinks.user_transport(repo)
+    ssh = [v for k, v in TRANSPORT[repo] if k == "core.sshCommand" and v]
+    helpers = [(k, v) for k, v in TRANSPORT[repo] if k != "core.sshCommand"]
+    where, filters = PINNED.get(str(repo), ({}, ()))
+    settings = (*[(k, ssh[-1] if k == "core.sshCommand" and ssh else v) for k, v in SAFE_SETTINGS], *helpers,
+                *filters)
     full = _env({k: v for k, v in where.items() if k != "GIT_WORK_TREE"}, local=False, settings=settings)
     return {k: None for k in os.environ if k not in full} | full
 

@@ -49,9 +49,9 @@ def _context(reg, run_id: str | None, phases: tuple[str, ...], step: str, timeou
             )
         raise LoopxError("issue_fix.wrong_phase", f"issue-fix {step} does not apply in phase {phase!r} of goal "
                          f"{run.goal_id}; the goal waits for: {_waits_for(phase)}")
-    from loopx_issue_fix import gitrepo
+    from loopx_issue_fix import gitlinks
 
-    gitrepo.pin(state)  # git runs with the directories LoopX made, or not at all (issue_fix.git_tampered)
+    gitlinks.pin(state)  # git runs with the directories LoopX made, or not at all (issue_fix.git_tampered)
     return run, state, limit
 
 

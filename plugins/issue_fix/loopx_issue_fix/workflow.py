@@ -115,7 +115,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     steps run the tests on exactly that interpreter and refuse when its ``.pth`` or
     ``sitecustomize`` files changed.
     """
-    from loopx_issue_fix import gitrepo, guard, testrun
+    from loopx_issue_fix import gitlinks, gitrepo, guard, testrun
     from loopx.api import acting, check_text, new_id, put_state, writer_add_todo, writer_create_goal
 
     title = check_text(title, what="--title", limit="title")
@@ -129,7 +129,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     publish = check_provider(provider)
     need = float(test_timeout or WALL_NEED_SECONDS)
     root = gitrepo.toplevel(repo)
-    gitrepo.user_common_dir(root)  # issue_fix.git_tampered: a .git/commondir planted in the user's checkout
+    gitlinks.user_common_dir(root)  # issue_fix.git_tampered: a .git/commondir planted in the user's checkout
     try:  # what earlier goals of this repository left behind once closed (a publish run by an agent)
         clean(reg, root, unknown=False)
     except LoopxError:
