@@ -379,9 +379,7 @@ SANDBOX_EXEC_PROFILE = r"""(version 1)
   (subpath (string-append (param "HOME") "/.codex"))
   (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/ttys[0-9]+$"))
 (deny file-write*
-  (subpath (string-append (param "WORKDIR") "/.git/hooks"))
-  (literal (string-append (param "WORKDIR") "/.git/config"))
-  (subpath (string-append (param "WORKDIR") "/.git/info"))
+  (subpath (string-append (param "WORKDIR") "/.git"))
   (subpath (param "REGDIR")))
 (deny file-read* (subpath (param "CONFIG")) (regex #"/registry\.db(-wal|-shm|-journal)?$"))
 """
