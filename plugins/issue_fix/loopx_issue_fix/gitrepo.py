@@ -258,9 +258,9 @@ def diff(repo: str, a: str, b: str) -> dict:
             "stat": "\n".join(stat).rstrip("\n"), "patch": patch}
 
 
-def _transport_env(repo: str) -> dict:
-    """The environment of a git that talks to a remote (for :func:`loopx.api.run_command`, which
-    adds it to LoopX's own): :func:`_env` with the user's global configuration kept (``insteadOf``,
+def transport_env(repo: str) -> dict:
+    """The environment of a git that talks to a remote, or of ``gh``/``glab`` (which run git) (for
+    :func:`loopx.api.run_command`, which adds it to LoopX's own): :func:`_env` with the user's global configuration kept (``insteadOf``,
     credentials), but every program it may start chosen here: the ssh command and credential
     helpers of the user's global and system configuration (never the repository's). The callers
     name git's own ``receive-pack`` and ``upload-pack`` on the command line: a
@@ -284,7 +284,7 @@ def push(repo: str, remote: str, commit: str, branch: str, timeout: float) -> di
 
     Runs in the user's repository ``repo`` (the verified commit is in its object store), so a
     remote with a relative URL (``../origin.git``) means what it means there; hooks and
-    code-running configuration are off, replace refs too (:func:`_transport_env`), the user's
+    code-running configuration are off, replace refs too (:func:`transport_env`), the user's
     global configuration (credentials, ``insteadOf``) stays. Returns ``{"report", "remote_sha",
     "duration_seconds"}``; ``issue_fix.publish_failed`` when git fails or the remote does not
     hold ``commit`` afterwards.
@@ -292,7 +292,7 @@ def push(repo: str, remote: str, commit: str, branch: str, timeout: float) -> di
     from loopx.api import run_command
 
     res = run_command(["git", "-C", repo, "push", "--porcelain", "--no-verify", "--receive-pack=git-receive-pack",
-                       remote, f"{commit}:refs/heads/{branch}"], env=_transport_env(repo), timeout=timeout,
+                       remote, f"{commit}:refs/heads/{branch}"], env=transport_env(repo), timeout=timeout,
                       confine=False)
     report = res["output_tail"].strip()
     if res["timed_out"]:
@@ -311,7 +311,7 @@ def remote_refs(repo: str, remote: str, timeout: float, *patterns: str) -> dict[
     from loopx.api import run_command
 
     back = run_command(["git", "-C", repo, "ls-remote", "--upload-pack=git-upload-pack", remote, *patterns],
-                       env=_transport_env(repo), timeout=timeout, tail_bytes=1 << 20, confine=False)
+                       env=transport_env(repo), timeout=timeout, tail_bytes=1 << 20, confine=False)
     if back["exit_code"] != 0 or back["timed_out"]:
         return None
     refs = {}

@@ -695,7 +695,11 @@ def _open_request(state: dict, timeout: float) -> str:
         argv = ["glab", "mr", "create", "--source-branch", state["branch"]["name"], "--title", title,
                 "--description", body.read_text(encoding="utf-8")[:60000], "--yes"]
     # LoopX's own publishing, after a user approved it: outside the turn's confinement.
-    res = run_command(argv, env={}, timeout=timeout, cwd=state["repo"], confine=False)
+    from loopx_issue_fix import gitrepo
+
+    # gh and glab run git in the repository: with the same settings as LoopX's own push.
+    res = run_command(argv, env=gitrepo.transport_env(state["repo"]), timeout=timeout, cwd=state["repo"],
+                      confine=False)
     if res["exit_code"] != 0 or res["timed_out"]:
         raise LoopxError("issue_fix.publish_failed", f"the branch is pushed, but `{provider}` could not open the request: "
                          f"{(res['output_tail'].strip().splitlines() or ['timed out'])[-1]}")
