@@ -315,3 +315,56 @@ def test_publish_refuses_a_commit_whose_object_does_not_hold_the_tested_tree(cli
                           text=True).stdout == ""
     s = state(cli, g)
     assert s["phase"] == "fix" and s["log"][-1]["outcome"] == "tree_mismatch"
+
+
+FALLBACK = r'''
+import json, os, sys
+from loopx import landlock
+policy, tries = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+landlock.enforce(policy)
+out = {}
+for name, path in tries.items():
+    try:
+        with open(path, "a") as f:
+            f.write("")
+        out[name] = "ok"
+    except OSError as exc:
+        out[name] = "refused"
+print(json.dumps(out))
+'''
+
+
+def test_without_a_mount_namespace_git_metadata_stays_read_only(cli, tmp_path):
+    """The policy a step gets where no mount namespace can be had (an unprivileged user on a
+    kernel that forbids user namespaces): enforced for real with Landlock alone."""
+    from loopx import confine
+
+    repo = make_project(tmp_path)
+    g = start(cli, repo)["goal_id"]
+    s, wt, common, gitdir = _layout(cli, g)
+    cases = {
+        # An Issue-Fix worktree: git's metadata is outside it; its files and new files are the agent's.
+        wt: {"common_config": common / "config", "common_commondir": common / "commondir",
+             "main_ref": common / "refs" / "heads" / "main", "worktree_commondir": gitdir / "commondir",
+             "worktree_index": gitdir / "index", "edit": wt / "calc.py", "new_file": wt / "new.py",
+             "git_file": wt / ".git"},
+        # A checkout as the workdir: its .git is left out (and so is creating at its top).
+        repo: {"common_config": common / "config", "common_commondir": common / "commondir",
+               "main_ref": common / "refs" / "heads" / "main", "hook": common / "hooks" / "pre-push",
+               "edit": repo / "calc.py"},
+    }
+    expected = {"edit": "ok", "new_file": "ok", "git_file": "ok"}  # the .git file: LoopX checks it instead
+    for workdir, tries in cases.items():
+        step_ = confine.Step(registry_url=cli.url, workdir=str(workdir), backend="landlock")
+        try:
+            policy = json.loads(Path(step_.policy_file).read_text())
+        finally:
+            step_.close()
+        fallback = {"rules": policy.get("rules_unpinned", policy["rules"]), "deny_tcp": []}
+        p = subprocess.run([sys.executable, "-c", FALLBACK, json.dumps(fallback),
+                            json.dumps({k: str(v) for k, v in tries.items()})], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        got = json.loads(p.stdout)
+        assert got == {k: expected.get(k, "refused") for k in tries}, (workdir, got)
+    assert not (common / "commondir").exists() and not (common / "hooks" / "pre-push").exists()
