@@ -136,14 +136,14 @@ try worktree_config sh -c 'printf "[core]\\n\\tfsmonitor = {evil}/run.sh\\n" > "
 try move_main git update-ref refs/heads/main refs/heads/other
 try branch_force git branch -f main other
 try delete_main git update-ref -d refs/heads/main
-try replace sh -c 'git replace $(git rev-parse HEAD:calc.py) $(echo x | git hash-object --stdin)'
+try replace sh -c 'git replace $(git rev-parse HEAD:calc.py) $(git rev-parse HEAD:test_calc.py)'
 try new_object sh -c 'echo planted | git hash-object -w --stdin'
 try git_file sh -c 'echo "gitdir: {evil}" > .git'
 try git_file_swap sh -c 'mv .git .git-old && echo "gitdir: {evil}" > .git'
 try hooks sh -c 'echo "#!/bin/sh" > "$COMMON/hooks/post-checkout"'
 try packed_refs sh -c 'echo "0000000000000000000000000000000000000000 refs/heads/main" >> "$COMMON/packed-refs"'
 try commit git -c user.name=a -c user.email=a@b commit -qam mine
-rm -f .gitattributes
+rm -rf .gitattributes {evil}
 cp {shlex.quote(str(tmp_path / "fixed.py"))} calc.py
 '''
     (tmp_path / "fixed.py").write_text(FIXED)
@@ -167,6 +167,7 @@ cp {shlex.quote(str(tmp_path / "fixed.py"))} calc.py
     assert s["phase"] == "handoff", s["log"][-1]
     commit = s["verification"]["commit"]
     assert git(repo, "show", f"{commit}:calc.py") + "\n" == FIXED
+    assert git(repo, "diff", "--name-only", s["branch"]["base_commit"], commit) == "calc.py"
     assert git(repo, "log", "-1", "--format=%an", commit) == "LoopX Issue-Fix"
     assert s["verification"]["tested_tree"] == git(repo, "rev-parse", f"{commit}^{{tree}}")
     # The user's next `git status` runs nothing of the agent's either.
