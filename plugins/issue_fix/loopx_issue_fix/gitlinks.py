@@ -76,7 +76,7 @@ def _settings(common: Path) -> tuple[tuple, tuple]:
 def pin(state: dict) -> Path:
     """Check the git links of an Issue-Fix goal and make every later git call there use them.
 
-    The common directory is the one ``start`` found (the goal's directory is in it); the user's
+    The common directory is the one ``start`` found (``git_common_dir``); the user's
     checkout must still lead there, and the goal's worktree (when it exists) must be the
     worktree LoopX created: its ``.git`` file names ``<common>/worktrees/<name>``, whose ``gitdir``
     names that ``.git`` file back and whose ``commondir`` leads to the common directory.
@@ -84,7 +84,8 @@ def pin(state: dict) -> Path:
     then gets ``GIT_DIR``, ``GIT_COMMON_DIR`` and ``GIT_WORK_TREE`` explicitly, and filter
     drivers switched off. Returns the common directory.
     """
-    common = Path(state["goal_dir"]).resolve().parent.parent
+    # Goals started before it was recorded: their directory is <common>/loopx-issue-fix/<goal>.
+    common = Path(state.get("git_common_dir") or Path(state["goal_dir"]).resolve().parent.parent).resolve()
     repo = state["repo"]
     found = user_common_dir(repo)
     if found != common:
