@@ -278,7 +278,7 @@ def _environment(state: dict, probed: dict) -> list[str]:
              f"- test runner: {probed.get('runner') or '(unknown)'}",
              f"- tests run in the worktree `{state['worktree']}` (branch `{state['branch']['name']}`)",
              f"- LoopX {loopx_version} and loopx-issue-fix {__version__} on `{sys.executable}` "
-             f"(Python {platform.python_version()}, {platform.platform()}); {gitrepo.git('.', 'version')}"]
+             f"(Python {platform.python_version()}, {platform.platform()}); {gitrepo.git('/', 'version')}"]
     if state["user_checkout"]["dirty"]:
         lines.append(f"- the user's checkout `{state['repo']}` had uncommitted changes; they were not used and not "
                      f"touched ({', '.join(state['user_checkout']['dirty_paths'][:5])})")

@@ -49,6 +49,9 @@ def _context(reg, run_id: str | None, phases: tuple[str, ...], step: str, timeou
             )
         raise LoopxError("issue_fix.wrong_phase", f"issue-fix {step} does not apply in phase {phase!r} of goal "
                          f"{run.goal_id}; the goal waits for: {_waits_for(phase)}")
+    from loopx_issue_fix import gitlinks
+
+    gitlinks.pin(state)  # git runs with the directories LoopX made, or not at all (issue_fix.git_tampered)
     return run, state, limit
 
 
@@ -488,7 +491,7 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
         if commit:
             changes["phase"] = "handoff"
             changes["verification"] = {"evidence_id": evidence_id, "run_id": run.id, "commit": commit, "tree": tree,
-                                       "parent": state["branch"]["base_commit"],
+                                       "tested_tree": tree, "parent": state["branch"]["base_commit"],
                                        "passed": repro["failing"], "ignored": ignored,
                                        "results_sha256": test["results"]["sha256"],
                                        "cases_total": test["results"]["cases_total"],
@@ -599,7 +602,9 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
     Refused with ``gate_pending`` before approval. When the branch head or the worktree's code
     is not the verified commit any more, nothing is pushed: the attempt is recorded, the goal
     goes back to ``fix`` (verify again; a new gate is requested at the next hand-off) and the
-    command fails with ``issue_fix.changed_since_verify``.
+    command fails with ``issue_fix.changed_since_verify``; when the verified commit's object does
+    not hold the tree verify tested on the base commit as its parent (read with replace refs
+    off), the same with ``issue_fix.tree_mismatch``.
     """
     from loopx_issue_fix import gitrepo
     from loopx.api import load_gate, writer_todo_reopen
@@ -611,16 +616,25 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
         raise LoopxError("gate_pending", f"publishing waits for a user to approve gate {gate.id} "
                          f"({gate.status}): loopx gate approve --goal-id {run.goal_id} --gate-id {gate.id}")
     wt, ver, branch, how = state["worktree"], state["verification"], state["branch"], state["publish"]
-    head = gitrepo.commit_of(wt)
-    tree = gitrepo.candidate_tree(wt, state.get("outputs", []))
-    moved = []
-    if head != ver["commit"]:
-        moved.append(f"the branch head is {head[:12]}, not the verified {ver['commit'][:12]}")
-    if tree != ver["tree"]:
-        changed = gitrepo.changed_paths(wt, ver["tree"], tree)
-        moved.append(f"the worktree's code differs from it ({', '.join(changed[:5])})")
-    if state.get("publish_gate_commit") != ver["commit"]:
-        moved.append("the approved gate was for another commit")
+    # What is pushed is the commit object itself: its tree must be the one verify exported and
+    # tested, its parent the base (read from the object as stored, replace refs off), checked first.
+    pushed_tree, parents = gitrepo.commit_shape(state["repo"], ver["commit"])
+    tested = ver.get("tested_tree", ver["tree"])
+    if pushed_tree != tested or parents != [branch["base_commit"]]:
+        head, tree, code = ver["commit"], pushed_tree, "tree_mismatch"
+        moved = [f"commit {ver['commit'][:12]} holds tree {pushed_tree[:12]} on {', '.join(p[:12] for p in parents)}"
+                 f", not the tested tree {tested[:12]} on the base {branch['base_commit'][:12]}"]
+    else:
+        head, tree, code = gitrepo.commit_of(wt), gitrepo.candidate_tree(wt, state.get("outputs", [])), \
+            "changed_since_verify"
+        moved = []
+        if head != ver["commit"]:
+            moved.append(f"the branch head is {head[:12]}, not the verified {ver['commit'][:12]}")
+        if tree != ver["tree"]:
+            changed = gitrepo.changed_paths(wt, ver["tree"], tree)
+            moved.append(f"the worktree's code differs from it ({', '.join(changed[:5])})")
+        if state.get("publish_gate_commit") != ver["commit"]:
+            moved.append("the approved gate was for another commit")
     if moved:
         problem = "; ".join(moved)
 
@@ -630,14 +644,13 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
                                    note=f"issue-fix publish refused: changed since verify ({evidence_id})")
             return ({"phase": "fix", "verification": None, "publish_gate": None, "publish_gate_commit": None,
                      "attempts": {**current["attempts"], "publish": current["attempts"].get("publish", 0) + 1},
-                     "log": _log(current, "publish", evidence_id, "changed_since_verify", problem)}, [], {})
+                     "log": _log(current, "publish", evidence_id, code, problem)}, [], {})
 
         out = _record(reg, actor, run, step="publish", update=back, operation_id=operation_id,
                       request={"head": head, "tree": tree},
-                      evidence=_evidence("publish", None, f"issue-fix publish refused: changed since verify: {problem}",
-                                         outcome="changed_since_verify", head=head, tree=tree,
-                                         verified=ver["commit"]))
-        raise LoopxError("issue_fix.changed_since_verify",
+                      evidence=_evidence("publish", None, f"issue-fix publish refused: {code.replace('_', ' ')}: "
+                                         f"{problem}", outcome=code, head=head, tree=tree, verified=ver["commit"]))
+        raise LoopxError(f"issue_fix.{code}",
                          f"nothing published: {problem}; the goal is back to verify (evidence {out['evidence_id']})")
     seconds = limit[0]
     # A request's body is the packet the user decided on: checked against its recorded sha256
@@ -707,7 +720,11 @@ def _open_request(state: dict, body: str, timeout: float) -> str:
         argv = ["glab", "mr", "create", "--source-branch", state["branch"]["name"], "--title", title,
                 "--description", body, "--yes"]
     # LoopX's own publishing, after a user approved it: outside the turn's confinement.
-    res = run_command(argv, env={}, timeout=timeout, cwd=state["repo"], confine=False)
+    from loopx_issue_fix import gitrepo
+
+    # gh and glab run git in the repository: with the same settings as LoopX's own push.
+    res = run_command(argv, env=gitrepo.transport_env(state["repo"]), timeout=timeout, cwd=state["repo"],
+                      confine=False)
     if res["exit_code"] != 0 or res["timed_out"]:
         raise LoopxError("issue_fix.publish_failed", f"the branch is pushed, but `{provider}` could not open the request: "
                          f"{(res['output_tail'].strip().splitlines() or ['timed out'])[-1]}")
