@@ -13,8 +13,9 @@ import sys
 
 from loopx.errors import LoopxError
 
-# Distributions ``uninstall`` refuses: removing them would remove LoopX itself.
-PROTECTED = {"loopx", "pip"}
+# Distributions ``uninstall`` refuses: removing them would remove LoopX itself (``loopx`` is
+# refused too: an older install of LoopX was named so).
+PROTECTED = {"loopx-control", "loopx", "pip"}
 
 
 def _installed() -> dict[str, str]:

@@ -103,7 +103,7 @@ def test_plugins_install_and_uninstall_into_loopx_own_environment(tmp_path, regi
         p = _run([loopx, "plugins", *args], env=env)
         assert p.returncode == 2 and p.stderr.strip().endswith(f"[{code}]"), (args, p)
         assert len(p.stderr.strip().splitlines()) == 1
-    assert _run([str(py), "-m", "pip", "show", "loopx"]).returncode == 0  # LoopX is still there
+    assert _run([str(py), "-m", "pip", "show", "loopx-control"]).returncode == 0  # LoopX is still there
 
 
 def test_registry_info_says_which_registry_and_why(registry_url, loopx_proc, tmp_path):
