@@ -49,6 +49,7 @@ COMMANDS = {
     "worker": "loopx.cli.worker:worker",
     "config": "loopx.cli.config:config",
     "notify": "loopx.cli.notify:notify",
+    "doctor": "loopx.cli.doctor:doctor",
 }
 #: The modules of loopx/cli that hold no command: what the commands share.
 HELPERS = {
