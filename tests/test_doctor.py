@@ -175,3 +175,10 @@ def test_without_a_registry_it_says_how_to_make_one(tmp_path):
     code, checks = _json(env)
     assert checks["registry"]["status"] == "warn" and "registry init" in checks["registry"]["fix"]
     assert not Path(url).exists()
+
+
+def test_a_step_cannot_run_it(sqlite_url, tmp_path):
+    """It shows the notification targets and may send one: refused to an executor."""
+    env = _env(sqlite_url, tmp_path, LOOPX_UNCONFINED="1", LOOPX_ACTOR="executor")
+    p = _doctor(env, "--json", "--notify-test")
+    assert p.returncode == 2 and json.loads(p.stdout)["error"]["code"] == "actor_forbidden", p

@@ -34,7 +34,13 @@ def doctor(notify_test):
     their capabilities. Exit status 0 when all is well, 1 when something needs fixing.
     """
     from loopx import doctor as checks
+    from loopx.cli.output import actor
+    from loopx.errors import LoopxError
 
+    if actor() != "user":
+        # It reads the notification targets (a webhook URL may hold a token) and may send: not a
+        # step's business (a step's `loopx` runs through the broker as the executor).
+        raise LoopxError("actor_forbidden", "loopx doctor is for the user, not from inside a step")
     report = checks.run(registry_url(), notify_test=notify_test)
     emit(report, _text)
     if not report["ok"]:
