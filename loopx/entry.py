@@ -30,7 +30,8 @@ def main() -> None:
             cli()
         finally:
             # What is still buffered fails here, not in the interpreter's exit (status 120).
-            sys.stdout.flush()
+            if sys.stdout is not None:
+                sys.stdout.flush()
     except BrokenPipeError:
         from loopx.terminal import closed_pipe
 
