@@ -61,7 +61,9 @@ def probe(host: str, *, version: bool = True) -> dict:
 
 
 def _claude(path: str) -> tuple[bool | None, str]:
-    code, text = _ask([path, "auth", "status", "--json"])
+    # Without this it says hello to the API (HEAD /api/hello): the check talks to nothing.
+    quiet = {**os.environ, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+    code, text = _ask([path, "auth", "status", "--json"], env=quiet)
     start = text.find("{")
     try:
         doc = json.loads(text[start:text.rfind("}") + 1]) if start >= 0 else None

@@ -109,7 +109,8 @@ def confinement() -> dict:
         if confine.opted_out():
             return _check("confinement", WARN, "no Landlock here; steps run UNCONFINED (LOOPX_UNCONFINED is set)",
                           details, "a kernel with Landlock (5.13+, `lsm=landlock` on its command line)")
-        return _check("confinement", FAIL, "no Landlock in this kernel: every turn is refused (confinement_unavailable)",
+        return _check("confinement", FAIL,
+                      "no Landlock in this kernel: every turn is refused (confinement_unavailable)",
                       details, "boot a kernel with Landlock (5.13+, `lsm=...,landlock`), or accept unconfined steps: "
                                "export LOOPX_UNCONFINED=1 (docs/security.md)")
     kernel = (f"this kernel: Landlock ABI {abi}, namespaces {ns.split(' ', 1)[0]}, "

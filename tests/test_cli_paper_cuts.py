@@ -1,5 +1,6 @@
 """Paper cuts an operator met in a week (issue 37): a closed pipe, a misspelt actor, `action add`
-blaming the wrong thing (`plugins install|uninstall`: tests/test_cli_plugins_registry.py). Every call is a real ``loopx`` process.
+blaming the wrong thing (`plugins install|uninstall`: tests/test_cli_plugins_registry.py; the
+demo: tests/test_turn_demo.py). Every call is a real ``loopx`` process.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def big_goal(sqlite_url):
 
 
 @pytest.mark.parametrize("argv", [["history", "{g}"], ["history", "{g}", "--format", "jsonl"],
-                                  ["evidence", "list", "{g}", "--limit", "1000"], ["evidence", "list", "{g}", "--json", "--limit", "1000"]])
+                                  ["evidence", "list", "{g}", "--limit", "1000"],
+                                  ["evidence", "list", "{g}", "--json", "--limit", "1000"]])
 @pytest.mark.parametrize("read_first_line", [True, False])
 def test_a_reader_that_goes_away_ends_the_command_quietly_with_status_0(sqlite_url, big_goal, argv,
                                                                          read_first_line):

@@ -56,7 +56,8 @@ def test_the_core_and_every_plugin_name_the_core_loopx_control():
 def test_no_document_installs_loopx_by_name():
     """Every `pip install` in the docs installs a path (the checkout, a plugin's folder) or a
     named third-party dependency, never `loopx` or `loopx[...]` from the index."""
-    docs = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "skills").rglob("*.md"),
+    docs = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md"),
+            *(ROOT / "skills").rglob("*.md"),
             *ROOT.glob("plugins/*/README.md"), *ROOT.glob("plugins/*/*/SKILL.md")]
     sources = list((ROOT / "loopx").rglob("*.py"))
     bad = []
