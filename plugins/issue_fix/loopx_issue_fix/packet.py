@@ -267,7 +267,7 @@ def _environment(state: dict, probed: dict) -> list[str]:
     try:
         from importlib.metadata import version
 
-        loopx_version = version("loopx")
+        loopx_version = version("loopx-control")  # the core's distribution (docs/plugins.md)
     except Exception:  # noqa: BLE001 - a packet without the version is still a packet
         loopx_version = "unknown"
     lines = ["## Environment", "",
