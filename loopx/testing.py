@@ -86,7 +86,10 @@ def loopx_plugin():
 
     pm = get_plugin_manager()
     commands_before = dict(cli.commands)
-    loaded_before = cli.__dict__.get("_plugin_commands_of")
+    # Both marks of the CLI's plugin-command table (which manager it was loaded for, and that the
+    # load finished) are put back with the table, or the CLI would trust a table it no longer has.
+    marks = ("_plugin_commands_of", "_plugin_commands_ready")
+    loaded_before = {mark: cli.__dict__.get(mark) for mark in marks}
     added = []
 
     def register(plugin, name=None):
@@ -109,10 +112,11 @@ def loopx_plugin():
             pm.unregister(name=name)
     cli.commands.clear()
     cli.commands.update(commands_before)
-    if loaded_before is None:
-        cli.__dict__.pop("_plugin_commands_of", None)
-    else:
-        cli._plugin_commands_of = loaded_before
+    for mark, value in loaded_before.items():
+        if value is None:
+            cli.__dict__.pop(mark, None)
+        else:
+            setattr(cli, mark, value)
 
 
 @pytest.fixture
