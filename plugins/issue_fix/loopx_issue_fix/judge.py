@@ -1,0 +1,237 @@
+"""LoopX's test judge: an independent record of every test's outcome, inside the test interpreter.
+
+Copied by :mod:`loopx_issue_fix.testrun` next to the probe (as ``_loopx_issue_fix_judge.py``) and
+registered by it as a pytest plugin before any conftest or test module is imported. It does not
+believe pytest's reports (``CallInfo``, ``TestReport``: objects the code under test can patch):
+
+- a hook wrapper innermost around ``pytest_runtest_setup``/``call``/``teardown`` sees what
+  ``item.runtest()`` itself raised (or, for a unittest case, what it left in ``_excinfo``);
+- it snapshots pytest's and pluggy's reporting machinery (``CallInfo.from_call``,
+  ``call_and_report``, ``TestReport``, ``runtestprotocol``, the terminal reporter, the session's
+  failure count, JUnit's reporter, pluggy's call loop, ``os.write``, its own methods) once the
+  installed plugins are loaded and before the first conftest, checks the core of it after every
+  test and all of it at the end;
+- it writes one line per test (``[nodeid, raw outcome, pytest's outcome, xfail]``) and a last
+  line (pytest's exit status, its counts, what changed) to a pipe LoopX opened before the
+  interpreter started (its descriptor number is all it is given: no path to find by name), and
+  checks before each write that the descriptor is still that pipe.
+
+LoopX compares the lines with pytest's own results, its JUnit XML and the process's exit status
+(:mod:`loopx_issue_fix.verdict`). Everything here runs in the same process as the code under
+test: a determined attacker who knows this file can still forge it (docs/security.md says what
+it does and does not stop). Only the standard library and pytest are imported.
+"""
+
+import os
+import sys
+
+import pytest
+
+#: Checked after every test: the objects a patch that turns failures into passes goes through.
+CORE = (
+    ("_pytest.runner", ("CallInfo", "from_call"), ("call_and_report",), ("runtestprotocol",),
+     ("pytest_runtest_protocol",), ("pytest_runtest_makereport",), ("pytest_runtest_call",), ("CallInfo",),
+     ("TestReport",), ("check_interactive_exception",)),
+    ("_pytest.reports", ("TestReport", "from_item_and_call"), ("TestReport", "__init__"), ("BaseReport", "passed"),
+     ("BaseReport", "failed"), ("BaseReport", "skipped"), ("TestReport",)),
+    ("_pytest.main", ("Session", "pytest_runtest_logreport"), ("pytest_runtestloop",), ("wrap_session",)),
+    ("_pytest.terminal", ("TerminalReporter", "pytest_runtest_logreport"), ("TerminalReporter", "summary_stats"),
+     ("TerminalReporter", "build_summary_stats_line")),
+    ("_pytest.junitxml", ("LogXML", "pytest_runtest_logreport")),
+    ("_pytest.python", ("Function", "runtest"), ("pytest_pyfunc_call",)),
+    ("_pytest.unittest", ("TestCaseFunction", "runtest"), ("pytest_runtest_makereport",)),
+    ("_pytest.skipping", ("pytest_runtest_makereport",), ("pytest_runtest_call",)),
+    ("pluggy._callers", ("_multicall",)),
+    ("pluggy._hooks", ("HookCaller", "__call__")),
+    ("pluggy._manager", ("PluginManager", "_hookexec")),
+    ("_pytest.config", ("main",)),
+    ("os", ("write",), ("fstat",)),
+)
+#: Checked at the end: every function and class of these modules, and every method of their classes.
+BROAD = ("_pytest.runner", "_pytest.reports", "_pytest.main", "_pytest.terminal", "_pytest.junitxml",
+         "_pytest.python", "_pytest.unittest", "_pytest.skipping", "_pytest.outcomes", "_pytest.nodes",
+         "pluggy._callers", "pluggy._hooks", "pluggy._manager", "pluggy._result")
+#: Lines kept before a write (a write per test would wake LoopX's reader 1,500 times a run).
+BATCH = 256
+
+
+def _entry(owner, name):
+    """``(owner, name, value, code)``: what ``owner.name`` is now (through the class's own dict)."""
+    value = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    inner = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
+    return owner, name, value, getattr(inner, "__code__", None)
+
+
+def _resolve(spec):
+    out = []
+    for module_name, *paths in spec:
+        module = sys.modules.get(module_name)
+        if module is None:
+            try:
+                module = __import__(module_name, fromlist=["_"])
+            except ImportError:
+                continue
+        for path in paths:
+            owner = module
+            for part in path[:-1]:
+                owner = getattr(owner, part, None)
+            if owner is not None and (vars(owner).get(path[-1]) if isinstance(owner, type) else
+                                      getattr(owner, path[-1], None)) is not None:
+                out.append(_entry(owner, path[-1]))
+    return out
+
+
+def _broad():
+    out = []
+    for module_name in BROAD:
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        for name, value in list(vars(module).items()):
+            if callable(value) and not name.startswith("__"):
+                out.append(_entry(module, name))
+                if isinstance(value, type) and getattr(value, "__module__", None) == module_name:
+                    for attr, member in list(vars(value).items()):
+                        if callable(member) or hasattr(member, "__func__") or hasattr(member, "fget"):
+                            out.append(_entry(value, attr))
+    return out
+
+
+def _changed(entries):
+    bad = []
+    for owner, name, value, code in entries:
+        now = _entry(owner, name)
+        if now[2] is not value or now[3] is not code:
+            bad.append(f"{getattr(owner, '__qualname__', None) or getattr(owner, '__name__', '?')}.{name}")
+    return bad
+
+
+class Judge:
+    """The pytest plugin (see the module's docstring)."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        st = os.fstat(fd)
+        self.pipe = (st.st_dev, st.st_ino)
+        self.lines = []
+        self.raw = {}
+        self.pytest = {}
+        self.xfail = set()
+        self.failed_reports = 0
+        self.changed = []
+        self.core = self.everything = ()
+        self.config = self.session = None
+        self.write = os.write
+        self.fstat = os.fstat
+        import _pytest.outcomes as outcomes
+
+        self.skips = tuple(c for c in (getattr(outcomes, "Skipped", None), getattr(outcomes, "XFailed", None))
+                           if c is not None)
+
+    # The baseline: installed plugins are loaded, no conftest or test module is imported yet.
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_load_initial_conftests(self, early_config):
+        self.config = early_config
+        own = [(Judge, n) for n, v in vars(Judge).items() if callable(v)]
+        self.core = _resolve(CORE) + [_entry(o, n) for o, n in own] + [_entry(early_config.pluginmanager,
+                                                                              "_inner_hookexec")]
+        self.everything = _broad()
+
+    def _observe(self, item, when, outcome):
+        excinfo = getattr(outcome, "excinfo", None)
+        exc = excinfo[1] if excinfo else None
+        if exc is None and when == "call":
+            left = getattr(item, "_excinfo", None)  # unittest: failures are collected, not raised
+            if left:
+                exc = getattr(left[0], "value", None) or Exception("unittest failure")
+        if exc is None:
+            status = "passed"
+        elif isinstance(exc, self.skips) or type(exc).__name__ == "SkipTest":
+            status = "skipped"
+        else:
+            status = "failed" if when == "call" else "error"
+        phases = self.raw.setdefault(item.nodeid, {})
+        phases[when] = status
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_setup(self, item):
+        outcome = yield
+        self._observe(item, "setup", outcome)
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_call(self, item):
+        outcome = yield
+        self._observe(item, "call", outcome)
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_teardown(self, item):
+        outcome = yield
+        self._observe(item, "teardown", outcome)
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed and not hasattr(report, "wasxfail"):
+            self.failed_reports += 1
+        if hasattr(report, "wasxfail"):
+            self.xfail.add(report.nodeid)
+        status = ("passed" if report.passed else "skipped" if report.skipped else "failed") if report.when == "call" \
+            else "error" if report.failed else "skipped" if report.skipped else "passed"
+        rank = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+        prev = self.pytest.get(report.nodeid)
+        if prev is None or rank[status] > rank[prev]:
+            self.pytest[report.nodeid] = status
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.failed_reports += 1
+
+    def pytest_runtest_logfinish(self, nodeid):
+        phases = self.raw.pop(nodeid, {})
+        if "call" in phases:
+            raw = phases["call"]
+        elif phases.get("setup") in ("error", "skipped"):
+            raw = phases["setup"]
+        else:
+            raw = "nocall"
+        if phases.get("teardown") == "error" and raw != "failed":
+            raw = "error"
+        self._line([nodeid, raw, self.pytest.get(nodeid), nodeid in self.xfail])
+        for name in _changed(self.core):
+            if name not in self.changed:
+                self.changed.append(name)
+
+    def _line(self, value):
+        import json
+
+        self.lines.append(json.dumps(value))
+        if len(self.lines) >= BATCH:
+            self.flush()
+
+    def flush(self):
+        data, self.lines = ("\n".join(self.lines) + "\n").encode() if self.lines else b"", []
+        try:
+            st = self.fstat(self.fd)
+            if (st.st_dev, st.st_ino) != self.pipe:
+                return  # not our pipe any more: write nothing there (LoopX sees the lines missing)
+            while data:
+                data = data[self.write(self.fd, data):]
+        except OSError:
+            pass  # closed: LoopX sees the lines (and the last one) missing
+
+    def finish(self, exit_status):
+        """The last line: pytest's exit status, its failure counts, and what changed."""
+        for name in _changed(self.core) + _changed(self.everything):
+            if name not in self.changed:
+                self.changed.append(name)
+        session_failed = stats = None
+        if self.config is not None:
+            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None:
+                stats = {k: len(v) for k, v in terminal.stats.items() if k in ("passed", "failed", "error")}
+            session_failed = getattr(self.session, "testsfailed", None)
+        self._line({"end": True, "exit_status": exit_status, "failed_reports": self.failed_reports,
+                    "testsfailed": session_failed, "stats": stats, "changed": self.changed[:50],
+                    "unfinished": sorted(self.raw)[:50]})
+        self.flush()
+
+    def pytest_sessionstart(self, session):
+        self.session = session
