@@ -51,15 +51,21 @@ CORE = (
 BROAD = ("_pytest.runner", "_pytest.reports", "_pytest.main", "_pytest.terminal", "_pytest.junitxml",
          "_pytest.python", "_pytest.unittest", "_pytest.skipping", "_pytest.outcomes", "_pytest.nodes",
          "pluggy._callers", "pluggy._hooks", "pluggy._manager", "pluggy._result")
+#: The judge's own tools, as they were when this file was imported (before any project code).
+_WRITE, _FSTAT = os.write, os.fstat
 #: Lines kept before a write (a write per test would wake LoopX's reader 1,500 times a run).
 BATCH = 256
 
 
 def _entry(owner, name):
-    """``(owner, name, value, code)``: what ``owner.name`` is now (through the class's own dict)."""
-    value = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    """``(namespace, name, value, function, code, label)``: what ``owner.name`` is now, looked up in the
+    owner's own namespace (a class's ``__dict__``, a module's globals), with the function behind it."""
+    namespace = vars(owner)
+    value = namespace.get(name)
     inner = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
-    return owner, name, value, getattr(inner, "__code__", None)
+    code = getattr(inner, "__code__", None)
+    label = f"{getattr(owner, '__qualname__', None) or getattr(owner, '__name__', '?')}.{name}"
+    return namespace, name, value, inner if code is not None else None, code, label
 
 
 def _resolve(spec):
@@ -75,8 +81,7 @@ def _resolve(spec):
             owner = module
             for part in path[:-1]:
                 owner = getattr(owner, part, None)
-            if owner is not None and (vars(owner).get(path[-1]) if isinstance(owner, type) else
-                                      getattr(owner, path[-1], None)) is not None:
+            if owner is not None and vars(owner).get(path[-1]) is not None:
                 out.append(_entry(owner, path[-1]))
     return out
 
@@ -98,12 +103,10 @@ def _broad():
 
 
 def _changed(entries):
-    bad = []
-    for owner, name, value, code in entries:
-        now = _entry(owner, name)
-        if now[2] is not value or now[3] is not code:
-            bad.append(f"{getattr(owner, '__qualname__', None) or getattr(owner, '__name__', '?')}.{name}")
-    return bad
+    """The labels of ``entries`` whose object was replaced or whose function's code was swapped
+    (a classmethod's ``__func__`` and a property's ``fget`` are read-only: their code is what can change)."""
+    return [label for namespace, name, value, inner, code, label in entries
+            if namespace.get(name) is not value or (inner is not None and inner.__code__ is not code)]
 
 
 class Judge:
@@ -127,6 +130,7 @@ class Judge:
 
         self.skips = tuple(c for c in (getattr(outcomes, "Skipped", None), getattr(outcomes, "XFailed", None))
                            if c is not None)
+        self.keys = frozenset(vars(self)) | {"keys"}
 
     # The baseline: installed plugins are loaded, no conftest or test module is imported yet.
     @pytest.hookimpl(tryfirst=True)
@@ -195,7 +199,15 @@ class Judge:
         if phases.get("teardown") == "error" and raw != "failed":
             raw = "error"
         self._line([nodeid, raw, self.pytest.get(nodeid), nodeid in self.xfail])
-        for name in _changed(self.core):
+        self._check(self.core)
+
+    def _check(self, entries):
+        found = _changed(entries)
+        if vars(self).keys() != self.keys:  # a method shadowed on the instance
+            found.append("Judge instance: " + ", ".join(sorted(set(vars(self)) ^ self.keys)))
+        if self.write is not _WRITE or self.fstat is not _FSTAT:
+            found.append("Judge.write")
+        for name in found:
             if name not in self.changed:
                 self.changed.append(name)
 
@@ -219,9 +231,7 @@ class Judge:
 
     def finish(self, exit_status):
         """The last line: pytest's exit status, its failure counts, and what changed."""
-        for name in _changed(self.core) + _changed(self.everything):
-            if name not in self.changed:
-                self.changed.append(name)
+        self._check(self.core + self.everything)
         session_failed = stats = None
         if self.config is not None:
             terminal = self.config.pluginmanager.get_plugin("terminalreporter")
