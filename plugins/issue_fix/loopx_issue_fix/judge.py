@@ -4,14 +4,15 @@ Copied by :mod:`loopx_issue_fix.testrun` next to the probe (as ``_loopx_issue_fi
 registered by it as a pytest plugin before any conftest or test module is imported. It does not
 believe pytest's reports (``CallInfo``, ``TestReport``: objects the code under test can patch):
 
-- a hook wrapper innermost around ``pytest_runtest_setup``/``call``/``teardown`` sees what
-  ``item.runtest()`` itself raised (or, for a unittest case, what it left in ``_excinfo``);
+- a hook wrapper innermost around ``pytest_runtest_call`` (inside ``CallInfo.from_call``) sees
+  what ``item.runtest()`` itself raised (or, for a unittest case, what it left in ``_excinfo``),
+  and notes a test whose own code never ran;
 - it snapshots pytest's and pluggy's reporting machinery (``CallInfo.from_call``,
   ``call_and_report``, ``TestReport``, ``runtestprotocol``, the terminal reporter, the session's
   failure count, JUnit's reporter, pluggy's call loop, ``os.write``, its own methods) once the
   installed plugins are loaded and before the first conftest, checks the core of it after every
   test and all of it at the end;
-- it writes one line per test (``[nodeid, raw outcome, pytest's outcome, xfail]``) and a last
+- it writes one line per test (``[nodeid, raw outcome, pytest's outcome]``) and a last
   line (pytest's exit status, its counts, what changed) to a pipe LoopX opened before the
   interpreter started (its descriptor number is all it is given: no path to find by name), and
   checks before each write that the descriptor is still that pipe.
@@ -110,19 +111,18 @@ def _changed(entries):
 
 
 class Judge:
-    """The pytest plugin (see the module's docstring)."""
+    """The pytest plugin (see the module's docstring). ``cases`` and ``errors`` are the probe's
+    record of what pytest reported (its collector's), read here after each test."""
 
-    def __init__(self, fd):
+    def __init__(self, fd, cases, errors):
         self.fd = fd
         st = os.fstat(fd)
         self.pipe = (st.st_dev, st.st_ino)
+        self.cases, self.errors = cases, errors
         self.lines = []
         self.raw = {}
-        self.pytest = {}
-        self.xfail = set()
-        self.failed_reports = 0
         self.changed = []
-        self.core = self.everything = ()
+        self.core = self.everything = []
         self.config = self.session = None
         self.write = os.write
         self.fstat = os.fstat
@@ -141,64 +141,30 @@ class Judge:
                                                                               "_inner_hookexec")]
         self.everything = _broad()
 
-    def _observe(self, item, when, outcome):
-        excinfo = getattr(outcome, "excinfo", None)
-        exc = excinfo[1] if excinfo else None
-        if exc is None and when == "call":
-            left = getattr(item, "_excinfo", None)  # unittest: failures are collected, not raised
-            if left:
-                exc = getattr(left[0], "value", None) or Exception("unittest failure")
-        if exc is None:
-            status = "passed"
-        elif isinstance(exc, self.skips) or type(exc).__name__ == "SkipTest":
-            status = "skipped"
-        else:
-            status = "failed" if when == "call" else "error"
-        phases = self.raw.setdefault(item.nodeid, {})
-        phases[when] = status
+    def pytest_sessionstart(self, session):
+        self.session = session
 
-    @pytest.hookimpl(hookwrapper=True, trylast=True)
-    def pytest_runtest_setup(self, item):
-        outcome = yield
-        self._observe(item, "setup", outcome)
-
-    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    # Innermost around the test itself: inside CallInfo.from_call, below every other wrapper.
+    @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_call(self, item):
-        outcome = yield
-        self._observe(item, "call", outcome)
+        try:
+            result = yield
+        except BaseException as exc:
+            self.raw[item.nodeid] = self._status(exc)
+            raise
+        left = getattr(item, "_excinfo", None)  # unittest: failures are collected, not raised
+        self.raw[item.nodeid] = self._status(getattr(left[0], "value", None) or Exception()) if left else "passed"
+        return result
 
-    @pytest.hookimpl(hookwrapper=True, trylast=True)
-    def pytest_runtest_teardown(self, item):
-        outcome = yield
-        self._observe(item, "teardown", outcome)
-
-    def pytest_runtest_logreport(self, report):
-        if report.failed and not hasattr(report, "wasxfail"):
-            self.failed_reports += 1
-        if hasattr(report, "wasxfail"):
-            self.xfail.add(report.nodeid)
-        status = ("passed" if report.passed else "skipped" if report.skipped else "failed") if report.when == "call" \
-            else "error" if report.failed else "skipped" if report.skipped else "passed"
-        rank = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
-        prev = self.pytest.get(report.nodeid)
-        if prev is None or rank[status] > rank[prev]:
-            self.pytest[report.nodeid] = status
-
-    def pytest_collectreport(self, report):
-        if report.failed:
-            self.failed_reports += 1
+    def _status(self, exc):
+        if isinstance(exc, self.skips) or type(exc).__name__ == "SkipTest":
+            return "skipped"
+        return "failed"
 
     def pytest_runtest_logfinish(self, nodeid):
-        phases = self.raw.pop(nodeid, {})
-        if "call" in phases:
-            raw = phases["call"]
-        elif phases.get("setup") in ("error", "skipped"):
-            raw = phases["setup"]
-        else:
-            raw = "nocall"
-        if phases.get("teardown") == "error" and raw != "failed":
-            raw = "error"
-        self._line([nodeid, raw, self.pytest.get(nodeid), nodeid in self.xfail])
+        # "nocall": the test's own code never ran (a set-up error or skip; pytest must not say passed).
+        said = self.cases.get(nodeid)
+        self._line([nodeid, self.raw.pop(nodeid, "nocall"), said["status"] if said else None])
         self._check(self.core)
 
     def _check(self, entries):
@@ -238,10 +204,7 @@ class Judge:
             if terminal is not None:
                 stats = {k: len(v) for k, v in terminal.stats.items() if k in ("passed", "failed", "error")}
             session_failed = getattr(self.session, "testsfailed", None)
-        self._line({"end": True, "exit_status": exit_status, "failed_reports": self.failed_reports,
-                    "testsfailed": session_failed, "stats": stats, "changed": self.changed[:50],
-                    "unfinished": sorted(self.raw)[:50]})
+        failing = sum(1 for c in self.cases.values() if c["status"] in ("failed", "error")) + len(self.errors)
+        self._line({"end": True, "exit_status": exit_status, "failing": failing, "testsfailed": session_failed,
+                    "stats": stats, "changed": self.changed[:50], "unfinished": sorted(self.raw)[:50]})
         self.flush()
-
-    def pytest_sessionstart(self, session):
-        self.session = session

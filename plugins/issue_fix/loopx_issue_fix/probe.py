@@ -173,7 +173,7 @@ def main():
     if judge_fd is not None:
         import _loopx_issue_fix_judge
 
-        judge = _loopx_issue_fix_judge.Judge(judge_fd)
+        judge = _loopx_issue_fix_judge.Judge(judge_fd, CASES, COLLECTION_ERRORS)
         plugins.append(judge)
     if pycache != "-":
 

@@ -23,7 +23,7 @@ MAX_BYTES = 64 << 20
 
 
 def read_lines(data: bytes) -> tuple[dict, dict | None, list[str]]:
-    """``(tests {nodeid: [raw, pytest, xfail]}, the last line or None, problems)`` from the pipe's bytes."""
+    """``(tests {nodeid: [raw, pytest]}, the last line or None, problems)`` from the pipe's bytes."""
     tests, end, problems = {}, None, []
     for n, line in enumerate(data.splitlines(), 1):
         try:
@@ -36,7 +36,7 @@ def read_lines(data: bytes) -> tuple[dict, dict | None, list[str]]:
             break
         if isinstance(value, dict) and value.get("end") is True:
             end = value
-        elif isinstance(value, list) and len(value) == 4 and isinstance(value[0], str) and value[0] not in tests:
+        elif isinstance(value, list) and len(value) == 3 and isinstance(value[0], str) and value[0] not in tests:
             tests[value[0]] = value[1:]
         else:
             problems.append(f"line {n} of the judge's pipe is not the judge's (a test recorded twice, or forged)")
@@ -66,21 +66,20 @@ def tampering(data: bytes, report: dict, junit: dict, exit_code: int | None, tim
         return problems  # interrupted, internal or usage error, no tests: not a test run (checked elsewhere)
     if end.get("unfinished"):
         problems.append(f"test(s) started but never finished: {', '.join(end['unfinished'][:5])}")
-    hidden = [i for i, (raw, said, _x) in tests.items() if said == "passed" and raw != "passed"]
+    hidden = [i for i, (raw, said) in tests.items() if said == "passed" and raw != "passed"]
     if hidden:
         problems.append(f"{len(hidden)} test(s) raised (or never ran) but were reported passed: {', '.join(hidden[:5])}")
-    unreported = [i for i, (_r, said, _x) in tests.items() if said is None]
+    unreported = [i for i, (_r, said) in tests.items() if said is None]
     if unreported:
         problems.append(f"{len(unreported)} test(s) ran without a report: {', '.join(unreported[:5])}")
-    failed = end.get("failed_reports")
-    if (failed > 0) != (status == 1):
-        problems.append(f"pytest exited {status} with {failed} failed report(s)")
-    if end.get("testsfailed") is not None and end["testsfailed"] != failed:
-        problems.append(f"the session counted {end['testsfailed']} failure(s), the reports {failed}")
-    stats = end.get("stats")
-    if stats is not None and stats.get("failed", 0) + stats.get("error", 0) != failed:
+    failing, counted, stats = end.get("failing"), end.get("testsfailed"), end.get("stats")
+    if (failing > 0) != (status == 1):
+        problems.append(f"pytest exited {status} with {failing} failing test(s) and collection error(s)")
+    if counted is not None and (counted > 0) != (failing > 0):
+        problems.append(f"the session counted {counted} failure(s), its reports {failing}")
+    if stats is not None and counted is not None and stats.get("failed", 0) + stats.get("error", 0) != counted:
         problems.append(f"the terminal reporter counted {stats.get('failed', 0)} failed and {stats.get('error', 0)} "
-                        f"error(s), the reports {failed} failure(s)")
+                        f"error(s), the session {counted}")
     if report.get("found"):
         cases = report["cases"]
         if report.get("exit_status") != status:
