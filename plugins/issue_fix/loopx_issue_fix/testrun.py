@@ -126,7 +126,8 @@ _BOOT = "import sys; sys.path.insert(0, {dir!r}); import _loopx_issue_fix_probe 
 
 def run_test(checkout: str, command: str, *, report: Path, report_option: str | None, timeout: float,
              planned: dict | None = None, pycache: Path | None = None, write_bytecode: bool = False,
-             private: Path | None = None, registry_url: str | None = None, deselect: list[str] = ()) -> dict:
+             private: Path | None = None, registry_url: str | None = None, deselect: list[str] = (),
+             junit: bool = True) -> dict:
     """Run ``command`` in ``checkout`` (a clean copy of the code); the run's facts and its results.
 
     With ``planned`` (see :func:`plan`) LoopX starts the interpreter itself, isolated (``-I -B``),
@@ -142,7 +143,8 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
     A run LoopX starts itself also has its judge (:mod:`loopx_issue_fix.judge`): its lines come
     through a pipe LoopX opens now and passes as a descriptor, pytest writes its JUnit XML into the
     run's directory, and :func:`loopx_issue_fix.verdict.tampering` compares the four records
-    (``report["tampered"]``: the disagreements, ``[]`` when none).
+    (``report["tampered"]``: the disagreements, ``[]`` when none). ``junit=False`` leaves the JUnit
+    XML out (the base run: it costs ~5 % of a run, and a base run cannot make a fix green).
 
     Returns ``{"command", "ran", "isolation", "exit_code", "timed_out", "timeout_seconds",
     "duration_seconds", "output_tail", "output_sha256", "output_bytes", "report": {"found", "cases",
@@ -167,9 +169,9 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
         shutil.copyfile(judge.__file__, probe_dir / "_loopx_issue_fix_judge.py")
         results = report.with_suffix(".json")
         results.unlink(missing_ok=True)
-        junit = report.with_name("judge.xml")
+        junit_xml = report.with_name("judge.xml")
         args = [*planned["args"], *unselect, "-p", "no:cacheprovider", f"--confcutdir={checkout}",
-                f"--junitxml={junit}", "-o", "junit_family=xunit1"]
+                *([f"--junitxml={junit_xml}", "-o", "junit_family=xunit1"] if junit else [])]
         pipe = os.pipe()
         argv = [planned["interpreter"], "-I", "-B", "-c", _BOOT.format(dir=str(probe_dir)), checkout, str(results),
                 "1" if planned["module"] else "0", str(pycache) if pycache else "-", "1" if write_bytecode else "0",
@@ -196,7 +198,8 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
                                                             cwd=checkout, reap=True, registry_url=registry_url,
                                                             pass_fds=(pipe[1],)))
         parsed = parse_results(results)
-        parsed["tampered"] = verdict.tampering(lines, parsed, parse_report(junit), res["exit_code"], res["timed_out"])
+        parsed["tampered"] = verdict.tampering(lines, parsed, parse_report(junit_xml) if junit else None,
+                                               res["exit_code"], res["timed_out"])
     return {"command": command, "ran": ran, "isolation": "probe" if planned else "shell", "timeout_seconds": timeout,
             **res, "report": parsed}
 

@@ -100,7 +100,7 @@ def run_on_tree(state: dict, tree: str, timeout: tuple[float, str], evidence_id:
         test = testrun.run_test(str(checkout), state["test_command"], report=work / "report" / "last.xml",
                                 report_option=state.get("report"), timeout=timeout[0], planned=planned,
                                 pycache=pycache, write_bytecode=fill_cache, private=work,
-                                registry_url=registry_url, deselect=deselect)
+                                registry_url=registry_url, deselect=deselect, junit=not fill_cache)
         test["private"] = bool(test.pop("confined")) or not in_step()
         if pycache is not None and fill_cache:
             keep = store if store is not None and test["private"] else Path(state["goal_dir"], "bytecode", evidence_id)

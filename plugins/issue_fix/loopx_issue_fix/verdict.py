@@ -43,10 +43,11 @@ def read_lines(data: bytes) -> tuple[dict, dict | None, list[str]]:
     return tests, end, problems
 
 
-def tampering(data: bytes, report: dict, junit: dict, exit_code: int | None, timed_out: bool) -> list[str]:
+def tampering(data: bytes, report: dict, junit: dict | None, exit_code: int | None, timed_out: bool) -> list[str]:
     """Every disagreement between the four records of one run (see the module's docstring); ``[]``
     when they agree. A run that timed out or crashed before pytest finished is left to the usual
-    checks (no results: not a test failure) unless it *exited 0*, which no crash does."""
+    checks (no results: not a test failure) unless it *exited 0*, which no crash does. ``junit``
+    ``None``: the run wrote none (a base run)."""
     if timed_out:
         return []
     tests, end, problems = read_lines(data[:MAX_BYTES])
@@ -89,7 +90,9 @@ def tampering(data: bytes, report: dict, junit: dict, exit_code: int | None, tim
         if differ:
             problems.append(f"the results file and the judge disagree on {len(differ)} test(s): {', '.join(differ[:5])}")
         passed = sum(1 for c in cases.values() if c["status"] == "passed")
-        if not junit.get("found"):
+        if junit is None:
+            pass
+        elif not junit.get("found"):
             problems.append(f"pytest's JUnit XML is missing or unreadable ({junit.get('problem')})")
         else:
             in_junit = sum(1 for c in junit["cases"].values() if c["status"] == "passed")
