@@ -154,7 +154,7 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
 
     from loopx.api import run_confined
 
-    from loopx_issue_fix import judge, probe, verdict
+    from loopx_issue_fix import probe, verdict
 
     written = Path(checkout, report_option) if report_option else report
     for stale in {report, written}:
@@ -166,7 +166,8 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
         probe_dir = report.parent / "probe"
         probe_dir.mkdir(exist_ok=True)
         shutil.copyfile(probe.__file__, probe_dir / "_loopx_issue_fix_probe.py")
-        shutil.copyfile(judge.__file__, probe_dir / "_loopx_issue_fix_judge.py")
+        # Copied, not imported: it imports pytest, which LoopX's own process does not need.
+        shutil.copyfile(Path(probe.__file__).with_name("judge.py"), probe_dir / "_loopx_issue_fix_judge.py")
         results = report.with_suffix(".json")
         results.unlink(missing_ok=True)
         junit_xml = report.with_name("judge.xml")
