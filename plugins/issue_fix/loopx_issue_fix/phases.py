@@ -345,6 +345,20 @@ def _approved_changes(reg, state: dict, tree: str, paths: list[str]) -> bool:
     return all(p in asked["files"] and asked["files"][p] == gitrepo.blob_id(state["repo"], tree, p) for p in paths)
 
 
+def _accepted_failing(reg, state: dict) -> list[str]:
+    """The failing tests a user accepted at the gate a ``still_failing`` verify requested (the
+    gate's exact list once approved; before that, what an earlier approved gate accepted)."""
+    from loopx.api import load_gate
+
+    asked = state.get("accept_failing_gate")
+    if asked:
+        with reg.read() as tx:
+            gate = load_gate(tx, state_goal(state), asked["gate_id"])
+        if gate.status == "approved":
+            return list(asked["tests"])
+    return list(state.get("accepted_failing") or [])
+
+
 def state_goal(state: dict) -> str:
     """The goal id an Issue-Fix state belongs to (its directory's name)."""
     return Path(state["goal_dir"]).name
@@ -401,14 +415,18 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
         problem, signature = _environment_problem(state)
         if problem:
             reason = "environment_changed"
+    accepted = _accepted_failing(reg, state)
     if reason is None:
         base_results = treerun.read_results(state, repro["evidence_id"], reg)
         test, _artifact = treerun.run_on_tree(state, tree, limit, evidence_id, base_cache=base_results.get("bytecode"),
-                                              registry_url=reg.store.url)
+                                              registry_url=reg.store.url, deselect=accepted)
         rep = test["report"]
         cases = rep["cases"]
         problem = testrun.not_a_test_failure(test)
-        if problem:
+        if rep.get("tampered"):
+            # The judge's record, pytest's results, its JUnit XML and the exit status disagree.
+            reason, problem = "runner_tampered", f"the test run's records disagree: {'; '.join(rep['tampered'][:4])}"
+        elif problem:
             reason = "not_a_test_failure"
         else:
             base = base_results["cases"]
@@ -423,10 +441,15 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
             if "test_files" not in repro or _approved_changes(reg, state, tree, new_files):
                 new_files = []
             failing_now = [i for i, c in cases.items() if c["status"] in ("failed", "error")]
+            # Tests that fail now and failed at the base too, beside the named ones: never green
+            # unless a user accepted them (then they are left out of the run, see _accepted_failing).
+            named = {m for m in found.values() if m}
+            base_failing = [i for i in failing_now if i not in named and i not in broke]
             status = rep.get("exit_status")
             unchanged = tree == repro["tree"]
             result = {"fail_to_pass": {w: (cases[m]["status"] if m else "missing") for w, m in found.items()},
-                      "still_failing": still, "regressions": broke, "missing": gone + vanished,
+                      "still_failing": [*still, *base_failing], "accepted_failing": accepted,
+                      "regressions": broke, "missing": gone + vanished,
                       "new_test_files": new_files, "exit_status": status,
                       "collection_errors": len(rep.get("collection_errors", {})),
                       "pass_to_pass": {"total": len(base_passed), "still_passing": len(base_passed) - len(broke)
@@ -438,13 +461,20 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
                 reason = "tests_weakened"
                 problem = f"test(s) that ran at the reproduction are missing or skipped now: {', '.join((gone + vanished)[:5])}"
             elif still or gone:
-                reason, problem = "test_failed", f"still failing: {', '.join((still + gone)[:5])}"
+                reason, problem = "test_failed", f"still failing: {', '.join((still + gone + base_failing)[:5])}"
             elif broke:
                 reason, problem = "regression", (f"{len(broke)} test(s) passed at the reproduction and fail now: "
                                                  f"{', '.join(broke[:5])}")
+            elif base_failing:
+                reason, problem = "still_failing", (
+                    f"still failing: {len(base_failing)} test(s) that failed at the reproduction too: "
+                    f"{', '.join(base_failing[:5])}; a user accepts them at the gate verify requested, or fix them")
             elif status is not None and status != (1 if failing_now else 0):
                 reason, problem = "exit_status", (f"pytest exited {status} with {len(failing_now)} failing test(s) "
                                                   "in its results: the run is not what the results say")
+            elif status not in (None, 0) or test["exit_code"] != 0:
+                reason, problem = "exit_status", (f"the test run exited {test['exit_code']} (pytest: {status}): a run "
+                                                  "that does not exit 0 is never verified")
             elif unchanged:
                 reason, problem = "unchanged", "the failing tests passed on the very code that failed: flaky, not a fix"
     commit = None
@@ -486,6 +516,22 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
                 changes["test_change_gate"] = {"gate_id": gate_id, "files": files_now}
         if approved and infra and reason is None:
             changes["approved_test_changes"] = sorted(infra)
+        if reason == "still_failing":
+            # The user decides whether these may stay failing: a gate for exactly this set (with the
+            # ones accepted before), blocking nothing else; approved, the next verify leaves them out.
+            wanted = sorted(set(accepted) | set(result["still_failing"]))
+            asked = current.get("accept_failing_gate")
+            if not asked or asked["tests"] != wanted:
+                from loopx.api import writer_request_gate
+
+                gate_id = new_id("gate")
+                writer_request_gate(w, gate_id=gate_id, scope="other", blocks="action:issue-fix-accept-failing",
+                                    approval_only=True,
+                                    title=(f"Accept {len(wanted)} test(s) still failing after this fix (they failed "
+                                           f"at the base too): {', '.join(wanted)}")[:200])
+                changes["accept_failing_gate"] = {"gate_id": gate_id, "tests": wanted}
+        if accepted:
+            changes["accepted_failing"] = accepted
         if current["phase"] not in ("fix", "handoff"):
             return changes, [], {"verified": False, "reason": "phase_moved"}
         if commit:
@@ -495,7 +541,7 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
                                        "passed": repro["failing"], "ignored": ignored,
                                        "results_sha256": test["results"]["sha256"],
                                        "cases_total": test["results"]["cases_total"],
-                                       "pass_to_pass": result["pass_to_pass"],
+                                       "pass_to_pass": result["pass_to_pass"], "accepted_failing": accepted,
                                        "diff": {k: diff[k] for k in ("files_changed", "insertions", "deletions")},
                                        "paths": [f["path"] for f in diff["files"]][:200]}
             return changes, ["fix", "verify"], {"verified": True, "reason": None}
@@ -520,7 +566,8 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
     out.update(test=testrun.slim(test) if test else None, commit=commit, tree=tree, problem=problem,
                tests_changed=infra, ignored=ignored,
                diff={k: diff[k] for k in ("files", "files_changed", "insertions", "deletions", "stat")}, **result)
-    if reason in ("tests_weakened", "not_a_test_failure", "tests_changed", "environment_changed", "git_changed"):
+    if reason in ("tests_weakened", "not_a_test_failure", "tests_changed", "environment_changed", "git_changed",
+                  "runner_tampered"):
         raise LoopxError(f"issue_fix.{reason}", f"not verified: {problem} (evidence {out['evidence_id']})")
     return out
 

@@ -55,6 +55,8 @@ ERROR_CODES = {
     "issue_fix.tests_weakened": "a failing test, or the file holding it, was edited, deleted or skipped",
     "issue_fix.tests_changed": "the fix changed the tests' infrastructure: a conftest.py, a test module, pytest's "
                                "configuration or a data file the base test run read (names the files)",
+    "issue_fix.runner_tampered": "the test run's records disagree (LoopX's judge, pytest's results, its JUnit XML, "
+                                 "the exit status) or pytest's reporting machinery changed while the tests ran",
     "issue_fix.environment_changed": "the test interpreter's start-up files (.pth, sitecustomize) changed since start",
     "issue_fix.git_changed": "the remote's refs changed since LoopX's last step: a push LoopX did not make",
     "issue_fix.evidence_changed": "a recorded results file is gone or no longer matches the sha256 in its evidence",
