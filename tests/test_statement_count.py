@@ -1,4 +1,6 @@
-"""How many SQL statements a should-run that opens a run makes, counted where they cannot hide (issue 39).
+"""How many SQL statements a should-run that opens a run makes, counted where they cannot hide (issue 39),
+with no plugin and with the bundled plugins loaded (self-repair, Issue-Fix, approvals: as scripts/test.sh
+and users install them; their contract hooks run on every should-run).
 
 On SQLite every connection the process opens (the registry's and the rollback anchor's) is traced
 with SQLite's own ``sqlite3_trace_v2``, which reports each statement the engine starts *and each
