@@ -489,6 +489,14 @@ def get_state(source, goal_id: str, namespace: str | None = None) -> dict:
     if not hasattr(source, "query"):
         with source.read() as tx:
             return get_state(tx, goal_id, namespace)
+    # A contract hook's view (``loopx.contract.HookTx``) holds the goal's state rows should-run
+    # read in this same transaction: answered from them, as the query below would.
+    known = getattr(source, "known", None)
+    found = known(goal_id, "capability_state") if known is not None else None
+    if found is not None:
+        if namespace is None:
+            return {ns: {k: json.loads(v) for k, v in sorted(kv.items())} for ns, kv in sorted(found.items())}
+        return {k: json.loads(v) for k, v in sorted(found.get(namespace, {}).items())}
     if namespace is None:
         rows = source.query("SELECT namespace, key, value FROM capability_state WHERE goal_id = ?"
                             " ORDER BY namespace, key", (goal_id,))

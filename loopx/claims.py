@@ -204,23 +204,32 @@ class Leftovers:
         return self.open_runs if self.revision is not None and self.revision == revision else None
 
 
-def stop_leftovers(reg, goal_id: str, now: str) -> Leftovers:
+def stop_leftovers(reg, goal_id: str, now: str, known: tuple | None = None) -> Leftovers:
     """Stop, on this host, the step processes of the goal's open runs whose owner is gone.
 
     Runs before should-run's transaction (never while the goal is held). Returns what it read
     (:class:`Leftovers`): the runs found, and the goal's open runs with the revision they are at.
+    ``known``: ``(revision, open runs)`` the caller read just before (should-run's hook phase),
+    used instead of reading them again.
     """
     from loopx import runs
 
+    if known is not None:
+        revision, open_runs = known
+        live = [r for r in open_runs if r.expires_at > now]
+        if not live:  # no owner to look at: nothing to read
+            return Leftovers([], revision, open_runs)
     with reg.read() as tx:
-        # One statement: the goal's revision and its open runs (none: one row of NULLs).
-        rows = tx.query("SELECT g.revision AS goal_revision, r.* FROM goals g LEFT JOIN runs r"
-                        " ON r.goal_id = g.id AND r.status = 'open' WHERE g.id = ?"
-                        " ORDER BY COALESCE(r.opened_at, ''), r.id",
-                        (goal_id,))
-        revision = rows[0]["goal_revision"] if rows else None
-        open_runs = [runs.run_from_row(r) for r in rows if r["id"] is not None]
-        dead = dead_runs(tx, [r for r in open_runs if r.expires_at > now])
+        if known is None:
+            # One statement: the goal's revision and its open runs (none: one row of NULLs).
+            rows = tx.query("SELECT g.revision AS goal_revision, r.* FROM goals g LEFT JOIN runs r"
+                            " ON r.goal_id = g.id AND r.status = 'open' WHERE g.id = ?"
+                            " ORDER BY COALESCE(r.opened_at, ''), r.id",
+                            (goal_id,))
+            revision = rows[0]["goal_revision"] if rows else None
+            open_runs = [runs.run_from_row(r) for r in rows if r["id"] is not None]
+            live = [r for r in open_runs if r.expires_at > now]
+        dead = dead_runs(tx, live)
         pending = [(r.id, d) for r in dead for d in unfinished_steps(tx, r.id)]
     if pending:
         import socket

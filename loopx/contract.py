@@ -95,12 +95,15 @@ class HookTx:
     background cannot touch the transaction that follows.
     """
 
-    __slots__ = ("_tx", "_lock")
+    __slots__ = ("_tx", "_lock", "_known")
 
-    def __init__(self, tx):
+    def __init__(self, tx, known: dict | None = None):
         import threading
 
         self._tx = tx
+        # ``{goal id: {what: rows}}``: what the core read for this decision in this transaction
+        # (see :meth:`known`), so the hooks' reads of the same rows are not sent again.
+        self._known = known or {}
         # Held while a query runs, and by revoke(): once revoked, no query is still in flight.
         self._lock = threading.Lock()
 
@@ -116,6 +119,19 @@ class HookTx:
                 raise LoopxError("plugin_error", "this transaction ended: a contract hook ran past its deadline")
             attr = getattr(self._tx, what)
             return attr(*args) if args else attr
+
+    def known(self, goal_id: str, what: str):
+        """Rows the core already read in this transaction for this decision, or ``None``: the
+        goal's ``capability_state`` (``{namespace: {key: JSON text}}``, used by
+        :func:`loopx.capabilities.get_state`) and its ``damage_probe`` (the goal's row with the
+        cheap damage probe's columns, used by :func:`loopx.damage.cheap`). The same answer the
+        query would give here: same transaction, nothing written in between."""
+        with self._lock:
+            if self._tx is None:
+                from loopx.errors import LoopxError
+
+                raise LoopxError("plugin_error", "this transaction ended: a contract hook ran past its deadline")
+            return self._known.get(goal_id, {}).get(what)
 
     def one(self, sql, params=()):
         """One row as a dict, or ``None``."""

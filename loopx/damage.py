@@ -112,8 +112,13 @@ def cheap(tx, goal_id: str) -> list[Finding]:
     """The cheap damage detectors (:data:`CHEAP`) for one goal: what a contract veto may run on
     every ``quota should-run`` (a few indexed queries; no ledger replay)."""
     # One statement asks whether any of them would find something (it runs before every turn);
-    # only then do the detectors themselves run, to say what and where.
-    goal = tx.one(_CHEAP_PROBE, (goal_id,))
+    # only then do the detectors themselves run, to say what and where. In should-run's hook
+    # phase the core already asked it, with the goal's row, in this same read transaction
+    # (``loopx.contract.HookTx.known``): that answer is used, not asked again.
+    known = getattr(tx, "known", None)
+    goal = known(goal_id, "damage_probe") if known is not None else None
+    if goal is None:
+        goal = tx.one(_CHEAP_PROBE, (goal_id,))
     if goal is None:
         return []
     if (goal["last"] is None or goal["last"] == goal["revision"]) and not goal["deps_missing"] \
@@ -126,16 +131,17 @@ def cheap(tx, goal_id: str) -> list[Finding]:
 
 
 #: Whether :func:`revision_mismatch`, :func:`missing_dependencies` or :func:`dangling_gates` would
-#: find anything, in one statement (the same conditions, each an indexed lookup).
-_CHEAP_PROBE = (
-    "SELECT g.id, g.status, g.revision,"
+#: find anything, as columns of a select over ``goals g`` (the same conditions, each an indexed
+#: lookup): :func:`cheap`'s one statement, and should-run's read of the goal before its hooks
+#: (:func:`loopx.inputs.gather`), which hands the answer to the hooks' view.
+PROBE_COLUMNS = (
     " (SELECT MAX(seq) FROM events WHERE goal_id = g.id) AS last,"
     " EXISTS (SELECT 1 FROM todo_deps d WHERE d.goal_id = g.id AND NOT EXISTS"
     "  (SELECT 1 FROM todos t WHERE t.id = d.dep_id AND t.goal_id = d.goal_id)) AS deps_missing,"
     " EXISTS (SELECT 1 FROM gates ga WHERE ga.goal_id = g.id AND ga.status = 'pending' AND ga.blocks LIKE 'todo:%'"
     "  AND NOT EXISTS (SELECT 1 FROM todos t WHERE t.goal_id = g.id AND t.id = substr(ga.blocks, 6))) AS gates_dangling"
-    " FROM goals g WHERE g.id = ?"
 )
+_CHEAP_PROBE = f"SELECT g.id, g.status, g.revision,{PROBE_COLUMNS} FROM goals g WHERE g.id = ?"
 
 
 # --- housekeeping ----------------------------------------------------------------------------

@@ -22,12 +22,15 @@ class TurnInputs:
     """One goal's decision inputs: the goal, its open runs, usage, limits, gates, todos, actions."""
 
     __slots__ = ("goal", "revision", "open_runs", "totals", "last_opened", "gates", "actions",
-                 "_blocking", "_limits")
+                 "for_hooks", "_blocking", "_limits")
 
-    def __init__(self, goal, revision, open_runs, totals, last_opened, gates, actions):
+    def __init__(self, goal, revision, open_runs, totals, last_opened, gates, actions, for_hooks=None):
         self.goal, self.revision, self.open_runs = goal, revision, open_runs
         self.totals, self.last_opened = totals, last_opened
         self.gates, self.actions = gates, actions
+        # What the contract hooks' view serves from these reads (``gather(..., for_hooks=True)``;
+        # see loopx.contract.HookTx.known), or None.
+        self.for_hooks = for_hooks
         self._blocking = None
         self._limits = None
 
@@ -135,27 +138,36 @@ class TurnInputs:
         return todo_ready.any_todo(tx, self.goal.id)
 
 
-def _side_sql(dialect: str) -> str:
-    """The usage counters, gates and actions of a goal in one statement (made once per dialect)."""
-    found = _SIDE_SQL.get(dialect)
+def _side_sql(dialect: str, runs: bool = False, hooks: bool = False) -> str:
+    """The usage counters, gates and actions of a goal in one statement (made once per dialect);
+    ``runs``: its open runs too; ``hooks``: its capability state too (what the contract hooks read)."""
+    key = (dialect, runs, hooks)
+    found = _SIDE_SQL.get(key)
     if found is None:
         from loopx.state_macs import text_sql
 
-        found = _SIDE_SQL[dialect] = " UNION ALL ".join(
+        tables = ("goal_usage", "gates", "actions") + (("runs",) if runs else ()) + (
+            ("capability_state",) if hooks else ())
+        found = _SIDE_SQL[key] = " UNION ALL ".join(
             f"SELECT '{t}' AS tbl, {text_sql(dialect, t, 'x')} AS txt FROM {t} x WHERE x.goal_id = ?"
-            for t in ("goal_usage", "gates", "actions"))
+            + (" AND x.status = 'open'" if t == "runs" else "")
+            for t in tables)
     return found
 
 
-_SIDE_SQL: dict[str, str] = {}
+_SIDE_SQL: dict[tuple, str] = {}
 
 
-def gather(tx, goal_id: str, *, goal_row: dict | None = None, open_runs: list | None = None) -> TurnInputs:
+def gather(tx, goal_id: str, *, goal_row: dict | None = None, open_runs: list | None = None,
+           for_hooks: bool = False) -> TurnInputs:
     """Read everything a turn decision needs about ``goal_id`` (``goal_not_found`` if absent).
 
     ``goal_row``: the goal's row when the caller already holds it (the write transaction locked
     it), so it is not read twice. ``open_runs``: the goal's open runs (expired ones included),
-    oldest first, when the caller read them at the goal's current revision.
+    oldest first, when the caller read them at the goal's current revision. ``for_hooks``: also
+    read, in the same two statements, what the bundled contract hooks read of the goal (its
+    capability state, and the cheap damage probe's columns beside its row), kept in
+    ``for_hooks`` for their view (:class:`loopx.contract.HookTx`), so they do not read it again.
     """
     from loopx import usage_counts
     from loopx.actions import action_from_row
@@ -163,17 +175,34 @@ def gather(tx, goal_id: str, *, goal_row: dict | None = None, open_runs: list | 
     from loopx.goals import goal_from_row, load_goal
     from loopx.runs import run_from_row
 
+    probe = None
+    if for_hooks and goal_row is None:
+        from loopx.damage import PROBE_COLUMNS
+        from loopx.errors import LoopxError
+
+        probe = tx.one(f"SELECT g.*,{PROBE_COLUMNS} FROM goals g WHERE g.id = ?", (goal_id,))
+        if probe is None:
+            raise LoopxError("goal_not_found", f"no goal {goal_id}")
+        goal_row = probe
     goal = goal_from_row(goal_row) if goal_row is not None else load_goal(tx, goal_id)
-    if open_runs is None:
-        open_runs = [run_from_row(r) for r in tx.query(
-            "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' ORDER BY COALESCE(opened_at, ''), id", (goal_id,))]
-    # The usage counters (one row, whatever the goal's history), the gates and the actions: one
-    # statement, each row as the database prints it in JSON (the text its MAC is made from).
-    found: dict[str, list] = {"goal_usage": [], "gates": [], "actions": []}
-    for r in tx.query(_side_sql(tx.dialect), (goal_id, goal_id, goal_id)):
+    # The usage counters (one row, whatever the goal's history), the gates, the actions, and the
+    # open runs unless the caller has them: one statement, each row as the database prints it in
+    # JSON (the text its MAC is made from).
+    tables = ["goal_usage", "gates", "actions"] + (["runs"] if open_runs is None else []) + (
+        ["capability_state"] if for_hooks else [])
+    found: dict[str, list] = {t: [] for t in tables}
+    for r in tx.query(_side_sql(tx.dialect, open_runs is None, for_hooks), (goal_id,) * len(tables)):
         found[r["tbl"]].append(json.loads(r["txt"]))
+    if open_runs is None:  # oldest first, as the runs_by_goal index orders them
+        open_runs = [run_from_row(r) for r in sorted(found["runs"], key=lambda r: (r["opened_at"] or "", r["id"]))]
     used = usage_counts.read_row(found["goal_usage"][0]) if found["goal_usage"] else dict(usage_counts.ZERO)
     totals = (used["turns"], used["tokens"], used["cost_micros"] / 1_000_000, used["wall_us"] / 1_000_000)
     gates = [gate_from_row(r) for r in sorted(found["gates"], key=lambda r: (r["created_at"], r["id"]))]
     actions = [action_from_row(r) for r in sorted(found["actions"], key=lambda r: (r["created_at"], r["name"]))]
-    return TurnInputs(goal, goal.revision, open_runs, totals, used["last_opened"], gates, actions)
+    hooks = None
+    if for_hooks:
+        state: dict[str, dict] = {}
+        for r in found["capability_state"]:
+            state.setdefault(r["namespace"], {})[r["key"]] = r["value"]
+        hooks = {goal_id: {"capability_state": state, **({"damage_probe": probe} if probe is not None else {})}}
+    return TurnInputs(goal, goal.revision, open_runs, totals, used["last_opened"], gates, actions, hooks)

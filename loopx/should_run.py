@@ -55,8 +55,11 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
 
     from loopx import claims
 
-    # Step processes a dead owner left running are stopped before the goal is held.
-    left = claims.stop_leftovers(reg, goal_id, clock.now())
+    # Step processes a dead owner left running are stopped before the goal is held (from the open
+    # runs the hook phase just read, when it read them: not read a second time).
+    seen = answers.inputs
+    left = claims.stop_leftovers(reg, goal_id, clock.now(),
+                                 known=(seen.revision, seen.open_runs) if seen is not None else None)
 
     def work(w):
         return _turn(w.tx, w, goal_id=goal_id, agent=agent, ttl=ttl, now=w.at, run_id=run_id,
@@ -155,11 +158,13 @@ def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
     # answers too, read before any transaction (then cached for the process).
     capabilities.load()
     with reg.read() as tx:
-        seen = inputs.gather(tx, goal_id)
+        # The goal, its open runs and side rows, and what the hooks read of it, in two statements;
+        # the hooks' view serves their reads of those rows (loopx.contract.HookTx.known).
+        seen = inputs.gather(tx, goal_id, for_hooks=True)
         goal = seen.goal
         if goal.status != "open":
             return _Answers(inputs=seen)
-        view = contract.HookTx(tx)
+        view = contract.HookTx(tx, seen.for_hooks)
         try:
             vetoed = contract.veto(view, goal) if veto_on else None
             if vetoed or not actions_on:
@@ -192,6 +197,8 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owne
         # The open runs stop_leftovers read just before, when the goal has not moved since.
         known = (leftovers.open_runs_at(w.goal["revision"])
                  if leftovers is not None and w is not None and w.goal is not None else None)
+        if known is None and leftovers is not None:
+            check_owners = True  # runs moved since stop_leftovers looked: look at their owners here
         seen = inputs.gather(tx, goal_id, goal_row=w.goal if w is not None else None, open_runs=known)
     if seen.goal.status != "closed":
         tampered = _tampered(tx, w, seen, agent=agent, now=now, rolled_back=rolled_back)
