@@ -166,3 +166,33 @@ def test_an_agent_in_the_workers_own_turn_cannot_stop_it(sqlite_url, tmp_path):
     finally:
         w.stop()
     assert w.proc.returncode == 128 + signal.SIGTERM  # a signal is still a signal (the unit: SuccessExitStatus=143)
+
+
+def test_a_sigterm_before_should_run_opens_no_run_and_charges_nothing(sqlite_url, tmp_path):
+    """A real `loopx turn`, held in its executor's pre-turn check (a test plugin), gets SIGTERM there."""
+    from loopx.testing import signal_delivered
+    from tests.plugin_site import plugin_env
+
+    env = plugin_env(tmp_path, sqlite_url, slow="slow_check")
+    env.update(SLOW_CHECK_READY=str(tmp_path / "ready"), SLOW_CHECK_GO=str(tmp_path / "go"))
+    gid = make_goal(sqlite_url, title="early", description="d", acts={"work": ["true"]}, todo_texts=["x"],
+                    limits={"max_turns": 3})["goal"]
+    for n in range(3):  # three early signals, as in the soak: the budget stays whole
+        (tmp_path / "ready").unlink(missing_ok=True)
+        (tmp_path / "go").unlink(missing_ok=True)
+        p = subprocess.Popen([sys.executable, "-m", "loopx", "--format", "json", "turn", gid, "--executor",
+                              "slow-check", "--unconfined"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+        wait_until(lambda: (tmp_path / "ready").exists(), "the turn to reach its pre-turn check")
+        os.kill(p.pid, signal.SIGTERM)
+        wait_until(lambda: signal_delivered(p.pid, signal.SIGTERM), "the turn to take the signal")
+        (tmp_path / "go").touch()
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 128 + signal.SIGTERM, err
+        answer = json.loads(out)
+        assert answer["run_id"] is None and answer["reasons"] == ["interrupted_before_start"], answer
+    assert _cli(sqlite_url, "run", "list", gid)[1] == []
+    used = _cli(sqlite_url, "quota", "should-run", gid, "--dry-run")[1]
+    assert used["decision"] == "run"  # three turns still there to take
+    status = _cli(sqlite_url, "summary-all", "--goal-id", gid)[1]["goals"][0]
+    assert status["quota"]["used"]["turns"] == 0 and status["runs"]["total"] == 0

@@ -87,7 +87,7 @@ EXAMPLES: dict[str, list[str]] = {
                "loopx worker --print-unit > ~/.config/systemd/user/loopx-worker.service"],
     "worker list": ["loopx worker list", "loopx --format json worker list --all"],
     "worker stop": ["loopx worker stop", "loopx worker stop w-3f2a --no-wait"],
-    "config": ["loopx config set notify.command 'cat >> ~/loopx-notifications.jsonl'"],
+    "config": ["loopx config set notify.command 'jq -c . >> ~/loopx-notifications.jsonl'"],
     "config set": ["loopx config set notify.webhook https://hooks.example.org/loopx",
                    "loopx config set executor.g-2ce4 codex"],
     "config unset": ["loopx config unset notify.webhook"],

@@ -9,6 +9,8 @@ from loopx.cli.ids import goal_option
 
 def turn_text(t: dict) -> str:
     """One turn for people."""
+    if t["contract"] is None:
+        return "interrupted before should-run: no run opened, nothing charged"
     if t["run_id"] is None:
         from loopx.cli.quota import contract_text
 
