@@ -27,11 +27,8 @@ whose ledger moved (events after the last one it saw).
 
 **Heartbeats** (id, host, pid, started, last beat, current goals and turns) go to the registry
 every ``beat_seconds``; ``loopx status``, ``loopx worker list`` and the dashboard show them. A
-stop a user asked for (``loopx worker stop``, :func:`loopx.supervision.request_stop`) is read at
-every heartbeat and whenever the registry changes; the worker then stops as on SIGTERM and exits 0.
-
-**Its log** (:mod:`loopx.worker_log`): one line to stderr, flushed, per turn start and end, lease
-taken, refused or lost, notification sent and fault, so ``journalctl -f`` follows it.
+user's ``loopx worker stop`` (:func:`loopx.supervision.request_stop`) is read at every heartbeat
+and registry change: the worker stops as on SIGTERM and exits 0. Its log: :mod:`loopx.worker_log`.
 
 **Signals.** SIGTERM or SIGINT: start no new turn, pass SIGTERM on to the running turns (each
 lets its step finish within its grace period and closes its run ``interrupted``), wait for them,
@@ -55,6 +52,7 @@ import threading
 import time
 
 from loopx import clock
+from loopx.worker_log import shown_url, turn_end
 
 JUMP_SECONDS = 30.0
 MAX_SLEEP = 60.0
@@ -237,22 +235,12 @@ class Worker:
             return {}
 
     def _log_end(self, reg, child: _Child, seconds: float) -> None:
-        """The turn_end line: what the turn decided and did, with its run's tokens and cost."""
-        out = self._answer(child)
-        run = None
+        """The turn_end line (:func:`loopx.worker_log.turn_end`), with its run's tokens and cost."""
+        out, run = self._answer(child), None
         if out.get("run_id"):
             with reg.read() as tx:
                 run = tx.one("SELECT tokens, cost FROM runs WHERE id = ?", (out["run_id"],))
-        fields = {"goal": child.goal_id, "run": out.get("run_id"), "executor": child.executor,
-                  "decision": out.get("decision"), "outcome": out.get("outcome"),
-                  "duration_seconds": round(seconds, 3), "tokens": int(run["tokens"]) if run else 0,
-                  "cost": float(run["cost"]) if run else 0.0, "exit_code": child.proc.returncode}
-        if not out:  # no answer at all: a fault, with the tail of what it printed
-            fields["output"] = child.out.strip()[-300:]
-        self.log("turn_end", **fields)
-        if not out:
-            self.log("fault", what="turn", goal=child.goal_id, exit_code=child.proc.returncode,
-                     message=(child.out.strip().splitlines() or ["no output"])[-1][:300])
+        turn_end(self.log, child.goal_id, child.executor, out, run, seconds, child.proc.returncode, child.out)
 
     def _after(self, reg, goal_id: str, child: _Child) -> None:
         out = self._answer(child)
@@ -301,11 +289,10 @@ class Worker:
 
     def _stop_asked(self, asked: dict | None) -> None:
         """A user's ``loopx worker stop``: stop as on SIGTERM (the turns get theirs), exit 0."""
-        if not asked or self.stop_request is not None:
-            return
-        self.stop_request = asked
-        self.log("stop_requested", by=asked.get("by"), requested_at=asked.get("at"))
-        self._on_signal(signal.SIGTERM, None)
+        if asked and self.stop_request is None:
+            self.stop_request = asked
+            self.log("stop_requested", by=asked.get("by"), requested_at=asked.get("at"))
+            self._on_signal(signal.SIGTERM, None)
 
     def _on_signal(self, signum, frame):
         self.stop_signal = signum
@@ -367,7 +354,7 @@ class Worker:
         try:
             info = {"concurrency": self.concurrency, "beat_seconds": self.beat_seconds, "executor": self.executor,
                     "retry_seconds": self.retry_seconds}
-            self.log("worker_start", host=host, pid=pid, registry=_shown(self.url), concurrency=self.concurrency,
+            self.log("worker_start", host=host, pid=pid, registry=shown_url(self.url), concurrency=self.concurrency,
                      executor=self.executor, workdir=self.workdir)
             self._stop_asked(beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info=info))
             watcher.start()
@@ -465,12 +452,6 @@ class Worker:
         return self.stats
 
 
-def _shown(url: str) -> str:
-    """A registry URL fit for a log line: a password in a PostgreSQL URL is left out."""
-    import re
-
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
-
 
 class _Notifier:
     """Runs :mod:`loopx.notify`'s checks in a thread of its own (a webhook's retries never hold up
@@ -517,42 +498,3 @@ class _Notifier:
     def _sent(self, n: dict) -> None:
         """One line per notification sent (each channel's result is in `loopx notify list`)."""
         self.log("notification", goal=n.get("goal_id"), reason=n.get("reason"), id=n.get("id"))
-
-
-def unit(url: str | None, concurrency: int, executor: str, grace_seconds: float, workdir: str | None = None) -> str:
-    """A ``systemd --user`` unit that keeps this worker running: the installed ``loopx`` by its
-    absolute path, in LoopX's own directory, its agents working in ``workdir`` (default: here)."""
-    import shlex
-
-    from loopx import selfrun
-    from loopx.registry import resolve_url
-
-    argv = [*selfrun.console_script(), "worker", "--concurrency", str(concurrency), "--executor", executor,
-            "--grace-seconds", str(grace_seconds), "--workdir", os.path.abspath(workdir or os.getcwd())]
-    registry = resolve_url(url)
-    if "://" not in registry:
-        registry = os.path.abspath(registry)
-    return "\n".join([
-        "# ~/.config/systemd/user/loopx-worker.service",
-        "# systemctl --user daemon-reload && systemctl --user enable --now loopx-worker",
-        "# journalctl --user -u loopx-worker -f     (loginctl enable-linger $USER: keep it running logged out)",
-        "[Unit]",
-        "Description=LoopX worker: governed turns for every goal that should run",
-        "After=network-online.target",
-        "",
-        "[Service]",
-        "Type=simple",
-        f"Environment={shlex.quote('LOOPX_REGISTRY=' + registry)}",
-        f"ExecStart={shlex.join(argv)}",
-        f"WorkingDirectory={selfrun.CWD}",
-        "KillSignal=SIGTERM",
-        "SuccessExitStatus=143",
-        "KillMode=mixed",
-        f"TimeoutStopSec={int(grace_seconds) + 30}",
-        "Restart=on-failure",
-        "RestartSec=5",
-        "",
-        "[Install]",
-        "WantedBy=default.target",
-        "",
-    ])

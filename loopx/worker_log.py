@@ -55,3 +55,26 @@ class WorkerLog:
                 stream.flush()
             except (OSError, ValueError):  # stderr gone: the worker goes on without its log
                 pass
+
+
+def turn_end(log, goal_id: str, executor: str, out: dict, run: dict | None, seconds: float, exit_code,
+             output: str) -> None:
+    """Log a turn's end from its answer ``out`` (``loopx turn``'s JSON) and its run's row (tokens,
+    cost); a turn that gave no answer is a fault too, with the last line it printed."""
+    fields = {"goal": goal_id, "run": out.get("run_id"), "executor": executor, "decision": out.get("decision"),
+              "outcome": out.get("outcome"), "duration_seconds": round(seconds, 3),
+              "tokens": int(run["tokens"]) if run else 0, "cost": float(run["cost"]) if run else 0.0,
+              "exit_code": exit_code}
+    if not out:
+        fields["output"] = output.strip()[-300:]
+    log("turn_end", **fields)
+    if not out:
+        log("fault", what="turn", goal=goal_id, exit_code=exit_code,
+            message=(output.strip().splitlines() or ["no output"])[-1][:300])
+
+
+def shown_url(url: str) -> str:
+    """A registry URL fit for a log line: a password in a PostgreSQL URL is left out."""
+    import re
+
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)

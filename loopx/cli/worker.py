@@ -49,7 +49,9 @@ def worker(ctx, concurrency, executor, agent, grace_seconds, lease_seconds, beat
 
     url = click.get_current_context().meta.get(REGISTRY_KEY)
     if print_unit:
-        click.echo(worker_mod.unit(url, concurrency, executor, grace_seconds, workdir), nl=False)
+        from loopx.worker_unit import unit
+
+        click.echo(unit(url, concurrency, executor, grace_seconds, workdir), nl=False)
         return
     for value, what in ((lease_seconds, "--lease-seconds"), (beat_seconds, "--beat-seconds")):
         if not 0.05 <= value <= 86400:
