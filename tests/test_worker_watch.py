@@ -196,3 +196,20 @@ def test_a_sigterm_before_should_run_opens_no_run_and_charges_nothing(sqlite_url
     assert used["decision"] == "run"  # three turns still there to take
     status = _cli(sqlite_url, "summary-all", "--goal-id", gid)[1]["goals"][0]
     assert status["quota"]["used"]["turns"] == 0 and status["runs"]["total"] == 0
+
+
+def test_a_lease_another_worker_holds_is_logged_and_its_goal_left_alone(sqlite_url, tmp_path):
+    from loopx import supervision
+
+    url = sqlite_url
+    work = tmp_path / "work"
+    work.mkdir()
+    gid = make_goal(url, title="held", description="d", acts={"work": ["true"]}, todo_texts=["x"])["goal"]
+    with Registry.open(url) as reg:
+        token = supervision.acquire(reg, gid, "w-elsewhere", 600)  # another worker's, for ten minutes
+    w = _Worker(url, "--log-format", "json", "--exit-when-idle", cwd=work)
+    assert w.proc.wait(timeout=120) == 0
+    w.reader.join(10)
+    assert [(e["goal"]) for e in w.events("lease_refused")] == [gid]
+    assert w.events("lease_taken") == [] and w.events("turn_start") == []
+    assert _cli(url, "run", "list", gid)[1] == [] and token >= 1
