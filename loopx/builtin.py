@@ -24,7 +24,7 @@ def open_postgres(url, readonly=False):
 
         raise LoopxError(
             "registry_unavailable",
-            f"PostgreSQL registries need psycopg: pip install 'loopx[postgres]' ({exc})",
+            f"PostgreSQL registries need psycopg: pip install 'psycopg[binary]>=3.2' ({exc})",
         ) from None
     return factory(url, readonly)
 

@@ -5,8 +5,7 @@ place LoopX starts a child) to every child started while the step is active: the
 starts enforces Landlock (:mod:`loopx.landlock`) on itself just before it starts the command, so
 the agent and everything it starts inherit it. The policy:
 
-* **writes** only beneath the goal's workdir (or worktree, and the git directories it uses), a
-  private temp dir (``TMPDIR``), the agent CLIs' own state (``~/.claude``, ``$CODEX_HOME`` or
+* **writes** only beneath the goal's workdir (or worktree), a private temp dir (``TMPDIR``), the agent CLIs' own state (``~/.claude``, ``$CODEX_HOME`` or
   ``~/.codex``, but not their settings, hooks, MCP servers or instructions: :meth:`Step.agent_settings`)
   and a few devices (``/dev/null``...);
 * **reads** everywhere except LoopX's config directory (``platformdirs.user_config_dir("loopx")``,
@@ -16,7 +15,8 @@ the agent and everything it starts inherit it. The policy:
   a path is hidden by granting read on every sibling along the way from ``/`` to it
   (:func:`cover`); the directories on the way (``/``, the home directory...) can then be passed
   through but not listed;
-* the registry's directory, ``.git/hooks``, ``.git/config`` and ``.git/info`` are never writable;
+* the registry's directory and git's metadata (the ``.git`` directory, a worktree's git directory
+  and ``.git`` file, the repository's common directory: :func:`_git_paths`) are never writable;
 * with a PostgreSQL registry, TCP connections to its port are denied (Landlock ABI >= 4), and
   the registry URL and ``PG*`` variables never reach the agent's environment.
 
@@ -140,14 +140,21 @@ def cover(root: str, excluded: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _git_paths(workdir: str) -> tuple[list[str], list[str]]:
-    """``(writable, protected)`` for the git repository ``workdir`` is in (if any).
+    """``(directories, links)``: the git metadata of the repository ``workdir`` is in, all of it
+    read-only inside a step (the agent edits files; LoopX commits).
 
-    A linked worktree keeps its index and HEAD in ``.git/worktrees/NAME`` of the main repository
-    and shares its objects and refs: both are writable, its hooks, config and info are not.
+    ``directories`` are the top's ``.git`` directory, the worktree's git directory and the
+    repository's common directory (refs, objects, ``commondir``, ``gitdir``, config, ``info``,
+    hooks, ``worktrees/``, ``packed-refs``): git run later by LoopX or by the user reads them, so
+    a step that could write them could steer that git (a ``commondir`` pointing at a config with a
+    ``filter.*.clean``, an ``fsmonitor``, a moved branch, a ``refs/replace/`` entry). ``links``
+    is a linked worktree's ``.git`` file. Beyond the workdir they are read-only anyway (no rule
+    grants a write there); beneath it they are bind-mounted read-only. The paths are read from
+    the files git keeps (which a step cannot change any more); nothing is created here.
     """
     probe, top = workdir, None
     while True:
-        if os.path.exists(os.path.join(probe, ".git")):
+        if os.path.lexists(os.path.join(probe, ".git")):
             top = probe
             break
         parent = os.path.dirname(probe)
@@ -155,33 +162,26 @@ def _git_paths(workdir: str) -> tuple[list[str], list[str]]:
             return [], []
         probe = parent
     dotgit = os.path.join(top, ".git")
-    gitdir = dotgit
-    if os.path.isfile(dotgit):
+    gitdir, links = dotgit, []
+    if os.path.isfile(dotgit) or os.path.islink(dotgit):
+        links.append(dotgit)
         try:
             with open(dotgit, encoding="utf-8") as f:
-                line = f.read().strip()
+                line = f.read(4096).strip()
         except OSError:
-            return [], []
-        if line.startswith("gitdir:"):
-            gitdir = os.path.normpath(os.path.join(top, line.split(":", 1)[1].strip()))
-    common = gitdir
-    try:
-        with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as f:
-            common = os.path.normpath(os.path.join(gitdir, f.read().strip()))
-    except OSError:
-        pass
-    for name in ("hooks", "info"):
-        # Made now (by LoopX, for the user) so that they can be kept read-only: left missing,
-        # the agent could create them.
+            line = ""
+        gitdir = os.path.normpath(os.path.join(top, line.split(":", 1)[1].strip())) \
+            if line.startswith("gitdir:") else None
+    dirs = [] if gitdir is None else [gitdir]
+    if gitdir is not None:
         try:
-            os.makedirs(os.path.join(common, name), exist_ok=True)
+            with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as f:
+                dirs.append(os.path.normpath(os.path.join(gitdir, f.read(4096).strip())))
         except OSError:
             pass
-    protected = [os.path.join(common, n) for n in ("hooks", "config", "info")]
-    if os.path.exists(os.path.join(gitdir, "config.worktree")):
-        # Read by git only when the (read-only) config enables it: protected only if there.
-        protected.append(os.path.join(gitdir, "config.worktree"))
-    return [_real(gitdir), _real(common)], [_real(p) for p in protected]
+    if not links:
+        dirs.append(dotgit)
+    return sorted({_real(d) for d in dirs if os.path.isdir(d)}), [os.path.abspath(p) for p in links]
 
 
 def registry_paths(url: str) -> tuple[list[str], list[str], list[int]]:
@@ -270,8 +270,6 @@ class Step:
         # ~/.claude.json is not among them: it can name MCP servers that the user's next
         # Claude Code session would start, unconfined (Claude Code works without writing it).
         roots = [self.workdir, self.tmp, *states]
-        git_writable, _ = _git_paths(self.workdir)
-        roots += git_writable
         roots += [d for d in DEVICES if os.path.exists(d)]
         out = []
         for r in roots:
@@ -322,7 +320,7 @@ class Step:
                   _real(os.path.join(home, ".pg_service.conf")), ensure_root()]
         if os.environ.get("PGPASSFILE"):
             hidden.append(_real(os.environ["PGPASSFILE"]))
-        git_writable, git_protected = _git_paths(self.workdir)
+        git_dirs, git_links = _git_paths(self.workdir)
         # The directories on the way to a hidden path get no rule at all: a rule there would reach
         # the hidden path beneath (Landlock rules hold for a whole subtree), so they cannot be listed.
         read, _passed = cover("/", hidden)
@@ -341,17 +339,18 @@ class Step:
                 out += [[p, "rw"] for p in paths]
             return out
 
-        # Git's hooks, config and info inside a writable root are kept read-only by bind mounts
-        # (the git directory itself pinned, so it cannot be renamed and replaced); where no mount
+        # Git's metadata and the agent CLIs' settings inside a writable root are kept read-only
+        # by bind mounts (a mount point cannot be renamed or replaced either); where no mount
         # namespace can be had, by leaving them out (then nothing can be created at the top of
-        # the workdir or of .git).
-        read_only = git_protected + self.agent_settings()
-        inside = [p for p in read_only if os.path.exists(p) and any(_under(p, r) for r in roots)]
+        # the workdir or of the CLIs' state directories). A linked worktree's ``.git`` file is
+        # left writable in that fallback (else no new file at the top of the worktree): LoopX
+        # never follows it (Issue-Fix passes the git directories it checked explicitly).
+        read_only = git_dirs + git_links + self.agent_settings()
+        inside = [p for p in read_only if os.path.lexists(p) and any(_under(p, r) for r in roots)]
         outside = [p for p in read_only if p not in inside]
         policy = {"rules": base + writes(outside), "deny_tcp": ports}
         if inside:
-            policy.update(pin=[g for g in git_writable if os.path.isdir(g) and any(_under(g, r) for r in roots)],
-                          read_only=inside, rules_unpinned=base + writes(read_only))
+            policy.update(read_only=inside, rules_unpinned=base + writes([p for p in read_only if p not in git_links]))
         return policy
 
     def env(self) -> dict:
@@ -387,9 +386,7 @@ SANDBOX_EXEC_PROFILE = r"""(version 1)
   (subpath (string-append (param "HOME") "/.codex"))
   (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/ttys[0-9]+$"))
 (deny file-write*
-  (subpath (string-append (param "WORKDIR") "/.git/hooks"))
-  (literal (string-append (param "WORKDIR") "/.git/config"))
-  (subpath (string-append (param "WORKDIR") "/.git/info"))
+  (subpath (string-append (param "WORKDIR") "/.git"))
   (subpath (param "REGDIR")))
 (deny file-read* (subpath (param "CONFIG")) (regex #"/registry\.db(-wal|-shm|-journal)?$"))
 """

@@ -55,10 +55,10 @@ def steps(reg, run_cli=None) -> Iterator[dict]:
     yield {"kind": "heading", "text": "1. A user sets up a goal: criteria, allowed commands, a budget, a plan, gates"}
     title = "Check the toolchain and publish a release note"
     criteria = ["The interpreter is checked", "The brief is counted", "The release note is published after approval"]
-    goal = goals.create(reg, user, title=title, description="A small, harmless goal to show LoopX at work.",
-                                 criteria=criteria)
+    description = "A small, harmless goal to show LoopX at work."
+    goal = goals.create(reg, user, title=title, description=description, criteria=criteria)
     g = goal["id"]
-    yield command(user, _cmd("project-prompt", "create", "--title", title,
+    yield command(user, _cmd("project-prompt", "create", "--title", title, "--description", description,
                              *[x for c in criteria for x in ("--criterion", c)]), "goal", goal)
     for name, argv in (("check", CHECK), ("count", COUNT), ("publish", PUBLISH)):
         yield command(user, _cmd("action", "add", "--goal-id", g, "--name", name, "--", *argv), "action",
@@ -81,11 +81,11 @@ def steps(reg, run_cli=None) -> Iterator[dict]:
                              "--blocks", "action:publish"), "gate", publish)
 
     yield {"kind": "heading", "text": "2. The agent asks before its turn, and is told to ask the user"}
-    yield command(AGENT, _cmd("--format", "json", "quota", "should-run", "--goal-id", g, "--agent", AGENT), "contract",
+    yield command(AGENT, _cmd("quota", "should-run", "--goal-id", g, "--agent", AGENT), "contract",
                   should_run(reg, user, goal_id=g, agent=AGENT))
 
     yield {"kind": "heading", "text": "3. The user approves; the agent loops through the shell executor"}
-    yield command(user, _cmd("gate", "approve", "--goal-id", g, "--gate-id", start["id"]), "gate",
+    yield command(user, _cmd("gate", "approve", "--goal-id", g, "--gate-id", start["id"], "--comment", "Go ahead."), "gate",
                   gates.decide(reg, user, "approve", goal_id=g, gate_id=start["id"], comment="Go ahead."))
     yield {"kind": "note", "text": "Each turn: should-run opens a run and its contract; the shell executor runs the "
                                    "contract's commands (claim, exec, done) as LOOPX_ACTOR=executor; run finish closes it."}
@@ -96,7 +96,8 @@ def steps(reg, run_cli=None) -> Iterator[dict]:
     yield {"kind": "heading", "text": "4. The budget ran out: the user grants more and approves publishing"}
     yield command(user, _cmd("quota", "grant", "--goal-id", g, "--turns", 2), "quota",
                   quota.grant(reg, user, goal_id=g, amounts={"turns": 2}))
-    yield command(user, _cmd("gate", "approve", "--goal-id", g, "--gate-id", publish["id"]), "gate",
+    yield command(user, _cmd("gate", "approve", "--goal-id", g, "--gate-id", publish["id"], "--comment", "Publish it."),
+                  "gate",
                   gates.decide(reg, user, "approve", goal_id=g, gate_id=publish["id"], comment="Publish it."))
     second = turns.loop(reg, user, goal_id=g, executor="shell", agent=AGENT, max_turns=5, run_cli=run_cli)
     yield command(user, _cmd("loop", "--goal-id", g, "--executor", "shell", "--agent", AGENT, "--max-turns", 5),

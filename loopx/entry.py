@@ -14,11 +14,26 @@ import sys
 
 
 def main() -> None:
-    """Run ``loopx`` with ``sys.argv``: forwarded to the step's broker inside a step, else the CLI."""
-    if os.environ.get("LOOPX_BROKER") and sys.argv[1:2] != ["mcp"]:
-        from loopx.broker_client import forward
+    """Run ``loopx`` with ``sys.argv``: forwarded to the step's broker inside a step, else the CLI.
 
-        sys.exit(forward(sys.argv[1:]))
-    from loopx.cli import main as cli
+    A reader that goes away early (``loopx history G | head -1``) ends the command quietly with
+    status 0, as ``git log | head`` does: what was asked for has been read.
+    """
+    try:
+        try:
+            if os.environ.get("LOOPX_BROKER") and sys.argv[1:2] != ["mcp"]:
+                from loopx.broker_client import forward
 
-    cli()
+                sys.exit(forward(sys.argv[1:]))
+            from loopx.cli import main as cli
+
+            cli()
+        finally:
+            # What is still buffered fails here, not in the interpreter's exit (status 120).
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        from loopx.terminal import closed_pipe
+
+        closed_pipe()
+

@@ -52,6 +52,7 @@ CODES = frozenset(
         "outcome_contradicts_evidence",
         "step_failed",
         "executor_unavailable",
+        "agent_logged_out",  # an agent CLI that is installed but not logged in: refused before should-run
         "confinement_unavailable",  # a step cannot be confined here and the user did not opt out
         "broker_unavailable",  # a confined step's loopx cannot reach its turn's broker
         "disk_full",

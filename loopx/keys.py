@@ -70,12 +70,20 @@ def _private_dir() -> Path:
     return d
 
 
-def create(registry_id: str) -> bytes:
+def create(registry_id: str, *, persist: bool = True) -> bytes:
     """Make the key of ``registry_id`` (mode 0600) unless it exists; return the key in force.
 
     Written to a private temporary file, then linked into place: a concurrent creator either
-    wins or reads the winner's complete key, never a half-written one.
+    wins or reads the winner's complete key, never a half-written one. ``persist=False``: the
+    key of a registry that lives only in this process (an in-memory scratch registry a replay
+    builds), kept in memory and never written - it would be an orphan the moment the scratch
+    registry closed.
     """
+    if not persist:
+        if len(_EPHEMERAL) >= 256:  # a copy replays one scratch registry per goal: keep the newest
+            _EPHEMERAL.clear()
+        key = _EPHEMERAL[registry_id] = os.urandom(KEY_BYTES)
+        return key
     d = _private_dir()
     path = key_path(registry_id)
     tmp = d / f".{registry_id}.{os.getpid()}.tmp"
@@ -127,8 +135,14 @@ def discard(staged: dict) -> None:
 _CACHE: dict[str, tuple[tuple, bytes]] = {}
 
 
+#: registry id -> key, of the in-memory registries of this process (:func:`create`'s ``persist``).
+_EPHEMERAL: dict[str, bytes] = {}
+
+
 def load(registry_id: str) -> bytes | None:
     """The key of ``registry_id``, or None when this user has none (another machine or user)."""
+    if _EPHEMERAL and registry_id in _EPHEMERAL:
+        return _EPHEMERAL[registry_id]
     env = _dir_env()
     cached = _CACHE.get(registry_id)
     if cached is not None and cached[0] == env:

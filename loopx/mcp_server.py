@@ -9,7 +9,7 @@ offered, and a call for it is refused with ``actor_forbidden``. Errors are tool 
 ``isError`` and ``{"error": {"code", "message"}}``, the CLI's stable codes. Goals are resources:
 ``loopx://goals/{goal_id}``.
 
-Built on the official ``mcp`` SDK (``pip install 'loopx[mcp]'``); imported only by ``loopx mcp``.
+Built on the official ``mcp`` SDK (``pip install '.[mcp]'`` from the checkout); imported only by ``loopx mcp``.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ import sys
 
 from loopx.errors import LoopxError
 
-# Distributions ``uninstall`` refuses: removing them would remove LoopX itself.
-PROTECTED = {"loopx", "pip"}
+# Distributions ``uninstall`` refuses: removing them would remove LoopX itself (``loopx`` is
+# refused too: an older install of LoopX was named so).
+PROTECTED = {"loopx-control", "loopx", "pip"}
 
 
 def _installed() -> dict[str, str]:
@@ -45,14 +46,26 @@ def _canonical(name: str) -> str:
 
 def _pip(args: list[str]) -> None:
     from loopx import selfrun
+    from loopx.progress import progress
 
     # Isolated and in LoopX's own directory: `-m pip` must find this environment's pip, not a
     # `pip/` in the directory the user happens to be in (a path to install is absolute by now).
-    proc = subprocess.run([sys.executable, "-I", "-m", "pip", *args], capture_output=True, text=True,
-                          env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}, cwd=selfrun.CWD)
+    # pip's lines are read as they come: on a terminal the latest is shown on one line
+    # redrawn in place (an install can take half a minute); in a pipe nothing is printed.
+    proc = subprocess.Popen([sys.executable, "-I", "-m", "pip", *args], stdout=subprocess.PIPE, cwd=selfrun.CWD,
+                            stderr=subprocess.STDOUT, text=True, errors="replace",
+                            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_PROGRESS_BAR": "off"})
+    lines: list[str] = []
+    bar = progress(None, f"pip {args[0]}")
+    bar.note(" ".join(a for a in args[1:] if not a.startswith("-")))
+    with bar:
+        for line in proc.stdout:
+            if line.strip():
+                lines.append(line.rstrip())
+                bar.note(line.strip())
+        proc.wait()
     if proc.returncode != 0:
-        # pip's own last error line is the useful one; the rest goes to stderr untouched.
-        lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+        # pip's own last error line is the useful one.
         detail = next((ln for ln in reversed(lines) if ln.startswith("ERROR")), lines[-1] if lines else "")
         raise LoopxError("plugin_error", f"pip {args[0]} failed: {detail.strip()}")
 
@@ -90,12 +103,23 @@ def install(specs: list[str], *, upgrade: bool = False, editable: bool = False) 
 
 
 def uninstall(names: list[str]) -> dict:
-    """pip-uninstall the distributions ``names`` from this environment; what changed."""
+    """pip-uninstall plugins from this environment; what changed. Each name is a distribution
+    (``loopx-issue-fix``) or a plugin's name as ``loopx plugins`` shows it (``issue_fix``)."""
     before = _installed()
+    by_plugin = {ep: dist for dist, eps in _loopx_plugins().items() for ep in eps}
+    dists = []
     for name in names:
-        if _canonical(name) in PROTECTED:
+        dist = _canonical(name) if _canonical(name) in before else by_plugin.get(name, _canonical(name))
+        if dist in PROTECTED or name in _builtin_names():
             raise LoopxError("invalid_argument", f"{name} is LoopX itself (or its installer); not uninstalling it")
-        if _canonical(name) not in before:
-            raise LoopxError("not_found", f"{name} is not installed in {sys.prefix}")
-    _pip(["uninstall", "--yes", *names])
+        if dist not in before:
+            raise LoopxError("not_found", f"{name} is neither a distribution nor a plugin installed in {sys.prefix}")
+        dists.append(dist)
+    _pip(["uninstall", "--yes", *dists])
     return _changes(before, _installed())
+
+
+def _builtin_names() -> set[str]:
+    from loopx.plugins import BUILTINS
+
+    return set(BUILTINS)

@@ -109,7 +109,7 @@ def _reads(step: dict | None, registry_url: str | None) -> tuple[list, list[int]
 
 
 def run_confined(argv: list[str], *, writable: list[str], env: dict, timeout: float, cwd: str | None = None,
-                 reap: bool = False, registry_url: str | None = None) -> dict:
+                 reap: bool = False, registry_url: str | None = None, pass_fds: tuple[int, ...] = ()) -> dict:
     """Run ``argv`` (see :func:`loopx.process.run_command`) under a policy of its own that writes
     only beneath ``writable`` (existing directories; use :func:`private_dir`), see the module
     docstring. ``registry_url`` names the registry to hide outside a step (inside one the step's
@@ -122,7 +122,7 @@ def run_confined(argv: list[str], *, writable: list[str], env: dict, timeout: fl
     full_env = {**scrub, **env}
     if (step is None) if stepping else confine.opted_out():
         # The user chose to run unconfined (this turn, or LoopX): nothing to narrow.
-        res = run_command(argv, env=full_env, timeout=timeout, cwd=cwd, reap=reap, confine=False)
+        res = run_command(argv, env=full_env, timeout=timeout, cwd=cwd, reap=reap, confine=False, pass_fds=pass_fds)
         return {**res, "confined": False}
     if confine.backend() is None:
         confine.check()  # raises confinement_unavailable (the user did not opt out)
@@ -144,7 +144,8 @@ def run_confined(argv: list[str], *, writable: list[str], env: dict, timeout: fl
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(policy, f)
-        res = run_under_policy(argv, env=full_env, timeout=timeout, cwd=cwd, reap=reap, policy=policy_file)
+        res = run_under_policy(argv, env=full_env, timeout=timeout, cwd=cwd, reap=reap, policy=policy_file,
+                               pass_fds=pass_fds)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(policy_file)

@@ -203,22 +203,24 @@ def _contained(argv: list[str], reap: bool, policy: str | None = None) -> list[s
 
 
 def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: str | None = None,
-                on_line=None, reap: bool = False, tail_bytes: int = TAIL_BYTES, confine: bool = True) -> dict:
+                on_line=None, reap: bool = False, tail_bytes: int = TAIL_BYTES, confine: bool = True,
+                pass_fds: tuple[int, ...] = ()) -> dict:
     """Run ``argv`` with ``env`` added to this process's environment (a value ``None`` removes a variable).
 
     Returns ``{"exit_code", "timed_out", "duration_seconds", "output_tail", "output_bytes",
     "output_sha256"}``. Without ``on_line`` stdout and stderr are merged in the order written;
     with it, stdout is read line by line (``on_line(str)`` per line, without the newline) and
     stderr goes only into the tail and digest. A command that cannot start gets exit code 127
-    and the reason as its output. On timeout the group gets SIGTERM, then SIGKILL.
+    and the reason as its output. On timeout the group gets SIGTERM, then SIGKILL. ``pass_fds``:
+    descriptors the command inherits (through the watcher) beside stdin, stdout and stderr.
     """
     return run_under_policy(argv, env=env, timeout=timeout, cwd=cwd, on_line=on_line, reap=reap,
-                            tail_bytes=tail_bytes, confine=confine, policy=None)
+                            tail_bytes=tail_bytes, confine=confine, policy=None, pass_fds=pass_fds)
 
 
 def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cwd: str | None = None,
                      on_line=None, reap: bool = False, tail_bytes: int = TAIL_BYTES, confine: bool = True,
-                     policy: str | None) -> dict:
+                     policy: str | None, pass_fds: tuple[int, ...] = ()) -> dict:
     """:func:`run_command`, confined by ``policy`` when one is given: a Landlock policy file of the
     caller's own, applied instead of the active step's and without the step's environment.
 
@@ -254,7 +256,7 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
         command = _contained(argv, reap, policy)
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE if on_line else subprocess.STDOUT,
-                                env=full_env, cwd=cwd, start_new_session=True)
+                                env=full_env, cwd=cwd, start_new_session=True, pass_fds=tuple(pass_fds))
     except OSError as exc:
         message = f"cannot start {argv[0]!r}: {exc.strerror or exc}\n".encode()
         return {"exit_code": 127, "timed_out": False, "duration_seconds": 0.0,

@@ -14,6 +14,7 @@ import time
 
 WIDTH = 28
 _MIN_INTERVAL = 0.1
+_LINE = 100  # a note is cut to fit one line of a narrow terminal
 
 
 def enabled(stream=None) -> bool:
@@ -39,6 +40,8 @@ class Progress:
         self.on = enabled(self.stream)
         self._last = 0.0
         self._drawn = False
+        self.detail = ""
+        self.counting = True  # a counter until told what is happening (note)
 
     def advance(self, n: int = 1) -> None:
         """Count ``n`` more units done, redrawing if enough time passed."""
@@ -47,6 +50,11 @@ class Progress:
         if self.on and (now - self._last >= _MIN_INTERVAL or (self.total and self.done >= self.total)):
             self._last = now
             self._draw()
+
+    def note(self, text: str) -> None:
+        """Show ``text`` (what is happening now, e.g. a child's latest line) after the count."""
+        self.detail, self.counting = text, False
+        self.advance(0)
 
     def phase(self, label: str, total: int | None = None) -> None:
         """Start the next stage on a fresh line (e.g. "writing" after "reading")."""
@@ -62,7 +70,11 @@ class Progress:
             text = (f"{self.label} [{'#' * filled}{'.' * (WIDTH - filled)}] {frac * 100:3.0f}% "
                     f"{self.done:,}/{self.total:,}")
         else:
-            text = f"{self.label} {self.done:,}"
+            text = f"{self.label} {self.done:,}" if self.counting else self.label
+        if self.detail:
+            # A child's line may hold control characters: never sent to the terminal.
+            shown = "".join(c if c.isprintable() else "?" for c in self.detail)
+            text = f"{text}: {shown}"[:_LINE]
         self.stream.write("\r\x1b[K" + text)
         self.stream.flush()
         self._drawn = True

@@ -126,7 +126,7 @@ def open_store(url: str | None = None, *, readonly: bool = False, create: bool =
         scheme = "sqlite"
     factory = plugins.store_factories().get(scheme)
     if factory is None:
-        hint = " (pip install 'loopx[postgres]')" if scheme.startswith("postgres") else ""
+        hint = " (pip install 'psycopg[binary]>=3.2')" if scheme.startswith("postgres") else ""
         raise LoopxError("registry_unavailable", f"no storage backend for {scheme}://{hint}")
     if scheme == "sqlite" and not create:
         from loopx.store.sqlite import path_from_url

@@ -57,7 +57,9 @@ def key_registry(tx) -> int:
     damaged = _damaged(tx, goals)
     rid = uuid.uuid4().hex
     tx.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (keys.META_ID, rid))
-    _rechain_all(tx, keys.Keyring(rid, keys.create(rid)), goals, damaged, legacy=True)
+    # An in-memory registry (a replay's scratch one) has a key only as long as it lives.
+    in_memory = keys.location(tx).endswith(":memory:")
+    _rechain_all(tx, keys.Keyring(rid, keys.create(rid, persist=not in_memory)), goals, damaged, legacy=True)
     keys.remember(tx, rid)
     tx.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (keys.META_KEYED, json.dumps(
         {"at": clock.now(), "goals": len(goals), "already_damaged": damaged[:100],

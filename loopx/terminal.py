@@ -29,3 +29,17 @@ def _escape(m: re.Match) -> str:
 def safe(text: str) -> str:
     """``text`` with every control character but newline and tab shown escaped (``\\x1b``)."""
     return re.sub(_CONTROLS, _escape, text) if re.search(_CONTROLS, text) else text
+
+
+def closed_pipe() -> None:
+    """End the process after its stdout's reader went away (``loopx history G | head -1``):
+    quietly, status 0, as ``git log | head`` does. stdout is pointed at /dev/null first, so the
+    interpreter's final flush has nowhere to fail."""
+    import os
+    import sys
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.exit(0)

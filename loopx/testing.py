@@ -5,7 +5,8 @@ test suite gets these fixtures without any ``conftest.py``:
 
 ``loopx_registry``
     A fresh embedded registry for one test (``LOOPX_REGISTRY`` points at it, so CLI calls in the
-    test use it too). ``LOOPX_ACTOR`` is cleared, so code acts as the user unless told otherwise.
+    test use it too; its key goes to the test's own ``XDG_CONFIG_HOME``, never the user's).
+    ``LOOPX_ACTOR`` is cleared, so code acts as the user unless told otherwise.
 ``loopx_plugin``
     ``loopx_plugin(obj, name=None)`` registers a plugin object for the duration of one test and
     always unregisters it afterwards, also removing any commands it added to the CLI.
@@ -57,11 +58,13 @@ class CliResult:
 
 @pytest.fixture
 def loopx_registry(tmp_path, monkeypatch):
-    """A fresh, empty SQLite registry; ``LOOPX_REGISTRY`` points at it for the test."""
+    """A fresh, empty SQLite registry; ``LOOPX_REGISTRY`` points at it for the test, and its
+    integrity key lives in the test's own config directory (``XDG_CONFIG_HOME``), never the user's."""
     from loopx.registry import Registry
 
     path = tmp_path / "registry.db"
     monkeypatch.setenv("LOOPX_REGISTRY", str(path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("LOOPX_ACTOR", raising=False)
     reg = Registry.open(str(path))
     try:
@@ -83,7 +86,10 @@ def loopx_plugin():
 
     pm = get_plugin_manager()
     commands_before = dict(cli.commands)
-    loaded_before = cli.__dict__.get("_plugin_commands_of")
+    # Both marks of the CLI's plugin-command table (which manager it was loaded for, and that the
+    # load finished) are put back with the table, or the CLI would trust a table it no longer has.
+    marks = ("_plugin_commands_of", "_plugin_commands_ready")
+    loaded_before = {mark: cli.__dict__.get(mark) for mark in marks}
     added = []
 
     def register(plugin, name=None):
@@ -106,10 +112,11 @@ def loopx_plugin():
             pm.unregister(name=name)
     cli.commands.clear()
     cli.commands.update(commands_before)
-    if loaded_before is None:
-        cli.__dict__.pop("_plugin_commands_of", None)
-    else:
-        cli._plugin_commands_of = loaded_before
+    for mark, value in loaded_before.items():
+        if value is None:
+            cli.__dict__.pop(mark, None)
+        else:
+            setattr(cli, mark, value)
 
 
 @pytest.fixture

@@ -73,6 +73,9 @@ for p in "${plugins[@]}"; do
     targets+=("$(stage "$p" "plugin-$i")")
     i=$((i + 1))
 done
+# An install from before the distribution was renamed `loopx-control` drops the old name first
+# (uninstalled afterwards, it would take the package files the new name shares).
+"$VENV/bin/python" -m pip uninstall -q -y loopx >/dev/null 2>&1 || true
 # --upgrade rebuilds local projects even when their version number did not change.
 "$VENV/bin/python" -m pip install "${pip_args[@]}" --upgrade "${targets[@]}"
 

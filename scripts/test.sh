@@ -63,6 +63,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 log "installing LoopX and the repository's plugins into .venv"
 .venv/bin/python -m pip install -q --upgrade pip >&2 || true
+# LoopX's distribution was named `loopx` before `loopx-control` (a different project owns that name
+# on the package index): a .venv from before loses the old name first.
+.venv/bin/python -m pip uninstall -q -y loopx >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e '.[test,postgres]' >&2
 # The capabilities shipped here. The example third-party plugin (examples/plugins/) is not
 # installed: its tests and the seed walkthrough install it where they need it.

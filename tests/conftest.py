@@ -15,6 +15,35 @@ from tests import backends
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: The user directories a test session points at a directory of its own, before anything runs.
+USER_DIRS = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")
+
+
+def pytest_configure(config):
+    """The whole session - session and module fixtures, every process a test starts - keeps its
+    integrity keys, anchors and default registry in a temporary directory, never the user's own
+    (``~/.config/loopx/keys``, ``~/.local/share/loopx``). A test may still point them elsewhere."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="loopx-tests-home-"))
+    config._loopx_user_dirs = (base, {v: os.environ.get(v) for v in USER_DIRS})
+    for var in USER_DIRS:
+        os.environ[var] = str(base / var.lower())
+
+
+def pytest_unconfigure(config):
+    """Put the user directories back and remove the session's own."""
+    import shutil
+
+    base, before = getattr(config, "_loopx_user_dirs", (None, {}))
+    for var, value in before.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
+    if base is not None:
+        shutil.rmtree(base, ignore_errors=True)
+
 
 @pytest.fixture(autouse=True)
 def only_builtin_plugins(monkeypatch):

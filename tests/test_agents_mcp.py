@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("mcp", reason="the mcp SDK is not installed (pip install 'loopx[mcp]')")
+pytest.importorskip("mcp", reason="the mcp SDK is not installed (pip install '.[mcp]')")
 
 import anyio  # noqa: E402  (installed with mcp)
 

@@ -30,6 +30,30 @@ def _run(argv, env=None, timeout=300):
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def _on_a_terminal(argv, env, timeout=300):
+    """Run ``argv`` with stderr on a real terminal (a pty), stdout a pipe; stderr as text."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=follower, text=True)
+        os.close(follower)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal's other side closed: the process ended
+                break
+            if not chunk:
+                break
+            seen += chunk
+        out = p.stdout.read()
+        p.wait(timeout=timeout)
+    finally:
+        os.close(leader)
+    return subprocess.CompletedProcess(argv, p.returncode, out, seen.decode(errors="replace"))
+
+
 @pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
 def test_plugins_install_and_uninstall_into_loopx_own_environment(tmp_path, registry_url):
     venv = tmp_path / "venv"
@@ -44,10 +68,12 @@ def test_plugins_install_and_uninstall_into_loopx_own_environment(tmp_path, regi
     before = _run([loopx, "--help"], env=env).stdout
     assert "run-model" not in before
 
-    p = _run([loopx, "plugins", "install", str(_copy_source(SEED_DOMAIN, tmp_path / "loopx-seed-domain"))], env=env)
+    source = str(_copy_source(SEED_DOMAIN, tmp_path / "loopx-seed-domain"))
+    p = _run([loopx, "plugins", "install", source], env=env)
     assert p.returncode == 0, p
     assert "installed loopx-seed-domain 0.1.0  (loopx plugin: seed_domain)" in p.stdout
     assert str(py) in p.stdout  # says which environment changed
+    assert p.stderr == ""  # in a pipe: no progress
 
     listed = json.loads(_run([loopx, "plugins", "--json"], env=env).stdout)
     assert "seed_domain" in {x["name"] for x in listed}
@@ -56,19 +82,28 @@ def test_plugins_install_and_uninstall_into_loopx_own_environment(tmp_path, regi
     mine = _run([sys.executable, "-m", "loopx", "plugins", "--json"], env=env)
     assert "seed_domain" not in {x["name"] for x in json.loads(mine.stdout)}
 
-    p = _run([loopx, "plugins", "uninstall", "loopx-seed-domain", "--json"], env=env)
+    # Uninstalled by the name `loopx plugins` shows...
+    p = _run([loopx, "plugins", "uninstall", "seed_domain", "--json"], env=env)
     assert p.returncode == 0, p
     assert json.loads(p.stdout)["changed"] == [
         {"distribution": "loopx-seed-domain", "before": "0.1.0", "after": None, "plugins": []}]
     assert "run-model" not in _run([loopx, "--help"], env=env).stdout
+    # ... or by its distribution's; installed again on a terminal, pip's progress shows on one line.
+    on_tty = _on_a_terminal([loopx, "plugins", "install", source], env=env)
+    assert on_tty.returncode == 0 and "installed loopx-seed-domain" in on_tty.stdout, on_tty
+    assert "\r\x1b[Kpip install: " in on_tty.stderr and "Successfully installed loopx-seed-domain" in on_tty.stderr
+    p = _run([loopx, "plugins", "uninstall", "loopx-seed-domain", "--json"], env=env)
+    assert p.returncode == 0 and json.loads(p.stdout)["changed"][0]["after"] is None, p
 
     for args, code in ((["install", str(tmp_path / "nowhere")], "invalid_argument"),
                        (["uninstall", "loopx"], "invalid_argument"),
+                       (["uninstall", "loopx.builtin"], "invalid_argument"),
+                       (["uninstall", "seed_domain"], "not_found"),
                        (["uninstall", "loopx-seed-domain"], "not_found")):
         p = _run([loopx, "plugins", *args], env=env)
         assert p.returncode == 2 and p.stderr.strip().endswith(f"[{code}]"), (args, p)
         assert len(p.stderr.strip().splitlines()) == 1
-    assert _run([str(py), "-m", "pip", "show", "loopx"]).returncode == 0  # LoopX is still there
+    assert _run([str(py), "-m", "pip", "show", "loopx-control"]).returncode == 0  # LoopX is still there
 
 
 def test_registry_info_says_which_registry_and_why(registry_url, loopx_proc, tmp_path):

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("mcp", reason="the mcp SDK is not installed (pip install 'loopx[mcp]')")
+pytest.importorskip("mcp", reason="the mcp SDK is not installed (pip install '.[mcp]')")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

@@ -68,7 +68,7 @@ def test_without_psycopg_the_error_names_the_extra_to_install(monkeypatch):
     with pytest.raises(LoopxError) as err:
         builtin.open_postgres("postgresql://127.0.0.1/db")
     assert err.value.code == "registry_unavailable"
-    assert "pip install 'loopx[postgres]'" in err.value.message
+    assert "pip install 'psycopg[binary]>=3.2'" in err.value.message
 
 
 def test_the_cli_reports_a_bad_postgres_url_as_json(tmp_path):

@@ -127,3 +127,61 @@ def test_the_documented_notify_command_writes_json_lines(tmp_path):
     text = (work / "notifications.jsonl").read_text()
     assert text.endswith("\n") and len(text.splitlines()) == 2, text
     assert sorted(json.loads(line)["goal_id"] for line in text.splitlines()) == sorted(goals)
+
+
+def _cli_commands() -> set[str]:
+    """Every command a user can run, as ``loopx --help`` and each group's ``--help`` list them
+    (built-ins: the suite loads no plugin); aliases left out. A group that runs on its own
+    (``loopx plugins``) counts as a command too."""
+    import click
+
+    from loopx.cli import ALIASES, cli
+
+    def walk(cmd, path, ctx):
+        if not isinstance(cmd, click.Group):
+            return {" ".join(path)}
+        found = {" ".join(path)} if path and cmd.invoke_without_command else set()
+        for name in cmd.list_commands(ctx):
+            if name not in ALIASES:
+                sub = cmd.get_command(ctx, name)
+                found |= walk(sub, [*path, name], click.Context(sub, parent=ctx, info_name=name))
+        return found
+
+    return walk(cli, [], click.Context(cli, info_name="loopx"))
+
+
+def _table_commands() -> list[str]:
+    """The commands the README's command table names: ``loopx a b/c [d]`` is ``a b``, ``a c``
+    (and ``a b d``, ``a c d``: a bracketed lowercase word is an optional subcommand); words from
+    the first option or argument (``--x``, ``G``, ``NAME``) on are left out."""
+    section = README.read_text().split("## Commands", 1)[1].split("\n## ", 1)[0]
+    named = []
+    for row in section.splitlines():
+        if not row.startswith("| `loopx"):
+            continue
+        for span in re.findall(r"`(loopx [^`]*)`", row.split(" | ")[0]):
+            paths = [[]]
+            for word in span.split()[1:]:
+                optional = re.fullmatch(r"\[([a-z][a-z-]*)\]", word)
+                if optional:
+                    paths += [[*p, optional.group(1)] for p in paths]
+                    continue
+                if not re.fullmatch(r"[a-z][a-z/-]*", word):
+                    break
+                paths = [[*p, alt] for p in paths for alt in word.split("/")]
+            named += [" ".join(p) for p in paths]
+    return named
+
+
+def test_the_command_table_lists_every_command_and_only_those():
+    cli, table = _cli_commands(), _table_commands()
+    # A table entry may go on with a command's arguments (`loopx schema contract`): it names the
+    # longest command it starts with.
+    resolved = set()
+    for entry in table:
+        words = entry.split()
+        hit = next((" ".join(words[:n]) for n in range(len(words), 0, -1) if " ".join(words[:n]) in cli), None)
+        assert hit is not None, f"the README's command table names `loopx {entry}`, which is no command"
+        resolved.add(hit)
+    missing = sorted(cli - resolved)
+    assert not missing, f"commands missing from the README's command table: {missing}"

@@ -85,3 +85,48 @@ def test_demo_removes_its_temporary_registry_and_its_last_line_works_as_printed(
     last = kept.stdout.strip().splitlines()[-1]
     look = subprocess.run(["sh", "-c", last], cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert look.returncode == 0 and "rewards   1, mean +1.00" in look.stdout, look.stderr
+
+
+def test_demo_prints_the_commands_it_runs(tmp_path):
+    """Each `user$`/`agent$` line is the command whose answer follows it: run again by hand on
+    the demo's registry, the read-only ones print the same text; the goal's line makes the same goal."""
+    import shlex
+
+    target = tmp_path / "demo.db"
+    env = loopx_env(str(tmp_path / "never-used.db"))
+    p = subprocess.run([sys.executable, "-m", "loopx", "demo", "--registry", str(target)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    blocks, current = [], None
+    for line in p.stdout.splitlines():
+        if line.startswith(("user$ ", "agent$ ")):
+            current = [shlex.split(line.split("$ ", 1)[1]), []]
+            blocks.append(current)
+        elif current is not None and line.startswith("    "):
+            current[1].append(line[4:])
+        else:
+            current = None
+    assert len(blocks) > 15
+    for argv, _ in blocks:
+        assert argv[0] == "loopx" and not {"--json", "--format", "--format=json"} & set(argv), argv
+
+    def loopx(argv, registry):
+        return subprocess.run([sys.executable, "-m", "loopx", "--registry", str(registry), *argv[1:]], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    summary = next(b for b in blocks if b[0][1] == "summary-all")
+    last_ask = [b for b in blocks if b[0][1:3] == ["quota", "should-run"]][-1]
+    for argv, body in (summary, last_ask):
+        again = loopx(argv, target)
+        assert again.returncode == 0, again
+        assert again.stdout.rstrip("\n").splitlines() == body, (argv, again.stdout, body)
+    # The printed `project-prompt create` makes the goal the demo made (on a registry of its own).
+    create = next(b for b in blocks if b[0][1:3] == ["project-prompt", "create"])[0]
+    made = json.loads(loopx([*create, "--json"], tmp_path / "mine.db").stdout)
+    demo_goal = json.loads(loopx(["loopx", "project-prompt", "list", "--status", "closed", "--json"], target).stdout)
+    demo_goal = demo_goal[0] if isinstance(demo_goal, list) else demo_goal["goals"][0]
+    for key in ("title", "description", "criteria"):
+        mine, theirs = made[key], demo_goal[key]
+        if key == "criteria":
+            mine, theirs = [c["text"] for c in mine], [c["text"] for c in theirs]
+        assert mine == theirs, key

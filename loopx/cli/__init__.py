@@ -50,6 +50,7 @@ COMMANDS = {
     "worker": "loopx.cli.worker:worker",
     "config": "loopx.cli.config:config",
     "notify": "loopx.cli.notify:notify",
+    "doctor": "loopx.cli.doctor:doctor",
 }
 #: The modules of loopx/cli that hold no command: what the commands share.
 HELPERS = {
@@ -159,6 +160,16 @@ class RootGroup(LoopxGroup):
                 click.echo(safe(f"loopx: error: {err.message} [{err.code}]"), err=True)
             sys.exit(err.exit_code)
 
+    def invoke(self, ctx):
+        """Run the command; a reader that went away early (``| head``) ends it quietly, status 0
+        (click alone would exit 1)."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            from loopx.terminal import closed_pipe
+
+            closed_pipe()
+
     def list_commands(self, ctx):
         self._load_plugin_commands()
         names = set(self.commands) | {n for n in COMMANDS if _available(n)}
@@ -200,6 +211,12 @@ def cli(ctx, registry_url):
     actions the contract lists.
     """
     ctx.meta[REGISTRY_KEY] = registry_url
+    if "LOOPX_ACTOR" in os.environ and not ctx.resilient_parsing:
+        # A misspelt actor is refused by every command, reads too (`invalid_actor`), not only
+        # by the writes that ask who is acting.
+        from loopx.registry import current_actor
+
+        current_actor()
 
 
 def _json_requested(args: list[str]) -> bool:

@@ -26,18 +26,30 @@ class _GoalBeforeArgv(LoopxCommand):
     starts the command, is the goal (click alone would take it as the command's first word)."""
 
     def parse_args(self, ctx, args):
+        cut = args.index("--") if "--" in args else len(args)
+        if "--help" in args[:cut] or "-h" in args[:cut]:
+            return super().parse_args(ctx, args)
+        takes_value = {o for p in self.params if isinstance(p, click.Option) and not p.is_flag for o in p.opts}
+        loose, i = [], 0
+        while i < cut:
+            word = args[i]
+            if word in takes_value:
+                i += 2
+                continue
+            if not word.startswith("-"):
+                loose.append(i)
+            i += 1
+        goal_given = "--goal-id" in args[:cut] or any(a.startswith("--goal-id=") for a in args[:cut])
+        if "--" not in args and len(loose) <= (0 if goal_given else 1):
+            # Without a command the goal id would be taken as the command's first word, and the
+            # error would blame the goal: name what is missing.
+            raise click.UsageError("missing the command to allow: give it after `--`, e.g. "
+                                   "`loopx action add G --name test -- pytest -q`", ctx)
+        if "--" in args and len(loose) > 1:
+            words = ", ".join(repr(args[j]) for j in loose)
+            raise click.UsageError(f"more than one word before `--` ({words}): the goal is one word, and a "
+                                   "value with spaces needs quotes", ctx)
         if "--" in args:
-            cut = args.index("--")
-            takes_value = {o for p in self.params if isinstance(p, click.Option) and not p.is_flag for o in p.opts}
-            loose, i = [], 0
-            while i < cut:
-                word = args[i]
-                if word in takes_value:
-                    i += 2
-                    continue
-                if not word.startswith("-"):
-                    loose.append(i)
-                i += 1
             if len(loose) == 1:
                 pos = loose[0]
                 goal, head = args[pos], args[:pos] + args[pos + 1:cut]

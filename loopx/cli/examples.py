@@ -71,6 +71,8 @@ EXAMPLES: dict[str, list[str]] = {
     "registry rekey": ["loopx registry rekey            # the key was exposed: new key, every chain re-sealed",
                        "loopx registry rekey --adopt    # the key is lost: trust the registry as it stands"],
     "registry reanchor": ["loopx registry reanchor    # after restoring an older backup on purpose"],
+    "doctor": ["loopx doctor", "loopx doctor --json --notify-test"],
+    "registry keys": ["loopx registry keys", "loopx registry keys --prune   # remove keys of registries that are gone"],
     "registry caps": ["loopx registry caps --evidence-bytes 131072 --goal-state-bytes 8388608"],
     "reward": ["loopx reward add g-2ce4 --run-id r-91ab --score 1 --comment 'Keep this approach.'"],
     "reward add": ["loopx reward add g-2ce4 --run-id r-91ab --score 1 --comment 'Keep this approach.'"],

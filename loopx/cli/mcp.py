@@ -9,7 +9,7 @@ from loopx.cli.output import LoopxCommand
 
 @click.command("mcp", cls=LoopxCommand)
 def mcp_command():
-    """Serve LoopX over the Model Context Protocol on stdio, as the executor (needs `pip install 'loopx[mcp]'`).
+    """Serve LoopX over the Model Context Protocol on stdio, as the executor (needs the MCP SDK: `pip install '.[mcp]'` from the checkout).
 
     Tools: should_run, goal_status, todo_add, todo_claim, todo_done, evidence_add, exec_step,
     run_finish, gate_request. Goals are resources (loopx://goals/{goal_id}). Nothing a user
@@ -20,7 +20,7 @@ def mcp_command():
     except ImportError:
         from loopx.errors import LoopxError
 
-        raise LoopxError("executor_unavailable", "loopx mcp needs the MCP SDK: pip install 'loopx[mcp]'") from None
+        raise LoopxError("executor_unavailable", "loopx mcp needs the MCP SDK: pip install 'mcp>=2.3,<3'") from None
     from loopx.mcp_server import serve
 
     from loopx.cli.output import REGISTRY_KEY

@@ -213,6 +213,15 @@ def emit_stream(items, line) -> None:
     """Print an iterable of JSON-ready items as it is read, in bounded memory: one ``line(item)``
     each (text), one compact JSON document each (``--format jsonl``), or a JSON array written
     item by item, the same text ``emit`` prints for the whole list (``--format json``)."""
+    from contextlib import closing, nullcontext
+
+    with closing(items) if hasattr(items, "close") else nullcontext():
+        _emit_stream(items, line)
+
+
+def _emit_stream(items, line) -> None:
+    # The stream is closed by emit_stream before the registry it reads is (a reader that goes
+    # away early, `| head`, must not leave the generator to be closed after the connection).
     from loopx.jsonsafe import dumps_out, escaped
     from loopx.terminal import safe
 

@@ -164,3 +164,34 @@ def caps(evidence_bytes, goal_state_bytes):
     with open_registry() as reg:
         out = bounded.set_caps(reg, actor(), {"evidence_bytes": evidence_bytes, "goal_state_bytes": goal_state_bytes})
     emit(out, lambda c: "\n".join(f"{k.replace('_', ' '):<18} {v:,}" for k, v in c.items()))
+
+
+def _keys_text(d: dict) -> str:
+    lines = [f"keys in {d['key_dir']}"]
+    for k in d["keys"]:
+        where = ", ".join(f"{p['location']} ({p['state']})" for p in k["registries"]) or "no registry recorded"
+        tag = "  [orphan]" if k["orphan"] else "  [in force]" if k["in_force"] else ""
+        lines.append(f"  {k['registry_id']}  mode {k['mode']}{tag}\n      {where}")
+    if not d["keys"]:
+        lines.append("  none")
+    if "pruned" in d:
+        lines.append(f"pruned {len(d['pruned'])} orphan key(s)" + (f": {', '.join(d['pruned'])}" if d["pruned"] else ""))
+    elif d["orphans"]:
+        lines.append(f"{d['orphans']} orphan key(s): `loopx registry keys --prune` removes them")
+    return "\n".join(lines)
+
+
+@registry.command()
+@click.option("--prune", is_flag=True, help="Remove the orphan keys (and their anchors). User only.")
+def keys(prune):
+    """The integrity keys on this machine and the registry each belongs to.
+
+    A key is an orphan when no registry it was made for is where it was last written (an SQLite
+    file gone, or holding another registry now); a PostgreSQL registry's key never is. A moved
+    registry: run `loopx --registry NEW registry keys` once, before `--prune`.
+    """
+    from loopx import key_files
+    from loopx.cli.output import actor, registry_url
+
+    url = registry_url()
+    emit(key_files.prune(actor(), url) if prune else key_files.inventory(url), _keys_text)

@@ -73,8 +73,27 @@ def check_program(program: str, variable: str) -> None:
     if not found:
         from loopx.errors import LoopxError
 
-        raise LoopxError("executor_unavailable", f"{program!r} is not installed or not on PATH "
+        raise LoopxError("executor_unavailable", f"needs you: {program!r} is not installed or not on PATH "
                                                  f"(install it, or point {variable} at it)")
+
+
+#: executor name -> what a person calls the CLI
+LABELS = {"claude-code": "Claude Code", "codex": "Codex"}
+
+
+def preflight(host: str) -> None:
+    """Before a turn's should-run opens a run and charges it: the agent CLI of ``host`` is
+    installed (``executor_unavailable``) and logged in (``agent_logged_out``), asked of the CLI
+    without a model call (:mod:`loopx.agent_login`). A CLI that cannot say is let through."""
+    from loopx import agent_login
+    from loopx.errors import LoopxError
+
+    variable = agent_login.HOSTS[host][0]
+    check_program(agent_login.program(host), variable)
+    found = agent_login.probe(host, version=False)
+    if found["logged_in"] is False:
+        raise LoopxError("agent_logged_out", f"needs you: log in to {LABELS[host]}: {found['fix']} ({found['how']}); "
+                                             "no run was opened and nothing was charged")
 
 
 def child_env(registry, contract: dict, *, agent: str) -> dict:

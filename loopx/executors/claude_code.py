@@ -33,10 +33,10 @@ class ClaudeCodeExecutor:
         self.timeout = timeout
 
     def check(self) -> None:
-        """Refuse before a run is opened when the CLI cannot be found."""
-        from loopx.executors.agents import check_program
+        """Refuse before a run is opened when the CLI cannot be found or is not logged in."""
+        from loopx.executors.agents import preflight
 
-        check_program(os.environ.get("LOOPX_CLAUDE_BIN") or "claude", "LOOPX_CLAUDE_BIN")
+        preflight(NAME)
 
     def argv(self, prompt: str, contract: dict) -> list[str]:
         """The command line for one turn."""

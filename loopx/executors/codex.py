@@ -34,10 +34,10 @@ class CodexExecutor:
         self.timeout = timeout
 
     def check(self) -> None:
-        """Refuse before a run is opened when the CLI cannot be found."""
-        from loopx.executors.agents import check_program
+        """Refuse before a run is opened when the CLI cannot be found or is not logged in."""
+        from loopx.executors.agents import preflight
 
-        check_program(os.environ.get("LOOPX_CODEX_BIN") or "codex", "LOOPX_CODEX_BIN")
+        preflight(NAME)
 
     def argv(self, prompt: str) -> list[str]:
         """The command line for one turn."""

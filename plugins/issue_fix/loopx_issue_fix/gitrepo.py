@@ -25,37 +25,72 @@ IDENTITY = {"GIT_AUTHOR_NAME": "LoopX Issue-Fix", "GIT_AUTHOR_EMAIL": "issue-fix
 EXCLUDES = "__pycache__/\n*.py[cod]\n.pytest_cache/\n.coverage\n.coverage.*\n.tox/\n.nox/\n.mypy_cache/\n"
 
 
-#: Configuration that could make git run a program LoopX did not choose is switched off on every
-#: git call LoopX makes: hooks (``pre-push``, ``post-checkout``, ... the agent can write them),
-#: the file-system monitor, external diff and text-conversion drivers, the ``ext::`` transport.
-SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
-               "-c", "diff.external=", "-c", "protocol.ext.allow=never", "-c", "core.editor=false",
-               "-c", "sequence.editor=false", "-c", "gpg.program=false", "-c", "commit.gpgSign=false")
+#: Configuration that could make git run a program LoopX did not choose, or change what it reads,
+#: is overridden on every git call LoopX makes, at git's command scope (``GIT_CONFIG_COUNT``:
+#: read after the system, global, repository and worktree files and whatever they include, so
+#: it wins over all of them): hooks (``core.hooksPath``), the file-system monitor, the pager,
+#: editors, ``askpass``, ssh and proxy commands, credential helpers, signing programs, external
+#: diff, the ``ext::``/``fd::`` transports, colour and prefix settings that would change the
+#: diffs LoopX parses. Filter drivers have names of the repository's choosing: each one its
+#: config defines is switched off too (:func:`gitlinks.pin`). Aliases never apply (LoopX runs only git's
+#: built-in commands, which no alias can replace); textconv and external diff programs are also
+#: refused on the command line (``--no-textconv``, ``--no-ext-diff``).
+SAFE_SETTINGS = (("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false"), ("core.untrackedCache", "false"),
+                 ("core.pager", "cat"), ("core.editor", "false"), ("sequence.editor", "false"), ("core.askPass", ""),
+                 ("core.sshCommand", "ssh"), ("core.gitProxy", ""), ("credential.helper", ""),
+                 ("diff.external", ""), ("gpg.program", "false"), ("gpg.ssh.program", "false"),
+                 ("gpg.x509.program", "false"), ("commit.gpgSign", "false"), ("tag.gpgSign", "false"),
+                 ("protocol.ext.allow", "never"), ("protocol.fd.allow", "never"), ("submodule.recurse", "false"),
+                 ("push.recurseSubmodules", "no"), ("color.ui", "false"), ("diff.noprefix", "false"),
+                 ("diff.mnemonicPrefix", "false"), ("diff.relative", "false"), ("log.showSignature", "false"))
 #: Environment variables through which git (or a program it starts) would take orders from elsewhere.
 _GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
                  "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_EXTERNAL_DIFF", "GIT_EXEC_PATH",
                  "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "GIT_PROXY_COMMAND", "GIT_TRACE", "GIT_NAMESPACE",
-                 "GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM", "GIT_COMMON_DIR")
+                 "GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM", "GIT_COMMON_DIR", "GIT_REPLACE_REF_BASE",
+                 "GIT_GRAFT_FILE", "GIT_SHALLOW_FILE", "GIT_ATTR_SOURCE", "GIT_CONFIG_SYSTEM",
+                 "GIT_PAGER", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR", "GIT_TEMPLATE_DIR", "GIT_PROTOCOL_FROM_USER",
+                 "GIT_ALLOW_PROTOCOL", "SSH_ASKPASS")
+#: ``{path: (environment, settings)}`` of the repository and worktree :func:`gitlinks.pin` checked:
+#: git runs there with exactly these git directories, whatever the worktree's ``.git`` file says.
+PINNED: dict[str, tuple[dict, tuple]] = {}
+#: ``{repository: settings}``: the ssh command and credential helpers of the user's own configuration
+#: (:func:`gitlinks.pin` reads them with the filter drivers, in one git call).
+TRANSPORT: dict[str, tuple] = {}
 
 
-def _env(extra: dict | None = None, *, local: bool = True) -> dict:
-    """git's environment: no pager or prompt, C locale, and (for local plumbing) neither the global
-    nor the system configuration: only the repository's own, overridden by :data:`SAFE_CONFIG`."""
+def _settings_env(settings) -> dict:
+    env = {"GIT_CONFIG_COUNT": str(len(settings))}
+    for n, (key, value) in enumerate(settings):
+        env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, value
+    return env
+
+
+def _env(extra: dict | None = None, *, local: bool = True, settings=SAFE_SETTINGS) -> dict:
+    """git's environment: no pager or prompt, C locale, replace refs off, :data:`SAFE_SETTINGS`
+    (and ``settings``) at the command scope, no system configuration and (for local plumbing) no
+    global one either: only the repository's own, overridden."""
     env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP and not k.startswith("GIT_CONFIG_KEY_")
            and not k.startswith("GIT_CONFIG_VALUE_")}
-    env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "PAGER": "cat", "LC_ALL": "C"})
+    env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "PAGER": "cat", "LC_ALL": "C",
+                "GIT_NO_REPLACE_OBJECTS": "1", "GIT_CONFIG_NOSYSTEM": "1", **_settings_env(settings)})
     if local:
-        env.update({"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"})
+        env["GIT_CONFIG_GLOBAL"] = "/dev/null"
     env.update(extra or {})
-    return env
+    return {k: v for k, v in env.items() if v is not None}  # None: leave the variable out
 
 
 def git(repo: str | Path, *args: str, check: bool = True, env: dict | None = None, raw: bool = False,
         stdin: bytes | None = None):
-    """Run ``git -C repo args...`` (hooks and code-running configuration off: :data:`SAFE_CONFIG`);
-    its stdout (stripped of the final newline, or bytes if ``raw``)."""
+    """Run ``git -C repo args...`` (hooks and code-running configuration off: :func:`_env`); its
+    stdout (stripped of the final newline, or bytes if ``raw``). In a repository or worktree
+    :func:`gitlinks.pin` checked, with the git directories it found, never the ones ``.git`` names now."""
+    where, settings = PINNED.get(str(repo), ({}, ()))
+    if args and args[0] == "worktree":
+        where = {k: v for k, v in where.items() if k != "GIT_WORK_TREE"}
     try:
-        proc = subprocess.run(["git", *SAFE_CONFIG, "-C", str(repo), *args], capture_output=True, env=_env(env),
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
+                              env=_env({**where, **(env or {})}, settings=SAFE_SETTINGS + settings),
                               timeout=GIT_TIMEOUT_SECONDS, input=stdin)
     except FileNotFoundError:
         raise LoopxError("issue_fix.git_failed", "git is not installed (Issue-Fix needs the git command)") from None
@@ -223,20 +258,42 @@ def diff(repo: str, a: str, b: str) -> dict:
             "stat": "\n".join(stat).rstrip("\n"), "patch": patch}
 
 
+def transport_env(repo: str) -> dict:
+    """The environment of a git that talks to a remote, or of ``gh``/``glab`` (which run git) (for
+    :func:`loopx.api.run_command`, which adds it to LoopX's own): :func:`_env` with the user's global configuration kept (``insteadOf``,
+    credentials), but every program it may start chosen here: the ssh command and credential
+    helpers of the user's global and system configuration (never the repository's). The callers
+    name git's own ``receive-pack`` and ``upload-pack`` on the command line: a
+    ``remote.<name>.receivepack`` would run on this machine for a local remote, and for those keys
+    the *first* value git reads wins, not the last."""
+    if repo not in TRANSPORT:
+        from loopx_issue_fix import gitlinks
+
+        TRANSPORT[repo] = gitlinks.user_transport(repo)
+    ssh = [v for k, v in TRANSPORT[repo] if k == "core.sshCommand" and v]
+    helpers = [(k, v) for k, v in TRANSPORT[repo] if k != "core.sshCommand"]
+    where, filters = PINNED.get(str(repo), ({}, ()))
+    settings = (*[(k, ssh[-1] if k == "core.sshCommand" and ssh else v) for k, v in SAFE_SETTINGS], *helpers,
+                *filters)
+    full = _env({k: v for k, v in where.items() if k != "GIT_WORK_TREE"}, local=False, settings=settings)
+    return {k: None for k in os.environ if k not in full} | full
+
+
 def push(repo: str, remote: str, commit: str, branch: str, timeout: float) -> dict:
     """Push exactly ``commit`` to ``refs/heads/<branch>`` on ``remote``; then read back what it holds.
 
     Runs in the user's repository ``repo`` (the verified commit is in its object store), so a
     remote with a relative URL (``../origin.git``) means what it means there; hooks and
-    code-running configuration are off (:data:`SAFE_CONFIG`), the user's global configuration
-    (credentials, ``insteadOf``) stays. Returns ``{"report", "remote_sha", "duration_seconds"}``;
-    ``issue_fix.publish_failed`` when git fails or the remote does not hold ``commit`` afterwards.
+    code-running configuration are off, replace refs too (:func:`transport_env`), the user's
+    global configuration (credentials, ``insteadOf``) stays. Returns ``{"report", "remote_sha",
+    "duration_seconds"}``; ``issue_fix.publish_failed`` when git fails or the remote does not
+    hold ``commit`` afterwards.
     """
     from loopx.api import run_command
 
-    env = {k: None for k in _GIT_ENV_DROP} | {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-    res = run_command(["git", *SAFE_CONFIG, "-C", repo, "push", "--porcelain", "--no-verify", remote,
-                       f"{commit}:refs/heads/{branch}"], env=env, timeout=timeout, confine=False)
+    res = run_command(["git", "-C", repo, "push", "--porcelain", "--no-verify", "--receive-pack=git-receive-pack",
+                       remote, f"{commit}:refs/heads/{branch}"], env=transport_env(repo), timeout=timeout,
+                      confine=False)
     report = res["output_tail"].strip()
     if res["timed_out"]:
         raise LoopxError("issue_fix.publish_failed", f"git push to {remote} took longer than {timeout:g}s (killed)")
@@ -253,9 +310,8 @@ def remote_refs(repo: str, remote: str, timeout: float, *patterns: str) -> dict[
     """``{ref: sha}`` that ``remote`` holds (``git ls-remote``), or ``None`` when it cannot be asked."""
     from loopx.api import run_command
 
-    env = {k: None for k in _GIT_ENV_DROP} | {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-    back = run_command(["git", *SAFE_CONFIG, "-C", repo, "ls-remote", remote, *patterns], env=env, timeout=timeout,
-                       tail_bytes=1 << 20, confine=False)
+    back = run_command(["git", "-C", repo, "ls-remote", "--upload-pack=git-upload-pack", remote, *patterns],
+                       env=transport_env(repo), timeout=timeout, tail_bytes=1 << 20, confine=False)
     if back["exit_code"] != 0 or back["timed_out"]:
         return None
     refs = {}
@@ -264,6 +320,19 @@ def remote_refs(repo: str, remote: str, timeout: float, *patterns: str) -> dict[
         if len(parts) == 2 and len(parts[0]) >= 40:
             refs[parts[1]] = parts[0]
     return refs
+
+
+def commit_shape(repo: str, commit: str) -> tuple[str, list[str]]:
+    """``(tree, parents)`` of ``commit`` as its object holds them (replace refs off, no grafts)."""
+    out = git(repo, "cat-file", "commit", commit)
+    tree, parents = "", []
+    for line in out.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(" ")
+        if key == "tree":
+            tree = value
+        elif key == "parent":
+            parents.append(value)
+    return tree, parents
 
 
 def local_refs(repo: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -297,6 +366,8 @@ def export_tree(repo: str, tree: str, dest: Path) -> dict[str, str]:
     made as links, executable files executable; submodules are left out. Each file's mtime is
     :func:`source_mtime` of its blob.
     """
+    import hashlib
+
     out = git(repo, "ls-tree", "-r", "-z", "--full-tree", tree, raw=True)
     entries = []
     for raw in out.split(b"\0"):
@@ -317,6 +388,10 @@ def export_tree(repo: str, tree: str, dest: Path) -> dict[str, str]:
         size = int(data[pos:header_end].split()[2])
         body = data[header_end + 1:header_end + 1 + size]
         pos = header_end + 1 + size + 1
+        # What is written is what the tree names: git hands over the stored object (no replace
+        # refs), and the bytes are checked against its id all the same.
+        if hashlib.new("sha1" if len(sha) == 40 else "sha256", b"blob %d\0" % size + body).hexdigest() != sha:
+            raise LoopxError("issue_fix.tree_mismatch", f"the object store does not hold blob {sha} of {path} as named")
         target = root / path
         if ".." in Path(path).parts or not str(target).startswith(str(root) + os.sep):
             continue

@@ -67,6 +67,14 @@ def warnings(state: dict, diff: dict) -> list[str]:
         moved = change.get("remote", []) + change.get("local", [])
         out.append(f"refs changed outside LoopX before its {change['step']} step (a push or ref change it did not "
                    f"make): {', '.join(moved[:5])}")
+    if ver.get("accepted_failing"):
+        out.append(f"{len(ver['accepted_failing'])} test(s) still failing, accepted by a user and left out of the "
+                   f"verification run: {', '.join(ver['accepted_failing'][:5])}")
+    tampered = [a for a in state.get("log", []) if a["outcome"] == "runner_tampered"]
+    if tampered:
+        out.append(f"{len(tampered)} verify attempt(s) found the test run's records disagreeing (the runner tampered "
+                   f"with: issue_fix.runner_tampered), evidence {', '.join(a['evidence_id'] for a in tampered[:5])}: "
+                   f"{(tampered[-1].get('detail') or '')[:200]}")
     literals = special_cases(state, diff)
     if literals:
         out.append(f"the fix compares against literal values that appear in the failing test: {', '.join(literals)} "
@@ -267,7 +275,7 @@ def _environment(state: dict, probed: dict) -> list[str]:
     try:
         from importlib.metadata import version
 
-        loopx_version = version("loopx")
+        loopx_version = version("loopx-control")  # the core's distribution (docs/plugins.md)
     except Exception:  # noqa: BLE001 - a packet without the version is still a packet
         loopx_version = "unknown"
     lines = ["## Environment", "",
@@ -278,10 +286,32 @@ def _environment(state: dict, probed: dict) -> list[str]:
              f"- test runner: {probed.get('runner') or '(unknown)'}",
              f"- tests run in the worktree `{state['worktree']}` (branch `{state['branch']['name']}`)",
              f"- LoopX {loopx_version} and loopx-issue-fix {__version__} on `{sys.executable}` "
-             f"(Python {platform.python_version()}, {platform.platform()}); {gitrepo.git('.', 'version')}"]
+             f"(Python {platform.python_version()}, {platform.platform()}); {gitrepo.git('/', 'version')}"]
     if state["user_checkout"]["dirty"]:
         lines.append(f"- the user's checkout `{state['repo']}` had uncommitted changes; they were not used and not "
                      f"touched ({', '.join(state['user_checkout']['dirty_paths'][:5])})")
+    return lines + [""]
+
+
+def _still_failing(tx, goal_id: str, state: dict) -> list[str]:
+    """First in the packet: every test that still fails with the verified code (a user accepted it
+    at a gate; verify left it out of its run), with who accepted it."""
+    from loopx.api import load_gate
+
+    accepted = (state["verification"] or {}).get("accepted_failing") or []
+    if not accepted:
+        return []
+    gate = state.get("accept_failing_gate") or {}
+    who = "a user"
+    try:
+        decided = load_gate(tx, goal_id, gate["gate_id"]) if gate.get("gate_id") else None
+        if decided is not None and decided.decided_by:
+            who = f"{decided.decided_by} at gate `{decided.id}` ({decided.decided_at})"
+    except Exception:  # noqa: BLE001 - the list matters more than who
+        pass
+    lines = ["## Still failing", "", f"{len(accepted)} test(s) failed at the reproduction and were **not** fixed; "
+             f"accepted as failing by {who}, and left out of the verification run:", ""]
+    lines += [f"- **still failing**: `{t}`" for t in accepted]
     return lines + [""]
 
 
@@ -291,7 +321,7 @@ def render(tx, goal_id: str, state: dict, diff: dict, root_cause: str | None,
     issue, branch, ver, repro = state["issue"], state["branch"], state["verification"], state["reproduction"]
     before, after = _evidence(tx, repro["evidence_id"]), _evidence(tx, ver["evidence_id"])
     warns = warnings(state, diff)
-    lines = [f"# Hand-off: {issue['title']}", ""]
+    lines = [f"# Hand-off: {issue['title']}", "", *_still_failing(tx, goal_id, state)]
     for w in warns:
         lines += [f"> **WARNING: {w}**", ">"]
     if warns:
@@ -313,7 +343,9 @@ def render(tx, goal_id: str, state: dict, diff: dict, root_cause: str | None,
     p2p = ver.get("pass_to_pass") or {}
     lines += ["", f"FAIL_TO_PASS: {len(repro['failing'])} test(s), every one passes now. PASS_TO_PASS: "
               f"{p2p.get('still_passing', repo_passed(repro))} of {p2p.get('total', repo_passed(repro))} test(s) that passed "
-              "at the reproduction still exist and pass.",
+              "at the reproduction still exist and pass."
+              + (f" Still failing: {len(ver['accepted_failing'])} test(s) that failed at the reproduction (accepted, "
+                 "not run; listed first)." if ver.get("accepted_failing") else ""),
               f"Complete results (every test id): reproduction sha256 `{repro.get('results_sha256')}` "
               f"({repro.get('cases_total', '?')} tests, exit status {repro.get('exit_status')}), verification sha256 "
               f"`{ver.get('results_sha256')}` ({ver.get('cases_total', '?')} tests); the files are named by the "

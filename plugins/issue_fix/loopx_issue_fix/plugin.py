@@ -55,10 +55,16 @@ ERROR_CODES = {
     "issue_fix.tests_weakened": "a failing test, or the file holding it, was edited, deleted or skipped",
     "issue_fix.tests_changed": "the fix changed the tests' infrastructure: a conftest.py, a test module, pytest's "
                                "configuration or a data file the base test run read (names the files)",
+    "issue_fix.runner_tampered": "the test run's records disagree (LoopX's judge, pytest's results, its JUnit XML, "
+                                 "the exit status) or pytest's reporting machinery changed while the tests ran",
     "issue_fix.environment_changed": "the test interpreter's start-up files (.pth, sitecustomize) changed since start",
     "issue_fix.git_changed": "the remote's refs changed since LoopX's last step: a push LoopX did not make",
     "issue_fix.evidence_changed": "a recorded results file is gone or no longer matches the sha256 in its evidence",
     "issue_fix.changed_since_verify": "the branch head or the worktree is not the verified commit any more",
+    "issue_fix.tree_mismatch": "the commit to publish does not hold the tree verify exported and tested (or not on "
+                               "the base commit), or the object store does not hold a blob as its id says",
+    "issue_fix.git_tampered": "the git links LoopX follows (the worktree's .git file, its gitdir and commondir, "
+                              "the user's .git) are not the ones LoopX or git made",
     "issue_fix.publish_unavailable": "the chosen publishing tool (gh, glab) is not installed",
     "issue_fix.not_reproduced": "verify, handoff or publish before a red reproduction is recorded",
     "issue_fix.wrong_phase": "a step the goal's current phase does not take (the message names what it waits for)",

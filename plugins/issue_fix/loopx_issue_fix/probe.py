@@ -13,7 +13,9 @@ ignores ``PYTHON*`` variables, the user site and the current directory. :func:`m
 - points ``sys.pycache_prefix`` at the run's own bytecode directory (when LoopX gives one), and
   writes bytecode there only when told to (the base run; see :mod:`loopx_issue_fix.bytecode`);
 - runs ``pytest.main`` with a collector plugin that keeps every test id's outcome and every
-  collection error, and writes them with pytest's exit status to a JSON file.
+  collection error, and writes them with pytest's exit status to a JSON file;
+- and, given a descriptor, with LoopX's judge (:mod:`loopx_issue_fix.judge`), registered with the
+  collector before any conftest or test module is imported: the independent record.
 
 Only the standard library and pytest are imported here: this file runs in the project's
 interpreter, not LoopX's.
@@ -152,10 +154,12 @@ def _installed_rewrites_outside(inside):
 
 
 def main():
-    """``BOOT ROOT RESULTS ADD_ROOT PYCACHE WRITE [pytest args...]``: run pytest, write RESULTS; pytest's
-    exit status. ``PYCACHE`` is the bytecode directory (``-``: none), ``WRITE`` ``1`` to write into it."""
+    """``BOOT ROOT RESULTS ADD_ROOT PYCACHE WRITE JUDGE_FD [pytest args...]``: run pytest, write RESULTS;
+    pytest's exit status. ``PYCACHE`` is the bytecode directory (``-``: none), ``WRITE`` ``1`` to write
+    into it, ``JUDGE_FD`` the judge's pipe (``-``: no judge)."""
     global _PREFIXES
-    root, results, add_root, args = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[6:]
+    root, results, add_root, args = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[7:]
+    judge_fd = None if sys.argv[6] == "-" else int(sys.argv[6])
     pycache, write = sys.argv[4], sys.argv[5] == "1"
     global _SKIP
     _PREFIXES = tuple({os.path.abspath(root) + os.sep, os.path.realpath(root) + os.sep})
@@ -165,6 +169,12 @@ def main():
     import pytest  # from site-packages, before the checkout is on sys.path
 
     plugins = [Collector()]
+    judge = None
+    if judge_fd is not None:
+        import _loopx_issue_fix_judge
+
+        judge = _loopx_issue_fix_judge.Judge(judge_fd, CASES, COLLECTION_ERRORS)
+        plugins.append(judge)
     if pycache != "-":
 
         class Bytecode:
@@ -182,6 +192,8 @@ def main():
         sys.path.insert(0, root)
     sys.argv = ["pytest", *args]
     code = int(pytest.main(args, plugins=plugins))
+    if judge is not None:
+        judge.finish(code)
     _imported_outside()
     with open(results, "w", encoding="utf-8") as fh:
         json.dump({"exit_status": code, "cases": CASES, "collection_errors": COLLECTION_ERRORS,

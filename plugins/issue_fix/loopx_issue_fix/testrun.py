@@ -18,6 +18,7 @@ the sha256 of all of it, and every test case's id and status.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -125,7 +126,8 @@ _BOOT = "import sys; sys.path.insert(0, {dir!r}); import _loopx_issue_fix_probe 
 
 def run_test(checkout: str, command: str, *, report: Path, report_option: str | None, timeout: float,
              planned: dict | None = None, pycache: Path | None = None, write_bytecode: bool = False,
-             private: Path | None = None, registry_url: str | None = None) -> dict:
+             private: Path | None = None, registry_url: str | None = None, deselect: list[str] = (),
+             junit: bool = True) -> dict:
     """Run ``command`` in ``checkout`` (a clean copy of the code); the run's facts and its results.
 
     With ``planned`` (see :func:`plan`) LoopX starts the interpreter itself, isolated (``-I -B``),
@@ -136,6 +138,13 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
     runs under :func:`loopx.api.run_confined`: it may write only beneath ``private`` (the run's
     own directory, which holds ``checkout``; its ``tmp/`` is the run's ``TMPDIR``), default: the
     checkout's parent. ``confined`` in the result says whether it ran under that policy.
+    ``deselect``: test ids a user accepted as failing, left out of a pytest run (``--deselect``).
+
+    A run LoopX starts itself also has its judge (:mod:`loopx_issue_fix.judge`): its lines come
+    through a pipe LoopX opens now and passes as a descriptor, pytest writes its JUnit XML into the
+    run's directory, and :func:`loopx_issue_fix.verdict.tampering` compares the four records
+    (``report["tampered"]``: the disagreements, ``[]`` when none). ``junit=False`` leaves the JUnit
+    XML out (the base run: it costs ~5 % of a run, and a base run cannot make a fix green).
 
     Returns ``{"command", "ran", "isolation", "exit_code", "timed_out", "timeout_seconds",
     "duration_seconds", "output_tail", "output_sha256", "output_bytes", "report": {"found", "cases",
@@ -145,26 +154,35 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
 
     from loopx.api import run_confined
 
-    from loopx_issue_fix import probe
+    from loopx_issue_fix import probe, verdict
 
     written = Path(checkout, report_option) if report_option else report
     for stale in {report, written}:
         stale.unlink(missing_ok=True)
     report.parent.mkdir(parents=True, exist_ok=True)
+    unselect = [w for i in deselect for w in ("--deselect", i)]
+    pipe = None
     if planned:
         probe_dir = report.parent / "probe"
         probe_dir.mkdir(exist_ok=True)
         shutil.copyfile(probe.__file__, probe_dir / "_loopx_issue_fix_probe.py")
+        # Copied, not imported: it imports pytest, which LoopX's own process does not need.
+        shutil.copyfile(Path(probe.__file__).with_name("judge.py"), probe_dir / "_loopx_issue_fix_judge.py")
         results = report.with_suffix(".json")
         results.unlink(missing_ok=True)
-        args = [*planned["args"], "-p", "no:cacheprovider", f"--confcutdir={checkout}"]
+        junit_xml = report.with_name("judge.xml")
+        args = [*planned["args"], *unselect, "-p", "no:cacheprovider", f"--confcutdir={checkout}",
+                *([f"--junitxml={junit_xml}", "-o", "junit_family=xunit1"] if junit else [])]
+        pipe = os.pipe()
         argv = [planned["interpreter"], "-I", "-B", "-c", _BOOT.format(dir=str(probe_dir)), checkout, str(results),
                 "1" if planned["module"] else "0", str(pycache) if pycache else "-", "1" if write_bytecode else "0",
-                *args]
+                str(pipe[1]), *args]
         ran = shlex.join([planned["interpreter"], "-I", "-B", "-m", "pytest", *args])
         env = clean_env(planned["env"])
     else:
         ran = command_line(command, report, report_option)
+        if unselect and is_pytest(command):
+            ran = f"{ran} {shlex.join(unselect)}"
         argv, env = ["sh", "-c", ran], clean_env()
     private = Path(private or Path(checkout).parent)
     tmp = private / "tmp"
@@ -172,11 +190,47 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
     env.update({"TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp)})
     # reap: whatever the tests left running (a server, a `sleep &`, a `setsid` daemon) is ended
     # when they finish, as at the time-out and when LoopX itself is killed (see run_command).
-    res = run_confined(argv, writable=[str(private)], env=env, timeout=timeout, cwd=checkout, reap=True,
-                       registry_url=registry_url)
-    parsed = parse_results(results) if planned else parse_report(written)
+    if pipe is None:
+        res = run_confined(argv, writable=[str(private)], env=env, timeout=timeout, cwd=checkout, reap=True,
+                           registry_url=registry_url)
+        parsed = parse_report(written)
+    else:
+        res, lines = _with_judge(pipe, lambda: run_confined(argv, writable=[str(private)], env=env, timeout=timeout,
+                                                            cwd=checkout, reap=True, registry_url=registry_url,
+                                                            pass_fds=(pipe[1],)))
+        parsed = parse_results(results)
+        parsed["tampered"] = verdict.tampering(lines, parsed, parse_report(junit_xml) if junit else None,
+                                               res["exit_code"], res["timed_out"])
     return {"command": command, "ran": ran, "isolation": "probe" if planned else "shell", "timeout_seconds": timeout,
             **res, "report": parsed}
+
+
+def _with_judge(pipe: tuple[int, int], run) -> tuple[dict, bytes]:
+    """``run()`` while a thread reads the judge's pipe; ``(its result, every byte the pipe held)``.
+
+    LoopX keeps its own write end open while the run lasts (the child inherits a copy), and closes
+    it once the run - and, with ``reap``, everything it started - is over: then the read ends."""
+    import threading
+
+    from loopx_issue_fix.verdict import MAX_BYTES
+
+    read_end, write_end = pipe
+    got = bytearray()
+
+    def pump():
+        while chunk := os.read(read_end, 1 << 16):
+            if len(got) <= MAX_BYTES:
+                got.extend(chunk)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        res = run()
+    finally:
+        os.close(write_end)
+        reader.join(timeout=10)
+        os.close(read_end)
+    return res, bytes(got)
 
 
 def parse_results(path: Path) -> dict:
@@ -244,6 +298,8 @@ def not_a_test_failure(test: dict) -> str | None:
     are refused: none of them shows a test failing.
     """
     report = test["report"]
+    if report.get("tampered"):
+        return f"the test run's records disagree (the runner was tampered with): {'; '.join(report['tampered'][:3])}"
     if test["timed_out"]:
         return f"timed out after {test['timeout_seconds']:g}s (the whole process group was killed)"
     if test["exit_code"] in NOT_FOUND:

@@ -63,7 +63,8 @@ def outside_changed(body: dict) -> list[str]:
 
 
 def run_on_tree(state: dict, tree: str, timeout: tuple[float, str], evidence_id: str, *, registry_url: str | None,
-                base_cache: dict | None = None, fill_cache: bool = False, store: Path | None = None) -> tuple[dict, dict]:
+                base_cache: dict | None = None, fill_cache: bool = False, store: Path | None = None,
+                deselect: list[str] = ()) -> tuple[dict, dict]:
     """One run of the tests on a private copy of exactly ``tree`` (never in the agent's worktree).
 
     The copy is made from the repository's objects into a new private directory (see the
@@ -75,7 +76,9 @@ def run_on_tree(state: dict, tree: str, timeout: tuple[float, str], evidence_id:
     when the run was private (else, and by default, in ``<goal_dir>/bytecode/<evidence_id>``); its
     list goes into the results file, as ``bytecode``. ``base_cache`` (that list) gives a later
     run a checked copy to read - or a base run a warm start (another base's list: only files
-    whose blob is the same are copied, the rest it compiles and adds).
+    whose blob is the same are copied, the rest it compiles and adds). ``deselect``: failing tests a
+    user accepted, left out of the run. The judge's disagreements (:mod:`loopx_issue_fix.verdict`)
+    are in the results file as ``tampered``.
     """
     import hashlib
     import json
@@ -97,7 +100,7 @@ def run_on_tree(state: dict, tree: str, timeout: tuple[float, str], evidence_id:
         test = testrun.run_test(str(checkout), state["test_command"], report=work / "report" / "last.xml",
                                 report_option=state.get("report"), timeout=timeout[0], planned=planned,
                                 pycache=pycache, write_bytecode=fill_cache, private=work,
-                                registry_url=registry_url)
+                                registry_url=registry_url, deselect=deselect, junit=not fill_cache)
         test["private"] = bool(test.pop("confined")) or not in_step()
         if pycache is not None and fill_cache:
             keep = store if store is not None and test["private"] else Path(state["goal_dir"], "bytecode", evidence_id)
@@ -112,6 +115,7 @@ def run_on_tree(state: dict, tree: str, timeout: tuple[float, str], evidence_id:
             "exit_code": test["exit_code"], "exit_status": rep.get("exit_status"), "timed_out": test["timed_out"],
             "collection_errors": rep.get("collection_errors", {}), "cases": rep["cases"],
             "opened": rep.get("opened", []), "outside": outside_fingerprints(outside),
+            **({"tampered": rep["tampered"]} if rep.get("tampered") else {}),
             **({"outside_truncated": True} if rep.get("outside_truncated") else {}),
             **({"bytecode": cache} if cache else {})}
     data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()

@@ -115,7 +115,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     steps run the tests on exactly that interpreter and refuse when its ``.pth`` or
     ``sitecustomize`` files changed.
     """
-    from loopx_issue_fix import gitrepo, guard, testrun
+    from loopx_issue_fix import gitlinks, gitrepo, guard, testrun
     from loopx.api import acting, check_text, new_id, put_state, writer_add_todo, writer_create_goal
 
     title = check_text(title, what="--title", limit="title")
@@ -129,6 +129,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     publish = check_provider(provider)
     need = float(test_timeout or WALL_NEED_SECONDS)
     root = gitrepo.toplevel(repo)
+    common = gitlinks.user_common_dir(root)  # issue_fix.git_tampered: a .git/commondir planted in the checkout
     try:  # what earlier goals of this repository left behind once closed (a publish run by an agent)
         clean(reg, root, unknown=False)
     except LoopxError:
@@ -156,6 +157,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
         "repo": root,
         "worktree": str(worktree),
         "goal_dir": str(goal_dir),
+        "git_common_dir": str(common),  # the git links each step follows are checked against it (gitlinks.pin)
         "issue": {"title": title, "text": issue, "source": source},
         "test_command": test_command,
         "test_ids": ids,

@@ -105,14 +105,17 @@ def test_a_base_run_inside_an_agents_turn_is_out_of_the_agents_reach_and_shared(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     private = tmp_path / "cache" / "loopx" / "private"
     # (in a directory that exists when the turn's policy is made: the registry beside it is hidden,
-    # so the test's directory is covered entry by entry)
-    report, where = tmp_path / "project" / ".git" / "tamper.json", tmp_path / "signals" / "where.txt"
+    # so the test's directory is covered entry by entry; and one the agent may write: its CLI's
+    # state directory - git's metadata is read-only to it)
+    report, where = tmp_path / "agent-state" / "tamper.json", tmp_path / "signals" / "where.txt"
     where.parent.mkdir()
+    report.parent.mkdir()
     project = make_project(tmp_path, test=WAITING_TEST.format(report=str(report)))
     (tmp_path / "tamper.py").write_text(TAMPER)
     inside = start(cli, project)["goal_id"]
     env = _turn_env(cli, tmp_path, TAMPER=str(tmp_path / "tamper.py"), PRIVATE_ROOT=str(private),
-                    WHERE=str(where), REPORT=str(report), XDG_CACHE_HOME=str(tmp_path / "cache"))
+                    WHERE=str(where), REPORT=str(report), XDG_CACHE_HOME=str(tmp_path / "cache"),
+                    CODEX_HOME=str(report.parent))
     turn = _turn(inside, env, tmp_path)
     try:
         # Watch LoopX's private root from outside the turn for the test run's directory.
