@@ -50,6 +50,8 @@ USER_ONLY = {
     # Runs the user's notification command (what the worker does): an agent must not be able to
     # page the user or run that command at will.
     ("notify", "check"),
+    # Stops a worker (maybe the one running this turn): the user's, like the rest of `worker`.
+    ("worker", "stop"),
 }
 #: Commands the broker never runs at all: LoopX's own administration (turns of their own,
 #: servers, the registry and the installed plugins).

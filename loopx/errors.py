@@ -63,6 +63,7 @@ CODES = frozenset(
         "evidence_too_large",
         "state_too_large",
         "artifact_tampered",  # loopx.artifacts: what a human reviews is not what LoopX recorded
+        "worker_not_found",  # loopx worker stop: no such worker, or not one alone running
     }
 )
 

@@ -14,6 +14,9 @@ from loopx.validate import check_id
 SCHEMA = "loopx.summary_all/1"
 # A summary lists open todos up to this many (their count is always complete).
 MAX_OPEN_TODOS = 20
+#: ``by_outcome``'s keys: a finished run's outcome, and ``abandoned`` for a run that never finished
+#: (expired, or its owner died), so they add up to every run that is no longer open.
+OUTCOME_KEYS = (*RUN_OUTCOMES, "abandoned")
 
 
 def summarize(reg, goal_id: str | None = None) -> dict:
@@ -56,7 +59,8 @@ def goal_summary(tx, goal, *, at: str) -> dict:
     by_status["open"] -= stale
     by_status["abandoned"] += stale
     by_outcome = _counts(tx, "SELECT outcome AS k, COUNT(*) AS n FROM runs WHERE goal_id = ?"
-                         " AND outcome IS NOT NULL GROUP BY outcome", gid, RUN_OUTCOMES)
+                         " AND status = 'finished' AND outcome IS NOT NULL GROUP BY outcome", gid, OUTCOME_KEYS)
+    by_outcome["abandoned"] = by_status["abandoned"]
     evidence = _counts(tx, "SELECT kind AS k, COUNT(*) AS n FROM evidence WHERE goal_id = ? GROUP BY kind", gid)
     rw = tx.one("SELECT COUNT(*) AS n, AVG(score) AS mean FROM rewards WHERE goal_id = ?", (gid,))
     used = usage.usage(tx, gid)
@@ -108,7 +112,7 @@ def totals(per_goal: list[dict]) -> dict:
     """Sums across goal summaries (the mean score is weighted by each goal's reward count)."""
     out = {
         "goals": len(per_goal),
-        "runs": {"total": 0, "by_outcome": {o: 0 for o in RUN_OUTCOMES}},
+        "runs": {"total": 0, "by_outcome": {o: 0 for o in OUTCOME_KEYS}},
         "evidence": 0,
         "rewards": {"count": 0, "mean": None},
         "gates_pending": 0,

@@ -86,22 +86,57 @@ def executor_for(values: dict, goal_id: str, default: str) -> str | None:
 
 
 def beat(reg, worker_id: str, *, host: str, pid: int, started_at: str, goals: list[str], info: dict | None = None,
-         stopped: bool = False) -> None:
-    """Record that worker ``worker_id`` is alive now (or, ``stopped``, that it stopped cleanly)."""
+         stopped: bool = False) -> dict | None:
+    """Record that worker ``worker_id`` is alive now (or, ``stopped``, that it stopped cleanly).
+
+    Returns the stop request a user left for it (:func:`request_stop`), or None: a worker reads
+    it at every heartbeat, wherever it runs."""
     at = clock.now()
 
     def work(tx):
         text = json.dumps(sorted(goals))
-        extra = json.dumps(info or {}, sort_keys=True)
-        if tx.one("SELECT 1 AS x FROM workers WHERE id = ?", (worker_id,)) is None:
+        extra = dict(info or {})
+        row = tx.one("SELECT info FROM workers WHERE id = ?", (worker_id,))
+        if row is None:
             tx.execute("INSERT INTO workers (id, host, pid, started_at, beat_at, goals, stopped_at, info)"
                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       (worker_id, host, pid, started_at, at, text, at if stopped else None, extra))
-        else:
-            tx.execute("UPDATE workers SET beat_at = ?, goals = ?, stopped_at = ?, info = ? WHERE id = ?",
-                       (at, text, at if stopped else None, extra, worker_id))
+                       (worker_id, host, pid, started_at, at, text, at if stopped else None,
+                        json.dumps(extra, sort_keys=True)))
+            return None
+        asked = json.loads(row["info"] or "{}").get("stop_requested")
+        if asked:  # the worker's own info never drops a user's request
+            extra["stop_requested"] = asked
+        tx.execute("UPDATE workers SET beat_at = ?, goals = ?, stopped_at = ?, info = ? WHERE id = ?",
+                   (at, text, at if stopped else None, json.dumps(extra, sort_keys=True), worker_id))
+        return asked
 
-    reg.store.write(work)
+    return reg.store.write(work)
+
+
+def stop_requested(tx, worker_id: str) -> dict | None:
+    """The stop request a user left for ``worker_id`` (:func:`request_stop`), or None."""
+    row = tx.one("SELECT info FROM workers WHERE id = ?", (worker_id,))
+    return json.loads(row["info"] or "{}").get("stop_requested") if row else None
+
+
+def request_stop(reg, worker_id: str, *, by: str) -> dict:
+    """Ask worker ``worker_id`` to stop: it reads the request at its next heartbeat (or at once, when it
+    sees the registry change) and stops as on SIGTERM, exiting 0. One transaction; the request is kept
+    in the worker's row (``info.stop_requested``: when, by whom)."""
+    if by != "user":  # an agent must not stop the worker that runs it (the broker refuses it first)
+        raise LoopxError("actor_forbidden", f"only a user may stop a worker; {by} may not")
+    asked = {"at": clock.now(), "by": by}
+
+    def work(tx):
+        row = tx.one("SELECT info, stopped_at FROM workers WHERE id = ?", (worker_id,))
+        if row is None:
+            raise LoopxError("worker_not_found", f"no worker {worker_id!r} (see `loopx worker list`)")
+        info = json.loads(row["info"] or "{}")
+        info.setdefault("stop_requested", asked)
+        tx.execute("UPDATE workers SET info = ? WHERE id = ?", (json.dumps(info, sort_keys=True), worker_id))
+        return info["stop_requested"]
+
+    return reg.store.write(work)
 
 
 def workers(tx, now: str | None = None, *, limit: int = 20) -> list[dict]:
@@ -124,7 +159,8 @@ def workers(tx, now: str | None = None, *, limit: int = 20) -> list[dict]:
         out.append({"id": r["id"], "host": r["host"], "pid": int(r["pid"]), "started_at": r["started_at"],
                     "last_beat_at": r["beat_at"], "goals": json.loads(r["goals"]), "state": state,
                     "stopped_at": r["stopped_at"], "concurrency": info.get("concurrency"),
-                    "clock_jumps": info.get("clock_jumps", 0), "retry_seconds": info.get("retry_seconds")})
+                    "clock_jumps": info.get("clock_jumps", 0), "retry_seconds": info.get("retry_seconds"),
+                    "turns": info.get("turns") or [], "stop_requested": info.get("stop_requested")})
     return out
 
 

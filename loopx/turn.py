@@ -30,7 +30,8 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
 
     The run is opened with this process as its owner (``owner``, :mod:`loopx.claims`). When a
     stop was requested meanwhile (SIGTERM / SIGINT, :mod:`loopx.interrupt`) the run is closed
-    ``interrupted`` with the interruption as evidence.
+    ``interrupted`` with the interruption as evidence; a stop asked for before should-run opens
+    no run at all (``decision`` None, reason ``interrupted_before_start``: nothing charged).
     """
     from loopx import claims, interrupt, runs
     from loopx.should_run import should_run, default_agent
@@ -44,6 +45,9 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
 
     backend = confine.check(unconfined)
     agent = check_text(agent if agent is not None else default_agent(), what="--agent", limit="agent")
+    if interrupt.requested():  # a stop asked for before should-run: open no run, charge nothing
+        return {"decision": None, "reasons": ["interrupted_before_start"], "run_id": None, "outcome": None,
+                "handoff": None, "evidence": [], "contract": None, "interrupted": interrupt.describe()}
     answer = should_run(registry, actor, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds,
                               owner=owner or claims.owner_here())
     out = {"decision": answer["decision"], "reasons": answer["reasons"], "run_id": None, "outcome": None,
@@ -108,6 +112,9 @@ def loop(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
             return {"turns": turns, "stopped": "max_turns", "decision": None, "reasons": []}
         t = turn(registry, actor, goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds,
                  unconfined=unconfined, run_cli=run_cli)
+        if t["contract"] is None:  # stopped before its should-run
+            return {"turns": turns, "stopped": "interrupted", "decision": None, "reasons": [],
+                    "interrupted": t["interrupted"]}
         if t["decision"] != "run":
             return {"turns": turns, "stopped": "decision", "decision": t["decision"], "reasons": t["reasons"],
                     "contract": t["contract"]}

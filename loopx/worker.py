@@ -25,8 +25,10 @@ on a connection of its own (a few microseconds), PostgreSQL's ``LISTEN``/``NOTIF
 that ended, or by a signal. It never polls the goals: after a change it reads only the goals
 whose ledger moved (events after the last one it saw).
 
-**Heartbeats** (id, host, pid, started, last beat, current goals) go to the registry every
-``beat_seconds``; ``loopx status`` and the dashboard show them.
+**Heartbeats** (id, host, pid, started, last beat, current goals and turns) go to the registry
+every ``beat_seconds``; ``loopx status``, ``loopx worker list`` and the dashboard show them. A
+user's ``loopx worker stop`` (:func:`loopx.supervision.request_stop`) is read at every heartbeat
+and registry change: the worker stops as on SIGTERM and exits 0. Its log: :mod:`loopx.worker_log`.
 
 **Signals.** SIGTERM or SIGINT: start no new turn, pass SIGTERM on to the running turns (each
 lets its step finish within its grace period and closes its run ``interrupted``), wait for them,
@@ -46,11 +48,11 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 
 from loopx import clock
+from loopx.worker_log import shown_url, turn_end
 
 JUMP_SECONDS = 30.0
 MAX_SLEEP = 60.0
@@ -59,11 +61,11 @@ FAILED_START_BACKOFF = 30.0
 
 
 class _Child:
-    __slots__ = ("goal_id", "token", "proc", "out", "started", "done")
+    __slots__ = ("goal_id", "token", "proc", "out", "started", "done", "executor", "started_at")
 
-    def __init__(self, goal_id, token, proc):
-        self.goal_id, self.token, self.proc = goal_id, token, proc
-        self.out, self.started, self.done = "", time.monotonic(), False
+    def __init__(self, goal_id, token, proc, executor):
+        self.goal_id, self.token, self.proc, self.executor = goal_id, token, proc, executor
+        self.out, self.started, self.done, self.started_at = "", time.monotonic(), False, clock.now()
 
 
 class Worker:
@@ -72,7 +74,7 @@ class Worker:
     def __init__(self, url: str, *, concurrency: int = 1, executor: str = "shell", agent: str | None = None,
                  lease_seconds: float = 60.0, beat_seconds: float = 10.0, grace_seconds: float = 30.0,
                  exit_when_idle: bool = False, poll_seconds: float = POLL_SECONDS, notify: bool = True,
-                 retry_seconds: float = 30.0, workdir: str | None = None):
+                 retry_seconds: float = 30.0, workdir: str | None = None, log_format: str = "text"):
         import secrets
 
         from loopx.registry import resolve_url
@@ -85,6 +87,10 @@ class Worker:
         self.concurrency, self.executor = concurrency, executor
         self.id = "w-" + secrets.token_hex(6)
         self.agent = agent or f"worker:{self.id}"
+        from loopx.worker_log import WorkerLog
+
+        self.log = WorkerLog(self.id, log_format)
+        self.stop_request: dict | None = None
         self.lease_seconds, self.beat_seconds, self.grace_seconds = lease_seconds, beat_seconds, grace_seconds
         self.exit_when_idle, self.poll_seconds, self.notify = exit_when_idle, poll_seconds, notify
         self.retry_seconds = retry_seconds
@@ -176,8 +182,10 @@ class Worker:
         token = acquire(reg, goal_id, self.id, self.lease_seconds)
         if token is None:  # another worker has it: look again when its lease may have ended
             self.stats["lease_refused"] += 1
+            self.log("lease_refused", goal=goal_id)
             self._push(goal_id, time.monotonic() + min(self.lease_seconds, MAX_SLEEP))
             return
+        self.log("lease_taken", goal=goal_id, token=token)
         with reg.read() as tx:
             executor = executor_for(settings(tx), goal_id, self.executor) or self.executor
         from loopx import selfrun
@@ -193,8 +201,9 @@ class Worker:
         # SIGTERM on to its turns (each then lets its step finish within the grace period).
         proc = subprocess.Popen(spawn["args"], env=spawn["env"], cwd=spawn["cwd"], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        child = _Child(goal_id, token, proc)
+        child = _Child(goal_id, token, proc, executor)
         self.children[goal_id] = child
+        self.log("turn_start", goal=goal_id, executor=executor, pid=proc.pid)
 
         def wait():
             child.out = proc.communicate()[0] or ""
@@ -215,13 +224,26 @@ class Worker:
             self.stats["busy_seconds"] += end - child.started
             self._active = (min(self._active[0], child.started), max(self._active[1], end))
             release(reg, goal_id, self.id, child.token)
+            self._log_end(reg, child, end - child.started)
             self._after(reg, goal_id, child)
 
-    def _after(self, reg, goal_id: str, child: _Child) -> None:
+    @staticmethod
+    def _answer(child: _Child) -> dict:
         try:
-            out = json.loads(child.out[child.out.find("{"):]) if "{" in child.out else {}
+            return json.loads(child.out[child.out.find("{"):]) if "{" in child.out else {}
         except ValueError:
-            out = {}
+            return {}
+
+    def _log_end(self, reg, child: _Child, seconds: float) -> None:
+        """The turn_end line (:func:`loopx.worker_log.turn_end`), with its run's tokens and cost."""
+        out, run = self._answer(child), None
+        if out.get("run_id"):
+            with reg.read() as tx:
+                run = tx.one("SELECT tokens, cost FROM runs WHERE id = ?", (out["run_id"],))
+        turn_end(self.log, child.goal_id, child.executor, out, run, seconds, child.proc.returncode, child.out)
+
+    def _after(self, reg, goal_id: str, child: _Child) -> None:
+        out = self._answer(child)
         decision, outcome = out.get("decision"), out.get("outcome")
         if decision == "run":
             self.stats["turns"] += 1
@@ -264,6 +286,13 @@ class Worker:
             self.stats["clock_jumps"] += 1
             record_jump(reg, self.id, jump, {"wall_now": clock.now(), "direction": "ahead" if jump > 0 else "back"})
             self._scan(reg)  # every due time derived from wall-clock stamps is recomputed
+
+    def _stop_asked(self, asked: dict | None) -> None:
+        """A user's ``loopx worker stop``: stop as on SIGTERM (the turns get theirs), exit 0."""
+        if asked and self.stop_request is None:
+            self.stop_request = asked
+            self.log("stop_requested", by=asked.get("by"), requested_at=asked.get("at"))
+            self._on_signal(signal.SIGTERM, None)
 
     def _on_signal(self, signum, frame):
         self.stop_signal = signum
@@ -309,7 +338,7 @@ class Worker:
     def run(self) -> dict:
         """Run until a signal (or, with ``exit_when_idle``, until nothing is due or running)."""
         from loopx.registry import Registry
-        from loopx.supervision import beat, changed_goals, renew
+        from loopx.supervision import beat, changed_goals, renew, stop_requested
 
         self._closing = False
         started_at = clock.now()
@@ -318,18 +347,21 @@ class Worker:
         main = threading.current_thread() is threading.main_thread()
         before = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
         mono0 = time.monotonic()
+        signalled = False
         reg = Registry.open(self.url)
         watcher = threading.Thread(target=self._watch, daemon=True)
         notifier = None
         try:
             info = {"concurrency": self.concurrency, "beat_seconds": self.beat_seconds, "executor": self.executor,
                     "retry_seconds": self.retry_seconds}
-            beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info=info)
+            self.log("worker_start", host=host, pid=pid, registry=shown_url(self.url), concurrency=self.concurrency,
+                     executor=self.executor, workdir=self.workdir)
+            self._stop_asked(beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info=info))
             watcher.start()
             self._scan(reg)
             self._check_clock(reg)
             next_beat = time.monotonic() + self.beat_seconds
-            notifier = _Notifier(self.url) if self.notify else None
+            notifier = _Notifier(self.url, self.log) if self.notify else None
             if notifier:  # the goals that already wait for someone, once at start
                 with reg.read() as tx:
                     notifier.check([r["goal_id"] for r in tx.query(
@@ -342,11 +374,17 @@ class Worker:
                     self.changed.clear()
                     with reg.read() as tx:
                         goals, self.last_event = changed_goals(tx, self.last_event)
+                        asked = stop_requested(tx, self.id)
+                    self._stop_asked(asked)
                     if goals:
                         self._scan(reg, goals)
                         if notifier:
                             notifier.check(goals)
                 if self.stop_signal is not None:
+                    if not signalled:
+                        signalled = True
+                        self.log("stopping", signal=None if self.stop_request else signal.Signals(self.stop_signal).name,
+                                 requested=bool(self.stop_request), turns_running=len(self.children))
                     if not self.children:
                         break
                 else:
@@ -356,10 +394,13 @@ class Worker:
                 if now >= next_beat:
                     lost = renew(reg, {g: c.token for g, c in self.children.items()}, self.id, self.lease_seconds)
                     for g in lost:  # another worker holds it now: stop this turn
+                        self.log("lease_lost", goal=g, token=self.children[g].token)
                         self.children[g].proc.send_signal(signal.SIGTERM)
                     info["clock_jumps"] = self.stats["clock_jumps"]
-                    beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=list(self.children),
-                         info=info)
+                    info["turns"] = [{"goal": c.goal_id, "executor": c.executor, "started_at": c.started_at,
+                                      "pid": c.proc.pid} for c in self.children.values()]
+                    self._stop_asked(beat(reg, self.id, host=host, pid=pid, started_at=started_at,
+                                          goals=list(self.children), info=info))
                     if notifier:
                         notifier.check_workers()
                     next_beat = now + self.beat_seconds
@@ -377,6 +418,10 @@ class Worker:
                 if self.children or self.stop_signal is not None:
                     timeout = min(timeout, 1.0)  # a turn's end sets wake too; this is only a backstop
                 self.wake.wait(max(0.0, timeout))
+        except BaseException as exc:
+            if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                self.log("fault", what="worker", error=getattr(exc, "code", type(exc).__name__), message=str(exc)[:300])
+            raise
         finally:
             self._closing = True
             if notifier:
@@ -398,18 +443,24 @@ class Worker:
         self.stats["active_seconds"] = round(max(0.0, self._active[1] - self._active[0]), 3)
         self.stats["busy_seconds"] = round(self.stats["busy_seconds"], 3)
         self.stats["worker_id"] = self.id
-        self.stats["stopped_by"] = signal.Signals(self.stop_signal).name if self.stop_signal else None
+        if self.stop_request:
+            self.stats["stopped_by"] = "request"
+        else:
+            self.stats["stopped_by"] = signal.Signals(self.stop_signal).name if self.stop_signal else None
+        self.log("worker_stop", stopped_by=self.stats["stopped_by"] or "idle", turns=self.stats["turns"],
+                 wall_seconds=self.stats["wall_seconds"])
         return self.stats
+
 
 
 class _Notifier:
     """Runs :mod:`loopx.notify`'s checks in a thread of its own (a webhook's retries never hold up
     a turn), on a registry connection of its own."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, log=None):
         import queue
 
-        self.url = url
+        self.url, self.log = url, log or (lambda *a, **k: None)
         self.jobs: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=self._work, daemon=True)
         self.thread.start()
@@ -435,47 +486,15 @@ class _Notifier:
                     return
                 try:
                     if job[0] == "goals":
-                        notify.check_goals(reg, job[1])
+                        sent = notify.check_goals(reg, job[1])
                     else:
-                        notify.check_goals(reg, [])  # goals held back by the rate limit
-                        notify.check_workers(reg)
+                        sent = notify.check_goals(reg, [])  # goals held back by the rate limit
+                        sent += notify.check_workers(reg)
+                    for n in sent or []:
+                        self._sent(n)
                 except Exception as exc:  # a notification problem never stops the worker
-                    print(f"loopx worker: notification failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    self.log("fault", what="notify", error=type(exc).__name__, message=str(exc)[:300])
 
-
-def unit(url: str | None, concurrency: int, executor: str, grace_seconds: float, workdir: str | None = None) -> str:
-    """A ``systemd --user`` unit that keeps this worker running: the installed ``loopx`` by its
-    absolute path, in LoopX's own directory, its agents working in ``workdir`` (default: here)."""
-    import shlex
-
-    from loopx import selfrun
-    from loopx.registry import resolve_url
-
-    argv = [*selfrun.console_script(), "worker", "--concurrency", str(concurrency), "--executor", executor,
-            "--grace-seconds", str(grace_seconds), "--workdir", os.path.abspath(workdir or os.getcwd())]
-    registry = resolve_url(url)
-    if "://" not in registry:
-        registry = os.path.abspath(registry)
-    return "\n".join([
-        "# ~/.config/systemd/user/loopx-worker.service",
-        "# systemctl --user daemon-reload && systemctl --user enable --now loopx-worker",
-        "# journalctl --user -u loopx-worker -f     (loginctl enable-linger $USER: keep it running logged out)",
-        "[Unit]",
-        "Description=LoopX worker: governed turns for every goal that should run",
-        "After=network-online.target",
-        "",
-        "[Service]",
-        "Type=simple",
-        f"Environment={shlex.quote('LOOPX_REGISTRY=' + registry)}",
-        f"ExecStart={shlex.join(argv)}",
-        f"WorkingDirectory={selfrun.CWD}",
-        "KillSignal=SIGTERM",
-        "KillMode=mixed",
-        f"TimeoutStopSec={int(grace_seconds) + 30}",
-        "Restart=on-failure",
-        "RestartSec=5",
-        "",
-        "[Install]",
-        "WantedBy=default.target",
-        "",
-    ])
+    def _sent(self, n: dict) -> None:
+        """One line per notification sent (each channel's result is in `loopx notify list`)."""
+        self.log("notification", goal=n.get("goal_id"), reason=n.get("reason"), id=n.get("id"))

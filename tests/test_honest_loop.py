@@ -104,7 +104,7 @@ def test_the_harness_loops_record_the_truth_wherever_an_action_fails(registry_ur
         assert ran == list(ACTIONS)
         assert (run["status"], run["outcome"]) == ("finished", "ok")
         assert [t["status"] for t in todos] == ["done"]
-        assert summary["by_outcome"] == {"ok": 1, "partial": 0, "failed": 0, "interrupted": 0}
+        assert summary["by_outcome"] == {"ok": 1, "partial": 0, "failed": 0, "interrupted": 0, "abandoned": 0}
         assert "run_failed" not in status["attention"]
         return
     failed = ACTIONS[position]
@@ -116,7 +116,7 @@ def test_the_harness_loops_record_the_truth_wherever_an_action_fails(registry_ur
     assert f"step action:{failed} failed (exit 5): {failed} says exit 5" in run["handoff"]
     assert f"todo {todo} stays open" in run["handoff"]
     assert [t["status"] for t in todos] == ["open"]
-    assert summary["by_outcome"] == {"ok": 0, "partial": 0, "failed": 1, "interrupted": 0}
+    assert summary["by_outcome"] == {"ok": 0, "partial": 0, "failed": 1, "interrupted": 0, "abandoned": 0}
     assert "run_failed" in status["attention"]
     overview = ok_json(url, "status")
     # Shown (run_failed), but one failed run needs no person yet: agents retry it (loopx.needs_you).

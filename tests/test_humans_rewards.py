@@ -226,7 +226,7 @@ def test_summary_all_per_goal_and_across_goals(loopx, reg, goal):
     assert s["schema"] == "loopx.summary_all/1" and len(s["goals"]) == 1
     g = s["goals"][0]
     assert g["goal"]["id"] == goal
-    assert g["runs"]["total"] == 2 and g["runs"]["by_outcome"] == {"ok": 1, "partial": 0, "failed": 1, "interrupted": 0}
+    assert g["runs"]["total"] == 2 and g["runs"]["by_outcome"] == {"ok": 1, "partial": 0, "failed": 1, "interrupted": 0, "abandoned": 0}
     assert g["evidence"] == {"total": 3, "by_kind": {"command": 1, "note": 2}}
     assert g["rewards"]["count"] == 2 and g["rewards"]["mean"] == 0.25
     assert [f["comment"] for f in g["rewards"]["latest"]] == ["wrong data", "good"]
@@ -248,6 +248,24 @@ def test_summary_all_per_goal_and_across_goals(loopx, reg, goal):
     assert "Quarterly revenue" in text and "Other" in text and "wrong data" in text
     assert "next: retry with Q4 data" in text and "All 2 goals" in text
     assert loopx("summary-all", "--goal-id", goal).code == 0
+
+
+def test_summary_all_counts_abandoned_runs_among_the_outcomes(loopx, reg, goal, loopx_clock):
+    from loopx.should_run import should_run
+
+    turn(reg, goal)
+    # A run whose agent never came back: open, then past its lease (scripted clock, no sleeping).
+    should_run(reg, "user", goal_id=goal, agent="gone", ttl_seconds=60)
+    loopx_clock.advance(120)
+    g = loopx("summary-all", "--goal-id", goal, "--json").json["goals"][0]["runs"]
+    assert g["by_outcome"] == {"ok": 1, "partial": 0, "failed": 0, "interrupted": 0, "abandoned": 1}
+    assert sum(g["by_outcome"].values()) == g["total"] - g["by_status"]["open"] == 2
+    # Marked abandoned by the next should-run: still counted once.
+    should_run(reg, "user", goal_id=goal, agent="a2", dry_run=True)
+    should_run(reg, "user", goal_id=goal, agent="a2")
+    s = loopx("summary-all", "--json").json
+    assert s["goals"][0]["runs"]["by_outcome"]["abandoned"] == 1 and s["totals"]["runs"]["by_outcome"]["abandoned"] == 1
+    assert "abandoned 1" in loopx("summary-all", "--goal-id", goal).out.splitlines()[1].split("(")[0]
     r = loopx("summary_all", "--goal-id", "g-000000000000", "--json")
     assert r.code == 2 and r.json["error"]["code"] == "goal_not_found"
 

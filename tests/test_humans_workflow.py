@@ -104,7 +104,7 @@ def test_seed_workflow_steps_2_to_8(loopx_proc):
     assert s["totals"]["goals"] == 1
     g = s["goals"][0]
     assert g["goal"]["status"] == "closed"
-    assert g["runs"]["total"] == 2 and g["runs"]["by_outcome"] == {"ok": 2, "partial": 0, "failed": 0, "interrupted": 0}
+    assert g["runs"]["total"] == 2 and g["runs"]["by_outcome"] == {"ok": 2, "partial": 0, "failed": 0, "interrupted": 0, "abandoned": 0}
     assert g["runs"]["by_status"]["finished"] == 2
     kinds = g["evidence"]["by_kind"]
     assert sum(kinds.values()) == g["evidence"]["total"] >= 3

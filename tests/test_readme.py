@@ -105,6 +105,30 @@ def test_server_blocks_serve_and_stop_on_ctrl_c(tmp_path):
             assert "Traceback" not in proc.stderr.read()
 
 
+def test_the_documented_notify_command_writes_json_lines(tmp_path):
+    """The README's `notify.command`, as written, run by LoopX for two goals that need a person:
+    one JSON object per line, each line ending in a newline (what `jq`, `tail -f` and log tools read)."""
+    line = next(x for x in README.read_text().splitlines() if x.startswith("loopx config set notify.command "))
+    env = _env(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    subprocess.run(["bash", "-e", "-c", line], cwd=work, env=env, check=True, capture_output=True, timeout=120)
+
+    def loopx(*args):
+        p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", *args], cwd=work, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, (args, p.stdout, p.stderr)
+        return json.loads(p.stdout) if p.stdout.strip() else None
+
+    goals = [loopx("project-prompt", "create", "--title", f"needs you {i}")["id"] for i in range(2)]
+    for g in goals:  # a gate waiting: the goal needs its user
+        loopx("gate", "add", "--goal-id", g, "--title", "Publish?")
+    loopx("notify", "check")
+    text = (work / "notifications.jsonl").read_text()
+    assert text.endswith("\n") and len(text.splitlines()) == 2, text
+    assert sorted(json.loads(line)["goal_id"] for line in text.splitlines()) == sorted(goals)
+
+
 def _cli_commands() -> set[str]:
     """Every command a user can run, as ``loopx --help`` and each group's ``--help`` list them
     (built-ins: the suite loads no plugin); aliases left out. A group that runs on its own

@@ -182,3 +182,5 @@ def test_print_unit_is_a_systemd_user_unit_for_this_registry(sqlite_url, tmp_pat
     assert "WorkingDirectory=/" in unit.splitlines()
     assert subprocess.run([argv[0], "--version"], capture_output=True, text=True).stdout.startswith("loopx ")
     assert f"LOOPX_REGISTRY={sqlite_url}" in unit and "KillSignal=SIGTERM" in unit
+    # A stop by SIGTERM exits 143: the unit counts it a success, not a failure to restart from.
+    assert "SuccessExitStatus=143" in unit.splitlines() and "Restart=on-failure" in unit.splitlines()

@@ -9,6 +9,8 @@ from loopx.cli.ids import goal_option
 
 def turn_text(t: dict) -> str:
     """One turn for people."""
+    if "contract" in t and t["contract"] is None:  # (a loop's turns carry no contract)
+        return "interrupted before should-run: no run opened, nothing charged"
     if t["run_id"] is None:
         from loopx.cli.quota import contract_text
 

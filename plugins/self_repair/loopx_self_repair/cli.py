@@ -19,7 +19,11 @@ def _check_text(report: dict) -> str:
     if report["ok"]:
         return f"ok: {report['checked']['goals']} goal(s) checked, nothing to repair"
     lines = [_finding_line(f) for f in report["findings"]]
-    lines.append(f"{len(report['findings'])} finding(s); repair with `loopx self-repair fix`")
+    if _only_housekeeping(report):
+        lines.append(f"{len(report['findings'])} warning(s), housekeeping only (turns are not held up);"
+                     " tidy with `loopx self-repair fix`")
+    else:
+        lines.append(f"{len(report['findings'])} finding(s); repair with `loopx self-repair fix`")
     return "\n".join(lines)
 
 
@@ -35,6 +39,10 @@ def _fix_text(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _only_housekeeping(report: dict) -> bool:
+    return bool(report["findings"]) and all(f["severity"] == "housekeeping" for f in report["findings"])
+
+
 @click.group(cls=LoopxGroup, epilog="Example:\n  loopx self-repair check")
 def self_repair():
     """Detect and repair state that disagrees with the ledger or points at nothing."""
@@ -42,14 +50,19 @@ def self_repair():
 
 @self_repair.command(epilog="Example:\n  loopx self-repair check --json")
 @goal_option(required=False, help="Check one goal (default: every goal); also as the first argument.")
-def check(goal_id):
-    """Run every detector; exit status 1 when something needs repair."""
+@click.option("--strict", is_flag=True, help="Exit 1 for housekeeping findings too (stale leases, abandoned runs).")
+def check(goal_id, strict):
+    """Run every detector; exit status 1 when something needs repair.
+
+    Housekeeping findings alone (state the core already treats correctly, such as an expired
+    claim) are warnings: listed, exit status 0, unless --strict.
+    """
     from loopx_self_repair import detectors
 
     with open_registry(readonly=True) as reg:
         report = detectors.check(reg, goal_id=goal_id)
     emit(report, _check_text)
-    if not report["ok"]:
+    if not report["ok"] and (strict or not _only_housekeeping(report)):
         sys.exit(1)
 
 

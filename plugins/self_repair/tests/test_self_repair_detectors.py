@@ -173,6 +173,12 @@ def test_stale_lease_is_housekeeping_never_a_veto(loopx_registry, loopx_cli, loo
     assert veto(reg, g) == []
     loopx_clock.advance(61)  # the lease runs out
     assert "stale_lease" in codes(check(reg, g))
+    # Housekeeping alone is a warning: listed, exit 0 (a monitor does not alarm); --strict exits 1.
+    r = loopx_cli("self-repair", "check")
+    assert r.code == 0 and "stale_lease (housekeeping)" in r.out and "warning(s), housekeeping only" in r.out, r
+    r = loopx_cli("self-repair", "check", "--json")
+    assert r.code == 0 and not r.json["ok"] and codes(r.json) == ["stale_lease"], r
+    assert loopx_cli("self-repair", "check", "--strict").code == 1
     assert decision(loopx_cli, g)["decision"] == "run"  # the core already treats it as free
     r = fix(loopx_cli, "--goal-id", g)
     assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["stale_lease"], r
