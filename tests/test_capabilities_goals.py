@@ -287,10 +287,13 @@ def _as_v7(path, goal_ids):
 
     with Registry.open(str(path)) as reg:
         def strip(tx):
-            # LoopX 7 had no per-row MACs either (schema v9): their triggers go first, since they
-            # name the column.
-            for r in tx.query("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'state_dirty_%'"):
+            # LoopX 7 had no per-row MACs either (schema v9), nor the history guard (schema v11,
+            # loopx/history_guard.py): their triggers go first, since they name the tables.
+            for r in tx.query("SELECT name FROM sqlite_master WHERE type = 'trigger'"
+                              " AND (name LIKE 'state_dirty_%' OR name LIKE 'event%')"):
                 tx.execute(f"DROP TRIGGER {r['name']}")
+            tx.execute("DROP TABLE event_changes")
+            tx.execute("DELETE FROM meta WHERE key = 'schema_mac'")
             tx.execute("DROP TABLE state_macs")
             tx.execute("DROP TABLE state_dirty")
             tx.execute("ALTER TABLE goals DROP COLUMN capabilities")
