@@ -38,7 +38,7 @@ def _locations(d: Path) -> dict[str, list[tuple[Path, str]]]:
     return out
 
 
-def _sqlite_id(path: str) -> str | None:
+def sqlite_id(path: str) -> str | None:
     """The registry id an SQLite file holds (read-only; nothing created), or None."""
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -59,7 +59,7 @@ def _where(rid: str, loc: str) -> str:
     path = loc[len("sqlite:"):]
     if not os.path.exists(path):
         return "gone"
-    return "present" if _sqlite_id(path) == rid else "gone"
+    return "present" if sqlite_id(path) == rid else "gone"
 
 
 def _in_force(url: str | None) -> tuple[str | None, str | None]:
@@ -74,7 +74,7 @@ def _in_force(url: str | None) -> tuple[str | None, str | None]:
     path = str(path_from_url(target))
     if path == ":memory:" or not os.path.exists(path):
         return None, None
-    rid = _sqlite_id(path)
+    rid = sqlite_id(path)
     if rid is None:
         return None, None
     loc = keys.sqlite_location(path)

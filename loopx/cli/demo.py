@@ -89,20 +89,12 @@ def demo(demo_registry):
 
 def _forget_keys(url: str) -> None:
     # The temporary registry's integrity key and anchor go with it (docs/security.md).
-    import sqlite3
-
     from loopx import keys
+    from loopx.key_files import sqlite_id
 
-    try:
-        conn = sqlite3.connect(f"file:{url}?mode=ro", uri=True)
-        try:
-            row = conn.execute("SELECT value FROM meta WHERE key = ?", (keys.META_ID,)).fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return
-    if row:
-        keys.forget(row[0], keys.sqlite_location(url))
+    registry_id = sqlite_id(url)
+    if registry_id:
+        keys.forget(registry_id, keys.sqlite_location(url))
 
 
 def _run(url: str, kept: bool) -> None:

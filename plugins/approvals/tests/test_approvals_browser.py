@@ -3,24 +3,18 @@ a wrong or reused token refused; every decision in the ledger as the user, with 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 
 import pytest
+from approvals_helpers import cli, start_browser, WAIT
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None)
-MISSING = [n for n, f in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER),
-                          ("selenium", importlib.util.find_spec("selenium"))) if not f]
-WAIT = 60
 
 
 def _env(url, tmp_path):
@@ -29,27 +23,9 @@ def _env(url, tmp_path):
     return env
 
 
-def _cli(env, *args):
-    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", *args], env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert p.returncode == 0, (args, p.stdout, p.stderr)
-    return json.loads(p.stdout)
-
-
 @pytest.fixture
 def browser(tmp_path):
-    if MISSING:
-        pytest.skip(f"browser tests skipped: {', '.join(MISSING)} not installed")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    driver.set_page_load_timeout(WAIT)
+    driver = start_browser(tmp_path / "chromium-profile")
     yield driver
     driver.quit()
 
@@ -58,12 +34,12 @@ def browser(tmp_path):
 def server(tmp_path):
     url = str(tmp_path / "registry.db")
     env = _env(url, tmp_path)
-    goal = _cli(env, "project-prompt", "create", "--title", "Ship the report", "--description", "d")["id"]
-    gate = _cli(env, "gate", "add", goal, "--title", "Publish?", "--scope", "production")["id"]
-    scored = _cli(env, "project-prompt", "create", "--title", "Scored", "--description", "d")["id"]
-    _cli(env, "todo", "add", scored, "--text", "x")
-    run = _cli(env, "quota", "should-run", scored)["interaction_contract"]["run_id"]
-    _cli(env, "run", "finish", "--run-id", run, "--handoff", "done")
+    goal = cli(env, "project-prompt", "create", "--title", "Ship the report", "--description", "d")["id"]
+    gate = cli(env, "gate", "add", goal, "--title", "Publish?", "--scope", "production")["id"]
+    scored = cli(env, "project-prompt", "create", "--title", "Scored", "--description", "d")["id"]
+    cli(env, "todo", "add", scored, "--text", "x")
+    run = cli(env, "quota", "should-run", scored)["interaction_contract"]["run_id"]
+    cli(env, "run", "finish", "--run-id", run, "--handoff", "done")
     proc = subprocess.Popen([sys.executable, "-m", "loopx", "approvals", "serve", "--port", "0"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     info = json.loads(proc.stdout.readline())
@@ -120,7 +96,7 @@ def test_login_approve_and_refusals(browser, server, tmp_path):
     assert status == 403 and "CSRF" in body
     status, body = _post(base + "decide", form + b"&csrf=forged", session)
     assert status == 403
-    gates = _cli(server["env"], "gate", "list", server["goal"])
+    gates = cli(server["env"], "gate", "list", server["goal"])
     assert [g["status"] for g in gates] == ["pending"]
 
     form_el = row.find_element(By.CSS_SELECTOR, f"form.gate[data-gate-id='{server['gate']}']")
@@ -132,9 +108,9 @@ def test_login_approve_and_refusals(browser, server, tmp_path):
         raise AssertionError(browser.current_url + browser.page_source[:2000])
     assert f"gate {server['gate']} approved" in message
 
-    gates = _cli(server["env"], "gate", "list", server["goal"])
+    gates = cli(server["env"], "gate", "list", server["goal"])
     assert [(g["status"], g["decided_by"], g["comment"]) for g in gates] == [("approved", "user", "ship it")]
-    history = _cli(server["env"], "history", server["goal"])
+    history = cli(server["env"], "history", server["goal"])
     decided = [e for e in history if e["kind"] == "gate.approved"]
     assert len(decided) == 1 and decided[0]["actor"] == "user"
     assert decided[0]["operation_id"].startswith("approvals-s-")  # the browser session it came from
@@ -147,7 +123,7 @@ def test_login_approve_and_refusals(browser, server, tmp_path):
     form_el.find_element(By.NAME, "comment").send_keys("good start")
     form_el.find_element(By.TAG_NAME, "button").click()
     wait.until(lambda d: any("reward" in m.text for m in d.find_elements(By.ID, "message")))
-    rewards = _cli(server["env"], "reward", "list", server["scored"])
+    rewards = cli(server["env"], "reward", "list", server["scored"])
     assert [(r["score"], r["comment"], r["author"]) for r in rewards] == [(0.5, "good start", "user")]
-    added = [e for e in _cli(server["env"], "history", server["scored"]) if e["kind"].startswith("reward")]
+    added = [e for e in cli(server["env"], "history", server["scored"]) if e["kind"].startswith("reward")]
     assert added[0]["operation_id"].startswith("approvals-s-")

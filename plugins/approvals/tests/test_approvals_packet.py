@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from urllib.parse import urlsplit
+from approvals_helpers import cli
 
 
 def _env(tmp_path):
@@ -19,13 +20,6 @@ def _env(tmp_path):
                HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "config"),
                XDG_DATA_HOME=str(tmp_path / "data"))
     return env
-
-
-def _cli(env, *args):
-    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", *args], env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert p.returncode == 0, (args, p.stdout, p.stderr)
-    return json.loads(p.stdout)
 
 
 def _page(env) -> str:
@@ -49,12 +43,12 @@ def _page(env) -> str:
 
 def test_the_packet_issue_fix_records_is_on_the_page(tmp_path):
     env = _env(tmp_path)
-    goal = _cli(env, "project-prompt", "create", "--title", "Fix the parser", "--description", "d")["id"]
-    _cli(env, "action", "add", goal, "--name", "publish", "--", sys.executable, "-c", "pass")
-    gate = _cli(env, "gate", "add", goal, "--title", "Publish <b>verified</b> commit", "--scope", "production",
+    goal = cli(env, "project-prompt", "create", "--title", "Fix the parser", "--description", "d")["id"]
+    cli(env, "action", "add", goal, "--name", "publish", "--", sys.executable, "-c", "pass")
+    gate = cli(env, "gate", "add", goal, "--title", "Publish <b>verified</b> commit", "--scope", "production",
                 "--blocks", "action:publish")["id"]
-    bare = _cli(env, "project-prompt", "create", "--title", "No packet here", "--description", "d")["id"]
-    _cli(env, "gate", "add", bare, "--title", "Go ahead?")
+    bare = cli(env, "project-prompt", "create", "--title", "No packet here", "--description", "d")["id"]
+    cli(env, "gate", "add", bare, "--title", "Go ahead?")
     sha = "ab" * 32
     script = textwrap.dedent(f"""
         from loopx import api

@@ -13,6 +13,7 @@ import sys
 from urllib.parse import quote, urlsplit
 
 import pytest
+from approvals_helpers import cli
 
 
 def _env(url, tmp_path):
@@ -22,21 +23,14 @@ def _env(url, tmp_path):
     return env
 
 
-def _cli(env, *args):
-    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", *args], env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert p.returncode == 0, (args, p.stdout, p.stderr)
-    return json.loads(p.stdout)
-
-
 @pytest.fixture
 def served(tmp_path):
     url = str(tmp_path / "registry.db")
     env = _env(url, tmp_path)
-    goal = _cli(env, "project-prompt", "create", "--title", "Scored", "--description", "d")["id"]
-    _cli(env, "todo", "add", goal, "--text", "x")
-    run = _cli(env, "quota", "should-run", goal)["interaction_contract"]["run_id"]
-    _cli(env, "run", "finish", "--run-id", run, "--handoff", "done")
+    goal = cli(env, "project-prompt", "create", "--title", "Scored", "--description", "d")["id"]
+    cli(env, "todo", "add", goal, "--text", "x")
+    run = cli(env, "quota", "should-run", goal)["interaction_contract"]["run_id"]
+    cli(env, "run", "finish", "--run-id", run, "--handoff", "done")
     proc = subprocess.Popen([sys.executable, "-m", "loopx", "approvals", "serve", "--port", "0"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -85,7 +79,7 @@ def test_a_content_length_that_is_not_ascii_digits_is_a_400_with_json(served):
         status, ctype, _loc, body = _post(served, "/reward", _form(served, "1"), length)
         assert status == 400 and ctype.startswith("application/json"), (length, status, body)
         assert json.loads(body)["error"]["code"] == "invalid_argument"
-    assert _cli(served["env"], "reward", "list", "--goal-id", served["goal"]) == []
+    assert cli(served["env"], "reward", "list", "--goal-id", served["goal"]) == []
 
 
 def test_a_score_in_other_digits_is_refused_and_nothing_is_recorded(served):
@@ -93,9 +87,9 @@ def test_a_score_in_other_digits_is_refused_and_nothing_is_recorded(served):
         body = _form(served, score)
         status, _ctype, location, _ = _post(served, "/reward", body, str(len(body)))
         assert status == 303 and "refused" in location, (score, status, location)
-    assert _cli(served["env"], "reward", "list", "--goal-id", served["goal"]) == []
+    assert cli(served["env"], "reward", "list", "--goal-id", served["goal"]) == []
     # An ASCII score is taken.
     body = _form(served, "0.5")
     status, _ctype, location, _ = _post(served, "/reward", body, str(len(body)))
     assert status == 303 and "added" in location, location
-    assert [r["score"] for r in _cli(served["env"], "reward", "list", "--goal-id", served["goal"])] == [0.5]
+    assert [r["score"] for r in cli(served["env"], "reward", "list", "--goal-id", served["goal"])] == [0.5]

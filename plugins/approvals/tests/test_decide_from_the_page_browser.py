@@ -12,49 +12,24 @@ computed styles), and approving there lets the goal run next. Screenshots are ke
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
+from approvals_helpers import cli, start_browser, WAIT
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None)
-MISSING = [n for n, f in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER),
-                          ("selenium", importlib.util.find_spec("selenium"))) if not f]
-WAIT = 60
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
-
-
-def _cli(env, *args):
-    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", *args], env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert p.returncode == 0, (args, p.stdout, p.stderr)
-    return json.loads(p.stdout)
 
 
 @pytest.fixture
 def browser(tmp_path):
-    if MISSING:
-        pytest.skip(f"browser tests skipped: {', '.join(MISSING)} not installed")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-dev-shm-usage", "--window-size=1280,1000", f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    driver.set_page_load_timeout(WAIT)
+    driver = start_browser(tmp_path / "chromium-profile", "--window-size=1280,1000")
     yield driver
     driver.quit()
 
@@ -77,26 +52,26 @@ def world(tmp_path):
     env.update(LOOPX_REGISTRY=str(tmp_path / "registry.db"), LOOPX_PLUGINS="approvals",
                HOME=str(tmp_path / "home"), XDG_DATA_HOME=str(tmp_path / "data"),
                XDG_CONFIG_HOME=str(tmp_path / "config"))
-    human = _cli(env, "project-prompt", "create", "--title", "Migrate billing", "--description", "d")["id"]
-    _cli(env, "todo", "add", human, "--text", "Switch reads to the new cluster")
-    cutover = _cli(env, "gate", "add", human, "--title", "Cut over production traffic", "--scope", "safety")["id"]
+    human = cli(env, "project-prompt", "create", "--title", "Migrate billing", "--description", "d")["id"]
+    cli(env, "todo", "add", human, "--text", "Switch reads to the new cluster")
+    cutover = cli(env, "gate", "add", human, "--title", "Cut over production traffic", "--scope", "safety")["id"]
 
-    failed = _cli(env, "project-prompt", "create", "--title", "Nightly import", "--description", "d")["id"]
-    _cli(env, "todo", "add", failed, "--text", "Import the feed")
-    failed_run = _cli(env, "quota", "should-run", failed)["interaction_contract"]["run_id"]
-    _cli(env, "run", "finish", "--run-id", failed_run, "--outcome", "failed", "--handoff", "import crashed")
+    failed = cli(env, "project-prompt", "create", "--title", "Nightly import", "--description", "d")["id"]
+    cli(env, "todo", "add", failed, "--text", "Import the feed")
+    failed_run = cli(env, "quota", "should-run", failed)["interaction_contract"]["run_id"]
+    cli(env, "run", "finish", "--run-id", failed_run, "--outcome", "failed", "--handoff", "import crashed")
 
-    publish = _cli(env, "project-prompt", "create", "--title", "Quarterly report", "--description", "d")["id"]
-    _cli(env, "todo", "add", publish, "--text", "Publish the report")
-    _cli(env, "action", "add", publish, "--name", "publish", "--", sys.executable, "-c", "print('published')")
-    publish_gate = _cli(env, "gate", "add", publish, "--title", "Publish report v3 to origin/main",
+    publish = cli(env, "project-prompt", "create", "--title", "Quarterly report", "--description", "d")["id"]
+    cli(env, "todo", "add", publish, "--text", "Publish the report")
+    cli(env, "action", "add", publish, "--name", "publish", "--", sys.executable, "-c", "print('published')")
+    publish_gate = cli(env, "gate", "add", publish, "--title", "Publish report v3 to origin/main",
                         "--scope", "production", "--blocks", "action:publish")["id"]
-    run = _cli(env, "quota", "should-run", publish)["interaction_contract"]["run_id"]
+    run = cli(env, "quota", "should-run", publish)["interaction_contract"]["run_id"]
     packet = tmp_path / "packet.md"
     packet.write_text("# Review packet\n\nWhat changed, and why.\n")
-    _cli(env, "evidence", "add", "--run-id", run, "--kind", "handoff", "--summary", "review packet",
+    cli(env, "evidence", "add", "--run-id", run, "--kind", "handoff", "--summary", "review packet",
          "--file", str(packet))
-    _cli(env, "run", "finish", "--run-id", run, "--handoff", "report ready; publish waits for the gate")
+    cli(env, "run", "finish", "--run-id", run, "--handoff", "report ready; publish waits for the gate")
 
     approvals, info = _start(env, "approvals", "serve", "--port", "0")
     dashboard, dash = _start(env, "status-server", "--port", "0", "--json")
@@ -166,7 +141,7 @@ def test_decide_from_the_page(browser, world):
     assert score.get_attribute("value") == "" and score.get_attribute("required") == "true"
     failed.find_element(By.CSS_SELECTOR, "form.reward button").click()
     assert not browser.find_elements(By.ID, "message")  # the browser kept the form: no request
-    assert _cli(env, "reward", "list", world["failed"]) == []
+    assert cli(env, "reward", "list", world["failed"]) == []
 
     # It looks like the dashboard: the same stylesheet, the same computed styles.
     assert {sel: _styles(browser, sel) for sel in dashboard_look} == dashboard_look
@@ -177,22 +152,22 @@ def test_decide_from_the_page(browser, world):
     assert browser.save_screenshot(str(ARTIFACTS / "approvals.png"))
 
     # Before the decision the goal waits for a person; approve from the page; then it runs next.
-    assert _cli(env, "quota", "should-run", world["human"], "--dry-run")["decision"] == "ask_user"
+    assert cli(env, "quota", "should-run", world["human"], "--dry-run")["decision"] == "ask_user"
     cutover = css(f".gate-card[data-gate-id='{world['cutover']}']")
     cutover.find_element(By.NAME, "comment").send_keys("window agreed")
     cutover.find_element(By.CSS_SELECTOR, "button[value='approve']").click()
     message = wait.until(lambda d: d.find_element(By.ID, "message")).text
     assert f"gate {world['cutover']} approved" in message
     assert not browser.find_elements(By.CSS_SELECTOR, f".gate-card[data-gate-id='{world['cutover']}']")
-    gates = _cli(env, "gate", "list", world["human"])
+    gates = cli(env, "gate", "list", world["human"])
     assert [(g["status"], g["decided_by"], g["comment"]) for g in gates] == [("approved", "user", "window agreed")]
-    decided = [e for e in _cli(env, "history", world["human"]) if e["kind"] == "gate.approved"]
+    decided = [e for e in cli(env, "history", world["human"]) if e["kind"] == "gate.approved"]
     assert decided[0]["actor"] == "user" and decided[0]["operation_id"].startswith("approvals-s-")
-    turn = _cli(env, "quota", "should-run", world["human"])
+    turn = cli(env, "quota", "should-run", world["human"])
     assert turn["decision"] == "run" and turn["interaction_contract"]["run_id"]
 
     # The publish-like gate: approved from the page, the held-back action is in the next contract.
-    steps = lambda: [s["id"] for s in _cli(env, "quota", "should-run", world["publish"], "--dry-run")  # noqa: E731
+    steps = lambda: [s["id"] for s in cli(env, "quota", "should-run", world["publish"], "--dry-run")  # noqa: E731
                      ["interaction_contract"]["cli_channel"]["steps"]]
     assert "action:publish" not in steps()
     css(f".gate-card[data-gate-id='{world['publish_gate']}'] button[value='approve']").click()
