@@ -91,9 +91,19 @@ def show(goal_id, print_packet):
         packet = f"\n  packet {o['handoff']['packet']} (sha256 verified)" if o.get("handoff") else ""
         return (f"{o['goal_id']}  [{o['status']}]  {o['title']}\n  worktree {o['worktree']}  branch "
                 f"{o['branch']['name']}\n  phase {o['phase']}  attempts {o['attempts']}\n  todos: {todos}\n"
-                f"  publish gate {o['publish_gate']} ({o['publish_gate_status']})\n  next: {o['next']}{packet}")
+                f"  publish gate {o['publish_gate']} ({o['publish_gate_status']})\n  next: {o['next']}{packet}"
+                + _test_change_text(o.get("test_change")))
 
     emit(out, text)
+
+
+def _test_change_text(tc: dict | None) -> str:
+    """The test-change gate verify requested, with the diff of the changed test files."""
+    if not tc:
+        return ""
+    diff = tc["diff"].rstrip("\n") if tc["diff"] else "(no diff recorded: a gate from an older LoopX)"
+    return (f"\n  test-change gate {tc['gate_id']} ({tc['status']}): {', '.join(tc['files'])}"
+            + (f"\n  diff {tc['diff_path']} (sha256 verified)" if tc["diff_path"] else "") + f"\n{diff}")
 
 
 @issue_fix.command(epilog="Example:\n  loopx issue-fix reproduce --run-id r-91ab")

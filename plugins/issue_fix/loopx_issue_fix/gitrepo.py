@@ -234,14 +234,15 @@ def changed_paths(repo: str, a: str, b: str, paths: list[str] | None = None) -> 
     return [p.decode("utf-8", "replace") for p in out.split(b"\0") if p]
 
 
-def diff(repo: str, a: str, b: str) -> dict:
-    """What changed from ``a`` to ``b`` (commits or trees): the full patch, numstat and stat.
+def diff(repo: str, a: str, b: str, paths: list[str] | None = None) -> dict:
+    """What changed from ``a`` to ``b`` (commits or trees), only in ``paths`` when given: the full
+    patch, numstat and stat.
 
     One ``git diff --numstat --stat --patch`` (git prints the three one after the other: the
     numstat lines, the stat lines, a blank line, then the patch), not one git process for each.
     """
     out = git(repo, "diff", "--numstat", "--stat", "--patch", "--no-ext-diff", "--no-textconv", "--no-renames",
-              "--binary", a, b, "--")
+              "--binary", a, b, "--", *(paths or []))
     cut = out.find("\n\ndiff --git ")
     head, patch = (out[:cut], out[cut + 2:]) if cut >= 0 else (out, "")
     files, ins, dels, stat = [], 0, 0, []

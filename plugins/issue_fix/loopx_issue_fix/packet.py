@@ -315,6 +315,43 @@ def _still_failing(tx, goal_id: str, state: dict) -> list[str]:
     return lines + [""]
 
 
+#: Attempt outcomes where a guard stopped the step before anything was committed or sent.
+BLOCKED = ("tests_changed", "tests_weakened", "environment_changed", "git_changed", "runner_tampered",
+           "not_a_test_failure", "changed_since_verify")
+
+
+def _refused_and_blocked(tx, goal_id: str, state: dict) -> list[str]:
+    """Every command the broker refused in this goal's turns (``refused`` evidence: an agent tried
+    what only the user may do, e.g. ``gate approve``), and every attempt a guard blocked."""
+    from loopx.api import list_evidence
+
+    refused = [ev for ev in list_evidence(tx, goal_id) if ev.kind == "refused"]
+    blocked = [a for a in state.get("log", []) if a["outcome"] in BLOCKED]
+    lines = ["## Refused and blocked attempts", "",
+             f"{len(refused)} command(s) refused inside a turn, {len(blocked)} attempt(s) blocked by a guard.", ""]
+    for ev in refused:
+        why = ((ev.data or {}).get("why") or "") if isinstance(ev.data, dict) else ""
+        lines.append(f"- **refused** ({ev.created_at}, run `{ev.run_id}`, evidence `{ev.id}`): "
+                     f"`{ev.summary.removeprefix('refused: ')[:200]}`" + (f": {why[:200]}" if why else ""))
+    for a in blocked:
+        lines.append(f"- **blocked** {a['step']} `{a['outcome']}` (evidence `{a['evidence_id']}`): "
+                     f"{(a.get('detail') or '').replace(chr(10), ' ')[:200]}")
+    return lines + [""]
+
+
+def _ignored(tx, goal_id: str, ver: dict) -> list[str]:
+    """The files verify left out, over every verify attempt (a file hidden in an earlier attempt
+    and removed before the green one is still named), the green run's first."""
+    from loopx.api import list_evidence
+
+    found = list(ver.get("ignored", []))
+    for ev in list_evidence(tx, goal_id):
+        data = ev.data if isinstance(ev.data, dict) else {}
+        if ev.actor == "capability:issue_fix" and data.get("step") == "verify":
+            found += [p for p in data.get("ignored") or [] if p not in found]
+    return found
+
+
 def render(tx, goal_id: str, state: dict, diff: dict, root_cause: str | None,
            probed: dict) -> tuple[str, list[str]]:
     """The packet's Markdown text and its warnings."""
@@ -359,10 +396,11 @@ def render(tx, goal_id: str, state: dict, diff: dict, root_cause: str | None,
         detail = (a.get("detail") or "").replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {n} | {a['step']} | {a['outcome']} | `{a['evidence_id']}` | {detail} |")
     failed = [a for a in state.get("log", []) if a["outcome"] not in ("red", "green", "published")]
-    lines += ["", f"{len(failed)} failed attempt(s).", "",
+    lines += ["", f"{len(failed)} failed attempt(s).", "", *_refused_and_blocked(tx, goal_id, state),
               "## Files verify did not use", "",
-              "Ignored or excluded files in the worktree (never copied into the clean checkout the tests ran on):",
-              "", *([f"- `{p}`" for p in ver.get("ignored", [])] or ["- (none)"]), "",
+              "Ignored or excluded files in the worktree, in any verify attempt (never copied into the clean "
+              "checkout the tests ran on):",
+              "", *([f"- `{p}`" for p in _ignored(tx, goal_id, ver)] or ["- (none)"]), "",
               *([f"Test changes a user approved: {', '.join(state['approved_test_changes'])}", ""]
                 if state.get("approved_test_changes") else []),
               "## Diff", "",

@@ -493,6 +493,9 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
     asked_for = infra or result.get("new_test_files") or []
     files_now = {p: gitrepo.blob_id(state["repo"], tree, p) for p in asked_for} if reason == "tests_changed" \
         and asked_for else None
+    # What the user decides at the test-change gate: the unified diff of exactly those files.
+    test_patch = gitrepo.diff(state["repo"], repro["tree"], tree, paths=sorted(files_now))["patch"] if files_now \
+        else ""
 
     def update(current, evidence_id, w):
         changes = {"attempts": {**current["attempts"], "verify": current["attempts"]["verify"] + 1},
@@ -507,13 +510,19 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
             if not asked or asked["files"] != files_now:
                 # A user may accept exactly this change of the tests: a gate for it, blocking nothing
                 # else (the goal goes on; verify keeps refusing until it is approved).
-                from loopx.api import writer_request_gate
+                # One gate for every test file this attempt changed, its diff saved as an artifact
+                # (path and sha256 recorded) that `loopx issue-fix show` prints, checked.
+                from loopx.api import save_artifact, writer_request_gate
 
                 gate_id = new_id("gate")
+                saved = save_artifact(w.tx, state_goal(current), f"test-changes-{gate_id}.diff",
+                                      test_patch.encode("utf-8"))
+                names = ", ".join(sorted(files_now))
                 writer_request_gate(w, gate_id=gate_id, scope="other", blocks="action:issue-fix-test-changes",
                                     approval_only=True,
-                                    title=f"Accept changed tests for this fix: {', '.join(sorted(files_now))[:200]}")
-                changes["test_change_gate"] = {"gate_id": gate_id, "files": files_now}
+                                    title=(f"Accept changed tests for this fix ({len(files_now)} file(s), diff: loopx "
+                                           f"issue-fix show {state_goal(current)}): {names}")[:200])
+                changes["test_change_gate"] = {"gate_id": gate_id, "files": files_now, "diff": saved}
         if approved and infra and reason is None:
             changes["approved_test_changes"] = sorted(infra)
         if reason == "still_failing":

@@ -254,6 +254,7 @@ def show(reg, goal_id: str) -> dict:
         handoff = state.get("handoff")
         packet = read_artifact(handoff["packet"], handoff["sha256"], what="the hand-off packet").decode(
             "utf-8", "replace") if handoff else None
+        tests = _test_change(tx, goal_id, state.get("test_change_gate"))
         return {
             "goal_id": goal_id,
             "title": goal.title,
@@ -265,7 +266,24 @@ def show(reg, goal_id: str) -> dict:
             "publish_gate_status": gate.status if gate else "not requested",
             "next": next_step(state, gate.status if gate else None),
             "packet": packet,
+            "test_change": tests,
         }
+
+
+def _test_change(tx, goal_id: str, asked: dict | None) -> dict | None:
+    """The latest test-change gate verify requested: ``{gate_id, status, files, diff}``, ``diff``
+    the unified diff of those test files (base -> candidate), read only while its sha256 is the
+    recorded one (``artifact_tampered``); ``None`` when no gate was requested."""
+    from loopx.api import load_gate, read_artifact
+
+    if not asked:
+        return None
+    gate = load_gate(tx, goal_id, asked["gate_id"])
+    saved = asked.get("diff")
+    diff = read_artifact(saved["path"], saved["sha256"], what="the test changes' diff").decode(
+        "utf-8", "replace") if saved else None
+    return {"gate_id": asked["gate_id"], "status": gate.status, "files": sorted(asked["files"]), "diff": diff,
+            "diff_path": saved["path"] if saved else None, "diff_sha256": saved["sha256"] if saved else None}
 
 
 def next_step(state: dict, gate_status: str | None) -> str:

@@ -6,6 +6,7 @@ verify ran without them and the real tests still fail)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -330,3 +331,82 @@ def test_the_packet_splits_the_diff_and_warns_about_literals_from_the_failing_te
                    "`test_calc.py::test_add`", "PASS_TO_PASS"):
         assert needle in packet, needle
     assert TEST  # the test module is unchanged
+
+
+def test_several_test_changes_in_one_attempt_are_one_gate_showing_their_diff(cli, tmp_path):
+    repo = make_project(tmp_path)
+    (repo / "conftest.py").write_text("# shared fixtures\n")
+    git(repo, "add", "conftest.py")
+    git(repo, "commit", "-qm", "conftest")
+    g, wt = reproduced(cli, repo)
+    # One attempt changes two test files: the base conftest, and a new one in a tests/ directory.
+    (wt / "conftest.py").write_text(MONKEYPATCH)
+    (wt / "tests").mkdir()
+    (wt / "tests" / "conftest.py").write_text(REWRITE_REPORTS)
+    refused(cli, g, "issue_fix.tests_changed")
+    gates = cli("gate", "list", "--goal-id", g, "--json").json
+    assert len(gates) == 1, gates
+    assert "conftest.py, tests/conftest.py" in gates[0]["title"] and f"issue-fix show {g}" in gates[0]["title"]
+    # The user reads the diff before deciding: both files' changes, in the JSON and the text.
+    tc = state(cli, g)["test_change"]
+    assert tc["gate_id"] == gates[0]["id"] and tc["status"] == "pending"
+    assert tc["files"] == ["conftest.py", "tests/conftest.py"]
+    for needle in ("-# shared fixtures", "+calc.add = _add", "+++ b/tests/conftest.py", '+    report.outcome = "passed"'):
+        assert needle in tc["diff"], needle
+    text = cli("issue-fix", "show", "--goal-id", g)
+    assert text.code == 0 and f"test-change gate {tc['gate_id']} (pending)" in text.out
+    assert "+calc.add = _add" in text.out and "(sha256 verified)" in text.out
+    # The same change refused again asks nothing new; the diff changed behind LoopX is not shown.
+    refused(cli, g, "issue_fix.tests_changed")
+    assert len(cli("gate", "list", "--goal-id", g, "--json").json) == 1
+    Path(tc["diff_path"]).write_text("+harmless\n")
+    r = cli("issue-fix", "show", "--goal-id", g, "--json")
+    assert r.code == 2 and r.json["error"]["code"] == "artifact_tampered", r
+
+
+# The hostile agent in a real confined `command`-executor turn (run in the worktree): it hides a
+# report-rewriting conftest from git, tries to approve the pending test-change gate itself (the
+# broker refuses it), then runs the contract's lines (verify).
+TURN_AGENT = r'''
+import os, re, subprocess, sys
+open("conftest.py", "w").write(sys.argv[3])
+open(".gitignore", "w").write("conftest.py\n.gitignore\n")
+subprocess.run(["loopx", "gate", "approve", "--goal-id", sys.argv[1], "--gate-id", sys.argv[2]])
+prompt = open(os.environ["LOOPX_PROMPT_FILE"]).read()
+for line in re.search(r"```sh\n(.*?)\n```", prompt, re.S).group(1).splitlines():
+    subprocess.run(line, shell=True, check=False)
+'''
+
+
+def test_the_packet_lists_refused_and_blocked_attempts_and_every_ignored_file(cli, project, tmp_path):
+    g, wt = reproduced(cli, project)
+    (wt / "conftest.py").write_text(REWRITE_REPORTS)
+    refused(cli, g, "issue_fix.tests_changed")  # blocked by a guard; a test-change gate asked
+    gate = state(cli, g)["test_change"]["gate_id"]
+    (wt / "conftest.py").unlink()
+    (tmp_path / "agent.py").write_text(TURN_AGENT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_") or k == "LOOPX_ISSUE_FIX_WORKTREES"}
+    env.update({"LOOPX_REGISTRY": cli.url, "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
+                "LOOPX_EXECUTOR_COMMAND": json.dumps([sys.executable, str(tmp_path / "agent.py"), g, gate,
+                                                      REWRITE_REPORTS])})
+    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", "turn", "--goal-id", g, "--executor",
+                        "command"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    t = json.loads(p.stdout)
+    assert t["outcome"] == "failed" and t["reason"] == "refused_command", (t, p.stderr[-2000:])
+    s = state(cli, g)
+    # The gate stays pending; the agent's verify ran without the hidden conftest: still red.
+    assert s["test_change"]["status"] == "pending" and s["log"][-1]["outcome"] == "test_failed", s["log"]
+    # The agent's hidden conftest is gone before the green verify: only the earlier attempt saw it.
+    (wt / "conftest.py").unlink()
+    (wt / ".gitignore").unlink()
+    (wt / "calc.py").write_text(FIXED)
+    r, _ = step(cli, g)
+    assert r.json["verified"] is True and r.json["ignored"] == []
+    r, _ = step(cli, g, "--root-cause", "add used subtraction")
+    packet = r.json["packet"]
+    section = packet.split("## Refused and blocked attempts", 1)[1].split("## Diff", 1)[0]
+    assert "1 command(s) refused inside a turn, 1 attempt(s) blocked by a guard." in section, section
+    assert f"`loopx gate approve --goal-id {g} --gate-id {gate}`" in section, section
+    assert "**blocked** verify `tests_changed`" in section and "conftest.py changed" in section, section
+    ignored = section.split("## Files verify did not use", 1)[1]
+    assert "- `conftest.py`" in ignored, ignored
