@@ -1,7 +1,8 @@
 """Telling a human: one notification per change of a goal's "needs you" state.
 
-``loopx worker`` calls :func:`check_goals` for the goals whose ledger moved and
-:func:`check_workers` at every heartbeat. A goal's state is :func:`loopx.needs_you.needs`; a
+``loopx worker`` calls :func:`check_goals` for the goals whose ledger moved, and for every open
+goal and :func:`check_workers` at every heartbeat (a cadence passing changes a goal's need
+without any event). A goal's state is :func:`loopx.needs_you.needs`; a
 notification goes out when that state *changes* to one that needs a person (its ``id`` is a
 digest of goal, reason and commands), never twice for one state, and a goal that stops needing
 anyone is recorded as ``cleared`` so that the same need coming back is news again. At most one
@@ -14,24 +15,26 @@ Where it goes (``loopx config set ...``, user-owned settings in the registry):
   (30 s at most); its exit status is recorded.
 * ``notify.webhook`` - an ``http(s)://`` URL that gets the JSON ``POST``\\ ed, with
   ``X-LoopX-Signature: sha256=<HMAC-SHA256 of the body>`` keyed by the secret in
-  :func:`secret_path` (made on first use, readable only by the user), retried with back-off
-  (0.5 s, 1 s, 2 s, 4 s) until a 2xx answer; every attempt's outcome is recorded.
+  :func:`secret_path` (made on first use, readable only by the user); a 2xx answer delivers it.
 * every plugin's ``loopx_notify`` hook.
 
 Each delivery is a row of ``notifications`` (goal, reason, channel, status, attempts, detail),
-shown by ``loopx notify list``.
+shown by ``loopx notify list``. A command or webhook that fails is never dropped: its row stays
+``pending`` and a later check (the worker's every beat, or ``loopx notify check``) tries again once
+its back-off (:data:`RETRY_BACKOFF`, on :mod:`loopx.clock`) has passed, until it is ``delivered``
+or the need clears or changes (then ``failed``: nobody needs telling any more).
 """
 
 from __future__ import annotations
 
 import json
-import time
 
 from loopx import clock
 
 SCHEMA = "loopx.notification/1"
 DEFAULT_MIN_INTERVAL = 60.0
-BACKOFF = (0.5, 1.0, 2.0, 4.0)
+#: Seconds before the next try of a failed delivery, by the number of tries so far (then the last, forever).
+RETRY_BACKOFF = (30.0, 60.0, 120.0, 300.0, 600.0, 900.0)
 COMMAND_TIMEOUT = 30.0
 WEBHOOK_TIMEOUT = 10.0
 
@@ -85,8 +88,11 @@ def _last(tx, goal_id: str) -> dict | None:
                   (goal_id,))
 
 
-def _record(reg, goal_id: str, reason: str, key: str, channel: str, status: str, attempts: int, detail) -> None:
-    at = clock.now()
+def _record(reg, goal_id: str, reason: str, key: str, channel: str, status: str, attempts: int, detail,
+            at: str | None = None) -> None:
+    at = at or clock.now()
+    if channel in ("command", "webhook") and key.startswith("n-"):  # a goal's need: tried until it clears
+        status, detail = _status(status, attempts, detail, at)
 
     def work(tx):
         tx.execute("INSERT INTO notifications (goal_id, reason, dedupe_key, at, channel, status, attempts, detail)"
@@ -94,6 +100,53 @@ def _record(reg, goal_id: str, reason: str, key: str, channel: str, status: str,
                    (goal_id, reason, key, at, channel, status, attempts, json.dumps(detail, sort_keys=True)[:4000]))
 
     reg.store.write(work)
+
+
+def _status(status: str, attempts: int, detail: dict, at: str) -> tuple[str, dict]:
+    """A failed command or webhook stays ``pending``, with the time of its next try."""
+    if status != "failed":
+        return status, detail
+    wait = RETRY_BACKOFF[min(attempts, len(RETRY_BACKOFF)) - 1]
+    return "pending", {**detail, "next_attempt_at": clock.add_seconds(at, wait)}
+
+
+def _pending(tx, goal_id: str) -> list[dict]:
+    return tx.query("SELECT id, dedupe_key, at, channel, attempts, detail FROM notifications"
+                    " WHERE goal_id = ? AND status = 'pending' AND dedupe_key LIKE 'n-%' ORDER BY id", (goal_id,))
+
+
+def _retry(reg, row: dict, payload: dict, values: dict) -> str:
+    """Try a pending delivery again on its channel; the row records the outcome (one row per delivery)."""
+    payload = {**payload, "at": row["at"]}  # the same notification, byte for byte (its signature too)
+    body = json.dumps(payload, sort_keys=True).encode()
+    target = values.get(f"notify.{row['channel']}")
+    if target:
+        status, _, detail = (_run_command if row["channel"] == "command" else _post)(target, body)
+    else:  # the channel was unset since: nothing left to try it on
+        status, detail = "failed", {"error": f"notify.{row['channel']} is no longer set"}
+    attempts = int(row["attempts"]) + 1
+    old = json.loads(row["detail"] or "{}")
+    detail = {**detail, "errors": (old.get("errors") or [])[-8:] + detail.get("errors", [])}
+    at = clock.now()
+    if target:
+        status, detail = _status(status, attempts, detail, at)
+    reg.store.write(lambda tx: tx.execute(
+        "UPDATE notifications SET status = ?, attempts = ?, detail = ? WHERE id = ?",
+        (status, attempts, json.dumps({**detail, "last_attempt_at": at}, sort_keys=True)[:4000], row["id"])))
+    return status
+
+
+def _give_up(reg, rows: list[tuple[dict, str]]) -> None:
+    """Pending deliveries of a need that cleared or changed: nobody needs telling about it any more."""
+    def work(tx):
+        for row, why in rows:
+            detail = {**json.loads(row["detail"] or "{}"), "gave_up": why}
+            detail.pop("next_attempt_at", None)
+            tx.execute("UPDATE notifications SET status = 'failed', detail = ? WHERE id = ?",
+                       (json.dumps(detail, sort_keys=True)[:4000], row["id"]))
+
+    if rows:
+        reg.store.write(work)
 
 
 def open_goal_ids(reg) -> list[str]:
@@ -116,7 +169,7 @@ def check_goals(reg, goal_ids) -> list[dict]:
     with reg.read() as tx:
         values = settings(tx)
         interval = float(values.get("notify.min_interval_seconds") or DEFAULT_MIN_INTERVAL)
-        todo = []
+        todo, retries, give_up = [], [], []
         for goal_id in wanted:
             _waiting.discard(goal_id)
             goal = tx.one("SELECT title FROM goals WHERE id = ?", (goal_id,))
@@ -124,21 +177,32 @@ def check_goals(reg, goal_ids) -> list[dict]:
                 continue
             found = needs(tx, goal_id, now)
             last = _last(tx, goal_id)
+            key = _key(goal_id, found) if found is not None else None
+            pending = _pending(tx, goal_id)
+            give_up += [(r, "the need cleared" if key is None else "the need changed")
+                        for r in pending if r["dedupe_key"] != key]
             if found is None:
                 if last is not None and last["status"] != "cleared":
                     todo.append((goal_id, None, None))
                 continue
-            key = _key(goal_id, found)
-            if last is not None and last["dedupe_key"] == key:
-                continue  # already told
-            if last is not None and last["status"] != "cleared" and 0 <= clock.seconds_between(last["at"], now) < interval:
-                _waiting.add(goal_id)  # rate limit: look again later, send the state of then
-                continue
-            todo.append((goal_id, found, {
+            payload = {
                 "schema": SCHEMA, "id": key, "goal_id": goal_id, "title": goal["title"],
                 "decision": found["decision"], "reason": found["reason"], "message": found["message"],
                 "commands": found["commands"], "command": (found["commands"] or [None])[0], "at": now,
-                "registry": display_url(reg.store.url)}))
+                "registry": display_url(reg.store.url)}
+            if last is not None and last["dedupe_key"] == key:
+                # already told - unless a channel failed: try it again once its back-off has passed
+                retries += [(r, payload) for r in pending if r["dedupe_key"] == key
+                            and json.loads(r["detail"] or "{}").get("next_attempt_at", "") <= now]
+                continue
+            if last is not None and last["status"] != "cleared" and 0 <= clock.seconds_between(last["at"], now) < interval:
+                _waiting.add(goal_id)  # rate limit: look again later, send the state of then
+                continue
+            todo.append((goal_id, found, payload))
+    _give_up(reg, give_up)
+    for row, payload in retries:
+        if _retry(reg, row, payload, values) == "delivered":
+            sent.append(payload)
     for goal_id, found, payload in todo:
         if found is None:
             _record(reg, goal_id, "cleared", "", "none", "cleared", 0, {})
@@ -189,12 +253,12 @@ def deliver(reg, payload: dict, values: dict, *, key: str | None = None) -> dict
     command = values.get("notify.command")
     if command:
         status, attempts, detail = _run_command(command, body)
-        _record(reg, goal_id, reason, key, "command", status, attempts, detail)
+        _record(reg, goal_id, reason, key, "command", status, attempts, detail, payload.get("at"))
         results["command"] = status
     url = values.get("notify.webhook")
     if url:
         status, attempts, detail = _post(url, body)
-        _record(reg, goal_id, reason, key, "webhook", status, attempts, detail)
+        _record(reg, goal_id, reason, key, "webhook", status, attempts, detail, payload.get("at"))
         results["webhook"] = status
     hooks = plugins.hooks()
     if hooks.implemented(hooks.notify):
@@ -225,26 +289,23 @@ def _run_command(command: str, body: bytes) -> tuple[str, int, dict]:
     return ("delivered" if p.returncode == 0 else "failed"), 1, detail
 
 
-def _post(url: str, body: bytes, *, sleep=time.sleep) -> tuple[str, int, dict]:
+def _post(url: str, body: bytes) -> tuple[str, int, dict]:
+    """One signed ``POST`` (no waiting here: a failure is tried again by a later check, see :data:`RETRY_BACKOFF`)."""
     import urllib.error
     import urllib.request
 
     headers = {"Content-Type": "application/json", "User-Agent": "loopx-notify/1", "X-LoopX-Signature": sign(body)}
-    errors = []
-    for attempt in range(len(BACKOFF) + 1):
-        if attempt:
-            sleep(BACKOFF[attempt - 1])
-        try:
-            req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-            with urllib.request.urlopen(req, timeout=WEBHOOK_TIMEOUT) as resp:
-                if 200 <= resp.status < 300:
-                    return "delivered", attempt + 1, {"http_status": resp.status, "errors": errors}
-                errors.append(f"HTTP {resp.status}")
-        except urllib.error.HTTPError as exc:
-            errors.append(f"HTTP {exc.code}")
-        except (urllib.error.URLError, OSError) as exc:
-            errors.append(str(getattr(exc, "reason", exc))[:200])
-    return "failed", len(BACKOFF) + 1, {"errors": errors}
+    try:
+        req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(req, timeout=WEBHOOK_TIMEOUT) as resp:
+            if 200 <= resp.status < 300:
+                return "delivered", 1, {"http_status": resp.status}
+            error = f"HTTP {resp.status}"
+    except urllib.error.HTTPError as exc:
+        error = f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        error = str(getattr(exc, "reason", exc))[:200]
+    return "failed", 1, {"errors": [error]}
 
 
 def list_recent(reg, *, limit: int = 50) -> list[dict]:

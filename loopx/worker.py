@@ -488,7 +488,10 @@ class _Notifier:
                     if job[0] == "goals":
                         sent = notify.check_goals(reg, job[1])
                     else:
-                        sent = notify.check_goals(reg, [])  # goals held back by the rate limit
+                        # Every open goal, not only those whose ledger moved: a goal comes to need
+                        # someone when its cadence passes with no work left (no event says so), and a
+                        # failed delivery is tried again here once its back-off has passed.
+                        sent = notify.check_goals(reg, notify.open_goal_ids(reg))
                         sent += notify.check_workers(reg)
                     for n in sent or []:
                         self._sent(n)

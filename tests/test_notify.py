@@ -15,25 +15,30 @@ import pytest
 from tests.conftest import loopx_env
 
 
-@pytest.fixture
-def hook_server():
-    """A webhook receiver on 127.0.0.1 that answers 500 to the first request, then 204."""
+def _serve(failures: int):
+    """A webhook receiver on 127.0.0.1 that answers 500 to its first ``failures`` requests, then 200."""
     got: list[tuple[dict, bytes]] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             body = self.rfile.read(int(self.headers["Content-Length"]))
             got.append((self.headers, body))  # case-insensitive, as HTTP headers are
-            self.send_response(500 if len(got) == 1 else 204)
+            self.send_response(500 if len(got) <= failures else 200)
             self.end_headers()
 
         def log_message(self, *args):
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook", got
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/hook", got
+
+
+@pytest.fixture
+def hook_server():
+    """A webhook receiver on 127.0.0.1 that answers 500 to the first request, then 200."""
+    server, url, got = _serve(1)
+    yield url, got
     server.shutdown()
 
 
@@ -60,7 +65,8 @@ def _inbox(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def test_a_pending_gate_is_told_once_to_a_command_and_a_signed_webhook(sqlite_url, tmp_path, hook_server):
+def test_a_pending_gate_is_told_once_to_a_command_and_a_signed_webhook(sqlite_url, tmp_path, hook_server,
+                                                                       loopx_clock):
     url = sqlite_url
     hook_url, got = hook_server
     inbox = _configure(url, tmp_path, hook_url)
@@ -77,8 +83,14 @@ def test_a_pending_gate_is_told_once_to_a_command_and_a_signed_webhook(sqlite_ur
     assert (n["schema"], n["goal_id"], n["reason"], n["decision"]) == ("loopx.notification/1", gid, "gate_pending",
                                                                        "ask_user")
     assert n["command"] == f"loopx gate approve --goal-id {gid} --gate-id {gate['id']}"
-    # The webhook: refused once (500), delivered on the retry; the body is signed with the user's key.
+    # The webhook: refused once (500) and pending; tried again once its back-off (30 s) has passed.
+    code, deliveries, _ = _cli(url, tmp_path, "notify", "list")
+    assert {d["channel"]: d["status"] for d in deliveries} == {"webhook": "pending", "command": "delivered"}
+    assert _cli(url, tmp_path, "notify", "check")[1] == [] and len(got) == 1  # not yet: no sleep, no retry
+    loopx_clock.advance(30)
+    assert [s["reason"] for s in _cli(url, tmp_path, "notify", "check")[1]] == ["gate_pending"]
     assert len(got) == 2 and got[0][1] == got[1][1]
+    assert len(_inbox(inbox)) == 1  # the command, delivered already, is not told again
     headers, body = got[1]
     key = (tmp_path / "config" / "loopx" / "notify.key").read_bytes().strip()
     assert headers["X-LoopX-Signature"] == "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
@@ -164,3 +176,98 @@ def test_only_a_user_changes_settings_and_bad_ones_are_refused(sqlite_url, tmp_p
     assert _cli(url, tmp_path, "config", "list")[1] == {}
     assert _cli(url, tmp_path, "config", "set", "executor", "shell")[0] == 0
     assert _cli(url, tmp_path, "config", "list")[1] == {"executor": "shell"}
+
+
+def test_a_failed_webhook_is_retried_with_back_off_until_delivered_never_dropped(sqlite_url, tmp_path, loopx_clock):
+    url = sqlite_url
+    server, hook_url, got = _serve(4)  # 500 four times, then 200
+    try:
+        for key, value in (("notify.webhook", hook_url), ("notify.min_interval_seconds", "0")):
+            assert _cli(url, tmp_path, "config", "set", key, value)[0] == 0
+        gid = _cli(url, tmp_path, "project-prompt", "create", "--title", "Hook", "--description", "d")[1]["id"]
+        _cli(url, tmp_path, "gate", "add", gid, "--title", "Deploy?", "--scope", "production")
+
+        def check():
+            code, sent, err = _cli(url, tmp_path, "notify", "check")
+            assert code == 0, err
+            (row,) = _cli(url, tmp_path, "notify", "list")[1]
+            return sent, row
+
+        sent, row = check()
+        assert [s["reason"] for s in sent] == ["gate_pending"]  # sent (tried) ...
+        assert (row["status"], row["attempts"], len(got)) == ("pending", 1, 1)  # ... refused: pending
+        # The back-off grows on the movable clock: 30 s, 60 s, 120 s after the 1st, 2nd, 3rd failure.
+        for wait, attempts in ((30, 2), (60, 3), (120, 4)):
+            loopx_clock.advance(wait - 10)
+            assert check()[1]["attempts"] == attempts - 1 and len(got) == attempts - 1  # not due yet
+            loopx_clock.advance(10)
+            sent, row = check()
+            assert sent == [] and (row["status"], row["attempts"], len(got)) == ("pending", attempts, attempts)
+            assert row["detail"]["errors"][-1] == "HTTP 500"
+        loopx_clock.advance(300)
+        sent, row = check()
+        assert [s["reason"] for s in sent] == ["gate_pending"]
+        assert (row["status"], row["attempts"], len(got)) == ("delivered", 5, 5)
+        assert len({body for _, body in got}) == 1  # the same notification each time
+        loopx_clock.advance(3600)
+        assert check()[0] == [] and len(got) == 5  # delivered: never again
+    finally:
+        server.shutdown()
+
+
+def test_a_pending_delivery_ends_failed_when_the_need_clears(sqlite_url, tmp_path, loopx_clock):
+    url = sqlite_url
+    server, hook_url, got = _serve(100)  # bounded: far more than the test makes
+    try:
+        for key, value in (("notify.webhook", hook_url), ("notify.min_interval_seconds", "0")):
+            assert _cli(url, tmp_path, "config", "set", key, value)[0] == 0
+        gid = _cli(url, tmp_path, "project-prompt", "create", "--title", "Hook", "--description", "d")[1]["id"]
+        gate = _cli(url, tmp_path, "gate", "add", gid, "--title", "Deploy?", "--scope", "production")[1]
+        _cli(url, tmp_path, "notify", "check")
+        assert _cli(url, tmp_path, "notify", "list")[1][0]["status"] == "pending"
+        assert _cli(url, tmp_path, "gate", "approve", "--goal-id", gid, "--gate-id", gate["id"])[0] == 0
+        loopx_clock.advance(60)
+        _cli(url, tmp_path, "notify", "check")
+        rows = _cli(url, tmp_path, "notify", "list")[1]
+        assert [(r["channel"], r["status"]) for r in rows] == [("none", "cleared"), ("webhook", "failed")]
+        assert rows[1]["detail"]["gave_up"] == "the need cleared" and len(got) == 1
+    finally:
+        server.shutdown()
+
+
+def test_the_worker_tells_a_person_when_a_cadence_goal_runs_out_of_work(sqlite_url, tmp_path, loopx_clock):
+    """No event marks the cadence passing: the worker's beat looks at every open goal."""
+    from loopx.testing import wait_until
+    from tests.factories import make_goal
+
+    url = sqlite_url
+
+    def cli(*args):  # the env make_goal uses (its registry's key lives in the test's config dir)
+        p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", *args], env=loopx_env(url),
+                           capture_output=True, text=True, timeout=120)
+        return p.returncode, (json.loads(p.stdout) if p.stdout.strip() else None), p.stderr
+
+    inbox = tmp_path / "inbox.jsonl"
+    gid = make_goal(url, title="Cadenced", description="d", acts={"work": ["sh", "-c", "true"]},
+                    todo_texts=["only one"], limits={"cadence_seconds": 3600})["goal"]
+    assert cli("config", "set", "notify.command", f"cat >> {inbox}; echo >> {inbox}")[0] == 0
+    work = tmp_path / "work"
+    work.mkdir()
+    w = subprocess.Popen([sys.executable, "-m", "loopx", "--format", "json", "worker", "--beat-seconds", "0.3"],
+                         env=loopx_env(url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True, cwd=work)
+    try:
+        wait_until(lambda: [r["status"] for r in cli("run", "list", gid)[1]] == ["finished"],
+                   "the first turn")
+        assert [t["status"] for t in cli("todo", "list", gid)[1]] == ["done"]  # the turn did the last work ...
+        code, preview, _ = cli("quota", "should-run", gid, "--dry-run")
+        assert preview["decision"] == "wait"  # ... inside the cadence: nobody is needed yet
+        loopx_clock.advance(3601)  # the cadence passes; nothing is written to the ledger
+        told = wait_until(lambda: _inbox(inbox), "the notification")
+        assert [(n["goal_id"], n["decision"]) for n in told] == [(gid, "ask_user")]
+    finally:
+        import os
+        import signal
+
+        os.killpg(w.pid, signal.SIGTERM)
+        w.communicate(timeout=60)
