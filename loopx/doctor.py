@@ -224,7 +224,7 @@ def registry(reg) -> dict:
         damaged = [f for f in report["findings"] if f.get("severity") != damage.HOUSEKEEPING]
         counts = ", ".join(f"{c} {n}" for c, n in sorted(by_code.items()))
         return _check("registry", FAIL if damaged else WARN, f"{where}; found {counts}", details,
-                      "loopx self-repair check, then loopx self-repair fix")
+                      "the installed repair capability's check, then its fix (loopx capabilities list names it)")
     return _check("registry", OK, f"{where}; no damage found", details)
 
 
