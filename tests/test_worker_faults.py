@@ -83,3 +83,28 @@ def test_a_full_disk_never_ends_the_worker_it_backs_off_and_carries_on(small_dis
         w.wait(timeout=60)
     assert w.returncode == 128 + signal.SIGTERM, log.read_text()[-2000:]  # stopped by the signal, not a fault
     assert _events(log)[-1]["event"] == "worker_stop"
+
+
+
+def test_a_lease_whose_owner_was_killed_never_blocks_its_goal_even_stamped_a_year_ahead(tmp_path, loopx_clock):
+    url = str(tmp_path / "registry.db")
+    work = tmp_path / "work"
+    work.mkdir()
+    go = work / "go"
+    gid = make_goal(url, title="g", description="d", todo_texts=["t"], acts={
+        "work": ["sh", "-c", f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done"]})["goal"]
+    loopx_clock.advance(365 * 86400)  # the wall clock a year ahead: the lease expires a year from now
+    a = subprocess.Popen([sys.executable, "-m", "loopx", "worker", "--beat-seconds", "1"], env=loopx_env(url), cwd=work,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_until(lambda: (work / "started").exists(), "the step to start")
+    os.kill(a.pid, signal.SIGKILL)
+    a.wait(timeout=10)
+    go.touch()  # its orphaned turn ends (its lease stays: the worker never released it)
+    loopx_clock.set(0)  # the clock set right again
+    log = tmp_path / "b.log"
+    with open(log, "w") as err:
+        b = subprocess.run([sys.executable, "-m", "loopx", "worker", "--exit-when-idle", "--log-format", "json"],
+                           env=loopx_env(url), cwd=work, stdout=subprocess.DEVNULL, stderr=err, timeout=120)
+    events = [(e["event"], e.get("goal")) for e in _events(log)]
+    assert ("lease_taken", gid) in events and ("lease_refused", gid) not in events, events
+    assert b.returncode == 0
