@@ -180,7 +180,7 @@ def acquire(reg, goal_id: str, worker_id: str, lease_seconds: float) -> int | No
                    " ON CONFLICT (goal_id) DO NOTHING", (goal_id,))
         row = tx.one("SELECT worker_id, token, expires_at FROM goal_leases WHERE goal_id = ?"
                      + (" FOR UPDATE" if tx.dialect == "postgres" else ""), (goal_id,))
-        if row["worker_id"] != worker_id and row["expires_at"] > now:
+        if row["worker_id"] != worker_id and row["expires_at"] > now and _owner_alive(tx, row["worker_id"]):
             return None
         token = int(row["token"]) + 1
         tx.execute("UPDATE goal_leases SET worker_id = ?, token = ?, expires_at = ? WHERE goal_id = ?",
@@ -188,6 +188,29 @@ def acquire(reg, goal_id: str, worker_id: str, lease_seconds: float) -> int | No
         return token
 
     return reg.store.write(work)
+
+
+def _owner_alive(tx, worker_id: str) -> bool:
+    """Whether the worker holding a lease may still be running: not if it stopped cleanly, nor if it
+    ran on this host and its process is gone - so a lease stamped by a wrong clock (a year ahead)
+    never outlives its owner. An owner on another host is trusted until its lease expires."""
+    import os
+    import socket
+
+    row = tx.one("SELECT host, pid, stopped_at FROM workers WHERE id = ?", (worker_id,))
+    if row is None:
+        return True
+    if row["stopped_at"]:
+        return False
+    if row["host"] != socket.gethostname():
+        return True
+    try:
+        os.kill(int(row["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass
+    return True
 
 
 def renew(reg, leases: dict[str, int], worker_id: str, lease_seconds: float) -> list[str]:

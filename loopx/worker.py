@@ -52,12 +52,13 @@ import threading
 import time
 
 from loopx import clock
-from loopx.worker_log import shown_url, turn_end
+from loopx.worker_log import Faults, passing_fault, shown_url, turn_end
 
 JUMP_SECONDS = 30.0
 MAX_SLEEP = 60.0
 POLL_SECONDS = 0.5
 FAILED_START_BACKOFF = 30.0
+FAULT_BACKOFF = (0.5, 30.0)  # a registry fault: first wait, doubling up to the second
 
 
 class _Child:
@@ -105,6 +106,7 @@ class Worker:
         self.stats = {"turns": 0, "turn_processes": 0, "busy_seconds": 0.0, "clock_jumps": 0, "started_at": None, "lease_refused": 0}
         self._skew: float | None = None
         self._active = (float("inf"), float("-inf"))  # first turn's start, last turn's end
+        self.faults = Faults(self.log, *FAULT_BACKOFF)
 
     # ------------------------------------------------------------------ schedule
 
@@ -218,12 +220,12 @@ class Worker:
         for goal_id, child in list(self.children.items()):
             if not child.done:
                 continue
+            release(reg, goal_id, self.id, child.token)  # first: a fault here is retried at the next pass
             del self.children[goal_id]
             self.stats["turn_processes"] += 1
             end = time.monotonic()
             self.stats["busy_seconds"] += end - child.started
             self._active = (min(self._active[0], child.started), max(self._active[1], end))
-            release(reg, goal_id, self.id, child.token)
             self._log_end(reg, child, end - child.started)
             self._after(reg, goal_id, child)
 
@@ -333,6 +335,24 @@ class Worker:
         finally:
             watcher.close()
 
+    def _fault(self, reg, exc):
+        """Wait out a registry fault (:class:`loopx.worker_log.Faults`; any other error is raised), then
+        reconnect (the old connection may be gone for good); the registry to go on with."""
+        from loopx.registry import Registry
+
+        self.faults.wait(exc, lambda: self.stop_signal is not None, self.wake)
+        try:
+            fresh = Registry.open(self.url)
+        except Exception as again:
+            if passing_fault(again) is None:
+                raise
+            return reg
+        try:
+            reg.close()
+        except Exception:
+            pass
+        return fresh
+
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> dict:
@@ -356,9 +376,14 @@ class Worker:
                     "retry_seconds": self.retry_seconds}
             self.log("worker_start", host=host, pid=pid, registry=shown_url(self.url), concurrency=self.concurrency,
                      executor=self.executor, workdir=self.workdir)
-            self._stop_asked(beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info=info))
+            while self.stop_signal is None:  # a full disk or a database away at start: wait it out
+                try:
+                    self._stop_asked(beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info=info))
+                    self._scan(reg)
+                    break
+                except Exception as exc:
+                    reg = self._fault(reg, exc)
             watcher.start()
-            self._scan(reg)
             self._check_clock(reg)
             next_beat = time.monotonic() + self.beat_seconds
             notifier = _Notifier(self.url, self.log) if self.notify else None
@@ -368,56 +393,65 @@ class Worker:
                         "SELECT goal_id FROM goal_summary WHERE lane = 2")])
             while True:
                 self.wake.clear()
-                self._reap(reg)
-                self._check_clock(reg)
-                if self.changed.is_set():
-                    self.changed.clear()
-                    with reg.read() as tx:
-                        goals, self.last_event = changed_goals(tx, self.last_event)
-                        asked = stop_requested(tx, self.id)
-                    self._stop_asked(asked)
-                    if goals:
-                        self._scan(reg, goals)
-                        if notifier:
-                            notifier.check(goals)
-                if self.stop_signal is not None:
-                    if not signalled:
-                        signalled = True
-                        self.log("stopping", signal=None if self.stop_request else signal.Signals(self.stop_signal).name,
-                                 requested=bool(self.stop_request), turns_running=len(self.children))
-                    if not self.children:
-                        break
-                else:
-                    for goal_id in self._due(time.monotonic()):
-                        self._start(reg, goal_id)
-                now = time.monotonic()
-                if now >= next_beat:
-                    lost = renew(reg, {g: c.token for g, c in self.children.items()}, self.id, self.lease_seconds)
-                    for g in lost:  # another worker holds it now: stop this turn
-                        self.log("lease_lost", goal=g, token=self.children[g].token)
-                        self.children[g].proc.send_signal(signal.SIGTERM)
-                    info["clock_jumps"] = self.stats["clock_jumps"]
-                    info["turns"] = [{"goal": c.goal_id, "executor": c.executor, "started_at": c.started_at,
-                                      "pid": c.proc.pid} for c in self.children.values()]
-                    self._stop_asked(beat(reg, self.id, host=host, pid=pid, started_at=started_at,
-                                          goals=list(self.children), info=info))
-                    if notifier:
-                        notifier.check_workers()
-                    next_beat = now + self.beat_seconds
-                due = self._next_due()
-                if due is not None and len(self.children) >= self.concurrency:
-                    due = None  # every slot is taken: a turn's end wakes the loop, not the due time
-                if self.exit_when_idle and not self.children and (due is None or due > now) \
-                        and not self.changed.is_set():
-                    with reg.read() as tx:  # the watcher may not have seen the last commits yet
-                        if changed_goals(tx, self.last_event)[1] == self.last_event:
+                try:
+                    self._reap(reg)
+                    self._check_clock(reg)
+                    if self.changed.is_set():
+                        self.changed.clear()
+                        with reg.read() as tx:
+                            goals, self.last_event = changed_goals(tx, self.last_event)
+                            asked = stop_requested(tx, self.id)
+                        self._stop_asked(asked)
+                        if goals:
+                            self._scan(reg, goals)
+                            if notifier:
+                                notifier.check(goals)
+                    if self.stop_signal is not None:
+                        if not signalled:
+                            signalled = True
+                            self.log("stopping", signal=None if self.stop_request else signal.Signals(self.stop_signal).name,
+                                     requested=bool(self.stop_request), turns_running=len(self.children))
+                        if not self.children:
                             break
-                    self.changed.set()
-                    continue
-                timeout = min(MAX_SLEEP, next_beat - now, *([due - now] if due is not None else []))
-                if self.children or self.stop_signal is not None:
-                    timeout = min(timeout, 1.0)  # a turn's end sets wake too; this is only a backstop
-                self.wake.wait(max(0.0, timeout))
+                    else:
+                        for goal_id in self._due(time.monotonic()):
+                            self._start(reg, goal_id)
+                    now = time.monotonic()
+                    if now >= next_beat:
+                        lost = renew(reg, {g: c.token for g, c in self.children.items()}, self.id, self.lease_seconds)
+                        for g in lost:  # another worker holds it now: stop this turn
+                            self.log("lease_lost", goal=g, token=self.children[g].token)
+                            self.children[g].proc.send_signal(signal.SIGTERM)
+                        info["clock_jumps"] = self.stats["clock_jumps"]
+                        info["turns"] = [{"goal": c.goal_id, "executor": c.executor, "started_at": c.started_at,
+                                          "pid": c.proc.pid} for c in self.children.values()]
+                        self._stop_asked(beat(reg, self.id, host=host, pid=pid, started_at=started_at,
+                                              goals=list(self.children), info=info))
+                        if notifier:
+                            notifier.check_workers()
+                        next_beat = now + self.beat_seconds
+                    due = self._next_due()
+                    if due is not None and len(self.children) >= self.concurrency:
+                        due = None  # every slot is taken: a turn's end wakes the loop, not the due time
+                    if self.exit_when_idle and not self.children and (due is None or due > now) \
+                            and not self.changed.is_set():
+                        with reg.read() as tx:  # the watcher may not have seen the last commits yet
+                            if changed_goals(tx, self.last_event)[1] == self.last_event:
+                                break
+                        self.changed.set()
+                        continue
+                    timeout = min(MAX_SLEEP, next_beat - now, *([due - now] if due is not None else []))
+                    if self.children or self.stop_signal is not None:
+                        timeout = min(timeout, 1.0)  # a turn's end sets wake too; this is only a backstop
+                    self.wake.wait(max(0.0, timeout))
+                    if self.faults.cleared():  # rebuild what a fault cut short, read what changed meanwhile
+                        self._scan(reg)
+                        self.changed.set()
+                        if not watcher.is_alive():  # it ends when its connection fails
+                            watcher = threading.Thread(target=self._watch, daemon=True)
+                            watcher.start()
+                except Exception as exc:
+                    reg = self._fault(reg, exc)
         except BaseException as exc:
             if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 self.log("fault", what="worker", error=getattr(exc, "code", type(exc).__name__), message=str(exc)[:300])
@@ -435,6 +469,8 @@ class Worker:
                 beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info={
                     "concurrency": self.concurrency, "beat_seconds": self.beat_seconds,
                     "clock_jumps": self.stats["clock_jumps"], "retry_seconds": self.retry_seconds}, stopped=True)
+            except Exception as exc:  # stopping on a full disk: the stop is not recorded, the exit is clean
+                self.log("fault", what="registry", error=passing_fault(exc) or type(exc).__name__, message=str(exc)[:300])
             finally:
                 reg.close()
                 for s, h in before.items():
@@ -450,7 +486,6 @@ class Worker:
         self.log("worker_stop", stopped_by=self.stats["stopped_by"] or "idle", turns=self.stats["turns"],
                  wall_seconds=self.stats["wall_seconds"])
         return self.stats
-
 
 
 class _Notifier:

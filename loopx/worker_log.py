@@ -78,3 +78,60 @@ def shown_url(url: str) -> str:
     import re
 
     return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+
+
+#: Registry errors a worker waits out (backs off, logs a ``fault`` line, carries on): the disk
+#: is full, the database cannot be reached, the registry file is briefly missing or unreadable.
+PASSING_CODES = frozenset({"disk_full", "registry_unavailable", "registry_not_found", "registry_readonly"})
+
+
+def passing_fault(exc: BaseException) -> str | None:
+    """The fault's code if ``exc`` is one the worker outlives (see :data:`PASSING_CODES`), else None."""
+    import sqlite3
+
+    code = getattr(exc, "code", None)
+    if isinstance(code, str):
+        return code if code in PASSING_CODES else None
+    if isinstance(exc, sqlite3.OperationalError):
+        return "registry_unavailable"
+    if type(exc).__module__.startswith("psycopg") and type(exc).__name__ in ("OperationalError", "InterfaceError"):
+        return "registry_unavailable"  # the connection was lost (server stopped, network down)
+    if isinstance(exc, OSError) and exc.errno in (28, 122, 27):  # ENOSPC, EDQUOT, EFBIG
+        return "disk_full"
+    return None
+
+
+class Faults:
+    """Registry faults in a row, for the worker: each one logged (a ``fault`` line) and waited out,
+    the wait doubling from ``first`` up to ``cap`` seconds; :meth:`cleared` logs ``fault_cleared``."""
+
+    def __init__(self, log, first: float = 0.5, cap: float = 30.0):
+        self.log, self.first, self.cap = log, first, cap
+        self.count, self.since = 0, 0.0
+
+    def wait(self, exc: BaseException, stopping, wake) -> None:
+        """Log ``exc`` and wait before the next try (``wake``, an Event, is polled; the wait ends early
+        once ``stopping()``); an error that is not a passing fault is raised again."""
+        import time
+
+        code = passing_fault(exc)
+        if code is None:
+            raise exc
+        self.count += 1
+        self.since = self.since or time.monotonic()
+        delay = min(self.cap, self.first * 2 ** min(self.count - 1, 16))
+        self.log("fault", what="registry", error=code, message=str(exc)[:300], attempt=self.count, retry_in=delay)
+        end = time.monotonic() + delay
+        while not stopping() and time.monotonic() < end:
+            wake.wait(min(0.5, max(0.0, end - time.monotonic())))
+            wake.clear()  # a turn's end is seen by the next pass anyway
+
+    def cleared(self) -> bool:
+        """After a pass that went through: whether it ended a run of faults (then logged)."""
+        import time
+
+        if not self.count:
+            return False
+        self.log("fault_cleared", what="registry", faults=self.count, seconds=round(time.monotonic() - self.since, 3))
+        self.count, self.since = 0, 0.0
+        return True
