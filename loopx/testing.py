@@ -350,3 +350,12 @@ def forbid_ledger_replay(monkeypatch) -> None:
         raise AssertionError("this path must not replay the ledger")
 
     monkeypatch.setattr(ledger, "replay", no_replay)
+
+
+def landlock_step(registry_url: str, workdir: str):
+    """A turn's confinement built with Landlock alone (no mount namespace), as an unprivileged user
+    on a kernel without user namespaces gets it: for a plugin's tests of what that policy lets a
+    step write. Returns the core's ``Step`` (``run_command`` confines a child under it)."""
+    from loopx import confine
+
+    return confine.Step(registry_url=registry_url, workdir=workdir, backend="landlock")

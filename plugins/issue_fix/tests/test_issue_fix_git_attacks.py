@@ -338,7 +338,7 @@ print(json.dumps(out))
 def test_without_a_mount_namespace_git_metadata_stays_read_only(cli, tmp_path):
     """The policy a step gets where no mount namespace can be had (an unprivileged user on a
     kernel that forbids user namespaces): enforced for real with Landlock alone."""
-    from loopx import confine
+    from loopx.testing import landlock_step
 
     repo = make_project(tmp_path)
     g = start(cli, repo)["goal_id"]
@@ -356,7 +356,7 @@ def test_without_a_mount_namespace_git_metadata_stays_read_only(cli, tmp_path):
     }
     expected = {"edit": "ok", "new_file": "ok", "git_file": "ok"}  # the .git file: LoopX checks it instead
     for workdir, tries in cases.items():
-        step_ = confine.Step(registry_url=cli.url, workdir=str(workdir), backend="landlock")
+        step_ = landlock_step(cli.url, str(workdir))
         try:
             policy = json.loads(Path(step_.policy_file).read_text())
         finally:
