@@ -25,7 +25,9 @@ def pytest_configure(config):
     (``~/.config/loopx/keys``, ``~/.local/share/loopx``). A test may still point them elsewhere."""
     import tempfile
 
-    base = Path(tempfile.mkdtemp(prefix="loopx-tests-home-"))
+    # Not "loopx-*": that prefix is what a session must leave nothing of (scripts/machine-state.sh,
+    # tests/test_testinfra_postgres.py), and a session killed outright never reaches unconfigure.
+    base = Path(tempfile.mkdtemp(prefix="pytest-loopx-home-"))
     config._loopx_user_dirs = (base, {v: os.environ.get(v) for v in USER_DIRS})
     for var in USER_DIRS:
         os.environ[var] = str(base / var.lower())

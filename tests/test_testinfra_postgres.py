@@ -64,6 +64,14 @@ def scratch():
     shutil.rmtree(path, ignore_errors=True)
 
 
+
+def _entries(tmp):
+    """What a session left in its temp dir, less the user-dir home tests/conftest.py makes for it
+    (``pytest-loopx-home-*``: keys and registries of the tests only, like pytest's own basetemp;
+    a session killed outright cannot remove it)."""
+    return [p for p in tmp.iterdir() if not p.name.startswith("pytest-loopx-home-")]
+
+
 def inner_session(scratch: Path, mode: str, env_url: str | None = None) -> tuple[subprocess.Popen, Path]:
     tests_dir = scratch / "inner"
     tests_dir.mkdir(exist_ok=True)
@@ -101,7 +109,7 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> str:
 
 def assert_gone(url: str, scratch: Path) -> None:
     """Nothing left: no files in the inner TMPDIR, no listener on the port, no postgres on its data."""
-    assert list((scratch / "tmp").iterdir()) == []
+    assert list(_entries(scratch / "tmp")) == []
     port = urlsplit(url).port
     with socket.socket() as s:
         s.settimeout(2)
@@ -125,7 +133,7 @@ def test_session_server_is_stopped_and_deleted(scratch, mode, status):
 def test_interrupted_session_still_cleans_up(scratch, sig):
     proc, report = inner_session(scratch, "hang")
     url = wait_for(report, proc)
-    tmp_entries = list((scratch / "tmp").iterdir())
+    tmp_entries = list(_entries(scratch / "tmp"))
     assert [p.name[:9] for p in tmp_entries] == ["loopx-pg-"]  # the running server's directory
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
@@ -138,7 +146,7 @@ def test_a_killed_sessions_server_is_swept_by_the_next_session(scratch):
     url = wait_for(report, proc)
     os.killpg(proc.pid, signal.SIGKILL)  # no handler, no atexit: the server is orphaned
     proc.wait(timeout=60)
-    assert [p.name[:9] for p in (scratch / "tmp").iterdir()] == ["loopx-pg-"]
+    assert [p.name[:9] for p in _entries(scratch / "tmp")] == ["loopx-pg-"]
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", urlsplit(url).port)) == 0  # still serving, nobody to stop it
     report.unlink()
@@ -154,4 +162,4 @@ def test_given_url_starts_nothing(scratch):
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     assert report.read_text() == own
-    assert list((scratch / "tmp").iterdir()) == []
+    assert list(_entries(scratch / "tmp")) == []
