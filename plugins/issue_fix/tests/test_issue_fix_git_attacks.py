@@ -321,7 +321,7 @@ def test_publish_refuses_a_commit_whose_object_does_not_hold_the_tested_tree(cli
 FALLBACK = r'''
 import json, os, sys
 from loopx import landlock
-policy, tries = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+policy, tries = json.loads(open(sys.argv[1]).read()), json.loads(sys.argv[2])
 landlock.enforce(policy)
 out = {}
 for name, path in tries.items():
@@ -362,7 +362,11 @@ def test_without_a_mount_namespace_git_metadata_stays_read_only(cli, tmp_path):
         finally:
             step_.close()
         fallback = {"rules": policy.get("rules_unpinned", policy["rules"]), "deny_tcp": []}
-        p = subprocess.run([sys.executable, "-c", FALLBACK, json.dumps(fallback),
+        # By file: the rules list every sibling of a hidden path, past one argument's 128 KiB
+        # when /tmp is full of other sessions' directories.
+        policy_path = tmp_path / f"fallback-{len(list(tmp_path.iterdir()))}.json"
+        policy_path.write_text(json.dumps(fallback))
+        p = subprocess.run([sys.executable, "-c", FALLBACK, str(policy_path),
                             json.dumps({k: str(v) for k, v in tries.items()})], capture_output=True, text=True,
                            timeout=60)
         assert p.returncode == 0, p.stderr
