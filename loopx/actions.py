@@ -299,6 +299,8 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
             # result unknown (loopx.claims.close_interrupted), as when exec was a killed child.
             data["stopped_by"] = stop["signal"]
         status = "timed out" if result["timed_out"] else f"exit {result['exit_code']}"
+        if result.get("limit_hit"):  # loopx/limits.py: the stable reason, in the summary and the data
+            status = f"{result['limit_hit']} ({status})"
         summary = f"{name or step_id}: {status} in {result['duration_seconds']:.2f}s"
         out = evidence.record(reg, "core", goal_id=run.goal_id, run_id=run.id, kind="command", summary=summary,
                               data=data)

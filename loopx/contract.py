@@ -563,6 +563,12 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
     }
     if notes:
         agent_channel["notes"] = notes
+    if d.decision == "run":
+        # Each command of the turn runs within these (loopx/limits.py), and what enforces them here.
+        from loopx import limits
+
+        agent_channel["limits"] = limits.contract_entry(
+            {r["key"]: r["value"] for r in tx.query("SELECT key, value FROM settings WHERE key LIKE 'limits.%'")})
     if workdir:
         agent_channel["workdir"] = workdir
     if d.own_run is not None and d.decision != "run":

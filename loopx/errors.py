@@ -64,6 +64,9 @@ CODES = frozenset(
         "state_too_large",
         "artifact_tampered",  # loopx.artifacts: what a human reviews is not what LoopX recorded
         "worker_not_found",  # loopx worker stop: no such worker, or not one alone running
+        "step_memory_limit",  # loopx.limits: a step's command hit its memory limit (recorded as evidence)
+        "step_process_limit",  # ... its process count limit
+        "step_cpu_limit",  # ... its CPU time limit
     }
 )
 

@@ -20,6 +20,11 @@ import os
 import sys
 
 TAIL_BYTES = 4096
+#: The longest line of standard output handed to ``on_line`` whole; a longer line reaches it cut
+#: to this length (its bytes still count in the tail and the digest): nothing reads an unbounded line.
+LINE_BYTES = 4 << 20
+#: How much of a step's output its file (the step's ``output_dir``, LoopX's private place) keeps.
+OUTPUT_FILE_BYTES = 64 << 20
 
 #: The confinement of the step being carried out in this context (a :class:`loopx.confine.Step`),
 #: or ``None``. While it is set, every child :func:`run_command` starts runs under its policy with
@@ -60,6 +65,21 @@ try:
     ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
 except Exception:
     pass
+limits = os.environ.pop("LOOPX_STEP_LIMITS", None)
+if limits:
+    # The step's limits (loopx/limits.py): join its cgroups and set its rlimits before the
+    # command exists, so it and everything it starts count; if that fails nothing is started.
+    try:
+        import json, resource
+        doc = json.loads(limits)
+        for path in doc["procs"]:
+            with open(path, "w") as f:
+                f.write(str(me))
+        for res, soft, hard in doc["rlimits"]:
+            resource.setrlimit(res, (soft, hard))
+    except Exception as exc:
+        os.write(2, ("loopx: cannot apply the step's limits to %r: %s [step_failed]\n" % (argv[0], exc)).encode())
+        os._exit(126)
 if policy != "-":
     # Confine this watcher, and so the command and all it starts, before the command exists;
     # if that fails nothing is started (confinement fails closed).
@@ -241,8 +261,15 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
     total = 0
     lock = threading.Lock()
     started = time.monotonic()
+    group, sink = None, None
     if policy is None:
         policy, step_env = active_step() if confine else (None, {})
+        if confine and STEP.get() is not None:
+            from loopx import limits
+
+            # The step's limits and clean end (loopx/limits.py); its output goes to a file too.
+            group = limits.for_step(STEP.get())
+            sink = _output_file(STEP.get(), argv)
         if cwd is None and confine:
             cwd = caller_dir()  # a served request's children run where the step asked, confined
     else:
@@ -252,21 +279,37 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
         del full_env[key]
     if step_env.get(ENV_STEP_BIN):
         full_env["PATH"] = step_env[ENV_STEP_BIN] + os.pathsep + full_env.get("PATH", "")
+    if group is not None:
+        from loopx import limits
+
+        full_env[limits.ENV] = group.env()
+        reap = True  # every process of a step ends with it, setsid or not
     try:
         command = _contained(argv, reap, policy)
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE if on_line else subprocess.STDOUT,
                                 env=full_env, cwd=cwd, start_new_session=True, pass_fds=tuple(pass_fds))
     except OSError as exc:
+        if group is not None:
+            group.end()
+        if sink is not None:
+            sink.close()
         message = f"cannot start {argv[0]!r}: {exc.strerror or exc}\n".encode()
         return {"exit_code": 127, "timed_out": False, "duration_seconds": 0.0,
                 "output_tail": message.decode(), "output_bytes": len(message),
                 "output_sha256": "sha256:" + hashlib.sha256(message).hexdigest()}
 
     def keep(chunk: bytes):
-        nonlocal total
+        nonlocal total, sink
         with lock:
             digest.update(chunk)
+            if sink is not None:
+                try:
+                    if total < OUTPUT_FILE_BYTES:
+                        sink.write(chunk[: OUTPUT_FILE_BYTES - total])
+                except OSError:  # a full disk costs the file, never the step or its tail
+                    sink.close()
+                    sink = None
             total += len(chunk)
             tail.extend(chunk)
             if len(tail) > tail_bytes:
@@ -285,12 +328,30 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
                 time.sleep(0.01)
 
     def pump_lines(stream):
-        for line in iter(stream.readline, b""):
-            keep(line)
-            try:
-                on_line(line.decode("utf-8", errors="replace").rstrip("\r\n"))
-            except Exception:  # a parser's bug must not stop the pump (the child would block on a full pipe)
-                pass
+        # Chunks, split here: a line of gigabytes is never held (readline() would hold it whole).
+        line = bytearray()
+        while chunk := stream.read1(1 << 20):
+            keep(chunk)
+            start = 0
+            while start < len(chunk):
+                end = chunk.find(b"\n", start)
+                piece = chunk[start:] if end < 0 else chunk[start:end]
+                room = LINE_BYTES - len(line)
+                if len(piece) > room:
+                    piece = piece[:max(room, 0)]
+                line += piece
+                if end < 0:
+                    break
+                give(bytes(line))
+                line, start = bytearray(), end + 1
+        if line:
+            give(bytes(line))
+
+    def give(line: bytes):
+        try:
+            on_line(line.decode("utf-8", errors="replace").rstrip("\r"))
+        except Exception:  # a parser's bug must not stop the pump (the child would block on a full pipe)
+            pass
 
     readers = [threading.Thread(target=pump_lines if on_line else pump_chunks, args=(proc.stdout,), daemon=True)]
     if on_line:
@@ -299,13 +360,20 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
         reader.start()
     timed_out = False
     try:
-        _wait(proc, timeout)
+        if group is not None and group.counts_cpu():
+            _wait_counting(proc, timeout, group)
+        else:
+            _wait(proc, timeout)
     except subprocess.TimeoutExpired:
-        timed_out = True
-        kill_tree(proc.pid)
+        timed_out = group is None or group.hit is None
+        kill_tree(proc.pid, grace=3.0 if timed_out else 0)
         proc.wait()
     if reap:
         kill_tree(proc.pid, grace=0)
+    hit = None
+    if group is not None:
+        hit = group.reason(proc.returncode)  # read before the group is gone
+        group.end()  # what left the tree (setsid, double forks) is still in the group
     # Grandchildren may keep the pipe open; after the child is gone give them a moment, then stop.
     for reader in readers:
         reader.join(timeout=5 if not timed_out else 1)
@@ -316,7 +384,9 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
     duration = time.monotonic() - started
     with lock:
         out_tail, out_total, out_digest = bytes(tail), total, digest.hexdigest()
-    return {
+        if sink is not None:
+            sink.close()
+    out = {
         "exit_code": proc.returncode,
         "timed_out": timed_out,
         "duration_seconds": round(duration, 3),
@@ -324,6 +394,27 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
         "output_bytes": out_total,
         "output_sha256": "sha256:" + out_digest,
     }
+    if hit:
+        out["limit_hit"] = hit  # a stable reason (loopx.limits.REASONS): the step failed on a limit
+    return out
+
+
+def _output_file(step, argv: list[str]):
+    """A file in the step's ``output_dir`` (LoopX's private place, never the workspace) that the
+    command's output is streamed to, or ``None`` when the step names no such place."""
+    folder = getattr(step, "output_dir", None)
+    if not folder:
+        return None
+    import itertools
+
+    name = os.path.basename(argv[0]) or "command"
+    for n in itertools.count(1):
+        try:
+            return open(os.path.join(folder, f"{n:03d}-{name[:40]}.log"), "xb")
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
 
 
 def result_of(exit_code: int, output: bytes, duration: float, *, tail_bytes: int = TAIL_BYTES) -> dict:
@@ -360,6 +451,22 @@ def _wait(proc, timeout: float | None) -> int:
     finally:
         os.close(fd)
     return proc.wait()
+
+
+def _wait_counting(proc, timeout: float | None, group) -> int:
+    """:func:`_wait`, looking at the group's CPU time every half second: past its limit the wait
+    ends as a time-out would (``group.hit`` says why)."""
+    import subprocess
+    import time
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
+        try:
+            return _wait(proc, left)
+        except subprocess.TimeoutExpired:
+            if group.over_cpu() or (deadline is not None and time.monotonic() >= deadline):
+                raise
 
 
 def kill_tree(pid: int, *, grace: float = 3.0) -> None:

@@ -227,10 +227,13 @@ def _results(tx, run_id: str, do: list[dict]) -> list[dict]:
             out.append({"step": s["id"], "status": "unknown", "evidence_id": ev_id, "exit_code": None,
                         "output_tail": None})
             continue
-        ok = data.get("exit_code") == 0 and not data.get("timed_out")
+        # A step that hit one of its limits (loopx/limits.py) failed, whatever its exit code.
+        ok = data.get("exit_code") == 0 and not data.get("timed_out") and not data.get("limit_hit")
         out.append({"step": s["id"], "status": "ok" if ok else "failed", "evidence_id": ev_id,
                     "exit_code": data.get("exit_code"), "timed_out": bool(data.get("timed_out")),
                     "output_tail": data.get("output_tail")})
+        if data.get("limit_hit"):
+            out[-1]["limit_hit"] = data["limit_hit"]
     return out
 
 
@@ -285,7 +288,7 @@ def describe(r: dict) -> str:
     if r["status"] == "unknown":
         return f"step {r['step']} ran, result unknown"
     if r["status"] == "failed":
-        how = "timed out" if r.get("timed_out") else (
+        how = r["limit_hit"] if r.get("limit_hit") else "timed out" if r.get("timed_out") else (
             f"exit {r['exit_code']}" if r.get("exit_code") is not None else "ran, result unknown")
         return f"step {r['step']} failed ({how})"
     return f"step {r['step']} ok"

@@ -5,7 +5,8 @@ one transaction each, never by an executor.
 
 * **Settings** (``loopx config set KEY VALUE``, user only): ``executor`` (the worker's default
   executor), ``executor.<goal id>`` (one goal's: an executor name, or ``none`` to keep the worker
-  away from it), ``notify.command``, ``notify.webhook``, ``notify.min_interval_seconds``.
+  away from it), ``notify.command``, ``notify.webhook``, ``notify.min_interval_seconds``, and each
+  step's limits ``limits.memory_mb``, ``limits.processes``, ``limits.cpu_seconds`` (loopx/limits.py).
 * **Heartbeats**: one row per worker (id, host, pid, started, last beat, the goals it is taking
   turns on now, stopped). A worker whose last beat is older than three beats and that did not
   say it stopped is shown as *died*.
@@ -25,7 +26,8 @@ import json
 from loopx import clock
 from loopx.errors import LoopxError
 
-SETTING_KEYS = ("executor", "notify.command", "notify.webhook", "notify.min_interval_seconds")
+SETTING_KEYS = ("executor", "notify.command", "notify.webhook", "notify.min_interval_seconds",
+                "limits.memory_mb", "limits.processes", "limits.cpu_seconds")
 BEAT_SECONDS = 10.0
 DIED_AFTER_BEATS = 3
 
@@ -65,6 +67,13 @@ def set_setting(reg, actor: str, key: str, value: str | None) -> dict:
                 raise LoopxError("invalid_argument", f"{key} is a number of seconds") from None
         if key == "notify.webhook" and not value.startswith(("http://", "https://")):
             raise LoopxError("invalid_argument", f"{key} is an http:// or https:// URL")
+        if key.startswith("limits."):
+            from loopx import limits
+
+            try:
+                value = limits.check_setting(key, value)
+            except ValueError as exc:
+                raise LoopxError("invalid_argument", str(exc)) from None
     at = clock.now()
 
     def work(tx):

@@ -59,7 +59,7 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     try:
         with step(registry, run_id=run_id, goal_id=goal_id, agent=agent,
                   workdir=answer["interaction_contract"]["agent_channel"].get("workdir"), backend=backend,
-                  run_cli=run_cli):
+                  run_cli=run_cli, limits=answer["interaction_contract"]["agent_channel"].get("limits")):
             # How the core asks an executor to stop (SIGTERM / Ctrl-C): its interrupt(), if it has
             # one; then, after the grace period, the process groups of every child it started.
             with interrupt.on_stop(provider.interrupt if isinstance(provider, InterruptibleExecutor) else None):
@@ -124,12 +124,14 @@ def loop(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
 
 @contextmanager
 def step(registry, *, run_id: str, goal_id: str, agent: str, workdir: str | None, backend: str | None,
-         run_cli=None):
+         run_cli=None, limits: dict | None = None):
     """The confinement of one turn: its :class:`loopx.confine.Step` and :class:`loopx.broker.Broker`,
     active (:data:`loopx.process.STEP`) for everything started in this context until it ends.
 
     An unconfined step (``backend`` ``None``, the user's choice) is recorded on the run as
-    evidence (kind ``unconfined``) before anything runs.
+    evidence (kind ``unconfined``) before anything runs. ``limits``: the contract's
+    ``agent_channel.limits``; every command of the step runs within them (:mod:`loopx.limits`),
+    its output streamed to a file in LoopX's private place for the turn (the tail is kept).
     """
     import os
 
@@ -142,6 +144,14 @@ def step(registry, *, run_id: str, goal_id: str, agent: str, workdir: str | None
                                 "repository's hooks (--unconfined / LOOPX_UNCONFINED)",
                         data={"confinement": "unconfined", "workdir": workdir})
     s = confine.Step(registry_url=registry.store.url, workdir=workdir, backend=backend)
+    from loopx import private_run
+
+    s.limits = {k: limits.get(k) for k in ("memory_mb", "processes", "cpu_seconds")} if limits else None
+    output = private_run.private_dir("output")
+    try:
+        s.output_dir = output.__enter__()
+    except OSError:
+        output, s.output_dir = None, None  # no private place: the tail alone is kept
     try:
         b = brokers.Broker(registry_url=registry.store.url, run_id=run_id, goal_id=goal_id,
                            agent=agent, directory=s.dir, step=s, run_cli=run_cli)
@@ -153,4 +163,6 @@ def step(registry, *, run_id: str, goal_id: str, agent: str, workdir: str | None
             process.STEP.reset(token)
             b.close()
     finally:
+        if output is not None:
+            output.__exit__(None, None, None)
         s.close()

@@ -19,7 +19,8 @@ def config_set(key, value):
     """Set KEY to VALUE (user only).
 
     Keys: executor, executor.<goal id> (an executor name, or `none`), notify.command,
-    notify.webhook, notify.min_interval_seconds (docs/worker.md).
+    notify.webhook, notify.min_interval_seconds (docs/worker.md); limits.memory_mb,
+    limits.processes, limits.cpu_seconds (each step's limits, a number or `none`; docs/security.md).
     """
     from loopx import supervision
 

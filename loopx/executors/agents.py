@@ -178,7 +178,9 @@ def run_agent(name: str, registry, contract: dict, *, agent: str, argv: list[str
         return {"outcome": "failed", "tokens": 0, "cost": 0.0, "handoff": handoff(name, "failed", report)}
     result = run_command(argv, env=env, timeout=bound, cwd=cwd, on_line=on_line, reap=True,
                          tail_bytes=16 * 1024)
-    if result["timed_out"]:
+    if result.get("limit_hit"):  # loopx/limits.py: a stable reason, first in the hand-off
+        report.failures.insert(0, f"{result['limit_hit']}: the step hit its limit; everything it started was stopped")
+    elif result["timed_out"]:
         report.failures.insert(0, f"timed out after {bound:.1f}s; the CLI and everything it started were stopped")
     elif result["exit_code"] != 0:
         # The CLI's own events usually say why; its last line only when they do not.
@@ -237,7 +239,7 @@ def _record_transcript(name: str, registry, contract: dict, report: Report, resu
     if result["timed_out"]:
         summary += "; timed out"
     data = {"commands": report.commands[-50:], "failures": report.failures[:20], "warnings": report.warnings[:20],
-            "exit_code": result["exit_code"], "timed_out": result["timed_out"],
+            "exit_code": result["exit_code"], "timed_out": result["timed_out"], "limit_hit": result.get("limit_hit"),
             "duration_seconds": result["duration_seconds"], "output_sha256": result["output_sha256"],
             "transcript_tail": list(report.tail)}
     # The data cap is 64 KiB: shrink the tail until it fits rather than lose the record.
