@@ -302,8 +302,16 @@ def execute(reg: Registry, actor: str, *, run_id: str, action: str | None = None
         if result.get("limit_hit"):  # loopx/limits.py: the stable reason, in the summary and the data
             status = f"{result['limit_hit']} ({status})"
         summary = f"{name or step_id}: {status} in {result['duration_seconds']:.2f}s"
-        out = evidence.record(reg, "core", goal_id=run.goal_id, run_id=run.id, kind="command", summary=summary,
-                              data=data)
+        try:
+            out = evidence.record(reg, "core", goal_id=run.goal_id, run_id=run.id, kind="command", summary=summary,
+                                  data=data)
+        except LoopxError as err:
+            # A full disk: the result goes into the room its intent reserved (loopx/step_journal.py)
+            # and is recorded, as it was, by the first write once there is space again.
+            if err.code == "disk_full" and intent.keep(data=data, summary=summary):
+                raise LoopxError("disk_full", f"{err.message}; the step's result ({status}) is kept in the step"
+                                              " journal and recorded once there is space") from None
+            raise
         intent.done()
         return out
     finally:

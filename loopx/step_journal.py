@@ -4,10 +4,18 @@
 holds a lock on it while the step runs and its result is recorded; once the result is in the
 registry the intent is deleted. If recording fails (the disk is full, the process is killed)
 the intent stays, unlocked, and the next write to the registry - from any process, the moment
-there is space again - records the step as ``ran, result unknown`` (evidence of kind
-``command`` by the core, ``exit_code`` null, ``result_unknown`` true: it counts as failed) and
-deletes the intent. An intent that cannot be written means the step is not run (``disk_full``):
-a side effect nobody could record never happens.
+there is space again - records the step and deletes the intent. An intent that cannot be
+written means the step is not run (``disk_full``): a side effect nobody could record never happens.
+
+**A full disk loses no result.** Each intent file is written with room reserved beyond it
+(:data:`RESERVE`, allocated while there is space): when the step's result cannot go into the
+registry (``disk_full``), :meth:`Intent.keep` writes it over that room - no new block is
+needed - and the replay records the step's real result (``recorded_late`` true). Only a process
+killed before it could keep the result leaves ``ran, result unknown`` (evidence of kind
+``command`` by the core, ``exit_code`` null, ``result_unknown`` true: it counts as failed).
+A turn reserves a *finish* entry the same way (:func:`intend_finish`): when ``run finish``
+meets a full disk the outcome and hand-off are kept, and :func:`replay_finishes` (the next
+turn, or worker round) closes the run with them - after its steps' results, never ``abandoned``.
 
 The journal is a directory of one small file per intent: ``<registry>.journal/`` beside an
 SQLite registry, ``journal-<hash of the URL>/`` in the user data directory for PostgreSQL.
@@ -21,6 +29,8 @@ import os
 from pathlib import Path
 
 _replaying: set = set()  # registries being replayed in this thread of work (no recursion)
+#: Room reserved in each intent file for the result (evidence data is at most 64 KiB).
+RESERVE = 96 * 1024
 
 
 def directory(store) -> Path | None:
@@ -53,8 +63,28 @@ def _sha256(data: bytes):
 class Intent:
     """One step about to run: locked while its process lives; :meth:`done` once recorded."""
 
-    def __init__(self, path: Path | None, fd: int | None):
-        self.path, self.fd = path, fd
+    def __init__(self, path: Path | None, fd: int | None, entry: dict | None = None):
+        self.path, self.fd, self.entry = path, fd, entry
+
+    def keep(self, **result) -> bool:
+        """Keep what could not be recorded (``result``: the evidence's ``data`` and ``summary``, or
+        a finish's fields) in the room reserved in this intent's file; no new disk block is
+        needed. Returns whether it was kept; the entry is replayed once there is space."""
+        if self.fd is None or self.entry is None:
+            return False
+        data = result.get("data")
+        blob = json.dumps({**self.entry, "result": result}).encode()
+        while len(blob) > RESERVE and isinstance(data, dict) and data.get("output_tail"):
+            data["output_tail"] = data["output_tail"][len(data["output_tail"]) // 2:]  # the end matters most
+            blob = json.dumps({**self.entry, "result": result}).encode()
+        if len(blob) > RESERVE:
+            return False
+        try:
+            os.pwrite(self.fd, blob.ljust(RESERVE, b"\0"), 0)
+            os.fsync(self.fd)
+        except OSError:
+            return False
+        return True
 
     def done(self) -> None:
         """The result is recorded: forget the step."""
@@ -74,6 +104,28 @@ class Intent:
 
 def intend(reg, *, run, step: str | None, action: str | None, argv: list[str], by: str) -> Intent:
     """Write and lock the intent to run ``step`` of ``run``; ``disk_full`` if it cannot be written."""
+    from loopx import clock
+
+    entry = {"run_id": run.id, "goal_id": run.goal_id, "step": step, "action": action, "argv": argv, "by": by,
+             "at": clock.now()}
+    return _write(reg, entry, f"{run.id}-")
+
+
+def intend_finish(reg, *, run_id: str, goal_id: str) -> Intent:
+    """Reserve room to keep the turn's finish of ``run_id`` should the disk be full when it ends
+    (:meth:`Intent.keep`); an intent without room (no journal, no space now) keeps nothing."""
+    from loopx import clock
+    from loopx.errors import LoopxError
+
+    try:
+        # "~": sorted after the steps' intents of the run, so its results are recorded first.
+        return _write(reg, {"kind": "finish", "run_id": run_id, "goal_id": goal_id, "at": clock.now()},
+                      f"~finish-{run_id}-")
+    except (LoopxError, OSError):
+        return Intent(None, None)
+
+
+def _write(reg, entry: dict, prefix: str) -> Intent:
     try:
         import fcntl
     except ImportError:
@@ -83,12 +135,9 @@ def intend(reg, *, run, step: str | None, action: str | None, argv: list[str], b
         return Intent(None, None)
     import secrets
 
-    from loopx import clock
     from loopx.store.space import NO_SPACE, disk_full
 
-    entry = {"run_id": run.id, "goal_id": run.goal_id, "step": step, "action": action, "argv": argv, "by": by,
-             "at": clock.now()}
-    path = folder / f"{run.id}-{secrets.token_hex(6)}.json"
+    path = folder / f"{prefix}{secrets.token_hex(6)}.json"
     fd = None
     try:
         # parents: a PostgreSQL registry's journal is in the user data dir, which need not exist
@@ -99,6 +148,7 @@ def intend(reg, *, run, step: str | None, action: str | None, argv: list[str], b
         data = json.dumps(entry).encode()
         if os.write(fd, data) != len(data):
             raise OSError(28, "short write")
+        _reserve(fd)
         os.fsync(fd)
     except OSError as exc:
         if fd is not None:
@@ -110,7 +160,32 @@ def intend(reg, *, run, step: str | None, action: str | None, argv: list[str], b
         if exc.errno in NO_SPACE or exc.strerror == "short write":
             raise disk_full(f"the step journal {folder}", "the step was not run") from None
         raise
-    return Intent(path, fd)
+    return Intent(path, fd, entry)
+
+
+def _reserve(fd: int) -> None:
+    """Allocate :data:`RESERVE` bytes for the file now (zeros past the entry; ENOSPC now, never later)."""
+    try:
+        os.posix_fallocate(fd, 0, RESERVE)
+    except AttributeError:  # no posix_fallocate: write the zeros
+        end = os.lseek(fd, 0, os.SEEK_END)
+        if end < RESERVE and os.write(fd, bytes(RESERVE - end)) != RESERVE - end:
+            raise OSError(28, "short write") from None
+    except OSError as exc:
+        import errno
+
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        end = os.lseek(fd, 0, os.SEEK_END)
+        if end < RESERVE and os.write(fd, bytes(RESERVE - end)) != RESERVE - end:
+            raise OSError(28, "short write") from None
+
+
+def _load(path: Path):
+    try:
+        return json.loads(path.read_bytes().rstrip(b"\0") or b"null")
+    except ValueError:
+        return None
 
 
 def pending(store) -> bool:
@@ -160,10 +235,9 @@ def replay(reg) -> int:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:
                     continue  # its process is still running the step (or recording it)
-                try:
-                    entry = json.loads(path.read_bytes() or b"null")
-                except ValueError:
-                    entry = None
+                entry = _load(path)
+                if isinstance(entry, dict) and entry.get("kind") == "finish":
+                    continue  # a turn's finish: replay_finishes (the turn layer) closes its run
                 if isinstance(entry, dict) and not _recorded(reg, entry):
                     try:
                         _record(reg, entry)
@@ -192,16 +266,22 @@ def _recorded(reg, entry: dict) -> bool:
 
 
 def _record(reg, entry: dict) -> None:
-    """The evidence ``loopx exec`` would have written, with the result unknown (one write)."""
+    """The evidence ``loopx exec`` wrote or would have written: the result it kept when the disk
+    was full (:meth:`Intent.keep`), else the result unknown (one write)."""
     from loopx.validate import new_id
 
     name = entry.get("action") or entry.get("step")
     run_id = entry["run_id"]
-    data = {"action": entry.get("action"), "step": entry.get("step"), "argv": entry.get("argv"),
-            "by": entry.get("by"), "exit_code": None, "timed_out": False, "result_unknown": True,
-            "started_at": entry.get("at"), "duration_seconds": None, "output_tail": "", "output_bytes": 0,
-            "output_sha256": ""}
-    summary = f"{name}: ran, result unknown (it could not be recorded when the step ended)"
+    kept = entry.get("result") if isinstance(entry.get("result"), dict) else None
+    if kept and isinstance(kept.get("data"), dict):
+        data = {**kept["data"], "recorded_late": True}
+        summary = f"{kept.get('summary') or name} (recorded late: the disk was full when the step ended)"
+    else:
+        data = {"action": entry.get("action"), "step": entry.get("step"), "argv": entry.get("argv"),
+                "by": entry.get("by"), "exit_code": None, "timed_out": False, "result_unknown": True,
+                "started_at": entry.get("at"), "duration_seconds": None, "output_tail": "", "output_bytes": 0,
+                "output_sha256": ""}
+        summary = f"{name}: ran, result unknown (it could not be recorded when the step ended)"
 
     def work(w):
         row = w.tx.one("SELECT status FROM runs WHERE id = ?", (run_id,))
@@ -215,3 +295,45 @@ def _record(reg, entry: dict) -> None:
         w.emit("evidence.added", body)
 
     reg.mutate("core", work, goal_id=entry["goal_id"], allow_closed=True)
+
+
+def replay_finishes(reg, finish) -> int:
+    """Close each run whose turn could not record its finish (the disk was full), with what it
+    kept: ``finish(reg, run_id=..., **kept)`` (the turn layer passes :func:`loopx.runs.finish`,
+    which this layer may not import). A run finished meanwhile is left as it is. Returns how
+    many were closed; ``disk_full`` when there is still no space."""
+    try:
+        import fcntl
+    except ImportError:
+        return 0
+    from loopx.errors import LoopxError
+
+    folder = directory(reg.store)
+    if folder is None or not folder.is_dir():
+        return 0
+    closed = 0
+    for path in sorted(folder.glob("~finish-*.json")):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its turn is still running
+            entry = _load(path)
+            kept = entry.get("result") if isinstance(entry, dict) else None
+            if isinstance(kept, dict):
+                try:
+                    finish(reg, run_id=entry["run_id"], **kept)
+                    closed += 1
+                except LoopxError as err:
+                    if err.code == "disk_full":
+                        raise
+                    if err.code not in ("run_not_open", "run_not_found"):
+                        continue  # kept for a later try
+            path.unlink()
+        finally:
+            os.close(fd)
+    return closed

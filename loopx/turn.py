@@ -48,6 +48,10 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     if interrupt.requested():  # a stop asked for before should-run: open no run, charge nothing
         return {"decision": None, "reasons": ["interrupted_before_start"], "run_id": None, "outcome": None,
                 "handoff": None, "evidence": [], "contract": None, "interrupted": interrupt.describe()}
+    from loopx import step_journal
+
+    # Runs an earlier turn could not finish for a full disk are closed first, with what it kept.
+    step_journal.replay_finishes(registry, lambda reg, **kept: runs.finish(reg, actor, **kept))
     answer = should_run(registry, actor, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds,
                               owner=owner or claims.owner_here())
     out = {"decision": answer["decision"], "reasons": answer["reasons"], "run_id": None, "outcome": None,
@@ -56,6 +60,37 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
         return out
     run_id = answer["interaction_contract"]["run_id"]
     claims.check_not_carried_out_elsewhere(registry, run_id)
+    # Room for this turn's finish, taken now: if the disk fills during the turn, its end is kept.
+    kept_finish = step_journal.intend_finish(registry, run_id=run_id, goal_id=goal_id)
+    try:
+        return _carry_out(registry, actor, provider, answer, out, executor=executor, agent=agent, backend=backend,
+                          run_cli=run_cli, goal_id=goal_id, run_id=run_id, kept_finish=kept_finish)
+    finally:
+        kept_finish.release()
+
+
+def _finish_or_keep(registry, actor: str, kept_finish, **fields) -> dict:
+    """``runs.finish`` and, when the disk is full, the finish kept in the step journal (replayed
+    by the next turn or worker round) before ``disk_full`` is raised."""
+    from loopx import runs
+    from loopx.errors import LoopxError
+
+    try:
+        finished = runs.finish(registry, actor, **fields)
+    except LoopxError as err:
+        if err.code == "disk_full" and kept_finish.keep(**{k: v for k, v in fields.items() if k != "run_id"}):
+            raise LoopxError("disk_full", f"{err.message}; the run's end is kept in the step journal and recorded"
+                                          " by the next turn once there is space") from None
+        raise
+    kept_finish.done()
+    return finished
+
+
+def _carry_out(registry, actor, provider, answer, out, *, executor, agent, backend, run_cli, goal_id, run_id,
+               kept_finish) -> dict:
+    """The run's part of :func:`turn`: the provider inside the step, then the run's finish."""
+    from loopx import claims, interrupt
+
     try:
         with step(registry, run_id=run_id, goal_id=goal_id, agent=agent,
                   workdir=answer["interaction_contract"]["agent_channel"].get("workdir"), backend=backend,
@@ -68,12 +103,13 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
         if interrupt.requested():
             result = {}
         else:
-            runs.finish(registry, actor, run_id=run_id, outcome="failed",
-                        handoff=f"executor {executor} crashed: {type(exc).__name__}: {exc}"[:2000])
+            _finish_or_keep(registry, actor, kept_finish, run_id=run_id, outcome="failed",
+                            handoff=f"executor {executor} crashed: {type(exc).__name__}: {exc}"[:2000])
             raise
     if interrupt.requested():  # --- interrupted: record it, close the run at once ---
         finished = claims.close_interrupted(registry, actor, run_id=run_id, executor=executor, agent=agent,
                                             info=interrupt.describe(), result=result)
+        kept_finish.done()
         with registry.read() as tx:
             rows = tx.query("SELECT id, kind, summary FROM evidence WHERE run_id = ? ORDER BY created_at, id",
                             (run_id,))
@@ -84,9 +120,10 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     # A provider may report failed or partial; "ok" (or nothing) is only recorded when the
     # run's own evidence supports it, so the core derives it.
     outcome = result.get("outcome")
-    finished = runs.finish(registry, actor, run_id=run_id, outcome=None if outcome in (None, "ok") else outcome,
-                           tokens=result.get("tokens", 0), cost=result.get("cost", 0.0),
-                           handoff=result.get("handoff"), agent=agent)
+    finished = _finish_or_keep(registry, actor, kept_finish, run_id=run_id,
+                               outcome=None if outcome in (None, "ok") else outcome,
+                               tokens=result.get("tokens", 0), cost=result.get("cost", 0.0),
+                               handoff=result.get("handoff"), agent=agent)
     with registry.read() as tx:
         rows = tx.query("SELECT id, kind, summary FROM evidence WHERE run_id = ? ORDER BY created_at, id", (run_id,))
     out.update(run_id=run_id, outcome=finished["outcome"], handoff=finished["handoff"], evidence=rows)

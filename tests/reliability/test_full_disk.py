@@ -1,6 +1,7 @@
 """A full disk: writes fail with ``disk_full`` (one line, exit 2) and leave the registry and its
 backups as they were; a step that ran while its result could not be recorded is recorded as
-"ran, result unknown" the moment there is space again. On a small tmpfs when this process may
+with its real result (kept in room its step journal entry reserved), and a turn's end too, the
+moment there is space again. On a small tmpfs when this process may
 mount one, and with a file-size limit (``RLIMIT_FSIZE``) in a child process everywhere."""
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _evidence(url, run):
                                           "AND kind <> 'step_started' ORDER BY created_at", (run,))]
 
 
-def test_a_step_that_ran_when_the_disk_filled_is_recorded_as_result_unknown_once_space_is_back(small_fs, tmp_path):
+def test_a_step_that_ran_when_the_disk_filled_keeps_its_result_and_it_is_recorded_once_space_is_back(small_fs, tmp_path):
     # A confined step writes only its workdir (exec's cwd), never the registry's directory: the
     # workdir is on the registry's small disk, so the step that fills it fills the registry's.
     work = small_fs.root / "work"
@@ -91,21 +92,58 @@ def test_a_step_that_ran_when_the_disk_filled_is_recorded_as_result_unknown_once
     g = _goal(url, side_effect=side, fill=small_fs.filler)  # the step itself fills the disk
     with Registry.open(url) as reg:
         run = should_run(reg, "user", goal_id=g)["interaction_contract"]["run_id"]
-    _one_disk_full_line(*loopx(url, "exec", "--run-id", run, "--action", "step",
-                               extra_env={"LOOPX_ACTOR": "executor"}, cwd=work))
+    code, out, err = loopx(url, "exec", "--run-id", run, "--action", "step",
+                           extra_env={"LOOPX_ACTOR": "executor"}, cwd=work)
+    _one_disk_full_line(code, out, err)
+    assert "kept in the step journal" in err
     assert side.read_text() == "ran\n"  # it ran ...
-    assert _evidence(url, run) == []    # ... and nothing could be recorded
+    assert _evidence(url, run) == []    # ... and nothing could be recorded in the registry
     small_fs.free()
-    # The next write, whatever it is, records it first.
+    # The next write, whatever it is, records it first: with its real result, kept in the
+    # room its journal entry reserved before the step ran.
     assert loopx(url, "todo", "add", g, "--text", "later")[0] == 0
     found = _evidence(url, run)
-    assert len(found) == 1 and "ran, result unknown" in found[0]["summary"]
+    assert len(found) == 1 and "recorded late" in found[0]["summary"], found
     data = json.loads(found[0]["data"])
-    assert data["result_unknown"] is True and data["exit_code"] is None and data["step"]
+    assert data["exit_code"] == 0 and data["recorded_late"] is True and "result_unknown" not in data
     code, out, err = loopx(url, "run", "finish", "--run-id", run, "--json", extra_env={"LOOPX_ACTOR": "executor"})
-    assert code == 0 and json.loads(out)["outcome"] == "failed", (out, err)
-    assert "result unknown" in json.loads(out)["handoff"]
+    assert code == 0 and json.loads(out)["outcome"] == "ok", (out, err)
     assert side.read_text() == "ran\n"  # recorded, never run again
+    assert not list((small_fs.root / "registry.db.journal").glob("*.json"))
+
+
+def test_a_turn_whose_step_fills_the_disk_keeps_its_result_and_its_end_and_the_next_turn_records_them(small_fs):
+    # The whole turn as the user runs it (`loopx turn`, shell executor, a SQLite registry on a
+    # small tmpfs): its step fills the disk, so neither its result nor the run's end can be
+    # written. Before, the result was lost and the run left open, to be closed `abandoned`.
+    work = small_fs.root / "work"
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    small_fs.filler = work / small_fs.filler.name
+    url, side = str(small_fs.root / "registry.db"), work / "side-effect"
+    # The step fills the disk the first time only (then its next turn's step simply works).
+    once = work / "filled-once"
+    fill_once = f"[ -e {once} ] || {{ touch {once}; head -c 64M /dev/zero > {small_fs.filler} 2>/dev/null; }}; echo filled"
+    with Registry.open(url) as reg:
+        g = make_goal(reg, title="full disk", todo_texts=("do it", "then this"),
+                      acts={"step": ["sh", "-c", f"echo ran >> {side}; {fill_once}"]})["goal"]
+    code, out, err = loopx(url, "turn", "--goal-id", g, "--executor", "shell", cwd=work)
+    _one_disk_full_line(code, out, err)
+    assert "kept in the step journal" in err, err
+    assert side.read_text() == "ran\n"
+    with Registry.open(url) as reg, reg.read() as tx:
+        run = tx.one("SELECT id, status FROM runs WHERE goal_id = ?", (g,))
+    assert run["status"] != "finished"
+    small_fs.free()
+    # The next turn (or worker round) records the step's real result, then the run's end.
+    code, out, err = loopx(url, "--json", "turn", "--goal-id", g, "--executor", "shell", cwd=work)
+    with Registry.open(url) as reg, reg.read() as tx:
+        first = tx.one("SELECT status, outcome FROM runs WHERE id = ?", (run["id"],))
+    assert first["status"] == "finished" and first["outcome"] != "abandoned", (dict(first), out, err)
+    found = [json.loads(e["data"]) for e in _evidence(url, run["id"]) if e["summary"].startswith("step")]
+    assert [(d["exit_code"], d.get("recorded_late")) for d in found] == [(0, True)], found
+    assert "filled" in found[0]["output_tail"]
+    assert json.loads(out)["run_id"] != run["id"], out  # the next turn was a turn of its own
     assert not list((small_fs.root / "registry.db.journal").glob("*.json"))
 
 
