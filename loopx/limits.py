@@ -27,7 +27,6 @@ This module imports nothing of LoopX (it sits beside :mod:`loopx.process`).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 
@@ -165,19 +164,27 @@ def _places_cached() -> dict:
     return _probed
 
 
+def _use_v2(places: dict) -> bool:
+    """A v2 group when it enforces something, or when no v1 pids group can end the command's
+    processes: joining a v2 group costs ~10 ms a command (a v1 group ~0.1 ms), so on a hybrid
+    machine whose v2 hierarchy has no controllers v1 does the work."""
+    return bool(places["v2"]) and (bool(places["v2_controllers"]) or "pids" not in places["v1"])
+
+
 def mechanisms() -> dict:
     """What enforces each limit on this machine: ``{"memory_mb", "processes", "cpu_seconds",
     "clean_end"}``, each ``"cgroup_v2"``, ``"cgroup_v1"``, an rlimit's name, ``"subreaper"``
     (the clean end without cgroups) or ``None`` (not enforced here)."""
     places = _places_cached()
     v2, controllers, v1 = places["v2"], places["v2_controllers"], places["v1"]
+    use_v2 = _use_v2(places)
     root = os.geteuid() == 0 if hasattr(os, "geteuid") else False
     return {
         "memory_mb": "cgroup_v2" if "memory" in controllers else "cgroup_v1" if "memory" in v1 else "rlimit_data",
         "processes": ("cgroup_v2" if "pids" in controllers else "cgroup_v1" if "pids" in v1
                       else None if root else "rlimit_nproc"),
-        "cpu_seconds": "cgroup_v2" if v2 else "cgroup_v1" if "cpuacct" in v1 else "rlimit_cpu",
-        "clean_end": "cgroup_v2" if v2 else "cgroup_v1" if "pids" in v1 else "subreaper",
+        "cpu_seconds": "cgroup_v2" if v2 and use_v2 else "cgroup_v1" if "cpuacct" in v1 else "rlimit_cpu",
+        "clean_end": "cgroup_v2" if v2 and use_v2 else "cgroup_v1" if "pids" in v1 else "subreaper",
     }
 
 
@@ -198,10 +205,10 @@ class Group:
         places = _places_cached()
         name = f"loopx-step-{os.getpid()}-{_count}"
         _remove_dead([places["v2"], *places["v1"].values()])
-        if places["v2"]:
+        if _use_v2(places):
             self._make("v2", os.path.join(places["v2"], name))
         for controller in ("pids", "memory", "cpuacct"):
-            if controller == "cpuacct" and places["v2"]:
+            if controller == "cpuacct" and "v2" in self.dirs:
                 continue  # the v2 group's cpu.stat counts it
             if controller in places["v1"] and (controller != "pids" or "pids" not in places["v2_controllers"]):
                 self._make(controller, os.path.join(places["v1"][controller], name))
@@ -261,9 +268,15 @@ class Group:
             self.how["processes"] = None
 
     def env(self) -> str:
-        """The watcher's instructions (:data:`ENV`): the ``cgroup.procs`` files to join, the rlimits."""
-        procs = [os.path.join(d, "cgroup.procs") for d in self.dirs.values()]
-        return json.dumps({"procs": procs, "rlimits": self.rlimits})
+        """The watcher's instructions (:data:`ENV`), one a line: a ``cgroup.procs`` file to join,
+        or ``R resource soft hard`` (plain text: the watcher does not import json for it)."""
+        lines = [os.path.join(d, "cgroup.procs") for d in self.dirs.values()]
+        lines += [f"R {res} {soft} {hard}" for res, soft, hard in self.rlimits]
+        return "\n".join(lines)
+
+    def ends_all(self) -> bool:
+        """Whether :meth:`end` finds every process of the command (a v2 group, or a v1 pids group)."""
+        return "v2" in self.dirs or "pids" in self.dirs
 
     def cpu_seconds(self) -> float | None:
         """CPU time every process of the group used so far (``None`` without a group to count it)."""

@@ -70,13 +70,14 @@ if limits:
     # The step's limits (loopx/limits.py): join its cgroups and set its rlimits before the
     # command exists, so it and everything it starts count; if that fails nothing is started.
     try:
-        import json, resource
-        doc = json.loads(limits)
-        for path in doc["procs"]:
-            with open(path, "w") as f:
-                f.write(str(me))
-        for res, soft, hard in doc["rlimits"]:
-            resource.setrlimit(res, (soft, hard))
+        for line in limits.split("\n"):
+            if line.startswith("R "):
+                import resource
+                res, soft, hard = map(int, line.split()[1:])
+                resource.setrlimit(res, (soft, hard))
+            else:
+                with open(line, "w") as f:
+                    f.write(str(me))
     except Exception as exc:
         os.write(2, ("loopx: cannot apply the step's limits to %r: %s [step_failed]\n" % (argv[0], exc)).encode())
         os._exit(126)
@@ -283,7 +284,9 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
         from loopx import limits
 
         full_env[limits.ENV] = group.env()
-        reap = True  # every process of a step ends with it, setsid or not
+        # Every process of a step ends with it, setsid or not: the group finds them all, or else
+        # the watcher (a subreaper) ends what it has.
+        reap = reap or not group.ends_all()
     try:
         command = _contained(argv, reap, policy)
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -368,7 +371,7 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
         timed_out = group is None or group.hit is None
         kill_tree(proc.pid, grace=3.0 if timed_out else 0)
         proc.wait()
-    if reap:
+    if reap and (group is None or not group.ends_all()):
         kill_tree(proc.pid, grace=0)
     hit = None
     if group is not None:
