@@ -37,6 +37,9 @@ SETTING_KEYS = tuple(f"limits.{name}" for name in DEFAULTS)
 REASONS = {"memory_mb": "step_memory_limit", "processes": "step_process_limit", "cpu_seconds": "step_cpu_limit"}
 #: The environment variable the watcher reads (and removes) to join the group and set rlimits.
 ENV = "LOOPX_STEP_LIMITS"
+#: ``LOOPX_STEP_CGROUPS=0``: use no cgroup (rlimits and the watcher's subreaper only), for a
+#: machine whose cgroups misbehave.
+NO_CGROUPS = "LOOPX_STEP_CGROUPS"
 _probed: dict | None = None
 _count = 0
 
@@ -124,9 +127,11 @@ def _writable(path: str) -> bool:
 
 def _places() -> dict:
     """Where groups are made: ``{"v2": dir, "v2_controllers": set, "v1": {controller: dir}}``."""
+    out: dict = {"v2": None, "v2_controllers": set(), "v1": {}}
+    if os.environ.get(NO_CGROUPS) == "0":
+        return out
     v2_mount, v1_mounts = _hierarchies()
     own = _own()
-    out: dict = {"v2": None, "v2_controllers": set(), "v1": {}}
     if v2_mount and "" in own:
         base = os.path.join(v2_mount, own[""].lstrip("/"))
         if _writable(base) and os.path.exists(os.path.join(base, "cgroup.procs")):

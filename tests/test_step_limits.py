@@ -193,3 +193,30 @@ def test_one_huge_line_of_output_keeps_loopx_turn_small_and_the_turn_ends_honest
     # Below 200 MB though the line was 300 MB (measured: see the printed figure).
     print(f"huge line {HUGE_MB} MB: peak RSS of loopx turn and its children {peak_kb / 1024:.0f} MB")
     assert peak_kb < 200 * 1024, peak_kb
+
+
+def test_without_cgroups_rlimits_and_the_subreaper_still_hold_and_the_contract_says_so(world):
+    # LOOPX_STEP_CGROUPS=0: what a machine without (writable) cgroups gets.
+    no_cgroups = {"LOOPX_STEP_CGROUPS": "0"}
+    marker = "4323.25"
+    script = f'for i in $(seq 50); do setsid sh -c "sleep {marker} >/dev/null 2>&1 &"; done; echo started'
+    made = _goal(world, {"work": ["sh", "-c", script]})
+    try:
+        answer = json.loads(_loopx(world, "quota", "should-run", "--goal-id", made["goal"], "--agent", "me",
+                                   env=no_cgroups).stdout)
+        by = answer["interaction_contract"]["agent_channel"]["limits"]["enforced_by"]
+        assert by == {"memory_mb": "rlimit_data", "cpu_seconds": "rlimit_cpu", "clean_end": "subreaper",
+                      "processes": None if os.geteuid() == 0 else "rlimit_nproc"}, by
+        t = json.loads(_loopx(world, "turn", "--goal-id", made["goal"], "--executor", "shell", "--agent", "me",
+                              env=no_cgroups).stdout)
+        assert t["outcome"] == "ok", t
+        assert _with_marker(marker) == []  # the watcher, a subreaper, ended them
+    finally:
+        for pid in _with_marker(marker):
+            os.kill(pid, 9)
+    # One busy process past RLIMIT_CPU gets SIGXCPU: step_cpu_limit all the same.
+    _loopx(world, "config", "set", "limits.cpu_seconds", "1")
+    busy = _goal(world, {"work": [PY, "-c", "while 1: pass"]})
+    t = json.loads(_loopx(world, "turn", "--goal-id", busy["goal"], "--executor", "shell", env=no_cgroups).stdout)
+    assert t["outcome"] == "failed", t
+    assert _command_evidence(world, t["run_id"])[0]["limit_hit"] == "step_cpu_limit"
