@@ -41,6 +41,9 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     # A provider that cannot work (no CLI, a bad template) says so before a run is opened.
     if isinstance(provider, CheckedExecutor):
         provider.check()
+    seed = getattr(provider, "seed_goal", None)
+    if seed is not None:  # an agent CLI's own directory for this goal (loopx.executors.homes): no charge if it fails
+        seed(registry, goal_id)
     from loopx import confine
 
     backend = confine.check(unconfined)
@@ -141,7 +144,10 @@ def step(registry, *, run_id: str, goal_id: str, agent: str, workdir: str | None
                         summary="ran UNCONFINED: the agent could reach the registry, the key and the "
                                 "repository's hooks (--unconfined / LOOPX_UNCONFINED)",
                         data={"confinement": "unconfined", "workdir": workdir})
-    s = confine.Step(registry_url=registry.store.url, workdir=workdir, backend=backend)
+    from loopx.executors import homes
+
+    s = confine.Step(registry_url=registry.store.url, workdir=workdir, backend=backend,
+                     agent_homes=homes.homes(registry, goal_id), agent_homes_root=homes.root())
     try:
         b = brokers.Broker(registry_url=registry.store.url, run_id=run_id, goal_id=goal_id,
                            agent=agent, directory=s.dir, step=s, run_cli=run_cli)
