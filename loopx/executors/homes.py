@@ -28,12 +28,15 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 
 from loopx.errors import LoopxError
 
 #: what survives from one turn to the next in a goal's directory (besides the seeded files)
 KEEP = {"claude": {"projects", "todos", "history.jsonl", ".credentials.json"},
         "codex": {"sessions", "archived_sessions", "history.jsonl", "log", "auth.json"}}
+#: the files :func:`seed` writes again every turn
+SEEDED = {"claude": {".claude.json", "settings.json"}, "codex": {"config.toml"}}
 #: ``settings.json`` keys carried over from the user's Claude Code settings
 CLAUDE_SETTINGS = ("model", "env", "alwaysThinkingEnabled", "includeCoAuthoredBy", "forceLoginMethod",
                    "forceLoginOrgUUID", "cleanupPeriodDays")
@@ -124,7 +127,7 @@ def seed(registry, goal_id: str, host: str) -> str:
         os.makedirs(base, mode=0o700, exist_ok=True)
         os.makedirs(home, mode=0o700, exist_ok=True)
         os.chmod(home, 0o700)
-        _prune(home, KEEP[kind])
+        _prune(home, KEEP[kind], SEEDED[kind])
         if kind == "claude":
             _seed_claude(base, home)
         else:
@@ -143,19 +146,21 @@ def _needs_login(kind: str, why: str) -> LoopxError:
                                           "no run was opened and nothing was charged")
 
 
-def _prune(home: str, keep: set) -> None:
-    """Remove everything in ``home`` but ``keep``; links are removed, never followed."""
+def _prune(home: str, keep: set, seeded: set) -> None:
+    """Remove everything in ``home`` but ``keep`` and the regular files named ``seeded`` (written
+    again next); links are removed, never followed."""
     for name in os.listdir(home):
-        if name in keep:
-            continue
         path = os.path.join(home, name)
+        # (a kept file that is now a directory would stop the login's copy: removed)
+        if name in keep and not os.path.islink(path) and not (name.endswith((".json", ".jsonl"))
+                                                               and os.path.isdir(path)):
+            continue
+        if name in seeded and os.path.isfile(path) and not os.path.islink(path):
+            continue
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path)
         else:
             os.unlink(path)
-    for name in keep:  # a kept name that is a link could lead a later write of LoopX's elsewhere
-        if os.path.islink(os.path.join(home, name)):
-            os.unlink(os.path.join(home, name))
 
 
 def _read_user(kind: str, path: str) -> bytes | None:
@@ -170,10 +175,33 @@ def _read_user(kind: str, path: str) -> bytes | None:
         raise _needs_login(kind, f"cannot read {path}: {exc.strerror}") from None
 
 
-def _write(home: str, name: str, data: bytes) -> None:
-    from loopx import safe_open
+def _write(directory: str, name: str, data: bytes, *, durable: bool = False) -> None:
+    """Replace ``directory/name`` with ``data`` (mode 0600) by a rename, following no link.
 
-    safe_open.write_beneath(home, name, data, mode=0o600)
+    Only a changed login is written ``durable`` (fsync): the settings are written again next turn."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        try:  # unchanged since the last turn (the usual case): nothing to write
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+            with os.fdopen(fd, "rb") as f:
+                if stat.S_ISREG(os.fstat(f.fileno()).st_mode) and f.read(len(data) + 1) == data:
+                    return
+        except OSError:
+            pass
+        tmp = f".{name}.loopx-seed"
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _copy_credentials(kind: str, base: str, home: str, source: str, name: str) -> bool:
@@ -194,10 +222,8 @@ def _copy_credentials(kind: str, base: str, home: str, source: str, name: str) -
     except OSError:
         seeded = ""
     if seeded != digest or not os.path.isfile(os.path.join(home, name)):
-        _write(home, name, data)
-        from loopx import safe_open
-
-        safe_open.write_beneath(base, f"{kind}.seeded", digest.encode(), mode=0o600)
+        _write(home, name, data, durable=True)
+        _write(base, f"{kind}.seeded", digest.encode(), durable=True)
     return True
 
 
