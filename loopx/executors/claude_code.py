@@ -11,8 +11,9 @@ contract command instead, plus ``Edit(//DIR/**)`` when the contract names a work
 Configuration: ``LOOPX_CLAUDE_BIN`` (default ``claude`` on PATH), ``LOOPX_CLAUDE_MODEL``
 (``--model``), ``LOOPX_AGENT_TIMEOUT``; ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` reach the
 CLI unchanged. The CLI runs with ``CLAUDE_CONFIG_DIR`` set to the goal's own directory, seeded
-from the user's login before the turn (:mod:`loopx.executors.homes`). Tokens and cost are read from the final ``result`` event (``modelUsage`` or
-``usage``, ``total_cost_usd``); ``is_error`` and ``permission_denials`` fail the turn.
+from the user's login before the turn (:mod:`loopx.executors.homes`). Tokens and cost are read
+from the final ``result`` event (``modelUsage`` or ``usage``, ``total_cost_usd``); ``is_error``
+and ``permission_denials`` fail the turn.
 """
 
 from __future__ import annotations
