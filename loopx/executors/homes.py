@@ -105,12 +105,6 @@ def user_codex_home() -> str:
     return os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
 
 
-def user_dirs() -> list[str]:
-    """The user's own agent-CLI state: read-only inside every step."""
-    return [user_claude_dir(), user_claude_json(), os.path.join(os.path.expanduser("~"), ".claude.json"),
-            user_codex_home()]
-
-
 def home(registry, goal_id: str, host: str) -> str:
     """The goal's directory for ``host``, seeded now unless a turn's start already did."""
     path = os.path.join(goal_dir(registry, goal_id), _HOST[host])
