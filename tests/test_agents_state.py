@@ -201,3 +201,18 @@ def test_two_goals_get_homes_of_their_own_and_one_cannot_see_what_the_others_age
     assert home_b != str(home_a) and Path(home_b).parent.name == b["goal"], out
     assert "CANNOT-READ-A" in out and "CANNOT-LIST-GOALS" in out, out
     assert PLANTED not in out and PLANTED not in bodies_b, out
+
+
+def test_closing_a_goal_removes_its_agent_cli_state_and_no_other_goals(tmp_path, sqlite_url, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-scripted")
+    reg = Registry.open(sqlite_url)
+    a, b = make_goal(reg, title="A")["goal"], make_goal(reg, title="B")["goal"]
+    home_a, home_b = homes.seed(reg, a, "claude-code"), homes.seed(reg, b, "claude-code")
+    reg.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    env.update({"LOOPX_REGISTRY": sqlite_url, "LOOPX_PLUGINS": ""})
+    p = subprocess.run([PY, "-m", "loopx", "project-prompt", "close", a], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert not Path(home_a).parent.exists() and Path(home_b).is_dir()

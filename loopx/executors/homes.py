@@ -111,6 +111,13 @@ def home(registry, goal_id: str, host: str) -> str:
     return path if os.path.isdir(path) else seed(registry, goal_id, host)
 
 
+def remove(registry, goal_id: str) -> None:
+    """Remove the goal's agent-CLI directories (when it is closed); nothing if it has none."""
+    base = goal_dir(registry, goal_id)
+    if os.path.isdir(base) and not os.path.islink(base):
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def seed(registry, goal_id: str, host: str) -> str:
     """Make the goal's directory for ``host`` (``claude-code`` or ``codex``) from the user's login;
     its path. ``agent_logged_out`` ("needs you: log in to ...") when the login cannot be carried."""
