@@ -5,13 +5,15 @@ place LoopX starts a child) to every child started while the step is active: the
 starts enforces Landlock (:mod:`loopx.landlock`) on itself just before it starts the command, so
 the agent and everything it starts inherit it. The policy:
 
-* **writes** only beneath the goal's workdir (or worktree), a private temp dir (``TMPDIR``), the agent CLIs' own state (``~/.claude``, ``$CODEX_HOME`` or
-  ``~/.codex``, but not their settings, hooks, MCP servers or instructions: :meth:`Step.agent_settings`)
-  and a few devices (``/dev/null``...);
+* **writes** only beneath the goal's workdir (or worktree), a private temp dir (``TMPDIR``), the
+  goal's own agent-CLI directories (``CLAUDE_CONFIG_DIR`` / ``CODEX_HOME`` of its turns,
+  :mod:`loopx.executors.homes`; the user's ``~/.claude``, ``~/.claude.json`` and ``~/.codex`` are
+  read-only) and a few devices (``/dev/null``...);
 * **reads** everywhere except LoopX's config directory (``platformdirs.user_config_dir("loopx")``,
-  where the integrity key lives), the SQLite registry file and its journal files, and PostgreSQL
-  password files, and LoopX's private root (:func:`private_root`: where LoopX runs code on the
-  step's behalf, e.g. Issue-Fix's tests; :mod:`loopx.private_run`). Landlock is an allow-list, so
+  where the integrity key lives), the SQLite registry file and its journal files, PostgreSQL
+  password files, every goal's agent-CLI directories but its own, and LoopX's private root
+  (:func:`private_root`: where LoopX runs code on the step's behalf, e.g. Issue-Fix's tests;
+  :mod:`loopx.private_run`). Landlock is an allow-list, so
   a path is hidden by granting read on every sibling along the way from ``/`` to it
   (:func:`cover`); the directories on the way (``/``, the home directory...) can then be passed
   through but not listed;
@@ -228,8 +230,12 @@ class Step:
     scrubbed and the broker still stamps identity, only the OS policy is missing.
     """
 
-    def __init__(self, *, registry_url: str, workdir: str, backend: str | None, broker_env: dict | None = None):
+    def __init__(self, *, registry_url: str, workdir: str, backend: str | None, broker_env: dict | None = None,
+                 agent_homes: list[str] | None = None, agent_homes_root: str | None = None):
         self.backend = backend
+        # The goal's own agent-CLI directories (writable) and where every goal's live (hidden).
+        self.agent_homes = list(agent_homes or [])
+        self.agent_homes_root = agent_homes_root
         _remove_dead_steps_dirs()
         # The pid in the name lets a later turn remove what a killed one could not.
         self.dir = tempfile.mkdtemp(prefix=f"loopx-step-{os.getpid()}-")
@@ -258,57 +264,19 @@ class Step:
         return self.backend is not None
 
     def writable(self) -> list[str]:
-        """The roots the agent may write beneath (before the protected paths are taken out)."""
-        home = os.path.expanduser("~")
-        states = [self._claude_dir(), os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")]
-        for state in states:
-            # An agent CLI's first run creates its state directory; under the policy it could not.
-            try:
-                os.makedirs(state, mode=0o700, exist_ok=True)
-            except OSError:
-                pass
-        # ~/.claude.json is not among them: it can name MCP servers that the user's next
-        # Claude Code session would start, unconfined (Claude Code works without writing it).
-        roots = [self.workdir, self.tmp, *states]
+        """The roots the agent may write beneath (before the protected paths are taken out).
+
+        The agent CLIs write only their goal's own directories (``agent_homes``,
+        :mod:`loopx.executors.homes`); the user's ``~/.claude``, ``~/.claude.json`` and
+        ``~/.codex`` / ``$CODEX_HOME`` are read by the user's own later sessions (shell snapshots,
+        rules, hooks, ``AGENTS.override.md``) and get no write rule."""
+        roots = [self.workdir, self.tmp, *self.agent_homes]
         roots += [d for d in DEVICES if os.path.exists(d)]
         out = []
         for r in roots:
             r = _real(r)
             if os.path.exists(r) and not any(_under(r, o) for o in out):
                 out = [o for o in out if not _under(o, r)] + [r]
-        return out
-
-    @staticmethod
-    def _claude_dir() -> str:
-        return os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
-
-    def agent_settings(self) -> list[str]:
-        """The agent CLIs' settings that run commands or steer the user's own later sessions
-        (hooks, MCP servers, notify programs, plugins, global instructions): read-only inside a
-        step. Missing ones are made (empty) now, so that the agent cannot create them."""
-        codex = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
-        claude = self._claude_dir()
-        files = {os.path.join(claude, "settings.json"): "{}\n", os.path.join(claude, "settings.local.json"): "{}\n",
-                 os.path.join(claude, "CLAUDE.md"): "", os.path.join(codex, "config.toml"): "",
-                 os.path.join(codex, "AGENTS.md"): ""}
-        dirs = [os.path.join(claude, d) for d in ("commands", "agents", "hooks", "plugins", "skills")]
-        dirs += [os.path.join(codex, "prompts")]
-        out = []
-        for path, empty in files.items():
-            try:
-                if not os.path.exists(path):
-                    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-                    with open(path, "x", encoding="utf-8") as f:
-                        f.write(empty)
-                out.append(_real(path))
-            except OSError:
-                pass
-        for path in dirs:
-            try:
-                os.makedirs(path, mode=0o700, exist_ok=True)
-                out.append(_real(path))
-            except OSError:
-                pass
         return out
 
     def policy(self) -> dict:
@@ -318,6 +286,10 @@ class Step:
         # LoopX's private root: the runs LoopX makes on the step's behalf (loopx.private_run).
         hidden = [_real(config_dir()), *hidden_reg, _real(os.path.join(home, ".pgpass")),
                   _real(os.path.join(home, ".pg_service.conf")), ensure_root()]
+        if self.agent_homes_root:
+            # Other goals' agent-CLI directories (their transcripts, their copy of the login);
+            # this goal's own are granted below, and a rule on them reaches beneath a hidden parent.
+            hidden.append(_real(self.agent_homes_root))
         if os.environ.get("PGPASSFILE"):
             hidden.append(_real(os.environ["PGPASSFILE"]))
         git_dirs, git_links = _git_paths(self.workdir)
@@ -339,13 +311,12 @@ class Step:
                 out += [[p, "rw"] for p in paths]
             return out
 
-        # Git's metadata and the agent CLIs' settings inside a writable root are kept read-only
-        # by bind mounts (a mount point cannot be renamed or replaced either); where no mount
-        # namespace can be had, by leaving them out (then nothing can be created at the top of
-        # the workdir or of the CLIs' state directories). A linked worktree's ``.git`` file is
+        # Git's metadata inside a writable root is kept read-only by bind mounts (a mount point
+        # cannot be renamed or replaced either); where no mount namespace can be had, by leaving
+        # it out (then nothing can be created at the top of the workdir). A linked worktree's ``.git`` file is
         # left writable in that fallback (else no new file at the top of the worktree): LoopX
         # never follows it (Issue-Fix passes the git directories it checked explicitly).
-        read_only = git_dirs + git_links + self.agent_settings()
+        read_only = git_dirs + git_links
         inside = [p for p in read_only if os.path.lexists(p) and any(_under(p, r) for r in roots)]
         outside = [p for p in read_only if p not in inside]
         policy = {"rules": base + writes(outside), "deny_tcp": ports}
@@ -376,14 +347,13 @@ SANDBOX_EXEC_PROFILE = r"""(version 1)
 ;   WORKDIR  the goal's workdir     TMPDIR  the step's private temp dir
 ;   HOME     the user's home        CONFIG  LoopX's config dir (the key)
 ;   REGDIR   the registry's directory
+;   AGENTHOME  the goal's agent-CLI directories (loopx.executors.homes)
 (allow default)
 (deny file-write*)
 (allow file-write*
   (subpath (param "WORKDIR"))
   (subpath (param "TMPDIR"))
-  (subpath (string-append (param "HOME") "/.claude"))
-  (literal (string-append (param "HOME") "/.claude.json"))
-  (subpath (string-append (param "HOME") "/.codex"))
+  (subpath (param "AGENTHOME"))
   (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/ttys[0-9]+$"))
 (deny file-write*
   (subpath (string-append (param "WORKDIR") "/.git"))

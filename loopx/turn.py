@@ -41,6 +41,9 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     # A provider that cannot work (no CLI, a bad template) says so before a run is opened.
     if isinstance(provider, CheckedExecutor):
         provider.check()
+    seed = getattr(provider, "seed_goal", None)
+    if seed is not None:  # an agent CLI's own directory for this goal (loopx.executors.homes): no charge if it fails
+        seed(registry, goal_id)
     from loopx import confine
 
     backend = confine.check(unconfined)
@@ -180,9 +183,11 @@ def step(registry, *, run_id: str, goal_id: str, agent: str, workdir: str | None
                         summary="ran UNCONFINED: the agent could reach the registry, the key and the "
                                 "repository's hooks (--unconfined / LOOPX_UNCONFINED)",
                         data={"confinement": "unconfined", "workdir": workdir})
-    s = confine.Step(registry_url=registry.store.url, workdir=workdir, backend=backend)
     from loopx import private_run
+    from loopx.executors import homes
 
+    s = confine.Step(registry_url=registry.store.url, workdir=workdir, backend=backend,
+                     agent_homes=homes.homes(registry, goal_id), agent_homes_root=homes.root())
     s.limits = {k: limits.get(k) for k in ("memory_mb", "processes", "cpu_seconds")} if limits else None
     output = private_run.private_dir("output")
     try:

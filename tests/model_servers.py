@@ -5,7 +5,7 @@ gave the agent (the first user message), takes the commands of its ```sh block, 
 agent to run the next one it has not run yet as a tool call (Claude Code: a ``Bash``
 ``tool_use``; Codex: the shell function its request offers). When every command has run it
 answers with text and the turn ends. Every response reports known token counts, and every
-request is logged (method, path, model, the usage reported), so a test can assert both the
+request is logged (method, path, model, the usage reported, the body), so a test can assert both the
 totals a CLI charged and that nothing but the expected paths was called.
 
 Scripts: ``before`` commands are run first (e.g. a user-only ``loopx gate approve``), then the
@@ -91,7 +91,8 @@ class _Server:
 
     def _record(self, handler, body) -> dict:
         entry = {"method": handler.command, "path": handler.path,
-                 "model": (body or {}).get("model"), "stream": (body or {}).get("stream"), "usage": None}
+                 "model": (body or {}).get("model"), "stream": (body or {}).get("stream"), "usage": None,
+                 "body": json.dumps(body) if body is not None else ""}
         with self.lock:
             self.log.append(entry)
         return entry
@@ -114,6 +115,12 @@ class _Server:
         """Every distinct ``METHOD path`` requested."""
         with self.lock:
             return {f"{e['method']} {e['path']}" for e in self.log}
+
+    def bodies(self) -> str:
+        """Every request body received, as JSON text (what the CLI sent the model: system prompt,
+        instructions, messages), to assert what reached the model and what did not."""
+        with self.lock:
+            return "\n".join(e["body"] for e in self.log)
 
     def tokens(self) -> int:
         """Input plus output tokens of every answer given."""

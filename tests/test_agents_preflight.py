@@ -53,3 +53,22 @@ def test_a_logged_out_agent_cli_fails_the_turn_before_anything_is_charged(tmp_pa
     quota = json.loads(_loopx(env, "quota", "show", g).stdout)
     assert quota["used"]["turns"] == 0 and quota["remaining"]["turns"] == 1, quota
     assert json.loads(_loopx(env, "quota", "should-run", g, "--dry-run").stdout)["decision"] == "run"
+
+
+def test_a_login_that_cannot_be_carried_into_the_goals_own_directory_fails_before_anything_is_charged(tmp_path,
+                                                                                                      sqlite_url):
+    # Logged in as far as `claude auth status` says (the API key), but the credentials file LoopX
+    # copies into the goal's own CLAUDE_CONFIG_DIR (loopx/executors/homes.py) cannot be read.
+    env = _env(tmp_path, sqlite_url, ANTHROPIC_API_KEY="sk-ant-scripted")
+    (tmp_path / "home" / ".claude" / ".credentials.json").mkdir(parents=True)
+    g = json.loads(_loopx(env, "project-prompt", "create", "--title", "seeding").stdout)["id"]
+    assert _loopx(env, "todo", "add", g, "--text", "work").returncode == 0
+    assert _loopx(env, "quota", "set", g, "--max-turns", "1").returncode == 0
+
+    p = _loopx(env, "turn", g, "--executor", "claude-code")
+    err = json.loads(p.stdout)["error"]
+    assert p.returncode == 2 and err["code"] == "agent_logged_out", p
+    assert err["message"].startswith("needs you: log in to Claude Code") and ".credentials.json" in err["message"]
+    assert "nothing was charged" in err["message"], err
+    assert json.loads(_loopx(env, "run", "list", g).stdout) == []
+    assert json.loads(_loopx(env, "quota", "show", g).stdout)["used"]["turns"] == 0

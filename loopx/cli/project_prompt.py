@@ -145,6 +145,10 @@ def _transition(verb: str, doc: str):
 
         with open_registry() as reg:
             goal = goals.transition(reg, actor(), verb, goal_id, reason=reason, operation_id=operation_id)
+            if verb == "close":  # the goal's own agent-CLI state goes with it (docs/agents.md)
+                from loopx.executors import homes
+
+                homes.remove(reg, goal["id"])
         emit(goal, goal_text)
 
     command.__doc__ = doc

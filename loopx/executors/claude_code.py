@@ -10,8 +10,10 @@ contract command instead, plus ``Edit(//DIR/**)`` when the contract names a work
 
 Configuration: ``LOOPX_CLAUDE_BIN`` (default ``claude`` on PATH), ``LOOPX_CLAUDE_MODEL``
 (``--model``), ``LOOPX_AGENT_TIMEOUT``; ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` reach the
-CLI unchanged. Tokens and cost are read from the final ``result`` event (``modelUsage`` or
-``usage``, ``total_cost_usd``); ``is_error`` and ``permission_denials`` fail the turn.
+CLI unchanged. The CLI runs with ``CLAUDE_CONFIG_DIR`` set to the goal's own directory, seeded
+from the user's login before the turn (:mod:`loopx.executors.homes`). Tokens and cost are read
+from the final ``result`` event (``modelUsage`` or ``usage``, ``total_cost_usd``); ``is_error``
+and ``permission_denials`` fail the turn.
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ class ClaudeCodeExecutor:
         from loopx.executors.agents import preflight
 
         preflight(NAME)
+
+    def seed_goal(self, registry, goal_id: str) -> None:
+        """Before should-run: make the goal's own Claude Code directory from the user's login
+        (:mod:`loopx.executors.homes`; ``agent_logged_out`` when it cannot be carried)."""
+        from loopx.executors import homes
+
+        homes.seed(registry, goal_id, NAME)
 
     def argv(self, prompt: str, contract: dict) -> list[str]:
         """The command line for one turn."""
@@ -64,10 +73,12 @@ class ClaudeCodeExecutor:
 
     def run_turn(self, registry, contract: dict, *, agent: str) -> dict:
         """Run Claude Code for the turn ``contract`` allows; returns what ``run finish`` takes."""
-        from loopx.executors import agents, prompt as prompts
+        from loopx.executors import agents, homes, prompt as prompts
 
         text = prompts.build(contract, host=NAME, managed=True)
         env = agents.child_env(registry, contract, agent=agent)
+        # The goal's own config directory, never the user's ~/.claude (loopx.executors.homes).
+        env["CLAUDE_CONFIG_DIR"] = homes.home(registry, contract["goal_id"], NAME)
         # Root may bypass permissions only inside a sandbox it declares; updates and telemetry
         # would be traffic nobody asked for in a governed turn.
         env.update({"IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",

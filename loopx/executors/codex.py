@@ -9,7 +9,8 @@ since the registry may live anywhere (or on a PostgreSQL server) and LoopX, not 
 decides what the turn may do.
 
 Configuration: ``LOOPX_CODEX_BIN`` (default ``codex``), ``LOOPX_CODEX_MODEL`` (``-m``),
-``CODEX_HOME`` (created if missing), ``LOOPX_CODEX_BASE_URL`` (a custom Responses-API provider
+``CODEX_HOME`` (the user's login and settings, which LoopX seeds the goal's own ``CODEX_HOME``
+from before the turn: :mod:`loopx.executors.homes`), ``LOOPX_CODEX_BASE_URL`` (a custom Responses-API provider
 named ``loopx``; its key is read from the variable ``LOOPX_CODEX_ENV_KEY`` names, default
 ``OPENAI_API_KEY``), ``LOOPX_AGENT_TIMEOUT``. Tokens are summed from every
 ``turn.completed.usage`` (input + output; Codex reports no cost, so the cost charged is 0);
@@ -39,6 +40,13 @@ class CodexExecutor:
 
         preflight(NAME)
 
+    def seed_goal(self, registry, goal_id: str) -> None:
+        """Before should-run: make the goal's own Codex directory from the user's login
+        (:mod:`loopx.executors.homes`; ``agent_logged_out`` when it cannot be carried)."""
+        from loopx.executors import homes
+
+        homes.seed(registry, goal_id, NAME)
+
     def argv(self, prompt: str) -> list[str]:
         """The command line for one turn."""
         sandbox = sandbox_mode()
@@ -58,12 +66,11 @@ class CodexExecutor:
 
     def run_turn(self, registry, contract: dict, *, agent: str) -> dict:
         """Run Codex for the turn ``contract`` allows; returns what ``run finish`` takes."""
-        from loopx.executors import agents, prompt as prompts
+        from loopx.executors import agents, homes, prompt as prompts
 
         env = agents.child_env(registry, contract, agent=agent)
-        home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
-        os.makedirs(home, exist_ok=True)  # Codex refuses to start without it
-        env["CODEX_HOME"] = home
+        # The goal's own directory, never the user's $CODEX_HOME (loopx.executors.homes).
+        env["CODEX_HOME"] = homes.home(registry, contract["goal_id"], NAME)
         report = agents.Report()
         out = agents.run_agent(NAME, registry, contract, agent=agent,
                                argv=self.argv(prompts.build(contract, host=NAME, managed=True)), env=env,
@@ -89,8 +96,8 @@ def sandbox_mode() -> str:
     ``/proc/self/uid_map``; LoopX's Landlock policy does not let a turn write under ``/proc``, so
     every command would fail ("bwrap: setting up uid map: Permission denied"), and Codex's legacy
     Landlock sandbox refuses restricted file systems ("requires bubblewrap"). LoopX's confinement
-    already is a workspace-write sandbox - writes only in the worktree (and the git directories it
-    uses), the turn's temp dir and the CLI's state directory - so nothing is lost. ``read-only``
+    already is a workspace-write sandbox - writes only in the worktree, the turn's temp dir and
+    the goal's own CLI state directory - so nothing is lost. ``read-only``
     is passed on as asked: inside the confinement Codex cannot start its sandbox, every command
     fails and so does the turn (see docs/agents.md).
     """
