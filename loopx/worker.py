@@ -198,7 +198,7 @@ class Worker:
                                  "--grace-seconds", str(self.grace_seconds), "--worker-lease", f"{self.id}:{token}",
                                  "--workdir", self.workdir],
                                 {"LOOPX_RUN_ID": None, "LOOPX_ACTOR": None, "LOOPX_STEP_ID": None,
-                                 "LOOPX_REGISTRY": self.url})
+                                 "LOOPX_REGISTRY": self.url, "LOOPX_WORKER_PID": str(os.getpid())})
         # A session of its own: a Ctrl-C in the worker's terminal reaches the worker, which passes
         # SIGTERM on to its turns (each then lets its step finish within the grace period).
         proc = subprocess.Popen(spawn["args"], env=spawn["env"], cwd=spawn["cwd"], stdout=subprocess.PIPE,
