@@ -93,9 +93,22 @@ def _worker_lines(view: dict) -> list[str]:
         goals = f", on {', '.join(w['goals'])}" if w["goals"] else ", idle"
         out.append(f"worker {w['id']} {w['state'].upper()}: pid {w['pid']} on {w['host']}, since {w['started_at']},"
                    f" last beat {w['last_beat_at']}{goals}")
+        out += fault_lines(w)
     for j in (view.get("clock_jumps") or [])[:1]:
         out.append(f"clock jump: {j['direction']} {abs(j['jump_seconds']):.0f}s, seen {j['seen_at']} by {j['worker']}")
     return out
+
+
+def fault_lines(w: dict, indent: str = "  ") -> list[str]:
+    """A worker's registry fault: the one it is backing off from now, else the last it recovered from."""
+    f = w.get("fault")
+    if f:
+        return [f"{indent}BACKING OFF: {f['code']} since {f['since']} ({f['attempts']} attempt(s), next in"
+                f" {f['retry_in']:g}s): {f.get('message') or ''}".rstrip(": ")]
+    last = w.get("last_fault")
+    if last and w["state"] == "running":
+        return [f"{indent}recovered from {last['code']} ({last['since']} to {last['until']}, {last['attempts']} attempt(s))"]
+    return []
 
 
 def goal_text(view: dict) -> str:
