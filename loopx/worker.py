@@ -62,11 +62,11 @@ FAULT_BACKOFF = (0.5, 30.0)  # a registry fault: first wait, doubling up to the 
 
 
 class _Child:
-    __slots__ = ("goal_id", "token", "proc", "out", "started", "done", "executor", "started_at")
+    __slots__ = ("goal_id", "token", "proc", "out", "err", "started", "done", "executor", "started_at")
 
     def __init__(self, goal_id, token, proc, executor):
         self.goal_id, self.token, self.proc, self.executor = goal_id, token, proc, executor
-        self.out, self.started, self.done, self.started_at = "", time.monotonic(), False, clock.now()
+        self.out, self.err, self.started, self.done, self.started_at = "", "", time.monotonic(), False, clock.now()
 
 
 class Worker:
@@ -194,21 +194,40 @@ class Worker:
 
         # LoopX started as LoopX starts itself (loopx.selfrun): isolated, in LoopX's own directory,
         # never importing anything from the agents' workdir a turn left a `loopx/` package in.
+        # On a terminal, the turn's agent activity (one line per event) comes back on its stderr and is
+        # logged as `activity` lines; in a pipe or the journal the turns stay quiet.
+        shown = self.log.activity
         spawn = selfrun.command(["--format", "json", "turn", goal_id, "--executor", executor, "--agent", self.agent,
                                  "--grace-seconds", str(self.grace_seconds), "--worker-lease", f"{self.id}:{token}",
                                  "--workdir", self.workdir],
                                 {"LOOPX_RUN_ID": None, "LOOPX_ACTOR": None, "LOOPX_STEP_ID": None,
-                                 "LOOPX_REGISTRY": self.url, "LOOPX_WORKER_PID": str(os.getpid())})
+                                 "LOOPX_REGISTRY": self.url, "LOOPX_WORKER_PID": str(os.getpid()),
+                                 "LOOPX_ACTIVITY": "1" if shown else "0"})
         # A session of its own: a Ctrl-C in the worker's terminal reaches the worker, which passes
         # SIGTERM on to its turns (each then lets its step finish within the grace period).
         proc = subprocess.Popen(spawn["args"], env=spawn["env"], cwd=spawn["cwd"], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                stderr=subprocess.PIPE if shown else subprocess.STDOUT, text=True,
+                                start_new_session=True)
         child = _Child(goal_id, token, proc, executor)
         self.children[goal_id] = child
         self.log("turn_start", goal=goal_id, executor=executor, pid=proc.pid)
 
+        def relay(lines: list) -> None:
+            for line in proc.stderr:
+                lines.append(line)
+                self.log("activity", goal=goal_id, line=line.rstrip("\n")[-300:])
+
         def wait():
-            child.out = proc.communicate()[0] or ""
+            if shown:
+                err: list = []
+                reader = threading.Thread(target=relay, args=(err,), daemon=True)
+                reader.start()
+                out = proc.stdout.read() or ""
+                reader.join()
+                proc.wait()
+                child.out, child.err = out, "".join(err)
+            else:
+                child.out = proc.communicate()[0] or ""
             child.done = True
             self.wake.set()
 
@@ -242,7 +261,8 @@ class Worker:
         if out.get("run_id"):
             with reg.read() as tx:
                 run = tx.one("SELECT tokens, cost FROM runs WHERE id = ?", (out["run_id"],))
-        turn_end(self.log, child.goal_id, child.executor, out, run, seconds, child.proc.returncode, child.out)
+        turn_end(self.log, child.goal_id, child.executor, out, run, seconds, child.proc.returncode,
+                 child.out + child.err)
 
     def _after(self, reg, goal_id: str, child: _Child) -> None:
         out = self._answer(child)

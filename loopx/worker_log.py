@@ -27,9 +27,13 @@ class WorkerLog:
     """Writes the worker's events to ``stream`` (default stderr) in ``fmt``; safe across threads."""
 
     def __init__(self, worker_id: str, fmt: str = "text", stream=None):
+        from loopx.progress import activity_on
+
         self.worker_id, self.fmt = worker_id, fmt
         self.stream = stream
         self._lock = threading.Lock()
+        #: On a terminal the turns' agent activity is logged too (``activity`` lines); never in a pipe.
+        self.activity = activity_on(stream or sys.stderr)
 
     def __call__(self, event: str, **fields) -> None:
         """Write one line for ``event`` with ``fields`` (None values are left out of the text)."""
