@@ -225,3 +225,16 @@ def test_the_printed_unit_passes_systemd_analyze_verify(sqlite_url, tmp_path):
     checked = subprocess.run([analyze, "--user", "verify", str(unit)], capture_output=True, text=True, env=env,
                              timeout=60)
     assert checked.returncode == 0 and checked.stderr.strip() == "", checked.stderr
+
+
+def test_print_unit_warns_when_notify_command_starts_with_a_relative_path(sqlite_url, tmp_path):
+    def printed():
+        return subprocess.run([sys.executable, "-m", "loopx", "worker", "--print-unit"], env=loopx_env(sqlite_url),
+                              capture_output=True, text=True, cwd=tmp_path, timeout=60)
+
+    assert _cli(sqlite_url, "config", "set", "notify.command", "./notify.sh --urgent")[0] == 0
+    p = printed()
+    assert p.returncode == 0 and "ExecStart=" in p.stdout
+    assert "relative path './notify.sh'" in p.stderr and "runs in /" in p.stderr, p.stderr
+    assert _cli(sqlite_url, "config", "set", "notify.command", f"{tmp_path}/notify.sh")[0] == 0
+    assert printed().stderr == ""

@@ -199,3 +199,40 @@ def test_postgresql_stopped_and_started_under_a_worker_and_down_at_its_start(own
         w.wait(timeout=60)
     assert w.returncode == 128 + signal.SIGTERM, log.read_text()[-2000:]
     assert _events(log)[-1]["event"] == "worker_stop"
+
+
+def test_a_worker_that_wakes_to_find_its_lease_taken_logs_lease_lost_and_stops_that_turn(tmp_path, loopx_clock):
+    from loopx import supervision
+    from loopx.registry import Registry
+
+    url = str(tmp_path / "registry.db")
+    work = tmp_path / "work"
+    work.mkdir()
+    gid = make_goal(url, title="g", description="d", todo_texts=["t"], acts={
+        "work": ["sh", "-c", f"touch {work}/started; while [ ! -e {work}/go ]; do sleep 0.05; done"]})["goal"]
+    log = tmp_path / "worker.log"
+    with open(log, "w") as err:
+        w = subprocess.Popen([sys.executable, "-m", "loopx", "worker", "--beat-seconds", "0.2", "--grace-seconds", "1",
+                              "--log-format", "json"], env=loopx_env(url), cwd=work, stdout=subprocess.DEVNULL,
+                             stderr=err, start_new_session=True)
+    try:
+        wait_until(lambda: (work / "started").exists(), "the step to start")
+        taken = next(e for e in _events(log) if e["event"] == "lease_taken" and e["goal"] == gid)
+        os.kill(w.pid, signal.SIGSTOP)  # a suspended laptop: no beat, no renewal ...
+        loopx_clock.advance(120)  # ... past its lease, and another worker takes the goal over
+        with Registry.open(url) as reg:
+            newer = supervision.acquire(reg, gid, "w-other", 60)
+        assert newer == taken["token"] + 1
+        os.kill(w.pid, signal.SIGCONT)  # it wakes up: its next renewal finds the lease gone
+        lost = wait_until(lambda: [e for e in _events(log) if e["event"] == "lease_lost"], "the lease_lost line")
+        assert lost == [{**lost[0], "goal": gid, "token": taken["token"]}], lost
+        # The turn it no longer owns was stopped (its grace second, then its step) and said so.
+        end = wait_until(lambda: next((e for e in _events(log) if e["event"] == "turn_end" and e["goal"] == gid), None),
+                         "the turn to end")
+        assert end["outcome"] == "interrupted", end
+        assert w.poll() is None
+    finally:
+        os.kill(w.pid, signal.SIGCONT)
+        os.kill(w.pid, signal.SIGTERM)
+        w.wait(timeout=60)
+    assert not (work / "go").exists()

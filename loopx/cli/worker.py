@@ -52,6 +52,7 @@ def worker(ctx, concurrency, executor, agent, grace_seconds, lease_seconds, beat
         from loopx.worker_unit import unit
 
         click.echo(unit(url, concurrency, executor, grace_seconds, workdir), nl=False)
+        _warn_relative_notify_command()
         return
     for value, what in ((lease_seconds, "--lease-seconds"), (beat_seconds, "--beat-seconds")):
         if not 0.05 <= value <= 86400:
@@ -80,6 +81,24 @@ def worker(ctx, concurrency, executor, agent, grace_seconds, lease_seconds, beat
         import signal
 
         raise SystemExit(128 + int(signal.Signals[out["stopped_by"]]))
+
+
+def _warn_relative_notify_command() -> None:
+    """A ``notify.command`` runs in ``/``: one that starts with a relative path would not be found there."""
+    import shlex
+
+    from loopx.supervision import settings
+
+    try:
+        with open_registry(readonly=True) as reg, reg.read() as tx:
+            command = settings(tx).get("notify.command") or ""
+        first = shlex.split(command)[0] if command.strip() else ""
+    except Exception:  # no registry yet, or a command shlex cannot read: nothing to say
+        return
+    if "/" in first and not first.startswith(("/", "~")):
+        click.echo(f"loopx: warning: notify.command starts with the relative path {first!r}, which the worker "
+                   "runs in / (not here): set it with an absolute path (loopx config set notify.command ...)",
+                   err=True)
 
 
 def _list_text(rows: list[dict]) -> str:
