@@ -204,16 +204,24 @@ def acquire(reg, goal_id: str, worker_id: str, lease_seconds: float) -> int | No
 
 def _owner_alive(tx, worker_id: str) -> bool:
     """Whether the worker holding a lease may still be running: not if it stopped cleanly, nor if it
-    ran on this host and its process is gone - so a lease stamped by a wrong clock (a year ahead)
-    never outlives its owner. An owner on another host is trusted until its lease expires."""
+    ran on this host and its process is gone (that pid reused by another process, or the machine
+    rebooted, counts as gone: its heartbeat's ``owner``) - so a lease stamped by a wrong clock (a
+    year ahead) never outlives its owner. An owner on another host is trusted until its lease expires."""
     import os
     import socket
 
-    row = tx.one("SELECT host, pid, stopped_at FROM workers WHERE id = ?", (worker_id,))
+    row = tx.one("SELECT host, pid, stopped_at, info FROM workers WHERE id = ?", (worker_id,))
     if row is None:
         return True
     if row["stopped_at"]:
         return False
+    owner = json.loads(row["info"] or "{}").get("owner")
+    if isinstance(owner, dict) and owner.get("pid"):
+        # Its process by host, boot and start time: a pid that a later process reused, or a
+        # reboot since, does not keep a dead worker's lease alive.
+        from loopx.claims import gone
+
+        return not gone(owner)
     if row["host"] != socket.gethostname():
         return True
     try:

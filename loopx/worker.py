@@ -393,8 +393,12 @@ class Worker:
         watcher = threading.Thread(target=self._watch, daemon=True)
         notifier = None
         try:
+            from loopx.claims import owner_here
+
+            # Who it is, as a process (host, boot, pid, start time): a lease it holds is freed once
+            # that process is gone, even if its pid was taken by another (supervision._owner_alive).
             info = {"concurrency": self.concurrency, "beat_seconds": self.beat_seconds, "executor": self.executor,
-                    "retry_seconds": self.retry_seconds}
+                    "retry_seconds": self.retry_seconds, "owner": owner_here()}
             self.log("worker_start", host=host, pid=pid, registry=shown_url(self.url), concurrency=self.concurrency,
                      executor=self.executor, workdir=self.workdir)
             while self.stop_signal is None:  # a full disk or a database away at start: wait it out

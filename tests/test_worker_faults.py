@@ -113,7 +113,9 @@ def test_a_full_disk_never_ends_the_worker_it_backs_off_and_carries_on(small_dis
 
 
 
-def test_a_lease_whose_owner_was_killed_never_blocks_its_goal_even_stamped_a_year_ahead(tmp_path, loopx_clock):
+@pytest.mark.parametrize("pid_reused", [False, True], ids=["pid-gone", "pid-reused"])
+def test_a_lease_whose_owner_was_killed_never_blocks_its_goal_even_stamped_a_year_ahead(tmp_path, loopx_clock,
+                                                                                        pid_reused):
     url = str(tmp_path / "registry.db")
     work = tmp_path / "work"
     work.mkdir()
@@ -127,6 +129,13 @@ def test_a_lease_whose_owner_was_killed_never_blocks_its_goal_even_stamped_a_yea
     os.kill(a.pid, signal.SIGKILL)
     a.wait(timeout=10)
     go.touch()  # its orphaned turn ends (its lease stays: the worker never released it)
+    if pid_reused:  # its pid now belongs to another, live process (here: this test's own)
+        import sqlite3
+
+        with sqlite3.connect(url) as db:
+            info = json.loads(db.execute("SELECT info FROM workers WHERE pid = ?", (a.pid,)).fetchone()[0])
+            info["owner"]["pid"] = os.getpid()
+            db.execute("UPDATE workers SET pid = ?, info = ? WHERE pid = ?", (os.getpid(), json.dumps(info), a.pid))
     loopx_clock.set(0)  # the clock set right again
     log = tmp_path / "b.log"
     with open(log, "w") as err:
