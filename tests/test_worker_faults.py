@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -171,6 +172,10 @@ def test_postgresql_stopped_and_started_under_a_worker_and_down_at_its_start(own
     first = make_goal(url, title="first", description="d", acts={"work": ["sh", "-c", "echo a >> first"]},
                       todo_texts=["t"])["goal"]
     env = loopx_env(url, XDG_RUNTIME_DIR=str(_runtime(tmp_path)))
+    # A wrong password is not a fault to wait out: refused at once, exit 2, nothing started.
+    wrong = subprocess.run([sys.executable, "-m", "loopx", "worker"], env={**env, "LOOPX_REGISTRY": re.sub(
+        r"://(\w+):[^@]+@", r"://\1:wrong@", url)}, capture_output=True, text=True, timeout=60, cwd=work)
+    assert wrong.returncode == 2 and "authentication failed" in wrong.stderr, wrong.stderr
     log = tmp_path / "worker.log"
     own_postgres.pause()  # the database is down when the worker starts: it backs off, it does not exit 2
     with open(log, "w") as err:
@@ -245,3 +250,11 @@ def test_a_worker_that_wakes_to_find_its_lease_taken_logs_lease_lost_and_stops_t
         os.kill(w.pid, signal.SIGTERM)
         w.wait(timeout=60)
     assert not (work / "go").exists()
+
+
+def test_a_registry_file_that_does_not_exist_is_refused_at_start_not_waited_for(tmp_path):
+    missing = tmp_path / "nowhere" / "registry.db"
+    p = subprocess.run([sys.executable, "-m", "loopx", "worker"], env=loopx_env(str(missing)), capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 2 and "registry_not_found" in p.stderr, p.stderr
+    assert not missing.parent.exists()
