@@ -106,7 +106,8 @@ class Worker:
         self.stats = {"turns": 0, "turn_processes": 0, "busy_seconds": 0.0, "clock_jumps": 0, "started_at": None, "lease_refused": 0}
         self._skew: float | None = None
         self._active = (float("inf"), float("-inf"))  # first turn's start, last turn's end
-        self.faults = Faults(self.log, *FAULT_BACKOFF, record=lambda state: write_fault(self.id, state))
+        self.faults = Faults(self.log, *FAULT_BACKOFF, record=lambda state: write_fault(
+            self.id, state and {**state, "worker": self.id, "registry": shown_url(self.url)}))
 
     # ------------------------------------------------------------------ schedule
 

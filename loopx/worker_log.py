@@ -211,6 +211,30 @@ def write_fault(worker_id: str, state: dict | None) -> None:
         pass
 
 
+def backing_off(url: str) -> list[dict]:
+    """The live workers of this host backing off from the registry ``url`` now (their fault files),
+    for a ``loopx status`` that cannot reach that registry either."""
+    import os
+
+    found = []
+    try:
+        names = sorted(os.listdir(fault_dir()))
+    except OSError:
+        return []
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(fault_dir(), name)) as f:
+                state = json.loads(f.read(64 * 1024))
+        except (OSError, ValueError):
+            continue
+        if isinstance(state, dict) and state.get("registry") == shown_url(url) and isinstance(state.get("pid"), int) \
+                and read_fault(str(state.get("worker") or ""), state["pid"]) is not None:
+            found.append(state)
+    return found
+
+
 def read_fault(worker_id: str, pid: int) -> dict | None:
     """The fault a worker of this host (``pid``, alive) is backing off from now, or None."""
     import os

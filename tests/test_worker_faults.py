@@ -197,6 +197,17 @@ def test_postgresql_stopped_and_started_under_a_worker_and_down_at_its_start(own
                    or w.poll() is not None, "faults while the server is down")
         assert w.poll() is None, log.read_text()[-2000:]
         assert all(e["error"] == "registry_unavailable" for e in _registry_faults(log)[seen:])
+        # `loopx status` cannot read the registry either; it says so, and that the worker waits for it.
+        down = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", "status"], env=env,
+                              capture_output=True, text=True, timeout=60)
+        error = json.loads(down.stdout)["error"]
+        assert down.returncode == 2 and error["code"] == "registry_unavailable", down
+        waiting = error["details"]["workers_backing_off"]
+        assert [(x["worker"], x["pid"], x["code"]) for x in waiting] == [(
+            _events(log)[0]["worker"], w.pid, "registry_unavailable")], waiting
+        down = subprocess.run([sys.executable, "-m", "loopx", "status"], env=env, capture_output=True, text=True,
+                              timeout=60)
+        assert f"backing off until it is back: worker {waiting[0]['worker']} (pid {w.pid}" in down.stderr, down.stderr
         own_postgres.resume()
         wait_until(lambda: _registry_faults(log)[-1]["event"] == "fault_cleared", "the fault to clear")
         after = make_goal(url, title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},

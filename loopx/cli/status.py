@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 
 import click
 
@@ -201,8 +202,30 @@ def status(goal_id, limit, cursor, include_closed, watch, interval):
             live.run(reg, build, goal_text if goal_id else overview_text, as_json=wants_json(), interval=interval,
                      refresh=10.0, label=url)
         return
-    with open_registry() as reg:
-        if goal_id is not None:
-            emit(projection.goal_view(reg, goal_id), goal_text)
-        else:
-            emit(projection.overview(reg, limit=limit, cursor=cursor, include_closed=include_closed), overview_text)
+    from loopx.errors import LoopxError
+
+    try:
+        with open_registry() as reg:
+            if goal_id is not None:
+                emit(projection.goal_view(reg, goal_id), goal_text)
+            else:
+                emit(projection.overview(reg, limit=limit, cursor=cursor, include_closed=include_closed), overview_text)
+    except LoopxError as err:
+        if err.code == "registry_unavailable":
+            _say_who_backs_off(err)
+        raise
+
+
+def _say_who_backs_off(err) -> None:
+    """The database is down: which workers of this host are waiting for it (their fault files)."""
+    from loopx.cli.output import REGISTRY_KEY
+    from loopx.registry import resolve_url
+    from loopx.worker_log import backing_off
+
+    url = resolve_url(click.get_current_context().meta.get(REGISTRY_KEY))
+    waiting = backing_off(url if "://" in url else os.path.abspath(url))
+    if waiting:
+        err.details["workers_backing_off"] = waiting
+        err.message += "; backing off until it is back: " + ", ".join(
+            f"worker {w['worker']} (pid {w['pid']}, {w['code']} since {w['since']}, {w['attempts']} attempt(s))"
+            for w in waiting)
