@@ -123,6 +123,22 @@ def handling(grace: float = DEFAULT_GRACE_SECONDS):
             _state["timer"].cancel()
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel for SIGTERM when the process that started this one dies (Linux's
+    ``PR_SET_PDEATHSIG``), so a worker's turn never runs on unsupervised after its worker was
+    killed: the signal is taken as any stop (:func:`handling`) and the run closed ``interrupted``.
+    A parent already gone (``parent_pid`` is no longer the parent) counts as that signal now."""
+    import sys
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # it died before the request was in place
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def exit_code() -> int:
     """The shell's status for a process ended by the signal it was asked to stop with (130, 143)."""
     sig = _state["signal"]

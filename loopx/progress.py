@@ -29,6 +29,28 @@ def enabled(stream=None) -> bool:
         return False
 
 
+def activity_on(stream=None) -> bool:
+    """Whether an agent's activity is shown as it streams, one line per event, on ``stream``
+    (default stderr): on a terminal, never in a pipe. ``LOOPX_ACTIVITY=0`` / ``=1`` decides instead
+    (a worker on a terminal sets it for its turns, whose output it reads through a pipe)."""
+    forced = os.environ.get("LOOPX_ACTIVITY")
+    if forced in ("0", "1"):
+        return forced == "1"
+    stream = stream or sys.stderr
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def shown_line(text: str, limit: int = 160) -> str:
+    """``text`` fit for one terminal line: control characters (an agent's output may hold any)
+    replaced, newlines folded, cut to ``limit`` characters."""
+    text = " ".join(str(text).split())
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 class Progress:
     """One progress line: ``label [#####.....] 45% 4,500/10,000``."""
 

@@ -149,19 +149,30 @@ def request_stop(reg, worker_id: str, *, by: str) -> dict:
 
 
 def workers(tx, now: str | None = None, *, limit: int = 20) -> list[dict]:
-    """The workers seen lately, newest beat first, each with ``state``: running, stopped or died."""
+    """The workers seen lately, newest beat first, each with ``state``: running, stopped or died;
+    ``fault``: the registry fault a running worker of this host is backing off from now (``code``,
+    ``since``, ``attempts``, ``retry_in``, ``message``), else None; ``last_fault``: the latest one it
+    recovered from (``code``, ``since``, ``until``, ``attempts``)."""
     now = now or clock.now()
     try:
         rows = tx.query("SELECT * FROM workers ORDER BY beat_at DESC, id LIMIT ?", (limit,))
     except Exception:  # a registry older than schema v5 opened read-only: no workers table yet
         return []
+    import socket
+
+    from loopx.worker_log import read_fault
+
+    host = socket.gethostname()
     out = []
     for r in rows:
         info = json.loads(r.get("info") or "{}")
         beat_every = float(info.get("beat_seconds") or BEAT_SECONDS)
+        # A worker of this host backing off from a fault cannot beat (it cannot write the
+        # registry): its fault file says so, and that it is alive.
+        fault = read_fault(r["id"], int(r["pid"])) if not r["stopped_at"] and r["host"] == host else None
         if r["stopped_at"]:
             state = "stopped"
-        elif clock.seconds_between(r["beat_at"], now) > DIED_AFTER_BEATS * beat_every:
+        elif fault is None and clock.seconds_between(r["beat_at"], now) > DIED_AFTER_BEATS * beat_every:
             state = "died"
         else:
             state = "running"
@@ -169,7 +180,8 @@ def workers(tx, now: str | None = None, *, limit: int = 20) -> list[dict]:
                     "last_beat_at": r["beat_at"], "goals": json.loads(r["goals"]), "state": state,
                     "stopped_at": r["stopped_at"], "concurrency": info.get("concurrency"),
                     "clock_jumps": info.get("clock_jumps", 0), "retry_seconds": info.get("retry_seconds"),
-                    "turns": info.get("turns") or [], "stop_requested": info.get("stop_requested")})
+                    "turns": info.get("turns") or [], "stop_requested": info.get("stop_requested"),
+                    "fault": fault, "last_fault": info.get("last_fault")})
     return out
 
 
@@ -201,16 +213,24 @@ def acquire(reg, goal_id: str, worker_id: str, lease_seconds: float) -> int | No
 
 def _owner_alive(tx, worker_id: str) -> bool:
     """Whether the worker holding a lease may still be running: not if it stopped cleanly, nor if it
-    ran on this host and its process is gone - so a lease stamped by a wrong clock (a year ahead)
-    never outlives its owner. An owner on another host is trusted until its lease expires."""
+    ran on this host and its process is gone (that pid reused by another process, or the machine
+    rebooted, counts as gone: its heartbeat's ``owner``) - so a lease stamped by a wrong clock (a
+    year ahead) never outlives its owner. An owner on another host is trusted until its lease expires."""
     import os
     import socket
 
-    row = tx.one("SELECT host, pid, stopped_at FROM workers WHERE id = ?", (worker_id,))
+    row = tx.one("SELECT host, pid, stopped_at, info FROM workers WHERE id = ?", (worker_id,))
     if row is None:
         return True
     if row["stopped_at"]:
         return False
+    owner = json.loads(row["info"] or "{}").get("owner")
+    if isinstance(owner, dict) and owner.get("pid"):
+        # Its process by host, boot and start time: a pid that a later process reused, or a
+        # reboot since, does not keep a dead worker's lease alive.
+        from loopx.claims import gone
+
+        return not gone(owner)
     if row["host"] != socket.gethostname():
         return True
     try:

@@ -23,6 +23,7 @@ _KINDS = {
     "config": ("XDG_CONFIG_HOME", "~/.config", "user_config_dir"),
     "cache": ("XDG_CACHE_HOME", "~/.cache", "user_cache_dir"),
     "data": ("XDG_DATA_HOME", "~/.local/share", "user_data_dir"),
+    "state": ("XDG_STATE_HOME", "~/.local/state", "user_state_dir"),
 }
 
 
@@ -39,6 +40,11 @@ def cache_dir() -> str:
 def data_dir() -> str:
     """``platformdirs.user_data_dir("loopx", appauthor=False)``."""
     return _user_dir("data")
+
+
+def state_dir() -> str:
+    """``platformdirs.user_state_dir("loopx", appauthor=False)``."""
+    return _user_dir("state")
 
 
 def _user_dir(kind: str) -> str:

@@ -52,7 +52,7 @@ import threading
 import time
 
 from loopx import clock
-from loopx.worker_log import Faults, passing_fault, shown_url, turn_end
+from loopx.worker_log import Faults, passing_fault, shown_url, turn_end, write_fault
 
 JUMP_SECONDS = 30.0
 MAX_SLEEP = 60.0
@@ -62,11 +62,11 @@ FAULT_BACKOFF = (0.5, 30.0)  # a registry fault: first wait, doubling up to the 
 
 
 class _Child:
-    __slots__ = ("goal_id", "token", "proc", "out", "started", "done", "executor", "started_at")
+    __slots__ = ("goal_id", "token", "proc", "out", "err", "started", "done", "executor", "started_at")
 
     def __init__(self, goal_id, token, proc, executor):
         self.goal_id, self.token, self.proc, self.executor = goal_id, token, proc, executor
-        self.out, self.started, self.done, self.started_at = "", time.monotonic(), False, clock.now()
+        self.out, self.err, self.started, self.done, self.started_at = "", "", time.monotonic(), False, clock.now()
 
 
 class Worker:
@@ -106,7 +106,8 @@ class Worker:
         self.stats = {"turns": 0, "turn_processes": 0, "busy_seconds": 0.0, "clock_jumps": 0, "started_at": None, "lease_refused": 0}
         self._skew: float | None = None
         self._active = (float("inf"), float("-inf"))  # first turn's start, last turn's end
-        self.faults = Faults(self.log, *FAULT_BACKOFF)
+        self.faults = Faults(self.log, *FAULT_BACKOFF, record=lambda state: write_fault(
+            self.id, state and {**state, "worker": self.id, "registry": shown_url(self.url)}))
 
     # ------------------------------------------------------------------ schedule
 
@@ -194,21 +195,40 @@ class Worker:
 
         # LoopX started as LoopX starts itself (loopx.selfrun): isolated, in LoopX's own directory,
         # never importing anything from the agents' workdir a turn left a `loopx/` package in.
+        # On a terminal, the turn's agent activity (one line per event) comes back on its stderr and is
+        # logged as `activity` lines; in a pipe or the journal the turns stay quiet.
+        shown = self.log.activity
         spawn = selfrun.command(["--format", "json", "turn", goal_id, "--executor", executor, "--agent", self.agent,
                                  "--grace-seconds", str(self.grace_seconds), "--worker-lease", f"{self.id}:{token}",
                                  "--workdir", self.workdir],
                                 {"LOOPX_RUN_ID": None, "LOOPX_ACTOR": None, "LOOPX_STEP_ID": None,
-                                 "LOOPX_REGISTRY": self.url})
+                                 "LOOPX_REGISTRY": self.url, "LOOPX_WORKER_PID": str(os.getpid()),
+                                 "LOOPX_ACTIVITY": "1" if shown else "0"})
         # A session of its own: a Ctrl-C in the worker's terminal reaches the worker, which passes
         # SIGTERM on to its turns (each then lets its step finish within the grace period).
         proc = subprocess.Popen(spawn["args"], env=spawn["env"], cwd=spawn["cwd"], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                stderr=subprocess.PIPE if shown else subprocess.STDOUT, text=True,
+                                start_new_session=True)
         child = _Child(goal_id, token, proc, executor)
         self.children[goal_id] = child
         self.log("turn_start", goal=goal_id, executor=executor, pid=proc.pid)
 
+        def relay(lines: list) -> None:
+            for line in proc.stderr:
+                lines.append(line)
+                self.log("activity", goal=goal_id, line=line.rstrip("\n")[-300:])
+
         def wait():
-            child.out = proc.communicate()[0] or ""
+            if shown:
+                err: list = []
+                reader = threading.Thread(target=relay, args=(err,), daemon=True)
+                reader.start()
+                out = proc.stdout.read() or ""
+                reader.join()
+                proc.wait()
+                child.out, child.err = out, "".join(err)
+            else:
+                child.out = proc.communicate()[0] or ""
             child.done = True
             self.wake.set()
 
@@ -242,7 +262,8 @@ class Worker:
         if out.get("run_id"):
             with reg.read() as tx:
                 run = tx.one("SELECT tokens, cost FROM runs WHERE id = ?", (out["run_id"],))
-        turn_end(self.log, child.goal_id, child.executor, out, run, seconds, child.proc.returncode, child.out)
+        turn_end(self.log, child.goal_id, child.executor, out, run, seconds, child.proc.returncode,
+                 child.out + child.err)
 
     def _after(self, reg, goal_id: str, child: _Child) -> None:
         out = self._answer(child)
@@ -348,7 +369,8 @@ class Worker:
                 raise
             return reg
         try:
-            reg.close()
+            if reg is not None:
+                reg.close()
         except Exception:
             pass
         return fresh
@@ -368,21 +390,30 @@ class Worker:
         before = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
         mono0 = time.monotonic()
         signalled = False
-        reg = Registry.open(self.url)
+        reg = None  # a database down at start is waited out like any fault (below)
         watcher = threading.Thread(target=self._watch, daemon=True)
         notifier = None
         try:
+            from loopx.claims import owner_here
+
+            # Who it is, as a process (host, boot, pid, start time): a lease it holds is freed once
+            # that process is gone, even if its pid was taken by another (supervision._owner_alive).
             info = {"concurrency": self.concurrency, "beat_seconds": self.beat_seconds, "executor": self.executor,
-                    "retry_seconds": self.retry_seconds}
+                    "retry_seconds": self.retry_seconds, "owner": owner_here()}
             self.log("worker_start", host=host, pid=pid, registry=shown_url(self.url), concurrency=self.concurrency,
                      executor=self.executor, workdir=self.workdir)
             while self.stop_signal is None:  # a full disk or a database away at start: wait it out
                 try:
+                    if reg is None:
+                        reg = Registry.open(self.url)
                     self._stop_asked(beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info=info))
                     self._scan(reg)
                     break
                 except Exception as exc:
                     reg = self._fault(reg, exc)
+            if reg is None:  # stopped before the registry could be reached: nothing to record
+                return self._finish(mono0)
+            self.faults.cleared()
             watcher.start()
             self._check_clock(reg)
             next_beat = time.monotonic() + self.beat_seconds
@@ -423,6 +454,7 @@ class Worker:
                             self.log("lease_lost", goal=g, token=self.children[g].token)
                             self.children[g].proc.send_signal(signal.SIGTERM)
                         info["clock_jumps"] = self.stats["clock_jumps"]
+                        info["last_fault"] = self.faults.last
                         info["turns"] = [{"goal": c.goal_id, "executor": c.executor, "started_at": c.started_at,
                                           "pid": c.proc.pid} for c in self.children.values()]
                         self._stop_asked(beat(reg, self.id, host=host, pid=pid, started_at=started_at,
@@ -458,6 +490,7 @@ class Worker:
             raise
         finally:
             self._closing = True
+            write_fault(self.id, None)
             if notifier:
                 notifier.close()
             for child in self.children.values():  # an exception above: never leave turns behind
@@ -466,15 +499,22 @@ class Worker:
                 except OSError:
                     pass
             try:
-                beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info={
-                    "concurrency": self.concurrency, "beat_seconds": self.beat_seconds,
-                    "clock_jumps": self.stats["clock_jumps"], "retry_seconds": self.retry_seconds}, stopped=True)
+                if reg is not None:
+                    beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info={
+                        "concurrency": self.concurrency, "beat_seconds": self.beat_seconds,
+                        "clock_jumps": self.stats["clock_jumps"], "retry_seconds": self.retry_seconds,
+                        "last_fault": self.faults.last}, stopped=True)
             except Exception as exc:  # stopping on a full disk: the stop is not recorded, the exit is clean
                 self.log("fault", what="registry", error=passing_fault(exc) or type(exc).__name__, message=str(exc)[:300])
             finally:
-                reg.close()
+                if reg is not None:
+                    reg.close()
                 for s, h in before.items():
                     signal.signal(s, h)
+        return self._finish(mono0)
+
+    def _finish(self, mono0: float) -> dict:
+        """The run's figures (and its ``worker_stop`` line)."""
         self.stats["wall_seconds"] = round(time.monotonic() - mono0, 3)
         self.stats["active_seconds"] = round(max(0.0, self._active[1] - self._active[0]), 3)
         self.stats["busy_seconds"] = round(self.stats["busy_seconds"], 3)
@@ -514,12 +554,14 @@ class _Notifier:
         from loopx import notify
         from loopx.registry import Registry
 
-        with Registry.open(self.url) as reg:
+        reg = None
+        try:
             while True:
                 job = self.jobs.get()
                 if job is None:
                     return
                 try:
+                    reg = reg or Registry.open(self.url)
                     if job[0] == "goals":
                         sent = notify.check_goals(reg, job[1])
                     else:
@@ -531,7 +573,17 @@ class _Notifier:
                     for n in sent or []:
                         self._sent(n)
                 except Exception as exc:  # a notification problem never stops the worker
-                    self.log("fault", what="notify", error=type(exc).__name__, message=str(exc)[:300])
+                    self.log("fault", what="notify", error=passing_fault(exc) or type(exc).__name__,
+                             message=str(exc)[:300])
+                    if reg is not None and passing_fault(exc):  # a fresh connection for the next check
+                        try:
+                            reg.close()
+                        except Exception:
+                            pass
+                        reg = None
+        finally:
+            if reg is not None:
+                reg.close()
 
     def _sent(self, n: dict) -> None:
         """One line per notification sent (each channel's result is in `loopx notify list`)."""

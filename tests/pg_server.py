@@ -173,6 +173,19 @@ class ThrowawayPostgres:
             conn.execute(f"CREATE DATABASE {DATABASE} OWNER {ROLE} TEMPLATE template0 ENCODING 'UTF8' "
                          "LC_COLLATE 'C' LC_CTYPE 'C'")
 
+    # -- stop and start again (a database that goes away under a running client) ---------------
+
+    def pause(self) -> None:
+        """Stop the server (``pg_ctl stop -m fast``: every connection is cut), keeping its data."""
+        self._executor.stop()
+
+    def resume(self) -> None:
+        """Start it again after :meth:`pause`, on the same port; returns once it accepts connections."""
+        self._executor.start()
+        launcher = self._executor.process
+        if launcher is not None and launcher.wait(timeout=90) != 0:
+            raise ServerUnavailable(f"pg_ctl start failed: {_tail(self.dir / 'postgresql.log')}")
+
     # -- stop --------------------------------------------------------------------------------
 
     def stop(self) -> None:

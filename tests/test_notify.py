@@ -265,6 +265,11 @@ def test_the_worker_tells_a_person_when_a_cadence_goal_runs_out_of_work(sqlite_u
         loopx_clock.advance(3601)  # the cadence passes; nothing is written to the ledger
         told = wait_until(lambda: _inbox(inbox), "the notification")
         assert [(n["goal_id"], n["decision"]) for n in told] == [(gid, "ask_user")]
+        # Once: the worker looks at every open goal at each beat, and tells nobody again.
+        beats = set()
+        wait_until(lambda: beats.add(cli("worker", "list")[1][0]["last_beat_at"]) or len(beats) >= 4,
+                   "three more heartbeats")
+        assert len(_inbox(inbox)) == 1, _inbox(inbox)
     finally:
         import os
         import signal

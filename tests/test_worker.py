@@ -121,21 +121,42 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
     assert status["workers"][0]["state"] == "stopped" and status["workers"][0]["goals"] == []
 
 
-def test_a_sigkilled_worker_shows_as_died_and_its_turn_still_ends_honestly(sqlite_url, tmp_path, loopx_clock):
+def test_a_sigkilled_worker_shows_as_died_and_its_turns_die_with_it_recorded_interrupted(sqlite_url, tmp_path,
+                                                                                         loopx_clock):
     url = sqlite_url
     work = _work(tmp_path)
     go = work / "go"
-    gid = _goal(url, f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done", todos=1)
-    w = _worker(url, "--beat-seconds", "1", cwd=work)
-    wait_until(lambda: (work / "started").exists(), "the step to start")
+    # The step would wait for ever: nobody touches `go`. Its pid is kept to see it end.
+    gid = _goal(url, f"echo $$ > {work}/started; while [ ! -e {go} ]; do sleep 0.05; done", todos=1)
+    w = _worker(url, "--beat-seconds", "1", "--grace-seconds", "1", cwd=work)
+    wait_until(lambda: (work / "started").exists() and (work / "started").read_text().strip(), "the step to start")
+    step_pid = int((work / "started").read_text())
     os.kill(w.pid, signal.SIGKILL)
     w.wait(timeout=10)
-    go.touch()
-    wait_until(lambda: (_runs(url, gid) or [{}])[0].get("status") == "finished", "the orphaned turn to finish")
-    assert [r["outcome"] for r in _runs(url, gid)] == ["ok"]
+    # The turn took its worker's death as a stop: its step had its grace second, was stopped,
+    # and the run was closed `interrupted` - no turn runs on unsupervised.
+    wait_until(lambda: (_runs(url, gid) or [{}])[0].get("status") == "finished", "the orphaned turn to end", timeout=60)
+    assert [r["outcome"] for r in _runs(url, gid)] == ["interrupted"]
+    run_id = _runs(url, gid)[0]["id"]
+    kinds = [e["kind"] for e in _cli(url, "evidence", "list", "--run-id", run_id)[1]]
+    assert "interrupted" in kinds, kinds
+    wait_until(lambda: not _alive(step_pid), "the step to be stopped")
+    assert not go.exists()
     loopx_clock.advance(30)  # thirty seconds on: three beats missed (scripted, no sleeping)
     code, status, _ = _cli(url, "status")
     assert status["workers"][0]["state"] == "died" and status["workers"][0]["pid"] == w.pid
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie nobody reaped yet is gone as far as work goes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_a_clock_jump_is_recorded_and_cadence_recovers(sqlite_url, tmp_path, loopx_clock):
@@ -184,3 +205,36 @@ def test_print_unit_is_a_systemd_user_unit_for_this_registry(sqlite_url, tmp_pat
     assert f"LOOPX_REGISTRY={sqlite_url}" in unit and "KillSignal=SIGTERM" in unit
     # A stop by SIGTERM exits 143: the unit counts it a success, not a failure to restart from.
     assert "SuccessExitStatus=143" in unit.splitlines() and "Restart=on-failure" in unit.splitlines()
+
+
+def test_the_printed_unit_passes_systemd_analyze_verify(sqlite_url, tmp_path):
+    import shutil
+
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed here (systemd's own check of the unit)")
+    printed = subprocess.run([sys.executable, "-m", "loopx", "worker", "--print-unit"], env=loopx_env(sqlite_url),
+                             capture_output=True, text=True, cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    unit = tmp_path / "loopx-worker.service"
+    unit.write_text(printed.stdout)
+    runtime = tmp_path / "runtime"  # --user verify needs a runtime directory, not a user manager
+    runtime.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    # systemd checks every setting and that ExecStart's program exists and is executable.
+    checked = subprocess.run([analyze, "--user", "verify", str(unit)], capture_output=True, text=True, env=env,
+                             timeout=60)
+    assert checked.returncode == 0 and checked.stderr.strip() == "", checked.stderr
+
+
+def test_print_unit_warns_when_notify_command_starts_with_a_relative_path(sqlite_url, tmp_path):
+    def printed():
+        return subprocess.run([sys.executable, "-m", "loopx", "worker", "--print-unit"], env=loopx_env(sqlite_url),
+                              capture_output=True, text=True, cwd=tmp_path, timeout=60)
+
+    assert _cli(sqlite_url, "config", "set", "notify.command", "./notify.sh --urgent")[0] == 0
+    p = printed()
+    assert p.returncode == 0 and "ExecStart=" in p.stdout
+    assert "relative path './notify.sh'" in p.stderr and "runs in /" in p.stderr, p.stderr
+    assert _cli(sqlite_url, "config", "set", "notify.command", f"{tmp_path}/notify.sh")[0] == 0
+    assert printed().stderr == ""

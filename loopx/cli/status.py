@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 
 import click
 
@@ -93,9 +94,22 @@ def _worker_lines(view: dict) -> list[str]:
         goals = f", on {', '.join(w['goals'])}" if w["goals"] else ", idle"
         out.append(f"worker {w['id']} {w['state'].upper()}: pid {w['pid']} on {w['host']}, since {w['started_at']},"
                    f" last beat {w['last_beat_at']}{goals}")
+        out += fault_lines(w)
     for j in (view.get("clock_jumps") or [])[:1]:
         out.append(f"clock jump: {j['direction']} {abs(j['jump_seconds']):.0f}s, seen {j['seen_at']} by {j['worker']}")
     return out
+
+
+def fault_lines(w: dict, indent: str = "  ") -> list[str]:
+    """A worker's registry fault: the one it is backing off from now, else the last it recovered from."""
+    f = w.get("fault")
+    if f:
+        return [f"{indent}BACKING OFF: {f['code']} since {f['since']} ({f['attempts']} attempt(s), next in"
+                f" {f['retry_in']:g}s): {f.get('message') or ''}".rstrip(": ")]
+    last = w.get("last_fault")
+    if last and w["state"] == "running":
+        return [f"{indent}recovered from {last['code']} ({last['since']} to {last['until']}, {last['attempts']} attempt(s))"]
+    return []
 
 
 def goal_text(view: dict) -> str:
@@ -188,8 +202,30 @@ def status(goal_id, limit, cursor, include_closed, watch, interval):
             live.run(reg, build, goal_text if goal_id else overview_text, as_json=wants_json(), interval=interval,
                      refresh=10.0, label=url)
         return
-    with open_registry() as reg:
-        if goal_id is not None:
-            emit(projection.goal_view(reg, goal_id), goal_text)
-        else:
-            emit(projection.overview(reg, limit=limit, cursor=cursor, include_closed=include_closed), overview_text)
+    from loopx.errors import LoopxError
+
+    try:
+        with open_registry() as reg:
+            if goal_id is not None:
+                emit(projection.goal_view(reg, goal_id), goal_text)
+            else:
+                emit(projection.overview(reg, limit=limit, cursor=cursor, include_closed=include_closed), overview_text)
+    except LoopxError as err:
+        if err.code == "registry_unavailable":
+            _say_who_backs_off(err)
+        raise
+
+
+def _say_who_backs_off(err) -> None:
+    """The database is down: which workers of this host are waiting for it (their fault files)."""
+    from loopx.cli.output import REGISTRY_KEY
+    from loopx.registry import resolve_url
+    from loopx.worker_log import backing_off
+
+    url = resolve_url(click.get_current_context().meta.get(REGISTRY_KEY))
+    waiting = backing_off(url if "://" in url else os.path.abspath(url))
+    if waiting:
+        err.details["workers_backing_off"] = waiting
+        err.message += "; backing off until it is back: " + ", ".join(
+            f"worker {w['worker']} (pid {w['pid']}, {w['code']} since {w['since']}, {w['attempts']} attempt(s))"
+            for w in waiting)

@@ -20,12 +20,12 @@ def turn(goal_id, executor, agent, ttl_seconds, unconfined, grace_seconds, worke
     SIGTERM or Ctrl-C lets the running step finish (up to --grace-seconds), starts no other,
     and closes the run `interrupted` with the interruption as evidence.
     """
+    import os
+
     from loopx import claims, interrupt, turn as turns
     from loopx.cli import run_inprocess
 
     if workdir is not None:
-        import os
-
         # Started isolated (loopx.selfrun): everything of LoopX is imported from where it is
         # installed, never from here; this directory is only where the agent works.
         os.chdir(workdir)
@@ -40,6 +40,11 @@ def turn(goal_id, executor, agent, ttl_seconds, unconfined, grace_seconds, worke
             raise LoopxError("invalid_argument", "--worker-lease is WORKER:TOKEN")
         owner = claims.owner_here(worker=wid, lease_token=ascii_whole(token))
     with interrupt.handling(grace_seconds), open_registry() as reg:
+        parent = os.environ.get("LOOPX_WORKER_PID")
+        if owner is not None and parent and parent.isdigit():
+            # A worker's turn dies with its worker (docs/worker.md): SIGTERM when it is gone, taken
+            # as any stop - the running step gets its grace period, the run closes `interrupted`.
+            interrupt.die_with_parent(int(parent))
         out = turns.turn(reg, actor(), goal_id=goal_id, executor=executor, agent=agent, ttl_seconds=ttl_seconds,
                              owner=owner, unconfined=unconfined, run_cli=run_inprocess)
         emit(out, turn_text)

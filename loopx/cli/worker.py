@@ -52,17 +52,26 @@ def worker(ctx, concurrency, executor, agent, grace_seconds, lease_seconds, beat
         from loopx.worker_unit import unit
 
         click.echo(unit(url, concurrency, executor, grace_seconds, workdir), nl=False)
+        _warn_relative_notify_command()
         return
     for value, what in ((lease_seconds, "--lease-seconds"), (beat_seconds, "--beat-seconds")):
         if not 0.05 <= value <= 86400:
             raise LoopxError("invalid_argument", f"{what} must be between 0.05 and 86400")
     if beat_seconds >= lease_seconds:
         raise LoopxError("invalid_argument", "--beat-seconds must be shorter than --lease-seconds (leases are renewed at each beat)")
-    with open_registry() as reg:  # refuses a registry that does not exist
-        from loopx import executors
+    from loopx import executors
 
-        executors.get(executor)
-        reg.store.schema_version()
+    executors.get(executor)
+    try:
+        with open_registry() as reg:  # refuses a registry that does not exist, a wrong URL or password
+            reg.store.schema_version()
+    except LoopxError as exc:
+        from loopx.worker_log import waits_at_start
+
+        if not waits_at_start(exc):
+            raise
+        # The database is down (or the disk full) right now: the worker starts anyway, backs off and
+        # logs a `fault` line per try until it can reach the registry (docs/worker.md).
     w = worker_mod.Worker(url, concurrency=concurrency, executor=executor, agent=agent, lease_seconds=lease_seconds,
                           beat_seconds=beat_seconds, grace_seconds=grace_seconds, exit_when_idle=exit_when_idle,
                           retry_seconds=retry_seconds, workdir=workdir, log_format=log_format)
@@ -74,13 +83,34 @@ def worker(ctx, concurrency, executor, agent, grace_seconds, lease_seconds, beat
         raise SystemExit(128 + int(signal.Signals[out["stopped_by"]]))
 
 
+def _warn_relative_notify_command() -> None:
+    """A ``notify.command`` runs in ``/``: one that starts with a relative path would not be found there."""
+    import shlex
+
+    from loopx.supervision import settings
+
+    try:
+        with open_registry(readonly=True) as reg, reg.read() as tx:
+            command = settings(tx).get("notify.command") or ""
+        first = shlex.split(command)[0] if command.strip() else ""
+    except Exception:  # no registry yet, or a command shlex cannot read: nothing to say
+        return
+    if "/" in first and not first.startswith(("/", "~")):
+        click.echo(f"loopx: warning: notify.command starts with the relative path {first!r}, which the worker "
+                   "runs in / (not here): set it with an absolute path (loopx config set notify.command ...)",
+                   err=True)
+
+
 def _list_text(rows: list[dict]) -> str:
+    from loopx.cli.status import fault_lines
+
     if not rows:
         return "no live worker (start one: loopx worker; see docs/worker.md)"
     lines = []
     for w in rows:
         lines.append(f"{w['id']}  pid {w['pid']} on {w['host']}, since {w['started_at']}, last beat {w['last_beat_at']}"
                      + (", stop requested" if w.get("stop_requested") else ""))
+        lines += fault_lines(w)
         turns = w.get("turns") or [{"goal": g} for g in w["goals"]]
         for t in turns:
             since = f" since {t['started_at']}" if t.get("started_at") else ""

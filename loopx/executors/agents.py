@@ -154,18 +154,25 @@ def configured_timeout(default: float = DEFAULT_TIMEOUT) -> float:
 
 
 def run_agent(name: str, registry, contract: dict, *, agent: str, argv: list[str], env: dict, parse,
-              report: Report, timeout: float, sees_commands: bool = True) -> dict:
+              report: Report, timeout: float, sees_commands: bool = True, summarize=None) -> dict:
     """Run one agent CLI for the turn and return what ``run finish`` takes.
 
     ``parse(report, line)`` reads one line of the CLI's standard output into ``report``;
-    ``sees_commands``: the CLI reports the commands it runs (so running none of them is a failure).
+    ``sees_commands``: the CLI reports the commands it runs (so running none of them is a failure);
+    ``summarize(line)``: one short line for a person about that event (or None), shown on stderr
+    as it streams when stderr is a terminal (:func:`loopx.progress.activity_on`), never in a pipe.
     """
     from loopx.executors import prompt as prompts
     from loopx.process import run_command
+    from loopx.progress import activity_on
+
+    shown = activity_on() and summarize is not None
 
     def on_line(text: str) -> None:
         report.line(text)
         parse(report, text)
+        if shown:
+            show_activity(name, summarize(text))
 
     bound = time_bound(contract, timeout)
     cwd = workdir(contract)
@@ -196,6 +203,19 @@ def run_agent(name: str, registry, contract: dict, *, agent: str, argv: list[str
     outcome = "failed" if report.failures else _progress(registry, contract)
     return {"outcome": outcome, "tokens": report.tokens, "cost": round(report.cost, 6),
             "handoff": handoff(name, outcome, report)}
+
+
+def show_activity(name: str, summary: str | None) -> None:
+    """One line of an agent's activity on stderr: ``claude-code: $ make test``."""
+    from loopx.progress import shown_line
+
+    if not summary:
+        return
+    try:
+        sys.stderr.write(f"{name}: {shown_line(summary)}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # the terminal went away: the turn goes on
+        pass
 
 
 def _last_line(text: str) -> str:

@@ -85,7 +85,7 @@ class ClaudeCodeExecutor:
                     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"})
         report = agents.Report()
         return agents.run_agent(NAME, registry, contract, agent=agent, argv=self.argv(text, contract), env=env,
-                                parse=parse, report=report,
+                                parse=parse, report=report, summarize=summarize,
                                 timeout=self.timeout or agents.configured_timeout())
 
 
@@ -127,6 +127,45 @@ def parse(report, line: str) -> None:
             tool_input = denial.get("tool_input") or {}
             what = tool_input.get("command") or json.dumps(tool_input)[:200]
             report.failures.append(f"permission denied: {denial.get('tool_name')} {what}")
+
+
+def summarize(line: str) -> str | None:
+    """One line for a person about one stream-json event (``loopx turn`` on a terminal), or None."""
+    from loopx.executors.agents import json_object
+
+    event = json_object(line)
+    if event is None:
+        return None
+    kind = event.get("type")
+    message = event.get("message") if isinstance(event.get("message"), dict) else {}
+    if kind == "system" and event.get("subtype") == "init":
+        return f"started (model {event.get('model') or '?'})"
+    if kind == "assistant":
+        said = []
+        for block in message.get("content") or []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use":
+                tool_input = block.get("input") or {}
+                if block.get("name") == "Bash":
+                    said.append(f"$ {tool_input.get('command')}")
+                else:
+                    said.append(f"{block.get('name')} {tool_input.get('file_path') or json.dumps(tool_input)[:80]}")
+            elif block.get("type") == "text" and str(block.get("text") or "").strip():
+                said.append(f"says: {block['text']}")
+        return " | ".join(said) or None
+    if kind == "user":
+        for block in message.get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                output = _text(block.get("content")).strip()
+                first = output.splitlines()[0] if output else ""
+                return f"-> failed: {first}" if block.get("is_error") else "-> ok"
+        return None
+    if kind == "result":
+        if event.get("is_error"):
+            return f"error: {event.get('result') or event.get('subtype')}"
+        return f"done: {_tokens(event)} tokens, ${float(event.get('total_cost_usd') or 0.0):.4f}"
+    return None
 
 
 def _tokens(event: dict) -> int:

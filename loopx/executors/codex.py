@@ -74,7 +74,8 @@ class CodexExecutor:
         report = agents.Report()
         out = agents.run_agent(NAME, registry, contract, agent=agent,
                                argv=self.argv(prompts.build(contract, host=NAME, managed=True)), env=env,
-                               parse=parse, report=report, timeout=self.timeout or agents.configured_timeout())
+                               parse=parse, report=report, timeout=self.timeout or agents.configured_timeout(),
+                               summarize=summarize)
         if out["outcome"] == "failed" and not report.commands and sandbox_mode() == "read-only":
             # Codex says nothing about it (no command item, exit 0): the turn's reason says why.
             out["handoff"] = (f"{NAME}: failed [{READ_ONLY}]: Codex ran in its read-only sandbox "
@@ -111,6 +112,37 @@ def sandbox_mode() -> str:
 
 def _toml(text: str) -> str:
     return json.dumps(text)  # a JSON string is a valid TOML basic string
+
+
+def summarize(line: str) -> str | None:
+    """One line for a person about one ``codex exec --json`` event (``loopx turn`` on a terminal), or None."""
+    from loopx.executors.agents import json_object
+
+    event = json_object(line)
+    if event is None:
+        return None
+    kind = event.get("type")
+    item = event.get("item") if isinstance(event.get("item"), dict) else {}
+    what = item.get("type")
+    if kind == "thread.started":
+        return "started"
+    if kind == "item.started" and what == "command_execution":
+        return f"$ {item.get('command')}"
+    if kind == "item.completed" and what == "command_execution":
+        code = item.get("exit_code")
+        return "-> ok" if code == 0 else f"-> failed: exit {code}"
+    if kind == "item.completed" and what == "agent_message":
+        return f"says: {item.get('text') or ''}"
+    if kind == "item.completed" and what == "reasoning":
+        return f"thinking: {item.get('text') or ''}"
+    if kind == "item.completed" and what == "file_change":
+        return "edits " + ", ".join(str(c.get("path")) for c in item.get("changes") or [] if isinstance(c, dict))
+    if kind == "turn.completed":
+        usage = event.get("usage") or {}
+        return f"done: {int(usage.get('input_tokens') or 0) + int(usage.get('output_tokens') or 0)} tokens"
+    if kind in ("turn.failed", "error"):
+        return f"error: {(event.get('error') or {}).get('message') if kind == 'turn.failed' else event.get('message')}"
+    return None
 
 
 def parse(report, line: str) -> None:
