@@ -150,6 +150,8 @@ def plan(*, step_dir: str, tmp: str, writable: list[str], read_only: list[str], 
     for path in hidden:
         if os.path.lexists(path) and any(_under(path, t) for t in trees):
             mounts.append(["tmpfs", "", path] if os.path.isdir(path) else ["ro", os.devnull, path])
+    # The masks stay read-only whatever Landlock grants above them (a $HOME inside /tmp).
+    mounts += [["remount-ro", "", m[2]] for m in layers if m[0] == "tmpfs"] + [["remount-ro", "", "/run"]]
     first = next((p for p in writable if os.path.isdir(p) and not _under(p, "/dev")), "/")
     return {"mounts": mounts, "rw_rules": [f"/run/user/{uid}"], "workdir": first,
             "visible": [m[2] for m in layers if m[0] != "tmpfs"], "masked": masked}
@@ -184,6 +186,8 @@ def wrap(argv: list[str], world_file: str, cwd: str | None) -> list[str]:
     for kind, source, target in world["mounts"]:
         if kind == "tmpfs":
             args += ["--tmpfs", target]
+        elif kind == "remount-ro":
+            args += ["--remount-ro", target]
         elif kind == "rw":
             args += ["--bind", source, target]
         else:
