@@ -59,7 +59,7 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     try:
         with step(registry, run_id=run_id, goal_id=goal_id, agent=agent,
                   workdir=answer["interaction_contract"]["agent_channel"].get("workdir"), backend=backend,
-                  run_cli=run_cli):
+                  run_cli=run_cli, home_read=declared_home(provider)):
             # How the core asks an executor to stop (SIGTERM / Ctrl-C): its interrupt(), if it has
             # one; then, after the grace period, the process groups of every child it started.
             with interrupt.on_stop(provider.interrupt if isinstance(provider, InterruptibleExecutor) else None):
@@ -122,9 +122,16 @@ def loop(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
         turns.append(t)
 
 
+def declared_home(provider) -> list[str]:
+    """What of ``$HOME`` the executor ``provider`` declares it reads (its ``home_paths()``, if it
+    has one): shown read-only in the step's world (:mod:`loopx.world`), nothing else of ``$HOME``."""
+    paths = getattr(provider, "home_paths", None)
+    return [str(p) for p in paths()] if callable(paths) else []
+
+
 @contextmanager
 def step(registry, *, run_id: str, goal_id: str, agent: str, workdir: str | None, backend: str | None,
-         run_cli=None):
+         run_cli=None, home_read: list[str] = ()):
     """The confinement of one turn: its :class:`loopx.confine.Step` and :class:`loopx.broker.Broker`,
     active (:data:`loopx.process.STEP`) for everything started in this context until it ends.
 
@@ -141,7 +148,12 @@ def step(registry, *, run_id: str, goal_id: str, agent: str, workdir: str | None
                         summary="ran UNCONFINED: the agent could reach the registry, the key and the "
                                 "repository's hooks (--unconfined / LOOPX_UNCONFINED)",
                         data={"confinement": "unconfined", "workdir": workdir})
-    s = confine.Step(registry_url=registry.store.url, workdir=workdir, backend=backend)
+    from loopx import supervision
+
+    with registry.read() as tx:
+        grants = supervision.world_grants(supervision.settings(tx), goal_id)
+    s = confine.Step(registry_url=registry.store.url, workdir=workdir, backend=backend, home_read=home_read,
+                     grants=grants)
     try:
         b = brokers.Broker(registry_url=registry.store.url, run_id=run_id, goal_id=goal_id,
                            agent=agent, directory=s.dir, step=s, run_cli=run_cli)

@@ -232,3 +232,57 @@ def test_without_bubblewrap_a_turn_is_refused_unless_the_user_accepts_landlock_a
                         "shell"], env={**world["env"], **gone, "LOOPX_CONFINE_BACKEND": "landlock"},
                        cwd=world["work"], capture_output=True, text=True, timeout=300)
     assert json.loads(p.stdout)["outcome"] == "ok", p
+
+
+GRANTED = r"""
+try notes_read cat {notes}/todo.txt
+try notes_write sh -c 'echo agent >> {notes}/todo.txt'
+try socket_connect {py} -c "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b'hi')" {sock}
+try config_set loopx config set world.grant.{goal} /
+"""
+
+
+def test_the_user_grants_a_goal_a_read_only_path_and_a_socket_and_only_the_user_can(world):  # noqa: F811
+    notes = world["home"] / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("the user's notes\n")
+    sock_path = world["tmp"] / "user-service.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(sock_path))
+    server.listen(4)
+    server.settimeout(0)
+    reg = Registry.open(world["url"])
+    made = make_goal(reg, acts={"work": ["sh", "granted.sh"]})
+    reg.close()
+    (world["work"] / "granted.sh").write_text(TRY + GRANTED.format(notes=notes, py=PY, sock=sock_path, goal=made["goal"]))
+
+    def turn():
+        p = subprocess.run([PY, "-m", "loopx", "--format", "json", "turn", "--goal-id", made["goal"], "--executor",
+                            "shell"], env=world["env"], cwd=world["work"], capture_output=True, text=True, timeout=300)
+        return _results(_output(world["url"], json.loads(p.stdout)["run_id"]))
+
+    try:
+        before = turn()
+        assert [before[n][0] for n in ("notes_read", "socket_connect")] == ["refused", "refused"], before
+        with pytest.raises(BlockingIOError):
+            server.accept()
+        bad = subprocess.run([PY, "-m", "loopx", "config", "set", f"world.grant.{made['goal']}", "notes"],
+                             env=world["env"], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and "invalid_argument" in bad.stderr, bad
+        subprocess.run([PY, "-m", "loopx", "config", "set", f"world.grant.{made['goal']}", f"{notes}:{sock_path}"],
+                       env=world["env"], check=True, capture_output=True, timeout=60)
+        reg = Registry.open(world["url"])
+        from loopx import todos
+
+        todos.add(reg, "user", goal_id=made["goal"], text="again")
+        reg.close()
+        after = turn()
+        assert after["notes_read"][0] == "ok" and "the user's notes" in after["notes_read"][1], after
+        assert after["socket_connect"][0] == "ok", after
+        conn, _ = server.accept()
+        conn.close()
+        # Read-only, and the agent cannot widen its own world.
+        assert after["notes_write"][0] == "refused" and after["config_set"][0] == "refused", after
+        assert (notes / "todo.txt").read_text() == "the user's notes\n"
+    finally:
+        server.close()

@@ -39,6 +39,13 @@ class CodexExecutor:
 
         preflight(NAME)
 
+    def home_paths(self) -> list[str]:
+        """What of ``$HOME`` the CLI reads, shown read-only in the step's world (:mod:`loopx.world`):
+        the CLI's own install (its state is ``$CODEX_HOME``, writable)."""
+        from loopx import agent_login, world
+
+        return [*world.program_paths(agent_login.program(NAME))]
+
     def argv(self, prompt: str) -> list[str]:
         """The command line for one turn."""
         sandbox = sandbox_mode()
