@@ -26,7 +26,8 @@ from tests.test_confine_attacks import world  # noqa: F401  (the fixture)
 from tests.test_turn_helpers import PY, make_goal
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces and Landlock"),
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (scripts/test.sh installs it)")]
+              pytest.mark.skipif(shutil.which("bwrap") is None,
+                                 reason="needs bubblewrap (scripts/test.sh installs it)")]
 
 TRY = r"""set +e
 try() { name=$1; shift; out="$TMPDIR/attack.$$"; if "$@" >"$out" 2>&1; then r=ok; else r=refused; fi; echo "ATTACK $name $r $(head -c 300 "$out" | tr '\n' ' ')"; }
@@ -254,11 +255,13 @@ def test_the_user_grants_a_goal_a_read_only_path_and_a_socket_and_only_the_user_
     reg = Registry.open(world["url"])
     made = make_goal(reg, acts={"work": ["sh", "granted.sh"]})
     reg.close()
-    (world["work"] / "granted.sh").write_text(TRY + GRANTED.format(notes=notes, py=PY, sock=sock_path, goal=made["goal"]))
+    (world["work"] / "granted.sh").write_text(TRY + GRANTED.format(notes=notes, py=PY, sock=sock_path,
+                                                                   goal=made["goal"]))
 
     def turn():
         p = subprocess.run([PY, "-m", "loopx", "--format", "json", "turn", "--goal-id", made["goal"], "--executor",
-                            "shell"], env=world["env"], cwd=world["work"], capture_output=True, text=True, timeout=300)
+                            "shell"], env=world["env"], cwd=world["work"], capture_output=True, text=True,
+                           timeout=300)
         return _results(_output(world["url"], json.loads(p.stdout)["run_id"]))
 
     try:
