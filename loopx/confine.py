@@ -20,9 +20,14 @@ the agent and everything it starts inherit it. The policy:
 * with a PostgreSQL registry, TCP connections to its port are denied (Landlock ABI >= 4), and
   the registry URL and ``PG*`` variables never reach the agent's environment.
 
+Every command of the step runs inside a world built from an allowlist (:mod:`loopx.world`:
+bubblewrap; private ``/tmp``, ``/dev/shm`` and ``/run``, of ``$HOME`` only what is declared, its
+own PID namespace), Landlock enforced inside it; without bubblewrap a turn is refused unless the
+user chose Landlock alone (``LOOPX_CONFINE_BACKEND=landlock``).
+
 The agent reaches the registry only through the turn's broker (:mod:`loopx.broker`), whose
 address is in the environment. Confinement **fails closed**: :func:`check` refuses a turn
-(``confinement_unavailable``) where Landlock is missing, unless the user opted in with
+(``confinement_unavailable``) where Landlock or the world is missing, unless the user opted in with
 ``--unconfined`` or ``LOOPX_UNCONFINED=1`` in the environment of the ``loopx`` they run (the
 agent cannot set it for LoopX: a variable it sets reaches only processes it starts, which are
 already confined). A turn that ran unconfined says so in its evidence and hand-off.
