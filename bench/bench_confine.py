@@ -2,9 +2,9 @@
 
 Measures, interleaved so machine load hits both sides alike, the median and p95 of:
 
-* **child**: one ``run_command(["true"])`` the way a step starts a child: under a turn's
-  :class:`loopx.confine.Step` (policy file, Landlock enforced by the watcher) against the same
-  call with no step (the watcher alone);
+* **child**: one ``run_command(["true"])`` the way a step starts a child: inside the step's world
+  (:mod:`loopx.world`: bubblewrap, then Landlock enforced by the watcher), and under Landlock
+  alone, against the same call with no step (the watcher alone);
 * **step setup**: building a step (the policy: the hidden paths' siblings listed, the policy file
   written) and starting and stopping its broker;
 * **broker call**: ``loopx status`` and ``loopx evidence add`` run by a turn's confined action
@@ -13,8 +13,8 @@ Measures, interleaved so machine load hits both sides alike, the median and p95 
 * **turn**: a whole ``loopx turn`` (shell executor, one action ``true``) confined against
   ``--unconfined``.
 
-Prints a table: median ms confined, unconfined, the extra and the ratio. The target (issue 22)
-is at most 20 ms extra per step.
+Prints a table: median ms confined, unconfined, the extra and the ratio. The targets: at most
+20 ms extra per step for Landlock (issue 22), at most 30 ms for the world (issue 35).
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--turns", type=int, default=7)
     ap.add_argument("--calls", type=int, default=15, help="loopx calls of each kind inside the step")
+    ap.add_argument("--quick", action="store_true", help="the child and step-setup rows only")
     args = ap.parse_args()
 
     from loopx import confine, process
@@ -103,17 +104,25 @@ def main() -> None:
     made = make_goal(reg, acts={"noop": ["true"]}, todo_texts=[f"t{i}" for i in range(args.turns * 2 + 2)])
     rows = []
 
-    # child: run_command with and without the step's policy
+    # child: run_command in the step's world (bwrap + Landlock), under Landlock alone, and with no step
     step = confine.Step(registry_url=url, workdir=str(work), backend="landlock")
-    conf, unconf = [], []
+    world = confine.Step(registry_url=url, workdir=str(work), backend=confine.backend())
+    conf, in_world, unconf = [], [], []
+
+    def child():
+        return process.run_command(["true"], env={}, timeout=30, cwd=str(work))
+
     for _ in range(args.repeat):
-        token = process.STEP.set(step)
-        try:
-            conf.append(_timed(lambda: process.run_command(["true"], env={}, timeout=30, cwd=str(work))))
-        finally:
-            process.STEP.reset(token)
-        unconf.append(_timed(lambda: process.run_command(["true"], env={}, timeout=30, cwd=str(work))))
-    rows.append(("child (run_command true)", conf, unconf))
+        for s, into in ((step, conf), (world, in_world)):
+            token = process.STEP.set(s)
+            try:
+                into.append(_timed(child))
+            finally:
+                process.STEP.reset(token)
+        unconf.append(_timed(child))
+    rows.append((f"child in the world ({world.backend})", in_world, unconf))
+    rows.append(("child, Landlock alone", conf, unconf))
+    world.close()
 
     # step setup: policy + broker, against nothing (an unconfined turn still starts a broker)
     setup, setup_unconf = [], []
@@ -123,11 +132,14 @@ def main() -> None:
             b = Broker(registry_url=url, run_id="r-000000000000", goal_id=made["goal"], agent="bench", directory=s.dir)
             b.close()
             s.close()
-        setup.append(_timed(lambda: build("landlock")))
+        setup.append(_timed(lambda: build(confine.backend())))
         setup_unconf.append(_timed(lambda: build(None)))
-    rows.append(("step setup (policy + broker)", setup, setup_unconf))
+    rows.append(("step setup (policy, world, broker)", setup, setup_unconf))
     step.close()
 
+    if args.quick:
+        _table(rows)
+        return
     # whole turns through the CLI
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     env["LOOPX_REGISTRY"] = url
@@ -148,10 +160,7 @@ def main() -> None:
 
     calls = broker_calls(url, work, args.calls)
 
-    print(f"{'measure':32} {'confined ms':>12} {'unconfined ms':>14} {'extra ms':>9} {'ratio':>6}   p95 conf/unconf")
-    for name, c, u in rows:
-        mc, mu = statistics.median(c), statistics.median(u)
-        print(f"{name:32} {mc:12.1f} {mu:14.1f} {mc - mu:9.1f} {mc / mu:6.2f}   {_p95(c):.1f}/{_p95(u):.1f}")
+    _table(rows)
     print()
     print(f"inside one confined step, {args.calls} calls each, interleaved (target: ratio <= 1.5)")
     print(f"{'call':32} {'median ms':>12} {'p95 ms':>9} {'ratio to python -c pass':>24}")
@@ -160,6 +169,13 @@ def main() -> None:
                         ("evidence", "loopx evidence add (broker)")):
         median, p95 = calls[name]
         print(f"{shown:32} {median:12.1f} {p95:9.1f} {median / base:24.2f}")
+
+
+def _table(rows) -> None:
+    print(f"{'measure':36} {'confined ms':>12} {'unconfined ms':>14} {'extra ms':>9} {'ratio':>6}   p95 conf/unconf")
+    for name, c, u in rows:
+        mc, mu = statistics.median(c), statistics.median(u)
+        print(f"{name:36} {mc:12.1f} {mu:14.1f} {mc - mu:9.1f} {mc / mu:6.2f}   {_p95(c):.1f}/{_p95(u):.1f}")
 
 
 if __name__ == "__main__":

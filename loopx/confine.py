@@ -22,9 +22,14 @@ the agent and everything it starts inherit it. The policy:
 * with a PostgreSQL registry, TCP connections to its port are denied (Landlock ABI >= 4), and
   the registry URL and ``PG*`` variables never reach the agent's environment.
 
+Every command of the step runs inside a world built from an allowlist (:mod:`loopx.world`:
+bubblewrap; private ``/tmp``, ``/dev/shm`` and ``/run``, of ``$HOME`` only what is declared, its
+own PID namespace), Landlock enforced inside it; without bubblewrap a turn is refused unless the
+user chose Landlock alone (``LOOPX_CONFINE_BACKEND=landlock``).
+
 The agent reaches the registry only through the turn's broker (:mod:`loopx.broker`), whose
 address is in the environment. Confinement **fails closed**: :func:`check` refuses a turn
-(``confinement_unavailable``) where Landlock is missing, unless the user opted in with
+(``confinement_unavailable``) where Landlock or the world is missing, unless the user opted in with
 ``--unconfined`` or ``LOOPX_UNCONFINED=1`` in the environment of the ``loopx`` they run (the
 agent cannot set it for LoopX: a variable it sets reaches only processes it starts, which are
 already confined). A turn that ran unconfined says so in its evidence and hand-off.
@@ -49,12 +54,27 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
 
 
 def backend() -> str | None:
-    """The confinement this machine offers (``"landlock"``), or ``None``."""
-    if os.environ.get(ENV_BACKEND) == "none" or not sys.platform.startswith("linux"):
+    """The confinement this machine offers, or ``None``: ``"bwrap"`` (Landlock inside a world built
+    by bubblewrap, :mod:`loopx.world`), or ``"landlock"`` (Landlock alone, no world) only when the
+    user asked for it with ``LOOPX_CONFINE_BACKEND=landlock``."""
+    chosen = os.environ.get(ENV_BACKEND, "")
+    if chosen == "none" or not sys.platform.startswith("linux"):
         return None
     from loopx import landlock
 
-    return "landlock" if landlock.abi() >= 1 else None
+    if landlock.abi() < 1:
+        return None
+    if chosen == "landlock":
+        return "landlock"
+    from loopx import world
+
+    return "bwrap" if world.bwrap() else None
+
+
+def _landlock_abi() -> int:
+    from loopx import landlock
+
+    return landlock.abi()
 
 
 def opted_out(flag: bool = False) -> bool:
@@ -75,6 +95,9 @@ def check(unconfined: bool = False) -> str | None:
             f"LoopX confines steps with Linux Landlock, not available on {sys.platform}"
         if os.environ.get(ENV_BACKEND) == "none":
             why = f"{ENV_BACKEND}=none"
+        elif sys.platform.startswith("linux") and _landlock_abi() >= 1:
+            why = ("bubblewrap (bwrap) is not installed or cannot build the step's world here; install the "
+                   f"`bubblewrap` package, or accept Landlock alone: {ENV_BACKEND}=landlock")
         raise LoopxError("confinement_unavailable",
                          f"cannot confine the agent ({why}); refusing to run the step. Run it unconfined only "
                          "if you trust the agent: --unconfined or LOOPX_UNCONFINED=1 (docs/security.md)")
@@ -231,11 +254,15 @@ class Step:
     """
 
     def __init__(self, *, registry_url: str, workdir: str, backend: str | None, broker_env: dict | None = None,
-                 agent_homes: list[str] | None = None, agent_homes_root: str | None = None):
+                 agent_homes: list[str] | None = None, agent_homes_root: str | None = None,
+                 home_read: list[str] = (), grants: list[str] = ()):
+        """``home_read``: what of ``$HOME`` the executor declares it reads; ``grants``: paths (or
+        sockets) the user granted the goal; both read-only in the step's world (:mod:`loopx.world`)."""
         self.backend = backend
         # The goal's own agent-CLI directories (writable) and where every goal's live (hidden).
         self.agent_homes = list(agent_homes or [])
         self.agent_homes_root = agent_homes_root
+        self.home_read, self.grants = list(home_read), list(grants)
         _remove_dead_steps_dirs()
         # The pid in the name lets a later turn remove what a killed one could not.
         self.dir = tempfile.mkdtemp(prefix=f"loopx-step-{os.getpid()}-")
@@ -250,9 +277,15 @@ class Step:
         self.broker_env = dict(broker_env or {})
         self.broker = None  # the turn's loopx.broker.Broker, once started
         self.policy_file = None
+        self.world = None
         self.rules = 0
         if backend is not None:
             policy = self.policy()
+            if self.world is not None:
+                from loopx import world
+
+                # Beside the policy: loopx.process wraps every command of the step in this world.
+                world.write(os.path.join(self.dir, "policy.world.json"), self.world)
             self.rules = len(policy["rules"])
             self.policy_file = os.path.join(self.dir, "policy.json")
             with open(self.policy_file, "w", encoding="utf-8") as f:
@@ -320,7 +353,16 @@ class Step:
         inside = [p for p in read_only if os.path.lexists(p) and any(_under(p, r) for r in roots)]
         outside = [p for p in read_only if p not in inside]
         policy = {"rules": base + writes(outside), "deny_tcp": ports}
-        if inside:
+        if self.backend == "bwrap":
+            from loopx import world
+
+            # The world binds the read-only paths itself (and masks the hidden ones in its binds).
+            self.world = world.plan(step_dir=self.dir, tmp=self.tmp, writable=roots,
+                                    read_only=inside + [d for d in ro_reg if any(_under(d, r) for r in roots)],
+                                    hidden=hidden, home_read=self.home_read, grants=self.grants)
+            policy["rules"] += [[p, "rw"] for p in self.world["rw_rules"]]
+            policy["world"] = True
+        elif inside:
             policy.update(read_only=inside, rules_unpinned=base + writes([p for p in read_only if p not in git_links]))
         return policy
 

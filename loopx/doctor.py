@@ -99,16 +99,27 @@ def confinement() -> dict:
     if backend:
         uses.append(f"Landlock ABI {abi}" + (" (TCP rules: a PostgreSQL registry's port is denied)" if abi >= 4 else
                                               " (no TCP rules before ABI 4: a PostgreSQL port stays reachable)"))
-        uses.append("read-only paths pinned in a private mount namespace" if not ns.startswith("none") else
-                    "no mount namespace: read-only paths kept out by listing their siblings")
+        if backend == "bwrap":
+            uses.append(f"each step in a world built by bubblewrap ({bwrap}: private /tmp, /dev/shm, /run, "
+                        "$HOME but declared paths, its own PID namespace; docs/security.md)")
+        else:
+            uses.append("read-only paths pinned in a private mount namespace" if not ns.startswith("none") else
+                        "no mount namespace: read-only paths kept out by listing their siblings")
+            uses.append("NO world (LOOPX_CONFINE_BACKEND=landlock): your sockets, /proc and $HOME are reachable")
     details = {"landlock_abi": abi, "backend": backend, "namespaces": ns, "bubblewrap": bwrap,
                "cgroup_v2": cg["v2"], "cgroup_delegated": cg["delegated"], "loopx_uses": uses,
                "unconfined_opt_in": confine.opted_out(),
-               "not_used": "LoopX does not use bubblewrap or cgroups (Codex's own sandbox would use bubblewrap)"}
+               "not_used": "LoopX does not use cgroups"}
     if backend is None:
         if confine.opted_out():
             return _check("confinement", WARN, "no Landlock here; steps run UNCONFINED (LOOPX_UNCONFINED is set)",
                           details, "a kernel with Landlock (5.13+, `lsm=landlock` on its command line)")
+        if abi >= 1 and os.environ.get(confine.ENV_BACKEND) != "none":
+            return _check("confinement", FAIL,
+                          "bubblewrap cannot build a step's world here: every turn is refused "
+                          "(confinement_unavailable)",
+                          details, "install bubblewrap (`apt-get install bubblewrap`), or accept Landlock alone: "
+                                   "export LOOPX_CONFINE_BACKEND=landlock (docs/security.md)")
         return _check("confinement", FAIL,
                       "no Landlock in this kernel: every turn is refused (confinement_unavailable)",
                       details, "boot a kernel with Landlock (5.13+, `lsm=...,landlock`), or accept unconfined steps: "

@@ -32,7 +32,7 @@ REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
 MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
 REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
 CONNECT_TCP = 1 << 1
-SCOPE_SIGNAL = 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 
 #: Every filesystem right each ABI knows (a right the kernel does not know cannot be handled).
 _FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1, 5: (1 << 16) - 1}
@@ -107,7 +107,8 @@ def enforce(policy: dict) -> int:
     handled_fs = _FS_BY_ABI.get(version, _FS_BY_ABI[5])
     deny = [int(p) for p in policy.get("deny_tcp") or []]
     handled_net = CONNECT_TCP if deny and version >= 4 else 0
-    scoped = SCOPE_SIGNAL if version >= 6 else 0
+    # Signals, and connections to abstract unix sockets (X11's, D-Bus's), only within the step.
+    scoped = SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET if version >= 6 else 0
 
     class RulesetAttr(ctypes.Structure):
         _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]

@@ -89,7 +89,10 @@ if policy != "-":
         ns = {"__name__": "loopx_landlock"}
         exec(compile(open(LANDLOCK).read(), LANDLOCK, "exec"), ns)
         with open(policy) as f:
-            ns["enforce"](json.load(f))
+            doc = json.load(f)
+        if doc.get("world") and me > 2:  # pid 2 under the world's init: never run outside it
+            raise OSError("the step's world (loopx.world) was not built")
+        ns["enforce"](doc)
     except Exception as exc:
         os.write(2, ("loopx: cannot confine %r: %s [confinement_unavailable]\n" % (argv[0], exc)).encode())
         os._exit(126)
@@ -212,15 +215,23 @@ def active_step() -> tuple[str | None, dict]:
         return os.devnull + "/unreadable-step", {}
 
 
-def _contained(argv: list[str], reap: bool, policy: str | None = None) -> list[str]:
+def _contained(argv: list[str], reap: bool, policy: str | None = None, cwd: str | None = None) -> list[str]:
     """``argv`` under :data:`WATCHER` (Linux: it relies on ``/proc`` and ``prctl``), confined by
-    the Landlock ``policy`` file when one is given."""
+    the Landlock ``policy`` file when one is given, inside the step's world when the policy has
+    one (:mod:`loopx.world`)."""
     if not sys.platform.startswith("linux") or not sys.executable:
         if policy:
             raise OSError("a confined step needs Linux")
         return argv
     code = WATCHER.replace("LANDLOCK", repr(LANDLOCK)) if policy else WATCHER
-    return [sys.executable, "-I", "-S", "-c", code, "1" if reap else "0", policy or "-", *argv]
+    command = [sys.executable, "-I", "-S", "-c", code, "1" if reap else "0", policy or "-", *argv]
+    if policy:
+        from loopx import world
+
+        found = world.file_for(policy)
+        if found:
+            return world.wrap(command, found, cwd)
+    return command
 
 
 def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: str | None = None,
@@ -288,7 +299,7 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
         # the watcher (a subreaper) ends what it has.
         reap = reap or not group.ends_all()
     try:
-        command = _contained(argv, reap, policy)
+        command = _contained(argv, reap, policy, cwd)
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE if on_line else subprocess.STDOUT,
                                 env=full_env, cwd=cwd, start_new_session=True, pass_fds=tuple(pass_fds))

@@ -28,6 +28,10 @@ from loopx.errors import LoopxError
 
 SETTING_KEYS = ("executor", "notify.command", "notify.webhook", "notify.min_interval_seconds",
                 "limits.memory_mb", "limits.processes", "limits.cpu_seconds")
+#: ``world.grant`` (every goal) and ``world.grant.<goal id>``: paths (``:``-separated, absolute) a
+#: step's world shows read-only beyond what it shows anyway: a directory, a file, a socket
+#: (docs/security.md, "The world a step sees").
+GRANT = "world.grant"
 BEAT_SECONDS = 10.0
 DIED_AFTER_BEATS = 3
 
@@ -41,8 +45,16 @@ def check_key(key: str) -> str:
         return key
     if key.startswith("executor.g-") and 3 < len(key) <= 100 and key[9:].replace("-", "").isalnum():
         return key
+    if key == GRANT or (key.startswith(GRANT + ".g-") and len(key) <= 100 and key[12:].replace("-", "").isalnum()):
+        return key
     raise LoopxError("invalid_argument", f"unknown setting {key[:60]!r} (known: {', '.join(SETTING_KEYS)},"
                                          " executor.<goal id>)")
+
+
+def world_grants(values: dict, goal_id: str) -> list[str]:
+    """The paths the user granted the steps of ``goal_id`` (:data:`GRANT`)."""
+    found = f"{values.get(GRANT) or ''}:{values.get(f'{GRANT}.{goal_id}') or ''}".split(":")
+    return [p for p in found if p.startswith("/")]
 
 
 def settings(tx) -> dict[str, str]:
@@ -60,6 +72,8 @@ def set_setting(reg, actor: str, key: str, value: str | None) -> dict:
     if value is not None:
         if not isinstance(value, str) or len(value) > 4096 or any(ord(c) < 32 for c in value):
             raise LoopxError("invalid_argument", "a setting is one line of text, at most 4096 characters")
+        if key.startswith(GRANT) and not all(p.startswith("/") for p in value.split(":")):
+            raise LoopxError("invalid_argument", f"{key} is a list of absolute paths separated by ':'")
         if key == "notify.min_interval_seconds":
             try:
                 float(value)

@@ -97,7 +97,8 @@ def _carry_out(registry, actor, provider, answer, out, *, executor, agent, backe
     try:
         with step(registry, run_id=run_id, goal_id=goal_id, agent=agent,
                   workdir=answer["interaction_contract"]["agent_channel"].get("workdir"), backend=backend,
-                  run_cli=run_cli, limits=answer["interaction_contract"]["agent_channel"].get("limits")):
+                  run_cli=run_cli, limits=answer["interaction_contract"]["agent_channel"].get("limits"),
+                  home_read=declared_home(provider)):
             # How the core asks an executor to stop (SIGTERM / Ctrl-C): its interrupt(), if it has
             # one; then, after the grace period, the process groups of every child it started.
             with interrupt.on_stop(provider.interrupt if isinstance(provider, InterruptibleExecutor) else None):
@@ -162,9 +163,16 @@ def loop(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
         turns.append(t)
 
 
+def declared_home(provider) -> list[str]:
+    """What of ``$HOME`` the executor ``provider`` declares it reads (its ``home_paths()``, if it
+    has one): shown read-only in the step's world (:mod:`loopx.world`), nothing else of ``$HOME``."""
+    paths = getattr(provider, "home_paths", None)
+    return [str(p) for p in paths()] if callable(paths) else []
+
+
 @contextmanager
 def step(registry, *, run_id: str, goal_id: str, agent: str, workdir: str | None, backend: str | None,
-         run_cli=None, limits: dict | None = None):
+         run_cli=None, limits: dict | None = None, home_read: list[str] = ()):
     """The confinement of one turn: its :class:`loopx.confine.Step` and :class:`loopx.broker.Broker`,
     active (:data:`loopx.process.STEP`) for everything started in this context until it ends.
 
@@ -183,11 +191,14 @@ def step(registry, *, run_id: str, goal_id: str, agent: str, workdir: str | None
                         summary="ran UNCONFINED: the agent could reach the registry, the key and the "
                                 "repository's hooks (--unconfined / LOOPX_UNCONFINED)",
                         data={"confinement": "unconfined", "workdir": workdir})
-    from loopx import private_run
+    from loopx import private_run, supervision
     from loopx.executors import homes
 
+    with registry.read() as tx:
+        grants = supervision.world_grants(supervision.settings(tx), goal_id)
     s = confine.Step(registry_url=registry.store.url, workdir=workdir, backend=backend,
-                     agent_homes=homes.homes(registry, goal_id), agent_homes_root=homes.root())
+                     agent_homes=homes.homes(registry, goal_id), agent_homes_root=homes.root(),
+                     home_read=home_read, grants=grants)
     s.limits = {k: limits.get(k) for k in ("memory_mb", "processes", "cpu_seconds")} if limits else None
     output = private_run.private_dir("output")
     try:

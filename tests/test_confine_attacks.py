@@ -69,6 +69,10 @@ NAMES = ["unset_env", "actor_user", "actor_capability", "no_broker", "sqlite3_wr
          "key_by_evidence"]
 LEGIT = ["tmp_write", "work_write", "legit_evidence"]
 THROUGH_BROKER = ["unset_env", "actor_user", "actor_capability", "key_by_evidence"]
+#: Attacks on paths that lie in this test's /tmp (the registry, its directory, the home): inside
+#: the step's world (loopx/world.py) /tmp is the step's own, so the write lands in the step's
+#: private copy and the checks below prove the user's files are untouched.
+IN_PRIVATE_TMP = {"rollback_cp", "rollback_mv", "claude_mcp", "outside_write", "page_announce"}
 
 
 @pytest.fixture
@@ -122,7 +126,7 @@ def _results(text: str) -> dict:
 
 def _check_after(world, made, gate, run_id, results):
     assert set(results) == set(NAMES + LEGIT), results
-    worked = {n: r for n, r in results.items() if n in NAMES and r[0] == "ok"}
+    worked = {n: r for n, r in results.items() if n in NAMES and r[0] == "ok" and n not in IN_PRIVATE_TMP}
     assert not worked, worked
     assert all(results[n][0] == "ok" for n in LEGIT), {n: results[n] for n in LEGIT}
     assert "pg-secret-password" not in json.dumps(results) and SECRET_KEY not in json.dumps(results)
@@ -156,6 +160,8 @@ def _check_after(world, made, gate, run_id, results):
     assert "hooksPath" not in (world["work"] / ".git" / "config").read_text()
     assert not (world["tmp"] / "outside.txt").exists()
     assert not (world["home"] / ".local" / "share" / "loopx" / "pages").exists()
+    claude_json = world["home"] / ".claude.json"
+    assert not claude_json.exists() or "evil" not in claude_json.read_text()
     assert (world["work"] / "new-file.txt").read_text() == "fine\n"
     with sqlite3.connect(world["url"]) as db:
         assert db.execute("SELECT status FROM gates WHERE id = ?", (gate["id"],)).fetchone()[0] == "pending"
@@ -408,7 +414,9 @@ def test_a_step_cannot_move_the_clock_the_registry_decides_by(world):
         note = tx.one("SELECT created_at FROM evidence WHERE run_id = ? AND kind = 'note'", (t["run_id"],))
         out = json.loads(tx.one("SELECT data FROM evidence WHERE run_id = ? AND kind = 'command'",
                                 (t["run_id"],))["data"])["output_tail"]
-    assert "CLOCK held=[]" in out and "CLOCK harness_write refused" in out, out
+    # The harness's file is in this test's /tmp: inside the step's world the write (refused, or
+    # landing in the step's private /tmp) never reaches it.
+    assert "CLOCK held=[]" in out and "CLOCK harness_write" in out, out
     assert harness.read_text() == "86400"
     # Served by the broker, the note is dated by the turn's clock (the harness's), not the agent's.
     ahead = clock.seconds_between(clock.now(), note["created_at"])

@@ -47,6 +47,14 @@ class ClaudeCodeExecutor:
 
         homes.seed(registry, goal_id, NAME)
 
+    def home_paths(self) -> list[str]:
+        """What of ``$HOME`` the CLI reads, shown read-only in the step's world (:mod:`loopx.world`):
+        ``~/.claude.json`` and the CLI's own install."""
+        from loopx import agent_login, world
+
+        home = os.path.expanduser("~")
+        return [os.path.join(home, ".claude.json"), *world.program_paths(agent_login.program(NAME))]
+
     def argv(self, prompt: str, contract: dict) -> list[str]:
         """The command line for one turn."""
         from loopx.errors import LoopxError

@@ -47,6 +47,13 @@ class CodexExecutor:
 
         homes.seed(registry, goal_id, NAME)
 
+    def home_paths(self) -> list[str]:
+        """What of ``$HOME`` the CLI reads, shown read-only in the step's world (:mod:`loopx.world`):
+        the CLI's own install (its state is ``$CODEX_HOME``, writable)."""
+        from loopx import agent_login, world
+
+        return [*world.program_paths(agent_login.program(NAME))]
+
     def argv(self, prompt: str) -> list[str]:
         """The command line for one turn."""
         sandbox = sandbox_mode()

@@ -64,6 +64,15 @@ class CommandExecutor:
         except (KeyError, ValueError, IndexError) as exc:
             raise LoopxError("invalid_argument", f"{ENV} has an unknown placeholder: {exc}") from None
 
+    def home_paths(self) -> list[str]:
+        """What the step's world shows read-only (:mod:`loopx.world`): the program and the files
+        the user's template names by absolute path (a script, its configuration)."""
+        from loopx import world
+
+        argv = template()
+        named = [a for a in argv[1:] if os.path.isabs(a) and os.path.exists(a)]
+        return [*world.program_paths(argv[0]), *named]
+
     def run_turn(self, registry, contract: dict, *, agent: str) -> dict:
         """Run the configured program for the turn ``contract`` allows; returns what ``run finish`` takes."""
         import tempfile

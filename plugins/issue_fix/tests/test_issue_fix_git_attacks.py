@@ -58,6 +58,10 @@ def _turn(cli, tmp_path, goal_id, attacks: str, *, unconfined=False, run_step=Fa
     """One ``loopx turn --executor command`` of ``goal_id`` whose agent runs ``attacks``; the report."""
     (tmp_path / "agent.py").write_text(AGENT)
     (tmp_path / "attacks.sh").write_text(TRY + attacks)
+    # The step's world shows the test's directory (the user's checkout, the attack's files)
+    # read-only, as a user grants it (`world.grant`): the attacks then meet the same read-only
+    # git metadata they would under Landlock alone, not merely an absent checkout.
+    cli("config", "set", "world.grant", str(tmp_path))
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_") or k == "LOOPX_ISSUE_FIX_WORKTREES"}
     env.update({"LOOPX_REGISTRY": cli.url, "ATTACKS": str(tmp_path / "attacks.sh"),
                 "LOOPX_EXECUTOR_COMMAND": json.dumps([sys.executable, str(tmp_path / "agent.py")]),

@@ -89,6 +89,9 @@ def test_waits_for_the_agent():
 def _turn_env(cli, tmp_path, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_") or k == "LOOPX_ISSUE_FIX_WORKTREES"}
     (tmp_path / "agent.py").write_text(AGENT)
+    # The step's world shows the test's directory read-only (`world.grant`, as a user grants it):
+    # the agent's files, the signals the test sends it.
+    cli("config", "set", "world.grant", str(tmp_path))
     env.update({"LOOPX_REGISTRY": cli.url,
                 "LOOPX_EXECUTOR_COMMAND": json.dumps([sys.executable, str(tmp_path / "agent.py")]),
                 "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '')}", **extra})
@@ -113,9 +116,11 @@ def test_a_base_run_inside_an_agents_turn_is_out_of_the_agents_reach_and_shared(
     project = make_project(tmp_path, test=WAITING_TEST.format(report=str(report)))
     (tmp_path / "tamper.py").write_text(TAMPER)
     inside = start(cli, project)["goal_id"]
+    # Landlock alone (no world): there the agent sees the test run's processes in /proc and tries
+    # them; in the step's world it would not see them at all (a PID namespace of its own).
     env = _turn_env(cli, tmp_path, TAMPER=str(tmp_path / "tamper.py"), PRIVATE_ROOT=str(private),
                     WHERE=str(where), REPORT=str(report), XDG_CACHE_HOME=str(tmp_path / "cache"),
-                    CODEX_HOME=str(report.parent))
+                    CODEX_HOME=str(report.parent), LOOPX_CONFINE_BACKEND="landlock")
     turn = _turn(inside, env, tmp_path)
     try:
         # Watch LoopX's private root from outside the turn for the test run's directory.
