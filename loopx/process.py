@@ -215,6 +215,11 @@ def active_step() -> tuple[str | None, dict]:
         return os.devnull + "/unreadable-step", {}
 
 
+#: Joins the cgroups named first (a count, then each ``cgroup.procs``), then runs the rest.
+_JOIN = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || { echo "loopx: cannot apply the '
+         'step\'s limits: $1 [step_failed]" >&2; exit 126; }; shift; n=$((n-1)); done; exec "$@"')
+
+
 def _contained(argv: list[str], reap: bool, policy: str | None = None, cwd: str | None = None) -> list[str]:
     """``argv`` under :data:`WATCHER` (Linux: it relies on ``/proc`` and ``prctl``), confined by
     the Landlock ``policy`` file when one is given, inside the step's world when the policy has
@@ -300,6 +305,14 @@ def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cw
         reap = reap or not group.ends_all()
     try:
         command = _contained(argv, reap, policy, cwd)
+        if group is not None and command[0] != sys.executable:
+            # The step's world (loopx.world) shows /sys read-only, so the watcher inside it cannot
+            # join the step's cgroups: a shell joins them and then becomes the world, so the world
+            # and all it starts count; the watcher keeps only the rlimits.
+            procs = [line for line in full_env[limits.ENV].split("\n") if not line.startswith("R ")]
+            full_env[limits.ENV] = "\n".join(line for line in full_env[limits.ENV].split("\n")
+                                              if line.startswith("R "))
+            command = ["/bin/sh", "-c", _JOIN, "sh", str(len(procs)), *procs, *command]
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE if on_line else subprocess.STDOUT,
                                 env=full_env, cwd=cwd, start_new_session=True, pass_fds=tuple(pass_fds))
