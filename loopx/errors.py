@@ -64,6 +64,11 @@ CODES = frozenset(
         "state_too_large",
         "artifact_tampered",  # loopx.artifacts: what a human reviews is not what LoopX recorded
         "worker_not_found",  # loopx worker stop: no such worker, or not one alone running
+        "workspace_missing",  # loopx.workspace: the goal has no workspace (its next turn makes one)
+        "workspace_unavailable",  # loopx.workspace: the goal's workspace cannot be made (no commit...)
+        "workspace_conflict",  # loopx workspace apply: the diff does not apply to the checkout as it is
+        "workspace_empty",  # loopx workspace apply: nothing to apply
+        "workspace_git_failed",  # loopx.gitcmd: a git call LoopX made failed
     }
 )
 

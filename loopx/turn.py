@@ -57,9 +57,14 @@ def turn(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
     run_id = answer["interaction_contract"]["run_id"]
     claims.check_not_carried_out_elsewhere(registry, run_id)
     try:
+        # The goal's workspace (loopx.workspace), made on demand: the step runs there, never in
+        # the user's checkout (this directory, the goal's project), unless a capability gave its own.
+        from loopx import workspace
+
+        made = workspace.for_turn(registry, actor, goal_id, answer)
         with step(registry, run_id=run_id, goal_id=goal_id, agent=agent,
                   workdir=answer["interaction_contract"]["agent_channel"].get("workdir"), backend=backend,
-                  run_cli=run_cli):
+                  run_cli=run_cli), _inside(made):
             # How the core asks an executor to stop (SIGTERM / Ctrl-C): its interrupt(), if it has
             # one; then, after the grace period, the process groups of every child it started.
             with interrupt.on_stop(provider.interrupt if isinstance(provider, InterruptibleExecutor) else None):
@@ -120,6 +125,22 @@ def loop(registry, actor: str, *, goal_id: str, executor: str = "shell", agent: 
                     "contract": t["contract"]}
         t.pop("contract")
         turns.append(t)
+
+
+@contextmanager
+def _inside(directory: str | None):
+    """This process in ``directory`` (if any) for the step: executors start the agent where they are."""
+    import os
+
+    if directory is None:
+        yield
+        return
+    before = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 @contextmanager
