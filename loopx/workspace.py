@@ -138,8 +138,17 @@ def _make(path: str, project: str, goal_id: str) -> dict:
         if exists:
             base = gitcmd.out(top, "rev-parse", f"refs/heads/{branch}", git_dir=gitdir)
         return {"kind": "git", "branch": branch, "base": base}
-    # Never a .git of the project's: the copy's base lives in a git directory of LoopX's own.
-    shutil.copytree(project, path, symlinks=True, ignore=lambda d, names: [".git"] if d == project else [])
+    if project in ("/", os.path.realpath(os.path.expanduser("~"))):
+        raise LoopxError("workspace_unavailable", f"{project} is not a project LoopX copies (your home or the root): "
+                         "run the turn or worker with --workdir (or from) the project's directory")
+    # Never a .git of the project's (the copy's base lives in a git directory of LoopX's own), and
+    # never LoopX's own workspaces, when the project holds them.
+    skip = {os.path.realpath(root()), os.path.realpath(path)}
+
+    def ignore(d, names):
+        return [n for n in names if (d == project and n == ".git") or os.path.realpath(os.path.join(d, n)) in skip]
+
+    shutil.copytree(project, path, symlinks=True, ignore=ignore)
     gd = path.rstrip("/") + ".base.git"
     shutil.rmtree(gd, ignore_errors=True)
     gitcmd.run(path, "init", "--quiet", "--bare", gd)
@@ -221,9 +230,20 @@ def show(registry, goal_id: str) -> dict:
 
     with registry.read() as tx:
         load_goal(tx, goal_id)
-        rec = record(tx, goal_id) or {"project": None, "root": None, "path": None, "branch": None, "base": None,
-                                      "kind": None}
-        planned = _path(tx, goal_id, rec)
+        return view_tx(tx, goal_id)
+
+
+def view_tx(tx, goal_id: str) -> dict:
+    """:func:`show` in an open read transaction (``status G``, the dashboard's goal page): one
+    indexed read and one ``stat``; no git. A registry not migrated to the table yet (opened
+    read-only) shows no project."""
+    if tx.dialect == "sqlite":
+        known = tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = 'goal_workspaces'")
+    else:
+        known = tx.one("SELECT to_regclass('goal_workspaces') IS NOT NULL AS x")
+    rec = (record(tx, goal_id) if known and known["x"] else None) or \
+        {"project": None, "root": None, "path": None, "branch": None, "base": None, "kind": None}
+    planned = _path(tx, goal_id, rec)
     present = bool(rec.get("path")) and os.path.isdir(rec["path"])
     return {"goal_id": goal_id, "project": rec.get("project"), "workspace": rec.get("path") or planned,
             "exists": present, "branch": rec.get("branch"), "base": rec.get("base"), "kind": rec.get("kind")}
