@@ -226,11 +226,16 @@ def for_turn(registry, actor: str, goal_id: str, contract: dict) -> str | None:
 
 def show(registry, goal_id: str) -> dict:
     """The goal's project and workspace, without running git (cheap, for status)."""
-    from loopx.goals import load_goal
-
     with registry.read() as tx:
-        load_goal(tx, goal_id)
+        _goal_exists(tx, goal_id)
         return view_tx(tx, goal_id)
+
+
+def _goal_exists(tx, goal_id: str) -> None:
+    from loopx.validate import check_id
+
+    if tx.one("SELECT 1 AS x FROM goals WHERE id = ?", (check_id("goal", goal_id),)) is None:
+        raise LoopxError("goal_not_found", f"no goal {goal_id}")
 
 
 def view_tx(tx, goal_id: str) -> dict:
@@ -250,10 +255,8 @@ def view_tx(tx, goal_id: str) -> dict:
 
 
 def _existing(registry, goal_id: str) -> dict:
-    from loopx.goals import load_goal
-
     with registry.read() as tx:
-        load_goal(tx, goal_id)
+        _goal_exists(tx, goal_id)
         rec = record(tx, goal_id)
     if not rec or not rec.get("path") or not os.path.isdir(rec["path"]):
         raise LoopxError("workspace_missing", f"{goal_id} has no workspace yet (its next turn makes one)")
