@@ -148,7 +148,7 @@ def _make(path: str, project: str, goal_id: str) -> dict:
     def ignore(d, names):
         return [n for n in names if (d == project and n == ".git") or os.path.realpath(os.path.join(d, n)) in skip]
 
-    shutil.copytree(project, path, symlinks=True, ignore=ignore)
+    shutil.copytree(project, path, symlinks=True, ignore=ignore, dirs_exist_ok=True)
     gd = path.rstrip("/") + ".base.git"
     shutil.rmtree(gd, ignore_errors=True)
     gitcmd.run(path, "init", "--quiet", "--bare", gd)
@@ -186,11 +186,26 @@ def ensure(registry, actor: str, goal_id: str, *, default_project: str) -> dict:
     with registry.read() as tx:
         rec = record(tx, goal_id) or {"project": None, "root": None, "path": None}
         path = _path(tx, goal_id, rec)
+    if rec.get("path") and rec.get("project") and os.path.isdir(rec["path"]):
+        return {**rec, "workdir": _workdir(rec)}  # every turn after the first: one read, one stat
+    import fcntl
+
+    # Two turns of one goal (parallel runs, two workers) make it once: the second waits, then finds it.
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    with open(path.rstrip("/") + ".lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with registry.read() as tx:
+            rec = record(tx, goal_id) or {"project": None, "root": None, "path": None}
+        return _ensure_locked(registry, actor, goal_id, rec, path, default_project)
+
+
+def _ensure_locked(registry, actor: str, goal_id: str, rec: dict, path: str, default_project: str) -> dict:
     changed = {}
     if not rec.get("project"):
         rec["project"] = changed["project"] = check_project(default_project)
     if not rec.get("path") or not os.path.isdir(rec["path"]):
-        if os.path.lexists(path) and not rec.get("path"):
+        empty = os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path)
+        if os.path.lexists(path) and not rec.get("path") and not empty:
             raise LoopxError("workspace_unavailable", f"{path} exists but LoopX did not record it as the goal's "
                              "workspace; move it away")
         made = _make(path, rec["project"], goal_id)
