@@ -34,8 +34,10 @@ def _p95(xs):
 
 
 def _git(repo, *args):
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=b", "-c", "user.email=b@example.invalid", *args],
-                   check=True, capture_output=True)
+    """git as LoopX runs it (loopx.gitcmd's environment), so the floor differs only in the work."""
+    from loopx import gitcmd
+
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=gitcmd.environment())
 
 
 def _repo(path: Path, files: int) -> Path:

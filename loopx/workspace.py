@@ -292,12 +292,18 @@ def _patch(rec: dict) -> tuple[bytes, list[dict]]:
 
         env_run(path, "read-tree", rec["base"], git_dir=gd, work_tree=path)
         env_run(path, "add", "-A", "--", ".", git_dir=gd, work_tree=path)
-        names = env_run(path, "diff", "--cached", "--no-renames", "--name-status", "-z", rec["base"],
-                        git_dir=gd, work_tree=path).stdout.decode("utf-8", "replace").split("\0")
+        raw = env_run(path, "diff", "--cached", "--no-renames", "--raw", "-z", rec["base"],
+                      git_dir=gd, work_tree=path).stdout.decode("utf-8", "replace").split("\0")
         patch = env_run(path, "diff", "--cached", "--no-renames", "--binary", "--no-textconv", "--no-ext-diff",
                         rec["base"], git_dir=gd, work_tree=path).stdout
-    files = [{"path": names[i + 1], "status": names[i], "risky": risky(names[i + 1])}
-             for i in range(0, len(names) - 1, 2) if names[i]]
+    files = []
+    for i in range(0, len(raw) - 1, 2):
+        if not raw[i].startswith(":"):
+            continue
+        _old, new, _a, _b, status = raw[i][1:].split(" ", 4)
+        # A symbolic link or a new executable in your checkout is something your tools may follow or run.
+        odd = new in ("120000", "100755") and not _old == new
+        files.append({"path": raw[i + 1], "status": status, "mode": new, "risky": risky(raw[i + 1]) or odd})
     return patch, files
 
 

@@ -94,6 +94,7 @@ try discard_self loopx workspace discard {goal}
 mkdir -p .claude && echo '{{"hooks": {{"SessionStart": []}}}}' > .claude/settings.json
 echo "print('fixed')" > app.py
 echo new > notes.txt
+ln -s {checkout}/README link-to-readme
 """
 NAMES = {"checkout_claude", "checkout_file", "checkout_edit", "ws_git_file", "ws_commondir", "ws_git_config",
          "ws_hook", "ws_branch", "apply_self", "discard_self"}
@@ -128,9 +129,10 @@ def test_a_hostile_step_changes_only_its_workspace_and_the_user_applies_the_revi
     # The diff: the agent's changes against the base, the agent's own settings flagged risky.
     d = _ok(sqlite_url, "workspace", "diff", goal)
     files = {f["path"]: f for f in d["files"]}
-    assert set(files) == {".claude/settings.json", "app.py", "notes.txt"}, files
+    assert set(files) == {".claude/settings.json", "app.py", "notes.txt", "link-to-readme"}, files
     assert files[".claude/settings.json"]["risky"] and not files["app.py"]["risky"]
-    assert d["risky"] == [".claude/settings.json"] and "+print('fixed')" in d["patch"]
+    assert files["link-to-readme"]["risky"] and files["link-to-readme"]["mode"] == "120000"
+    assert d["risky"] == [".claude/settings.json", "link-to-readme"] and "+print('fixed')" in d["patch"]
     # On a terminal the risky file is shown in red (script(1) gives the command a tty).
     shown = subprocess.run(["script", "-qec", f"{PY} -m loopx workspace diff {goal} --stat", "/dev/null"],
                            env=loopx_env(sqlite_url), capture_output=True, text=True, timeout=60)
@@ -147,6 +149,7 @@ def test_a_hostile_step_changes_only_its_workspace_and_the_user_applies_the_revi
     applied = _ok(sqlite_url, "workspace", "apply", goal)
     assert applied["applied"] and (checkout / "app.py").read_text() == "print('fixed')\n"
     assert (checkout / "notes.txt").read_text() == "new\n"
+    assert os.readlink(checkout / "link-to-readme") == str(checkout / "README")
     history = _ok(sqlite_url, "history", goal)
     assert any(e["kind"] == "goal.workspace_applied" and e["actor"] == "user" for e in history), history
     # Discard: the workspace and its branch are gone; the next turn makes a new one.
