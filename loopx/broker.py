@@ -52,6 +52,8 @@ USER_ONLY = {
     ("notify", "check"),
     # Stops a worker (maybe the one running this turn): the user's, like the rest of `worker`.
     ("worker", "stop"),
+    # Brings the agent's own change into the user's checkout, or throws the workspace away.
+    ("workspace", "apply"), ("workspace", "discard"),
 }
 #: Commands the broker never runs at all: LoopX's own administration (turns of their own,
 #: servers, the registry and the installed plugins).

@@ -67,6 +67,11 @@ CODES = frozenset(
         "step_memory_limit",  # loopx.limits: a step's command hit its memory limit (recorded as evidence)
         "step_process_limit",  # ... its process count limit
         "step_cpu_limit",  # ... its CPU time limit
+        "workspace_missing",  # loopx.workspace: the goal has no workspace (its next turn makes one)
+        "workspace_unavailable",  # loopx.workspace: the goal's workspace cannot be made (no commit...)
+        "workspace_conflict",  # loopx workspace apply: the diff does not apply to the checkout as it is
+        "workspace_empty",  # loopx workspace apply: nothing to apply
+        "workspace_git_failed",  # loopx.gitcmd: a git call LoopX made failed
     }
 )
 

@@ -6,6 +6,7 @@ The seed calls goals "project prompts"; the commands keep that name, the code sa
 from __future__ import annotations
 
 import json
+import os
 
 
 from loopx import ledger
@@ -63,7 +64,8 @@ def _checked(title: str, description: str, criteria) -> tuple[str, str, list[str
 
 
 def create_in(w, *, title: str, description: str = "", criteria=(), parallel_runs: bool = False,
-              goal_id: str | None = None, capabilities=()) -> str:
+              goal_id: str | None = None, capabilities=(), project: str | None = None,
+              workspace_root: str | None = None) -> str:
     """Inside a mutation started without ``goal_id``: create a goal; returns its id. :func:`create`
     is this in a transaction of its own.
 
@@ -77,6 +79,10 @@ def create_in(w, *, title: str, description: str = "", criteria=(), parallel_run
         from loopx.capability_goals import check_enabling
 
         body["capabilities"] = check_enabling(capabilities)
+    if project:
+        body["project"] = project
+    if workspace_root:
+        body["workspace_root"] = workspace_root
     w.emit("goal.created", body, goal_id=goal_id)
     return goal_id
 
@@ -91,15 +97,26 @@ def create(
     parallel_runs: bool = False,
     capabilities: list[str] | tuple = (),
     operation_id: str | None = None,
+    project: str | None = None,
+    workspace: str | None = None,
 ) -> dict:
     """Create a goal; returns it as JSON-ready data.
 
     ``capabilities``: the installed capabilities the goal uses (``capability_not_found`` for a
     name no installed plugin declares); only these contribute steps and vetoes to its contracts.
+    ``project``: the user's directory the goal works on (its agent works in a workspace LoopX
+    makes from it, :mod:`loopx.workspace`); ``workspace``: where that workspace goes, instead of
+    LoopX's data directory. Both are recorded with the goal, in its creation event.
     """
     title, description, criteria = _checked(title, description, criteria)  # refused before the transaction
     goal_id = new_id("goal")
     body = {"title": title, "description": description, "criteria": criteria, "parallel_runs": parallel_runs}
+    if project is not None or workspace is not None:
+        from loopx import workspace as workspaces
+
+        body["project"] = workspaces.check_project(project or os.getcwd())
+        if workspace is not None:
+            body["workspace_root"] = workspaces.check_root(workspace, body["project"])
     if capabilities:
         # Checked once, by create_in inside the transaction: a replay of a recorded operation id
         # answers what was recorded even if the capability has been uninstalled since. Sorted and

@@ -484,7 +484,15 @@ def goal_view_tx(tx, goal_id: str) -> dict:
         "actions": [{"name": a["name"], "argv": json.loads(a["argv"]), "source": a["source"],
                      "gate_id": a.get("gate_id"), "created_at": a["created_at"]} for a in actions],
         "timeline": _timeline(run_list, ev_list, rw_list),
+        "workspace": _workspace(tx, goal_id),
     }
+
+
+def _workspace(tx, goal_id: str) -> dict:
+    """Where the goal's agent works (loopx.workspace): path and branch, no git run."""
+    from loopx import workspace
+
+    return workspace.view_tx(tx, goal_id)
 
 
 def _todo_counts(todo_list) -> dict:

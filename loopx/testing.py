@@ -57,11 +57,14 @@ class CliResult:
 
 
 @pytest.fixture
-def loopx_registry(tmp_path, monkeypatch):
+def loopx_registry(tmp_path, tmp_path_factory, monkeypatch):
     """A fresh, empty SQLite registry; ``LOOPX_REGISTRY`` points at it for the test, and its
-    integrity key lives in the test's own config directory (``XDG_CONFIG_HOME``), never the user's."""
+    integrity key lives in the test's own config directory (``XDG_CONFIG_HOME``), never the user's.
+    The test runs in an empty directory of its own: the project of a goal it makes without one
+    (a goal's workspace is never a worktree of the checkout the tests run from)."""
     from loopx.registry import Registry
 
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
     path = tmp_path / "registry.db"
     monkeypatch.setenv("LOOPX_REGISTRY", str(path))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))

@@ -95,10 +95,15 @@ def _carry_out(registry, actor, provider, answer, out, *, executor, agent, backe
     from loopx import claims, interrupt
 
     try:
+        # The goal's workspace (loopx.workspace), made on demand: the step runs there, never in
+        # the user's checkout (this directory, the goal's project), unless a capability gave its own.
+        from loopx import workspace
+
+        made = workspace.for_turn(registry, actor, goal_id, answer)
         with step(registry, run_id=run_id, goal_id=goal_id, agent=agent,
                   workdir=answer["interaction_contract"]["agent_channel"].get("workdir"), backend=backend,
                   run_cli=run_cli, limits=answer["interaction_contract"]["agent_channel"].get("limits"),
-                  home_read=declared_home(provider)):
+                  home_read=declared_home(provider)), _inside(made):
             # How the core asks an executor to stop (SIGTERM / Ctrl-C): its interrupt(), if it has
             # one; then, after the grace period, the process groups of every child it started.
             with interrupt.on_stop(provider.interrupt if isinstance(provider, InterruptibleExecutor) else None):
@@ -168,6 +173,22 @@ def declared_home(provider) -> list[str]:
     has one): shown read-only in the step's world (:mod:`loopx.world`), nothing else of ``$HOME``."""
     paths = getattr(provider, "home_paths", None)
     return [str(p) for p in paths()] if callable(paths) else []
+
+
+@contextmanager
+def _inside(directory: str | None):
+    """This process in ``directory`` (if any) for the step: executors start the agent where they are."""
+    import os
+
+    if directory is None:
+        yield
+        return
+    before = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 @contextmanager

@@ -76,6 +76,17 @@ def private_data_dir(tmp_path, monkeypatch):
     return data / "loopx"
 
 
+@pytest.fixture(autouse=True)
+def project_cwd(tmp_path_factory, monkeypatch):
+    """Each test starts in an empty directory of its own (beside its ``tmp_path``, which it leaves
+    as it was): the project of the goals it creates (``project-prompt create`` defaults to the
+    current directory) and of the turns it runs, so that a goal's workspace (loopx/workspace.py)
+    is never a worktree of this checkout."""
+    cwd = tmp_path_factory.mktemp("cwd")
+    monkeypatch.chdir(cwd)
+    return cwd
+
+
 @pytest.fixture(params=backends.KINDS)
 def registry_url(request, tmp_path):
     """A fresh, empty registry URL, once per backend (PostgreSQL skips without a server)."""

@@ -95,3 +95,17 @@ def _caller(via, env):
 def _ok(result) -> dict:
     assert result.code == 0, result
     return result.json
+
+
+def workspace_of(url: str, goal_id: str):
+    """The goal's workspace (where its steps run and write, loopx/workspace.py), by ``loopx workspace show``."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import loopx_env
+
+    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", "workspace", "show", goal_id],
+                       env=loopx_env(url), capture_output=True, text=True, timeout=60, check=True)
+    return Path(json.loads(p.stdout)["workspace"])

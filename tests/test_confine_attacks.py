@@ -43,10 +43,10 @@ try rollback_cp cp old-registry.db {registry}
 try rollback_mv mv old-registry.db {registry}
 try read_key cat {keyfile}
 try list_key ls {keydir}
-try git_hook sh -c 'echo "curl evil" > .git/hooks/pre-push && chmod +x .git/hooks/pre-push'
-try git_config sh -c 'echo "[core] hooksPath = /tmp" >> .git/config'
+try git_hook sh -c 'echo "curl evil" > {gitdir}/hooks/pre-push && chmod +x {gitdir}/hooks/pre-push'
+try git_config sh -c 'echo "[core] hooksPath = /tmp" >> {gitdir}/config'
 try git_swap mv .git .git-old
-try git_hooks_swap sh -c 'mv .git/hooks .git/hooks-old || rm -rf .git/hooks'
+try git_hooks_swap sh -c 'mv {gitdir}/hooks {gitdir}/hooks-old || rm -rf {gitdir}/hooks'
 try claude_hooks sh -c 'echo "{{\"hooks\": {{\"SessionStart\": []}}}}" > "$HOME/.claude/settings.json"'
 try claude_mcp sh -c 'echo "{{\"mcpServers\": {{\"evil\": {{\"command\": \"sh\"}}}}}}" > "$HOME/.claude.json"'
 try codex_notify sh -c 'echo "notify = [\"sh\"]" >> "{codex_home}/config.toml"'
@@ -77,7 +77,10 @@ IN_PRIVATE_TMP = {"rollback_cp", "rollback_mv", "claude_mcp", "outside_write", "
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    """A user's machine in miniature: home, config dir with a key, a git checkout, a registry."""
+    """A user's machine in miniature: home, config dir with a key, a git checkout, a registry.
+
+    The agent works in the goal's workspace (a worktree of the checkout, loopx/workspace.py),
+    so what it needs is committed in the checkout (:func:`_prepare`)."""
     home = tmp_path / "home"
     # The registry made here is keyed (loopx/keys.py) in this config dir, the one its turns read.
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
@@ -110,9 +113,25 @@ def _prepare(world, *, acts):
     shutil.copy(world["url"], world["work"] / "old-registry.db")
     script = ATTACKS.format(goal=made["goal"], gate=gate["id"], registry=world["url"], py=PY,
                             keyfile=world["keydir"] / "registry.key", keydir=world["keydir"],
-                            outside=world["tmp"] / "outside.txt", codex_home=world["tmp"] / "codex-home")
+                            outside=world["tmp"] / "outside.txt", codex_home=world["tmp"] / "codex-home",
+                            gitdir=world["work"] / ".git")
     (world["work"] / "attack.sh").write_text(script)
+    _commit(world["work"])
     return made, gate
+
+
+def _commit(work):
+    """Commit everything in ``work`` (the goal's workspace starts from the checkout's HEAD)."""
+    subprocess.run(["git", "-C", str(work), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(work), "-c", "user.name=u", "-c", "user.email=u@example.invalid", "commit",
+                    "-q", "--allow-empty", "-m", "the user's work"], check=True)
+
+
+def _workspace(world, goal_id) -> Path:
+    """Where the goal's agent worked (``loopx workspace show``)."""
+    p = subprocess.run([PY, "-m", "loopx", "--format", "json", "workspace", "show", goal_id], env=world["env"],
+                       capture_output=True, text=True, timeout=60, check=True)
+    return Path(json.loads(p.stdout)["workspace"])
 
 
 def _results(text: str) -> dict:
@@ -162,7 +181,11 @@ def _check_after(world, made, gate, run_id, results):
     assert not (world["home"] / ".local" / "share" / "loopx" / "pages").exists()
     claude_json = world["home"] / ".claude.json"
     assert not claude_json.exists() or "evil" not in claude_json.read_text()
-    assert (world["work"] / "new-file.txt").read_text() == "fine\n"
+    # The work landed in the goal's workspace; the user's checkout is as the user left it.
+    assert (_workspace(world, made["goal"]) / "new-file.txt").read_text() == "fine\n"
+    assert not (world["work"] / "new-file.txt").exists()
+    assert subprocess.run(["git", "-C", str(world["work"]), "status", "--porcelain"], capture_output=True, text=True,
+                          check=True).stdout == ""
     with sqlite3.connect(world["url"]) as db:
         assert db.execute("SELECT status FROM gates WHERE id = ?", (gate["id"],)).fetchone()[0] == "pending"
 
@@ -191,7 +214,7 @@ def test_the_shell_executors_hostile_action_is_refused_or_unreachable_and_its_re
 
 
 def test_without_landlock_a_turn_is_refused_before_a_run_opens_unless_the_user_opts_out(world):
-    made, _gate = _prepare(world, acts={"write": ["sh", "-c", "echo unconfined > ../outside.txt"]})
+    made, _gate = _prepare(world, acts={"write": ["sh", "-c", f"echo unconfined > {world['tmp']}/outside.txt"]})
     p = _turn(world, made["goal"], env={"LOOPX_CONFINE_BACKEND": "none"})
     assert p.returncode == 2 and json.loads(p.stdout)["error"]["code"] == "confinement_unavailable", p
     reg = Registry.open(world["url"])
@@ -212,7 +235,7 @@ def test_without_landlock_a_turn_is_refused_before_a_run_opens_unless_the_user_o
     # An agent cannot opt itself out: LOOPX_UNCONFINED set inside a step reaches only confined processes.
     made2, _ = _prepare(world, acts={"write": ["sh", "-c",
                                                "LOOPX_UNCONFINED=1 loopx exec --unconfined --action write; "
-                                               "echo again > ../outside2.txt"]})
+                                               f"echo again > {world['tmp']}/outside2.txt"]})
     p = _turn(world, made2["goal"])
     t = json.loads(p.stdout)
     assert t["outcome"] == "failed" and not (world["tmp"] / "outside2.txt").exists(), t
@@ -241,7 +264,7 @@ def test_a_real_agent_cli_as_a_hostile_agent_is_refused_or_unreachable_and_its_r
     assert p.returncode == 1, (p.stdout[-2000:], p.stderr[-2000:])
     t = json.loads(p.stdout)
     assert (t["outcome"], t["reason"]) == ("failed", "refused_command"), t["handoff"]
-    results = _results((world["work"] / "attack-results.txt").read_text())
+    results = _results((_workspace(world, made["goal"]) / "attack-results.txt").read_text())
     _check_after(world, made, gate, t["run_id"], results)
 
 
@@ -271,7 +294,7 @@ def test_loopx_mcp_started_inside_a_step_acts_as_that_runs_executor_through_the_
     other_run = should_run(reg, "executor", goal_id=other["goal"], agent="someone")[
         "interaction_contract"]["run_id"]
     reg.close()
-    (world["work"] / "mcp_client.py").write_text(MCP_CLIENT)
+    (world["work"] / "mcp_client.py").write_text(MCP_CLIENT)  # committed by _prepare
     made, _gate = _prepare(world, acts={"work": [PY, "mcp_client.py", other_run]})
     p = _turn(world, made["goal"])
     t = json.loads(p.stdout)
@@ -484,10 +507,12 @@ def test_a_plugins_user_only_commands_are_refused_by_the_broker_before_anything_
     assert len(lines) == 3, out
     for line in lines:
         assert "is the user's, not an executor's" in line and "actor_forbidden" in line, line
-    # Nothing ran: no goal was created, no worktree or branch was made in the repository.
+    # Nothing ran: no goal was created, no worktree or branch was made in the repository (but
+    # the checkout's own and the goal's workspace, where the turn ran).
     assert goals == 1
     worktrees = subprocess.run(["git", "-C", str(world["work"]), "worktree", "list"], capture_output=True, text=True)
-    assert len(worktrees.stdout.splitlines()) == 1, worktrees.stdout
+    assert len(worktrees.stdout.splitlines()) == 2 and f"[loopx/{made['goal']}]" in worktrees.stdout, \
+        worktrees.stdout
 
 
 SCRIBBLE_PLUGIN = '''
@@ -545,8 +570,9 @@ def test_a_path_option_naming_a_file_outside_the_step_is_refused_by_the_broker_a
         assert lines[name].count(option) >= 1, lines
     # The relative path was made absolute against the step's directory before the command ran (in
     # LoopX's own directory): the command writes exactly the file the broker checked.
-    assert f"SCRIBBLED {os.path.realpath(world['work'])}/inside.txt" in lines["out_inside"], lines
-    assert (world["work"] / "inside.txt").read_text() == "scribbled"
+    ws = _workspace(world, made["goal"])
+    assert f"SCRIBBLED {os.path.realpath(ws)}/inside.txt" in lines["out_inside"], lines
+    assert (ws / "inside.txt").read_text() == "scribbled"
     assert not any(Path(f"{outside}{n}").exists() for n in ("", "2", "3"))
     assert sorted(r["why"].split(" ", 1)[0] for r in refused) == ["--out", "--out", "--output"], refused
     assert all(r["code"] == "actor_forbidden" for r in refused), refused

@@ -73,8 +73,8 @@ def test_migration_builds_the_summary_of_an_existing_registry(loopx):
     # the registry keyed already; v8's goal capabilities column, added only when missing; v9's
     # per-row MACs, tables and triggers created IF NOT EXISTS; v10's index, IF NOT EXISTS; v11's
     # history guard, its tables and triggers created IF NOT EXISTS and its marks made again; v12's
-    # rebuild of the summary) change nothing when re-run.
-    assert schema.MACS_VERSION == schema.CAPABILITIES_VERSION + 1 == schema.KEYED_VERSION + 2 == schema.CURRENT_VERSION - 3
+    # rebuild of the summary; v13's goal_workspaces, IF NOT EXISTS) change nothing when re-run.
+    assert schema.MACS_VERSION == schema.CAPABILITIES_VERSION + 1 == schema.KEYED_VERSION + 2 == schema.CURRENT_VERSION - 4
     assert schema.USAGE_VERSION == schema.INTEGRITY_VERSION + 1 == schema.SUMMARY_VERSION + 2, \
         "_downgrade undoes the steps after the summary"
     ids = _mixed(loopx)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from loopx import executors, hookimpl, runs, turn as turns
@@ -77,13 +79,14 @@ def test_two_providers_of_one_name_are_a_plugin_error_but_a_plugin_may_replace_a
 
 
 def test_loop_with_the_shell_executor_runs_the_plan_and_stops_when_nothing_is_ready(loopx, tmp_path, monkeypatch):
-    # The turn's workdir is where it starts: its confined steps write only there.
+    # The goal's project is where it was created; its confined steps run and write only in the
+    # goal's workspace (loopx/workspace.py), made from it.
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
-    log = tmp_path / "work" / "log.txt"
     g = loopx("project_prompt", "create", "--title", "Loop", "--json").json["id"]
+    log = Path(loopx("workspace", "show", g, "--json").json["workspace"]) / "log.txt"
     loopx("action", "add", "--goal-id", g, "--name", "append", "--", PY, "-c",
-          f"open({str(log)!r}, 'a').write('turn\\n')")
+          "open('log.txt', 'a').write('turn\\n')")
     first = loopx("todo", "add", "--goal-id", g, "--text", "one", "--json").json["id"]
     loopx("todo", "add", "--goal-id", g, "--text", "two", "--depends-on", first)
     out = loopx("loop", "--goal-id", g, "--executor", "shell", "--max-turns", "5", "--json")

@@ -28,11 +28,18 @@ def _worker(url, *args, env=None, cwd=None):
 
 
 def _work(tmp_path):
-    # The steps' workdir: the worker's cwd, which its turns inherit. Under confinement a step
-    # writes only beneath it, and never in tmp_path itself: the registry's directory.
+    # The worker's cwd, which its turns inherit. Each goal's step runs in the goal's own workspace
+    # (loopx/workspace.py) and writes only there: what a step leaves is read from _ws(url, goal).
     work = tmp_path / "work"
     work.mkdir()
     return work
+
+
+def _ws(url, gid):
+    """The goal's workspace (its step's directory), made by its first turn."""
+    from pathlib import Path
+
+    return Path(_cli(url, "workspace", "show", gid)[1]["workspace"])
 
 
 def _goal(url, script, *, todos=1, title="g", limits=None):
@@ -49,18 +56,16 @@ def _runs(url, gid):
 def test_two_workers_on_one_registry_never_run_one_goal_twice(registry_url, tmp_path):
     url = registry_url
     work = _work(tmp_path)
-    locks = work / "locks"
-    locks.mkdir()
-    # mkdir is atomic: a second turn of one goal running at the same time would find the directory.
-    script = (f"mkdir {locks}/$LOOPX_GOAL_ID || echo OVERLAP >> {work}/log; echo $LOOPX_GOAL_ID >> {work}/log;"
-              f" sleep 0.2; rmdir {locks}/$LOOPX_GOAL_ID")
+    # mkdir is atomic: a second turn of one goal running at the same time (in the goal's one
+    # workspace) would find the directory.
+    script = "mkdir lock || echo OVERLAP >> log; echo $LOOPX_GOAL_ID >> log; sleep 0.2; rmdir lock"
     goals = [_goal(url, script, todos=2, title=f"g{i}") for i in range(3)]
     workers = [_worker(url, "--concurrency", "2", "--exit-when-idle", "--beat-seconds", "0.5", cwd=work)
                for _ in range(2)]
     outs = [w.communicate(timeout=240) for w in workers]
     for w, (out, err) in zip(workers, outs):
         assert w.returncode == 0, err
-    log = (work / "log").read_text().split()
+    log = [x for g in goals for x in (_ws(url, g) / "log").read_text().split()]
     assert "OVERLAP" not in log
     assert sorted(log) == sorted(goals * 2)  # every todo's step ran, each exactly once
     stats = [json.loads(out) for out, _ in outs]
@@ -97,11 +102,10 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
     url = sqlite_url
     work = _work(tmp_path)
     go = work / "go"
-    script = (f"touch {work}/started.$LOOPX_GOAL_ID; while [ ! -e {go} ]; do sleep 0.05; done;"
-              f" echo $LOOPX_GOAL_ID >> {work}/finished")
+    script = f"touch started; while [ ! -e {go} ]; do sleep 0.05; done; echo $LOOPX_GOAL_ID >> finished"
     goals = [_goal(url, script, todos=3, title=f"g{i}") for i in range(2)]
     w = _worker(url, "--concurrency", "2", "--grace-seconds", "60", "--beat-seconds", "0.5", cwd=work)
-    wait_until(lambda: all((work / f"started.{g}").exists() for g in goals), "both steps to start")
+    wait_until(lambda: all((_ws(url, g) / "started").exists() for g in goals), "both steps to start")
     # The worker reports its goals at its next heartbeat (--beat-seconds), not as each turn starts.
     running = wait_until(lambda: next((x for x in _cli(url, "status")[1]["workers"]
                                    if x["state"] == "running" and sorted(x["goals"]) == sorted(goals)), None),
@@ -113,7 +117,7 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
     go.touch()
     out, err = w.communicate(timeout=60)
     assert w.returncode == 128 + sig, err
-    assert sorted((work / "finished").read_text().split()) == sorted(goals)  # both steps finished
+    assert [(_ws(url, g) / "finished").read_text().split() for g in goals] == [[g] for g in goals]  # both finished
     for gid in goals:
         runs = _runs(url, gid)
         assert [r["outcome"] for r in runs] == ["interrupted"]  # and no new turn was started
@@ -126,11 +130,12 @@ def test_a_sigkilled_worker_shows_as_died_and_its_turns_die_with_it_recorded_int
     url = sqlite_url
     work = _work(tmp_path)
     go = work / "go"
-    # The step would wait for ever: nobody touches `go`. Its pid is kept to see it end.
-    gid = _goal(url, f"echo $$ > {work}/started; while [ ! -e {go} ]; do sleep 0.05; done", todos=1)
+    # The step would wait for ever: nobody touches `go`. Its command line names `go`, so it can be
+    # found (its pid inside the step's world is not the host's).
+    gid = _goal(url, f"touch started; while [ ! -e {go} ]; do sleep 0.05; done", todos=1)
     w = _worker(url, "--beat-seconds", "1", "--grace-seconds", "1", cwd=work)
-    wait_until(lambda: (work / "started").exists() and (work / "started").read_text().strip(), "the step to start")
-    step_pid = int((work / "started").read_text())
+    wait_until(lambda: (_ws(url, gid) / "started").exists(), "the step to start")
+    assert _running_with(str(go))
     os.kill(w.pid, signal.SIGKILL)
     w.wait(timeout=10)
     # The turn took its worker's death as a stop: its step had its grace second, was stopped,
@@ -140,7 +145,7 @@ def test_a_sigkilled_worker_shows_as_died_and_its_turns_die_with_it_recorded_int
     run_id = _runs(url, gid)[0]["id"]
     kinds = [e["kind"] for e in _cli(url, "evidence", "list", "--run-id", run_id)[1]]
     assert "interrupted" in kinds, kinds
-    wait_until(lambda: not _alive(step_pid), "the step to be stopped")
+    wait_until(lambda: not _running_with(str(go)), "the step to be stopped")
     assert not go.exists()
     loopx_clock.advance(30)  # thirty seconds on: three beats missed (scripted, no sleeping)
     code, status, _ = _cli(url, "status")
@@ -162,9 +167,9 @@ def _alive(pid):
 def test_a_clock_jump_is_recorded_and_cadence_recovers(sqlite_url, tmp_path, loopx_clock):
     url = sqlite_url
     work = _work(tmp_path)
-    gid = _goal(url, f"echo ran >> {work}/log", todos=5, limits={"cadence_seconds": 3600})
+    gid = _goal(url, "echo ran >> log", todos=5, limits={"cadence_seconds": 3600})
     w = _worker(url, "--beat-seconds", "0.3", cwd=work)  # on the test's clock (loopx_env)
-    wait_until(lambda: (work / "log").exists() and len(_runs(url, gid)) == 1
+    wait_until(lambda: (_ws(url, gid) / "log").exists() and len(_runs(url, gid)) == 1
            and _runs(url, gid)[0]["status"] == "finished", "the first turn")
     year = 365 * 24 * 3600
     loopx_clock.set(year)  # the wall clock jumps a year ahead ...
@@ -238,3 +243,16 @@ def test_print_unit_warns_when_notify_command_starts_with_a_relative_path(sqlite
     assert "relative path './notify.sh'" in p.stderr and "runs in /" in p.stderr, p.stderr
     assert _cli(sqlite_url, "config", "set", "notify.command", f"{tmp_path}/notify.sh")[0] == 0
     assert printed().stderr == ""
+
+
+def _running_with(text: str) -> list[int]:
+    """The pids of processes whose command line holds ``text``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found

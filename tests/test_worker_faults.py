@@ -16,7 +16,7 @@ import pytest
 
 from loopx.testing import wait_until
 from tests.conftest import loopx_env
-from tests.factories import make_goal
+from tests.factories import make_goal, workspace_of
 
 
 @pytest.fixture
@@ -122,11 +122,11 @@ def test_a_lease_whose_owner_was_killed_never_blocks_its_goal_even_stamped_a_yea
     work.mkdir()
     go = work / "go"
     gid = make_goal(url, title="g", description="d", todo_texts=["t"], acts={
-        "work": ["sh", "-c", f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done"]})["goal"]
+        "work": ["sh", "-c", f"touch started; while [ ! -e {go} ]; do sleep 0.05; done"]})["goal"]
     loopx_clock.advance(365 * 86400)  # the wall clock a year ahead: the lease expires a year from now
     a = subprocess.Popen([sys.executable, "-m", "loopx", "worker", "--beat-seconds", "1"], env=loopx_env(url), cwd=work,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    wait_until(lambda: (work / "started").exists(), "the step to start")
+    wait_until(lambda: (workspace_of(url, gid) / "started").exists(), "the step to start")
     os.kill(a.pid, signal.SIGKILL)
     a.wait(timeout=10)
     go.touch()  # its orphaned turn ends (its lease stays: the worker never released it)

@@ -51,6 +51,7 @@ COMMANDS = {
     "config": "loopx.cli.config:config",
     "notify": "loopx.cli.notify:notify",
     "doctor": "loopx.cli.doctor:doctor",
+    "workspace": "loopx.cli.workspace:workspace",
 }
 #: The modules of loopx/cli that hold no command: what the commands share.
 HELPERS = {

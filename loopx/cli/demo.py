@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shlex
 
+import os
+
 import click
 
 from loopx.cli.output import REGISTRY_KEY, LoopxCommand, wants_json
@@ -77,14 +79,47 @@ def demo(demo_registry):
         # in a temporary directory removed when the demo ends.
         temp_dir = tempfile.mkdtemp(prefix="loopx-demo-")
         url = str(Path(temp_dir) / "registry.db")
+    before = os.getcwd()
+    from loopx import workspace
+
+    made = [d for d in (workspace.root(), os.path.dirname(workspace.root()),
+                        os.path.dirname(os.path.dirname(workspace.root()))) if not os.path.exists(d)]
     try:
+        if temp_dir is not None:
+            # The demo goal's project is a directory of the demo's own, never the one it is run in
+            # (its workspace, loopx/workspace.py, would be a worktree of that checkout).
+            os.mkdir(Path(temp_dir) / "project")
+            os.chdir(Path(temp_dir) / "project")
         _run(url, kept=temp_dir is None)
     finally:
         if temp_dir is not None:
             import shutil
 
+            os.chdir(before)
+            _forget_workspaces(url, made)
             _forget_keys(url)
             shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _forget_workspaces(url: str, made: list[str]) -> None:
+    # The temporary registry's goals' workspaces go with it, and the directories made for them.
+    import shutil
+
+    from loopx import workspace
+    from loopx.artifacts import registry_key
+    from loopx.registry import Registry
+
+    try:
+        with Registry.open(url, readonly=True) as reg, reg.read() as tx:
+            key = registry_key(tx)
+    except Exception:  # nothing was made
+        return
+    shutil.rmtree(os.path.join(workspace.root(), key), ignore_errors=True)
+    for d in made:  # innermost first; only what the demo made, and only if nothing else is there now
+        try:
+            os.rmdir(d)
+        except OSError:
+            break
 
 
 def _forget_keys(url: str) -> None:

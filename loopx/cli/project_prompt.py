@@ -37,9 +37,17 @@ def project_prompt():
 @click.option("--capability", "capabilities", multiple=True,
               help="An installed capability the goal uses (repeatable; `loopx capabilities list`). Only these add "
                    "their steps to its contracts.")
+@click.option("--project", default=None, type=click.Path(file_okay=False),
+              help="The directory the goal works on (default: this one). Its agent works in a workspace LoopX "
+                   "makes from it, never in it (`loopx workspace`).")
+@click.option("--workspace", default=None, type=click.Path(file_okay=False),
+              help="Where the goal's workspace goes (default: LoopX's data directory).")
 @operation_option
-def create(title, description, description_file, criteria, parallel_runs, capabilities, operation_id):
+def create(title, description, description_file, criteria, parallel_runs, capabilities, project, workspace,
+           operation_id):
     """Create a goal."""
+    import os
+
     from loopx import goals
     from loopx.errors import LoopxError
     from loopx.validate import LIMITS
@@ -57,7 +65,8 @@ def create(title, description, description_file, criteria, parallel_runs, capabi
 
     with open_registry() as reg:
         goal = goals.create(reg, actor(), title=title, description=description, criteria=criteria,
-                            parallel_runs=parallel_runs, capabilities=capabilities, operation_id=operation_id)
+                            parallel_runs=parallel_runs, capabilities=capabilities, operation_id=operation_id,
+                            project=project or os.getcwd(), workspace=workspace)
     emit(goal, goal_text)
 
 

@@ -126,6 +126,11 @@ def goal_text(view: dict) -> str:
         lines.append(f"  [{'x' if c['met'] else ' '}] {c['text']}")
     if g.get("capabilities"):
         lines.append(f"capabilities: {', '.join(g['capabilities'])}")
+    ws = view.get("workspace")
+    if ws:
+        where = ws["workspace"] + ("" if ws["exists"] else " (made by its next turn)")
+        lines.append(f"workspace: {where}" + (f" on branch {ws['branch']}" if ws.get("branch") else "")
+                     + f"  (project {ws['project'] or 'set by its next turn'}; `loopx workspace diff {g['id']}`)")
     gates = view["gates"]
     if gates["pending"] or gates["decided"]:
         lines.append("gates:")

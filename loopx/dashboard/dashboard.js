@@ -138,6 +138,9 @@ function renderGoal(view) {
   $("goal-status").replaceWith(Object.assign(badge(goal.status), { id: "goal-status" }));
   $("goal-id").textContent = `${goal.id} · revision ${goal.revision}` +
     ((goal.capabilities || []).length ? ` · uses ${goal.capabilities.join(", ")}` : "");
+  const ws = view.workspace;
+  $("goal-workspace").textContent = ws ? `workspace ${ws.workspace}` + (ws.branch ? ` · branch ${ws.branch}` : "") +
+    (ws.exists ? "" : " (made by its next turn)") + (ws.project ? ` · project ${ws.project}` : "") : "";
   $("goal-description").textContent = goal.description || "";
   $("goal-attention").replaceChildren(...view.attention.map((a) => el("li", {}, badge(a.replace("_", " "), "warn"))));
   const needs = view.needs_you;

@@ -1,4 +1,5 @@
-"""Goal lifecycle events: created, paused, resumed, closed, criterion_met, capabilities_set."""
+"""Goal lifecycle events: created, paused, resumed, closed, criterion_met, capabilities_set; and
+where the goal's project and workspace are (workspace_set, workspace_applied, workspace_discarded)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,43 @@ def created(tx, event):
             json.dumps(sorted(b.get("capabilities") or [])),
         ),
     )
+    if b.get("project") or b.get("workspace_root"):
+        _put_workspace(tx, event, {"project": b.get("project"), "root": b.get("workspace_root")})
+
+
+_WORKSPACE = ("project", "root", "path", "branch", "base", "kind")
+
+
+def _put_workspace(tx, event, fields: dict) -> None:
+    """Insert or update the goal's ``goal_workspaces`` row (only ``fields`` change)."""
+    row = tx.one("SELECT * FROM goal_workspaces WHERE goal_id = ?", (event.goal_id,))
+    merged = {c: (row or {}).get(c) for c in _WORKSPACE}
+    merged.update({k: v for k, v in fields.items() if k in _WORKSPACE})
+    if row is not None:
+        tx.execute("DELETE FROM goal_workspaces WHERE goal_id = ?", (event.goal_id,))
+    tx.execute("INSERT INTO goal_workspaces (goal_id, project, root, path, branch, base, kind, updated_at)"
+               " VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (event.goal_id, *(merged[c] for c in _WORKSPACE), event.at))
+
+
+# The core writes it when a turn makes the goal's workspace (the user's `loopx turn` / worker acts):
+# the project (taken from the turn's directory for a goal created before projects were recorded),
+# and the workspace's path, branch and base commit.
+@event_kind("goal.workspace_set", USER, CORE)
+def workspace_set(tx, event):
+    """The goal's project or workspace changed; the body holds the fields that changed."""
+    _put_workspace(tx, event, event.body)
+
+
+@event_kind("goal.workspace_applied", USER)
+def workspace_applied(tx, event):
+    """A user applied the workspace's diff to the project (the body: its sha256 and files)."""
+    _put_workspace(tx, event, {})
+
+
+@event_kind("goal.workspace_discarded", USER)
+def workspace_discarded(tx, event):
+    """A user discarded the workspace; the next turn makes a new one."""
+    _put_workspace(tx, event, {"path": None, "branch": None, "base": None, "kind": None})
 
 
 # The core writes it once, in schema v8's migration, for goals a capability already kept state for

@@ -31,6 +31,8 @@ GOAL_TABLES = {
     # The ready set's index: dependency edges and unblocked todos (loopx.todo_ready).
     "todo_deps": ("goal_id", "todo_id", "dep_id"),
     "todo_ready": ("goal_id", "todo_id"),
+    # Where the goal's project is and the workspace LoopX made for it (loopx.workspace).
+    "goal_workspaces": ("goal_id",),
 }
 
 _V1 = [
@@ -394,9 +396,24 @@ _V11 = [Call("loopx.history_guard", "install")]
 # overview's count and order can be those of loopx.needs_you. The summary is rebuilt by the new rules.
 _V12 = [Call("loopx.attention", "rebuild_all")]
 
+# v13: a goal's project directory and the workspace LoopX owns for it (loopx/workspace.py, issue 35):
+# written only by the goal's own events (goal.created with a project, goal.workspace_set, ...), so a
+# copy or a replay rebuilds it; read by the turn, `status G` and `workspace ...`, never by should-run.
+_V13 = [
+    """CREATE TABLE IF NOT EXISTS goal_workspaces (
+        goal_id TEXT PRIMARY KEY,
+        project TEXT,
+        root TEXT,
+        path TEXT,
+        branch TEXT,
+        base TEXT,
+        kind TEXT,
+        updated_at TEXT NOT NULL)""",
+]
+
 # A step is a list of SQL texts, ``{dialect: [SQL...]}`` for what differs per dialect, or a
 # callable run with the migration's transaction (for data that only Python can derive).
-MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12]
+MIGRATIONS: list = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13]
 CURRENT_VERSION = len(MIGRATIONS)
 SUMMARY_VERSION = MIGRATIONS.index(_V3) + 1  # the version that added the attention summary
 INTEGRITY_VERSION = MIGRATIONS.index(_V4) + 1  # the version that added the hash chain and digests
