@@ -636,6 +636,7 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
         info = {"evidence_id": evidence_id, "run_id": run.id, "packet": str(path), "sha256": sha,
                 "root_cause": root_cause, "warnings": warnings, "copy": copy}
         return ({"phase": "publish", "handoff": info, "publish_gate": gate_id, "publish_gate_commit": ver["commit"],
+                 "rejected": None,
                  "refs": refs, "git_changes": _git_log(current, "handoff", remote_moved, local_moved)},
                 ["handoff"], {"gate_id": gate_id})
 
