@@ -173,6 +173,7 @@ GROUPS = {
         "read_beneath": "loopx.safe_open:read_beneath",
         "save_artifact": "loopx.artifacts:save",
         "read_artifact": "loopx.artifacts:read_verified",
+        "goal_artifacts": "loopx.artifacts:of_goal",
         "artifact_dir": "loopx.artifacts:directory",
     },
     "Executors": {

@@ -220,3 +220,32 @@ def list_for(reg: Registry, goal_id: str, *, pending_only: bool = False) -> list
     with reg.read() as tx:
         load_goal(tx, goal_id)
         return [to_json(g) for g in list_gates(tx, goal_id, pending_only=pending_only)]
+
+
+def show(reg: Registry, goal_id: str, gate_id: str) -> dict:
+    """``gate show``: one gate, what approving it does, the commands that decide it (while pending)
+    and the artifacts recorded to decide it (a capability's evidence naming the gate, e.g. the diff
+    of changed tests), each read back only while it has its recorded sha256."""
+    import json
+    from types import SimpleNamespace
+
+    from loopx import artifacts
+    from loopx.goals import load_goal
+
+    check_id("goal", goal_id)
+    check_id("gate", gate_id)
+    with reg.read() as tx:
+        load_goal(tx, goal_id)
+        gate = load_gate(tx, goal_id, gate_id)
+        names = {a["name"]: SimpleNamespace(argv=json.loads(a["argv"]))
+                 for a in tx.query("SELECT name, argv FROM actions WHERE goal_id = ?", (goal_id,))}
+        shown = [a for a in artifacts.of_goal(tx, goal_id) if a["gate_id"] == gate_id]
+        for item in shown:
+            item["text"] = artifacts.read_verified(item["path"], item["sha256"], what=item["name"]).decode(
+                "utf-8", "replace") if item["ok"] else None
+    out = to_json(gate)
+    out["approving"] = approving(gate, actions=names)
+    if gate.status == "pending":
+        out["decide"] = dict(zip(("approve", "reject"), decision_commands(gate)))
+    out["artifacts"] = shown
+    return out

@@ -523,6 +523,16 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
                                     title=(f"Accept changed tests for this fix ({len(files_now)} file(s), diff: loopx "
                                            f"issue-fix show {state_goal(current)}): {names}")[:200])
                 changes["test_change_gate"] = {"gate_id": gate_id, "files": files_now, "diff": saved}
+                # Recorded as evidence naming the gate: the core shows it beside that gate (status,
+                # gate show, the dashboard, the approvals page), checked against this sha256.
+                from loopx.api import acting, writer_add_evidence
+
+                with acting(w, CAPABILITY) as cw:
+                    writer_add_evidence(cw, kind="test_changes", run_id=run.id, file_path=saved["path"],
+                                        file_sha256="sha256:" + saved["sha256"],
+                                        data={"gate_id": gate_id, "files": sorted(files_now)},
+                                        summary=f"issue-fix verify: diff of the changed test files ({names}) for "
+                                                f"gate {gate_id}"[:300])
         if approved and infra and reason is None:
             changes["approved_test_changes"] = sorted(infra)
         if reason == "still_failing":
