@@ -641,8 +641,11 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
             return {}, [], {"gate_id": None}
         # The gate is requested now that there is something to decide on, for this commit.
         writer_request_gate(w, gate_id=gate_id, scope="production", blocks=f"todo:{current['todos']['publish']}",
-                            title=f"Publish verified commit {ver['commit'][:12]} of {current['branch']['name']} "
-                                  f"({publish['provider']} to {publish['remote']})")
+                            # The title says what approving does: it is shown beside the decision.
+                            title=(f"Publish: approving pushes verified commit {ver['commit'][:12]} to "
+                                   f"{publish['remote']}/{current['branch']['name']}"
+                                   + ("" if publish["provider"] == "push"
+                                      else f" and opens a request with {publish['provider']}"))[:200])
         info = {"evidence_id": evidence_id, "run_id": run.id, "packet": str(path), "sha256": sha,
                 "root_cause": root_cause, "warnings": warnings, "copy": copy}
         return ({"phase": "publish", "handoff": info, "publish_gate": gate_id, "publish_gate_commit": ver["commit"],

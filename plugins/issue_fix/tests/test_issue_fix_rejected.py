@@ -22,7 +22,17 @@ def test_a_rejected_publish_gate_returns_the_goal_to_fix_with_verify_in_the_cont
     out, s = to_publish(cli, project)
     g, gate, commit = out["goal_id"], s["publish_gate"], s["verification"]["commit"]
     old_publish = s["todos"]["publish"]
-    assert contract(cli, g)["decision"] == "ask_user"
+    doc = contract(cli, g)
+    assert doc["decision"] == "ask_user"
+    # At the gate the decision comes first, saying what approving publishes; closing is not offered.
+    needs = cli("status", g, "--json").json["needs_you"]
+    assert needs["reason"] == "gate_pending", needs
+    assert needs["commands"][:2] == [f"loopx gate approve --goal-id {g} --gate-id {gate}",
+                                     f"loopx gate reject --goal-id {g} --gate-id {gate} --comment why"], needs
+    assert not any("close" in c for c in needs["commands"]), needs
+    [decision] = needs["decisions"]
+    assert f"approving pushes verified commit {commit[:12]} to origin/{out['branch']}" in decision["title"]
+    assert f"approving pushes verified commit {commit[:12]} to origin/{out['branch']}" in cli("status", g).out
     r = cli("gate", "reject", "--goal-id", g, "--gate-id", gate, "--comment", "name the root cause better")
     assert r.code == 0, r
 
