@@ -49,7 +49,7 @@ def test_the_packet_path_and_sha256_are_everywhere_a_human_looks(cli, project, s
     shown = cli("handoff", "show", "--goal-id", g, "--json").json
     assert [(a["path"], a["sha256"]) for a in shown["artifacts"] if a["name"] == "handoff.md"] == [(path, sha)]
     assert line in cli("handoff", "show", "--goal-id", g).out
-    assert f"packet {path} sha256 {sha} (verified)" in cli("issue-fix", "show", "--goal-id", g).out
+    assert f"packet {path} (sha256 verified): sha256 {sha}" in cli("issue-fix", "show", "--goal-id", g).out
 
     # The dashboard's goal view carries it, and the status server shows it read-only, as text.
     code, _, body = _get(f"{server}/api/goals/{g}")
