@@ -51,7 +51,7 @@ def loopx_contract_actions(tx, goal, run_id, remaining):
 @hookimpl
 def loopx_gate_decided(writer, gate, decision):
     """A rejected publish gate sends the goal back to ``fix``; reopened, the hand-off stands again."""
-    from loopx_issue_fix.workflow import gate_decided
+    from loopx_issue_fix.rejection import gate_decided
 
     gate_decided(writer, gate, decision)
 

@@ -270,62 +270,6 @@ def show(reg, goal_id: str) -> dict:
         }
 
 
-def gate_decided(w, gate, decision: str) -> None:
-    """A user decided a gate of this goal (``loopx_gate_decided``, in the decision's transaction).
-
-    Rejecting the publish gate sends the goal back to ``fix``: the fix, verify and hand-off todos
-    open again, the next contract offers verify (its note carries the rejection's comment), the
-    rejected publish todo is set aside as ``blocked`` and a new one waits for the next hand-off's
-    gate. Reopening that gate while nothing new was verified puts the hand-off back as it was
-    (phase ``publish``, the same verified commit, the gate pending again on its own todo).
-    """
-    from loopx.api import (acting, get_state, new_id, put_state, writer_add_todo, writer_todo_block,
-                           writer_todo_done, writer_todo_reopen)
-
-    state = get_state(w.tx, w.goal_id, NAMESPACE)
-    if not state.get("phase") or "todos" not in state:
-        return
-    todos = state["todos"]
-    if decision == "reject" and state["phase"] == "publish" and gate.id == state.get("publish_gate"):
-        note = f"issue-fix: publish gate {gate.id} rejected" + (f": {gate.comment}" if gate.comment else "")
-        for step in ("fix", "verify", "handoff"):
-            writer_todo_reopen(w, todo_id=todos[step], note=note)
-        writer_todo_block(w, todo_id=todos["publish"], note=note)
-        fresh = writer_add_todo(w, todo_id=new_id("todo"), text=TODO_TEXT["publish"], priority="P1",
-                                depends_on=[todos["handoff"]])
-        rejected = {"gate_id": gate.id, "comment": gate.comment, "commit": state.get("publish_gate_commit"),
-                    "publish_todo": todos["publish"], "verification": state.get("verification"),
-                    "handoff": state.get("handoff")}
-        with acting(w, CAPABILITY) as cw:
-            put_state(cw, NAMESPACE, {"phase": "fix", "verification": None, "publish_gate": None,
-                                      "publish_gate_commit": None, "rejected": rejected,
-                                      "todos": {**todos, "publish": fresh},
-                                      "log": [*state.get("log", []), {"step": "publish", "outcome": "gate_rejected", "gate_id": gate.id,
-                                                                       "detail": note[:300]}][-100:]})
-        return
-    back = state.get("rejected") or {}
-    if decision == "reopen" and gate.id == back.get("gate_id") and state["phase"] == "fix" \
-            and not state.get("verification"):
-        # Nothing was verified since the rejection: the hand-off the user reconsiders stands as it was.
-        note = f"issue-fix: publish gate {gate.id} reopened"
-        for step in ("fix", "verify", "handoff"):
-            _done(w, todos[step], note, writer_todo_done)
-        writer_todo_block(w, todo_id=todos["publish"], note=note)
-        writer_todo_reopen(w, todo_id=back["publish_todo"], note=note)
-        with acting(w, CAPABILITY) as cw:
-            put_state(cw, NAMESPACE, {"phase": "publish", "verification": back["verification"],
-                                      "handoff": back["handoff"], "publish_gate": gate.id,
-                                      "publish_gate_commit": back["commit"], "rejected": None,
-                                      "todos": {**todos, "publish": back["publish_todo"]}})
-
-
-def _done(w, todo_id: str, note: str, writer_todo_done) -> None:
-    from loopx.api import load_todo
-
-    if load_todo(w.tx, w.goal_id, todo_id).status == "open":
-        writer_todo_done(w, todo_id=todo_id, note=note)
-
-
 def _test_change(tx, goal_id: str, asked: dict | None) -> dict | None:
     """The latest test-change gate verify requested: ``{gate_id, status, files, diff}``, ``diff``
     the unified diff of those test files (base -> candidate), read only while its sha256 is the

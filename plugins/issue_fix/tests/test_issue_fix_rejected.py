@@ -90,12 +90,12 @@ def test_reopening_the_rejected_publish_gate_puts_the_handoff_back(cli, project)
 def test_a_failing_gate_decided_hook_refuses_the_decision_and_writes_nothing(cli, project, monkeypatch):
     out, s = to_publish(cli, project)
     g, gate = out["goal_id"], s["publish_gate"]
-    import loopx_issue_fix.workflow as workflow
+    import loopx_issue_fix.rejection as rejection
 
     def broken(w, gate, decision):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(workflow, "gate_decided", broken)
+    monkeypatch.setattr(rejection, "gate_decided", broken)
     r = cli("gate", "reject", "--goal-id", g, "--gate-id", gate, "--json")
     assert r.code == 2 and r.json["error"]["code"] == "plugin_error", r
     assert "issue_fix" in r.json["error"]["message"] and "nothing changed" in r.json["error"]["message"]
