@@ -75,6 +75,7 @@ GROUPS = {
         "writer_add_evidence": "loopx.evidence:record_in",
         "writer_todo_done": "loopx.todos:done_in",
         "writer_todo_reopen": "loopx.todos:reopen_in",
+        "writer_todo_block": "loopx.todos:block_in",
         "writer_criterion_met": "loopx.goals:criterion_in",
         "writer_close_goal": "loopx.goals:close_in",
     },
@@ -172,6 +173,7 @@ GROUPS = {
         "read_beneath": "loopx.safe_open:read_beneath",
         "save_artifact": "loopx.artifacts:save",
         "read_artifact": "loopx.artifacts:read_verified",
+        "goal_artifacts": "loopx.artifacts:of_goal",
         "artifact_dir": "loopx.artifacts:directory",
     },
     "Executors": {

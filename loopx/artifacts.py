@@ -82,3 +82,56 @@ def read_verified(path: str, sha256: str, *, what: str = "the artifact") -> byte
         raise LoopxError("artifact_tampered", f"TAMPERED: {what} {path} changed after LoopX recorded it "
                          f"(recorded sha256 {expected[:16]}..., the file's differs); it is not shown")
     return data
+
+
+def of_goal(tx, goal_id: str) -> list[dict]:
+    """The goal's artifacts a human reviews, as the evidence that names them recorded them: each
+    file in the goal's artifact directory named by an evidence item (the newest item per name),
+    ``{"name", "path", "sha256", "evidence_id", "kind", "recorded_at", "summary", "gate_id", "ok", "problem"}``
+    (``gate_id``: the gate the evidence says the artifact is there to decide, e.g. a diff of changed tests).
+    ``ok`` is whether the file still has the recorded sha256 (``problem`` says why not); nothing of
+    a file that fails is shown. No capability is named: whatever a capability saved and recorded."""
+    base = directory(tx, goal_id) + os.sep
+    import json
+
+    rows = tx.query("SELECT id, kind, summary, data, file_path, file_sha256, created_at FROM evidence"
+                    " WHERE goal_id = ? AND file_path IS NOT NULL AND file_sha256 IS NOT NULL"
+                    " ORDER BY created_at DESC, id DESC", (goal_id,))
+    out: dict[str, dict] = {}
+    for row in rows:
+        path = row["file_path"]
+        if not path.startswith(base) or os.sep in path[len(base):]:
+            continue
+        name = path[len(base):]
+        if name in out or not _NAME.match(name):
+            continue
+        sha = row["file_sha256"].split(":", 1)[-1].lower()
+        try:
+            read_verified(path, sha, what=name)
+            ok, problem = True, None
+        except LoopxError as exc:
+            ok, problem = False, exc.message
+        try:
+            data = json.loads(row["data"]) if row["data"] else {}
+        except ValueError:
+            data = {}
+        gate_id = data.get("gate_id") if isinstance(data, dict) and isinstance(data.get("gate_id"), str) else None
+        out[name] = {"name": name, "path": path, "sha256": sha, "evidence_id": row["id"], "kind": row["kind"],
+                     "recorded_at": row["created_at"], "summary": row["summary"], "gate_id": gate_id,
+                     "ok": ok, "problem": problem}
+    return sorted(out.values(), key=lambda a: a["recorded_at"], reverse=True)
+
+
+def read_named(tx, goal_id: str, name: str) -> bytes:
+    """The bytes of the goal's artifact ``name`` (:func:`of_goal`), only while they have the
+    recorded sha256 (``artifact_tampered`` otherwise; ``not_found`` when no evidence names it)."""
+    for item in of_goal(tx, goal_id):
+        if item["name"] == name:
+            return read_verified(item["path"], item["sha256"], what=name)
+    raise LoopxError("not_found", f"goal {goal_id} has no artifact {name!r}")
+
+
+def lines(items: list[dict]) -> list[str]:
+    """``artifact NAME PATH sha256 HEX`` lines for people (``TAMPERED`` when the file changed)."""
+    return [f"artifact {a['name']}: {a['path']} sha256 {a['sha256']}"
+            + ("" if a["ok"] else f"  TAMPERED: {a['problem']}") for a in items]

@@ -177,10 +177,31 @@ def decide(reg: Registry, actor: str, verb: str, *, goal_id: str, gate_id: str, 
                              f"gate {gate_id} was already {gate.status} by {gate.decided_by} at {gate.decided_at}"
                              f"; to decide it again: loopx gate reopen --goal-id {goal_id} --gate-id {gate_id}")
         w.emit(kind, {"gate_id": gate_id, "comment": comment} if comment else {"gate_id": gate_id})
-        return to_json(load_gate(w.tx, goal_id, gate_id))
+        decided = load_gate(w.tx, goal_id, gate_id)
+        _tell_capabilities(w, decided, verb)
+        return to_json(decided)
 
     return reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
                       request={"op": f"gate.{verb}", "goal": goal_id, "gate": gate_id, "comment": comment})
+
+
+def _tell_capabilities(w, gate: Gate, verb: str) -> None:
+    """Let the capabilities serving the goal write their part of the decision in its transaction
+    (``loopx_gate_decided``): a rejected publish gate sends Issue-Fix's goal back to its fix, in
+    the same commit as the rejection. A plugin that fails refuses the decision (nothing written)."""
+    from loopx.capability_goals import skipped_for_events
+    from loopx.hooks import HookFault
+    from loopx.plugins import hooks
+
+    h = hooks()
+    if not h.implemented(h.gate_decided):
+        return
+    try:
+        h.gate_decided(w, gate, verb, skip=skipped_for_events(w.goal, ()))
+    except HookFault as fault:
+        raise LoopxError("plugin_error", f"plugin {fault.plugin!r} could not record its part of this decision "
+                         f"({fault.message}); nothing changed: fix or disable the plugin "
+                         f"(LOOPX_DISABLE_PLUGINS={fault.plugin}) to decide without it") from None
 
 
 def load_gate(tx, goal_id: str, gate_id: str) -> Gate:
@@ -199,3 +220,32 @@ def list_for(reg: Registry, goal_id: str, *, pending_only: bool = False) -> list
     with reg.read() as tx:
         load_goal(tx, goal_id)
         return [to_json(g) for g in list_gates(tx, goal_id, pending_only=pending_only)]
+
+
+def show(reg: Registry, goal_id: str, gate_id: str) -> dict:
+    """``gate show``: one gate, what approving it does, the commands that decide it (while pending)
+    and the artifacts recorded to decide it (a capability's evidence naming the gate, e.g. the diff
+    of changed tests), each read back only while it has its recorded sha256."""
+    import json
+    from types import SimpleNamespace
+
+    from loopx import artifacts
+    from loopx.goals import load_goal
+
+    check_id("goal", goal_id)
+    check_id("gate", gate_id)
+    with reg.read() as tx:
+        load_goal(tx, goal_id)
+        gate = load_gate(tx, goal_id, gate_id)
+        names = {a["name"]: SimpleNamespace(argv=json.loads(a["argv"]))
+                 for a in tx.query("SELECT name, argv FROM actions WHERE goal_id = ?", (goal_id,))}
+        shown = [a for a in artifacts.of_goal(tx, goal_id) if a["gate_id"] == gate_id]
+        for item in shown:
+            item["text"] = artifacts.read_verified(item["path"], item["sha256"], what=item["name"]).decode(
+                "utf-8", "replace") if item["ok"] else None
+    out = to_json(gate)
+    out["approving"] = approving(gate, actions=names)
+    if gate.status == "pending":
+        out["decide"] = dict(zip(("approve", "reject"), decision_commands(gate)))
+    out["artifacts"] = shown
+    return out

@@ -453,6 +453,17 @@ class Hooks:
         tell observers about committed events; never raises. ``skip``: plugin names not to tell."""
         self._collect("loopx_event_committed", skip=skip, registry=registry, events=events)
 
+    def gate_decided(self, writer, gate, decision: str, *, skip=()) -> None:
+        """``loopx_gate_decided(writer, gate, decision)`` (:func:`loopx.hookspecs.state.loopx_gate_decided`),
+        inside the decision's transaction, in the caller's thread. Fails closed: any fault raises
+        :class:`HookFault` naming the plugin (the caller refuses the decision). ``skip``: plugin
+        names not to ask."""
+        hook = "loopx_gate_decided"
+        call = _Call(hook, raise_faults=True)
+        self._invoke(hook, {"writer": writer, "gate": gate, "decision": decision}, call, self._without(hook, skip))
+        if call.failed is not None:
+            raise call.failed
+
     # -- contracts (loopx/hookspecs/contracts.py)
 
     def contract_veto(self, tx, goal: Goal, *, check=None, skip=()) -> Answer | None:

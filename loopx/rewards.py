@@ -166,9 +166,12 @@ def latest_handoff(reg: Registry, goal_id: str) -> dict:
     with reg.read() as tx:
         load_goal(tx, goal_id)
         found = runs.latest_handoff(tx, goal_id)
+        from loopx import artifacts
+
+        shown = artifacts.of_goal(tx, goal_id)  # a reviewer packet a capability recorded, path and sha256
         if found is None:
-            return {"goal_id": goal_id, "handoff": None, "run": None}
+            return {"goal_id": goal_id, "handoff": None, "run": None, "artifacts": shown}
         run = runs.load_run(tx, found.run_id)
-        return {"goal_id": goal_id, "handoff": to_json(found),
+        return {"goal_id": goal_id, "handoff": to_json(found), "artifacts": shown,
                 "run": {"id": run.id, "agent": run.agent, "outcome": run.outcome, "opened_at": run.opened_at,
                         "finished_at": run.finished_at, "tokens": run.tokens, "cost": run.cost}}

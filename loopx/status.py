@@ -422,7 +422,7 @@ def goal_view(reg, goal_id: str) -> dict:
 
 def goal_view_tx(tx, goal_id: str) -> dict:
     """:func:`goal_view` inside an open read transaction."""
-    from loopx import evidence, gates, rewards, runs, todos, usage
+    from loopx import artifacts, evidence, gates, rewards, runs, todos, usage
     from loopx.model import to_json
     from loopx.goals import goal_from_row
 
@@ -481,6 +481,7 @@ def goal_view_tx(tx, goal_id: str) -> dict:
         "rewards": {"total": int(totals["rewards"]), "recent": rw_list,
                     "mean": None if totals["mean"] is None else round(float(totals["mean"]), 4)},
         "handoff": to_json(handoff) if handoff else None,
+        "artifacts": artifacts.of_goal(tx, goal_id),  # what a human reviews, path and sha256 (checked)
         "actions": [{"name": a["name"], "argv": json.loads(a["argv"]), "source": a["source"],
                      "gate_id": a.get("gate_id"), "created_at": a["created_at"]} for a in actions],
         "timeline": _timeline(run_list, ev_list, rw_list),

@@ -378,6 +378,15 @@ def done_in(w, *, todo_id: str, note: str | None = None) -> None:
     w.emit("todo.done", {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
 
 
+def block_in(w, *, todo_id: str, note: str | None = None) -> None:
+    """Inside a mutation: set an open todo of the writer's goal aside as ``blocked`` (``todo_not_open``
+    otherwise), for a capability whose todo can no longer be done as asked (Issue-Fix's publish of
+    a commit a user rejected): never done, out of the ready set until someone reopens it."""
+    note = check_text(note, what="--note", limit="note", required=False)
+    _check_status(load_todo(w.tx, w.goal_id, check_id("todo", todo_id)), "block")
+    w.emit("todo.blocked", {"todo_id": todo_id, "note": note} if note else {"todo_id": todo_id})
+
+
 def reopen_in(w, *, todo_id: str, note: str | None = None) -> None:
     """Inside a mutation: open a done or blocked todo of the writer's goal again, unclaimed, for a
     capability whose own work found it undone (as :func:`done_in`: no caller's rules). An open one

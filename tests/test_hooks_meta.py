@@ -141,6 +141,10 @@ def world(tmp_path_factory):
     w.other = w.run("create other", "project-prompt", "create", "--title", "Needs you", "--description", "d")["id"]
     w.gate = w.run("gate", "gate", "add", w.other, "--title", "Deploy?", "--scope", "production")
     w.run("notify", "notify", "check")
+    # Decided after the notifications: the recorder's goal's gate, and one on a goal it does not serve.
+    w.own_gate = w.run("own gate", "gate", "add", w.goal, "--title", "Ship?", "--blocks", "all")
+    w.run("approve", "gate", "approve", "--goal-id", w.goal, "--gate-id", w.own_gate["id"])
+    w.run("reject other", "gate", "reject", "--goal-id", w.other, "--gate-id", w.gate["id"])
     return w
 
 
@@ -221,6 +225,16 @@ def check_notify(w):
     assert n["registry"].endswith("registry.db")
 
 
+def check_gate_decided(w):
+    # Only for the goal the recorder serves, in the decision's transaction, with the gate as decided.
+    (call,) = w.calls("loopx_gate_decided")
+    assert (call["goal_id"], call["gate_id"], call["status"], call["decision"], call["actor"]) == (
+        w.goal, w.own_gate["id"], "approved", "approve", "user"), call
+    events = w.run("history", "history", w.goal)
+    kinds = [e["kind"] for e in (events.get("events") if isinstance(events, dict) else events)]
+    assert kinds.index("capability.state_set", kinds.index("gate.approved")) > kinds.index("gate.approved"), kinds
+
+
 CHECKS = {
     "loopx_register_stores": check_stores,
     "loopx_event_committed": check_event_committed,
@@ -232,6 +246,7 @@ CHECKS = {
     "loopx_register_event_kinds": check_register_event_kinds,
     "loopx_register_error_codes": check_register_error_codes,
     "loopx_notify": check_notify,
+    "loopx_gate_decided": check_gate_decided,
 }
 
 SPECS = sorted(name for _, name, _ in _specs())

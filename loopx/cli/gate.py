@@ -89,3 +89,24 @@ def list_command(goal_id, pending):
     with open_registry() as reg:
         found = gates.list_for(reg, goal_id, pending_only=pending)
     emit(found, lambda gs: "\n".join(gate_line(g) for g in gs) or "no gates")
+
+
+@gate.command("show")
+@goal_option()
+@id_option("gate")
+def show_command(goal_id, gate_id):
+    """One gate in full: what approving it does, how to decide it, and what was recorded to decide
+    it (a diff of changed tests, ...), shown only while it is what LoopX recorded (sha256)."""
+    from loopx import gates
+
+    with open_registry() as reg:
+        found = gates.show(reg, goal_id, gate_id)
+
+    def text(g):
+        out = [_gate_text(g), f"  approving {g['approving']}"]
+        for a in g["artifacts"]:
+            out.append(f"  artifact {a['name']}: {a['path']} sha256 {a['sha256']}")
+            out.append(a["text"].rstrip("\n") if a["ok"] else f"  TAMPERED: {a['problem']}")
+        return "\n".join(out)
+
+    emit(found, text)

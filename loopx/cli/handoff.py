@@ -23,9 +23,12 @@ def show(goal_id):
         found = latest_handoff(reg, goal_id)
 
     def text(d):
+        from loopx.artifacts import lines
+
+        shown = "".join("\n  " + line for line in lines(d.get("artifacts") or []))
         if d["handoff"] is None:
-            return f"no hand-off yet on {d['goal_id']}"
+            return f"no hand-off yet on {d['goal_id']}" + shown
         h, r = d["handoff"], d["run"]
-        return f"{h['note']}\n  left by run {h['run_id']} ({r['agent']}, outcome {r['outcome']}) at {h['at']}"
+        return f"{h['note']}\n  left by run {h['run_id']} ({r['agent']}, outcome {r['outcome']}) at {h['at']}" + shown
 
     emit(found, text)

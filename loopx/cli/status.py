@@ -159,6 +159,9 @@ def goal_text(view: dict) -> str:
                      f" {contract['issued_at']})")
     if view["handoff"]:
         lines.append(f"hand-off ({view['handoff']['run_id']}): {view['handoff']['note']}")
+    from loopx.artifacts import lines as artifact_lines
+
+    lines += artifact_lines(view.get("artifacts") or [])
     if view["rewards"]["total"]:
         lines.append(f"rewards: {view['rewards']['total']}, mean score {view['rewards']['mean']}")
     if view["timeline"]:

@@ -157,6 +157,7 @@ function renderGoal(view) {
       el("span", { class: "muted small" }, `${x.scope} · blocks ${x.blocks}` +
         (x.decided_by ? ` · ${x.status} by ${x.decided_by} ${when(x.decided_at)}` : ` · asked by ${x.requested_by}`)),
       x.comment ? el("div", { class: "muted small" }, x.comment) : null,
+      ...(view.artifacts || []).filter((a) => a.gate_id === x.id).map((a) => artifactShown(goal.id, a)),
       x.decide ? decideBlock(x.decide) : null))
       : [el("li", { class: "muted" }, "no gates")]),
   );
@@ -186,6 +187,14 @@ function renderGoal(view) {
 
   $("handoff").textContent = view.handoff ? `${view.handoff.note}\n— ${view.handoff.run_id}, ${when(view.handoff.at)}` : "none yet";
   $("handoff").classList.toggle("muted", !view.handoff);
+  const arts = view.artifacts || [];
+  $("artifacts").replaceChildren(
+    ...(arts.length ? arts.map((a) => el("li", { "data-artifact": a.name },
+      artifactLink(goal.id, a), " ", el("span", { class: "muted small" }, `sha256 ${a.sha256}`),
+      el("div", { class: "muted small" }, a.path),
+      a.ok ? null : el("div", { class: "bad small" }, `TAMPERED: ${a.problem}`)))
+      : [el("li", { class: "muted" }, "nothing recorded for review")]),
+  );
 
   $("reward-mean").textContent = view.rewards.total ? `mean ${fmt(view.rewards.mean)} over ${view.rewards.total}` : "";
   $("rewards").replaceChildren(
@@ -207,6 +216,28 @@ function renderGoal(view) {
       el("code", {}, a.argv.join(" ")), el("span", { class: "muted small" }, ` · ${a.source}`)))
       : [el("li", { class: "muted" }, "no actions")]),
   );
+}
+
+// An artifact's read-only view (served as plain text, only while its sha256 matches).
+function artifactURL(goalId, a) {
+  return `/api/goals/${encodeURIComponent(goalId)}/artifacts/${encodeURIComponent(a.name)}`;
+}
+
+function artifactLink(goalId, a) {
+  return el("a", { href: artifactURL(goalId, a), target: "_blank", rel: "noopener noreferrer" }, `view ${a.name}`);
+}
+
+// What a gate is decided on (a diff of changed tests): fetched as text, shown as text (never markup).
+function artifactShown(goalId, a) {
+  const pre = el("pre", { class: "artifact-text small" }, a.ok ? "loading…" : `TAMPERED: ${a.problem}`);
+  if (a.ok) {
+    fetch(artifactURL(goalId, a), { headers: { Accept: "text/plain" } })
+      .then((r) => r.ok ? r.text() : r.json().then((e) => `not shown: ${e.error.message}`))
+      .then((text) => { pre.textContent = text; })
+      .catch((err) => { pre.textContent = `not shown: ${err}`; });
+  }
+  return el("details", { class: "gate-artifact", open: true, "data-artifact": a.name },
+    el("summary", { class: "small" }, `${a.name} · sha256 ${a.sha256.slice(0, 16)}… `, artifactLink(goalId, a)), pre);
 }
 
 // The exact commands that decide a pending gate (user only), each with a copy button.

@@ -23,3 +23,18 @@ def loopx_event_committed(registry, events):
     never undoes the commit. A plugin that declares capabilities hears only the events of goals
     one of them serves (by the goal's capability list after the mutation).
     """
+
+
+@hookspec
+def loopx_gate_decided(writer, gate, decision):
+    """A user decided a gate of a goal one of the plugin's capabilities serves: write the
+    capability's own part of that decision, in the decision's own transaction.
+
+    ``decision`` is ``approve``, ``reject`` or ``reopen``; ``gate`` the :class:`loopx.model.Gate`
+    as it stands after it; ``writer`` the mutation's writer (the deciding user): emit through it
+    (``loopx.api.writer_todo_reopen``, ...) and write the capability's state with
+    ``loopx.api.acting(writer, CAPABILITY)``. Return nothing. Called in the caller's thread with no
+    deadline, so keep it to a few indexed reads and writes. It fails closed: an implementation that
+    raises refuses the whole decision (``plugin_error`` naming the plugin, nothing written);
+    disable the plugin to decide without it.
+    """

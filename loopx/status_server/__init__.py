@@ -15,6 +15,8 @@ Routes::
     GET /api/goals?limit=&cursor=&all=    the overview's goal list and page
     GET /api/goals/{id}                one goal in full
     GET /api/goals/{id}/events?after=N&limit=   the goal's ledger after seq N
+    GET /api/goals/{id}/artifacts/{name}   an artifact its evidence recorded, as text, only while its
+                                       sha256 matches (409 ``artifact_tampered`` otherwise)
     GET /api/stream                    server-sent events: ``revision`` whenever the registry changes
     GET /api/pages                     pages capabilities serve for this registry (loopx.served_pages)
 

@@ -8,7 +8,7 @@ from loopx.jsonsafe import dumps_out
 JSON_TYPE = "application/json; charset=utf-8"
 ERROR_STATUS = {"goal_not_found": 404, "not_found": 404, "invalid_argument": 400, "registry_unavailable": 503,
                 "schema_too_new": 503, "registry_newer": 503, "registry_corrupt": 503, "registry_invalid": 503,
-                "registry_not_found": 503}
+                "registry_not_found": 503, "artifact_tampered": 409}
 SECURITY_HEADERS = {
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",

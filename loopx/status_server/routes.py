@@ -41,7 +41,20 @@ def route(handler, path: str, q: dict) -> None:
             return send_view(handler, ("events", goal_id, after, limit),
                              lambda tx: projection.goal_events_tx(tx, goal_id, after=after, limit=limit),
                              version=goal_revision(goal_id))
+    if len(segments) == 6 and segments[1:3] == ["api", "goals"] and segments[4] == "artifacts":
+        return _artifact(handler, check_id("goal", segments[3], option="goal id"), segments[5])
     send_error(handler, 404, "not_found", "no such page")
+
+
+def _artifact(handler, goal_id: str, name: str) -> None:
+    """One artifact of the goal (a reviewer packet, a diff), as plain text, only while it has the
+    sha256 its evidence recorded (``artifact_tampered``, 409, otherwise): nothing of it is shown."""
+    from loopx import artifacts
+    from loopx.status_server.responses import send
+
+    data = handler.server.pool.run(lambda tx: artifacts.read_named(tx, goal_id, name))
+    send(handler, 200, data, "text/plain; charset=utf-8", {"Content-Disposition": "inline",
+                                                            "Content-Security-Policy": "default-src 'none'; sandbox"})
 
 
 def _overview(handler, path: str, q: dict) -> None:

@@ -32,7 +32,8 @@ def gather(reg, limit: int = 100) -> dict:
                 continue
             goals.append({
                 "goal": g,
-                "gates": [{"gate": gate, "blocks_text": _blocks(api, tx, gate)} for gate in gates],
+                "gates": [{"gate": gate, "blocks_text": _blocks(api, tx, gate),
+                           "artifacts": _gate_artifacts(api, tx, gate)} for gate in gates],
                 "packet": _packet(api, tx, g["id"]) if gates else None,
                 "run": run if scorable else None,
             })
@@ -55,6 +56,23 @@ def _blocks(api, tx, gate) -> str:
             return f"todo {target}"
         return f"todo {target}: {todo.text}"
     return gate.blocks
+
+
+def _gate_artifacts(api, tx, gate) -> list[dict]:
+    """What was recorded to decide ``gate`` (a diff of changed tests): ``{"name", "sha256", "text",
+    "problem"}``, ``text`` read only while it has its recorded sha256 (else ``problem``)."""
+    out = []
+    for item in api.goal_artifacts(tx, gate.goal_id):
+        if item["gate_id"] != gate.id:
+            continue
+        text, problem = None, item["problem"]
+        if item["ok"]:
+            try:
+                text = api.read_artifact(item["path"], item["sha256"], what=item["name"]).decode("utf-8", "replace")
+            except api.LoopxError as exc:
+                problem = exc.message
+        out.append({"name": item["name"], "sha256": item["sha256"], "text": text, "problem": problem})
+    return out
 
 
 def _packet(api, tx, goal_id: str) -> dict | None:
@@ -158,7 +176,12 @@ def _gate_card(item, packet, hidden: str) -> str:
             f"<tr><th>asked</th><td>by {esc(gate.requested_by)} at {esc(gate.created_at)} · "
             f"<code class='muted'>{esc(gate.id)}</code></td></tr></tbody></table>"
             f"{packet_html}"
-            f"<form method='post' action='/decide' class='gate decide' data-gate-id='{esc(gate.id)}'>{hidden}"
+            + "".join(f"<details class='gate-artifact' open data-artifact='{esc(a['name'])}'><summary class='small'>"
+                      f"{esc(a['name'])} · sha256 <code>{esc(a['sha256'])}</code></summary>"
+                      + (f"<pre class='artifact-text small'>{esc(a['text'])}</pre>" if a["text"] is not None
+                         else f"<p class='bad'>TAMPERED: {esc(a['problem'] or '')}</p>") + "</details>"
+                      for a in item.get("artifacts", []))
+            + f"<form method='post' action='/decide' class='gate decide' data-gate-id='{esc(gate.id)}'>{hidden}"
             f"<input type='hidden' name='gate_id' value='{esc(gate.id)}'>"
             "<input name='comment' placeholder='comment (kept with the decision)' size='40'> "
             "<button name='verb' value='approve'>Approve</button> "

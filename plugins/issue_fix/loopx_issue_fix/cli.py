@@ -88,7 +88,8 @@ def show(goal_id, print_packet):
         if print_packet:
             return o["packet"].rstrip("\n") if o["packet"] else f"no hand-off packet yet on {o['goal_id']}"
         todos = ", ".join(f"{k} {v}" for k, v in o["todo_status"].items())
-        packet = f"\n  packet {o['handoff']['packet']} (sha256 verified)" if o.get("handoff") else ""
+        packet = (f"\n  packet {o['handoff']['packet']} (sha256 verified): sha256 {o['handoff']['sha256']}"
+                  if o.get("handoff") else "")
         return (f"{o['goal_id']}  [{o['status']}]  {o['title']}\n  worktree {o['worktree']}  branch "
                 f"{o['branch']['name']}\n  phase {o['phase']}  attempts {o['attempts']}\n  todos: {todos}\n"
                 f"  publish gate {o['publish_gate']} ({o['publish_gate_status']})\n  next: {o['next']}{packet}"

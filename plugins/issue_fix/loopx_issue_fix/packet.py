@@ -394,7 +394,9 @@ def render(tx, goal_id: str, state: dict, diff: dict, root_cause: str | None,
     lines += ["## Attempts, in order", "", "| # | step | outcome | evidence | detail |", "|---|---|---|---|---|"]
     for n, a in enumerate(state.get("log", []), 1):
         detail = (a.get("detail") or "").replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {n} | {a['step']} | {a['outcome']} | `{a['evidence_id']}` | {detail} |")
+        # A user's decision (a rejected publish gate) is named by its gate, a step by its evidence.
+        ref = a.get("evidence_id") or a.get("gate_id", "")
+        lines.append(f"| {n} | {a['step']} | {a['outcome']} | `{ref}` | {detail} |")
     failed = [a for a in state.get("log", []) if a["outcome"] not in ("red", "green", "published")]
     lines += ["", f"{len(failed)} failed attempt(s).", "", *_refused_and_blocked(tx, goal_id, state),
               "## Files verify did not use", "",

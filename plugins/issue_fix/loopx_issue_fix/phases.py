@@ -523,6 +523,16 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
                                     title=(f"Accept changed tests for this fix ({len(files_now)} file(s), diff: loopx "
                                            f"issue-fix show {state_goal(current)}): {names}")[:200])
                 changes["test_change_gate"] = {"gate_id": gate_id, "files": files_now, "diff": saved}
+                # Recorded as evidence naming the gate: the core shows it beside that gate (status,
+                # gate show, the dashboard, the approvals page), checked against this sha256.
+                from loopx.api import acting, writer_add_evidence
+
+                with acting(w, CAPABILITY) as cw:
+                    writer_add_evidence(cw, kind="test_changes", run_id=run.id, file_path=saved["path"],
+                                        file_sha256="sha256:" + saved["sha256"],
+                                        data={"gate_id": gate_id, "files": sorted(files_now)},
+                                        summary=f"issue-fix verify: diff of the changed test files ({names}) for "
+                                                f"gate {gate_id}"[:300])
         if approved and infra and reason is None:
             changes["approved_test_changes"] = sorted(infra)
         if reason == "still_failing":
@@ -631,11 +641,15 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
             return {}, [], {"gate_id": None}
         # The gate is requested now that there is something to decide on, for this commit.
         writer_request_gate(w, gate_id=gate_id, scope="production", blocks=f"todo:{current['todos']['publish']}",
-                            title=f"Publish verified commit {ver['commit'][:12]} of {current['branch']['name']} "
-                                  f"({publish['provider']} to {publish['remote']})")
+                            # The title says what approving does: it is shown beside the decision.
+                            title=(f"Publish: approving pushes verified commit {ver['commit'][:12]} to "
+                                   f"{publish['remote']}/{current['branch']['name']}"
+                                   + ("" if publish["provider"] == "push"
+                                      else f" and opens a request with {publish['provider']}"))[:200])
         info = {"evidence_id": evidence_id, "run_id": run.id, "packet": str(path), "sha256": sha,
                 "root_cause": root_cause, "warnings": warnings, "copy": copy}
         return ({"phase": "publish", "handoff": info, "publish_gate": gate_id, "publish_gate_commit": ver["commit"],
+                 "rejected": None,
                  "refs": refs, "git_changes": _git_log(current, "handoff", remote_moved, local_moved)},
                 ["handoff"], {"gate_id": gate_id})
 

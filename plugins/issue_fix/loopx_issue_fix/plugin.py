@@ -48,6 +48,14 @@ def loopx_contract_actions(tx, goal, run_id, remaining):
     return contract_actions(tx, goal, run_id, remaining)
 
 
+@hookimpl
+def loopx_gate_decided(writer, gate, decision):
+    """A rejected publish gate sends the goal back to ``fix``; reopened, the hand-off stands again."""
+    from loopx_issue_fix.rejection import gate_decided
+
+    gate_decided(writer, gate, decision)
+
+
 #: The capability's own refusals (``docs/capabilities/issue_fix.md`` says when each happens).
 ERROR_CODES = {
     "issue_fix.not_a_test_failure": "the test run shows no test failing: a time-out, a command not found, "

@@ -371,6 +371,10 @@ def contract_actions(tx, goal, run_id: str | None, left: dict | None) -> list[di
     seconds, how = timeout_for(state["test_timeout"], (left or {}).get("wall_seconds"), expires_in)
     command = shlex.join(["loopx", "issue-fix", step, "--run-id", run_id, "--timeout", str(seconds)])
     note = STEP_NOTES[step].format(worktree=state["worktree"]) + f" (time limit {seconds}s: {how})"
+    rejected = state.get("rejected")
+    if step == "verify" and rejected:
+        note += (f"; a user rejected publishing {str(rejected.get('commit'))[:12]} at gate {rejected['gate_id']}"
+                 + (f": {rejected['comment']}" if rejected.get("comment") else ""))
     # The agent works in the goal's worktree: executor providers start it there.
     return [{"command": command, "note": note, "capability": CAPABILITY, "action": step,
              "workdir": state["worktree"]}]

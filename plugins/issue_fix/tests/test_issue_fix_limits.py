@@ -169,10 +169,11 @@ def test_publish_is_refused_before_the_handoff_and_before_approval(cli, project)
     assert contract(cli, g)["decision"] == "ask_user"
     r = as_agent(cli, f"loopx issue-fix publish --run-id {doc['interaction_contract']['run_id']} --json")
     assert r.code == 2 and r.json["error"]["code"] == "run_not_open", r
-    # Rejected: still nothing to run.
+    # Rejected: back to fix, so the next contract offers verify, never publish; nothing was pushed.
     gate = state(cli, g)["publish_gate"]
     assert cli("gate", "reject", "--goal-id", g, "--gate-id", gate, "--comment", "not yet").code == 0
-    assert contract(cli, g)["decision"] == "ask_user"
+    doc = contract(cli, g)
+    assert doc["decision"] == "run" and only(doc, "loopx issue-fix ").startswith("loopx issue-fix verify ")
     assert git(origin_of(project), "branch", "--list") == ""
 
 

@@ -111,6 +111,17 @@ def loopx_register_error_codes(register):
 
 
 @hookimpl
+def loopx_gate_decided(writer, gate, decision):
+    # Writes its own state in the decision's transaction (what the hook is for).
+    from loopx.api import acting, put_state
+
+    with acting(writer, NS) as cw:
+        put_state(cw, NS, {"last_gate_decision": {"gate_id": gate.id, "decision": decision}})
+    _record("loopx_gate_decided", goal_id=gate.goal_id, gate_id=gate.id, status=gate.status, decision=decision,
+            actor=writer.actor)
+
+
+@hookimpl
 def loopx_notify(notification):
     _record("loopx_notify", notification=notification)
     return True
