@@ -7,6 +7,10 @@ cadence and all but the due ones had a turn a moment ago; the due goals have no 
 the shell executor's planning turn - should-run, nothing to run, run finish: a no-op executor
 whose cost is LoopX's own (one ``loopx turn`` process per turn).
 
+The worker runs with the plugins bundled in ``plugins/`` installed and loaded (as a user who
+installed them has it: their hooks are asked on every turn); the bench refuses to run without
+them, and prints which plugins the worker's turns load.
+
 Two figures, each against the issue's floor:
 
 * **busy fraction** - of the time from the first turn's start to the last turn's end, the share
@@ -75,6 +79,23 @@ def fill(url: str, goals: int, due: int) -> None:
         reg.store.write(batch)
 
 
+def bundled_plugins(env: dict) -> list[str]:
+    """The plugins a ``loopx`` process with ``env`` loads; exits if one of ``plugins/*`` is missing."""
+    import tomllib
+
+    want = set()
+    for project in sorted((ROOT / "plugins").glob("*/pyproject.toml")):
+        want |= set(tomllib.loads(project.read_text()).get("project", {}).get("entry-points", {}).get("loopx", {}))
+    p = subprocess.run([sys.executable, "-m", "loopx", "plugins", "list", "--json"], env=env, capture_output=True,
+                       text=True, check=True)
+    loaded = [x["name"] for x in json.loads(p.stdout) if not x["builtin"]]
+    missing = want - set(loaded)
+    if missing:
+        raise SystemExit(f"bench_worker: the bundled plugins {sorted(missing)} are not installed:"
+                         " for p in plugins/*/; do pip install -e $p; done")
+    return loaded
+
+
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -91,7 +112,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="loopx-bench-worker-"))
     url = str(work / "registry.db")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
-    env.update(LOOPX_REGISTRY=url, LOOPX_PLUGINS="")
+    env.update(LOOPX_REGISTRY=url)
+    loaded = bundled_plugins(env)
+    print(f"plugins loaded by every turn: {', '.join(loaded)} (the bundled plugins/, installed)")
     started = time.monotonic()
     fill(url, args.goals, args.due)
     print(f"filled {args.goals:,} goals ({args.due} due) in {time.monotonic() - started:.1f}s: {url}")
