@@ -18,6 +18,7 @@ Two figures, each against the issue's floor:
   floor 90 %.
 * **idle CPU** - a worker over the same registry once nothing is due: its CPU time (user +
   system, ``/proc/<pid>/stat``) over ``--idle-seconds`` of wall time; floor 1 % of one core.
+  Measured with the plugins, then again with ``LOOPX_PLUGINS=""`` (the baseline, same process).
 """
 
 from __future__ import annotations
@@ -131,17 +132,25 @@ def main() -> None:
           f" busy fraction {busy:.1%} of {args.concurrency} slots (floor 90%)"
           f" -> {'ok' if busy >= 0.9 else 'BELOW FLOOR'}")
 
-    idle = subprocess.Popen(cmd[:-1], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Idle, with the plugins and then without them (LOOPX_PLUGINS=""): the baseline, same registry.
+    with_plugins = idle_cpu(cmd[:-1], env, args.idle_seconds)
+    without = idle_cpu(cmd[:-1], {**env, "LOOPX_PLUGINS": ""}, args.idle_seconds)
+    for label, frac in (("with the bundled plugins", with_plugins), ("baseline, plugins off", without)):
+        print(f"idle, {label}: {frac:.2%} of a core over {args.idle_seconds:g}s (floor < 1%)"
+              f" -> {'ok' if frac < 0.01 else 'ABOVE FLOOR'}")
+    print(f"idle CPU with plugins / without: {with_plugins / without:.2f}x" if without else "")
+
+
+def idle_cpu(cmd: list[str], env: dict, seconds: float) -> float:
+    """The share of one core a worker with nothing to do uses over ``seconds`` (after its start-up)."""
+    idle = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(5.0)  # past its start-up scan
     c0, t0 = cpu_seconds(idle.pid), time.monotonic()
-    time.sleep(args.idle_seconds)
+    time.sleep(seconds)
     c1, t1 = cpu_seconds(idle.pid), time.monotonic()
     idle.send_signal(signal.SIGTERM)
     idle.communicate(timeout=60)
-    frac = (c1 - c0) / (t1 - t0)
-    print(f"idle: {c1 - c0:.3f}s CPU in {t1 - t0:.1f}s = {frac:.2%} of a core (floor < 1%)"
-          f" -> {'ok' if frac < 0.01 else 'ABOVE FLOOR'}")
-
+    return (c1 - c0) / (t1 - t0)
 
 if __name__ == "__main__":
     main()

@@ -320,6 +320,11 @@ class _Contained:
     def __repr__(self) -> str:
         return repr(self._loopx_plugin)  # what pluggy's own messages (check_pending) show
 
+    def __dir__(self) -> list[str]:
+        # Only the hook implementations: pluggy looks at every name dir() gives, and an object's
+        # inherited dunders cost it as much again as the plugin's own names (every process start).
+        return [name for name in self.__dict__ if name != "_loopx_plugin"]
+
 
 def stand_in(pm: pluggy.PluginManager, plugin: object, plugin_name: str) -> _Contained:
     """A stand-in for ``plugin`` whose every hook implementation is contained.
