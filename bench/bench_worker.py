@@ -7,6 +7,10 @@ cadence and all but the due ones had a turn a moment ago; the due goals have no 
 the shell executor's planning turn - should-run, nothing to run, run finish: a no-op executor
 whose cost is LoopX's own (one ``loopx turn`` process per turn).
 
+The worker runs with the plugins bundled in ``plugins/`` installed and loaded (as a user who
+installed them has it: their hooks are asked on every turn); the bench refuses to run without
+them, and prints which plugins the worker's turns load.
+
 Two figures, each against the issue's floor:
 
 * **busy fraction** - of the time from the first turn's start to the last turn's end, the share
@@ -14,6 +18,7 @@ Two figures, each against the issue's floor:
   floor 90 %.
 * **idle CPU** - a worker over the same registry once nothing is due: its CPU time (user +
   system, ``/proc/<pid>/stat``) over ``--idle-seconds`` of wall time; floor 1 % of one core.
+  Measured with the plugins, then again with ``LOOPX_PLUGINS=""`` (the baseline, same process).
 """
 
 from __future__ import annotations
@@ -75,6 +80,23 @@ def fill(url: str, goals: int, due: int) -> None:
         reg.store.write(batch)
 
 
+def bundled_plugins(env: dict) -> list[str]:
+    """The plugins a ``loopx`` process with ``env`` loads; exits if one of ``plugins/*`` is missing."""
+    import tomllib
+
+    want = set()
+    for project in sorted((ROOT / "plugins").glob("*/pyproject.toml")):
+        want |= set(tomllib.loads(project.read_text()).get("project", {}).get("entry-points", {}).get("loopx", {}))
+    p = subprocess.run([sys.executable, "-m", "loopx", "plugins", "list", "--json"], env=env, capture_output=True,
+                       text=True, check=True)
+    loaded = [x["name"] for x in json.loads(p.stdout) if not x["builtin"]]
+    missing = want - set(loaded)
+    if missing:
+        raise SystemExit(f"bench_worker: the bundled plugins {sorted(missing)} are not installed:"
+                         " for p in plugins/*/; do pip install -e $p; done")
+    return loaded
+
+
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -91,7 +113,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="loopx-bench-worker-"))
     url = str(work / "registry.db")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
-    env.update(LOOPX_REGISTRY=url, LOOPX_PLUGINS="")
+    env.update(LOOPX_REGISTRY=url)
+    loaded = bundled_plugins(env)
+    print(f"plugins loaded by every turn: {', '.join(loaded)} (the bundled plugins/, installed)")
     started = time.monotonic()
     fill(url, args.goals, args.due)
     print(f"filled {args.goals:,} goals ({args.due} due) in {time.monotonic() - started:.1f}s: {url}")
@@ -108,17 +132,25 @@ def main() -> None:
           f" busy fraction {busy:.1%} of {args.concurrency} slots (floor 90%)"
           f" -> {'ok' if busy >= 0.9 else 'BELOW FLOOR'}")
 
-    idle = subprocess.Popen(cmd[:-1], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Idle, with the plugins and then without them (LOOPX_PLUGINS=""): the baseline, same registry.
+    with_plugins = idle_cpu(cmd[:-1], env, args.idle_seconds)
+    without = idle_cpu(cmd[:-1], {**env, "LOOPX_PLUGINS": ""}, args.idle_seconds)
+    for label, frac in (("with the bundled plugins", with_plugins), ("baseline, plugins off", without)):
+        print(f"idle, {label}: {frac:.2%} of a core over {args.idle_seconds:g}s (floor < 1%)"
+              f" -> {'ok' if frac < 0.01 else 'ABOVE FLOOR'}")
+    print(f"idle CPU with plugins / without: {with_plugins / without:.2f}x" if without else "")
+
+
+def idle_cpu(cmd: list[str], env: dict, seconds: float) -> float:
+    """The share of one core a worker with nothing to do uses over ``seconds`` (after its start-up)."""
+    idle = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(5.0)  # past its start-up scan
     c0, t0 = cpu_seconds(idle.pid), time.monotonic()
-    time.sleep(args.idle_seconds)
+    time.sleep(seconds)
     c1, t1 = cpu_seconds(idle.pid), time.monotonic()
     idle.send_signal(signal.SIGTERM)
     idle.communicate(timeout=60)
-    frac = (c1 - c0) / (t1 - t0)
-    print(f"idle: {c1 - c0:.3f}s CPU in {t1 - t0:.1f}s = {frac:.2%} of a core (floor < 1%)"
-          f" -> {'ok' if frac < 0.01 else 'ABOVE FLOOR'}")
-
+    return (c1 - c0) / (t1 - t0)
 
 if __name__ == "__main__":
     main()

@@ -153,15 +153,21 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
 
 
+def _argv(argv) -> list[str]:
+    # A case's argv, or a callable that makes the argv of its next call (a fresh goal each call,
+    # should_run_case): called before the clock starts.
+    return argv() if callable(argv) else argv
+
+
 def measure(cases: dict, runs: int) -> dict:
     """``{name: {"median", "p95", "rss_mb"}}``, the cases interleaved after one warm-up each."""
     for argv, env in cases.values():
-        run_once(argv, env)
+        run_once(_argv(argv), env)
     walls = {name: [] for name in cases}
     for _ in range(runs):
         for name, (argv, env) in cases.items():
-            walls[name].append(run_once(argv, env))
-    rss = {name: max((peak_rss_mb(argv, env) or 0) for _ in range(2)) for name, (argv, env) in cases.items()}
+            walls[name].append(run_once(_argv(argv), env))
+    rss = {name: max((peak_rss_mb(_argv(argv), env) or 0) for _ in range(2)) for name, (argv, env) in cases.items()}
     return {name: {"median": statistics.median(v), "p95": pct(v, 95), "rss_mb": rss[name]}
             for name, v in walls.items()}
 
@@ -203,15 +209,39 @@ def assert_real_decision(url: str, goal: str, env: dict) -> None:
 
 
 def cli_cases(url: str, goal: str, env: dict) -> dict:
-    """The timed commands at one registry."""
+    """The timed read commands at one registry (should-run: :func:`should_run_case`)."""
     env = {**env, "LOOPX_REGISTRY": url}
     return {
         "status (first page)": ([*LOOPX, "status", "--json"], env),
         "status --goal-id": ([*LOOPX, "status", "--goal-id", goal, "--json"], env),
-        "quota should-run": ([*LOOPX, "quota", "should-run", "--goal-id", goal, "--agent", "bench-should-run",
-                              "--json"], env),
         "project_prompt list": ([*LOOPX, "project_prompt", "list", "--json"], env),
     }
+
+
+SHOULD_RUN = "quota should-run (opens a run)"
+SHOULD_RUN_NOTE = ("`quota should-run` opens a new run in every timed call: each call is on a goal of its own, made"
+                   " (like the filled goals: limits, three todos, two actions) before the clock starts, so no call"
+                   " hands back a run a previous call opened. These goals stay in the cached registry"
+                   " (runs + 3 of them per size per bench run), made after the other commands were timed.")
+
+
+def should_run_case(url: str, env: dict, calls: int) -> tuple:
+    """``quota should-run`` as a case of :func:`measure` whose every call opens a new run: a fresh
+    goal per call (``calls`` of them, made now through the API as ``bench/fill.py`` makes a
+    plain goal of its mix), each asked once, checked to decide ``run``."""
+    from fill import api_goal
+    from loopx.registry import Registry
+
+    with Registry.open(url) as reg:
+        fresh = [api_goal(reg, 2) for _ in range(calls)]  # mix number 2: no turn yet, no gate
+    for goal in fresh[:1]:
+        assert_real_decision(url, goal, env)  # the first is checked (and used up) here
+    left = iter(fresh[1:])
+
+    def argv():
+        return [*LOOPX, "quota", "should-run", "--goal-id", next(left), "--agent", "bench-should-run", "--json"]
+
+    return argv, {**env, "LOOPX_REGISTRY": url}
 
 
 def server_load(url: str, goals: list[str], env: dict, seconds: float, writer: bool) -> dict:
@@ -361,8 +391,9 @@ def write_report(path: Path, results: dict, notes: list[str]) -> None:
             near = res.get("interleaved_floors") or {}
             if not near and "interleaved_floor" in res:  # an older last-run.json
                 near = {names[-1]: res["interleaved_floor"]}
-            floors_here = [(near.get(name) or f[name])["median"] for name in names]
             for name, m in res["cli"].items():
+                # A command timed beside floors of its own (should-run) is compared with those.
+                floors_here = [((m.get("floors") or near).get(name) or f[name])["median"] for name in names]
                 cols = "".join(f" {fl:.1f} | {m['median'] / fl:.2f} |" for fl in floors_here)
                 lines.append(f"| {n:,} | {name} | {m['median']:.1f} | {m['p95']:.1f} |{cols}"
                              f" {m['rss_mb']:.1f} |")
@@ -487,7 +518,7 @@ them in bulk (`executemany`, one transaction per 25,000 goals): each copy's rows
 title, creation numbers and contract fingerprint, and its event chain, per-row MACs, digest and
 head computed with the registry's key - the bytes the commands write (`tests/test_bench_fill.py`
 compares them and runs `self-repair check`); the commands measured here write a little to the
-cached registries (should-run on one goal, the writers' todos).
+cached registries (should-run's goals, a fresh one per call, and the writers' todos).
 """.splitlines()
 
 
@@ -573,12 +604,16 @@ def _run(args, sizes, pg_sizes, notes, log) -> None:
     for (backend, n), url in urls.items():
         log(f"{backend} {n:,} goals: commands...")
         goals = sample_goals(url)
-        assert_real_decision(url, goals[0], env)
         # The floor a backend's commands are compared with runs interleaved with them (so drift and
         # load hit both alike); the report gives the floors of the run's start.
         near = ["import floor"] + (["import floor + psycopg"] if backend == "postgres" else [])
         res = {"cli": measure({**{k: floor_cases[k] for k in near}, **cli_cases(url, goals[0], env)}, args.runs)}
         res["interleaved_floors"] = {k: res["cli"].pop(k) for k in near}
+        # should-run last, beside floors of its own: the goals it needs are made first (see SHOULD_RUN_NOTE).
+        log(f"{backend} {n:,} goals: {SHOULD_RUN}, a fresh goal per call...")
+        sr = measure({**{k: floor_cases[k] for k in near},
+                      SHOULD_RUN: should_run_case(url, env, 1 + 1 + args.runs + 2)}, args.runs)
+        res["cli"][SHOULD_RUN] = {**sr[SHOULD_RUN], "floors": {k: sr[k] for k in near}}
         log(f"{backend} {n:,} goals: status server...")
         res["server"] = {"cold": server_load(url, goals, env, args.seconds, writer=False),
                          "writer": server_load(url, goals, env, args.seconds, writer=True)}
@@ -587,8 +622,8 @@ def _run(args, sizes, pg_sizes, notes, log) -> None:
             res["writers"] = writers(url, env, writes=args.writes, queue=backend == "sqlite")
         results["backends"][backend][n] = res
     results["machine"] += f"; load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end"
-    results["notes"] = notes
-    write_report(Path(args.out), results, notes)
+    results["notes"] = [SHOULD_RUN_NOTE, *notes]
+    write_report(Path(args.out), results, results["notes"])
     (cache_dir() / "last-run.json").write_text(json.dumps(results, indent=1, default=str))
     log(f"wrote {args.out}")
 

@@ -7,73 +7,88 @@ raised before anything is written (a write transaction that raises is rolled bac
 
 from __future__ import annotations
 
-# The stable codes. Tests and harnesses match on these strings; never rename one.
-CODES = frozenset(
-    {
-        "invalid_argument",
-        "goal_not_found",
-        "goal_closed",
-        "goal_not_open",
-        "gate_not_found",
-        "gate_decided",
-        "gate_pending",
-        "todo_not_found",
-        "todo_claimed",
-        "todo_not_ready",
-        "todo_not_open",
-        "lease_lost",
-        "dependency_cycle",
-        "run_not_found",
-        "run_not_open",
-        "action_not_found",
-        "action_exists",
-        "action_not_allowed",
-        "contract_stale",
-        "actor_forbidden",
-        "ownership_violation",
-        "repair_not_needed",
-        "operation_conflict",
-        "registry_unavailable",
-        "registry_readonly",
-        "registry_not_found",
-        "registry_invalid",
-        "registry_corrupt",
-        "registry_newer",
-        "schema_too_new",  # no longer raised (now registry_newer); kept so matching code still loads
-        "plugin_error",
-        "capability_not_found",
-        "capability_conflict",
-        "not_found",
-        "id_ambiguous",
-        "target_not_empty",
-        "copy_mismatch",
-        "invalid_actor",
-        "run_not_yours",
-        "outcome_contradicts_evidence",
-        "step_failed",
-        "executor_unavailable",
-        "agent_logged_out",  # an agent CLI that is installed but not logged in: refused before should-run
-        "confinement_unavailable",  # a step cannot be confined here and the user did not opt out
-        "broker_unavailable",  # a confined step's loopx cannot reach its turn's broker
-        "disk_full",
-        "integrity_key_missing",
-        "integrity_mismatch",
-        "step_already_started",  # loopx.claims: a step runs once per run
-        "run_in_progress",  # loopx.claims: another live process carries this run out
-        "evidence_too_large",
-        "state_too_large",
-        "artifact_tampered",  # loopx.artifacts: what a human reviews is not what LoopX recorded
-        "worker_not_found",  # loopx worker stop: no such worker, or not one alone running
-        "step_memory_limit",  # loopx.limits: a step's command hit its memory limit (recorded as evidence)
-        "step_process_limit",  # ... its process count limit
-        "step_cpu_limit",  # ... its CPU time limit
-        "workspace_missing",  # loopx.workspace: the goal has no workspace (its next turn makes one)
-        "workspace_unavailable",  # loopx.workspace: the goal's workspace cannot be made (no commit...)
-        "workspace_conflict",  # loopx workspace apply: the diff does not apply to the checkout as it is
-        "workspace_empty",  # loopx workspace apply: nothing to apply
-        "workspace_git_failed",  # loopx.gitcmd: a git call LoopX made failed
-    }
-)
+#: The stable codes, each with what it means (docs/errors.md is generated from this table:
+#: ``python scripts/error_codes_doc.py --write``). Tests and harnesses match on these strings;
+#: never rename or remove one.
+CODES: dict[str, str] = {
+    # -- bad input, and who may do what
+    "invalid_argument": "a value given on the command line (or through MCP) is not one LoopX accepts; usage errors too",
+    "not_found": "a thing named by path or name (a distribution, a plugin, a file, a backup) does not exist",
+    "id_ambiguous": "an id prefix matches more than one id (the message lists them)",
+    "invalid_actor": "LOOPX_ACTOR names an actor a process may not claim to be",
+    "actor_forbidden": "the acting actor (user, executor, dashboard, capability) may not make this change",
+    "ownership_violation": "a capability wrote or repaired what it did not declare as its own",
+    "operation_conflict": "an --operation-id was used before for a different request",
+    # -- goals, todos, gates, actions
+    "goal_not_found": "no goal has this id",
+    "goal_closed": "the goal is closed: it takes no more changes of this kind",
+    "goal_not_open": "the goal is paused or otherwise not open for this change",
+    "todo_not_found": "the goal has no todo with this id",
+    "todo_claimed": "another agent holds the todo's claim until its lease expires",
+    "todo_not_ready": "the todo waits for todos it depends on, or for a gate",
+    "todo_not_open": "the todo is not open (done or dropped already, or open already when reopened)",
+    "lease_lost": "the caller's claim on a todo was lost (expired and taken over at a later epoch)",
+    "dependency_cycle": "a dependency would make todos wait for each other in a cycle",
+    "gate_not_found": "the goal has no gate with this id",
+    "gate_decided": "the gate was decided already",
+    "gate_pending": "a pending gate holds the change back until a user decides it",
+    "action_not_found": "the goal has no action with this name",
+    "action_exists": "reserved: an action of this name exists (nothing raises it; see RESERVED)",
+    "action_not_allowed": "the run's contract does not allow this action",
+    "capability_not_found": "no installed capability has this name",
+    "capability_conflict": "two capabilities have one name, or own one namespace (disable one)",
+    # -- runs and turns
+    "contract_stale": "the goal's gates, lifecycle, limits or actions changed since the run's contract: ask should-run again",
+    "run_not_found": "no run has this id (or it belongs to another goal)",
+    "run_not_open": "the run is finished, abandoned or expired, or a command needs a run and got none",
+    "run_not_yours": "the run belongs to another agent, or a step acts on a run other than its own",
+    "run_in_progress": "another live process carries this run out",
+    "step_already_started": "a step runs once per run, and this one started already",
+    "step_failed": "a step the change depends on did not run, or did not succeed, in this run",
+    "outcome_contradicts_evidence": "a run cannot finish ok while its recorded evidence says otherwise",
+    "executor_unavailable": "the executor's program is not installed or not on PATH",
+    "agent_logged_out": "an agent CLI that is installed but not logged in: refused before should-run",
+    "confinement_unavailable": "a step cannot be confined here and the user did not opt out",
+    "broker_unavailable": "a confined step's loopx cannot reach its turn's broker",
+    "worker_not_found": "loopx worker stop: no such worker, or not exactly one running",
+    # -- the registry and its storage
+    "registry_unavailable": "the registry cannot be opened or reached (a missing directory, a server down, a lock)",
+    "registry_readonly": "the registry (or this transaction) is read-only",
+    "registry_not_found": "no registry exists at this location (reading never creates one)",
+    "registry_invalid": "the file or database is not a LoopX registry",
+    "registry_corrupt": "the registry file is damaged: restore a backup",
+    "registry_newer": "the registry's schema is newer than this LoopX: upgrade LoopX",
+    "schema_too_new": "reserved: the former name of registry_newer (see RESERVED)",
+    "target_not_empty": "the target registry of a copy or the demo already holds goals",
+    "copy_mismatch": "a registry copy does not match its source",
+    "disk_full": "no space left to write (nothing was changed)",
+    "evidence_too_large": "an evidence payload exceeds this registry's cap",
+    "state_too_large": "a goal's plugin state would exceed this registry's cap",
+    "repair_not_needed": "a repair was asked for damage the goal does not show",
+    # -- integrity
+    "integrity_key_missing": "the integrity key that sealed the ledger is not available here",
+    "integrity_mismatch": "the ledger's seals do not match its content (or were stripped)",
+    "artifact_tampered": "what a human reviews is not what LoopX recorded",
+    # -- a step's limits (loopx.limits; recorded as evidence on the run)
+    "step_memory_limit": "a step's command hit its memory limit",
+    "step_process_limit": "a step's command hit its process count limit",
+    "step_cpu_limit": "a step's command hit its CPU time limit",
+    # -- workspaces (loopx.workspace)
+    "workspace_missing": "the goal has no workspace yet (its next turn makes one)",
+    "workspace_unavailable": "the goal's workspace cannot be made (for example a project with nothing to copy)",
+    "workspace_conflict": "loopx workspace apply: the diff does not apply to the checkout as it is",
+    "workspace_empty": "loopx workspace apply: nothing to apply",
+    "workspace_git_failed": "a git call LoopX made for a workspace failed",
+    # -- plugins
+    "plugin_error": "a plugin failed to install, load or answer",
+}
+
+#: Codes nothing in this tree raises any more, and why each is kept (tests/test_errors_table.py
+#: checks that every other code is raised somewhere).
+RESERVED: dict[str, str] = {
+    "schema_too_new": "renamed registry_newer; kept so that code matching the old name still loads",
+    "action_exists": "adding an action of a name the goal has replaces it, so nothing raises it; kept because codes are never removed",
+}
 
 
 #: Codes plugins registered (``loopx_register_error_codes``): ``{code: description}``, filled in

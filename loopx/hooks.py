@@ -7,7 +7,8 @@ own calling, so a plugin's wrapper hooks (``@hookimpl(wrapper=True)``, and old-s
 that is not ``None``, and ``tryfirst``/``trylast`` order the calls, all as pluggy documents.
 
 Fault containment is installed where no caller can bypass it: when a plugin is registered
-(:class:`ContainedPluginManager`), each of its hook implementations is wrapped. A plain
+(:class:`ContainedPluginManager`), a stand-in holding each of its hook implementations wrapped
+is registered in its place (pluggy's documented registration; no pluggy internal is changed). A plain
 implementation that raises, runs past the call's deadline or returns the wrong type is named in
 a warning on stderr (and in :data:`faults`) and answers ``None``, which pluggy leaves out; a
 wrapper that raises or misbehaves is named and passes the answer through unchanged. A call that
@@ -308,42 +309,134 @@ def _note_put(call: _Call, plugin: str, before, after) -> None:
             call.put.append(Answer(plugin, value))
 
 
-def contain(pm: pluggy.PluginManager, plugin: object) -> None:
-    """Wrap every hook implementation of the registered ``plugin`` (once) so its faults are contained."""
-    for caller in pm.get_hookcallers(plugin) or []:
-        for impl in caller.get_hookimpls():
-            if impl.plugin is not plugin or getattr(impl.function, "_loopx_contained", False):
-                continue
-            wrap = _contain_wrapper if (impl.wrapper or impl.hookwrapper) else _contain_plain
-            contained = wrap(impl.function, impl.plugin_name, caller.name)
-            contained._loopx_contained = True
-            contained.__name__ = contained.__qualname__ = getattr(impl.function, "__name__", caller.name)
-            contained.__wrapped__ = impl.function
-            impl.function = contained
+class _Contained:
+    """What is registered in ``plugin``'s place: an object holding each of its hook implementations,
+    contained (:func:`_contain_plain`, :func:`_contain_wrapper`), under the same attribute name
+    and with the same hookimpl options, so pluggy finds, orders and calls them as documented."""
+
+    def __init__(self, plugin: object):
+        self.__dict__["_loopx_plugin"] = plugin
+
+    def __repr__(self) -> str:
+        return repr(self._loopx_plugin)  # what pluggy's own messages (check_pending) show
+
+    def __dir__(self) -> list[str]:
+        # Only the hook implementations: pluggy looks at every name dir() gives, and an object's
+        # inherited dunders cost it as much again as the plugin's own names (every process start).
+        return [name for name in self.__dict__ if name != "_loopx_plugin"]
+
+
+def stand_in(pm: pluggy.PluginManager, plugin: object, plugin_name: str) -> _Contained:
+    """A stand-in for ``plugin`` whose every hook implementation is contained.
+
+    The implementations are found with the manager's own ``parse_hookimpl_opts`` (pluggy's
+    documented way to tell which attributes implement hooks) and bound with ``getattr``, as
+    pluggy binds them. Each wrapper keeps the implementation's signature (``__wrapped__``, which
+    pluggy reads for the argument names) and carries a copy of its options.
+    """
+    import functools
+
+    proxy = _Contained(plugin)
+    marker = pm.project_name + "_impl"
+    for attr in dir(plugin):
+        opts = pm.parse_hookimpl_opts(plugin, attr)
+        if opts is None:
+            continue
+        fn = getattr(plugin, attr)
+        hook = opts.get("specname") or attr
+        wrap = _contain_wrapper if (opts.get("wrapper") or opts.get("hookwrapper")) else _contain_plain
+        inner = wrap(fn, plugin_name, hook)
+        functools.update_wrapper(inner, fn)  # name, docstring, signature (through __wrapped__)
+        setattr(inner, marker, dict(opts))
+        proxy.__dict__[attr] = inner
+    return proxy
 
 
 class ContainedPluginManager(pluggy.PluginManager):
-    """A pluggy plugin manager whose every registered hook implementation is contained (:func:`contain`)."""
+    """A pluggy plugin manager whose every registered hook implementation is contained.
+
+    :meth:`register` registers a stand-in (:func:`stand_in`) in the plugin's place; every
+    public method that takes or hands back a plugin translates between the two, so callers see
+    the plugin object they registered (``get_plugin``, ``list_name_plugin``, ``unregister(plugin)``,
+    ``subset_hook_caller``...). Nothing of pluggy's internals is touched.
+    """
 
     #: Moves on with every plugin registered or unregistered: what is derived from the set of
     #: plugins (the capability declarations, asked several times a write) is keyed on it.
     generation = 0
 
+    def __init__(self, project_name: str):
+        super().__init__(project_name)
+        self._stand_ins: dict[int, _Contained] = {}  # id(plugin) -> its stand-in, while registered
+
+    def _in(self, plugin):
+        return self._stand_ins.get(id(plugin), plugin) if plugin is not None else None
+
+    @staticmethod
+    def _out(plugin):
+        return plugin._loopx_plugin if isinstance(plugin, _Contained) else plugin
+
     def register(self, plugin: object, name: str | None = None) -> str | None:
-        """Register ``plugin`` as pluggy does, then contain its hook implementations."""
-        registered = super().register(plugin, name)
+        """Register ``plugin`` as pluggy does, its hook implementations contained."""
+        if plugin is None:
+            return None
+        if self.is_registered(plugin):
+            raise ValueError(f"Plugin already registered: {plugin!r}")
+        plugin_name = name or self.get_canonical_name(plugin)
+        proxy = stand_in(self, plugin, plugin_name)
+        registered = super().register(proxy, plugin_name)
         self.generation += 1
         if registered is not None:
-            contain(self, plugin)
+            self._stand_ins[id(plugin)] = proxy
         return registered
 
     def unregister(self, plugin: object | None = None, name: str | None = None):
-        """Unregister as pluggy does (also what ``set_blocked`` does)."""
+        """Unregister as pluggy does (also what ``set_blocked`` does); answers the plugin registered."""
         self.generation += 1
         try:
-            return super().unregister(plugin, name)
+            if name is None:
+                assert plugin is not None, "one of name or plugin needs to be specified"
+                name = self.get_name(plugin)
+                assert name is not None, "plugin is not registered"
+            proxy = super().get_plugin(name)
+            if plugin is not None and proxy is not None and self._in(plugin) is not proxy:
+                raise ValueError(f"Plugin name {name!r} and plugin {plugin!r} do not agree")
+            if proxy is None:
+                return None
+            super().unregister(proxy, name)
+            original = self._out(proxy)
+            self._stand_ins.pop(id(original), None)
+            return original
         finally:
             self.generation += 1
+
+    def is_registered(self, plugin: object) -> bool:
+        """Whether ``plugin`` is registered."""
+        return super().is_registered(self._in(plugin))
+
+    def get_name(self, plugin: object) -> str | None:
+        """The name ``plugin`` is registered under, or ``None``."""
+        return super().get_name(self._in(plugin))
+
+    def get_plugin(self, name: str):
+        """The plugin registered under ``name``, or ``None``."""
+        return self._out(super().get_plugin(name))
+
+    def get_plugins(self) -> set:
+        """Every registered plugin."""
+        return {self._out(p) for p in super().get_plugins()}
+
+    def list_name_plugin(self) -> list:
+        """``[(name, plugin)]`` of every registration (``None`` for a blocked name)."""
+        return [(n, self._out(p)) for n, p in super().list_name_plugin()]
+
+    def get_hookcallers(self, plugin: object):
+        """The hook callers ``plugin`` implements, or ``None`` if it is not registered."""
+        return super().get_hookcallers(self._in(plugin))
+
+    def subset_hook_caller(self, name: str, remove_plugins):
+        """A caller of hook ``name`` that leaves out ``remove_plugins``."""
+        return super().subset_hook_caller(name, [self._in(p) for p in remove_plugins])
 
 
 # --- the façade ----------------------------------------------------------------------------------

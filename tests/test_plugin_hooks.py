@@ -154,3 +154,60 @@ def test_no_hook_is_called_by_name_outside_the_facade():
         for pattern in (r"\.hook\.loopx_\w+", r"getattr\([^)]*\.hook\b", r"get_hookimpls\(", r"\bpm\.hook\b"):
             offenders += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in re.finditer(pattern, text)]
     assert offenders == []
+
+
+def test_pluggy_is_used_as_documented():
+    # Containment registers a stand-in for each plugin (loopx/hooks.py): nothing assigns to what
+    # pluggy hands out (HookImpl is final, its fields Final) or reaches into its private names.
+    import ast
+    import re
+
+    from tests.conftest import ROOT
+
+    fields = {"function", "plugin", "plugin_name", "opts", "argnames", "kwargnames", "wrapper", "hookwrapper",
+              "tryfirst", "trylast", "optionalhook", "specname"}
+    offenders = []
+    for path in (ROOT / "loopx").rglob("*.py"):
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and t.attr in fields:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: assigns .{t.attr}")
+        private = r"\.(_name2plugin|_hookimpls|_hookexec|_inner_hookexec|_add_hookimpl|_remove_plugin|_multicall)\b"
+        offenders += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in re.finditer(private, text)]
+        offenders += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in re.finditer(r"\bpluggy\._\w+", text)]
+    assert offenders == []
+
+
+def test_a_registered_plugin_is_the_object_given_and_its_faults_are_contained(capsys):
+    from loopx import hookimpl, plugins
+
+    class Broken:
+        @hookimpl
+        def loopx_register_error_codes(self, register):
+            register("broken_probe.half", "registered before the hook raised")
+            raise RuntimeError("boom")
+
+    pm = plugins.get_plugin_manager()
+    obj = Broken()
+    name = pm.register(obj, name="broken-probe")
+    try:
+        assert pm.get_plugin(name) is obj and pm.is_registered(obj) and pm.get_name(obj) == name
+        assert (name, obj) in pm.list_name_plugin() and obj in pm.get_plugins()
+        assert [c.name for c in pm.get_hookcallers(obj)] == ["loopx_register_error_codes"]
+        with pytest.raises(ValueError):
+            pm.register(obj, name="broken-probe-again")
+        made = plugins.hooks().register_error_codes()
+        assert [r for r in made if r.plugin == name] == []  # half done: nothing of it counts
+        assert any(f[:2] == (name, "loopx_register_error_codes") and "boom" in f[2] for f in plugins.faults)
+        assert "plugin 'broken-probe' loopx_register_error_codes failed: RuntimeError: boom" in capsys.readouterr().err
+        # A caller that leaves the plugin out does not ask it.
+        plugins.faults.clear()
+        pm.subset_hook_caller("loopx_register_error_codes", [obj])(register=lambda *a: None)
+        assert plugins.faults == []
+    finally:
+        assert pm.unregister(obj) is obj
+    assert not pm.is_registered(obj) and pm.get_plugin(name) is None
+    assert pm.register(obj, name="broken-probe") == "broken-probe"  # registered again, once gone
+    assert pm.unregister(name="broken-probe") is obj

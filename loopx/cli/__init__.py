@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 import sys
 import threading
@@ -123,42 +122,30 @@ class RootGroup(LoopxGroup):
             sys.exit(0)
         except click.ClickException as exc:
             # One line, like every other error (the usage block is one `--help` away).
-            ctx = getattr(exc, "ctx", None)
-            from loopx.cli.output import scrub
+            from loopx.cli.output import show_error
 
-            message = scrub(" ".join(exc.format_message().split()), ctx, args if args is not None else sys.argv[1:])
+            ctx = getattr(exc, "ctx", None)
+            message = " ".join(exc.format_message().split())
             if ctx is not None and isinstance(exc, click.UsageError) and "--help" not in message:
                 message += f" (see `{ctx.command_path} --help`)"
-            if (ctx is not None and wants_json(ctx)) or _json_requested(args):
-                click.echo(json.dumps({"error": {"code": "invalid_argument", "message": message}}))
-            else:
-                from loopx.terminal import safe
-
-                click.echo(safe(f"loopx: error: {message} [invalid_argument]"), err=True)
+            show_error(LoopxError("invalid_argument", message), ctx=ctx, args=args,
+                       as_json=(ctx is not None and wants_json(ctx)) or _json_requested(args))
             sys.exit(2)
         except OSError as exc:
             # A write outside the store (a backup, a file a plugin writes) on a full disk: one line.
+            from loopx.cli.output import show_error
             from loopx.store.space import NO_SPACE, disk_full
 
             if exc.errno not in NO_SPACE:
                 raise
             err = disk_full(exc.filename or "a file", exc.strerror or "")
-            if _json_requested(args):
-                click.echo(json.dumps(err.to_json()))
-            else:
-                click.echo(f"loopx: error: {err.message} [{err.code}]", err=True)
+            show_error(err, as_json=_json_requested(args), args=args)
             sys.exit(err.exit_code)
         except LoopxError as err:
             # Raised while parsing, e.g. an id prefix that is ambiguous or matches nothing.
-            from loopx.cli.output import scrub
+            from loopx.cli.output import show_error
 
-            err.message = scrub(err.message, None, args if args is not None else sys.argv[1:])
-            if _json_requested(args):
-                click.echo(json.dumps(err.to_json()))
-            else:
-                from loopx.terminal import safe
-
-                click.echo(safe(f"loopx: error: {err.message} [{err.code}]"), err=True)
+            show_error(err, as_json=_json_requested(args), args=args)
             sys.exit(err.exit_code)
 
     def invoke(self, ctx):

@@ -154,32 +154,66 @@ def fail(err: LoopxError, ctx: click.Context | None = None):
         # Say why a user's command was refused: it runs inside a governed step.
         err.message += (f" (LOOPX_RUN_ID is set: a command started inside run {os.environ['LOOPX_RUN_ID']}"
                         " acts as the executor)")
-    err.message = scrub(err.message, ctx)
-    if wants_json(ctx):
+    show_error(err, as_json=wants_json(ctx), ctx=ctx)
+    sys.exit(err.exit_code)
+
+
+def show_error(err: LoopxError, *, as_json: bool, ctx: click.Context | None = None, args=()) -> None:
+    """Print ``err``: the one renderer of every error path of the CLI (a refusal, a usage error,
+    a full disk). Its message (and details) scrubbed of secrets (:func:`scrub`); as text one line
+    on stderr, ``loopx: error: MESSAGE [CODE]``, every control character (newline included)
+    shown escaped, so a file name or message an agent chose can neither drive the terminal nor
+    forge a second error line; as JSON ``{"error": {...}}`` on stdout (JSON escapes them itself)."""
+    err.message = scrub(err.message, ctx, args)
+    err.details = _scrub_all(err.details, ctx, args)
+    if as_json:
         click.echo(json.dumps(err.to_json()))
     else:
         from loopx.terminal import safe
 
-        click.echo(safe(f"loopx: error: {err.message} [{err.code}]"), err=True)
-    sys.exit(err.exit_code)
+        line = safe(f"loopx: error: {err.message.rstrip()} [{err.code}]")
+        click.echo(line.replace("\n", "\\n"), err=True)
+
+
+def _scrub_all(value, ctx, args):
+    if isinstance(value, str):
+        return scrub(value, ctx, args)
+    if isinstance(value, dict):
+        return {k: _scrub_all(v, ctx, args) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrub_all(v, ctx, args) for v in value]
+    return value
+
+
+#: Environment variables whose values are secrets an error message must never show: LoopX's own
+#: tokens, and the agent CLIs' API keys (Codex's is read from the variable LOOPX_CODEX_ENV_KEY names).
+SECRET_ENV = ("LOOPX_BROKER_TOKEN", "LOOPX_STATUS_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+# token=VALUE, api_key=VALUE and the like in a URL's query or a key=value string.
+_TOKEN_PARAM = r"(?i)((?:^|[?&\s;])(?:access_)?(?:token|api_?key|secret)\s*=\s*)[^&\s#;]+"
 
 
 def scrub(message: str, ctx: click.Context | None = None, args=()) -> str:
-    """``message`` without the passwords of any registry URL this command was given
-    (``--registry``, ``LOOPX_REGISTRY``, ``--from`` / ``--to``): an exception may quote them."""
+    """``message`` without secrets: the passwords of any registry URL this command was given
+    (``--registry``, ``LOOPX_REGISTRY``, ``--from`` / ``--to``; an exception may quote them), the
+    values of :data:`SECRET_ENV` and of a ``--token`` option, and any ``token=VALUE`` it holds."""
     import os
+    import re
 
     from loopx.store import redact_text
 
     ctx = ctx or click.get_current_context(silent=True)
     urls = [os.environ.get("LOOPX_REGISTRY"), *(a for a in args or () if isinstance(a, str))]
+    tokens = [os.environ.get(name) for name in (*SECRET_ENV, os.environ.get("LOOPX_CODEX_ENV_KEY") or "")]
     while ctx is not None:
         urls.append(ctx.meta.get(REGISTRY_KEY))
         urls += [v for v in (ctx.params or {}).values() if isinstance(v, str)]
+        tokens.append((ctx.params or {}).get("token"))
         ctx = ctx.parent
     for url in urls:
         message = redact_text(message, url)
-    return message
+    for token in sorted({t for t in tokens if isinstance(t, str) and len(t) >= 8}, key=len, reverse=True):
+        message = message.replace(token, "***")
+    return re.sub(_TOKEN_PARAM, r"\1***", message)
 
 
 def emit(data, text=None) -> None:
