@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what LoopX's tests need, then run them — leaving the machine as it was found:
 #
-#     bash scripts/test.sh [pytest arguments]
+#     bash scripts/test.sh [pytest arguments]           # everything, as CI runs it
+#     bash scripts/test.sh --quick [pytest arguments]   # the quick tier, before each commit
 #
 # 1. System packages from Debian (PostgreSQL's server binaries, Chromium and its driver, git,
 #    jq) when they are missing. The script names them first, and installs them only as root or
@@ -17,12 +18,26 @@
 #    session starts in a temp dir (tests/pg_server.py) and deletes at its end, or on
 #    LOOPX_TEST_POSTGRES_URL if you set it (then nothing is started).
 #
+#    Tests run in parallel (pytest-xdist), one worker per core up to 4 (LOOPX_TEST_JOBS=N to
+#    choose; 1 runs them in this process). Each worker has its own throwaway PostgreSQL server.
+#
+# --quick: the tests that need no PostgreSQL, browser or real agent CLI and are not marked slow
+# (pytest -m "not postgres and not browser and not agents and not slow"; CONTRIBUTING.md,
+# "Tests"), and no step 1 or 3: nothing is installed outside the checkout. A test that reaches
+# for one of those without its marker fails, saying which marker it lacks.
+#
 # LOOPX_TEST_SYSTEM=0 skips steps 1 and 3's download (nothing installed outside the checkout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { echo "test.sh: $*" >&2; }
 
+QUICK=0
+if [ "${1:-}" = --quick ]; then
+    QUICK=1
+    shift
+fi
 SYSTEM=${LOOPX_TEST_SYSTEM:-1}
+[ "$QUICK" = 0 ] || SYSTEM=0
 SUDO=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO=sudo; fi
 can_install() { [ "$SYSTEM" = 1 ] && command -v apt-get >/dev/null && { [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; }; }
@@ -85,7 +100,9 @@ agents_current() {
             "$AGENTS_DIR/node_modules/$name/package.json" 2>/dev/null)" = "$version" ] || return 1
     done
 }
-if agents_current; then
+if [ "$QUICK" = 1 ]; then
+    log "agent CLIs: not used by the quick tier"
+elif agents_current; then
     log "agent CLIs: reusing $AGENTS_DIR (${AGENTS[*]})"
 elif [ "$SYSTEM" != 1 ]; then
     log "agent CLIs: not installing ${AGENTS[*]} (LOOPX_TEST_SYSTEM=0): their tests skip"
@@ -98,16 +115,38 @@ else
         log "agent CLIs: npm install failed: their tests skip"
     fi
 fi
-if agents_current; then
+if [ "$QUICK" = 0 ] && agents_current; then
     export LOOPX_TEST_AGENTS_DIR=$AGENTS_DIR/node_modules/.bin
     log "agent CLIs: LOOPX_TEST_AGENTS_DIR=$LOOPX_TEST_AGENTS_DIR"
 fi
 
-if [ -n "${LOOPX_TEST_POSTGRES_URL:-}" ]; then
+if [ "$QUICK" = 1 ]; then
+    log "quick tier: no PostgreSQL, browser, agent CLI or slow test"
+elif [ -n "${LOOPX_TEST_POSTGRES_URL:-}" ]; then
     log "PostgreSQL tests run against LOOPX_TEST_POSTGRES_URL (nothing is started)"
 else
     log "PostgreSQL tests run against a throwaway server in a temp dir, deleted when they end"
 fi
 
+# Parallel unless told otherwise (-n/-p no:xdist among the arguments, or LOOPX_TEST_JOBS=1).
+args=()
+jobs=${LOOPX_TEST_JOBS:-$(( $(nproc 2>/dev/null || echo 1) < 4 ? $(nproc 2>/dev/null || echo 1) : 4 ))}
+case " $* " in
+    *" -n "* | *" -n"[0-9a]* | *" --numprocesses"* | *"no:xdist"*) ;;
+    *) if [ "$jobs" -gt 1 ]; then args+=(-n "$jobs" --dist loadfile); fi ;;
+esac
+if [ "$QUICK" = 1 ]; then
+    export LOOPX_TEST_QUICK=1
+    args+=(-m "not postgres and not browser and not agents and not slow")
+fi
+
+# Workers' temp dirs gain a "popen-gwN" level: a short base of our own keeps the unix socket paths
+# tests make under them (the broker's) within AF_UNIX's 108 bytes. Removed when pytest ends.
+if [ ${#args[@]} -gt 0 ] && [ "${args[0]}" = -n ]; then
+    base=$(mktemp -d "${TMPDIR:-/tmp}/pt-XXXXXX")
+    trap 'rm -rf "$base"' EXIT
+    args+=(--basetemp "$base/t")
+fi
+
 export PATH="$PWD/.venv/bin:$PATH"
-exec .venv/bin/python -m pytest -rs "$@"
+.venv/bin/python -m pytest -rs "${args[@]}" "$@"

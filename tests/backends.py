@@ -68,6 +68,9 @@ def postgres_base_url() -> str:
     exported in ``LOOPX_TEST_POSTGRES_URL`` so processes the tests start see it too.
     """
     global _server, _unavailable
+    from tests.tiers import refuse_in_quick_tier
+
+    refuse_in_quick_tier("postgres", "PostgreSQL")
     if _server is None and not os.environ.get(POSTGRES_ENV) and _unavailable is None:
         from tests.pg_server import ServerUnavailable, ThrowawayPostgres
 

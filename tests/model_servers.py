@@ -287,6 +287,9 @@ def cli_path(name: str) -> str:
     """The agent CLI ``name``'s path, or skip the test with the reason."""
     import pytest
 
+    from tests.tiers import refuse_in_quick_tier
+
+    refuse_in_quick_tier("agents", f"the real agent CLI {name}")
     path = agents_dir() / name
     if not os.access(path, os.X_OK):
         pytest.skip(f"{name} is not installed in {agents_dir()} (scripts/test.sh installs it with npm; "

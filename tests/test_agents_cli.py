@@ -23,6 +23,8 @@ from loopx.registry import Registry
 from tests.model_servers import AnthropicServer, OpenAIServer, cli_path
 from tests.test_turn_helpers import make_goal
 
+pytestmark = pytest.mark.agents  # drives the real agent CLIs: not in the quick tier
+
 PY = sys.executable
 
 

@@ -129,6 +129,7 @@ def test_every_command_the_broker_keeps_for_the_user_is_refused_over_mcp_by_its_
         reg.close()
 
 
+@pytest.mark.agents
 def test_claude_code_takes_a_turn_through_loopx_mcp_registered_as_documented(tmp_path, sqlite_url):
     """The `mcpServers` snippet of docs/agents.md, given to the real Claude Code."""
     import subprocess

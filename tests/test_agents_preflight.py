@@ -13,7 +13,8 @@ import sys
 import pytest
 
 AGENTS = os.environ.get("LOOPX_TEST_AGENTS_DIR")
-pytestmark = pytest.mark.skipif(not AGENTS, reason="LOOPX_TEST_AGENTS_DIR is not set (the real agent CLIs)")
+pytestmark = [pytest.mark.skipif(not AGENTS, reason="LOOPX_TEST_AGENTS_DIR is not set (the real agent CLIs)"),
+              pytest.mark.agents]
 PY = sys.executable
 
 

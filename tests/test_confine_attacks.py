@@ -241,6 +241,7 @@ def test_without_landlock_a_turn_is_refused_before_a_run_opens_unless_the_user_o
     assert t["outcome"] == "failed" and not (world["tmp"] / "outside2.txt").exists(), t
 
 
+@pytest.mark.agents
 @pytest.mark.parametrize("executor", ["claude-code", "codex"])
 def test_a_real_agent_cli_as_a_hostile_agent_is_refused_or_unreachable_and_its_real_work_still_lands(world, executor):
     from tests.model_servers import AnthropicServer, OpenAIServer, cli_path
@@ -324,6 +325,7 @@ print("PG env", sorted(k for k in os.environ if k.startswith("PG") or k == "LOOP
 """
 
 
+@pytest.mark.postgres
 def test_with_a_postgresql_registry_the_agent_holds_no_credential_and_cannot_reach_the_server(tmp_path):
     from urllib.parse import urlsplit
 

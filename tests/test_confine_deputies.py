@@ -210,6 +210,7 @@ def test_a_loopx_package_left_in_the_workers_directory_never_runs_in_its_next_tu
     assert [(r["status"], r["outcome"]) for r in rows][:2] == [("finished", "ok"), ("finished", "ok")], rows
 
 
+@pytest.mark.agents
 def test_a_planted_loopx_never_runs_when_claude_code_asks_the_broker(world):
     from tests.model_servers import AnthropicServer, cli_path
 

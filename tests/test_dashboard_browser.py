@@ -20,6 +20,7 @@ import pytest
 from loopx.registry import Registry
 from loopx.status_server import make_server
 from tests.conftest import ROOT, loopx_env
+from tests.tiers import refuse_in_quick_tier
 
 pytestmark = pytest.mark.browser
 
@@ -33,6 +34,7 @@ WAIT = 60  # seconds; generous, the machine is shared
 
 @pytest.fixture
 def browser(tmp_path):
+    refuse_in_quick_tier("browser", "Chromium")
     if MISSING:
         pytest.skip(f"browser tests skipped: {', '.join(MISSING)} not installed")
     from selenium import webdriver

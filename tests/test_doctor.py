@@ -99,6 +99,7 @@ def test_no_confinement_fails_unless_the_user_opted_out(sqlite_url, tmp_path):
 
 
 @needs_agents
+@pytest.mark.agents
 def test_agent_clis_logged_out_fail_only_when_an_executor_uses_them(sqlite_url, tmp_path):
     env = _env(sqlite_url, tmp_path, LOOPX_UNCONFINED="1")
     _made(sqlite_url, env)

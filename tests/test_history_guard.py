@@ -18,6 +18,8 @@ from tests.factories import make_goal
 from tests.reliability.tamper import raw, rows
 from tests.test_keyed_integrity import attacker, check_codes, decide, ok, proc  # noqa: F401 - fixture
 
+pytestmark = pytest.mark.slow  # real should-run processes on long histories, seconds each: not in the quick tier
+
 #: Enough events that the one edited is far outside the newest few should-run re-hashes.
 TODOS = tuple(f"step {i}" for i in range(12))
 MIDDLE = 4

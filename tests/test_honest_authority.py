@@ -16,6 +16,8 @@ import pytest
 from tests.conftest import loopx_env
 from tests.factories import make_goal
 
+pytestmark = pytest.mark.slow  # real confined turns, seconds each: not in the quick tier
+
 PY = sys.executable
 
 

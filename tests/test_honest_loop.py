@@ -21,6 +21,8 @@ from tests.conftest import ROOT, loopx_env
 from tests.factories import make_goal
 from tests.test_seed_walkthrough import ADAPTATIONS, SEED_STEPS
 
+pytestmark = pytest.mark.slow  # 16 real-process harness loops, seconds each: not in the quick tier
+
 PY = sys.executable
 ACTIONS = ("fetch", "fit", "report")
 

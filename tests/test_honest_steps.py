@@ -15,6 +15,8 @@ from loopx import hookimpl
 from tests.conftest import loopx_env
 from tests.test_turn_helpers import ask, make_goal, plugin
 
+pytestmark = pytest.mark.slow  # real confined turns, seconds each: not in the quick tier
+
 PY = sys.executable
 
 

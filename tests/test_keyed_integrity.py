@@ -21,6 +21,8 @@ from tests.conftest import ROOT, loopx_env
 from tests.reliability.tamper import raw, rows
 from tests.factories import make_goal
 
+pytestmark = pytest.mark.slow  # real processes per tampering, seconds each: not in the quick tier
+
 
 @pytest.fixture
 def proc(registry_url):

@@ -19,6 +19,8 @@ from loopx.should_run import should_run
 from tests.conftest import ROOT, loopx_env
 from tests.test_turn_helpers import PY, add_gate, ask, make_goal, plugin
 
+pytestmark = pytest.mark.slow  # real turns, seconds each: not in the quick tier
+
 SCHEMA = json.loads((ROOT / "loopx" / "schemas" / "contract.json").read_text())
 
 

@@ -34,6 +34,9 @@ def cli(env: dict, *args: str):
 def start_browser(profile_dir, *flags: str):
     """A headless Chromium driven by chromedriver, with a profile of its own in ``profile_dir``
     (skips the test, saying what is missing, where Chromium, chromedriver or selenium is not installed)."""
+    if os.environ.get("LOOPX_TEST_QUICK") == "1":  # the quick tier (scripts/test.sh --quick) runs no browser
+        pytest.fail("this test needs Chromium but is not marked @pytest.mark.browser: the quick tier runs none",
+                    pytrace=False)
     if MISSING:
         pytest.skip(f"browser tests skipped: {', '.join(MISSING)} not installed")
     from selenium import webdriver

@@ -29,6 +29,8 @@ if str(ROOT) not in sys.path:  # the repository's shared test helpers (model ser
 
 from tests.model_servers import AnthropicServer, cli_path, prompt_commands  # noqa: E402
 
+pytestmark = pytest.mark.agents  # drives the real agent CLIs: not in the quick tier
+
 ROOT_CAUSE = "add() subtracted its arguments"
 
 

@@ -11,9 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from issue_fix_helpers import BUGGY, FIXED, PY, TEST, TEST_COMMAND, WRONG, git, make_project, origin_of
 from issue_fix_helpers import as_agent
 from test_issue_fix import contract, evidence, only, start, state, step, to_publish
+
+pytestmark = pytest.mark.slow  # real confined turns, seconds each: not in the quick tier
 
 REWRITE_REPORTS = '''import pytest
 

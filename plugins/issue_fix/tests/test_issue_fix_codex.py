@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from issue_fix_helpers import BUGGY, FAILING_ID, FIXED, TEST_COMMAND, git, make_project
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -23,6 +24,8 @@ if str(ROOT) not in sys.path:  # the repository's shared test helpers (model ser
     sys.path.insert(0, str(ROOT))
 
 from tests.model_servers import OpenAIServer, cli_path, prompt_commands  # noqa: E402
+
+pytestmark = pytest.mark.agents  # drives the real agent CLIs: not in the quick tier
 
 FIX = ("python3 -c \"import pathlib; p = pathlib.Path('calc.py'); "
        "p.write_text(p.read_text().replace('return a - b', 'return a + b', 1))\"")
