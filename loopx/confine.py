@@ -359,7 +359,10 @@ class Step:
             # The world binds the read-only paths itself (and masks the hidden ones in its binds).
             self.world = world.plan(step_dir=self.dir, tmp=self.tmp, writable=roots,
                                     read_only=inside + [d for d in ro_reg if any(_under(d, r) for r in roots)],
-                                    hidden=hidden, home_read=self.home_read, grants=self.grants)
+                                    hidden=hidden, grants=self.grants,
+                                    # The repository a workspace is a worktree of (its common
+                                    # directory) lies outside the workdir: git in the step reads it.
+                                    home_read=self.home_read + [p for p in outside if p in git_dirs])
             policy["rules"] += [[p, "rw"] for p in self.world["rw_rules"]]
             policy["world"] = True
         elif inside:

@@ -59,6 +59,15 @@ class Agent:
         env.update(extra)
         return env
 
+    def workspace(self, goal_id: str) -> Path:
+        """Where the goal's agent worked: its workspace (loopx.workspace), made from ``work`` (the
+        user's checkout: files put there before the goal's first turn are in it)."""
+        class _Off:
+            def url(self) -> str:
+                return "http://127.0.0.1:9"
+
+        return Path(self.loopx(_Off(), "workspace", "show", goal_id)["workspace"])
+
     def loopx(self, server, *args, timeout=120, **extra):
         p = subprocess.run([PY, "-m", "loopx", "--format", "json", *args], env=self.env(server, **extra),
                            cwd=self.work, capture_output=True, text=True, timeout=timeout)

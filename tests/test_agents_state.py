@@ -91,7 +91,7 @@ def _attack(agent: Agent, made: dict, world: dict, script_name="attack.sh") -> t
     with SERVERS[agent.executor](before=[f"sh {script_name} > {script_name}.out 2>&1"]) as server:
         t = agent.loopx(server, "turn", made["goal"], "--executor", agent.executor, timeout=240)
         bodies = server.bodies()
-    return t, (agent.work / f"{script_name}.out").read_text().splitlines(), bodies
+    return t, (agent.workspace(made["goal"]) / f"{script_name}.out").read_text().splitlines(), bodies
 
 
 def _users_next_run(agent: Agent, world: dict) -> str:
@@ -136,9 +136,12 @@ def test_what_a_hostile_agent_writes_to_its_cli_state_never_reaches_the_users_ow
 
     t, lines, bodies = _attack(agent, made, world)
     user = str(world["claude"] if agent.executor == "claude-code" else world["codex"])
-    # Every write into the user's directories was refused; the same writes in the goal's own worked.
-    assert [ln for ln in lines if ln.startswith("WROTE") and user in ln] == [], lines
-    assert f"REFUSED {world['claude_json']}" in lines, lines
+    # Every write into the user's directories was refused (or, where the step's world does not show
+    # them - here under the test's /tmp - landed in the step's private /tmp and is gone: the
+    # snapshot below is what counts); the same writes in the goal's own worked.
+    if "/tmp/" not in user:
+        assert [ln for ln in lines if ln.startswith("WROTE") and user in ln] == [], lines
+        assert f"REFUSED {world['claude_json']}" in lines, lines
     assert f"GOAL_HOME {goal_home}" in lines, lines
     assert all(f"WROTE {goal_home}/{name}" in lines for name in ("rules", "shell-snapshots", "AGENTS.override.md")), \
         lines
@@ -191,15 +194,16 @@ def test_two_goals_get_homes_of_their_own_and_one_cannot_see_what_the_others_age
     var = "CLAUDE_CONFIG_DIR" if kind == "claude" else "CODEX_HOME"
     (agent.work / "look.sh").write_text(
         f'echo "GOAL_HOME ${var}"; ls -aR "${var}"; cat "{home_a}/projects/note" && echo READ-A || echo CANNOT-READ-A\n'
-        f'ls "{home_a.parent.parent}" && echo LISTED-GOALS || echo CANNOT-LIST-GOALS\n')
+        f'ls "{home_a.parent.parent}" | grep -q "{a["goal"]}" && echo SAW-A || echo CANNOT-SEE-A\n')
     with SERVERS[agent.executor](before=["sh look.sh > look.out 2>&1"]) as server:
         t = agent.loopx(server, "turn", b["goal"], "--executor", agent.executor, timeout=240)
         bodies_b = server.bodies()
     assert t["outcome"] == "ok", t["handoff"]
-    out = (agent.work / "look.out").read_text()
+    out = (agent.workspace(b["goal"]) / "look.out").read_text()
     home_b = out.split("GOAL_HOME ", 1)[1].split("\n", 1)[0]
     assert home_b != str(home_a) and Path(home_b).parent.name == b["goal"], out
-    assert "CANNOT-READ-A" in out and "CANNOT-LIST-GOALS" in out, out
+    # Goal A's directory is neither readable nor listed (in a step's world it is not there at all).
+    assert "CANNOT-READ-A" in out and "CANNOT-SEE-A" in out and "SAW-A" not in out, out
     assert PLANTED not in out and PLANTED not in bodies_b, out
 
 

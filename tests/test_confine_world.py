@@ -18,6 +18,7 @@ import subprocess
 import sys
 import termios
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -200,7 +201,9 @@ def test_a_hostile_step_sees_only_its_world_and_leaves_nothing_behind(world, use
     # The step's /dev/shm and /tmp were its own, and are gone; so are its 50 setsid sleepers.
     assert not os.path.exists(f"/dev/shm/{tag}") and not os.path.exists(f"/tmp/{tag}")
     assert _running(f"sleep {nap}") == []
-    assert (world["work"] / "new-file.txt").read_text() == "fine\n"
+    where = json.loads(subprocess.run([PY, "-m", "loopx", "--format", "json", "workspace", "show", made["goal"]],
+                                      env=world["env"], capture_output=True, text=True, timeout=60).stdout)
+    assert (Path(where["workspace"]) / "new-file.txt").read_text() == "fine\n"
 
     # The next step does not see what the first one left in /tmp or /dev/shm.
     reg = Registry.open(world["url"])

@@ -101,8 +101,8 @@ def test_a_stale_fencing_token_cannot_open_a_run(sqlite_url, tmp_path, loopx_clo
 def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_worker(sqlite_url, tmp_path, sig):
     url = sqlite_url
     work = _work(tmp_path)
-    go = work / "go"
-    script = f"touch started; while [ ! -e {go} ]; do sleep 0.05; done; echo $LOOPX_GOAL_ID >> finished"
+    # `go` in each goal's own workspace: the step's world shows it nothing else of the test's.
+    script = "touch started; while [ ! -e go ]; do sleep 0.05; done; echo $LOOPX_GOAL_ID >> finished"
     goals = [_goal(url, script, todos=3, title=f"g{i}") for i in range(2)]
     w = _worker(url, "--concurrency", "2", "--grace-seconds", "60", "--beat-seconds", "0.5", cwd=work)
     wait_until(lambda: all((_ws(url, g) / "started").exists() for g in goals), "both steps to start")
@@ -114,7 +114,8 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
     os.kill(w.pid, sig)
     # The worker takes it while the steps still run; its handler passes it on to the turns at once.
     wait_until(lambda: signal_delivered(w.pid, sig), "the worker to take the signal")
-    go.touch()
+    for g in goals:
+        (_ws(url, g) / "go").touch()
     out, err = w.communicate(timeout=60)
     assert w.returncode == 128 + sig, err
     assert [(_ws(url, g) / "finished").read_text().split() for g in goals] == [[g] for g in goals]  # both finished

@@ -114,7 +114,10 @@ def test_a_hostile_step_changes_only_its_workspace_and_the_user_applies_the_revi
     out = _step_output(sqlite_url, t["run_id"])
     results = dict(line.split()[1:3] for line in out.splitlines() if line.startswith("ATTACK "))
     assert set(results) == NAMES, out
-    assert {n for n, r in results.items() if r == "ok"} == set(), results
+    # In a step's world the checkout (here under /tmp) is not there at all: those writes land in
+    # the step's private /tmp and are gone with it. Under Landlock alone they are refused.
+    hidden = {"checkout_claude", "checkout_file", "checkout_edit"}
+    assert {n for n, r in results.items() if r == "ok"} - hidden == set(), results
     # The user's checkout, its git metadata included, is byte for byte what it was.
     assert _snapshot(checkout) == before
     assert _git(checkout, "status", "--porcelain") == ""
