@@ -85,6 +85,9 @@ def steps(reg, run_cli=None) -> Iterator[dict]:
                   should_run(reg, user, goal_id=g, agent=AGENT))
 
     yield {"kind": "heading", "text": "3. The user approves; the agent loops through the shell executor"}
+    note = _world_or_landlock()
+    if note:
+        yield {"kind": "note", "text": note}
     yield command(user, _cmd("gate", "approve", "--goal-id", g, "--gate-id", start["id"], "--comment", "Go ahead."), "gate",
                   gates.decide(reg, user, "approve", goal_id=g, gate_id=start["id"], comment="Go ahead."))
     yield {"kind": "note", "text": "Each turn: should-run opens a run and its contract; the shell executor runs the "
@@ -139,3 +142,21 @@ def check_fresh_target(url: str) -> None:
 def shown(argv: list[str]) -> str:
     """A command line as a user would type it."""
     return shlex.join(argv)
+
+
+def _world_or_landlock() -> str | None:
+    """Without bubblewrap, the demo's steps (LoopX's own scripted commands, no model) run under
+    Landlock alone, saying so, so that the README's first command works on a fresh machine; real
+    agents still get the world or nothing (:func:`loopx.confine.check`)."""
+    import os
+
+    from loopx import confine, landlock
+
+    if os.environ.get(confine.ENV_BACKEND) or not sys.platform.startswith("linux") or landlock.abi() < 1:
+        return None
+    if confine.backend() is not None:
+        return None
+    os.environ[confine.ENV_BACKEND] = "landlock"  # this process only: the demo's own turns
+    return ("bubblewrap is not installed, so the demo's steps (LoopX's own scripted commands) run under "
+            "Landlock alone (LOOPX_CONFINE_BACKEND=landlock). Install bubblewrap (apt-get install bubblewrap) "
+            "before you run a real agent: without it LoopX refuses the turn (docs/security.md).")

@@ -130,3 +130,22 @@ def test_demo_prints_the_commands_it_runs(tmp_path):
         if key == "criteria":
             mine, theirs = [c["text"] for c in mine], [c["text"] for c in theirs]
         assert mine == theirs, key
+
+
+def test_the_demo_runs_on_a_machine_without_bubblewrap_and_says_how_its_steps_ran(tmp_path):
+    # A fresh machine has no bubblewrap: the README's first command still runs the demo, whose
+    # steps are LoopX's own commands, under Landlock alone, and says so; a real turn is refused.
+    env = {**loopx_env(str(tmp_path / "never-used.db")), "LOOPX_BWRAP": str(tmp_path / "no-bwrap")}
+    p = subprocess.run([sys.executable, "-m", "loopx", "demo", "--registry", str(tmp_path / "demo.db")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "bubblewrap is not installed" in p.stdout and "[command] publish: exit 0" in p.stdout
+    reg = ["--registry", str(tmp_path / "mine.db")]
+    made = subprocess.run([sys.executable, "-m", "loopx", "--json", *reg, "project-prompt", "create", "--title", "g"],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    goal = json.loads(made.stdout)["id"]
+    subprocess.run([sys.executable, "-m", "loopx", *reg, "todo", "add", "--goal-id", goal, "--text", "t"], env=env,
+                   capture_output=True, text=True, timeout=120, check=True)
+    turn = subprocess.run([sys.executable, "-m", "loopx", *reg, "turn", "--goal-id", goal, "--executor", "shell"],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert turn.returncode == 2 and "confinement_unavailable" in turn.stderr, turn.stderr
