@@ -88,6 +88,9 @@ CODES: dict[str, str] = {
 RESERVED: dict[str, str] = {
     "schema_too_new": "renamed registry_newer; kept so that code matching the old name still loads",
     "action_exists": "adding an action of a name the goal has replaces it, so nothing raises it; kept because codes are never removed",
+    "step_memory_limit": "a reason in a step's result and evidence (loopx.limits.REASONS), not raised: the step fails",
+    "step_process_limit": "a reason in a step's result and evidence (loopx.limits.REASONS), not raised: the step fails",
+    "step_cpu_limit": "a reason in a step's result and evidence (loopx.limits.REASONS), not raised: the step fails",
 }
 
 

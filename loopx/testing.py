@@ -13,6 +13,9 @@ test suite gets these fixtures without any ``conftest.py``:
 ``loopx_cli``
     ``loopx_cli("capabilities", "list", "--json")`` runs the ``loopx`` command line in-process
     on ``loopx_registry`` and returns a :class:`CliResult` (``code``, ``out``, ``err``, ``json``).
+``loopx_status_server``
+    The read-only status server on ``loopx_registry`` (127.0.0.1, a free port), in a thread: its
+    base URL, for HTTP checks of the dashboard and ``/api``.
 ``loopx_clock``
     LoopX's wall clock, moved by the test instead of waited for: ``loopx_clock.advance(3600)``
     moves it in this process and in every ``loopx`` process the test starts afterwards or has
@@ -120,6 +123,23 @@ def loopx_plugin():
             cli.__dict__.pop(mark, None)
         else:
             setattr(cli, mark, value)
+
+
+@pytest.fixture
+def loopx_status_server(loopx_registry):
+    """The read-only status server on ``loopx_registry``, on 127.0.0.1 and a free port, in a
+    thread for the test: its base URL (``http://127.0.0.1:PORT``), for a plugin's HTTP checks of
+    what the dashboard and ``/api`` show."""
+    import threading
+
+    from loopx.status_server import make_server
+
+    srv = make_server(str(loopx_registry.store.url), host="127.0.0.1", port=0, poll_interval=0.1)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown_all()
 
 
 @pytest.fixture

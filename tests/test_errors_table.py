@@ -30,6 +30,8 @@ DYNAMIC = {
     # A code passed on: the broker's answer, an error caught and raised again with more words.
     ("loopx/mcp_server.py", "code if code != 'internal_error' else 'invalid_argument'"): {"invalid_argument"},
     ("loopx/evidence.py", "exc.code"): set(),
+    # The caller's code (loopx.workspace passes workspace_unavailable), else its default.
+    ("loopx/gitcmd.py", "code"): {"workspace_git_failed"},
     ("loopx/status_server/server.py", "err.code"): set(),
     ("plugins/issue_fix/loopx_issue_fix/phases.py", "f'issue_fix.{reason}'"):
         {"issue_fix.tests_weakened", "issue_fix.not_a_test_failure", "issue_fix.tests_changed",

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -118,12 +119,13 @@ with open("plain.txt", "w") as f:
 out["read_link_final"] = loopx("evidence", "add", "--kind", "file", "--summary", "s", "--file", "keylink")
 out["read_link_dir"] = loopx("evidence", "add", "--kind", "file", "--summary", "s", "--file",
                              "keydir/" + os.path.basename(key))
+# `..` out of the step's directory (its workspace) to the real files outside it.
 out["read_dotdot"] = loopx("evidence", "add", "--kind", "file", "--summary", "s", "--file",
-                           "sub/../../" + os.path.basename(os.path.dirname(site)) + "/outside-secret.txt")
+                           "sub/../" + os.path.relpath(os.path.join(os.path.dirname(site), "outside-secret.txt")))
 out["read_hardlink"] = loopx("evidence", "add", "--kind", "file", "--summary", "s", "--file", "hardlink.txt")
 out["write_link_final"] = loopx("scribble", "--out", "pth-link")
 out["write_link_dir"] = loopx("scribble", "--out", "site-link/zz.pth")
-out["write_dotdot"] = loopx("scribble", "--out", "sub/../../site-packages/zz.pth")
+out["write_dotdot"] = loopx("scribble", "--out", "sub/../" + os.path.relpath(os.path.join(site, "zz.pth")))
 out["read_missing_dir"] = loopx("evidence", "add", "--kind", "file", "--summary", "s", "--file", "nope/x.txt")
 out["legit_read"] = loopx("evidence", "add", "--kind", "file", "--summary", "plain", "--file", "plain.txt")
 out["legit_write"] = loopx("scribble", "--out", "sub/written.txt")
@@ -150,9 +152,16 @@ def test_links_swapped_in_while_the_broker_serves_a_path_never_reach_outside_the
                                              str(ROUNDS)]})
     work = world["work"]
     (work / "race.py").write_text(RACE)
+    # The step runs in the goal's workspace (loopx/workspace.py), made here as its first turn would
+    # (from the checkout, race.py with it), so the hard link below is in the step's own directory.
+    from loopx import workspace
+
+    with Registry.open(world["url"]) as reg:
+        ws = Path(workspace.ensure(reg, "user", made["goal"], default_project=str(work))["workdir"])
+    assert (ws / "race.py").read_text() == RACE
     # A hard link to a file outside the workdir, made before the turn (under Landlock the agent
     # could not make one itself: linking across to a directory it may not write is refused).
-    os.link(tmp / "outside-secret.txt", work / "hardlink.txt")
+    os.link(tmp / "outside-secret.txt", ws / "hardlink.txt")
     key = (world["keydir"] / "registry.key").read_bytes()
     env = {**site_env, "HOME": world["env"]["HOME"], "XDG_CONFIG_HOME": world["env"]["XDG_CONFIG_HOME"],
            "PATH": world["env"]["PATH"]}
@@ -165,7 +174,7 @@ def test_links_swapped_in_while_the_broker_serves_a_path_never_reach_outside_the
         recorded = tx.query("SELECT summary, file_path, file_sha256 FROM evidence WHERE run_id = ? AND kind = 'file'",
                             (t["run_id"],))
     assert "RACE done" in tail, (tail[-3000:], p.stderr[-2000:])
-    out = json.loads((work / "race-result.json").read_text())
+    out = json.loads((ws / "race-result.json").read_text())
 
     # Never hashed: no evidence carries the key's (or the outside file's) digest.
     forbidden = {"sha256:" + hashlib.sha256(key).hexdigest(),
@@ -192,9 +201,9 @@ def test_links_swapped_in_while_the_broker_serves_a_path_never_reach_outside_the
     assert out["read_missing_dir"][0] == 2 and "invalid_argument" in out["read_missing_dir"][1], out
     assert "does not exist" in out["read_missing_dir"][1]
     assert out["legit_read"][0] == 0 and out["legit_write"][0] == 0, out
-    assert (work / "sub" / "written.txt").read_bytes().startswith(b"import os")
+    assert (ws / "sub" / "written.txt").read_bytes().startswith(b"import os")
     # A link named as the output is replaced by the file, never written through.
-    assert out["write_link_final"][0] == 0 and not (work / "pth-link").is_symlink(), out["write_link_final"]
+    assert out["write_link_final"][0] == 0 and not (ws / "pth-link").is_symlink(), out["write_link_final"]
     assert (tmp / "outside-secret.txt").read_text() == "not the agent's\n"
     assert (world["keydir"] / "registry.key").read_bytes() == key
 

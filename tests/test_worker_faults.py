@@ -120,13 +120,13 @@ def test_a_lease_whose_owner_was_killed_never_blocks_its_goal_even_stamped_a_yea
     url = str(tmp_path / "registry.db")
     work = tmp_path / "work"
     work.mkdir()
-    go = work / "go"
     gid = make_goal(url, title="g", description="d", todo_texts=["t"], acts={
-        "work": ["sh", "-c", f"touch started; while [ ! -e {go} ]; do sleep 0.05; done"]})["goal"]
+        "work": ["sh", "-c", "touch started; while [ ! -e go ]; do sleep 0.05; done"]})["goal"]
     loopx_clock.advance(365 * 86400)  # the wall clock a year ahead: the lease expires a year from now
     a = subprocess.Popen([sys.executable, "-m", "loopx", "worker", "--beat-seconds", "1"], env=loopx_env(url), cwd=work,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     wait_until(lambda: (workspace_of(url, gid) / "started").exists(), "the step to start")
+    go = workspace_of(url, gid) / "go"  # the step sees its workspace, not the checkout
     os.kill(a.pid, signal.SIGKILL)
     a.wait(timeout=10)
     go.touch()  # its orphaned turn ends (its lease stays: the worker never released it)
@@ -234,14 +234,15 @@ def test_a_worker_that_wakes_to_find_its_lease_taken_logs_lease_lost_and_stops_t
     work = tmp_path / "work"
     work.mkdir()
     gid = make_goal(url, title="g", description="d", todo_texts=["t"], acts={
-        "work": ["sh", "-c", f"touch {work}/started; while [ ! -e {work}/go ]; do sleep 0.05; done"]})["goal"]
+        "work": ["sh", "-c", "touch started; while [ ! -e go ]; do sleep 0.05; done"]})["goal"]
     log = tmp_path / "worker.log"
     with open(log, "w") as err:
         w = subprocess.Popen([sys.executable, "-m", "loopx", "worker", "--beat-seconds", "0.2", "--grace-seconds", "1",
                               "--log-format", "json"], env=loopx_env(url), cwd=work, stdout=subprocess.DEVNULL,
                              stderr=err, start_new_session=True)
     try:
-        wait_until(lambda: (work / "started").exists(), "the step to start")
+        wait_until(lambda: (workspace_of(url, gid) / "started").exists(), "the step to start")
+        space = workspace_of(url, gid)  # where the step runs (its workspace, not the checkout)
         taken = next(e for e in _events(log) if e["event"] == "lease_taken" and e["goal"] == gid)
         os.kill(w.pid, signal.SIGSTOP)  # a suspended laptop: no beat, no renewal ...
         loopx_clock.advance(120)  # ... past its lease, and another worker takes the goal over
@@ -260,7 +261,7 @@ def test_a_worker_that_wakes_to_find_its_lease_taken_logs_lease_lost_and_stops_t
         os.kill(w.pid, signal.SIGCONT)
         os.kill(w.pid, signal.SIGTERM)
         w.wait(timeout=60)
-    assert not (work / "go").exists()
+    assert not (space / "go").exists()
 
 
 def test_a_registry_file_that_does_not_exist_is_refused_at_start_not_waited_for(tmp_path):

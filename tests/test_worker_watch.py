@@ -52,15 +52,15 @@ def test_the_log_says_what_the_worker_does_as_it_does_it_and_worker_list_and_sto
     url = sqlite_url
     work = tmp_path / "work"
     work.mkdir()
-    go = work / "go"
     gid = make_goal(url, title="watched", description="d",
-                    acts={"work": ["sh", "-c", f"touch started; while [ ! -e {go} ]; do sleep 0.05; done"]},
+                    acts={"work": ["sh", "-c", "touch started; while [ ! -e go ]; do sleep 0.05; done"]},
                     todo_texts=["one"])["goal"]
     notes = tmp_path / "notes.jsonl"
     assert _cli(url, "config", "set", "notify.command", f"cat >> {notes}; echo >> {notes}")[0] == 0
     w = _Worker(url, "--log-format", "json", "--beat-seconds", "0.3", cwd=work)
     try:
         wait_until(lambda: (workspace_of(url, gid) / "started").exists(), "the step to start")
+        go = workspace_of(url, gid) / "go"  # the step sees its workspace, not the checkout
         # Every line is one JSON object, written as it happened: the turn's start is there while it runs.
         start = wait_until(lambda: w.events("turn_start"), "the turn_start line")[0]
         assert start["goal"] == gid and start["executor"] == "shell" and start["worker"].startswith("w-")
@@ -116,14 +116,14 @@ def test_worker_stop_while_a_turn_runs_lets_the_step_finish_and_closes_the_run_i
     url = sqlite_url
     work = tmp_path / "work"
     work.mkdir()
-    go = work / "go"
     gid = make_goal(url, title="busy", description="d",
-                    acts={"work": ["sh", "-c", f"touch started; while [ ! -e {go} ]; do sleep 0.05; done;"
+                    acts={"work": ["sh", "-c", "touch started; while [ ! -e go ]; do sleep 0.05; done;"
                                                " touch finished"]},
                     todo_texts=["a", "b"])["goal"]
     w = _Worker(url, "--beat-seconds", "0.3", "--grace-seconds", "60", cwd=work)
     try:
         wait_until(lambda: (workspace_of(url, gid) / "started").exists(), "the step to start")
+        go = workspace_of(url, gid) / "go"  # the step sees its workspace, not the checkout
         worker_id = wait_until(lambda: [x["id"] for x in _cli(url, "worker", "list")[1]], "the worker listed")[0]
         p = subprocess.Popen([sys.executable, "-m", "loopx", "--format", "json", "worker", "stop", worker_id[:6]],
                              env=loopx_env(url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -33,6 +33,7 @@ EXAMPLES: dict[str, list[str]] = {
     "gate reject": ["loopx gate reject g-2ce4 --gate-id x-7f3 --comment 'not before the review'"],
     "gate reopen": ["loopx gate reopen g-2ce4 --gate-id x-7f3 --comment 'reviewed: decide again'"],
     "gate list": ["loopx gate list g-2ce4 --pending"],
+    "gate show": ["loopx gate show g-2ce4 --gate-id x-9b1f"],
     "handoff": ["loopx handoff show g-2ce4"],
     "workspace": ["loopx workspace diff g-2ce4", "loopx workspace apply g-2ce4"],
     "workspace show": ["loopx workspace show g-2ce4"],

@@ -6,7 +6,6 @@ approvals page, escaped. Real git repository, real CLI, the real status server o
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,13 +18,8 @@ from test_issue_fix_attacks import refused, reproduced
 
 
 @pytest.fixture
-def server(loopx_registry):
-    from loopx.status_server import make_server
-
-    srv = make_server(str(loopx_registry.store.url), host="127.0.0.1", port=0, poll_interval=0.1)
-    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown_all()
+def server(loopx_status_server):
+    return loopx_status_server
 
 
 def _get(url):
