@@ -19,6 +19,7 @@ DIFF = "--- a/conftest.py\n+++ b/conftest.py\n+<script>window.pwned = 1</script>
 def test_the_goal_page_links_the_packet_and_shows_a_gates_diff_as_text(browser, dashboard, sqlite_url):  # noqa: F811
     from pathlib import Path
 
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -36,19 +37,20 @@ def test_the_goal_page_links_the_packet_and_shows_a_gates_diff_as_text(browser, 
     cli(sqlite_url, "evidence", "add", "--goal-id", goal, "--kind", "test_changes", "--summary", "diff",
         "--file", diff["path"], "--data", json.dumps({"gate_id": gate}))
 
-    wait = WebDriverWait(browser, WAIT)
+    # The goal page renders again on each refresh (on load, on the stream's first event): an element
+    # found a moment ago may be gone, so each wait reads what it needs in one go and tries again.
+    wait = WebDriverWait(browser, WAIT, ignored_exceptions=(StaleElementReferenceException,))
     browser.get(f"{dashboard.url}#{goal}")
-    card = wait.until(lambda d: "handoff.md" in d.find_element(By.ID, "artifacts").text
-                      and d.find_element(By.ID, "artifacts"))
-    assert packet["sha256"] in card.text and packet["path"] in card.text
-    link = card.find_element(By.CSS_SELECTOR, "li[data-artifact='handoff.md'] a")
-    href = link.get_attribute("href")
+    card = wait.until(lambda d: (lambda t: "handoff.md" in t and t)(d.find_element(By.ID, "artifacts").text))
+    assert packet["sha256"] in card and packet["path"] in card
+    href = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#artifacts li[data-artifact='handoff.md'] a")
+                      .get_attribute("href"))
     assert href.endswith(f"/api/goals/{goal}/artifacts/handoff.md")
 
     # Beside the gate: the diff, as text (the <script> in it is shown, never run).
-    pre = wait.until(lambda d: (lambda p: "calc.add" in p.text and p)(
-        d.find_element(By.CSS_SELECTOR, f"#gates li[data-gate-id='{gate}'] pre.artifact-text")))
-    assert "+<script>window.pwned = 1</script>" in pre.text
+    pre = wait.until(lambda d: (lambda t: "calc.add" in t and t)(
+        d.find_element(By.CSS_SELECTOR, f"#gates li[data-gate-id='{gate}'] pre.artifact-text").text))
+    assert "+<script>window.pwned = 1</script>" in pre
     assert browser.execute_script("return window.pwned === undefined")
     assert not browser.find_elements(By.CSS_SELECTOR, "#gates script")
 

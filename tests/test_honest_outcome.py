@@ -117,14 +117,21 @@ def test_the_same_step_failing_in_three_runs_in_a_row_asks_a_user(loopx):
 
 
 def test_different_failing_steps_are_not_stuck_and_the_threshold_is_per_goal(loopx, tmp_path):
-    flag = tmp_path / "which"
+    from pathlib import Path
+
     g = J(loopx("project_prompt", "create", "--title", "Wobbly", "--json"))["id"]
+    # Which step fails is read from a file in the goal's workspace: the steps run there, in a world
+    # that shows them nothing else of the test's directories (loopx/workspace.py, loopx/world.py).
+    flag = Path(J(loopx("workspace", "show", "--goal-id", g, "--json"))["workspace"]) / "which"
     for name in ("a", "b"):
         J(loopx("action", "add", "--goal-id", g, "--name", name, "--json", "--", PY, "-c",
                 f"import sys; sys.exit(3 if open({str(flag)!r}).read() == '{name}' else 0)"))
     J(loopx("todo", "add", "--goal-id", g, "--text", "work", "--json"))
     for which in ("a", "b", "a"):
-        flag.write_text(which)
+        if flag.parent.is_dir():  # made by the goal's first turn (from the project: the test's cwd)
+            flag.write_text(which)
+        else:
+            Path("which").write_text(which)
         assert turn(loopx, g)["outcome"] == "failed"
     assert J(loopx("quota", "should-run", "--goal-id", g, "--agent", "a1", "--dry-run", "--json"))["decision"] == "run"
     J(loopx("quota", "set", "--goal-id", g, "--stuck-after", "1", "--json"))

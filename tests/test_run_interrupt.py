@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -29,11 +31,38 @@ def _spawn(url, *args, cwd=None):
 
 
 def _work(tmp_path):
-    # The steps' workdir (the cwd of the loopx process that runs them). Under confinement a step
-    # writes only beneath it, and never in tmp_path itself: the registry's directory.
+    # The cwd of the loopx process that runs the turns: the goal's project. Its step runs in the
+    # goal's own workspace (loopx/workspace.py), made from it on the first turn, in a world whose
+    # /tmp is private (tmp_path is invisible to it): a step's files are relative to its directory
+    # and read (or a sentinel put) in _ws(url, goal).
     work = tmp_path / "work"
     work.mkdir()
     return work
+
+
+def _ws(url, gid):
+    """The goal's workspace (its step's directory; where its first turn makes it)."""
+    return Path(_cli(url, "workspace", "show", gid)[1]["workspace"])
+
+
+def _tag():
+    """A unique `sleep` duration: it names the step's processes on the host (the step's world has
+    a PID namespace of its own, so a pid it prints is not the host's)."""
+    return f"60.{uuid.uuid4().int % 10**9:09d}"
+
+
+def _running(tag):
+    """The host's live (not zombie) processes whose command line holds ``tag``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if tag.encode() in f.read() and _alive(int(name)):
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
 
 
 def _goal(url, tmp_path, *actions):
@@ -76,18 +105,18 @@ def test_two_processes_racing_one_step_run_it_once(registry_url, tmp_path):
 def test_sigkilled_turn_never_runs_its_step_again_and_its_run_is_abandoned(sqlite_url, tmp_path):
     url = sqlite_url
     work = _work(tmp_path)
-    log, pids = work / "log", work / "pids"
+    tag = _tag()
     # The first start of the step hangs (until stopped); a later one returns at once.
-    script = f"n=$(cat {log} 2>/dev/null | wc -l); echo run >> {log}; echo $$ >> {pids}; [ $n -gt 0 ] || sleep 60"
+    script = f"n=$(cat log 2>/dev/null | wc -l); echo run >> log; [ $n -gt 0 ] || sleep {tag}"
     gid = _goal(url, tmp_path, ("work", script))
+    log = _ws(url, gid) / "log"
     turn = _spawn(url, "turn", gid, "--executor", "shell", cwd=work)
-    wait_until(lambda: pids.exists() and pids.read_text().strip(), "the step to start")
-    step_pid = int(pids.read_text().split()[0])
+    wait_until(lambda: log.exists() and _running(f"sleep {tag}"), "the step to start")
     os.kill(turn.pid, signal.SIGKILL)
     turn.wait(timeout=10)
     # Under the turn's broker the step's exec runs inside the turn itself, so the step's watcher
     # (loopx.process) ends the step with it: nothing of the dead turn keeps running.
-    wait_until(lambda: not _alive(step_pid), "the dead turn's step to be stopped", timeout=15)
+    wait_until(lambda: not _running(tag), "the dead turn's step to be stopped", timeout=15)
     code, listed, _ = _cli(url, "run", "list", gid)
     first = listed[0]["id"]
     assert listed[0]["state"] == "open"
@@ -116,12 +145,13 @@ def test_sigkilled_turn_never_runs_its_step_again_and_its_run_is_abandoned(sqlit
 def test_signal_lets_the_step_finish_starts_no_other_and_closes_the_run_interrupted(sqlite_url, tmp_path, sig):
     url = sqlite_url
     work = _work(tmp_path)
-    go = work / "go"
     gid = _goal(url, tmp_path,
-                ("first", f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done; echo done > {work}/first"),
-                ("second", f"touch {work}/second"))
+                ("first", "touch started; while [ ! -e go ]; do sleep 0.05; done; echo done > first"),
+                ("second", "touch second"))
+    ws = _ws(url, gid)
+    go = ws / "go"
     turn = _spawn(url, "turn", gid, "--executor", "shell", "--grace-seconds", "60", cwd=work)
-    wait_until(lambda: (work / "started").exists(), "the first step to start")
+    wait_until(lambda: (ws / "started").exists(), "the first step to start")
     os.kill(turn.pid, sig)
     wait_until(lambda: signal_delivered(turn.pid, sig), "the turn to take the signal")  # before the step ends
     go.touch()
@@ -129,8 +159,8 @@ def test_signal_lets_the_step_finish_starts_no_other_and_closes_the_run_interrup
     assert turn.returncode == 128 + sig, err
     doc = json.loads(out)
     assert doc["outcome"] == "interrupted"
-    assert (work / "first").read_text() == "done\n"  # the running step finished
-    assert not (work / "second").exists()  # the next one never started
+    assert (ws / "first").read_text() == "done\n"  # the running step finished
+    assert not (ws / "second").exists()  # the next one never started
     code, shown, _ = _cli(url, "run", "show", "--run-id", doc["run_id"])
     assert shown["status"] == "finished" and shown["outcome"] == "interrupted"
     ev = next(e for e in shown["evidence"] if e["kind"] == "interrupted")
@@ -140,18 +170,17 @@ def test_signal_lets_the_step_finish_starts_no_other_and_closes_the_run_interrup
 def test_grace_over_stops_the_step_group_and_records_it(sqlite_url, tmp_path):
     url = sqlite_url
     work = _work(tmp_path)
-    pids = work / "pids"
-    gid = _goal(url, tmp_path, ("hang", f"echo $$ > {pids}; sleep 60"))
+    tag = _tag()
+    gid = _goal(url, tmp_path, ("hang", f"sleep {tag}; true"))
     turn = _spawn(url, "turn", gid, "--executor", "shell", "--grace-seconds", "0.5", cwd=work)
-    wait_until(lambda: pids.exists() and pids.read_text().strip(), "the step to start")
-    step_pid = int(pids.read_text())
+    wait_until(lambda: _running(f"sleep {tag}"), "the step to start")
     started = time.monotonic()
     os.kill(turn.pid, signal.SIGTERM)
     out, err = turn.communicate(timeout=30)
     assert time.monotonic() - started < 15
     doc = json.loads(out)
     assert doc["outcome"] == "interrupted", err
-    assert not _alive(step_pid)
+    assert _running(tag) == []  # the step's shell and its sleep: the whole group
     code, shown, _ = _cli(url, "run", "show", "--run-id", doc["run_id"])
     kinds = [e["kind"] for e in shown["evidence"]]
     assert "step_unknown" in kinds and "interrupted" in kinds
@@ -162,10 +191,11 @@ def test_grace_over_stops_the_step_group_and_records_it(sqlite_url, tmp_path):
 def test_sigterm_in_loop_starts_no_new_turn(sqlite_url, tmp_path):
     url = sqlite_url
     work = _work(tmp_path)
-    go = work / "go"
-    gid = _goal(url, tmp_path, ("step", f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done"))
+    gid = _goal(url, tmp_path, ("step", "touch started; while [ ! -e go ]; do sleep 0.05; done"))
+    ws = _ws(url, gid)
+    go = ws / "go"
     loop = _spawn(url, "loop", gid, "--executor", "shell", "--max-turns", "5", cwd=work)
-    wait_until(lambda: (work / "started").exists(), "the first turn's step")
+    wait_until(lambda: (ws / "started").exists(), "the first turn's step")
     os.kill(loop.pid, signal.SIGTERM)
     wait_until(lambda: signal_delivered(loop.pid, signal.SIGTERM), "the loop to take the signal")
     go.touch()
@@ -180,17 +210,17 @@ def test_sigterm_in_loop_starts_no_new_turn(sqlite_url, tmp_path):
 def test_a_second_turn_does_not_carry_out_a_run_a_live_turn_owns(sqlite_url, tmp_path):
     url = sqlite_url
     work = _work(tmp_path)
-    go = work / "go"
-    gid = _goal(url, tmp_path, ("work", f"touch {work}/started; while [ ! -e {go} ]; do sleep 0.05; done;"
-                                       f" echo ran >> {work}/log"))
+    gid = _goal(url, tmp_path, ("work", "touch started; while [ ! -e go ]; do sleep 0.05; done; echo ran >> log"))
+    ws = _ws(url, gid)
+    go = ws / "go"
     first = _spawn(url, "turn", gid, "--executor", "shell", cwd=work)
-    wait_until(lambda: (work / "started").exists(), "the step to start")
+    wait_until(lambda: (ws / "started").exists(), "the step to start")
     code, out, _ = _cli(url, "turn", gid, "--executor", "shell", cwd=work)  # same agent: should-run hands the run back
     assert code == 2 and out["error"]["code"] == "run_in_progress"
     go.touch()
     out, err = first.communicate(timeout=60)
     assert first.returncode == 0 and json.loads(out)["outcome"] == "ok", err
-    assert (work / "log").read_text() == "ran\n"
+    assert (ws / "log").read_text() == "ran\n"
 
 
 def test_a_run_whose_lease_expired_mid_step_records_the_step_as_result_unknown(sqlite_url, tmp_path):

@@ -5,7 +5,6 @@ script an agent finds on its ``PATH``."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 
@@ -18,10 +17,11 @@ PY = sys.executable
 
 
 @pytest.mark.parametrize("started_as", ["module", "console script", "step's client"])
-def test_a_steps_loopx_reaches_the_broker_without_importing_pluggy_or_click(loopx_proc, registry_url, tmp_path,
+def test_a_steps_loopx_reaches_the_broker_without_importing_pluggy_or_click(loopx_proc, registry_url,
                                                                             started_as):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    # The instrumented start is written into the probe itself: the step runs in a world of its own
+    # whose /tmp is private, so a wrapper under this test's tmp_path would not be there; the
+    # interpreter and the console script (the venv) are, read-only.
     if started_as == "module":
         start = f"{PY} -X importtime -m loopx"
     elif started_as == "step's client":
@@ -32,12 +32,10 @@ def test_a_steps_loopx_reaches_the_broker_without_importing_pluggy_or_click(loop
         script = shutil.which("loopx", path=loopx_env(registry_url)["PATH"])
         assert script, "the loopx console script is installed beside the interpreter"
         start = f"{PY} -X importtime {script}"
-    (bin_dir / "loopx").write_text(f"#!/bin/sh\nexec {start} \"$@\"\n")
-    (bin_dir / "loopx").chmod(0o755)
-    path = {"PATH": str(bin_dir) + os.pathsep + loopx_env(registry_url)["PATH"]}
-    # The step's own client is first on the PATH, then this test's instrumented `loopx`.
+    path = {"PATH": loopx_env(registry_url)["PATH"]}
+    # The step's own client is first on the PATH; the probe starts this test's instrumented `loopx`.
     probe = ("case $(command -v loopx) in */loopx-step-*/bin/loopx) echo STEP_CLIENT;; esac; "
-             f"out=$({bin_dir}/loopx todo list --goal-id \"$LOOPX_GOAL_ID\" --json 2>&1); "
+             f"out=$({start} todo list --goal-id \"$LOOPX_GOAL_ID\" --json 2>&1); "
              "echo \"$out\" | grep -q '\"text\": \"work\"' && echo ANSWERED; "
              "echo \"$out\" | grep -q ' loopx.broker_client$' && echo FORWARDED; "
              "echo \"$out\" | grep -q ' pluggy$' && echo PLUGGY; "

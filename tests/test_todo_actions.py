@@ -50,6 +50,13 @@ def workdir(tmp_path: Path) -> Path:
     return work
 
 
+def workspace(url, work, gid) -> Path:
+    """The goal's workspace: its steps run there (made from ``work``, the project, on its first
+    turn), so what a step writes is there, not in ``work``."""
+    _, ws = cli(url, work, "workspace", "show", gid, "--json")
+    return Path(ws["workspace"])
+
+
 def todo(url, work, gid, todo_id) -> dict:
     _, found = cli(url, work, "todo", "list", gid, "--json")
     return next(t for t in found if t["id"] == todo_id)
@@ -65,7 +72,8 @@ def test_a_todo_whose_action_a_gate_holds_back_stays_open_until_approved_then_it
     assert code == 0 and t["outcome"] == "ok", t
     assert f"held back: action publish (gate {made['gate']} pending)" in t["handoff"]
     assert todo(url, work, gid, made["count"])["status"] == "done"
-    assert not (work / "report.csv").exists()
+    ws = workspace(url, work, gid)
+    assert (ws / "revenue.csv").exists() and not (ws / "report.csv").exists()
 
     # The publish todo is not offered while its action is held back: it stays open, blocked by the gate.
     held = todo(url, work, gid, made["publish"])
@@ -93,7 +101,7 @@ def test_a_todo_whose_action_a_gate_holds_back_stays_open_until_approved_then_it
     assert cli(url, work, "gate", "approve", gid, "--gate-id", made["gate"])[0] == 0
     code, t = cli(url, work, "turn", gid, "--executor", "shell", "--json")
     assert code == 0 and t["outcome"] == "ok" and t["reasons"] == ["ready_work"], json.dumps(t, indent=1)
-    assert (work / "report.csv").exists()
+    assert (ws / "report.csv").read_text() == "month,revenue\n2026-01,100\n"
     assert todo(url, work, gid, made["publish"])["status"] == "done"
 
 

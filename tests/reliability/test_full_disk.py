@@ -116,17 +116,25 @@ def test_a_turn_whose_step_fills_the_disk_keeps_its_result_and_its_end_and_the_n
     # The whole turn as the user runs it (`loopx turn`, shell executor, a SQLite registry on a
     # small tmpfs): its step fills the disk, so neither its result nor the run's end can be
     # written. Before, the result was lost and the run left open, to be closed `abandoned`.
+    from loopx import actions, goals, todos
+
     work = small_fs.root / "work"
     work.mkdir()
     subprocess.run(["git", "init", "-q", str(work)], check=True)
-    small_fs.filler = work / small_fs.filler.name
-    url, side = str(small_fs.root / "registry.db"), work / "side-effect"
-    # The step fills the disk the first time only (then its next turn's step simply works).
-    once = work / "filled-once"
-    fill_once = f"[ -e {once} ] || {{ touch {once}; head -c 64M /dev/zero > {small_fs.filler} 2>/dev/null; }}; echo filled"
+    # The step runs in the goal's workspace (loopx/workspace.py), and writes only there: put on the
+    # registry's small disk, so the step that fills it fills the registry's.
+    ws = small_fs.root / "workspace"
+    small_fs.filler = ws / small_fs.filler.name
+    url, side = str(small_fs.root / "registry.db"), ws / "side-effect"
+    # The step fills the disk the first time only (then its next turn's step simply works); its
+    # files are relative to its directory, the workspace.
+    fill_once = (f"[ -e filled-once ] || {{ touch filled-once; head -c 64M /dev/zero > {small_fs.filler.name}"
+                 " 2>/dev/null; }; echo filled")
     with Registry.open(url) as reg:
-        g = make_goal(reg, title="full disk", todo_texts=("do it", "then this"),
-                      acts={"step": ["sh", "-c", f"echo ran >> {side}; {fill_once}"]})["goal"]
+        g = goals.create(reg, "user", title="full disk", project=str(work), workspace=str(ws))["id"]
+        for text in ("do it", "then this"):
+            todos.add(reg, "user", goal_id=g, text=text, priority="P2")
+        actions.add(reg, "user", goal_id=g, name="step", argv=["sh", "-c", f"echo ran >> side-effect; {fill_once}"])
     code, out, err = loopx(url, "turn", "--goal-id", g, "--executor", "shell", cwd=work)
     _one_disk_full_line(code, out, err)
     assert "kept in the step journal" in err, err

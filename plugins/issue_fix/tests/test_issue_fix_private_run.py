@@ -5,10 +5,12 @@ opened outside the tree and the installation are unchanged; confinement fails cl
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,7 +23,8 @@ from test_issue_fix_reuse import reproduce, results_file
 AGENT = r'''
 import os, re, subprocess, sys
 tamper = os.environ.get("TAMPER")
-bg = subprocess.Popen([sys.executable, tamper], stderr=open(os.environ["REPORT"] + ".err", "w")) if tamper else None
+report = os.path.join(os.environ["TMPDIR"], os.environ.get("REPORT", "tamper.json"))  # the step's own temp dir
+bg = subprocess.Popen([sys.executable, tamper], stderr=open(report + ".err", "w")) if tamper else None
 block = re.search(r"```sh\n(.*?)\n```", open(os.environ["LOOPX_PROMPT_FILE"]).read(), re.S).group(1)
 for line in block.splitlines():
     subprocess.run(line, shell=True, check=False)
@@ -34,7 +37,8 @@ if bg:
 # the tests run, then says what happened where the running test can read it.
 TAMPER = r'''
 import json, os, sys, time
-root, where, report = os.environ["PRIVATE_ROOT"], os.environ["WHERE"], os.environ["REPORT"]
+root, where = os.environ["PRIVATE_ROOT"], os.environ["WHERE"]
+report = os.path.join(os.environ["TMPDIR"], os.environ["REPORT"])  # the step's own temp dir
 end = time.monotonic() + 90
 while not os.path.exists(where) and time.monotonic() < end:
     time.sleep(0.02)
@@ -108,8 +112,7 @@ def test_a_base_run_inside_an_agents_turn_is_out_of_the_agents_reach_and_shared(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     private = tmp_path / "cache" / "loopx" / "private"
     # (in a directory that exists when the turn's policy is made: the registry beside it is hidden,
-    # so the test's directory is covered entry by entry; and one the agent may write: its CLI's
-    # state directory - git's metadata is read-only to it)
+    # so the test's directory is covered entry by entry)
     report, where = tmp_path / "agent-state" / "tamper.json", tmp_path / "signals" / "where.txt"
     where.parent.mkdir()
     report.parent.mkdir()
@@ -119,8 +122,8 @@ def test_a_base_run_inside_an_agents_turn_is_out_of_the_agents_reach_and_shared(
     # Landlock alone (no world): there the agent sees the test run's processes in /proc and tries
     # them; in the step's world it would not see them at all (a PID namespace of its own).
     env = _turn_env(cli, tmp_path, TAMPER=str(tmp_path / "tamper.py"), PRIVATE_ROOT=str(private),
-                    WHERE=str(where), REPORT=str(report), XDG_CACHE_HOME=str(tmp_path / "cache"),
-                    CODEX_HOME=str(report.parent), LOOPX_CONFINE_BACKEND="landlock")
+                    WHERE=str(where), REPORT="tamper.json", XDG_CACHE_HOME=str(tmp_path / "cache"),
+                    LOOPX_CONFINE_BACKEND="landlock")
     turn = _turn(inside, env, tmp_path)
     try:
         # Watch LoopX's private root from outside the turn for the test run's directory.
@@ -131,6 +134,17 @@ def test_a_base_run_inside_an_agents_turn_is_out_of_the_agents_reach_and_shared(
             time.sleep(0.02)
         assert run is not None, turn.communicate(timeout=60)
         where.write_text(str(run))
+        # The agent writes only its step's roots (its CLI's state directory is the goal's own, the
+        # user's $CODEX_HOME is read-only to it; a file in the worktree would change the tree the
+        # base run is keyed on): it reports in the step's temp dir, and this test relays the report
+        # to where the project's suite waits for it.
+        end, tampered = time.monotonic() + 120, None
+        while tampered is None and time.monotonic() < end and turn.poll() is None:
+            found = glob.glob(os.path.join(tempfile.gettempdir(), f"loopx-step-{turn.pid}-*", "tmp", "tamper.json"))
+            tampered = Path(found[0]) if found else None
+            time.sleep(0.02)
+        if tampered is not None:  # (written whole: the accomplice renames it into place)
+            report.write_bytes(tampered.read_bytes())
         out, err = turn.communicate(timeout=240)
     finally:
         if turn.poll() is None:

@@ -81,8 +81,11 @@ def test_an_unrelated_goal_runs_its_own_action_and_its_turn_is_ok(loopx_registry
     from loopx.should_run import should_run
 
     other = project_prompt.create(loopx_registry, "user", title="Count the lines")["id"]
-    (tmp_path / "data.csv").write_text("a\nb\n")
-    actions.add(loopx_registry, "user", goal_id=other, name="count", argv=["wc", "-l", str(tmp_path / "data.csv")])
+    # In the directory the step runs in (exec by hand: the current one, which loopx_registry made
+    # the test's own): a step's world shows it that, not the rest of the test's /tmp.
+    data = Path.cwd() / "data.csv"
+    data.write_text("a\nb\n")
+    actions.add(loopx_registry, "user", goal_id=other, name="count", argv=["wc", "-l", str(data)])
     doc = should_run(loopx_registry, "user", goal_id=other)
     contract = doc["interaction_contract"]
     assert "run-model" not in json.dumps(contract) and "generate-report" not in json.dumps(contract)
