@@ -69,7 +69,7 @@ def test_a_turn_on_a_terminal_shows_the_agents_activity_and_is_quiet_in_a_pipe(a
     assert any("todo claim" in c for c in commands) and any("loopx exec" in c for c in commands), shown
     assert any("todo done" in c for c in commands), shown
     assert "-> ok" in shown and lines[-1].startswith(f"{agent.executor}: done: "), shown
-    assert (agent.work / "proof.txt").read_text() == "ran"
+    assert (agent.workspace(gid) / "proof.txt").read_text() == "ran"  # in the goal's workspace
     # The same turn in a pipe (a script, a log): not one activity line.
     gid = _goal(agent.url)
     with SERVERS[agent.executor]() as server:

@@ -115,7 +115,9 @@ def test_a_turn_runs_the_contracts_commands_through_the_agents_shell_and_charges
     assert run.status == "finished" and run.tokens == server.tokens() > 0
     # Only the model API was called, and every answer the server gave was charged.
     assert server.paths() == PATHS[agent.executor]
-    assert (agent.work / "proof.txt").read_text() == "ran by the agent"  # in the turn's directory
+    # in the goal's workspace (made from the turn's directory), not in the user's checkout
+    assert (agent.workspace(made["goal"]) / "proof.txt").read_text() == "ran by the agent"
+    assert not (agent.work / "proof.txt").exists()
     assert _todo(reg, made["goal"], made["todos"][0]).status == "done"
     kinds = [e["kind"] for e in _evidence(reg, t["run_id"])]
     # The core recorded the run's owner and the step's start; the exec step records itself; no placeholder note line
@@ -250,7 +252,7 @@ def test_codex_loop_drives_a_goal_with_three_todos_to_done(reg, tmp_path, sqlite
     assert [t["outcome"] for t in out["turns"]] == ["ok", "ok", "ok"]
     assert out["stopped"] == "decision" and out["reasons"] == ["no_ready_work"]
     assert all(_todo(reg, made["goal"], t).status == "done" for t in made["todos"])
-    assert (agent.work / "turns.txt").read_text() == "turn\n" * 3
+    assert (agent.workspace(made["goal"]) / "turns.txt").read_text() == "turn\n" * 3  # one workspace, every turn
     charged = sum(_run(reg, t["run_id"]).tokens for t in out["turns"])
     assert charged == server.tokens()
 

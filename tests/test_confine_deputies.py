@@ -143,6 +143,14 @@ def _turn(world, goal_id: str, *, executor="shell", env=None):
     return t
 
 
+def _workspace(world, goal_id: str) -> Path:
+    """The goal's workspace (loopx/workspace.py): where its steps ran, made from ``work`` (the
+    user's checkout) on the goal's first turn."""
+    p = subprocess.run([PY, "-m", "loopx", "--format", "json", "workspace", "show", goal_id], env=world["env"],
+                       cwd=world["work"], capture_output=True, text=True, timeout=60, check=True)
+    return Path(json.loads(p.stdout)["workspace"])
+
+
 def _command_output(world, run_id: str) -> str:
     return "".join(json.loads(e["data"])["output_tail"] for e in _evidence(world, run_id) if e["kind"] == "command")
 
@@ -201,7 +209,9 @@ def test_a_loopx_package_left_in_the_workers_directory_never_runs_in_its_next_tu
                         "--lease-seconds", "30"], env=world["env"], cwd=world["work"], capture_output=True, text=True,
                        timeout=600)
     assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
-    assert (world["work"] / "loopx" / "__main__.py").exists()  # the first turn planted it
+    # The first turn planted it in the agents' workdir (the goal's workspace), where the second turn ran.
+    assert (_workspace(world, made["goal"]) / "loopx" / "__main__.py").exists()
+    assert not (world["work"] / "loopx").exists()  # the worker's own directory (the checkout) is out of its reach
     with Registry.open(world["url"]) as reg, reg.read() as tx:
         rows = tx.query("SELECT id, status, outcome FROM runs WHERE goal_id = ? ORDER BY opened_at", (made["goal"],))
     # Both turns were LoopX's own: the second, started after the package was planted, ran and
@@ -223,7 +233,7 @@ def test_a_planted_loopx_never_runs_when_claude_code_asks_the_broker(world):
                "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1", "LOOPX_CLAUDE_BIN": binary,
                "ANTHROPIC_BASE_URL": server.url(), "ANTHROPIC_API_KEY": "sk-ant-scripted"}
         t = _turn(world, made["goal"], executor="claude-code", env=env)
-    calls = _calls((world["work"] / "deputy-results.txt").read_text())
+    calls = _calls((_workspace(world, made["goal"]) / "deputy-results.txt").read_text())  # where Claude Code ran
     _assert_nothing_planted_ran(world, gate)
     _assert_served_by_loopx(world, t["run_id"], calls)
 

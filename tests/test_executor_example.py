@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +62,13 @@ def _goal(run, *actions) -> str:
     return gid
 
 
+def _workspace(run, goal_id: str) -> Path:
+    """The goal's workspace (loopx/workspace.py), where its steps run (planned before its first turn)."""
+    p = run("workspace", "show", goal_id)
+    assert p.returncode == 0, p.stderr
+    return Path(json.loads(p.stdout)["workspace"])
+
+
 def _until(predicate, what, limit=30.0):
     # Waits for what another process does (a file written), not for time to pass.
     end = time.monotonic() + limit
@@ -86,14 +94,15 @@ def test_the_documented_example_imports_only_the_plugin_api(example):
     assert isinstance(provider, Executor) and isinstance(provider, InterruptibleExecutor)
 
 
-def test_a_governed_turn_through_the_example_runs_confined(example, tmp_path):
-    outside = tmp_path / "outside.txt"
+def test_a_governed_turn_through_the_example_runs_confined(example):
+    # Outside the step's workdir (the goal's workspace): the user's own checkout, the turn's directory.
+    outside = example.work / "outside.txt"
     g = _goal(example, ("build", "echo fine > new-file.txt"))
     p = example("turn", g, "--executor", "steps-example")
     assert p.returncode == 0, p.stderr
     t = json.loads(p.stdout)
     assert t["outcome"] == "ok", t
-    assert (example.work / "new-file.txt").read_text() == "fine\n"
+    assert (_workspace(example, g) / "new-file.txt").read_text() == "fine\n"  # in the goal's workspace
     assert "ran [" in t["handoff"] and "unconfined" not in t["handoff"]
     shown = json.loads(example("run", "show", "--run-id", t["run_id"]).stdout)
     kinds = [e["kind"] for e in shown["evidence"]]
@@ -110,9 +119,10 @@ def test_a_governed_turn_through_the_example_runs_confined(example, tmp_path):
 
 
 def test_the_core_interrupts_the_example_it_starts_no_new_step(example):
-    work = example.work
-    g = _goal(example, ("first", f"touch {work}/started; while [ ! -e {work}/go ]; do sleep 0.05; done; echo done > {work}/first"),
-              ("second", f"touch {work}/second"))
+    # The steps run in the goal's workspace (their directory): the files they touch and wait for are there.
+    g = _goal(example, ("first", "touch started; while [ ! -e go ]; do sleep 0.05; done; echo done > first"),
+              ("second", "touch second"))
+    work = _workspace(example, g)
     turn = example.spawn("turn", g, "--executor", "steps-example", "--grace-seconds", "60")
     _until(lambda: (work / "started").exists(), "the first step to start")
     os.kill(turn.pid, signal.SIGTERM)

@@ -29,6 +29,12 @@ def agent_prompt(goal_id, host, agent, ttl_seconds, managed):
 
     with open_registry() as reg:
         contract = should_run(reg, actor(), goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
+        if managed and contract["decision"] == "run":
+            # As the turn does (loopx.turn): the step runs in the goal's workspace, made on demand,
+            # and the executor's prompt names it; so does this one.
+            from loopx import workspace
+
+            workspace.for_turn(reg, actor(), contract["goal_id"], contract)
     text = prompt.build(contract, host=host, managed=managed)
     emit({"decision": contract["decision"], "reasons": contract["reasons"],
           "run_id": contract["interaction_contract"].get("run_id"), "host": host, "prompt": text},
