@@ -97,6 +97,10 @@ def main() -> None:
     if confine.backend() is None:
         sys.exit("Landlock is not available here: nothing to compare")
     tmp = Path(tempfile.mkdtemp(prefix="loopx-bench-confine-"))
+    import atexit
+    import shutil
+
+    atexit.register(shutil.rmtree, tmp, True)  # the registry, workdir and key dir of this run
     work = tmp / "work"
     work.mkdir()
     url = str(tmp / "registry.db")
