@@ -71,6 +71,12 @@ def test_a_full_disk_never_ends_the_worker_it_backs_off_and_carries_on(small_dis
     work.mkdir()
     first = make_goal(url, title="before", description="d", acts={"work": ["sh", "-c", "echo a >> before"]},
                       todo_texts=["t"])["goal"]
+    # The goal it takes up once the fault has cleared, made whole now and paused: made while the worker
+    # runs, it would be seen half made (no todo or no action yet), fail its turn and wait 30 s or more.
+    after = make_goal(url, title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
+                      todo_texts=["t"])["goal"]
+    subprocess.run([sys.executable, "-m", "loopx", "project-prompt", "pause", "--goal-id", after],
+                   env=loopx_env(url), check=True, capture_output=True, timeout=60)
     log = tmp_path / "worker.log"
     env = loopx_env(url, XDG_RUNTIME_DIR=str(_runtime(tmp_path)))
     with open(log, "w") as err:
@@ -93,14 +99,21 @@ def test_a_full_disk_never_ends_the_worker_it_backs_off_and_carries_on(small_dis
         text = subprocess.run([sys.executable, "-m", "loopx", "status"], env=env, capture_output=True, text=True,
                               timeout=60).stdout
         assert f"BACKING OFF: disk_full since {shown['fault']['since']}" in text, text
+        seen = len(_events(log))
         (small_disk / "filler").unlink()
-        # (On a full disk some writes still fit in space SQLite already holds: faults come and go.)
-        wait_until(lambda: _registry_faults(log)[-1]["event"] == "fault_cleared", "the fault to clear")
-        # It carries on: a goal made now gets its turn from the same process.
-        after = make_goal(url, title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
-                          todo_texts=["t"])["goal"]
-        wait_until(lambda: any(e["event"] == "turn_end" and e["goal"] == after and e["outcome"] == "ok"
-                               for e in _events(log)), "a turn after the fault cleared")
+        # (On a full disk some writes still fit in space SQLite already holds: faults come and go, so
+        # only a fault_cleared logged after the disk was freed counts. The worker notices at the end
+        # of its current back-off, which doubles up to 30 s.)
+        wait_until(lambda: any(e["event"] == "fault_cleared" and e.get("what") == "registry"
+                               for e in _events(log)[seen:]), "the fault to clear", timeout=120)
+        # It carries on: a goal resumed now gets its turn from the same process.
+        subprocess.run([sys.executable, "-m", "loopx", "project-prompt", "resume", "--goal-id", after],
+                       env=env, check=True, capture_output=True, timeout=60)
+        try:
+            wait_until(lambda: any(e["event"] == "turn_end" and e["goal"] == after and e["outcome"] == "ok"
+                                   for e in _events(log)), "a turn after the fault cleared", timeout=120)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the worker's log ends: {log.read_text()[-4000:]}") from None
         assert w.poll() is None
         # Recovered: no fault now, and the one it came through is in its heartbeat.
         shown = wait_until(lambda: (lambda w: w if w["fault"] is None and w["last_fault"] else None)(
