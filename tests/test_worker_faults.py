@@ -184,6 +184,10 @@ def test_postgresql_stopped_and_started_under_a_worker_and_down_at_its_start(own
     work.mkdir()
     first = make_goal(url, title="first", description="d", acts={"work": ["sh", "-c", "echo a >> first"]},
                       todo_texts=["t"])["goal"]
+    after = make_goal(url, title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
+                      todo_texts=["t"])["goal"]  # made whole now, paused: resumed once the server is back
+    subprocess.run([sys.executable, "-m", "loopx", "project-prompt", "pause", "--goal-id", after],
+                   env=loopx_env(url), check=True, capture_output=True, timeout=60)
     env = loopx_env(url, XDG_RUNTIME_DIR=str(_runtime(tmp_path)))
     # A wrong password is not a fault to wait out: refused at once, exit 2, nothing started.
     wrong = subprocess.run([sys.executable, "-m", "loopx", "worker"], env={**env, "LOOPX_REGISTRY": re.sub(
@@ -221,12 +225,17 @@ def test_postgresql_stopped_and_started_under_a_worker_and_down_at_its_start(own
         down = subprocess.run([sys.executable, "-m", "loopx", "status"], env=env, capture_output=True, text=True,
                               timeout=60)
         assert f"backing off until it is back: worker {waiting[0]['worker']} (pid {w.pid}" in down.stderr, down.stderr
+        seen = len(_events(log))
         own_postgres.resume()
-        wait_until(lambda: _registry_faults(log)[-1]["event"] == "fault_cleared", "the fault to clear")
-        after = make_goal(url, title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
-                          todo_texts=["t"])["goal"]
-        wait_until(lambda: any(e["event"] == "turn_end" and e["goal"] == after and e["outcome"] == "ok"
-                               for e in _events(log)), "a turn after the server came back")
+        wait_until(lambda: any(e["event"] == "fault_cleared" and e.get("what") == "registry"
+                               for e in _events(log)[seen:]), "the fault to clear", timeout=120)
+        subprocess.run([sys.executable, "-m", "loopx", "project-prompt", "resume", "--goal-id", after],
+                       env=env, check=True, capture_output=True, timeout=60)
+        try:
+            wait_until(lambda: any(e["event"] == "turn_end" and e["goal"] == after and e["outcome"] == "ok"
+                                   for e in _events(log)), "a turn after the server came back", timeout=120)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the worker's log ends: {log.read_text()[-4000:]}") from None
         # `loopx status` says it is running, and which fault it came through.
         shown = wait_until(lambda: (lambda w: w if w["last_fault"] and w["fault"] is None else None)(
             _status(env)["workers"][0]), "the heartbeat after the fault")
