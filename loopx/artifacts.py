@@ -21,7 +21,8 @@ import re
 
 from loopx.errors import LoopxError
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+#: A name safe as one path component (goal ids, artifact names); loopx.executors.homes uses it too.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def root() -> str:
@@ -36,7 +37,7 @@ def registry_key(tx) -> str:
     from loopx import keys
 
     rid = keys.stored_id(tx)
-    if rid and _NAME.match(rid):
+    if rid and NAME.match(rid):
         return rid
     return "loc-" + hashlib.sha256(keys.location(tx).encode()).hexdigest()[:24]
 
@@ -51,7 +52,7 @@ def save(tx, goal_id: str, name: str, data: bytes) -> dict:
     ``{"path", "sha256"}`` to record with the event that names it."""
     from loopx import safe_open
 
-    if not _NAME.match(name) or not _NAME.match(goal_id):
+    if not NAME.match(name) or not NAME.match(goal_id):
         raise LoopxError("invalid_argument", f"not an artifact name: {goal_id}/{name}")
     rel = os.path.join(registry_key(tx), goal_id, name)
     try:
@@ -103,7 +104,7 @@ def of_goal(tx, goal_id: str) -> list[dict]:
         if not path.startswith(base) or os.sep in path[len(base):]:
             continue
         name = path[len(base):]
-        if name in out or not _NAME.match(name):
+        if name in out or not NAME.match(name):
             continue
         sha = row["file_sha256"].split(":", 1)[-1].lower()
         try:

@@ -126,7 +126,8 @@ def ensure_root() -> str:
     return os.path.realpath(root)
 
 
-def _real(path: str) -> str:
+def real_path(path: str) -> str:
+    """``path`` with ``~`` expanded, made absolute, every symbolic link resolved."""
     return os.path.realpath(os.path.abspath(os.path.expanduser(path)))
 
 
@@ -206,7 +207,7 @@ def _git_paths(workdir: str) -> tuple[list[str], list[str]]:
             pass
     if not links:
         dirs.append(dotgit)
-    return sorted({_real(d) for d in dirs if os.path.isdir(d)}), [os.path.abspath(p) for p in links]
+    return sorted({real_path(d) for d in dirs if os.path.isdir(d)}), [os.path.abspath(p) for p in links]
 
 
 def registry_paths(url: str) -> tuple[list[str], list[str], list[int]]:
@@ -221,7 +222,7 @@ def registry_paths(url: str) -> tuple[list[str], list[str], list[int]]:
         return [], [], [port]
     from loopx.store.sqlite import path_from_url
 
-    path = _real(str(path_from_url(url)))
+    path = real_path(str(path_from_url(url)))
     hidden = [path + suffix for suffix in ("", "-wal", "-shm", "-journal", "-lock")]
     return hidden, [os.path.dirname(path)], []
 
@@ -272,7 +273,7 @@ class Step:
 
         # The step's own `loopx` (the broker's client alone), first on its PATH: read-only to it.
         self.bin = write_client(self.dir)
-        self.workdir = _real(workdir)
+        self.workdir = real_path(workdir)
         self.registry_url = registry_url
         self.broker_env = dict(broker_env or {})
         self.broker = None  # the turn's loopx.broker.Broker, once started
@@ -307,7 +308,7 @@ class Step:
         roots += [d for d in DEVICES if os.path.exists(d)]
         out = []
         for r in roots:
-            r = _real(r)
+            r = real_path(r)
             if os.path.exists(r) and not any(_under(r, o) for o in out):
                 out = [o for o in out if not _under(o, r)] + [r]
         return out
@@ -317,14 +318,14 @@ class Step:
         hidden_reg, ro_reg, ports = registry_paths(self.registry_url)
         home = os.path.expanduser("~")
         # LoopX's private root: the runs LoopX makes on the step's behalf (loopx.private_run).
-        hidden = [_real(config_dir()), *hidden_reg, _real(os.path.join(home, ".pgpass")),
-                  _real(os.path.join(home, ".pg_service.conf")), ensure_root()]
+        hidden = [real_path(config_dir()), *hidden_reg, real_path(os.path.join(home, ".pgpass")),
+                  real_path(os.path.join(home, ".pg_service.conf")), ensure_root()]
         if self.agent_homes_root:
             # Other goals' agent-CLI directories (their transcripts, their copy of the login);
             # this goal's own are granted below, and a rule on them reaches beneath a hidden parent.
-            hidden.append(_real(self.agent_homes_root))
+            hidden.append(real_path(self.agent_homes_root))
         if os.environ.get("PGPASSFILE"):
-            hidden.append(_real(os.environ["PGPASSFILE"]))
+            hidden.append(real_path(os.environ["PGPASSFILE"]))
         git_dirs, git_links = _git_paths(self.workdir)
         # The directories on the way to a hidden path get no rule at all: a rule there would reach
         # the hidden path beneath (Landlock rules hold for a whole subtree), so they cannot be listed.

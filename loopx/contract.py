@@ -15,15 +15,15 @@ Everything here reads; :mod:`loopx.should_run` decides when to write.
 from __future__ import annotations
 
 import re
-import shlex
 
 from loopx.clock import add_seconds
-from loopx.usage import effective_limits, exhausted, remaining
+from loopx.contract_channels import (TEXT_SHOWN, gate_json, primary_action, quota_json, short, turn_steps,
+                                     user_channel)
+from loopx.usage import exhausted, remaining
 
 SCHEMA = "loopx.interaction_contract/1"
 _CODE = r"[a-z][a-z0-9_.:-]{0,63}"  # compiled on first use (re's cache)
 READY_SHOWN = 5
-TEXT_SHOWN = 160
 HANDOFF_SHOWN = 600
 OBJECTIVE_SHOWN = 400
 CRITERIA_SHOWN = 10
@@ -81,10 +81,6 @@ class Decision:
         self.held = None
         #: Malformed plugin contributions that were dropped, named by plugin (shown as notes).
         self.problems: list[str] = []
-
-
-def _q(*argv) -> str:
-    return shlex.join([str(a) for a in argv])
 
 
 class HookTx:
@@ -283,182 +279,6 @@ def _pending_hold(tx, inputs) -> tuple | None:
     return min(actions, key=lambda h: (h[0].created_at, h[0].id)) if actions else None
 
 
-def _short(text: str | None, limit: int) -> str | None:
-    if text is None or len(text) <= limit:
-        return text
-    return text[: limit - 1] + "…"
-
-
-def _gate_json(gate) -> dict:
-    out = {"id": gate.id, "title": _short(gate.title, TEXT_SHOWN), "scope": gate.scope, "blocks": gate.blocks,
-           "status": gate.status}
-    if gate.comment:
-        out["comment"] = _short(gate.comment, TEXT_SHOWN)
-    return out
-
-
-def _quota(goal, used) -> dict:
-    import attrs
-
-    from loopx.usage import attrs_dict
-
-    limits = attrs_dict(effective_limits(goal))
-    # attrs.asdict, not to_json: a flat value needs no cattrs, which should-run never imports.
-    return {"limits": limits, "used": attrs.asdict(used), "remaining": remaining(goal, used)}
-
-
-def _grant_command(goal, budget: str) -> str:
-    from loopx.model.goal import BUDGETS
-
-    base = getattr(goal.limits, BUDGETS[budget])
-    amount = base if base else 1
-    if isinstance(amount, float) and amount.is_integer():
-        amount = int(amount)
-    return _q("loopx", "quota", "grant", "--goal-id", goal.id, f"--{budget.replace('_', '-')}", amount)
-
-
-def _decisions(d: Decision, gates_shown: list, inputs) -> list[dict]:
-    """The pending gates a user can decide now, the one holding the work first: each with its
-    approve and reject commands and what approving does."""
-    from loopx.gates import approving, decision_commands
-
-    pending = [g for g in gates_shown if g.status == "pending"]
-    if d.held is not None and d.held[0].status == "pending":
-        pending = [d.held[0], *[g for g in pending if g.id != d.held[0].id]]
-    names = {a.name: a for a in inputs.actions} if inputs is not None else {}
-    out = []
-    for gate in pending:
-        todo_id = d.held[1] if d.held is not None and d.held[0].id == gate.id else None
-        approve, reject = decision_commands(gate)
-        out.append({"gate_id": gate.id, "title": _short(gate.title, TEXT_SHOWN), "scope": gate.scope,
-                    "approve": approve, "reject": reject,
-                    "approving": approving(gate, actions=names, todo_id=todo_id)})
-    return out
-
-
-def _user_channel(d: Decision, gates_shown: list, inputs=None) -> dict:
-    g = d.goal.id
-    actions: list[str] = []
-    reason = d.reasons[0]
-    decisions = _decisions(d, gates_shown, inputs) if d.decision != "stop" else []
-    # At a gate the decision comes first: approve and reject, then everything else.
-    for item in decisions:
-        actions += [item["approve"], item["reject"]]
-    if reason == "goal_paused":
-        actions.append(_q("loopx", "project-prompt", "resume", "--goal-id", g))
-    if d.veto and d.decision == "ask_user":
-        actions += [str(a) for a in d.veto.get("user_actions") or []]
-    if reason == "gate_rejected":
-        # Not a dead end: a rejected gate can be decided again.
-        actions += [_q("loopx", "gate", "reopen", "--goal-id", g, "--gate-id", x.id)
-                    for x in d.blocking["all"] if x.status == "rejected"]
-        actions += [_q("loopx", "gate", "list", "--goal-id", g),
-                    _q("loopx", "project-prompt", "close", "--goal-id", g, "--reason", "gate rejected")]
-    if reason == "quota_exhausted":
-        actions += [_grant_command(d.goal, b) for b in d.exhausted]
-        actions.append(_q("loopx", "quota", "show", "--goal-id", g))
-    if reason == "no_ready_work":
-        actions.append(_q("loopx", "todo", "list", "--goal-id", g))
-        if not decisions:  # closing with a gate pending would skip the work it holds
-            actions.append(_q("loopx", "project-prompt", "close", "--goal-id", g, "--reason", "done"))
-    if reason == "gate_pending" and d.held is not None and d.held[1] is None:
-        # An action waits for the gate but no open todo names it: approving alone runs nothing.
-        actions.append(_q("loopx", "todo", "add", "--goal-id", g, "--text", "what it is for", "--action",
-                          d.held[2]))
-    if reason == "repeated_failure":
-        actions += [_q("loopx", "run", "show", "--run-id", d.failure["run_id"]),
-                    _q("loopx", "project-prompt", "retry", "--goal-id", g)]
-    out = {"action_required": d.decision == "ask_user", "next_user_actions": actions}
-    if decisions:
-        out["decisions"] = decisions
-    return out
-
-
-def _primary(d: Decision, run_id: str | None) -> str:
-    g, reason = d.goal, d.reasons[0]
-    title = _short(g.title, 80)
-    run = f"run {run_id}" if run_id else "the run a real call opens"
-    if reason == "ready_work":
-        top = d.ready[0]
-        return (f"Goal {title!r}: do todo {top.id} ({_short(top.text, TEXT_SHOWN)}) with only the steps below, "
-                f"in order, stopping at the first that fails; then finish {run}.")
-    if reason == "no_todos":
-        return (f"Goal {title!r} has no plan yet: read it and add one todo per step, in your own words "
-                f"(`loopx todo add --goal-id {g.id} --run-id {run_id or 'R'} --text TEXT`), then finish {run}.")
-    if reason == "repeated_failure":
-        f = d.failure
-        from loopx.steps import last_line
-
-        why = last_line(f.get("output_tail"))
-        return (f"Stop: step {f['step']} failed in each of the last {f['runs']} runs (latest {f['run_id']}, "
-                f"exit {f['exit_code']}" + (f": {why}" if why else "") + "); a user must look, fix the cause and "
-                "let agents retry (`loopx project-prompt retry`).")
-    if reason == "goal_closed":
-        return "The goal is closed: stop."
-    if reason == "goal_paused":
-        return "The goal is paused: do nothing; ask again after a user resumes it."
-    if d.decision == "repair":
-        return str(d.veto.get("message") or "A capability found state that needs repair: run the repair actions.")
-    if d.veto and d.decision == "ask_user":
-        return "Stop and wait: a user must decide. " + str(d.veto.get("message") or "")
-    if reason == "gate_pending" and d.held is not None:
-        gate, todo_id, action = d.held
-        what = f"todo {todo_id}" if todo_id else f"action {action}"
-        return (f"Stop and wait: {what} is held by gate {gate.id} ({_short(gate.title, TEXT_SHOWN)}); "
-                f"a user must decide it.")
-    if reason in ("gate_pending", "gate_rejected"):
-        gate = d.blocking["all"][0]
-        verb = "decide" if reason == "gate_pending" else "reconsider (it was rejected)"
-        return f"Stop and wait: a user must {verb} gate {gate.id} ({_short(gate.title, TEXT_SHOWN)})."
-    if reason == "quota_exhausted":
-        return f"Stop: the {', '.join(d.exhausted)} budget is exhausted; a user must grant more."
-    if reason == "cadence":
-        return f"Wait: the next turn is allowed at {d.next_eligible_at}."
-    if reason == "run_in_progress":
-        r = d.other_run
-        return f"Wait: agent {r.agent} holds run {r.id} until {r.expires_at}."
-    return "Stop: nothing is ready to do; a user must add work (`loopx todo add`) or unblock it."
-
-
-def _steps(d: Decision, run_id: str | None, allowed: list, contributed: list[dict]) -> list[dict]:
-    """The contract's steps (see :mod:`loopx.steps`); every line carries the agent."""
-    from loopx.steps import chain
-
-    g, a = d.goal.id, d.agent
-    if d.decision == "repair":
-        return chain([(f"repair:{i + 1}", "do", argv) for i, argv in enumerate(d.veto.get("argvs") or [])])
-    if d.decision != "run":
-        out = []
-        if d.own_run is not None:
-            # No outcome: `run finish` derives it from what the run's steps recorded.
-            out.append(("finish", "finish", ["loopx", "run", "finish", "--run-id", d.own_run.id, "--agent", a,
-                                             "--handoff", "stopped: " + d.reasons[0]]))
-        if d.decision == "wait":
-            out.append(("ask", "claim", ["loopx", "quota", "should-run", "--goal-id", g, "--agent", a]))
-        return chain(out)
-    if run_id is None:  # a dry run opens no run: there is nothing to act under
-        return []
-    exec_ = ["loopx", "exec", "--run-id", run_id, "--agent", a]
-    out = []
-    top = d.ready[0] if d.ready else None
-    if top is not None:
-        out.append(("claim", "claim", ["loopx", "todo", "claim", "--goal-id", g, "--todo-id", top.id, "--agent", a,
-                                       "--run-id", run_id]))
-    if top is not None and top.actions:
-        # The todo names the actions that do it: its turn runs those, in its order, and no others.
-        by_name = {x.name: x for x in allowed}
-        allowed = [by_name[n] for n in top.actions if n in by_name]
-    out += [(f"action:{x.name}", "do", [*exec_, "--action", x.name]) for x in allowed]
-    for c in contributed:
-        name = f"{c.get('capability') or c['plugin']}:{c.get('action') or c['argv'][1]}"
-        out.append((name, "do", [*exec_, "--", *c["argv"]]))
-    if top is not None:
-        out.append(("done", "record", ["loopx", "todo", "done", "--goal-id", g, "--todo-id", top.id, "--run-id",
-                                       run_id, "--agent", a]))
-    out.append(("finish", "finish", ["loopx", "run", "finish", "--run-id", run_id, "--agent", a]))
-    return chain(out)
-
-
 def _check_actions(found) -> str | None:
     if found is None or isinstance(found, list):
         return None
@@ -496,55 +316,46 @@ def contributions(tx, goal, run_id: str, left: dict | None, problems: list | Non
     return out
 
 
-def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | None, fingerprint: str,
-             issued_at: str, expires_at: str | None = None, opening: bool = False,
-             contributed: list | None = None, problems: list | None = None) -> dict:
-    """The interaction contract for decision ``d`` (``run_id``: the run it opens or renews).
+def _offer(d: Decision, inputs, run_id: str | None, contributed: list | None, notes: list) -> tuple:
+    """``(allowed actions, contributed actions, workdir, gates shown)`` of decision ``d``; notes
+    on what is not offered are added to ``notes``."""
+    blocking = d.blocking or {"all": [], "actions": {}, "todos": {}}
+    if d.decision != "run":
+        shown_gates = list({id(g): g for g in [*blocking["all"], *blocking["actions"].values(),
+                                                *blocking["todos"].values()]}.values())
+        return [], [], None, shown_gates
+    goal, workdir = d.goal, None
+    held = inputs.gated_actions(blocking)
+    allowed = [a for a in inputs.actions if a.name not in held]
+    # A capability whose quota needs per run exceed what remains is not offered. Its needs count
+    # this run's own turn, so they are measured against what remained before this run.
+    from loopx import capabilities, capability_goals
 
-    ``opening``: the run is about to be opened, so its turn is shown as already used.
-    ``contributed``: the plugins' actions for ``run_id`` (:func:`contributions`, asked for
-    before the transaction). ``inputs``: the goal's :class:`loopx.inputs.TurnInputs`.
-    ``problems``: contributions dropped as malformed, named by plugin (shown as notes).
-    """
+    contributed = contributed if run_id is not None else []
+    contributed = capabilities.filter_actions(contributed or [], goal, remaining(goal, inputs.usage(run_id)))
+    contributed = capability_goals.serving_only(contributed, goal)
+    notes += [f"{c.get('capability') or 'plugin'}: {c['note']}" for c in contributed if c.get("note")]
+    # Where the agent works this turn (e.g. Issue-Fix's worktree): executors start the agent
+    # there. Capabilities that disagree name none, and the notes say so.
+    dirs = sorted({c["workdir"] for c in contributed if c.get("workdir")})
+    if len(dirs) == 1:
+        workdir = dirs[0]
+    elif dirs:
+        notes.append("capabilities name different working directories (" + ", ".join(dirs) + "); none is used")
+    shown_gates = list({id(g): g for g in [*blocking["all"], *held.values(), *blocking["todos"].values()]}.values())
+    return allowed, contributed, workdir, shown_gates
+
+
+def _agent_channel(tx, d: Decision, run_id: str | None, notes: list, workdir: str | None) -> dict:
+    """The contract's ``agent_channel``: what the work is for, what to do now, what came before."""
     from loopx import rewards, runs
 
     goal = d.goal
-    used = inputs.usage()
-    if opening:
-        used = type(used)(turns=used.turns + 1, tokens=used.tokens, cost=used.cost, wall_seconds=used.wall_seconds)
-    blocking = d.blocking or {"all": [], "actions": {}, "todos": {}}
-    allowed, notes, workdir = [], [*d.problems, *(problems or [])], None
-    if d.decision != "run" or run_id is None:
-        contributed = []
-    if d.decision == "run":
-        held = inputs.gated_actions(blocking)
-        allowed = [a for a in inputs.actions if a.name not in held]
-        # A capability whose quota needs per run exceed what remains is not offered. Its needs count
-        # this run's own turn, so they are measured against what remained before this run.
-        from loopx import capabilities, capability_goals
-
-        contributed = capabilities.filter_actions(contributed or [], goal, remaining(goal, inputs.usage(run_id)))
-        contributed = capability_goals.serving_only(contributed, goal)
-        notes += [f"{c.get('capability') or 'plugin'}: {c['note']}" for c in contributed if c.get("note")]
-        # Where the agent works this turn (e.g. Issue-Fix's worktree): executors start the agent
-        # there. Capabilities that disagree name none, and the notes say so.
-        dirs = sorted({c["workdir"] for c in contributed if c.get("workdir")})
-        if len(dirs) == 1:
-            workdir = dirs[0]
-        elif dirs:
-            notes.append("capabilities name different working directories (" + ", ".join(dirs) + "); none is used")
-        shown_gates = list({id(g): g for g in [*blocking["all"], *held.values(), *blocking["todos"].values()]}.values())
-    else:
-        shown_gates = list({id(g): g for g in [*blocking["all"], *blocking["actions"].values(),
-                                                *blocking["todos"].values()]}.values())
-    for gate in shown_gates:
-        if gate.status == "rejected" and gate.comment:
-            notes.append(f"gate {gate.id} ({gate.blocks}) was rejected: {_short(gate.comment, TEXT_SHOWN)}")
     if d.history is not None:
         handoff, given = d.history["handoff"], d.history["feedback"]
     else:
         handoff, given = runs.latest_handoff_note(tx, goal.id), rewards.feedback(tx, goal.id, limit=3)
-    feedback = [{"run_id": f["run_id"], "score": f["score"], "comment": _short(f["comment"], TEXT_SHOWN)}
+    feedback = [{"run_id": f["run_id"], "score": f["score"], "comment": short(f["comment"], TEXT_SHOWN)}
                 for f in given]
     agent_channel = {
         "agent": d.agent,
@@ -552,13 +363,13 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
         # restates it, briefly (`loopx project-prompt show` has the whole description).
         "objective": {
             "title": goal.title,
-            "description": _short(goal.description, OBJECTIVE_SHOWN) or "",
-            "criteria": [{"text": _short(c.text, TEXT_SHOWN), "met": c.met} for c in goal.criteria[:CRITERIA_SHOWN]],
+            "description": short(goal.description, OBJECTIVE_SHOWN) or "",
+            "criteria": [{"text": short(c.text, TEXT_SHOWN), "met": c.met} for c in goal.criteria[:CRITERIA_SHOWN]],
         },
-        "primary_action": _primary(d, run_id),
-        "ready_todos": [{"id": t.id, "text": _short(t.text, TEXT_SHOWN), "priority": t.priority}
+        "primary_action": primary_action(d, run_id),
+        "ready_todos": [{"id": t.id, "text": short(t.text, TEXT_SHOWN), "priority": t.priority}
                         for t in d.ready[:READY_SHOWN]],
-        "handoff": _short(handoff, HANDOFF_SHOWN),
+        "handoff": short(handoff, HANDOFF_SHOWN),
         "feedback": feedback,
     }
     if notes:
@@ -573,11 +384,34 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
         agent_channel["workdir"] = workdir
     if d.own_run is not None and d.decision != "run":
         agent_channel["open_run"] = d.own_run.id
+    return agent_channel
+
+
+def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | None, fingerprint: str,
+             issued_at: str, expires_at: str | None = None, opening: bool = False,
+             contributed: list | None = None, problems: list | None = None) -> dict:
+    """The interaction contract for decision ``d`` (``run_id``: the run it opens or renews).
+
+    ``opening``: the run is about to be opened, so its turn is shown as already used.
+    ``contributed``: the plugins' actions for ``run_id`` (:func:`contributions`, asked for
+    before the transaction). ``inputs``: the goal's :class:`loopx.inputs.TurnInputs`.
+    ``problems``: contributions dropped as malformed, named by plugin (shown as notes).
+    """
+    goal = d.goal
+    used = inputs.usage()
+    if opening:
+        used = type(used)(turns=used.turns + 1, tokens=used.tokens, cost=used.cost, wall_seconds=used.wall_seconds)
+    notes = [*d.problems, *(problems or [])]
+    allowed, contributed, workdir, shown_gates = _offer(d, inputs, run_id, contributed, notes)
+    for gate in shown_gates:
+        if gate.status == "rejected" and gate.comment:
+            notes.append(f"gate {gate.id} ({gate.blocks}) was rejected: {short(gate.comment, TEXT_SHOWN)}")
+    agent_channel = _agent_channel(tx, d, run_id, notes, workdir)
     if expires_at is None:
         expires_at = d.next_eligible_at or add_seconds(issued_at, RECHECK_SECONDS)
     from loopx.steps import lines
 
-    steps = _steps(d, run_id, allowed, contributed)
+    steps = turn_steps(d, run_id, allowed, contributed)
     doc = {
         "schema": SCHEMA,
         "contract_id": contract_id,
@@ -585,9 +419,9 @@ def document(tx, d: Decision, inputs, *, contract_id: str | None, run_id: str | 
         "fingerprint": fingerprint,
         "issued_at": issued_at,
         "expires_at": expires_at,
-        "quota": _quota(goal, used),
-        "gates": {"pending": [_gate_json(g) for g in shown_gates]},
-        "user_channel": _user_channel(d, shown_gates, inputs),
+        "quota": quota_json(goal, used),
+        "gates": {"pending": [gate_json(g) for g in shown_gates]},
+        "user_channel": user_channel(d, shown_gates, inputs),
         "agent_channel": agent_channel,
         "cli_channel": {"steps": steps, "next_cli_actions": lines(steps)},
     }

@@ -35,24 +35,15 @@ def _cmd(*argv) -> list[str]:
     return ["loopx", *[str(a) for a in argv]]
 
 
-def steps(reg, run_cli=None) -> Iterator[dict]:
-    """The demo as a stream of transcript entries.
+def _command(actor, argv, show, result) -> dict:
+    return {"kind": "command", "actor": actor, "argv": argv, "show": show, "result": result}
 
-    Each entry is ``{"kind": "heading"|"note", "text"}`` or ``{"kind": "command", "actor",
-    "argv", "show", "result"}``; ``show`` says how to render ``result`` (``goal``, ``action``,
-    ``quota``, ``todo``, ``gate``, ``contract``, ``loop``, ``reward``, ``summary``).
-    ``run_cli``: the CLI in this process, for the turns' broker (see :func:`loopx.turn.turn`).
-    """
-    from loopx import turn as turns
-    from loopx import actions, gates, goals, quota, rewards, summary_all, todos
-    from loopx.should_run import should_run
 
-    user = "user"
+def _set_up(reg, user: str):
+    """Step 1 of the demo (its transcript entries); returns the goal id, its criteria and its two gates."""
+    from loopx import actions, gates, goals, quota, todos
 
-    def command(actor, argv, show, result):
-        return {"kind": "command", "actor": actor, "argv": argv, "show": show, "result": result}
-
-    yield {"kind": "heading", "text": "1. A user sets up a goal: criteria, allowed commands, a budget, a plan, gates"}
+    command = _command
     title = "Check the toolchain and publish a release note"
     criteria = ["The interpreter is checked", "The brief is counted", "The release note is published after approval"]
     description = "A small, harmless goal to show LoopX at work."
@@ -79,6 +70,24 @@ def steps(reg, run_cli=None) -> Iterator[dict]:
                         blocks="action:publish")
     yield command(user, _cmd("gate", "add", "--goal-id", g, "--title", publish["title"], "--scope", "production",
                              "--blocks", "action:publish"), "gate", publish)
+    return g, criteria, start, publish
+
+
+def steps(reg, run_cli=None) -> Iterator[dict]:
+    """The demo as a stream of transcript entries.
+
+    Each entry is ``{"kind": "heading"|"note", "text"}`` or ``{"kind": "command", "actor",
+    "argv", "show", "result"}``; ``show`` says how to render ``result`` (``goal``, ``action``,
+    ``quota``, ``todo``, ``gate``, ``contract``, ``loop``, ``reward``, ``summary``).
+    ``run_cli``: the CLI in this process, for the turns' broker (see :func:`loopx.turn.turn`).
+    """
+    from loopx import turn as turns
+    from loopx import gates, goals, quota, rewards, summary_all
+    from loopx.should_run import should_run
+
+    user, command = "user", _command
+    yield {"kind": "heading", "text": "1. A user sets up a goal: criteria, allowed commands, a budget, a plan, gates"}
+    g, criteria, start, publish = yield from _set_up(reg, user)
 
     yield {"kind": "heading", "text": "2. The agent asks before its turn, and is told to ask the user"}
     yield command(AGENT, _cmd("quota", "should-run", "--goal-id", g, "--agent", AGENT), "contract",

@@ -96,10 +96,10 @@ def _reads(step: dict | None, registry_url: str | None) -> tuple[list, list[int]
     if step is not None:
         return [r for r in step.get("rules", []) if r[1] == "r"], list(step.get("deny_tcp") or [])
     home = os.path.expanduser("~")
-    hidden = [confine._real(confine.config_dir()), confine._real(os.path.join(home, ".pgpass")),
-              confine._real(os.path.join(home, ".pg_service.conf")), confine.ensure_root()]
+    hidden = [confine.real_path(confine.config_dir()), confine.real_path(os.path.join(home, ".pgpass")),
+              confine.real_path(os.path.join(home, ".pg_service.conf")), confine.ensure_root()]
     if os.environ.get("PGPASSFILE"):
-        hidden.append(confine._real(os.environ["PGPASSFILE"]))
+        hidden.append(confine.real_path(os.environ["PGPASSFILE"]))
     ports: list[int] = []
     if registry_url:
         reg_hidden, _ro, ports = confine.registry_paths(registry_url)

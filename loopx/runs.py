@@ -188,6 +188,41 @@ def load_contract(tx, contract_id: str) -> dict:
 REFUSED_COMMAND = "refused_command"
 
 
+def _judge(w, run, actor: str, outcome: str | None, handoff: str | None,
+           force_outcome: str | None) -> tuple[str, str | None, str, list[str]]:
+    """``(outcome, hand-off, what the evidence supports, refused commands)`` for finishing ``run``
+    (see :func:`finish`); a forced ``ok`` is recorded as evidence on ``w`` first."""
+    from loopx import steps
+
+    run_id = run.id
+    res = steps.run_results(w.tx, run)
+    refused = steps.refusals(w.tx, run_id)
+    # A turn in which the agent tried a command LoopX refused (a user-only one such as
+    # `gate approve`) failed, whatever the agent's exit status said.
+    supported = "failed" if refused else steps.derive(res)
+    final, note = outcome or supported, handoff
+    if refused and final == "partial":
+        final = "failed"
+    if final == "ok" and supported == "failed":
+        why = "; ".join([*(steps.describe(r) for r in res if r["status"] != "ok"), *refused])
+        if force_outcome is None:
+            raise LoopxError("outcome_contradicts_evidence",
+                             f"run {run_id} cannot finish ok: {why}. Finish it without --outcome (its evidence "
+                             "says failed), or add --force-outcome REASON to record ok anyway")
+        w.emit("evidence.added", {"evidence_id": new_id("evidence"), "run_id": run_id, "kind": "outcome_forced",
+                                  "summary": f"outcome ok forced by {actor} over: {why}"[:500],
+                                  "data": {"reason": force_outcome, "by": actor, "evidence_outcome": supported}})
+    if note is None and supported == "failed":
+        open_todos = [r["id"] for r in w.tx.query(
+            "SELECT id FROM todos WHERE claim_run_id = ? AND status = 'open' ORDER BY id", (run_id,))]
+        note = steps.handoff_for(res, open_todos)
+    if refused and final == "failed":
+        text = f"{REFUSED_COMMAND}: " + "; ".join(refused)
+        note = text if not note else f"{text}; {note}"
+        note = note[:2000]
+    return final, note, supported, refused
+
+
 def finish(reg: Registry, actor: str, *, run_id: str, outcome: str | None = None, tokens: int = 0,
            cost: float = 0.0, handoff: str | None = None, agent: str | None = None,
            force_outcome: str | None = None, operation_id: str | None = None) -> dict:
@@ -226,37 +261,11 @@ def finish(reg: Registry, actor: str, *, run_id: str, outcome: str | None = None
         return found["run"].goal_id
 
     def work(w):
-        from loopx import steps
-
         # The row goal_of read in this transaction, which has written nothing since.
         same = found.get("tx") is w.tx and not w.events
         run = check_owner(check_recordable(w.tx, run_id, goal_id=w.goal_id, run=found["run"] if same else None), agent)
         late = state(run, w.at) != "open"
-        res = steps.run_results(w.tx, run)
-        refused = steps.refusals(w.tx, run_id)
-        # A turn in which the agent tried a command LoopX refused (a user-only one such as
-        # `gate approve`) failed, whatever the agent's exit status said.
-        supported = "failed" if refused else steps.derive(res)
-        final, note = outcome or supported, handoff
-        if refused and final == "partial":
-            final = "failed"
-        if final == "ok" and supported == "failed":
-            why = "; ".join([*(steps.describe(r) for r in res if r["status"] != "ok"), *refused])
-            if force_outcome is None:
-                raise LoopxError("outcome_contradicts_evidence",
-                                 f"run {run_id} cannot finish ok: {why}. Finish it without --outcome (its evidence "
-                                 "says failed), or add --force-outcome REASON to record ok anyway")
-            w.emit("evidence.added", {"evidence_id": new_id("evidence"), "run_id": run_id, "kind": "outcome_forced",
-                                      "summary": f"outcome ok forced by {actor} over: {why}"[:500],
-                                      "data": {"reason": force_outcome, "by": actor, "evidence_outcome": supported}})
-        if note is None and supported == "failed":
-            open_todos = [r["id"] for r in w.tx.query(
-                "SELECT id FROM todos WHERE claim_run_id = ? AND status = 'open' ORDER BY id", (run_id,))]
-            note = steps.handoff_for(res, open_todos)
-        if refused and final == "failed":
-            text = f"{REFUSED_COMMAND}: " + "; ".join(refused)
-            note = text if not note else f"{text}; {note}"
-            note = note[:2000]
+        final, note, supported, refused = _judge(w, run, actor, outcome, handoff, force_outcome)
         body = {"run_id": run_id, "outcome": final, "tokens": tokens, "cost": cost, "handoff": note, "by": actor}
         if refused and final == "failed":
             body["reason"] = REFUSED_COMMAND

@@ -205,24 +205,7 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owne
         if tampered is not None:
             return tampered
     if w is not None and seen.goal.status != "closed":
-        expired = seen.expired_runs(now)
-        for stale in expired:
-            if claims_started(tx, stale.id):  # a step was running: "ran, result unknown" (loopx.claims)
-                from loopx.claims import emit_abandoned
-
-                emit_abandoned(w, stale, reason="lease_expired")
-            else:
-                w.emit("run.abandoned", {"run_id": stale.id, "agent": stale.agent})
-        if expired:
-            seen = inputs.gather(tx, goal_id)
-        if check_owners:
-            from loopx import claims
-
-            dead = claims.dead_runs(tx, seen.live_runs(now))
-            for run in dead:
-                claims.emit_abandoned(w, run, reason="owner_gone")
-            if dead:
-                seen = inputs.gather(tx, goal_id)
+        seen = _abandon_dead_runs(tx, w, seen, goal_id=goal_id, now=now, check_owners=check_owners)
     goal = seen.goal
     own = next((r for r in seen.live_runs(now) if r.agent == agent), None)
     d = contract.decide(tx, seen, agent=agent, now=now, own_run=own, vetoed=answers.veto)
@@ -276,6 +259,32 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owne
             claims.emit_owner(w, run_id, owner)
     out["interaction_contract"] = doc
     return out
+
+
+def _abandon_dead_runs(tx, w, seen, *, goal_id, now, check_owners):
+    """Mark abandoned the goal's open runs past their expiry (and, with ``check_owners``, those
+    whose owning process is gone); the goal's inputs read again if any was."""
+    from loopx import inputs
+
+    expired = seen.expired_runs(now)
+    for stale in expired:
+        if claims_started(tx, stale.id):  # a step was running: "ran, result unknown" (loopx.claims)
+            from loopx.claims import emit_abandoned
+
+            emit_abandoned(w, stale, reason="lease_expired")
+        else:
+            w.emit("run.abandoned", {"run_id": stale.id, "agent": stale.agent})
+    if expired:
+        seen = inputs.gather(tx, goal_id)
+    if check_owners:
+        from loopx import claims
+
+        dead = claims.dead_runs(tx, seen.live_runs(now))
+        for run in dead:
+            claims.emit_abandoned(w, run, reason="owner_gone")
+        if dead:
+            seen = inputs.gather(tx, goal_id)
+    return seen
 
 
 def claims_started(tx, run_id: str) -> bool:

@@ -21,13 +21,20 @@ Nothing here writes; every function takes a transaction or a registry opened rea
 
 from __future__ import annotations
 
-import functools
 import json
-
-import attrs
 
 from loopx import clock
 from loopx.errors import LoopxError
+# revision, usage_many and quota_picture are this module's public names too (loopx.status.usage_many).
+from loopx.status_batches import (  # noqa: F401
+    in_query,
+    latest_runs,
+    loads_or,
+    quota_for,
+    quota_picture,
+    revision,
+    usage_many,
+)
 from loopx.validate import check_id, check_number
 
 SCHEMA = "loopx.status/1"
@@ -43,123 +50,6 @@ RECENT_EVIDENCE = 50
 RECENT_REWARDS = 20
 RECENT_GATES = 20
 MAX_TODOS = 500
-_CHUNK = 500  # ids per IN (...) list: far below every backend's parameter limit
-
-
-# ----------------------------------------------------------------------------- small helpers
-
-
-def revision(tx) -> int:
-    """The registry's revision: the id of its newest event (0 when empty). Cheap: a primary-key max."""
-    row = tx.one("SELECT max(id) AS m FROM events")
-    return int(row["m"] or 0) if row else 0
-
-
-def _in_query(tx, sql: str, ids: list[str], extra: tuple = ()) -> list[dict]:
-    """Run ``sql`` (with one ``{ids}`` placeholder list) over ``ids`` in chunks."""
-    rows: list[dict] = []
-    for start in range(0, len(ids), _CHUNK):
-        chunk = ids[start : start + _CHUNK]
-        marks = ", ".join("?" for _ in chunk)
-        rows.extend(tx.query(sql.format(ids=marks), (*chunk, *extra)))
-    return rows
-
-
-def _loads(text, default):
-    if text is None:
-        return default
-    return json.loads(text)
-
-
-# ----------------------------------------------------------------------------- quota
-
-
-@attrs.frozen
-class _Budget:
-    """What :mod:`loopx.usage` reads from a goal (its limits and grants), without the whole goal."""
-
-    limits: object
-    grants: object
-
-
-def _budget(row: dict) -> _Budget:
-    return _parsed_budget(row.get("limits") or "{}", row.get("grants") or "{}")
-
-
-# Many goals share the same limits text; parsing it once per distinct text keeps the
-# registry-wide attention scan cheap.
-@functools.lru_cache(maxsize=1024)
-def _parsed_budget(limits: str, grants: str) -> _Budget:
-    from loopx.model import QuotaLimits
-
-    return _Budget(QuotaLimits(**json.loads(limits)), QuotaLimits(**json.loads(grants)))
-
-
-def usage_many(tx, goal_ids: list[str]) -> dict:
-    """``{goal_id: QuotaUsage}`` for many goals from their usage counters (:mod:`loopx.usage_counts`),
-    the same answers as :func:`loopx.usage.usage` (a test holds the two together)."""
-    from loopx import usage_counts
-    from loopx.model import QuotaUsage
-
-    if not goal_ids:
-        return {}
-    sql = "SELECT goal_id, turns, tokens, cost_micros, wall_us, last_opened FROM goal_usage WHERE goal_id IN ({ids})"
-    found = {r["goal_id"]: r for r in _in_query(tx, sql, list(goal_ids))}
-    out = {}
-    for g in goal_ids:
-        raw = usage_counts.ZERO if g not in found else usage_counts.read_row(found[g])
-        out[g] = QuotaUsage(**usage_counts.shown(raw))
-    return out
-
-
-def quota_picture(budget, used) -> dict:
-    """Limits, grants, used, remaining (``None`` = unlimited) and the exhausted budgets."""
-    import attrs
-
-    from loopx import usage
-
-    # Flat values of plain numbers: attrs' asdict gives what cattrs would, without importing
-    # cattrs and generating its converters on the overview's path (a page has 50 of these).
-    effective = usage.effective_limits(budget)
-    return {
-        "limits": attrs.asdict(budget.limits),
-        "grants": attrs.asdict(budget.grants),
-        "budget": {k: getattr(effective, n) for k, n in usage.BUDGETS.items()},
-        "used": attrs.asdict(used),
-        "remaining": usage.remaining(budget, used),
-        "exhausted": usage.exhausted(budget, used),
-    }
-
-
-def _quota_for(tx, goal_rows: list[dict]) -> dict[str, dict]:
-    """``{goal_id: quota picture}`` for a batch of goal rows."""
-    used = usage_many(tx, [g["id"] for g in goal_rows])
-    return {g["id"]: quota_picture(_budget(g), used[g["id"]]) for g in goal_rows}
-
-
-# ----------------------------------------------------------------------------- runs
-
-
-def _latest_runs(tx, goal_ids: list[str], status: str | None = None) -> dict[str, dict]:
-    """The newest run (optionally of one status) of each goal in ``goal_ids``."""
-    if not goal_ids:
-        return {}
-    cond = " AND r2.status = ?" if status else ""
-    outer = " AND r.status = ?" if status else ""
-    extra = (status, status) if status else ()
-    rows = _in_query(
-        tx,
-        "SELECT * FROM runs r WHERE r.goal_id IN ({ids})" + outer + " AND r.opened_at ="
-        " (SELECT max(r2.opened_at) FROM runs r2 WHERE r2.goal_id = r.goal_id" + cond + ")",
-        goal_ids,
-        extra,
-    )
-    out: dict[str, dict] = {}
-    for r in rows:
-        # Two runs opened in the same microsecond: pick one deterministically.
-        if r["goal_id"] not in out or r["id"] > out[r["goal_id"]]["id"]:
-            out[r["goal_id"]] = r
-    return out
 
 
 # ----------------------------------------------------------------------------- overview
@@ -190,7 +80,7 @@ def _goal_row_summary(g: dict) -> dict:
         "created_at": g["created_at"],
         "updated_at": g["updated_at"],
         # The goal's own list, in the row the page already reads (no query of its own).
-        "capabilities": _loads(g.get("capabilities"), []),
+        "capabilities": loads_or(g.get("capabilities"), []),
     }
 
 
@@ -353,7 +243,7 @@ def _quiet_after(tx, lanes: str, bound: int | None, n: int, late: dict[str, int]
 def attention_of(tx, goal_ids: list[str], at: str) -> dict[str, list[str]]:
     """``{goal_id: [attention codes]}`` now, for a few goals, from their summary rows."""
     out: dict[str, list[str]] = {}
-    for r in _in_query(tx, "SELECT goal_id, lane, attention, run_expires FROM goal_summary"
+    for r in in_query(tx, "SELECT goal_id, lane, attention, run_expires FROM goal_summary"
                            " WHERE goal_id IN ({ids})", goal_ids):
         if r["lane"] == 0:
             continue
@@ -369,17 +259,17 @@ def _summaries(tx, ids: list[str], attention: dict[str, list[str]], at: str) -> 
     """One summary per goal id, in the order given, from a few batched queries."""
     if not ids:
         return []
-    rows = {r["id"]: r for r in _in_query(tx, "SELECT * FROM goals WHERE id IN ({ids})", ids)}
+    rows = {r["id"]: r for r in in_query(tx, "SELECT * FROM goals WHERE id IN ({ids})", ids)}
     todo_counts: dict[str, dict] = {i: {"open": 0, "done": 0, "blocked": 0} for i in ids}
-    for r in _in_query(tx, "SELECT goal_id, status, count(*) AS n FROM todos WHERE goal_id IN ({ids})"
+    for r in in_query(tx, "SELECT goal_id, status, count(*) AS n FROM todos WHERE goal_id IN ({ids})"
                            " GROUP BY goal_id, status", ids):
         todo_counts[r["goal_id"]][r["status"]] = int(r["n"])
     gate_counts: dict[str, int] = {}
-    for r in _in_query(tx, "SELECT goal_id, count(*) AS n FROM gates WHERE goal_id IN ({ids})"
+    for r in in_query(tx, "SELECT goal_id, count(*) AS n FROM gates WHERE goal_id IN ({ids})"
                            " AND status = 'pending' GROUP BY goal_id", ids):
         gate_counts[r["goal_id"]] = int(r["n"])
-    latest = _latest_runs(tx, ids)
-    quotas = _quota_for(tx, [rows[i] for i in ids if i in rows])
+    latest = latest_runs(tx, ids)
+    quotas = quota_for(tx, [rows[i] for i in ids if i in rows])
     out = []
     for goal_id in ids:
         g = rows.get(goal_id)

@@ -43,30 +43,22 @@ the start of a cadence (see :func:`loopx.supervision.candidates`).
 from __future__ import annotations
 
 import heapq
-import json
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 
 from loopx import clock
 from loopx.worker_log import Faults, passing_fault, shown_url, turn_end, write_fault
+from loopx.worker_threads import Notifier, watch_changes
+from loopx.worker_turns import Child, answer, start_turn
 
 JUMP_SECONDS = 30.0
 MAX_SLEEP = 60.0
 POLL_SECONDS = 0.5
 FAILED_START_BACKOFF = 30.0
 FAULT_BACKOFF = (0.5, 30.0)  # a registry fault: first wait, doubling up to the second
-
-
-class _Child:
-    __slots__ = ("goal_id", "token", "proc", "out", "err", "started", "done", "executor", "started_at")
-
-    def __init__(self, goal_id, token, proc, executor):
-        self.goal_id, self.token, self.proc, self.executor = goal_id, token, proc, executor
-        self.out, self.err, self.started, self.done, self.started_at = "", "", time.monotonic(), False, clock.now()
 
 
 class Worker:
@@ -98,7 +90,7 @@ class Worker:
         self.wake = threading.Event()
         self.changed = threading.Event()
         self.stop_signal: int | None = None
-        self.children: dict[str, _Child] = {}
+        self.children: dict[str, Child] = {}
         self.heap: list = []  # (due monotonic, generation, goal id)
         self.gen: dict[str, int] = {}
         self.parked: dict[str, int] = {}  # goal -> revision it is parked at
@@ -191,48 +183,10 @@ class Worker:
         self.log("lease_taken", goal=goal_id, token=token)
         with reg.read() as tx:
             executor = executor_for(settings(tx), goal_id, self.executor) or self.executor
-        from loopx import selfrun
-
-        # LoopX started as LoopX starts itself (loopx.selfrun): isolated, in LoopX's own directory,
-        # never importing anything from the agents' workdir a turn left a `loopx/` package in.
-        # On a terminal, the turn's agent activity (one line per event) comes back on its stderr and is
-        # logged as `activity` lines; in a pipe or the journal the turns stay quiet.
-        shown = self.log.activity
-        spawn = selfrun.command(["--format", "json", "turn", goal_id, "--executor", executor, "--agent", self.agent,
-                                 "--grace-seconds", str(self.grace_seconds), "--worker-lease", f"{self.id}:{token}",
-                                 "--workdir", self.workdir],
-                                {"LOOPX_RUN_ID": None, "LOOPX_ACTOR": None, "LOOPX_STEP_ID": None,
-                                 "LOOPX_REGISTRY": self.url, "LOOPX_WORKER_PID": str(os.getpid()),
-                                 "LOOPX_ACTIVITY": "1" if shown else "0"})
-        # A session of its own: a Ctrl-C in the worker's terminal reaches the worker, which passes
-        # SIGTERM on to its turns (each then lets its step finish within the grace period).
-        proc = subprocess.Popen(spawn["args"], env=spawn["env"], cwd=spawn["cwd"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE if shown else subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        child = _Child(goal_id, token, proc, executor)
+        child = start_turn(goal_id, token, executor, worker_id=self.id, agent=self.agent, url=self.url,
+                           workdir=self.workdir, grace_seconds=self.grace_seconds, log=self.log, wake=self.wake)
         self.children[goal_id] = child
-        self.log("turn_start", goal=goal_id, executor=executor, pid=proc.pid)
-
-        def relay(lines: list) -> None:
-            for line in proc.stderr:
-                lines.append(line)
-                self.log("activity", goal=goal_id, line=line.rstrip("\n")[-300:])
-
-        def wait():
-            if shown:
-                err: list = []
-                reader = threading.Thread(target=relay, args=(err,), daemon=True)
-                reader.start()
-                out = proc.stdout.read() or ""
-                reader.join()
-                proc.wait()
-                child.out, child.err = out, "".join(err)
-            else:
-                child.out = proc.communicate()[0] or ""
-            child.done = True
-            self.wake.set()
-
-        threading.Thread(target=wait, daemon=True).start()
+        self.log("turn_start", goal=goal_id, executor=executor, pid=child.proc.pid)
 
     def _reap(self, reg) -> None:
         from loopx.supervision import release
@@ -249,24 +203,17 @@ class Worker:
             self._log_end(reg, child, end - child.started)
             self._after(reg, goal_id, child)
 
-    @staticmethod
-    def _answer(child: _Child) -> dict:
-        try:
-            return json.loads(child.out[child.out.find("{"):]) if "{" in child.out else {}
-        except ValueError:
-            return {}
-
-    def _log_end(self, reg, child: _Child, seconds: float) -> None:
+    def _log_end(self, reg, child: Child, seconds: float) -> None:
         """The turn_end line (:func:`loopx.worker_log.turn_end`), with its run's tokens and cost."""
-        out, run = self._answer(child), None
+        out, run = answer(child), None
         if out.get("run_id"):
             with reg.read() as tx:
                 run = tx.one("SELECT tokens, cost FROM runs WHERE id = ?", (out["run_id"],))
         turn_end(self.log, child.goal_id, child.executor, out, run, seconds, child.proc.returncode,
                  child.out + child.err)
 
-    def _after(self, reg, goal_id: str, child: _Child) -> None:
-        out = self._answer(child)
+    def _after(self, reg, goal_id: str, child: Child) -> None:
+        out = answer(child)
         decision, outcome = out.get("decision"), out.get("outcome")
         if decision == "run":
             self.stats["turns"] += 1
@@ -328,33 +275,8 @@ class Worker:
 
     def _watch(self) -> None:
         """Wake the main loop when another connection commits (runs in a thread of its own)."""
-        from loopx.registry import Registry
-
-        try:
-            watcher = Registry.open(self.url, readonly=True)
-        except Exception:  # cannot watch: the main loop still wakes at least every MAX_SLEEP
-            return
-        store = watcher.store
-        try:
-            if hasattr(store, "wait_for_change"):  # PostgreSQL: LISTEN, no polling
-                store.data_version()
-                while self.stop_signal is None and not self._closing:
-                    if store.wait_for_change(5.0):
-                        self.changed.set()
-                        self.wake.set()
-                return
-            seen = store.data_version()
-            while self.stop_signal is None and not self._closing:
-                time.sleep(self.poll_seconds)
-                now = store.data_version()
-                if now != seen:
-                    seen = now
-                    self.changed.set()
-                    self.wake.set()
-        except Exception:
-            return
-        finally:
-            watcher.close()
+        watch_changes(self.url, self.poll_seconds, lambda: self.stop_signal is not None or self._closing,
+                      self.changed, self.wake)
 
     def _fault(self, reg, exc):
         """Wait out a registry fault (:class:`loopx.worker_log.Faults`; any other error is raised), then
@@ -379,139 +301,171 @@ class Worker:
 
     def run(self) -> dict:
         """Run until a signal (or, with ``exit_when_idle``, until nothing is due or running)."""
-        from loopx.registry import Registry
-        from loopx.supervision import beat, changed_goals, renew, stop_requested
+        from loopx.claims import owner_here
 
         self._closing = False
         started_at = clock.now()
         self.stats["started_at"] = started_at
-        host, pid = socket.gethostname(), os.getpid()
+        self._me = {"host": socket.gethostname(), "pid": os.getpid(), "started_at": started_at}
         main = threading.current_thread() is threading.main_thread()
         before = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
         mono0 = time.monotonic()
-        signalled = False
-        reg = None  # a database down at start is waited out like any fault (below)
-        watcher = threading.Thread(target=self._watch, daemon=True)
+        self._reg = None  # a database down at start is waited out like any fault (_connect)
         notifier = None
         try:
-            from loopx.claims import owner_here
-
             # Who it is, as a process (host, boot, pid, start time): a lease it holds is freed once
             # that process is gone, even if its pid was taken by another (supervision._owner_alive).
             info = {"concurrency": self.concurrency, "beat_seconds": self.beat_seconds, "executor": self.executor,
                     "retry_seconds": self.retry_seconds, "owner": owner_here()}
-            self.log("worker_start", host=host, pid=pid, registry=shown_url(self.url), concurrency=self.concurrency,
-                     executor=self.executor, workdir=self.workdir)
-            while self.stop_signal is None:  # a full disk or a database away at start: wait it out
-                try:
-                    if reg is None:
-                        reg = Registry.open(self.url)
-                    self._stop_asked(beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info=info))
-                    self._scan(reg)
-                    break
-                except Exception as exc:
-                    reg = self._fault(reg, exc)
-            if reg is None:  # stopped before the registry could be reached: nothing to record
+            self.log("worker_start", host=self._me["host"], pid=self._me["pid"], registry=shown_url(self.url),
+                     concurrency=self.concurrency, executor=self.executor, workdir=self.workdir)
+            if not self._connect(info):  # stopped before the registry could be reached: nothing to record
                 return self._finish(mono0)
             self.faults.cleared()
+            watcher = threading.Thread(target=self._watch, daemon=True)
             watcher.start()
-            self._check_clock(reg)
-            next_beat = time.monotonic() + self.beat_seconds
-            notifier = _Notifier(self.url, self.log) if self.notify else None
+            self._check_clock(self._reg)
+            notifier = Notifier(self.url, self.log) if self.notify else None
             if notifier:  # the goals that already wait for someone, once at start
-                with reg.read() as tx:
+                with self._reg.read() as tx:
                     notifier.check([r["goal_id"] for r in tx.query(
                         "SELECT goal_id FROM goal_summary WHERE lane = 2")])
-            while True:
-                self.wake.clear()
-                try:
-                    self._reap(reg)
-                    self._check_clock(reg)
-                    if self.changed.is_set():
-                        self.changed.clear()
-                        with reg.read() as tx:
-                            goals, self.last_event = changed_goals(tx, self.last_event)
-                            asked = stop_requested(tx, self.id)
-                        self._stop_asked(asked)
-                        if goals:
-                            self._scan(reg, goals)
-                            if notifier:
-                                notifier.check(goals)
-                    if self.stop_signal is not None:
-                        if not signalled:
-                            signalled = True
-                            self.log("stopping", signal=None if self.stop_request else signal.Signals(self.stop_signal).name,
-                                     requested=bool(self.stop_request), turns_running=len(self.children))
-                        if not self.children:
-                            break
-                    else:
-                        for goal_id in self._due(time.monotonic()):
-                            self._start(reg, goal_id)
-                    now = time.monotonic()
-                    if now >= next_beat:
-                        lost = renew(reg, {g: c.token for g, c in self.children.items()}, self.id, self.lease_seconds)
-                        for g in lost:  # another worker holds it now: stop this turn
-                            self.log("lease_lost", goal=g, token=self.children[g].token)
-                            self.children[g].proc.send_signal(signal.SIGTERM)
-                        info["clock_jumps"] = self.stats["clock_jumps"]
-                        info["last_fault"] = self.faults.last
-                        info["turns"] = [{"goal": c.goal_id, "executor": c.executor, "started_at": c.started_at,
-                                          "pid": c.proc.pid} for c in self.children.values()]
-                        self._stop_asked(beat(reg, self.id, host=host, pid=pid, started_at=started_at,
-                                              goals=list(self.children), info=info))
-                        if notifier:
-                            notifier.check_workers()
-                        next_beat = now + self.beat_seconds
-                    due = self._next_due()
-                    if due is not None and len(self.children) >= self.concurrency:
-                        due = None  # every slot is taken: a turn's end wakes the loop, not the due time
-                    if self.exit_when_idle and not self.children and (due is None or due > now) \
-                            and not self.changed.is_set():
-                        with reg.read() as tx:  # the watcher may not have seen the last commits yet
-                            if changed_goals(tx, self.last_event)[1] == self.last_event:
-                                break
-                        self.changed.set()
-                        continue
-                    timeout = min(MAX_SLEEP, next_beat - now, *([due - now] if due is not None else []))
-                    if self.children or self.stop_signal is not None:
-                        timeout = min(timeout, 1.0)  # a turn's end sets wake too; this is only a backstop
-                    self.wake.wait(max(0.0, timeout))
-                    if self.faults.cleared():  # rebuild what a fault cut short, read what changed meanwhile
-                        self._scan(reg)
-                        self.changed.set()
-                        if not watcher.is_alive():  # it ends when its connection fails
-                            watcher = threading.Thread(target=self._watch, daemon=True)
-                            watcher.start()
-                except Exception as exc:
-                    reg = self._fault(reg, exc)
+            self._loop(info, notifier, watcher)
         except BaseException as exc:
             if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 self.log("fault", what="worker", error=getattr(exc, "code", type(exc).__name__), message=str(exc)[:300])
             raise
         finally:
-            self._closing = True
-            write_fault(self.id, None)
-            if notifier:
-                notifier.close()
-            for child in self.children.values():  # an exception above: never leave turns behind
-                try:
-                    child.proc.send_signal(signal.SIGTERM)
-                except OSError:
-                    pass
-            try:
-                if reg is not None:
-                    beat(reg, self.id, host=host, pid=pid, started_at=started_at, goals=[], info={
-                        "concurrency": self.concurrency, "beat_seconds": self.beat_seconds,
-                        "clock_jumps": self.stats["clock_jumps"], "retry_seconds": self.retry_seconds,
-                        "last_fault": self.faults.last}, stopped=True)
-            except Exception as exc:  # stopping on a full disk: the stop is not recorded, the exit is clean
-                self.log("fault", what="registry", error=passing_fault(exc) or type(exc).__name__, message=str(exc)[:300])
-            finally:
-                if reg is not None:
-                    reg.close()
-                for s, h in before.items():
-                    signal.signal(s, h)
+            self._close(notifier, before)
         return self._finish(mono0)
+
+    def _connect(self, info: dict) -> bool:
+        """Open the registry, record the first heartbeat and scan the goals, waiting out faults
+        (a full disk, a database away at start); False if stopped before that succeeded."""
+        from loopx.registry import Registry
+        from loopx.supervision import beat
+
+        while self.stop_signal is None:
+            try:
+                if self._reg is None:
+                    self._reg = Registry.open(self.url)
+                self._stop_asked(beat(self._reg, self.id, **self._me, goals=[], info=info))
+                self._scan(self._reg)
+                return True
+            except Exception as exc:
+                self._reg = self._fault(self._reg, exc)
+        return False
+
+    def _loop(self, info: dict, notifier, watcher: threading.Thread) -> None:
+        """The main loop: reap ended turns, read what changed, start what is due, beat, sleep."""
+        from loopx.supervision import changed_goals
+
+        next_beat = time.monotonic() + self.beat_seconds
+        signalled = False
+        while True:
+            self.wake.clear()
+            reg = self._reg
+            try:
+                self._reap(reg)
+                self._check_clock(reg)
+                self._read_changes(reg, notifier)
+                if self.stop_signal is not None:
+                    if not signalled:
+                        signalled = True
+                        self.log("stopping", signal=None if self.stop_request else signal.Signals(self.stop_signal).name,
+                                 requested=bool(self.stop_request), turns_running=len(self.children))
+                    if not self.children:
+                        break
+                else:
+                    for goal_id in self._due(time.monotonic()):
+                        self._start(reg, goal_id)
+                now = time.monotonic()
+                if now >= next_beat:
+                    self._beat(reg, info, notifier)
+                    next_beat = now + self.beat_seconds
+                due = self._next_due()
+                if due is not None and len(self.children) >= self.concurrency:
+                    due = None  # every slot is taken: a turn's end wakes the loop, not the due time
+                if self.exit_when_idle and not self.children and (due is None or due > now) \
+                        and not self.changed.is_set():
+                    with reg.read() as tx:  # the watcher may not have seen the last commits yet
+                        if changed_goals(tx, self.last_event)[1] == self.last_event:
+                            break
+                    self.changed.set()
+                    continue
+                timeout = min(MAX_SLEEP, next_beat - now, *([due - now] if due is not None else []))
+                if self.children or self.stop_signal is not None:
+                    timeout = min(timeout, 1.0)  # a turn's end sets wake too; this is only a backstop
+                self.wake.wait(max(0.0, timeout))
+                if self.faults.cleared():  # rebuild what a fault cut short, read what changed meanwhile
+                    self._scan(reg)
+                    self.changed.set()
+                    if not watcher.is_alive():  # it ends when its connection fails
+                        watcher = threading.Thread(target=self._watch, daemon=True)
+                        watcher.start()
+            except Exception as exc:
+                self._reg = self._fault(reg, exc)
+
+    def _read_changes(self, reg, notifier) -> None:
+        """After a commit elsewhere: read the goals whose ledger moved (and a user's stop request)."""
+        from loopx.supervision import changed_goals, stop_requested
+
+        if not self.changed.is_set():
+            return
+        self.changed.clear()
+        with reg.read() as tx:
+            goals, self.last_event = changed_goals(tx, self.last_event)
+            asked = stop_requested(tx, self.id)
+        self._stop_asked(asked)
+        if goals:
+            self._scan(reg, goals)
+            if notifier:
+                notifier.check(goals)
+
+    def _beat(self, reg, info: dict, notifier) -> None:
+        """A heartbeat: renew the leases of the running turns (stopping those lost), record the beat."""
+        from loopx.supervision import beat, renew
+
+        lost = renew(reg, {g: c.token for g, c in self.children.items()}, self.id, self.lease_seconds)
+        for g in lost:  # another worker holds it now: stop this turn
+            self.log("lease_lost", goal=g, token=self.children[g].token)
+            self.children[g].proc.send_signal(signal.SIGTERM)
+        info["clock_jumps"] = self.stats["clock_jumps"]
+        info["last_fault"] = self.faults.last
+        info["turns"] = [{"goal": c.goal_id, "executor": c.executor, "started_at": c.started_at,
+                          "pid": c.proc.pid} for c in self.children.values()]
+        self._stop_asked(beat(reg, self.id, **self._me, goals=list(self.children), info=info))
+        if notifier:
+            notifier.check_workers()
+
+    def _close(self, notifier, before: dict) -> None:
+        """On the way out, whatever happened: stop the notifier and any turn left, record the stop,
+        close the registry, give the signals back their handlers."""
+        from loopx.supervision import beat
+
+        self._closing = True
+        write_fault(self.id, None)
+        if notifier:
+            notifier.close()
+        for child in self.children.values():  # an exception above: never leave turns behind
+            try:
+                child.proc.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+        reg = self._reg
+        try:
+            if reg is not None:
+                beat(reg, self.id, **self._me, goals=[], info={
+                    "concurrency": self.concurrency, "beat_seconds": self.beat_seconds,
+                    "clock_jumps": self.stats["clock_jumps"], "retry_seconds": self.retry_seconds,
+                    "last_fault": self.faults.last}, stopped=True)
+        except Exception as exc:  # stopping on a full disk: the stop is not recorded, the exit is clean
+            self.log("fault", what="registry", error=passing_fault(exc) or type(exc).__name__, message=str(exc)[:300])
+        finally:
+            if reg is not None:
+                reg.close()
+            for s, h in before.items():
+                signal.signal(s, h)
 
     def _finish(self, mono0: float) -> dict:
         """The run's figures (and its ``worker_stop`` line)."""
@@ -526,65 +480,3 @@ class Worker:
         self.log("worker_stop", stopped_by=self.stats["stopped_by"] or "idle", turns=self.stats["turns"],
                  wall_seconds=self.stats["wall_seconds"])
         return self.stats
-
-
-class _Notifier:
-    """Runs :mod:`loopx.notify`'s checks in a thread of its own (a webhook's retries never hold up
-    a turn), on a registry connection of its own."""
-
-    def __init__(self, url: str, log=None):
-        import queue
-
-        self.url, self.log = url, log or (lambda *a, **k: None)
-        self.jobs: queue.Queue = queue.Queue()
-        self.thread = threading.Thread(target=self._work, daemon=True)
-        self.thread.start()
-
-    def check(self, goal_ids: list[str]) -> None:
-        self.jobs.put(("goals", list(goal_ids)))
-
-    def check_workers(self) -> None:
-        self.jobs.put(("workers", None))
-
-    def close(self, timeout: float = 10.0) -> None:
-        self.jobs.put(None)
-        self.thread.join(timeout)
-
-    def _work(self) -> None:
-        from loopx import notify
-        from loopx.registry import Registry
-
-        reg = None
-        try:
-            while True:
-                job = self.jobs.get()
-                if job is None:
-                    return
-                try:
-                    reg = reg or Registry.open(self.url)
-                    if job[0] == "goals":
-                        sent = notify.check_goals(reg, job[1])
-                    else:
-                        # Every open goal, not only those whose ledger moved: a goal comes to need
-                        # someone when its cadence passes with no work left (no event says so), and a
-                        # failed delivery is tried again here once its back-off has passed.
-                        sent = notify.check_goals(reg, notify.open_goal_ids(reg))
-                        sent += notify.check_workers(reg)
-                    for n in sent or []:
-                        self._sent(n)
-                except Exception as exc:  # a notification problem never stops the worker
-                    self.log("fault", what="notify", error=passing_fault(exc) or type(exc).__name__,
-                             message=str(exc)[:300])
-                    if reg is not None and passing_fault(exc):  # a fresh connection for the next check
-                        try:
-                            reg.close()
-                        except Exception:
-                            pass
-                        reg = None
-        finally:
-            if reg is not None:
-                reg.close()
-
-    def _sent(self, n: dict) -> None:
-        """One line per notification sent (each channel's result is in `loopx notify list`)."""
-        self.log("notification", goal=n.get("goal_id"), reason=n.get("reason"), id=n.get("id"))

@@ -8,6 +8,7 @@ import json
 import random
 
 from loopx import evidence, integrity, jsonsafe, todos
+from loopx.events import body_text
 from loopx.store.sqlite import SqliteTx
 from tests.test_turn_helpers import ask, make_goal
 
@@ -217,7 +218,8 @@ def test_a_runs_contract_is_encoded_once_and_filed_exactly_as_its_ledger_entry_h
         body = {rng.choice(["a", "contract", "zz", "é", "", "k\"", "contracts"]): _value(rng) for _ in range(4)}
         body["contract"] = _value(rng)
         event = ledger.Event(id=1, goal_id=g, seq=1, at="t", actor="core", kind="run.opened", body=body)
-        monkeypatch.setattr(ledger, "_applying", (body, canonical(body)))
+        body_text.hold(body, canonical(body))
         assert ledger.member_text(event, "contract") == canonical(body["contract"])
-        monkeypatch.setattr(ledger, "_applying", ({**body}, canonical(body)))  # another body: encoded anew
+        body_text.hold({**body}, canonical(body))  # another body: encoded anew
         assert ledger.member_text(event, "contract") == canonical(body["contract"])
+        body_text.release()

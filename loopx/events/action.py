@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 
-from loopx.ledger import USER, event_kind
 
 
-@event_kind("action.added", USER)
 def added(tx, event):
     """``body = {"name", "argv", "gate_id"?}``; adding a name again replaces its command."""
     b = event.body
@@ -18,7 +16,6 @@ def added(tx, event):
     )
 
 
-@event_kind("action.removed", USER)
 def removed(tx, event):
     """``body = {"name"}``."""
     tx.execute("DELETE FROM actions WHERE goal_id = ? AND name = ?", (event.goal_id, event.body["name"]))

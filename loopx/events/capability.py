@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 
 from loopx.errors import LoopxError
-from loopx.ledger import CAPABILITY, event_kind
 
 
-def _owned(writer, body):
+def check_owned(writer, body):
     from loopx.capabilities import check_owner
 
     check_owner(writer.actor, body.get("namespace"))
@@ -29,8 +28,8 @@ def set_rows(tx, event, namespace: str, values: dict) -> None:
                    (event.goal_id, namespace, key, json.dumps(value, sort_keys=True), event.at))
 
 
-def _owned_bounded(writer, body):
-    _owned(writer, body)
+def check_owned_bounded(writer, body):
+    check_owned(writer, body)
     from loopx import caps
 
     # state_too_large: a goal's plugin state has a cap (loopx.caps), checked before the event is written.
@@ -38,13 +37,11 @@ def _owned_bounded(writer, body):
         caps.check_state_set(writer.tx, writer.goal_id, body.get("namespace"), body["values"])
 
 
-@event_kind("capability.state_set", CAPABILITY, guard=_owned_bounded)
 def state_set(tx, event):
     """``body = {"namespace", "values": {key: JSON value}}``: set keys (insert or replace)."""
     set_rows(tx, event, event.body["namespace"], event.body["values"])
 
 
-@event_kind("capability.state_deleted", CAPABILITY, guard=_owned)
 def state_deleted(tx, event):
     """``body = {"namespace", "keys": [key, ...]}``: delete keys (absent ones are ignored)."""
     for key in event.body["keys"]:
@@ -59,7 +56,7 @@ def state_deleted(tx, event):
 # capability installed or not), and the core's old name for a repair event (older registries).
 
 
-def _declared_repairs(writer, body):
+def check_declared_repairs(writer, body):
     from loopx.capabilities import capability_of, load
 
     name = capability_of(writer.actor)
@@ -76,17 +73,18 @@ def _declared_repairs(writer, body):
         raise LoopxError("invalid_argument", "a loss record names lost or acknowledged event numbers")
 
 
-@event_kind("capability.repaired")
-def repaired(tx, event):
+def repaired(tx, event, replay):
     """A repair written when LoopX's core still named the repair event (older registries):
     replayed by the core's repair API (:func:`loopx.events.repair.apply_event`), whether or not a repair
     capability is installed; nobody writes it any more (no writers)."""
     from loopx.events.repair import apply_event
 
-    apply_event(tx, event)
+    apply_event(tx, event, replay)
 
 
-@event_kind("capability.loss_recorded", CAPABILITY, guard=_declared_repairs)
+repaired.replays = True  # called with the ledger's apply, as apply_event is (loopx.events.table.EventKind)
+
+
 def loss_recorded(tx, event):
     """``body = {"lost": [seq...], "acknowledged": [seq...]}``: event numbers a repair found lost
     (never reused) and chain breaks it acknowledged. Changes no state; :mod:`loopx.integrity`

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from loopx import jsonsafe
-from loopx.ledger import CAPABILITY, CORE, EXECUTOR, USER, event_kind
 
 
-def _bounded(writer, body):
+def check_bounded(writer, body):
     from loopx import caps
 
     caps.check_evidence(writer.tx, body)  # evidence_too_large, before the event is written
 
 
-@event_kind("evidence.added", USER, EXECUTOR, CAPABILITY, CORE, guard=_bounded)
 def added(tx, event):
     """``body = {"evidence_id", "run_id", "kind", "summary", "data"?, "file_path"?, "file_sha256"?}``."""
     b = event.body

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from loopx.ledger import EXECUTOR, USER, event_kind
 
 
-@event_kind("gate.added", USER, EXECUTOR)
 def added(tx, event):
     """``body = {"gate_id", "title", "scope", "blocks"}``; the event's actor is who asked for it."""
     b = event.body
@@ -24,19 +22,16 @@ def _decide(tx, event, status):
 
 
 # Deciding is the user's authority alone: the writers list is the enforcement.
-@event_kind("gate.approved", USER)
 def approved(tx, event):
     """``body = {"gate_id", "comment"?}``; the event's actor and time are the decision's."""
     _decide(tx, event, "approved")
 
 
-@event_kind("gate.rejected", USER)
 def rejected(tx, event):
     """``body = {"gate_id", "comment"?}``; what the gate blocks stays blocked."""
     _decide(tx, event, "rejected")
 
 
-@event_kind("gate.reopened", USER)
 def reopened(tx, event):
     """``body = {"gate_id", "comment"?}``: a decided gate is pending again, to be decided anew (the
     decision it had stays in the ledger); what it blocks is blocked until then."""

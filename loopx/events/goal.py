@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 
-from loopx.ledger import CAPABILITY, CORE, USER, event_kind
 
 EMPTY_LIMITS = json.dumps({}, sort_keys=True)
 
 
-@event_kind("goal.created", USER)
 def created(tx, event):
     b = event.body
     tx.execute(
@@ -53,19 +51,16 @@ def _put_workspace(tx, event, fields: dict) -> None:
 # The core writes it when a turn makes the goal's workspace (the user's `loopx turn` / worker acts):
 # the project (taken from the turn's directory for a goal created before projects were recorded),
 # and the workspace's path, branch and base commit.
-@event_kind("goal.workspace_set", USER, CORE)
 def workspace_set(tx, event):
     """The goal's project or workspace changed; the body holds the fields that changed."""
     _put_workspace(tx, event, event.body)
 
 
-@event_kind("goal.workspace_applied", USER)
 def workspace_applied(tx, event):
     """A user applied the workspace's diff to the project (the body: its sha256 and files)."""
     _put_workspace(tx, event, {})
 
 
-@event_kind("goal.workspace_discarded", USER)
 def workspace_discarded(tx, event):
     """A user discarded the workspace; the next turn makes a new one."""
     _put_workspace(tx, event, {"path": None, "branch": None, "base": None, "kind": None})
@@ -73,7 +68,6 @@ def workspace_discarded(tx, event):
 
 # The core writes it once, in schema v8's migration, for goals a capability already kept state for
 # (loopx.goals.adopt_capabilities); only a user changes the list after that.
-@event_kind("goal.capabilities_set", USER, CORE)
 def capabilities_set(tx, event):
     """The capabilities the goal uses changed; the body holds the whole list after it."""
     tx.execute("UPDATE goals SET capabilities = ? WHERE id = ?",
@@ -87,17 +81,14 @@ def _set_status(tx, event, status):
     )
 
 
-@event_kind("goal.paused", USER)
 def paused(tx, event):
     _set_status(tx, event, "paused")
 
 
-@event_kind("goal.resumed", USER)
 def resumed(tx, event):
     _set_status(tx, event, "open")
 
 
-@event_kind("goal.retried", USER)
 def retried(tx, event):
     """A user lets agents try again after repeated failures; runs before it no longer count."""
     _set_status(tx, event, "open")
@@ -105,12 +96,10 @@ def retried(tx, event):
 
 # A capability may close a goal whose work it finished (Issue-Fix after publishing a commit a
 # user approved); the event's actor says it was the capability.
-@event_kind("goal.closed", USER, CAPABILITY)
 def closed(tx, event):
     _set_status(tx, event, "closed")
 
 
-@event_kind("goal.criterion_met", USER, CAPABILITY)
 def criterion_met(tx, event):
     row = tx.one("SELECT criteria FROM goals WHERE id = ?", (event.goal_id,))
     criteria = json.loads(row["criteria"])

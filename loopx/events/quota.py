@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import json
 
-from loopx.ledger import USER, event_kind
 from loopx.model.goal import BUDGETS as GRANT_KEYS  # the keys a grant may add to -> the limit each raises
 
 
-@event_kind("quota.set", USER)
 def set_limits(tx, event):
     """``body = {"limits": {...}}``: the goal's complete new limits (``None`` = unlimited)."""
     limits = {k: v for k, v in event.body["limits"].items() if v is not None}
     tx.execute("UPDATE goals SET limits = ? WHERE id = ?", (json.dumps(limits, sort_keys=True), event.goal_id))
 
 
-@event_kind("quota.granted", USER)
 def granted(tx, event):
     """``body = {"turns": n, "tokens": n, "cost": x, "wall_seconds": x}`` (any subset) added to the grants."""
     row = tx.one("SELECT grants FROM goals WHERE id = ?", (event.goal_id,))

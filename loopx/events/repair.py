@@ -17,13 +17,13 @@ FORMER_KIND = "capability.repaired"
 REBUILDS = ("state_rebuilt", "data_escaped")
 
 
-def _lease_released(tx, event):
+def _lease_released(tx, event, _replay):
     # A claim that outlived its holder: clear it; the epoch stays, so a later claim still bumps it.
     tx.execute("UPDATE todos SET claim_agent = NULL, claim_run_id = NULL, claim_expires_at = NULL, updated_at = ?"
                " WHERE id = ? AND goal_id = ?", (event.at, event.body["todo_id"], event.goal_id))
 
 
-def _dependency_dropped(tx, event):
+def _dependency_dropped(tx, event, _replay):
     from loopx import todo_ready
 
     b = event.body
@@ -36,20 +36,20 @@ def _dependency_dropped(tx, event):
     todo_ready.resync(tx, event.goal_id, b["todo_id"])  # dropping a missing dependency may make it ready
 
 
-def _gate_widened(tx, event):
+def _gate_widened(tx, event, _replay):
     # A pending gate whose target vanished blocks the whole goal until a user decides it: the
     # repair never removes human control, it only makes it impossible to miss.
     tx.execute("UPDATE gates SET blocks = 'all' WHERE id = ? AND goal_id = ?", (event.body["gate_id"], event.goal_id))
 
 
-def _evidence_unbound(tx, event):
+def _evidence_unbound(tx, event, _replay):
     # Evidence is append-only: the observation stays; only its reference to a missing run goes
     # (the event body keeps the old run id).
     tx.execute("UPDATE evidence SET run_id = NULL WHERE id = ? AND goal_id = ?",
                (event.body["evidence_id"], event.goal_id))
 
 
-def _state_rebuilt(tx, event):
+def _state_rebuilt(tx, event, replay):
     """Rebuild the goal's current state from its ledger before this event, then put back what the
     repair kept (``body["kept"]``: rows of human control the ledger lacked, which a rebuild must
     never drop; see docs/state-interaction-model.md).
@@ -63,7 +63,7 @@ def _state_rebuilt(tx, event):
         put_rows(tx, earlier, earlier.body.get("kept"))
         return True
 
-    rebuild_state(tx, event, instead=put_back)
+    rebuild_state(tx, event, replay, instead=put_back)
     put_rows(tx, event, event.body.get("kept"))
 
 
@@ -80,30 +80,36 @@ KINDS = {
 REPAIRS = tuple(KINDS)
 
 
-def apply_event(tx, event) -> None:
+def apply_event(tx, event, replay) -> None:
     """The ``apply`` of a capability's repair event kind: ``body = {"namespace", "repair": one of
-    :data:`KINDS`, "finding": CODE, ...the repair's fields}``."""
-    KINDS[event.body["repair"]](tx, event)
+    :data:`KINDS`, "finding": CODE, ...the repair's fields}``. ``replay(tx, event)`` is the
+    ledger's apply, which a rebuild runs on the goal's earlier events."""
+    KINDS[event.body["repair"]](tx, event, replay)
 
 
-def rebuild_state(tx, event, *, instead=None) -> None:
-    """Clear ``event``'s goal's current state and re-apply its events before ``event``.
+#: Marks an apply function that replays other events: it is called as ``apply(tx, event, replay)``
+#: (:attr:`loopx.events.table.EventKind.replays`), so this package never imports its own dispatcher.
+apply_event.replays = True
+
+
+def rebuild_state(tx, event, replay, *, instead=None) -> None:
+    """Clear ``event``'s goal's current state and re-apply (``replay(tx, earlier)``) its events
+    before ``event``.
 
     ``instead(earlier)`` may handle an earlier event itself (returning True), e.g. an earlier
     rebuild that is put back (:func:`put_rows`) rather than replayed, which keeps replay linear.
     """
-    from loopx import ledger
+    from loopx.events.rows import event_from_row
     from loopx.store import schema
 
     for table in reversed(list(schema.GOAL_TABLES)):
         column = "id" if table == "goals" else "goal_id"
         tx.execute(f"DELETE FROM {table} WHERE {column} = ?", (event.goal_id,))
-    for earlier in ledger.events(tx, event.goal_id):
-        if earlier.seq >= event.seq:
-            break
+    rows = tx.query("SELECT * FROM events WHERE goal_id = ? AND seq < ? ORDER BY seq", (event.goal_id, event.seq))
+    for earlier in map(event_from_row, rows):
         if instead is not None and instead(earlier):
             continue
-        ledger.apply(tx, earlier)
+        replay(tx, earlier)
 
 
 #: The tables whose rows a repair may put back (human control a rebuild must never drop).

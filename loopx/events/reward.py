@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from loopx.ledger import USER, event_kind
 
 
-@event_kind("reward.added", USER)
 def added(tx, event):
     """``body = {"reward_id", "run_id", "score", "comment"?}``; the author is the event's actor."""
     b = event.body

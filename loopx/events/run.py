@@ -4,8 +4,9 @@ run found past its expiry is marked abandoned."""
 
 from __future__ import annotations
 
-from loopx import ledger, usage_counts
-from loopx.ledger import CAPABILITY, CORE, event_kind
+from loopx import usage_counts
+from loopx.events.body_text import member_text
+from loopx.events.roles import CORE
 
 
 def _file_contract(tx, event, run_id):
@@ -14,11 +15,10 @@ def _file_contract(tx, event, run_id):
         "INSERT INTO contracts (id, goal_id, run_id, fingerprint, issued_at, expires_at, document)"
         " VALUES (?, ?, ?, ?, ?, ?, ?)",
         (doc["contract_id"], event.goal_id, run_id, doc["fingerprint"], doc["issued_at"], doc["expires_at"],
-         ledger.member_text(event, "contract")),
+         member_text(event, "contract")),
     )
 
 
-@event_kind("run.opened", CORE)
 def opened(tx, event):
     """``body = {"run_id", "agent", "expires_at", "contract": {...}}``; charges one turn (the run row)."""
     b = event.body
@@ -32,7 +32,6 @@ def opened(tx, event):
     usage_counts.opened(tx, event.goal_id, event.at)
 
 
-@event_kind("run.renewed", CORE)
 def renewed(tx, event):
     """``body = {"run_id", "contract": {...}}``: a fresh contract for an open run (no new turn)."""
     doc = event.body["contract"]
@@ -43,7 +42,6 @@ def renewed(tx, event):
     _file_contract(tx, event, event.body["run_id"])
 
 
-@event_kind("run.finished", CORE)
 def finished(tx, event):
     """``body = {"run_id", "outcome", "tokens", "cost", "handoff"}``; the run ends at the event's time."""
     b = event.body
@@ -56,7 +54,7 @@ def finished(tx, event):
     _recharge(tx, event.goal_id, before, finished_at=event.at, tokens=b.get("tokens", 0), cost=b.get("cost", 0.0))
 
 
-def _only_expired(writer, body):
+def check_only_expired(writer, body):
     # A capability may ask for this core transition (self-repair records runs the core already
     # treats as abandoned), never use it to end a live run.
     if writer.actor == CORE:
@@ -72,7 +70,6 @@ def _only_expired(writer, body):
                          f"run {body['run_id']} is {row['status']} until {row['expires_at']}")
 
 
-@event_kind("run.abandoned", CORE, CAPABILITY, guard=_only_expired)
 def abandoned(tx, event):
     """``body = {"run_id"}``: an open run past its expiry; its wall time is charged up to the expiry.
 

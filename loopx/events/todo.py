@@ -9,10 +9,8 @@ from __future__ import annotations
 import json
 
 from loopx import jsonsafe, todo_ready
-from loopx.ledger import EXECUTOR, USER, event_kind
 
 
-@event_kind("todo.added", USER, EXECUTOR)
 def added(tx, event):
     """``body = {"todo_id", "text", "priority", "depends_on"}``; creation order is the event id."""
     b = event.body
@@ -26,7 +24,6 @@ def added(tx, event):
     todo_ready.added(tx, event.goal_id, b["todo_id"], b["depends_on"])
 
 
-@event_kind("todo.depends", USER, EXECUTOR)
 def depends(tx, event):
     """``body = {"todo_id", "depends_on"}``: more dependencies (checked for cycles before emitting)."""
     b = event.body
@@ -40,7 +37,6 @@ def depends(tx, event):
     todo_ready.added(tx, event.goal_id, b["todo_id"], b["depends_on"])
 
 
-@event_kind("todo.claimed", USER, EXECUTOR)
 def claimed(tx, event):
     """``body = {"todo_id", "agent", "run_id", "epoch", "expires_at"}``: the holder and its lease."""
     b = event.body
@@ -61,19 +57,16 @@ def _settle(tx, event, status):
     todo_ready.settled(tx, event.goal_id, event.body["todo_id"])
 
 
-@event_kind("todo.done", USER, EXECUTOR)
 def done(tx, event):
     """``body = {"todo_id", "note"?}``."""
     _settle(tx, event, "done")
 
 
-@event_kind("todo.blocked", USER, EXECUTOR)
 def blocked(tx, event):
     """``body = {"todo_id", "note"?}``."""
     _settle(tx, event, "blocked")
 
 
-@event_kind("todo.reopened", USER, EXECUTOR)
 def reopened(tx, event):
     """``body = {"todo_id", "note"?}``: open again, unclaimed."""
     _settle(tx, event, "open")

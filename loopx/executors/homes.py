@@ -72,7 +72,7 @@ def goal_dir(registry, goal_id: str, *, known: bool = False) -> str:
     goal must exist (``not_found`` otherwise: no directory is made for a mistyped id)."""
     from loopx import artifacts, goals
 
-    if not artifacts._NAME.match(goal_id):
+    if not artifacts.NAME.match(goal_id):
         raise LoopxError("invalid_argument", f"not a goal id: {goal_id!r}")
     with registry.read() as tx:
         if known:

@@ -105,113 +105,129 @@ def _error(text: str) -> str:
     return page.shell(f"<main><section class='card'><p id='error'>{html.escape(text)}</p></section></main>")
 
 
+class ApprovalsHandler(BaseHTTPRequestHandler):
+    """The page and its forms; :func:`make_handler` gives it the server's state and allowed hosts."""
+
+    server_version = "loopx-approvals"
+    state: State
+    allowed_hosts: set[str]
+
+    def log_message(self, *args):
+        pass
+
+    def _refuse(self, message: str):
+        """400 with a JSON error (``invalid_argument``), and the connection closed: what
+        follows a request whose length is unknown cannot be read as the next one."""
+        self.close_connection = True
+        return self._send(400, json.dumps({"error": {"code": "invalid_argument", "message": message}}),
+                          ctype="application/json; charset=utf-8")
+
+    def _send(self, code: int, body: str, *, headers: dict | None = None, ctype="text/html; charset=utf-8"):
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Frame-Options", "DENY")
+        self.send_header("Content-Security-Policy",
+                         "default-src 'none'; form-action 'self'; style-src 'self'; img-src data:; "
+                         "frame-ancestors 'none'; base-uri 'none'")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _host_ok(self) -> bool:
+        return self.headers.get("Host", "") in self.allowed_hosts
+
+    def _session(self) -> str | None:
+        for part in (self.headers.get("Cookie") or "").split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == COOKIE and value in self.state.sessions:
+                return value
+        return None
+
+    def do_GET(self):
+        from loopx import api
+
+        state = self.state
+        if not self._host_ok():
+            return self._send(421, "wrong host")
+        url = urlparse(self.path)
+        if url.path in STYLESHEETS:
+            return self._send(200, STYLESHEETS[url.path]().decode(), ctype="text/css; charset=utf-8")
+        if url.path == "/login":
+            token = (parse_qs(url.query).get("token") or [""])[0]
+            session = state.login(token)
+            if session is None:
+                return self._send(403, _error("This login link is wrong or was used already."))
+            return self._send(303, "", headers={
+                "Location": "/", "Set-Cookie": f"{COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/"})
+        session = self._session()
+        if session is None:
+            return self._send(401, _error("Log in with the link `loopx approvals serve` printed."))
+        if url.path != "/":
+            return self._send(404, "not found")
+        message = (parse_qs(url.query).get("m") or [""])[0][:300]
+        with api.Registry.open(state.url, readonly=True) as reg:
+            data = page.gather(reg)
+        return self._send(200, page.render(data, state.sessions[session], message))
+
+    def do_POST(self):
+        if not self._host_ok():
+            return self._send(421, "wrong host")
+        session = self._session()
+        if session is None:
+            return self._send(401, _error("not logged in"))
+        origin = self.headers.get("Origin")
+        if origin and urlparse(origin).netloc not in self.allowed_hosts:
+            return self._send(403, _error("cross-site request refused"))
+        size = _length(self.headers.get("Content-Length"))
+        if size is None:
+            return self._refuse("Content-Length must be a whole number (ASCII digits)")
+        if size > 65536:
+            return self._send(413, "too large")
+        form = {k: v[0] for k, v in parse_qs(self.rfile.read(size).decode(errors="replace")).items()}
+        if not secrets.compare_digest(form.get("csrf", "").encode(), self.state.sessions[session].encode()):
+            return self._send(403, _error("CSRF token missing or wrong; nothing was changed"))
+        message = self._write(form, session)
+        if message is None:
+            return self._send(404, "not found")
+        from urllib.parse import quote
+
+        return self._send(303, "", headers={"Location": "/?m=" + quote(message)})
+
+    def _write(self, form: dict, session: str) -> str | None:
+        """Apply the form posted to this path as actor ``user``: the line to show, or None when
+        the path names no form (nothing written)."""
+        from loopx import api
+
+        op = self.state.operation(session)
+        try:
+            with api.Registry.open(self.state.url) as reg:
+                if self.path == "/decide":
+                    gate = api.decide_gate(reg, "user", form.get("verb", ""), goal_id=form.get("goal_id", ""),
+                                           gate_id=form.get("gate_id", ""), comment=form.get("comment") or None,
+                                           operation_id=op)
+                    return f"gate {gate['id']} {gate['status']} (session {session})"
+                if self.path == "/reward":
+                    reward = api.add_reward(reg, "user", goal_id=form.get("goal_id", ""),
+                                            run_id=form.get("run_id", ""),
+                                            score=_score(form.get("score", "")),
+                                            comment=form.get("comment") or None, operation_id=op)
+                    return f"reward {reward['id']} added (session {session})"
+                return None
+        except api.LoopxError as err:
+            return f"refused: {err.message} [{err.code}]"
+        except ValueError:
+            return "refused: the score is a number in [-1, 1]"
+
+
 def make_handler(state: State, allowed_hosts: set[str]):
-    from loopx import api
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "loopx-approvals"
-
-        def log_message(self, *args):
-            pass
-
-        def _refuse(self, message: str):
-            """400 with a JSON error (``invalid_argument``), and the connection closed: what
-            follows a request whose length is unknown cannot be read as the next one."""
-            self.close_connection = True
-            return self._send(400, json.dumps({"error": {"code": "invalid_argument", "message": message}}),
-                              ctype="application/json; charset=utf-8")
-
-        def _send(self, code: int, body: str, *, headers: dict | None = None, ctype="text/html; charset=utf-8"):
-            data = body.encode()
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Frame-Options", "DENY")
-            self.send_header("Content-Security-Policy",
-                             "default-src 'none'; form-action 'self'; style-src 'self'; img-src data:; "
-                             "frame-ancestors 'none'; base-uri 'none'")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _host_ok(self) -> bool:
-            return self.headers.get("Host", "") in allowed_hosts
-
-        def _session(self) -> str | None:
-            for part in (self.headers.get("Cookie") or "").split(";"):
-                name, _, value = part.strip().partition("=")
-                if name == COOKIE and value in state.sessions:
-                    return value
-            return None
-
-        def do_GET(self):
-            if not self._host_ok():
-                return self._send(421, "wrong host")
-            url = urlparse(self.path)
-            if url.path in STYLESHEETS:
-                return self._send(200, STYLESHEETS[url.path]().decode(), ctype="text/css; charset=utf-8")
-            if url.path == "/login":
-                token = (parse_qs(url.query).get("token") or [""])[0]
-                session = state.login(token)
-                if session is None:
-                    return self._send(403, _error("This login link is wrong or was used already."))
-                return self._send(303, "", headers={
-                    "Location": "/", "Set-Cookie": f"{COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/"})
-            session = self._session()
-            if session is None:
-                return self._send(401, _error("Log in with the link `loopx approvals serve` printed."))
-            if url.path != "/":
-                return self._send(404, "not found")
-            message = (parse_qs(url.query).get("m") or [""])[0][:300]
-            with api.Registry.open(state.url, readonly=True) as reg:
-                data = page.gather(reg)
-            return self._send(200, page.render(data, state.sessions[session], message))
-
-        def do_POST(self):
-            if not self._host_ok():
-                return self._send(421, "wrong host")
-            session = self._session()
-            if session is None:
-                return self._send(401, _error("not logged in"))
-            origin = self.headers.get("Origin")
-            if origin and urlparse(origin).netloc not in allowed_hosts:
-                return self._send(403, _error("cross-site request refused"))
-            size = _length(self.headers.get("Content-Length"))
-            if size is None:
-                return self._refuse("Content-Length must be a whole number (ASCII digits)")
-            if size > 65536:
-                return self._send(413, "too large")
-            form = {k: v[0] for k, v in parse_qs(self.rfile.read(size).decode(errors="replace")).items()}
-            if not secrets.compare_digest(form.get("csrf", "").encode(), state.sessions[session].encode()):
-                return self._send(403, _error("CSRF token missing or wrong; nothing was changed"))
-            op = state.operation(session)
-            try:
-                with api.Registry.open(state.url) as reg:
-                    if self.path == "/decide":
-                        gate = api.decide_gate(reg, "user", form.get("verb", ""), goal_id=form.get("goal_id", ""),
-                                               gate_id=form.get("gate_id", ""), comment=form.get("comment") or None,
-                                               operation_id=op)
-                        message = f"gate {gate['id']} {gate['status']} (session {session})"
-                    elif self.path == "/reward":
-                        reward = api.add_reward(reg, "user", goal_id=form.get("goal_id", ""),
-                                                run_id=form.get("run_id", ""),
-                                                score=_score(form.get("score", "")),
-                                                comment=form.get("comment") or None, operation_id=op)
-                        message = f"reward {reward['id']} added (session {session})"
-                    else:
-                        return self._send(404, "not found")
-            except api.LoopxError as err:
-                message = f"refused: {err.message} [{err.code}]"
-            except ValueError:
-                message = "refused: the score is a number in [-1, 1]"
-            from urllib.parse import quote
-
-            return self._send(303, "", headers={"Location": "/?m=" + quote(message)})
-
-    return Handler
+    """The request handler class of one server: :class:`ApprovalsHandler` over ``state``, answering
+    only requests whose ``Host`` is one of ``allowed_hosts``."""
+    return type("Handler", (ApprovalsHandler,), {"state": state, "allowed_hosts": allowed_hosts})
 
 
 def _interrupt(*_):
