@@ -9,6 +9,10 @@ offered, and a call for it is refused with ``actor_forbidden``. Errors are tool 
 ``isError`` and ``{"error": {"code", "message"}}``, the CLI's stable codes. Goals are resources:
 ``loopx://goals/{goal_id}``.
 
+The tools are the operations of :mod:`loopx.operations`, each declared once with the CLI command
+it is: their schemas, handlers and (inside a step) the argv sent to the turn's broker come from
+there.
+
 Built on the official ``mcp`` SDK (``pip install '.[mcp]'`` from the checkout); imported only by ``loopx mcp``.
 """
 
