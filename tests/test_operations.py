@@ -3,8 +3,9 @@
 Each operation is declared once; these tests hold the three surfaces to it: the click command
 takes each declared parameter under its declared option, the MCP tool lists exactly the declared
 parameters and required set, the argv the broker is sent parses back (by the real CLI) to the
-arguments the tool was given, and the same calls give the same answers and the same error codes
-on an open registry and through a real turn's broker.
+arguments the tool was given, the same calls give the same answers and the same error codes
+on an open registry and through a real turn's broker, and what a tool requires the command
+refuses to go without (or fills itself, as listed).
 """
 
 from __future__ import annotations
@@ -217,3 +218,44 @@ def test_a_malformed_id_is_refused_by_the_one_pattern_on_every_surface():
                 with pytest.raises(LoopxError) as domain_err:
                     check_id(p.id_kind, bad[p.name])
                 assert tool_err.value.code == domain_err.value.code == "invalid_argument"
+
+
+#: Required of a tool call, optional on the command line because the CLI fills it itself: the run
+#: from the step's environment (LOOPX_RUN_ID, which the broker sets to its own run), and a run's
+#: outcome from its evidence. Everything else a tool requires, the command refuses to go without.
+FILLED_BY_THE_CLI = {("run_finish", "outcome")}
+
+
+def test_what_a_tool_requires_the_command_refuses_to_go_without_through_the_broker(sqlite_url, tmp_path,
+                                                                                    monkeypatch):
+    with Registry.open(sqlite_url) as reg:
+        made = make_goal(reg, acts={"test": [PY, "-c", "print('green')"]})
+        g, todo = made["goal"], made["todos"][0]
+        r = Tools(reg).call("should_run", {"goal_id": g, "agent": "ops-bot"})["interaction_contract"]["run_id"]
+        args = {"goal_id": g, "run_id": r, "todo_id": todo, "text": "t", "summary": "s", "title": "Ship?",
+                "outcome": "ok", "action": "test"}
+        workdir = tmp_path / "work"
+        workdir.mkdir()
+        tried = []
+        with turns.step(reg, run_id=r, goal_id=g, agent="ops-bot", workdir=str(workdir),
+                        backend=confine.check(False), run_cli=run_inprocess) as step:
+            for key, value in step.broker_env.items():
+                monkeypatch.setenv(key, value)
+            tools = BrokeredTools()
+            for op in OPERATIONS.values():
+                for p in op.params:
+                    if not p.required or (op.tool, p.name) in FILLED_BY_THE_CLI:
+                        continue
+                    if (p.cli or {}).get("envvar") == "LOOPX_RUN_ID":
+                        assert step.broker.identity_env(None)["LOOPX_RUN_ID"] == r  # the broker's own run
+                        continue
+                    given = {q.name: args[q.name] for q in op.params if q.required and q.name != p.name}
+                    given.update({n: args[n] for n in op.one_of[:1]})
+                    with pytest.raises(LoopxError) as err:
+                        tools._cli(op.encode(given))  # past the tool's schema, straight to the command
+                    tried.append((op.tool, p.name, err.value.code))
+        # A malformed command line is invalid_argument; an executor's call outside a run is run_not_open.
+        assert all(code == ("run_not_open" if name == "run_id" else "invalid_argument")
+                   for _, name, code in tried), tried
+        assert len(tried) == 14 and {("todo_add", "run_id"), ("todo_add", "text"), ("gate_request", "title"),
+                                     ("should_run", "goal_id")} <= {(t, n) for t, n, _ in tried}
