@@ -9,6 +9,10 @@ offered, and a call for it is refused with ``actor_forbidden``. Errors are tool 
 ``isError`` and ``{"error": {"code", "message"}}``, the CLI's stable codes. Goals are resources:
 ``loopx://goals/{goal_id}``.
 
+The tools are the operations of :mod:`loopx.operations`, each declared once with the CLI command
+it is: their schemas, handlers and (inside a step) the argv sent to the turn's broker come from
+there.
+
 Built on the official ``mcp`` SDK (``pip install '.[mcp]'`` from the checkout); imported only by ``loopx mcp``.
 """
 
@@ -18,17 +22,14 @@ import contextlib
 import json
 import os
 
-ACTOR = "executor"
+from loopx.operations import EXECUTOR as ACTOR
+from loopx.operations import OPERATIONS, Operation, check_args
+
 # Bounds on one JSON-RPC line from the client (docs/agents.md): a longer line is answered with
 # -32600 and skipped; a message nesting deeper is answered with -32600 (tool arguments are held
 # to jsonsafe's 64 levels by the tools themselves). Nothing a client sends goes unanswered.
 MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_MESSAGE_DEPTH = 100
-GOAL_ID = {"type": "string", "pattern": "^g-[0-9a-f]{12}$", "description": "A goal id (g-…)."}
-RUN_ID = {"type": "string", "pattern": "^r-[0-9a-f]{12}$", "description": "The run id the contract gave (r-…)."}
-TODO_ID = {"type": "string", "pattern": "^t-[0-9a-f]{12}$", "description": "A todo id (t-…)."}
-AGENT = {"type": "string", "minLength": 1, "maxLength": 200, "description": "Agent name (default: LOOPX_AGENT or 'agent')."}
-
 
 
 def tool_name(command: str, sub: str | None = None) -> str:
@@ -48,52 +49,8 @@ def refused_tools() -> set[str]:
     return {tool_name(command, sub) for command, sub in REFUSED | user_commands()}
 
 
-def _schema(required: list[str], **props) -> dict:
-    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
-
-
-TOOLS = {
-    "should_run": ("Ask before every turn: the decision (run, wait, ask_user, repair, stop), its reasons and the "
-                   "interaction contract (a run decision opens a run). Do only what the contract lists.",
-                   _schema(["goal_id"], goal_id=GOAL_ID, agent=AGENT,
-                           ttl_seconds={"type": "number", "exclusiveMinimum": 0, "maximum": 86400,
-                                        "description": "Lease of the run opened (default 3600)."})),
-    "goal_status": ("A goal: objective, criteria, lifecycle, gates, todos, quota, and needs_you (whether it waits for a person, why, the commands).", _schema(["goal_id"], goal_id=GOAL_ID)),
-    "todo_add": ("Add a todo to the goal's plan inside your run.",
-                 _schema(["goal_id", "run_id", "text"], goal_id=GOAL_ID, run_id=RUN_ID,
-                         text={"type": "string", "minLength": 1, "maxLength": 2000},
-                         priority={"type": "string", "enum": ["P0", "P1", "P2", "P3"]},
-                         depends_on={"type": "array", "items": TODO_ID, "maxItems": 50})),
-    "todo_claim": ("Claim the contract's todo for your run (a lease).",
-                   _schema(["goal_id", "todo_id", "run_id"], goal_id=GOAL_ID, todo_id=TODO_ID, run_id=RUN_ID,
-                           agent=AGENT)),
-    "todo_done": ("Mark your claimed todo done.",
-                  _schema(["goal_id", "todo_id", "run_id"], goal_id=GOAL_ID, todo_id=TODO_ID, run_id=RUN_ID,
-                          note={"type": "string", "maxLength": 8192})),
-    "evidence_add": ("Record evidence of what you did or saw in your run.",
-                     _schema(["run_id", "summary"], run_id=RUN_ID,
-                             kind={"type": "string", "pattern": "^[a-z][a-z0-9_.-]{0,63}$",
-                                   "description": "note (default), file, test, …"},
-                             summary={"type": "string", "minLength": 1, "maxLength": 8192},
-                             data={"type": "object", "description": "Structured details (≤ 64 KiB as JSON)."})),
-    "exec_step": ("Run one action the contract allows (`loopx exec`): its exit code, output tail and sha256 are "
-                  "recorded as evidence. Name the action, or give a capability step's argv exactly as listed.",
-                  {**_schema(["run_id"], run_id=RUN_ID,
-                             action={"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"},
-                             argv={"type": "array", "items": {"type": "string"}, "minItems": 1},
-                             timeout_seconds={"type": "number", "exclusiveMinimum": 0, "maximum": 86400}),
-                   "oneOf": [{"required": ["action"]}, {"required": ["argv"]}]}),
-    "run_finish": ("Finish your run: outcome, the tokens and cost used, a hand-off for the next turn.",
-                   _schema(["run_id", "outcome"], run_id=RUN_ID,
-                           outcome={"type": "string", "enum": ["ok", "partial", "failed"]},
-                           tokens={"type": "integer", "minimum": 0}, cost={"type": "number", "minimum": 0},
-                           handoff={"type": "string", "maxLength": 8192})),
-    "gate_request": ("Ask a human for a decision: a pending gate (a user approves or rejects it).",
-                     _schema(["goal_id", "title"], goal_id=GOAL_ID,
-                             title={"type": "string", "minLength": 1, "maxLength": 500},
-                             scope={"type": "string", "enum": ["production", "privacy", "safety", "other"]},
-                             blocks={"type": "string", "description": "all (default), action:NAME or todo:ID"})),
-}
+#: name -> (description, input schema) of every tool, derived from :data:`loopx.operations.OPERATIONS`.
+TOOLS = {op.tool: (op.description, op.schema()) for op in OPERATIONS.values()}
 
 
 class Tools:
@@ -118,70 +75,31 @@ class Tools:
         if name not in TOOLS:
             raise LoopxError("invalid_argument", f"no tool {name!r} (tools: {', '.join(TOOLS)})")
         check_args(TOOLS[name][1], args)
-        return getattr(self, name)(**args)
+        return self.run(OPERATIONS[name], args)
 
-    def should_run(self, goal_id, agent=None, ttl_seconds=None):
-        from loopx.should_run import should_run
+    def run(self, op: Operation, args: dict):
+        """Do ``op`` with checked ``args``."""
+        return op.run(self.reg, ACTOR, args)
 
-        return should_run(self.reg, ACTOR, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
-
-    def goal_status(self, goal_id):
-        from loopx import clock
-        from loopx import goals as goal_store
-        from loopx.needs_you import needs
-
-        out = goal_store.show(self.reg, goal_id)
-        # Whether it waits for a person, and why: the one definition status and the dashboard use.
-        with self.reg.read() as tx:
-            out["needs_you"] = needs(tx, out["id"], clock.now()) if out["status"] == "open" else None
-        return out
-
-    def todo_add(self, goal_id, run_id, text, priority="P2", depends_on=()):
-        from loopx import todos
-
-        return todos.add(self.reg, ACTOR, goal_id=goal_id, run_id=run_id, text=text, priority=priority,
-                         depends_on=list(depends_on))
-
-    def todo_claim(self, goal_id, todo_id, run_id, agent=None):
-        from loopx import todos
-
-        return todos.claim(self.reg, ACTOR, goal_id=goal_id, todo_id=todo_id, run_id=run_id, agent=agent)
-
-    def todo_done(self, goal_id, todo_id, run_id, note=None):
-        from loopx import todos
-
-        return todos.settle(self.reg, ACTOR, "done", goal_id=goal_id, todo_id=todo_id, run_id=run_id, note=note)
-
-    def evidence_add(self, run_id, summary, kind="note", data=None):
-        from loopx import evidence
-
-        return evidence.record(self.reg, ACTOR, run_id=run_id, kind=kind, summary=summary, data=data)
-
-    def exec_step(self, run_id, action=None, argv=None, timeout_seconds=None):
-        from loopx import actions
-
-        kw = {"timeout": timeout_seconds} if timeout_seconds else {}
-        return actions.execute(self.reg, ACTOR, run_id=run_id, action=action, argv=argv, **kw)
-
-    def run_finish(self, run_id, outcome, tokens=0, cost=0.0, handoff=None):
-        from loopx import runs
-
-        return runs.finish(self.reg, ACTOR, run_id=run_id, outcome=outcome, tokens=tokens, cost=cost, handoff=handoff)
-
-    def gate_request(self, goal_id, title, scope="other", blocks="all"):
-        from loopx import gates
-
-        return gates.add(self.reg, ACTOR, goal_id=goal_id, title=title, scope=scope, blocks=blocks)
+    def goal_status(self, goal_id: str) -> dict:
+        """A goal, as the resource ``loopx://goals/{goal_id}`` shows it (the ``goal_status`` tool)."""
+        return self.run(OPERATIONS["goal_status"], {"goal_id": goal_id})
 
 
 class BrokeredTools(Tools):
     """The same tools inside a confined step: each call goes to the turn's broker as the CLI
-    command it stands for, so it acts as *this run's* executor (:mod:`loopx.broker`)."""
+    command it stands for (:meth:`loopx.operations.Operation.encode`), so it acts as *this
+    run's* executor (:mod:`loopx.broker`)."""
 
     def __init__(self):
         super().__init__(None)
 
-    def _cli(self, *argv) -> dict:
+    def run(self, op: Operation, args: dict):
+        if op.brokered is not None:
+            return op.brokered(self._cli, **op.complete(args))
+        return self._cli(op.encode(args))
+
+    def _cli(self, argv: list) -> dict:
         from loopx.broker_client import request
         from loopx.errors import LoopxError
 
@@ -200,102 +118,13 @@ class BrokeredTools(Tools):
             raise LoopxError("invalid_argument", (answer.get("stderr") or "the broker refused").strip()[-500:])
         return out
 
-    @staticmethod
-    def _opt(flag, value) -> list:
-        return [] if value is None else [flag, value]
-
-    def should_run(self, goal_id, agent=None, ttl_seconds=None):
-        return self._cli("quota", "should-run", "--goal-id", goal_id, *self._opt("--agent", agent),
-                         *self._opt("--ttl-seconds", ttl_seconds))
-
-    def goal_status(self, goal_id):
-        out = self._cli("project-prompt", "show", "--goal-id", goal_id)
-        out["needs_you"] = self._cli("status", "--goal-id", goal_id).get("needs_you")
-        return out
-
     def list_goals(self):
-        return self._cli("project-prompt", "list")
-
-    def todo_add(self, goal_id, run_id, text, priority="P2", depends_on=()):
-        deps = [a for d in depends_on for a in ("--depends-on", d)]
-        return self._cli("todo", "add", "--goal-id", goal_id, "--run-id", run_id, "--text", text, "--priority",
-                         priority, *deps)
-
-    def todo_claim(self, goal_id, todo_id, run_id, agent=None):
-        return self._cli("todo", "claim", "--goal-id", goal_id, "--todo-id", todo_id, "--run-id", run_id,
-                         *self._opt("--agent", agent))
-
-    def todo_done(self, goal_id, todo_id, run_id, note=None):
-        return self._cli("todo", "done", "--goal-id", goal_id, "--todo-id", todo_id, "--run-id", run_id,
-                         *self._opt("--note", note))
-
-    def evidence_add(self, run_id, summary, kind="note", data=None):
-        return self._cli("evidence", "add", "--run-id", run_id, "--kind", kind, "--summary", summary,
-                         *self._opt("--data", None if data is None else json.dumps(data)))
-
-    def exec_step(self, run_id, action=None, argv=None, timeout_seconds=None):
-        what = ["--action", action] if action else ["--", *argv]
-        return self._cli("exec", "--run-id", run_id, *self._opt("--timeout", timeout_seconds), *what)
-
-    def run_finish(self, run_id, outcome, tokens=0, cost=0.0, handoff=None):
-        return self._cli("run", "finish", "--run-id", run_id, "--outcome", outcome, "--tokens", tokens, "--cost", cost,
-                         *self._opt("--handoff", handoff))
-
-    def gate_request(self, goal_id, title, scope="other", blocks="all"):
-        return self._cli("gate", "add", "--goal-id", goal_id, "--title", title, "--scope", scope, "--blocks", blocks)
+        return self._cli(["project-prompt", "list"])
 
 
 def _brokered() -> bool:
     """Started inside a confined step (the turn's broker is in the environment)."""
     return bool(os.environ.get("LOOPX_BROKER"))
-
-
-_TYPES = {"string": str, "integer": int, "number": (int, float), "object": dict, "array": list, "boolean": bool}
-
-
-def check_args(schema: dict, args: dict, where: str = "") -> None:
-    """Check ``args`` against the subset of JSON Schema the tool schemas use (``invalid_argument``)."""
-    import re
-
-    from loopx.errors import LoopxError
-
-    def bad(msg):
-        raise LoopxError("invalid_argument", msg)
-
-    if not isinstance(args, dict):
-        bad("arguments must be an object")
-    for key in schema.get("required", []):
-        if key not in args:
-            bad(f"missing argument {key!r}")
-    if schema.get("oneOf") and sum(all(k in args for k in alt["required"]) for alt in schema["oneOf"]) != 1:
-        bad("give exactly one of " + " or ".join(repr(alt["required"][0]) for alt in schema["oneOf"]))
-    props = schema.get("properties", {})
-    for key, value in args.items():
-        spec = props.get(key)
-        if spec is None:
-            bad(f"unknown argument {key!r} (expected: {', '.join(props)})")
-        want = _TYPES[spec["type"]]
-        if not isinstance(value, want) or isinstance(value, bool) and spec["type"] != "boolean":
-            bad(f"{key} must be of type {spec['type']}")
-        if "enum" in spec and value not in spec["enum"]:
-            bad(f"{key} must be one of {', '.join(map(str, spec['enum']))}")
-        if "pattern" in spec and not re.fullmatch(spec["pattern"].strip("^$"), value):
-            bad(f"{key} is malformed: {value[:80]!r}")
-        if isinstance(value, str) and len(value) > spec.get("maxLength", 1 << 30):
-            bad(f"{key} is longer than {spec['maxLength']} characters")
-        if isinstance(value, str) and len(value) < spec.get("minLength", 0):
-            bad(f"{key} must not be empty")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if value < spec.get("minimum", float("-inf")) or value > spec.get("maximum", float("inf")):
-                bad(f"{key} is out of range")
-            if "exclusiveMinimum" in spec and value <= spec["exclusiveMinimum"]:
-                bad(f"{key} must be more than {spec['exclusiveMinimum']}")
-        if isinstance(value, list):
-            if len(value) < spec.get("minItems", 0) or len(value) > spec.get("maxItems", 1 << 30):
-                bad(f"{key} has the wrong number of items")
-            items = spec.get("items") or {}
-            for item in value:
-                check_args({"properties": {"item": items}}, {"item": item})
 
 
 def serve(registry_url: str | None = None) -> None:

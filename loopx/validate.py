@@ -39,6 +39,12 @@ LIMITS = {
 }
 
 
+def id_pattern(kind: str) -> str:
+    """The regular expression (anchored) of a whole id of ``kind``: what :func:`check_id` accepts,
+    as the MCP tools' JSON schemas spell it (:mod:`loopx.operations`)."""
+    return f"^{ID_KINDS[kind]}-[0-9a-f]{{12}}$"
+
+
 def new_id(kind: str) -> str:
     """A fresh random id of the given kind (``goal``, ``gate``, ``todo``, ``run``, ...)."""
     return f"{ID_KINDS[kind]}-{os.urandom(6).hex()}"

@@ -59,6 +59,7 @@ HELPERS = {
     "examples": "the example that ends each command's --help",
     "steprun": "a capability's command run by hand as a step records its result",
     "turn_common": "the options and text that `turn` and `loop` share",
+    "op_options": "the options of the agent-facing commands, from their declaration in loopx.operations",
 }
 ALIASES = {"agent_prompt": "agent-prompt", "project_prompt": "project-prompt", "summary_all": "summary-all",
            "status_server": "status-server"}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from loopx.cli.ids import RUN_ID_HELP, goal_option, id_option
+from loopx.cli.ids import goal_option, id_option
+from loopx.cli.op_options import op_option
 from loopx.cli.output import AGENT_HELP, LoopxGroup, actor, agent_claim, check_inside, emit, open_registry, operation_option
 
 
@@ -14,11 +15,11 @@ def evidence():
 
 
 @evidence.command()
-@id_option("run", envvar="LOOPX_RUN_ID", required=False, help=RUN_ID_HELP)
+@op_option("evidence_add", "run_id")
 @goal_option(required=False, help="For evidence outside any run (users and capabilities); also as the first argument.")
-@click.option("--kind", required=True, help="note, command, file, metric... (a short name).")
-@click.option("--summary", required=True, help="One line on what was observed.")
-@click.option("--data", default=None, help="A JSON object or array with details.")
+@op_option("evidence_add", "kind")
+@op_option("evidence_add", "summary")
+@op_option("evidence_add", "data")
 @click.option("--file", "file_path", type=click.Path(), default=None, help="A file to record by path and sha256.")
 @click.option("--agent", default=None, help=AGENT_HELP)
 @operation_option

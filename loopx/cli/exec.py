@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from loopx.cli.ids import RUN_ID_HELP, id_option
+from loopx.cli.op_options import op_option
 from loopx.cli.output import AGENT_HELP, LoopxCommand, actor, agent_claim, check_inside, emit, open_registry
 
 
@@ -19,13 +19,13 @@ def _exec_text(ev: dict) -> str:
 
 
 @click.command("exec", cls=LoopxCommand, context_settings={"ignore_unknown_options": True})
-@id_option("run", envvar="LOOPX_RUN_ID", help=RUN_ID_HELP)
-@click.option("--action", "action_name", default=None, help="An allowed action of the run's contract.")
+@op_option("exec_step", "run_id")
+@op_option("exec_step", "action")
 @click.option("--agent", default=None, help=AGENT_HELP)
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds before the command is killed.")
+@op_option("exec_step", "timeout_seconds")
 @click.option("--unconfined", is_flag=True, default=False,
               help="Run the command without OS confinement (docs/security.md). Env LOOPX_UNCONFINED=1.")
-@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+@op_option("exec_step", "argv")
 def exec_command(run_id, action_name, agent, timeout, unconfined, argv):
     """Run an allowed action (or an exact allowed command after `--`) and record it as evidence.
 

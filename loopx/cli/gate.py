@@ -5,9 +5,8 @@ from __future__ import annotations
 import click
 
 from loopx.cli.ids import goal_option, id_option
+from loopx.cli.op_options import op_option
 from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
-
-SCOPES = ["production", "privacy", "safety", "other"]
 
 
 def gate_line(g: dict) -> str:
@@ -39,12 +38,10 @@ def gate():
 
 
 @gate.command()
-@goal_option()
-@click.option("--title", required=True, help="What needs approval, e.g. 'Publish the report'.")
-@click.option("--scope", type=click.Choice(SCOPES), default="other", show_default=True,
-              help="What is at stake.")
-@click.option("--blocks", default="all", show_default=True,
-              help="What waits for the decision: all (the whole goal), action:NAME or todo:ID.")
+@op_option("gate_request", "goal_id")
+@op_option("gate_request", "title")
+@op_option("gate_request", "scope")
+@op_option("gate_request", "blocks")
 @operation_option
 def add(goal_id, title, scope, blocks, operation_id):
     """Ask for a gate (a user, or an agent that wants to stop and ask)."""

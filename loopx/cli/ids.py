@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import click
 
+from loopx.validate import ID_KINDS
+
 # Where the root command keeps the --registry value; loopx.cli.output re-exports it (output
 # imports this module, so the name lives here to keep the import one-way).
 REGISTRY_KEY = "loopx.registry"
 
-# kind -> (id letter, table). Ids are globally unique, so a prefix is looked up table-wide.
-TABLES = {
-    "goal": ("g", "goals"),
-    "gate": ("x", "gates"),
-    "todo": ("t", "todos"),
-    "run": ("r", "runs"),
-    "contract": ("c", "contracts"),
-    "evidence": ("e", "evidence"),
-    "reward": ("w", "rewards"),
-}
+# kind -> (id letter, table); the letters are loopx.validate's, the one definition of an id. Ids are
+# globally unique, so a prefix is looked up table-wide.
+TABLES = {kind: (ID_KINDS[kind], table) for kind, table in {
+    "goal": "goals", "gate": "gates", "todo": "todos", "run": "runs", "contract": "contracts",
+    "evidence": "evidence", "reward": "rewards"}.items()}
 _HEX = frozenset("0123456789abcdef")
 _SHOWN = 5  # candidates named in an id_ambiguous message
 GOAL_ARG = "goal_id_arg"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from loopx.cli.ids import goal_option
+from loopx.cli.op_options import op_option
 from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
 
 
@@ -92,7 +93,7 @@ def list_command(status, limit, cursor):
 
 
 @project_prompt.command()
-@goal_option()
+@op_option("goal_status", "goal_id")
 def show(goal_id):
     """Show one goal."""
     from loopx import goals

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from loopx.cli.ids import goal_option
+from loopx.cli.op_options import op_option
 from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
 
 
@@ -63,9 +64,9 @@ def quota():
 
 
 @quota.command("should-run")
-@goal_option()
-@click.option("--agent", default=None, help="Who asks (default: env LOOPX_AGENT, else 'agent').")
-@click.option("--ttl-seconds", type=float, default=None, help="How long an opened run stays open (default 3600).")
+@op_option("should_run", "goal_id")
+@op_option("should_run", "agent")
+@op_option("should_run", "ttl_seconds")
 @click.option("--dry-run", is_flag=True, help="Preview the decision and contract; write nothing.")
 @operation_option
 def should_run(goal_id, agent, ttl_seconds, dry_run, operation_id):

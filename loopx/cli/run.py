@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from loopx.cli.ids import RUN_ID_HELP, goal_option, id_option
+from loopx.cli.ids import goal_option, id_option
+from loopx.cli.op_options import op_option
 from loopx.cli.output import AGENT_HELP, LoopxGroup, actor, agent_claim, check_inside, emit, open_registry, operation_option
 
 
@@ -25,14 +26,13 @@ def run():
 
 
 @run.command()
-@id_option("run", envvar="LOOPX_RUN_ID", help=RUN_ID_HELP)
-@click.option("--outcome", default=None, type=click.Choice(["ok", "partial", "failed"]),
-              help="Default: what the run's evidence supports (failed when a step failed or never ran, else ok).")
+@op_option("run_finish", "run_id")
+@op_option("run_finish", "outcome")
 @click.option("--force-outcome", default=None, metavar="REASON",
               help="With --outcome ok: record ok although a step failed, and why (kept as evidence).")
-@click.option("--tokens", type=int, default=0, help="Tokens the turn used.")
-@click.option("--cost", type=float, default=0.0, help="What the turn cost, in USD.")
-@click.option("--handoff", default=None, help="A note for whoever acts next (default for a failed run: why).")
+@op_option("run_finish", "tokens")
+@op_option("run_finish", "cost")
+@op_option("run_finish", "handoff")
 @click.option("--agent", default=None, help=AGENT_HELP)
 @operation_option
 def finish(run_id, outcome, force_outcome, tokens, cost, handoff, agent, operation_id):

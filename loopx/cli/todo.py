@@ -5,9 +5,8 @@ from __future__ import annotations
 import click
 
 from loopx.cli.ids import goal_option, id_option
+from loopx.cli.op_options import op_option
 from loopx.cli.output import LoopxGroup, actor, agent_claim, check_inside, emit, open_registry, operation_option
-
-PRIORITIES = ["P0", "P1", "P2", "P3", "P4"]
 
 
 def todo_line(t: dict) -> str:
@@ -34,14 +33,14 @@ def todo():
 
 
 @todo.command()
-@goal_option()
-@click.option("--text", required=True, help="What to do.")
-@id_option("todo", "--depends-on", "depends_on", required=False, multiple=True, help="A todo that must be done first (repeatable).")
-@click.option("--priority", type=click.Choice(PRIORITIES), default="P2", show_default=True)
+@op_option("todo_add", "goal_id")
+@op_option("todo_add", "text")
+@op_option("todo_add", "depends_on")
+@op_option("todo_add", "priority")
 @click.option("--action", "actions", multiple=True,
               help="An action of the goal that does this todo (repeatable): a turn on it runs exactly these, "
                    "and it is done only when they ran; a gate holding one back keeps it open.")
-@id_option("run", required=False, help="The open run an agent adds it under (required for agents).")
+@op_option("todo_add", "run_id")
 @operation_option
 def add(goal_id, text, depends_on, priority, actions, run_id, operation_id):
     """Add a todo."""
@@ -83,10 +82,10 @@ def list_command(goal_id, ready, agent):
 
 
 @todo.command()
-@goal_option()
-@id_option("todo")
-@click.option("--agent", default=None, help="Who claims it (default: the agent of --run-id).")
-@id_option("run", required=False, help="The open run the claim is made under (required for agents).")
+@op_option("todo_claim", "goal_id")
+@op_option("todo_claim", "todo_id")
+@op_option("todo_claim", "agent")
+@op_option("todo_claim", "run_id")
 @click.option("--ttl-seconds", default=2700.0, type=float, show_default=True, help="Lease length.")
 @operation_option
 def claim(goal_id, todo_id, agent, run_id, ttl_seconds, operation_id):
@@ -103,10 +102,11 @@ def claim(goal_id, todo_id, agent, run_id, ttl_seconds, operation_id):
 
 
 def _settle(verb: str, doc: str):
-    @goal_option()
-    @id_option("todo")
-    @click.option("--note", default=None, help="What happened (kept on the todo and in the ledger).")
-    @id_option("run", required=False, help="The open run it happens under (required for agents).")
+    # done, block and reopen take the options of the agent's todo_done (loopx.operations).
+    @op_option("todo_done", "goal_id")
+    @op_option("todo_done", "todo_id")
+    @op_option("todo_done", "note")
+    @op_option("todo_done", "run_id")
     @click.option("--agent", default=None, help="Who reports it (default: the agent of --run-id).")
     @click.option("--epoch", default=None, type=int,
                   help="The claim epoch the reporter holds; refused with lease_lost if it moved on.")
