@@ -98,8 +98,11 @@ def passing_fault(exc: BaseException) -> str | None:
         return code if code in PASSING_CODES else None
     if isinstance(exc, sqlite3.OperationalError):
         return "registry_unavailable"
-    if type(exc).__module__.startswith("psycopg") and type(exc).__name__ in ("OperationalError", "InterfaceError"):
-        return "registry_unavailable"  # the connection was lost (server stopped, network down)
+    if any(c.__module__.startswith("psycopg") and c.__name__ in ("OperationalError", "InterfaceError")
+           for c in type(exc).__mro__):
+        # The connection was lost (server stopped, network down). Subclasses count: a server shut
+        # down under an open transaction raises AdminShutdown (an OperationalError) on ROLLBACK.
+        return "registry_unavailable"
     if isinstance(exc, OSError) and exc.errno in (28, 122, 27):  # ENOSPC, EDQUOT, EFBIG
         return "disk_full"
     return None

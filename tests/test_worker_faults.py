@@ -292,3 +292,16 @@ def test_a_registry_file_that_does_not_exist_is_refused_at_start_not_waited_for(
                        text=True, timeout=60, cwd=tmp_path)
     assert p.returncode == 2 and "registry_not_found" in p.stderr, p.stderr
     assert not missing.parent.exists()
+
+
+def test_a_server_shut_down_under_an_open_transaction_is_a_fault_to_wait_out_not_a_crash():
+    # Stopping PostgreSQL while a worker reads ends that read with AdminShutdown (a subclass of
+    # OperationalError, raised by the ROLLBACK): the worker backs off as for any lost connection.
+    # A constraint violation is the worker's own bug: not waited out.
+    errors = pytest.importorskip("psycopg.errors")
+    from loopx.worker_log import passing_fault
+
+    assert passing_fault(errors.AdminShutdown("terminating connection due to administrator command")) == \
+        "registry_unavailable"
+    assert passing_fault(errors.OperationalError("server closed the connection")) == "registry_unavailable"
+    assert passing_fault(errors.UniqueViolation("duplicate key")) is None
