@@ -42,7 +42,6 @@ LONG_FILES_ALLOWED = {
     "loopx/hooks.py",  # seam
     "loopx/integrity.py",  # store
     "loopx/registry.py",  # store
-    "loopx/mcp_server.py",  # ops
     "loopx/process.py",  # plain
     "plugins/issue_fix/loopx_issue_fix/phases.py",  # ifstate
 }
