@@ -16,6 +16,7 @@ import attrs
 
 from loopx import damage, repairs
 from loopx.events import repair as repair_events
+from loopx.store.schema import CURRENT_VERSION
 
 
 @attrs.frozen
@@ -34,6 +35,8 @@ class RepairSession:
     Repair: ClassVar[type[repairs.Repair]] = repairs.Repair
     #: Every detector code, with what it means.
     CODES: ClassVar[dict[str, str]] = damage.CODES
+    #: The registry schema version this LoopX writes (what ``schema_behind`` compares with).
+    SCHEMA_VERSION: ClassVar[int] = CURRENT_VERSION
     #: The apply and guard of a capability's repair event kind (``loopx_register_event_kinds``):
     #: plain functions, so the core replays these events even when the capability is gone.
     apply_event = staticmethod(repair_events.apply_event)
@@ -43,13 +46,6 @@ class RepairSession:
     def actor(self) -> str:
         """The actor its repairs are written as: ``capability:NAME``."""
         return f"capability:{self.capability}"
-
-    @property
-    def schema_version(self) -> int:
-        """The registry schema version this LoopX writes (what ``schema_behind`` compares with)."""
-        from loopx.store.schema import CURRENT_VERSION
-
-        return CURRENT_VERSION
 
     # --- what is damaged (none of these writes) ---------------------------------------------------
 
