@@ -43,12 +43,12 @@ def __getattr__(name):
 
 def needs_user(tx, goal_id: str) -> list:
     """A repair kept state the ledger did not hold and waits for a person (``self-repair accept``)."""
-    from loopx import api
+    from loopx.api import RepairSession, state
 
-    value = api.state.get(tx, goal_id, NAMESPACE).get("needs_user")
+    value = state.get(tx, goal_id, NAMESPACE).get("needs_user")
     if value is None:
         return []
-    return [api.RepairSession.Finding("repair_needs_user", goal_id, goal_id, value.get("message") or
+    return [RepairSession.Finding("repair_needs_user", goal_id, goal_id, value.get("message") or
                     f"goal {goal_id}: a repair kept state its ledger did not hold; a person must look",
                     None, details=value)]
 

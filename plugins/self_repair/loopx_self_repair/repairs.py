@@ -37,8 +37,7 @@ def fix(url: str | None, *, goal_id: str | None = None, operation_id: str | None
         dry_run: bool = False) -> dict:
     """Repair what the detectors find (one goal or all); returns ``{"ok", "repaired", "remaining"}``
     (and ``backup``: where the registry was copied first). ``dry_run``: ``{"plan", ...}``, no writes."""
-    from loopx import api
-    from loopx.api import Registry
+    from loopx.api import Registry, cli
 
     repair = detectors.session()
 
@@ -69,7 +68,7 @@ def fix(url: str | None, *, goal_id: str | None = None, operation_id: str | None
         with reg.read() as tx:
             goals = repair.goal_ids(tx, goal_id)
         # A bar on stderr when it is a terminal: a large registry takes a while.
-        with api.cli.progress(len(goals), "repairing goals") as bar:
+        with cli.progress(len(goals), "repairing goals") as bar:
             for gid in goals:
                 repaired.extend(_fix_goal(reg, gid, operation_id))
                 bar.advance()
@@ -106,12 +105,12 @@ def _rebuilt(done: dict, goal_id: str, w=None) -> list[dict]:
         what = ", ".join(f"{len(v)} {k}" for k, v in sorted(kept.items()))
         result = "state_rebuilt, kept for the user: " + what
         if w is not None:
-            from loopx import api
+            from loopx.api import state
 
             message = (f"goal {goal_id}: the ledger lacked {what} that current state holds; the repair kept them."
                        f" A user checks them (`loopx gate list`, `loopx evidence list`) and runs"
                        f" `{accept_command(goal_id)}`")
-            api.state.put(w, NAME, {"needs_user": {"at": w.at, "kept": done["kept_keys"], "lost": lost,
+            state.put(w, NAME, {"needs_user": {"at": w.at, "kept": done["kept_keys"], "lost": lost,
                                                "message": message}})
     return [{**f.to_json(), "result": result, "seq": done["seq"], "lost": lost} for f in done["findings"]]
 
@@ -121,7 +120,7 @@ def _op(operation_id: str | None, goal_id: str, step: str) -> str | None:
 
 
 def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
-    from loopx import api
+    from loopx.api import state
 
     session = detectors.session()
     out: list[dict] = []
@@ -162,7 +161,7 @@ def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
             seq = session.apply(w, repair)
             done.append({**f.to_json(), "result": repair.kind, "seq": seq})
         if done:
-            api.state.put(w, NAME, {"last_fix": {"at": w.at, "repaired": [d["code"] for d in done]}})
+            state.put(w, NAME, {"last_fix": {"at": w.at, "repaired": [d["code"] for d in done]}})
         return done
 
     out.extend(reg.mutate(session.actor, repair_rest, goal_id=goal_id, allow_closed=True,
@@ -173,15 +172,15 @@ def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
 
 def accept(reg, goal_id: str, *, operation_id: str | None = None) -> dict:
     """A user confirms what a repair kept (``self-repair accept``): the goal may run again."""
-    from loopx import api
+    from loopx.api import ids, state
 
-    api.ids.check("goal", goal_id)
+    ids.check("goal", goal_id)
 
     def work(w):
-        if "needs_user" not in api.state.get(w.tx, goal_id, NAME):
+        if "needs_user" not in state.get(w.tx, goal_id, NAME):
             return {"goal_id": goal_id, "accepted": False, "message": "nothing waits for a user"}
-        api.state.drop(w, NAME, ["needs_user"])
-        api.state.put(w, NAME, {"last_accept": {"at": w.at, "by": "user"}})
+        state.drop(w, NAME, ["needs_user"])
+        state.put(w, NAME, {"last_accept": {"at": w.at, "by": "user"}})
         return {"goal_id": goal_id, "accepted": True}
 
     return reg.mutate(detectors.session().actor, work, goal_id=goal_id, allow_closed=True, operation_id=operation_id,
