@@ -33,7 +33,7 @@ def test_the_import_check_names_every_other_loopx_import(tmp_path):
 
     pkg = tmp_path / "loopx_bad"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("from loopx import hookimpl\nimport loopx.api\nfrom loopx.api import emit\n")
+    (pkg / "__init__.py").write_text("from loopx import hookimpl\nimport loopx.api\nfrom loopx.api import cli\n")
     (pkg / "deep.py").write_text("def f():\n    from loopx.store import schema\n    import loopx.ledger\n"
                                  "    from loopx import clock\n")
     problems = api.testing.check_plugin_imports(pkg)

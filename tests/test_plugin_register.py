@@ -105,5 +105,5 @@ def test_the_import_check_fails_on_a_path_it_cannot_read(tmp_path):
     (tmp_path / "broken" / "__init__.py").write_text("def (:\n")
     assert api.testing.check_plugin_imports(tmp_path / "broken") != []
     (tmp_path / "fine").mkdir()
-    (tmp_path / "fine" / "__init__.py").write_text("from loopx.api import emit\n")
+    (tmp_path / "fine" / "__init__.py").write_text("from loopx.api import cli\n")
     assert api.testing.check_plugin_imports(tmp_path / "fine") == []
