@@ -134,7 +134,7 @@ def bulk_todos(reg, goal_id: str, n: int) -> None:
     from loopx import api, integrity
 
     with digest_deferred():
-        reg.mutate("user", lambda w: [api.writer_add_todo(w, text=f"todo {i}") for i in range(n)], goal_id=goal_id)
+        reg.mutate("user", lambda w: [api.todos.add_in(w, text=f"todo {i}") for i in range(n)], goal_id=goal_id)
     reg.store.write(lambda tx: integrity.seal(tx, goal_id))
 
 

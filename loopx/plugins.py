@@ -297,7 +297,7 @@ def event_kinds(core_areas=(), retired=()) -> dict[str, tuple]:
                 # The core replays NAME.repaired itself when its plugin is gone (loopx.ledger.core_repair):
                 # only a kind that is the core's repair, under the core's guard, may carry the name.
                 problem = (f"event kind {name!r}: a '.repaired' kind is a repair of the core's vocabulary:"
-                           " register it with loopx.api's repair_event_apply and repair_event_guard,"
+                           " register it with loopx.api's RepairSession.apply_event and .guard_event,"
                            " writers=('capability',)")
             else:
                 for old in formerly:

@@ -269,7 +269,7 @@ def check_plugin_imports(package_dir, *, tests: bool = False) -> list[str]:
     ``tests``: ``package_dir`` holds a plugin's tests, which may import ``loopx.testing`` too.
 
     Walks the syntax trees, so imports inside functions count too. Run it in your plugin's tests:
-    ``assert loopx.api.check_plugin_imports(Path(my_plugin.__file__).parent) == []``. A check
+    ``assert loopx.api.testing.check_plugin_imports(Path(my_plugin.__file__).parent) == []``. A check
     that could not look is not a pass: a path that does not exist, a directory without Python
     files, or a file that does not parse is a problem too.
     """

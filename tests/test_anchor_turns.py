@@ -110,14 +110,14 @@ def test_the_next_writer_finds_the_anchor_where_the_last_commit_left_the_registr
         inside, go, seen, wrote = threading.Event(), threading.Event(), {}, {}
 
         def slow(w):
-            api.writer_add_todo(w, text="first")
+            api.todos.add_in(w, text="first")
             wrote["seq"] = w.revision
             inside.set()
             go.wait(30)
 
         def reads_anchor(w):
             seen["anchor"] = anchor.read(rid, g)[0]
-            api.writer_add_todo(w, text="second")
+            api.todos.add_in(w, text="second")
 
         try:
             a = threading.Thread(target=lambda: first.mutate("user", slow, goal_id=g))

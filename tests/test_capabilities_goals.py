@@ -340,20 +340,20 @@ def test_the_plugin_api_creates_and_changes_the_list_under_the_same_rules(reg, l
     from loopx import api
 
     loopx_plugin(Scoped())
-    g = api.create_goal(reg, "user", title="T", capabilities=["scoped"])["id"]
-    assert api.set_goal_capabilities(reg, "user", g, disable=["scoped"])["capabilities"] == []
+    g = api.goals.create(reg, "user", title="T", capabilities=["scoped"])["id"]
+    assert api.goals.set_capabilities(reg, "user", g, disable=["scoped"])["capabilities"] == []
     for bad, code in ((["nope"], "capability_not_found"), (["Bad"], "invalid_argument")):
         with pytest.raises(api.LoopxError) as err:
-            api.create_goal(reg, "user", title="T", capabilities=bad)
+            api.goals.create(reg, "user", title="T", capabilities=bad)
         assert err.value.code == code
 
         def work(w, bad=bad):
-            api.writer_create_goal(w, title="T", capabilities=bad)
+            api.goals.create_in(w, title="T", capabilities=bad)
 
         with pytest.raises(api.LoopxError) as err:
             reg.mutate("user", work)
         assert err.value.code == code
     with pytest.raises(api.LoopxError) as err:
-        api.set_goal_capabilities(reg, "executor", g, enable=["scoped"])
+        api.goals.set_capabilities(reg, "executor", g, enable=["scoped"])
     assert err.value.code == "actor_forbidden"
-    assert len(api.list_goals(reg, status="all")) == 1
+    assert len(api.goals.list(reg, status="all")) == 1

@@ -1,6 +1,6 @@
 """The minimal executor docs/plugins.md shows is real: installed as a plugin (a real entry point),
 it carries out a governed ``loopx turn --executor steps-example`` under the turn's confinement,
-and stops when the core asks it to (its ``interrupt()``), as the Executor Protocol says."""
+and stops when the core asks it to (its ``interrupt()``), as the api.executors.Executor Protocol says."""
 
 from __future__ import annotations
 
@@ -80,9 +80,9 @@ def _until(predicate, what, limit=30.0):
 
 
 def test_the_documented_example_imports_only_the_plugin_api(example):
-    from loopx.api import Executor, InterruptibleExecutor, check_plugin_imports
+    from loopx import api
 
-    assert check_plugin_imports(str(example.module)) == []
+    assert api.testing.check_plugin_imports(str(example.module)) == []
     listed = {p["name"]: p for p in json.loads(example("plugins").stdout)}
     assert listed["example"]["hooks"] == ["loopx_register_executors"]
     sys.path.insert(0, str(example.module.parent))
@@ -91,7 +91,7 @@ def test_the_documented_example_imports_only_the_plugin_api(example):
     finally:
         sys.path.remove(str(example.module.parent))
     provider = loopx_steps_example.StepsExample()
-    assert isinstance(provider, Executor) and isinstance(provider, InterruptibleExecutor)
+    assert isinstance(provider, api.executors.Executor) and isinstance(provider, api.executors.InterruptibleExecutor)
 
 
 def test_a_governed_turn_through_the_example_runs_confined(example):

@@ -253,12 +253,12 @@ SPECS = sorted(name for _, name, _ in _specs())
 
 
 def test_the_recorder_implements_every_hook_and_imports_only_the_api():
-    from loopx.api import check_plugin_imports
+    from loopx import api
 
     source = (PLUGINS / "loopx_recorder" / "__init__.py").read_text()
     missing = [name for name in SPECS if not re.search(rf"@hookimpl\ndef {name}\(", source)]
     assert not missing, f"tests/plugins/loopx_recorder implements no {missing}"
-    assert check_plugin_imports(PLUGINS / "loopx_recorder") == []
+    assert api.testing.check_plugin_imports(PLUGINS / "loopx_recorder") == []
 
 
 @pytest.mark.parametrize("hook", SPECS)

@@ -22,21 +22,21 @@ PLUGIN_PACKAGES = [
 
 @pytest.mark.parametrize("package", PLUGIN_PACKAGES, ids=lambda p: p.name)
 def test_shipped_plugins_import_only_the_plugin_api(package):
-    from loopx.api import check_plugin_imports
+    from loopx import api
 
     assert package.is_dir()
-    assert check_plugin_imports(package) == []
+    assert api.testing.check_plugin_imports(package) == []
 
 
 def test_the_import_check_names_every_other_loopx_import(tmp_path):
-    from loopx.api import check_plugin_imports
+    from loopx import api
 
     pkg = tmp_path / "loopx_bad"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("from loopx import hookimpl\nimport loopx.api\nfrom loopx.api import emit\n")
+    (pkg / "__init__.py").write_text("from loopx import hookimpl\nimport loopx.api\nfrom loopx.api import cli\n")
     (pkg / "deep.py").write_text("def f():\n    from loopx.store import schema\n    import loopx.ledger\n"
                                  "    from loopx import clock\n")
-    problems = check_plugin_imports(pkg)
+    problems = api.testing.check_plugin_imports(pkg)
     assert problems == ["loopx_bad/deep.py:2: from loopx.store import schema",
                         "loopx_bad/deep.py:3: import loopx.ledger",
                         "loopx_bad/deep.py:4: from loopx import clock"]
@@ -47,11 +47,58 @@ def test_every_api_name_resolves_and_is_documented():
 
     guide = (ROOT / "docs" / "plugins.md").read_text()
     section = guide[guide.index("## The plugin API"):guide.index("## Every hook")]
-    missing = [n for n in api.__all__ if not re.search(rf"`{re.escape(n)}[`(]", section)]
+    missing = [n for n in api.__all__ if not re.search(rf"`{re.escape(n)}[`(.]", section)]
     assert not missing, f"docs/plugins.md does not document loopx.api names: {missing}"
     for name in api.__all__:
         assert getattr(api, name) is not None, name
     assert api.hookimpl is __import__("loopx").hookimpl
+
+
+def _type_checking_imports(path) -> dict[str, str]:
+    """The names the ``if TYPE_CHECKING:`` block of ``path`` imports, as ``{name: "module:attr"}``
+    (``"module"`` for a module imported from its package)."""
+    import ast
+    import importlib.util
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    out = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom), ast.unparse(node)
+        for alias in node.names:
+            assert alias.asname == alias.name, f"{ast.unparse(node)}: a re-export is written `import X as X`"
+            submodule = f"{node.module}.{alias.name}"
+            is_module = importlib.util.find_spec(node.module).submodule_search_locations is not None and \
+                importlib.util.find_spec(submodule) is not None
+            out[alias.name] = submodule if is_module else f"{node.module}:{alias.name}"
+    return out
+
+
+def test_a_type_checker_sees_every_name_the_api_serves_and_no_more_than_40():
+    """What mypy and an IDE read (the ``TYPE_CHECKING`` imports of loopx/api.py) is the table names
+    resolve from at run time, name for name and target for target; and the API stays narrow."""
+    import loopx.api as api
+
+    assert _type_checking_imports(ROOT / "loopx" / "api.py") == api._LAZY
+    assert len(api.__all__) <= 40, len(api.__all__)
+    assert sorted(api.__all__) == sorted([*api._LAZY, "hookimpl"]) == sorted(dir(api))
+
+
+def test_each_namespace_lists_exactly_what_it_imports():
+    """A namespace's ``__all__`` (what a type checker treats as re-exported) is every name it
+    imports, so a member is never importable yet invisible, or listed yet missing."""
+    import ast
+
+    import loopx.api as api
+
+    for name, target in api._LAZY.items():
+        if ":" in target:
+            continue
+        path = ROOT / (target.replace(".", "/") + ".py")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                    and node.module != "__future__" for alias in node.names}
+        assert sorted(imported) == getattr(api, name).__all__, name
 
 
 def test_importing_the_api_loads_nothing_heavy():
@@ -62,11 +109,11 @@ def test_importing_the_api_loads_nothing_heavy():
 
 def test_open_registry_works_outside_a_command(sqlite_url, tmp_path):
     # A script, not a click command: no "no active click context" RuntimeError.
-    code = ("from loopx.api import open_registry, create_goal, load_goal\n"
+    code = ("from loopx.api import goals, open_registry\n"
             "with open_registry() as reg:\n"
-            "    g = create_goal(reg, 'user', title='from a script')['id']\n"
+            "    g = goals.create(reg, 'user', title='from a script')['id']\n"
             "    with reg.read() as tx:\n"
-            "        print(load_goal(tx, g).title)\n")
+            "        print(goals.load(tx, g).title)\n")
     p = subprocess.run([sys.executable, "-c", code], env=loopx_env(sqlite_url), capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "from a script"
@@ -79,8 +126,8 @@ def test_the_actor_of_a_writer_is_fixed(reg):
     from loopx import api
     from loopx.api import LoopxError
 
-    g = api.create_goal(reg, "user", title="t")["id"]
-    gate = api.request_gate(reg, "executor", goal_id=g, title="ship it", scope="production")["id"]
+    g = api.goals.create(reg, "user", title="t")["id"]
+    gate = api.gates.request(reg, "executor", goal_id=g, title="ship it", scope="production")["id"]
 
     def approve_as_user(w):
         w.actor = "user"
@@ -89,7 +136,7 @@ def test_the_actor_of_a_writer_is_fixed(reg):
         reg.mutate("executor", approve_as_user, goal_id=g)
 
     def through_acting(w):
-        with api.acting(w, "user") as cw:
+        with api.state.acting(w, "user") as cw:
             cw.emit("gate.approved", {"gate_id": gate})
 
     # acting() only ever narrows to a capability: "user" names none, so it is refused outright.
@@ -108,21 +155,22 @@ def test_the_actor_of_a_writer_is_fixed(reg):
         reg.mutate("capability:alpha", lambda w: w.emit("gate.approved", {"gate_id": gate}), goal_id=g)
     assert err.value.code == "actor_forbidden"
     with reg.read() as tx:
-        assert api.load_gate(tx, g, gate).status == "pending"
-        assert "gate.approved" not in [e.kind for e in api.goal_events(tx, g)]
+        assert api.gates.load(tx, g, gate).status == "pending"
+        assert "gate.approved" not in [e.kind for e in api.goals.events(tx, g)]
 
 
 def test_a_capability_may_abandon_only_an_expired_run(reg):
     from loopx import api
     from loopx.api import LoopxError
 
-    g = api.create_goal(reg, "user", title="t")["id"]
-    run = api.should_run(reg, "executor", goal_id=g)["interaction_contract"]["run_id"]
+    g = api.goals.create(reg, "user", title="t")["id"]
+    run = api.runs.should_run(reg, "executor", goal_id=g)["interaction_contract"]["run_id"]
     with pytest.raises(LoopxError) as err:
-        reg.mutate("capability:alpha", lambda w: api.abandon_expired_run(w, run), goal_id=g)
+        reg.mutate("capability:alpha", lambda w: api.RepairSession("alpha", kind="alpha.repaired")
+                   .abandon_expired_run(w, run), goal_id=g)
     assert err.value.code == "actor_forbidden"
     with reg.read() as tx:
-        assert api.load_run(tx, run).status == "open"
+        assert api.runs.load(tx, run).status == "open"
 
 
 def test_run_command_takes_no_policy_of_the_callers_run_confined_builds_one(tmp_path):
@@ -135,9 +183,9 @@ def test_run_command_takes_no_policy_of_the_callers_run_confined_builds_one(tmp_
     marker = tmp_path / "ran"
     argv = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
     with pytest.raises(TypeError):
-        api.run_command(argv, env={}, timeout=30, policy=str(tmp_path / "my-policy.json"))
+        api.process.run(argv, env={}, timeout=30, policy=str(tmp_path / "my-policy.json"))
     assert not marker.exists()
-    assert api.run_command(argv, env={}, timeout=30)["exit_code"] == 0 and marker.exists()
+    assert api.process.run(argv, env={}, timeout=30)["exit_code"] == 0 and marker.exists()
 
 
 def test_run_command_keeps_every_byte_of_a_trickle_and_of_a_flood():
@@ -152,7 +200,7 @@ def test_run_command_keeps_every_byte_of_a_trickle_and_of_a_flood():
     flood = "import sys\nfor i in range(200000):\n    sys.stdout.write('%098d\\n' % i)"
     for code, expected in ((trickle, "".join(str(i % 10) for i in range(300)) + "end"),
                            (flood, "".join("%098d\n" % i for i in range(200000)))):
-        res = api.run_command([sys.executable, "-c", code], env={}, timeout=60)
+        res = api.process.run([sys.executable, "-c", code], env={}, timeout=60)
         assert res["exit_code"] == 0 and res["output_bytes"] == len(expected)
         assert res["output_sha256"] == "sha256:" + hashlib.sha256(expected.encode()).hexdigest()
         assert expected.endswith(res["output_tail"]) and len(res["output_tail"]) == min(len(expected), 4096)

@@ -96,14 +96,14 @@ def test_a_wrong_register_call_through_the_cli_is_one_warning_not_a_traceback(lo
 
 
 def test_the_import_check_fails_on_a_path_it_cannot_read(tmp_path):
-    from loopx.api import check_plugin_imports
+    from loopx import api
 
-    assert check_plugin_imports(tmp_path / "no_such_package") != []
+    assert api.testing.check_plugin_imports(tmp_path / "no_such_package") != []
     (tmp_path / "empty").mkdir()
-    assert check_plugin_imports(tmp_path / "empty") != []
+    assert api.testing.check_plugin_imports(tmp_path / "empty") != []
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "__init__.py").write_text("def (:\n")
-    assert check_plugin_imports(tmp_path / "broken") != []
+    assert api.testing.check_plugin_imports(tmp_path / "broken") != []
     (tmp_path / "fine").mkdir()
-    (tmp_path / "fine" / "__init__.py").write_text("from loopx.api import emit\n")
-    assert check_plugin_imports(tmp_path / "fine") == []
+    (tmp_path / "fine" / "__init__.py").write_text("from loopx.api import cli\n")
+    assert api.testing.check_plugin_imports(tmp_path / "fine") == []

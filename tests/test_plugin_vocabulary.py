@@ -30,9 +30,9 @@ def probe(tmp_path, sqlite_url):
 
 
 def test_the_probe_plugin_imports_only_the_api():
-    from loopx.api import check_plugin_imports
+    from loopx import api
 
-    assert check_plugin_imports(PLUGINS / "loopx_probe") == []
+    assert api.testing.check_plugin_imports(PLUGINS / "loopx_probe") == []
 
 
 def test_a_plugin_event_kind_is_written_shown_and_replayed(probe, monkeypatch):
@@ -50,16 +50,16 @@ def test_a_plugin_event_kind_is_written_shown_and_replayed(probe, monkeypatch):
     from loopx import api
 
     with api.open_registry(probe.url) as reg, reg.read() as tx:
-        live = api.goal_snapshot(tx, g)
-        assert api.get_state(tx, g, "probe") == {"notes": ["first", "second"]}
-        events = api.goal_events(tx, g)
+        live = api.goals.snapshot(tx, g)
+        assert api.state.get(tx, g, "probe") == {"notes": ["first", "second"]}
+        events = api.goals.events(tx, g)
     # This process has no probe plugin: its events replay as no-ops (history stays readable).
-    without, _ = api.replay_goal(events)
+    without, _ = api.goals.replay(events)
     assert [r for r in without["capability_state"] if r["namespace"] == "probe"] == []
     code = ("import json, sys; from loopx import api\n"
             "with api.open_registry() as reg, reg.read() as tx:\n"
-            "    ev = api.goal_events(tx, sys.argv[1]); live = api.goal_snapshot(tx, sys.argv[1])\n"
-            "print(json.dumps(api.replay_goal(ev)[0] == live))\n")
+            "    ev = api.goals.events(tx, sys.argv[1]); live = api.goals.snapshot(tx, sys.argv[1])\n"
+            "print(json.dumps(api.goals.replay(ev)[0] == live))\n")
     p = subprocess.run([sys.executable, "-c", code, g], env=probe.env, capture_output=True, text=True)
     assert p.stdout.strip() == "true", p.stderr
     assert live["capability_state"]
@@ -115,7 +115,7 @@ def test_a_plugin_kind_refuses_roles_it_did_not_name(probe):
     pm.register(loopx_probe, name="probe-inproc")
     try:
         with api.open_registry(probe.url) as reg:
-            g = api.create_goal(reg, "user", title="T")["id"]
+            g = api.goals.create(reg, "user", title="T")["id"]
             with pytest.raises(LoopxError) as err:
                 reg.mutate("capability:other", lambda w: w.emit("probe.noted", {"text": "x"}), goal_id=g)
             assert err.value.code == "actor_forbidden"

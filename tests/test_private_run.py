@@ -1,4 +1,4 @@
-"""Private runs (``loopx.api.private_dir`` / ``run_confined``): code LoopX runs on a turn's behalf
+"""Private runs (``loopx.api.process.private_dir`` / ``api.process.run_confined``): code LoopX runs on a turn's behalf
 under a policy of its own, in a directory the turn's policy hides; real processes, real Landlock."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from loopx import confine, process
-from loopx.api import LoopxError, private_dir, run_command, run_confined
+from loopx import api
+from loopx.api import LoopxError
 
 PY = sys.executable
 pytestmark = pytest.mark.skipif(confine.backend() is None, reason="needs Landlock")
@@ -35,12 +36,12 @@ def home(tmp_path, monkeypatch):
 
 def test_a_private_run_writes_only_its_own_directory_and_reads_no_secret(home):
     secret = home / "xdg-config" / "loopx" / "secret"
-    with private_dir() as where:
+    with api.process.private_dir() as where:
         code = (f"t('own', lambda: open({where!r} + '/x', 'w').write('x'))\n"
                 f"t('outside', lambda: open({str(home / 'outside' / 'x')!r}, 'w').write('x'))\n"
                 f"t('secret', lambda: open({str(secret)!r}).read())\n"
                 f"t('read', lambda: open({__file__!r}).read())\n")
-        res = run_confined(_try(code), writable=[where], env={}, timeout=60, registry_url=str(home / "registry.db"))
+        res = api.process.run_confined(_try(code), writable=[where], env={}, timeout=60, registry_url=str(home / "registry.db"))
     assert res["confined"] is True and res["exit_code"] == 0, res
     lines = res["output_tail"].split("\n")
     assert "own ok" in lines and "read ok" in lines, lines
@@ -55,23 +56,23 @@ def test_inside_a_turn_the_agent_cannot_reach_a_private_run_and_the_turns_own_pa
     step = confine.Step(registry_url=str(home / "registry.db"), workdir=str(work), backend="landlock")
     token = process.STEP.set(step)
     try:
-        with private_dir() as where:
+        with api.process.private_dir() as where:
             # The agent's side: a child under the turn's own policy.
-            agent = run_command(_try(f"t('list_root', lambda: os.listdir({confine.private_root()!r}))\n"
+            agent = api.process.run(_try(f"t('list_root', lambda: os.listdir({confine.private_root()!r}))\n"
                                      f"t('write_run', lambda: open({where!r} + '/x', 'w').write('x'))\n"
                                      f"t('own_work', lambda: open({str(work / 'w')!r}, 'w').write('x'))\n"),
                                 env={}, timeout=60)
             assert "own_work ok" in agent["output_tail"], agent
             assert "list_root refused" in agent["output_tail"] and "write_run refused" in agent["output_tail"], agent
             # The private run's side: it writes its directory, not the agent's workdir.
-            mine = run_confined(_try(f"t('write_run', lambda: open({where!r} + '/x', 'w').write('x'))\n"
+            mine = api.process.run_confined(_try(f"t('write_run', lambda: open({where!r} + '/x', 'w').write('x'))\n"
                                      f"t('write_work', lambda: open({str(work / 'v')!r}, 'w').write('x'))\n"),
                                 writable=[where], env={}, timeout=60)
             assert mine["confined"] is True and "write_run ok" in mine["output_tail"], mine
             assert "write_work refused" in mine["output_tail"], mine
             # A directory the turn itself may write is no private place to run in.
             with pytest.raises(LoopxError) as exc:
-                run_confined([PY, "-c", "pass"], writable=[str(work)], env={}, timeout=60)
+                api.process.run_confined([PY, "-c", "pass"], writable=[str(work)], env={}, timeout=60)
             assert exc.value.code == "confinement_unavailable"
     finally:
         process.STEP.reset(token)
@@ -81,11 +82,11 @@ def test_inside_a_turn_the_agent_cannot_reach_a_private_run_and_the_turns_own_pa
 def test_without_landlock_a_private_run_is_refused_unless_the_user_opted_out(home, monkeypatch):
     monkeypatch.setenv("LOOPX_CONFINE_BACKEND", "none")
     marker = home / "outside" / "ran"
-    with private_dir() as where:
+    with api.process.private_dir() as where:
         with pytest.raises(LoopxError) as exc:
-            run_confined([PY, "-c", f"open({str(marker)!r}, 'w')"], writable=[where], env={}, timeout=60)
+            api.process.run_confined([PY, "-c", f"open({str(marker)!r}, 'w')"], writable=[where], env={}, timeout=60)
         assert exc.value.code == "confinement_unavailable"
         assert not marker.exists()
         monkeypatch.setenv("LOOPX_UNCONFINED", "1")
-        res = run_confined([PY, "-c", f"open({str(marker)!r}, 'w')"], writable=[where], env={}, timeout=60)
+        res = api.process.run_confined([PY, "-c", f"open({str(marker)!r}, 'w')"], writable=[where], env={}, timeout=60)
     assert res["confined"] is False and res["exit_code"] == 0 and marker.exists()

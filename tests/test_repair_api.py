@@ -1,5 +1,5 @@
-"""The repair API (``loopx.api``: ``loopx.damage`` reads, ``loopx.repairs`` writes) as a third-party
-repair capability meets it, and a contract's repair advice coming from the capability that
+"""The repair API (one ``loopx.api.RepairSession``: ``loopx.damage`` reads, ``loopx.repairs``
+writes) as a third-party repair capability meets it, and a contract's repair advice coming from the capability that
 offers it, never from the core."""
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ class Fixer:
 
     @hookimpl
     def loopx_register_event_kinds(self, register):
-        from loopx.api import repair_event_apply, repair_event_guard
+        from loopx.api import RepairSession
 
-        register("fixer.repaired", repair_event_apply, writers=("capability",), guard=repair_event_guard)
+        register("fixer.repaired", RepairSession.apply_event, writers=("capability",), guard=RepairSession.guard_event)
 
 
 def goal_with_claim(loopx_cli, ttl="3600"):
@@ -98,15 +98,17 @@ def test_a_capability_without_repairs_may_not_offer_a_repair_command(loopx_regis
 
 
 def test_a_repair_is_applied_under_the_rules_of_every_write(loopx_registry, loopx_cli, loopx_plugin):
-    from loopx.api import Repair, apply_repair, goal_damage, propose_repair
+    from loopx.api import RepairSession
 
+    Repair = RepairSession.Repair
     reg = loopx_registry
     loopx_plugin(Fixer())
     g, t = goal_with_claim(loopx_cli)
     before = events(reg, g)
 
     def attempt(repair, kind="fixer.repaired"):
-        return reg.mutate("capability:fixer", lambda w: apply_repair(w, repair, kind=kind), goal_id=g)
+        session = RepairSession("fixer", kind=kind)
+        return reg.mutate(session.actor, lambda w: session.apply(w, repair), goal_id=g)
 
     # The lease is live: releasing it is refused, whoever proposes it.
     live = Repair("lease_released", g, "stale_lease", t, {"todo_id": t, "agent": "a1", "expired_at": "x"})
@@ -133,9 +135,10 @@ def test_a_repair_is_applied_under_the_rules_of_every_write(loopx_registry, loop
     con.commit()
     con.close()
     with reg.read() as tx:
-        found = [f for f in goal_damage(tx, g, full=False) if f.code == "stale_lease"]
+        found = [f for f in RepairSession("fixer", kind="fixer.repaired").goal(tx, g, full=False)
+                 if f.code == "stale_lease"]
     assert [f.subject for f in found] == [t]
-    repair = propose_repair(found[0])
+    repair = RepairSession("fixer", kind="fixer.repaired").propose(found[0])
     assert repair.kind == "lease_released" and repair.body["todo_id"] == t
     seq = attempt(repair)
     with reg.read() as tx:

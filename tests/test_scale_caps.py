@@ -72,7 +72,7 @@ def test_evidence_a_plugin_writes_is_held_to_the_same_cap(reg):
     g = make_goal(reg, title="observed")["goal"]
     before = _rows(reg, g)
     with pytest.raises(LoopxError) as err:
-        reg.mutate("user", lambda w: api.writer_add_evidence(w, kind="note", summary="s",
+        reg.mutate("user", lambda w: api.evidence.add_in(w, kind="note", summary="s",
                                                              data={"b": "x" * (1024 * 1024)}), goal_id=g)
     assert err.value.code == "evidence_too_large"
     assert _rows(reg, g) == before

@@ -192,14 +192,14 @@ def test_a_goal_with_many_finished_todos_reads_a_page_not_the_list(sqlite_url):
             from loopx import api
 
             for i in range(3000):
-                t = api.writer_add_todo(w, text=f"old {i}", priority="P0")
-                api.writer_todo_done(w, todo_id=t)
+                t = api.todos.add_in(w, text=f"old {i}", priority="P0")
+                api.todos.done_in(w, todo_id=t)
             for i in range(8):
-                api.writer_add_todo(w, text=f"new {i}", priority="P1")
+                api.todos.add_in(w, text=f"new {i}", priority="P1")
             # and open todos waiting on an open one: never ready, never read
-            first = api.writer_add_todo(w, text="gate keeper", priority="P3")
+            first = api.todos.add_in(w, text="gate keeper", priority="P3")
             for i in range(2000):
-                api.writer_add_todo(w, text=f"waiting {i}", priority="P0", depends_on=[first])
+                api.todos.add_in(w, text=f"waiting {i}", priority="P0", depends_on=[first])
 
         reg.mutate("user", pile, goal_id=big)
         assert steps_for(reg, big) <= 2 * steps_for(reg, small) + 2

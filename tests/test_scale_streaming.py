@@ -23,7 +23,7 @@ def _filled(url: str, n: int) -> str:
 
         def work(w):
             for i in range(n):
-                api.writer_add_evidence(w, kind="note", summary=f"observation {i}", data={"blob": BLOB, "i": i})
+                api.evidence.add_in(w, kind="note", summary=f"observation {i}", data={"blob": BLOB, "i": i})
 
         reg.mutate("user", work, goal_id=g)
     return g

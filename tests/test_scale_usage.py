@@ -41,11 +41,11 @@ def test_counters_equal_the_runs_sums_and_a_replay_of_the_ledger(reg, loopx_cloc
     assert have == summed and have[0] == 5 and have[1] == 1212 and have[2] == 250000 + 100000 + 333333 + 20000
     with reg.read() as tx:
         used = quota.usage(tx, g)
-        snap = api.goal_snapshot(tx, g)
+        snap = api.goals.snapshot(tx, g)
         goal_events = ledger.events(tx, g)
     assert (used.turns, used.tokens, used.cost) == (5, 1212, 0.703333)
     assert used.wall_seconds >= 60.0  # the abandoned run's lease, at least
-    replayed, replayed_usage = api.replay_goal(goal_events)
+    replayed, replayed_usage = api.goals.replay(goal_events)
     assert replayed["goal_usage"] == snap["goal_usage"] and len(snap["goal_usage"]) == 1
     assert replayed == snap and replayed_usage == used
 

@@ -129,7 +129,7 @@ def test_a_write_costs_the_rows_it_changes_not_the_goals_todos(sqlite_url):
             from loopx import api
 
             for i in range(2000):
-                api.writer_todo_done(w, todo_id=api.writer_add_todo(w, text=f"old {i}"))
+                api.todos.done_in(w, todo_id=api.todos.add_in(w, text=f"old {i}"))
 
         reg.mutate("user", pile, goal_id=big)
         assert check(reg, big) == []

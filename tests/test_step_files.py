@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="La
 #: How many times each racing command runs in the turn.
 ROUNDS = 25
 
-# A plugin command writing a path it was given, as a plugin must: through loopx.api.write_step_file
+# A plugin command writing a path it was given, as a plugin must: through loopx.api.files.write
 # (what Issue-Fix's `handoff --output` uses).
 WRITER_PLUGIN = '''
 import click
@@ -41,9 +41,9 @@ def loopx_register_commands(cli):
     @click.option("--out", type=click.Path(), required=True)
     def scribble(out):
         """Write a file where told (in LoopX's process, outside the step's confinement)."""
-        from loopx.api import write_step_file
+        from loopx import api
 
-        print("SCRIBBLED", write_step_file(out, b"import os; os.system('loopx gate approve ...')\\n"))
+        print("SCRIBBLED", api.files.write(out, b"import os; os.system('loopx gate approve ...')\\n"))
 
     cli.add_command(scribble)
 '''

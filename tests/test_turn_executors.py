@@ -141,10 +141,10 @@ def test_every_builtin_executor_implements_the_executor_protocol_and_a_provider_
 
     found = executors.providers()
     assert {"shell", "claude-code", "codex", "command"} <= set(found)
-    assert all(isinstance(found[n], api.Executor) for n in ("shell", "claude-code", "codex", "command"))
+    assert all(isinstance(found[n], api.executors.Executor) for n in ("shell", "claude-code", "codex", "command"))
     # Those that can tell before a run is opened that they cannot work say so through check().
-    assert all(isinstance(found[n], api.CheckedExecutor) for n in ("claude-code", "codex", "command"))
-    assert not isinstance(found["shell"], api.CheckedExecutor)
+    assert all(isinstance(found[n], api.executors.CheckedExecutor) for n in ("claude-code", "codex", "command"))
+    assert not isinstance(found["shell"], api.executors.CheckedExecutor)
 
     class NoTurn:
         def check(self):

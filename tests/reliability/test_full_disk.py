@@ -194,7 +194,7 @@ def test_two_backups_in_the_same_instant_get_different_names(tmp_path, monkeypat
     import pathlib
     import threading
 
-    from loopx import backup as repairs  # the backup a repair takes first (loopx.api.backup_registry)
+    from loopx import backup as repairs  # the backup a repair takes first (loopx.api.RepairSession.backup)
 
     url = str(tmp_path / "registry.db")
     _goal(url)

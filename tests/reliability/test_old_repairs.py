@@ -45,14 +45,14 @@ def kinds(url, g):
     from loopx import api
 
     with api.open_registry(url) as reg, reg.read() as tx:
-        return [e.kind for e in api.goal_events(tx, g)]
+        return [e.kind for e in api.goals.events(tx, g)]
 
 
 def state_and_replay(url, g):
     from loopx import api
 
     with api.open_registry(url) as reg, reg.read() as tx:
-        return api.goal_snapshot(tx, g), api.replay_goal(api.goal_events(tx, g))[0]
+        return api.goals.snapshot(tx, g), api.goals.replay(api.goals.events(tx, g))[0]
 
 
 def test_with_the_plugin_an_older_registry_verifies_replays_and_copies_to_every_backend(old, registry_url):

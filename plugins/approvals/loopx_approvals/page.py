@@ -21,11 +21,11 @@ def gather(reg, limit: int = 100) -> dict:
     transaction for the gates, todos and packets of the goals it lists)."""
     from loopx import api
 
-    view = api.status_overview(reg, limit=limit)
+    view = api.goals.overview(reg, limit=limit)
     goals = []
     with reg.read() as tx:
         for g in view["goals"]:
-            gates = api.list_gates(tx, g["id"], pending_only=True) if g.get("gates_pending") else []
+            gates = api.gates.list(tx, g["id"], pending_only=True) if g.get("gates_pending") else []
             run = g.get("last_run")
             scorable = bool(run and run.get("state") != "open")
             if not (g.get("needs_you") or gates or scorable):
@@ -51,7 +51,7 @@ def _blocks(api, tx, gate) -> str:
         return f"the action {target} (other work goes on)"
     if kind == "todo":
         try:
-            todo = api.load_todo(tx, gate.goal_id, target)
+            todo = api.todos.load(tx, gate.goal_id, target)
         except api.LoopxError:
             return f"todo {target}"
         return f"todo {target}: {todo.text}"
@@ -62,13 +62,13 @@ def _gate_artifacts(api, tx, gate) -> list[dict]:
     """What was recorded to decide ``gate`` (a diff of changed tests): ``{"name", "sha256", "text",
     "problem"}``, ``text`` read only while it has its recorded sha256 (else ``problem``)."""
     out = []
-    for item in api.goal_artifacts(tx, gate.goal_id):
+    for item in api.files.artifacts(tx, gate.goal_id):
         if item["gate_id"] != gate.id:
             continue
         text, problem = None, item["problem"]
         if item["ok"]:
             try:
-                text = api.read_artifact(item["path"], item["sha256"], what=item["name"]).decode("utf-8", "replace")
+                text = api.files.read_artifact(item["path"], item["sha256"], what=item["name"]).decode("utf-8", "replace")
             except api.LoopxError as exc:
                 problem = exc.message
         out.append({"name": item["name"], "sha256": item["sha256"], "text": text, "problem": problem})
@@ -82,13 +82,13 @@ def _packet(api, tx, goal_id: str) -> dict | None:
     any other goal's hand-off evidence may name a file with its digest. Both are read through
     ``loopx.api``: nothing of the Issue-Fix plugin is imported.
     """
-    handoff = api.get_state(tx, goal_id, "issue_fix").get("handoff")
+    handoff = api.state.get(tx, goal_id, "issue_fix").get("handoff")
     if isinstance(handoff, dict):
         path = handoff.get("packet") or handoff.get("path")
         sha = handoff.get("sha256")
         if isinstance(path, str) and isinstance(sha, str):
             return {"path": path, "sha256": sha.removeprefix("sha256:"), "source": "issue_fix state"}
-    for item in reversed(api.list_evidence(tx, goal_id, kind="handoff")):
+    for item in reversed(api.evidence.list(tx, goal_id, kind="handoff")):
         if item.file_path and item.file_sha256:
             return {"path": item.file_path, "sha256": item.file_sha256.removeprefix("sha256:"),
                     "source": f"evidence {item.id}"}

@@ -13,9 +13,9 @@ def loopx_register_commands(cli):
     """Add ``loopx approvals serve``."""
     import click
 
-    from loopx.api import LoopxGroup
+    from loopx import api
 
-    @click.group("approvals", cls=LoopxGroup)
+    @click.group("approvals", cls=api.cli.LoopxGroup)
     def approvals():
         """Approve or reject gates and score runs from a browser (the status server stays read-only)."""
 

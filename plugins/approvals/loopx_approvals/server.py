@@ -6,11 +6,11 @@ once starts a session (a random id in an ``HttpOnly``, ``SameSite=Strict`` cooki
 then spent. Every form carries the session's CSRF token, checked on every ``POST``; the ``Host``
 header must name this server (no DNS rebinding), and ``Origin``, when sent, must be this server.
 It listens on loopback unless ``--allow-remote``. The only things answered without a session are
-two public stylesheets: ``/assets/dashboard.css``, the dashboard's own (``loopx.api.dashboard_stylesheet``),
+two public stylesheets: ``/assets/dashboard.css``, the dashboard's own (``loopx.api.pages.dashboard_stylesheet``),
 so the page looks like the dashboard, and ``/assets/approvals.css``, this page's few additions; the
 Content-Security-Policy allows styles from this server only, and no script at all.
 
-While it runs, ``serve`` announces the page (``loopx.api.announce_page``: a file in LoopX's data
+While it runs, ``serve`` announces the page (``loopx.api.pages.announce``: a file in LoopX's data
 directory naming its URL, process and registry) so the read-only dashboard links to it; the file is
 removed when it stops.
 
@@ -93,7 +93,7 @@ def _own_stylesheet() -> bytes:
 def _dashboard_stylesheet() -> bytes:
     from loopx import api
 
-    return api.dashboard_stylesheet()
+    return api.pages.dashboard_stylesheet()
 
 
 #: The only paths answered without a session: public stylesheets, the dashboard's and this page's.
@@ -207,12 +207,12 @@ class ApprovalsHandler(BaseHTTPRequestHandler):
         try:
             with api.Registry.open(self.state.url) as reg:
                 if self.path == "/decide":
-                    gate = api.decide_gate(reg, "user", form.get("verb", ""), goal_id=form.get("goal_id", ""),
+                    gate = api.gates.decide(reg, "user", form.get("verb", ""), goal_id=form.get("goal_id", ""),
                                            gate_id=form.get("gate_id", ""), comment=form.get("comment") or None,
                                            operation_id=op)
                     return f"gate {gate['id']} {gate['status']} (session {session})"
                 if self.path == "/reward":
-                    reward = api.add_reward(reg, "user", goal_id=form.get("goal_id", ""),
+                    reward = api.runs.add_reward(reg, "user", goal_id=form.get("goal_id", ""),
                                             run_id=form.get("run_id", ""),
                                             score=_score(form.get("score", "")),
                                             comment=form.get("comment") or None, operation_id=op)
@@ -245,10 +245,10 @@ def run(*, host: str, port: int, allow_remote: bool, token_file: str | None) -> 
     if not loopback and not allow_remote:
         raise api.LoopxError("invalid_argument", f"--host {host} is not a loopback address; add --allow-remote "
                                                  "(and put TLS in front of it) to serve other machines")
-    url = api.registry_url()
+    url = api.cli.registry_url()
     with api.Registry.open(url) as reg:  # refuse a registry that is not there before printing a link
         with reg.read() as tx:
-            registry = api.registry_id(tx)
+            registry = api.pages.registry_id(tx)
     state = State(url)
     server = ThreadingHTTPServer((host, port), None)
     real_port = server.server_address[1]
@@ -264,12 +264,12 @@ def run(*, host: str, port: int, allow_remote: bool, token_file: str | None) -> 
     print(f"loopx approvals: open {link} once to log in (token also in {path})", file=sys.stderr, flush=True)
     # SIGTERM stops it as Ctrl-C does, so the announcement below is withdrawn either way.
     signal.signal(signal.SIGTERM, _interrupt)
-    announced = api.announce_page("approvals", title="Approvals", url=f"http://{host}:{real_port}/",
+    announced = api.pages.announce("approvals", title="Approvals", url=f"http://{host}:{real_port}/",
                                   registry=registry)
     try:
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         pass
     finally:
-        api.withdraw_page(announced)
+        api.pages.withdraw(announced)
         server.server_close()

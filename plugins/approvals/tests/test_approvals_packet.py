@@ -52,8 +52,8 @@ def test_the_packet_issue_fix_records_is_on_the_page(tmp_path):
     sha = "ab" * 32
     script = textwrap.dedent(f"""
         from loopx import api
-        with api.Registry.open(api.registry_url()) as reg:
-            api.set_state(reg, "issue_fix", {goal!r}, {{"handoff": {{"packet": "/data/goal/handoff.md",
+        with api.Registry.open(api.cli.registry_url()) as reg:
+            api.state.set(reg, "issue_fix", {goal!r}, {{"handoff": {{"packet": "/data/goal/handoff.md",
                           "sha256": {sha!r}, "run_id": "r-1"}}}})
     """)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)

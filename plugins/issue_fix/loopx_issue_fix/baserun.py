@@ -104,7 +104,8 @@ def reusable(reg, state: dict, key: str) -> dict | None:
     Returns ``{"goal_id", "evidence_id", "data": the results file's bytes, "facts": the run as its
     evidence recorded it}``.
     """
-    from loopx.api import LoopxError, get_state, load_evidence
+    from loopx import api
+    from loopx.api import LoopxError
 
     try:
         pointer = json.loads((base_dir(state, key) / "latest.json").read_text())
@@ -113,8 +114,8 @@ def reusable(reg, state: dict, key: str) -> dict | None:
         return None
     try:
         with reg.read() as tx:
-            earlier = get_state(tx, goal_id, "issue_fix")
-            ev = load_evidence(tx, evidence_id)
+            earlier = api.state.get(tx, goal_id, "issue_fix")
+            ev = api.evidence.load(tx, evidence_id)
     except LoopxError:
         return None
     repro = (earlier or {}).get("reproduction") or {}

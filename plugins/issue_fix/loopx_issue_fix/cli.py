@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from loopx.api import LoopxGroup, actor, emit, goal_option, open_registry, operation_option
+from loopx import api
+from loopx.api import open_registry
 
 RUN_ID = click.option("--run-id", envvar="LOOPX_RUN_ID", default=None,
                       help="The run to act under (default: $LOOPX_RUN_ID, set by `loopx exec`).")
@@ -23,7 +24,7 @@ def _test_text(t: dict | None) -> str:
     return f"`{t['command']}` {how} in {t['duration_seconds']}s\n{tail}"
 
 
-@click.group("issue-fix", cls=LoopxGroup, epilog="Example:\n  loopx issue-fix start --repo . --title 'Fix the rounding bug' --issue-file issue.md --test-command 'python -m pytest -q tests/test_rounding.py'")
+@click.group("issue-fix", cls=api.cli.LoopxGroup, epilog="Example:\n  loopx issue-fix start --repo . --title 'Fix the rounding bug' --issue-file issue.md --test-command 'python -m pytest -q tests/test_rounding.py'")
 def issue_fix():
     """Fix one issue in a git repository: reproduce, fix, verify, hand off, publish."""
 
@@ -46,14 +47,14 @@ def issue_fix():
 @click.option("--test-timeout", type=click.FloatRange(1, 86400), default=None,
               help="Seconds one test run may take (default 60, the capability's quota need).")
 @click.option("--keep", is_flag=True, help="Keep the worktree and branch when the goal is closed (default: removed).")
-@operation_option
+@api.cli.operation_option
 def start(repo, title, issue_text, issue_file, test_command, test_ids, report, allow_test_changes, base, branch,
           remote, provider, test_timeout, keep, operation_id):
     """Create an Issue-Fix goal with a git worktree and branch of its own."""
     from loopx_issue_fix import workflow
 
     with open_registry() as reg:
-        out = workflow.start(reg, actor(), repo=repo, title=title, test_command=test_command, issue_text=issue_text,
+        out = workflow.start(reg, api.cli.actor(), repo=repo, title=title, test_command=test_command, issue_text=issue_text,
                              issue_file=issue_file, test_ids=test_ids, report=report,
                              allow_test_changes=allow_test_changes, base=base, branch=branch, remote=remote,
                              provider=provider, test_timeout=test_timeout, keep=keep,
@@ -68,11 +69,11 @@ def start(repo, title, issue_text, issue_file, test_command, test_ids, report, a
         lines.append(f"next: loopx quota should-run --goal-id {o['goal_id']}")
         return "\n".join(lines)
 
-    emit(out, text)
+    api.cli.emit(out, text)
 
 
 @issue_fix.command(epilog="Example:\n  loopx issue-fix show --goal-id g-2ce4")
-@goal_option(help="The Issue-Fix goal (also as the first argument).")
+@api.cli.goal_option(help="The Issue-Fix goal (also as the first argument).")
 @click.option("--packet", "print_packet", is_flag=True, help="Print the hand-off packet (checked against its recorded sha256).")
 def show(goal_id, print_packet):
     """An Issue-Fix goal's phase, attempts, todos, publish gate and next step.
@@ -95,7 +96,7 @@ def show(goal_id, print_packet):
                 f"  publish gate {o['publish_gate']} ({o['publish_gate_status']})\n  next: {o['next']}{packet}"
                 + _test_change_text(o.get("test_change")))
 
-    emit(out, text)
+    api.cli.emit(out, text)
 
 
 def _test_change_text(tc: dict | None) -> str:
@@ -110,14 +111,14 @@ def _test_change_text(tc: dict | None) -> str:
 @issue_fix.command(epilog="Example:\n  loopx issue-fix reproduce --run-id r-91ab")
 @RUN_ID
 @TIMEOUT
-@operation_option
+@api.cli.operation_option
 def reproduce(run_id, timeout, operation_id):
     """Run the tests and record the failing test ids (exit 1 when nothing fails: not reproduced)."""
     from loopx_issue_fix import phases
 
     with open_registry() as reg:
-        out = phases.reproduce(reg, actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
-    emit(out, lambda o: f"{'reproduced (red): ' + ', '.join(o['failing']) if o['reproduced'] else 'NOT reproduced'}"
+        out = phases.reproduce(reg, api.cli.actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
+    api.cli.emit(out, lambda o: f"{'reproduced (red): ' + ', '.join(o['failing']) if o['reproduced'] else 'NOT reproduced'}"
                         f"\n{_test_text(o['test'])}\nphase {o['phase']}; evidence {o['evidence_id']}")
     if not out["reproduced"]:
         sys.exit(1)
@@ -126,14 +127,14 @@ def reproduce(run_id, timeout, operation_id):
 @issue_fix.command(epilog="Example:\n  loopx issue-fix verify --run-id r-91ab")
 @RUN_ID
 @TIMEOUT
-@operation_option
+@api.cli.operation_option
 def verify(run_id, timeout, operation_id):
     """Prove the fix and commit it (exit 1 unless the failing tests pass on changed code)."""
     from loopx_issue_fix import phases
 
     with open_registry() as reg:
-        out = phases.verify(reg, actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
-    emit(out, lambda o: (f"verified (green): commit {o['commit']}" if o["verified"]
+        out = phases.verify(reg, api.cli.actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
+    api.cli.emit(out, lambda o: (f"verified (green): commit {o['commit']}" if o["verified"]
                          else f"not verified ({o['reason']}): {o['problem']}")
                         + f"\n{_test_text(o['test'])}\n{o['diff']['stat']}\nphase {o['phase']}; "
                           f"evidence {o['evidence_id']}")
@@ -147,15 +148,15 @@ def verify(run_id, timeout, operation_id):
 @click.option("--root-cause", default=None, help="What caused the issue, for the reviewer.")
 @click.option("--output", type=click.Path(readable=False), default=None, help="Where to write a copy of the packet (it is always kept in LoopX's data directory; inside a "
                    "turn only beneath the step's own directories).")
-@operation_option
+@api.cli.operation_option
 def handoff(run_id, timeout, root_cause, output, operation_id):
     """Write the reviewer packet and request the publish gate."""
     from loopx_issue_fix import phases
 
     with open_registry() as reg:
-        out = phases.handoff(reg, actor(), run_id=run_id, root_cause=root_cause, output=output, timeout=timeout,
+        out = phases.handoff(reg, api.cli.actor(), run_id=run_id, root_cause=root_cause, output=output, timeout=timeout,
                              operation_id=operation_id)
-    emit(out, lambda o: "".join(f"WARNING: {w}\n" for w in o["warnings"])
+    api.cli.emit(out, lambda o: "".join(f"WARNING: {w}\n" for w in o["warnings"])
                         + f"hand-off packet: {o['packet_path']} (sha256 {o['packet_sha256'][:16]}...)\n"
                           f"publish gate {o['gate_id']} requested; phase {o['phase']}; evidence {o['evidence_id']}")
 
@@ -163,30 +164,30 @@ def handoff(run_id, timeout, root_cause, output, operation_id):
 @issue_fix.command(epilog="Example:\n  loopx issue-fix publish --run-id r-91ab")
 @RUN_ID
 @TIMEOUT
-@operation_option
+@api.cli.operation_option
 def publish(run_id, timeout, operation_id):
     """Publish exactly the verified commit (only after a user approved the gate)."""
     from loopx_issue_fix import phases
 
     with open_registry() as reg:
-        out = phases.publish(reg, actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
-    emit(out, lambda o: f"pushed {o['commit']} to {o['remote']} {o['branch']}"
+        out = phases.publish(reg, api.cli.actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
+    api.cli.emit(out, lambda o: f"pushed {o['commit']} to {o['remote']} {o['branch']}"
                         + (f"; {o['provider']}: {o['request']}" if o.get("request") else "") + "; the goal is closed")
 
 
 @issue_fix.command(epilog="Example:\n  loopx issue-fix close g-2ce4")
 # The goal is positional like every command's (a merge brought close in with only --goal-id).
-@goal_option(help="The Issue-Fix goal (also as the first argument).")
+@api.cli.goal_option(help="The Issue-Fix goal (also as the first argument).")
 @click.option("--keep", is_flag=True, help="Keep the goal's worktree and branch.")
 @click.option("--reason", default=None, help="Why the goal is closed.")
-@operation_option
+@api.cli.operation_option
 def close(goal_id, keep, reason, operation_id):
     """Close an Issue-Fix goal and remove its worktree and branch (--keep to keep them)."""
     from loopx_issue_fix import workflow
 
     with open_registry() as reg:
-        out = workflow.close(reg, actor(), goal_id, keep=keep, reason=reason, operation_id=operation_id)
-    emit(out, lambda o: f"{o['goal_id']} closed; " + ("kept " + o["worktree"] if o["kept"]
+        out = workflow.close(reg, api.cli.actor(), goal_id, keep=keep, reason=reason, operation_id=operation_id)
+    api.cli.emit(out, lambda o: f"{o['goal_id']} closed; " + ("kept " + o["worktree"] if o["kept"]
                                                        else "removed: " + (", ".join(o["removed"]) or "nothing")))
 
 
@@ -198,5 +199,5 @@ def clean(repo):
 
     with open_registry() as reg:
         out = workflow.clean(reg, repo)
-    emit(out, lambda o: "\n".join(f"{r['goal_id']} ({r['status']}): removed {', '.join(r['removed'])}"
+    api.cli.emit(out, lambda o: "\n".join(f"{r['goal_id']} ({r['status']}): removed {', '.join(r['removed'])}"
                                    for r in o["removed"]) or "nothing to remove")

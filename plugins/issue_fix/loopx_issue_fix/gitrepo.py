@@ -2,7 +2,7 @@
 
 Local plumbing runs ``git -C REPO ...`` with a fixed environment (no pager, no prompts, C
 locale) and turns a failure into ``LoopxError("issue_fix.git_failed", ...)`` naming the git command.
-``git push`` talks to other machines, so it runs through the core's ``run_command`` (its own
+``git push`` talks to other machines, so it runs through the core's ``api.process.run`` (its own
 process group, killed whole at the time-out).
 
 The user's checkout is only ever read (``HEAD``, ``status``); every change happens in the
@@ -261,7 +261,7 @@ def diff(repo: str, a: str, b: str, paths: list[str] | None = None) -> dict:
 
 def transport_env(repo: str) -> dict:
     """The environment of a git that talks to a remote, or of ``gh``/``glab`` (which run git) (for
-    :func:`loopx.api.run_command`, which adds it to LoopX's own): :func:`_env` with the user's global configuration kept (``insteadOf``,
+    :func:`loopx.api.process.run`, which adds it to LoopX's own): :func:`_env` with the user's global configuration kept (``insteadOf``,
     credentials), but every program it may start chosen here: the ssh command and credential
     helpers of the user's global and system configuration (never the repository's). The callers
     name git's own ``receive-pack`` and ``upload-pack`` on the command line: a
@@ -290,9 +290,9 @@ def push(repo: str, remote: str, commit: str, branch: str, timeout: float) -> di
     "duration_seconds"}``; ``issue_fix.publish_failed`` when git fails or the remote does not
     hold ``commit`` afterwards.
     """
-    from loopx.api import run_command
+    from loopx import api
 
-    res = run_command(["git", "-C", repo, "push", "--porcelain", "--no-verify", "--receive-pack=git-receive-pack",
+    res = api.process.run(["git", "-C", repo, "push", "--porcelain", "--no-verify", "--receive-pack=git-receive-pack",
                        remote, f"{commit}:refs/heads/{branch}"], env=transport_env(repo), timeout=timeout,
                       confine=False)
     report = res["output_tail"].strip()
@@ -309,9 +309,9 @@ def push(repo: str, remote: str, commit: str, branch: str, timeout: float) -> di
 
 def remote_refs(repo: str, remote: str, timeout: float, *patterns: str) -> dict[str, str] | None:
     """``{ref: sha}`` that ``remote`` holds (``git ls-remote``), or ``None`` when it cannot be asked."""
-    from loopx.api import run_command
+    from loopx import api
 
-    back = run_command(["git", "-C", repo, "ls-remote", "--upload-pack=git-upload-pack", remote, *patterns],
+    back = api.process.run(["git", "-C", repo, "ls-remote", "--upload-pack=git-upload-pack", remote, *patterns],
                        env=transport_env(repo), timeout=timeout, tail_bytes=1 << 20, confine=False)
     if back["exit_code"] != 0 or back["timed_out"]:
         return None

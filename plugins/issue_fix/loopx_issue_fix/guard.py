@@ -124,11 +124,11 @@ def environment(interpreter: str, timeout: float = 30) -> dict | None:
     asked in isolated mode; ``None`` if it cannot be asked."""
     import json
 
-    from loopx.api import run_command
+    from loopx import api
 
     from loopx_issue_fix.testrun import clean_env
 
-    res = run_command([interpreter, "-I", "-B", "-c", _ENV_SCRIPT], env=clean_env(), timeout=timeout, cwd="/",
+    res = api.process.run([interpreter, "-I", "-B", "-c", _ENV_SCRIPT], env=clean_env(), timeout=timeout, cwd="/",
                       tail_bytes=1 << 20)
     if res["exit_code"] != 0 or res["timed_out"]:
         return None

@@ -14,9 +14,9 @@ _TEST_PATH = re.compile(r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest
 
 
 def _evidence(tx, evidence_id: str | None) -> dict | None:
-    from loopx.api import load_evidence
+    from loopx import api
 
-    ev = load_evidence(tx, evidence_id) if evidence_id else None
+    ev = api.evidence.load(tx, evidence_id) if evidence_id else None
     if ev is None:
         return None
     out = {"id": ev.id, "run_id": ev.run_id, "summary": ev.summary, "created_at": ev.created_at,
@@ -30,10 +30,10 @@ def _root_cause(tx, goal_id: str, given: str | None) -> str:
     """The note given, else the latest ``root_cause`` (or ``note``) evidence an agent recorded."""
     if given:
         return given
-    from loopx.api import list_evidence
+    from loopx import api
 
     # The capability's own notes (a refused publish) are not the agent's account of the cause.
-    notes = [ev for ev in list_evidence(tx, goal_id) if ev.kind in ("root_cause", "note")
+    notes = [ev for ev in api.evidence.list(tx, goal_id) if ev.kind in ("root_cause", "note")
              and ev.actor != "capability:issue_fix"]
     if notes:
         return notes[-1].summary
@@ -157,13 +157,13 @@ def _cases(ev: dict | None) -> dict:
     is the recorded one (``artifact_tampered``: the packet never shows results changed since)."""
     import json
 
-    from loopx.api import read_artifact
+    from loopx import api
 
     if ev is None:
         return {}
     if not ev.get("file_path") or not ev.get("file_sha256"):
         return ev["data"].get("cases") or {}
-    data = read_artifact(ev["file_path"], ev["file_sha256"], what=f"the results file of evidence {ev['id']}")
+    data = api.files.read_artifact(ev["file_path"], ev["file_sha256"], what=f"the results file of evidence {ev['id']}")
     try:
         return json.loads(data)["cases"]
     except (ValueError, KeyError):
@@ -217,13 +217,13 @@ def probe(state: dict, timeout: float = 20) -> dict:
     """What the test command runs on, asked outside the worktree: ``{"interpreter", "python", "runner"}``.
 
     The command's first word, when it is a Python interpreter or ``pytest``, is asked for its
-    version (through the core's ``run_command``, with a time limit); anything else is ``None``.
+    version (through the core's ``api.process.run``, with a time limit); anything else is ``None``.
     """
     import os
     import shlex
     import shutil
 
-    from loopx.api import run_command
+    from loopx import api
 
     from loopx_issue_fix import testrun
 
@@ -233,7 +233,7 @@ def probe(state: dict, timeout: float = 20) -> dict:
         # The interpreter verify ran, asked in isolated mode outside the worktree: nothing the
         # agent left there (a `pytest.py`, a `sitecustomize.py`) runs in LoopX's step.
         def ask_isolated(*argv):
-            res = run_command([planned["interpreter"], "-I", "-B", *argv], env={}, timeout=timeout,
+            res = api.process.run([planned["interpreter"], "-I", "-B", *argv], env={}, timeout=timeout,
                               cwd=state["goal_dir"])
             lines = res["output_tail"].strip().splitlines()
             return lines[-1][:200] if res["exit_code"] == 0 and lines else None
@@ -250,7 +250,7 @@ def probe(state: dict, timeout: float = 20) -> dict:
         return out
 
     def ask(*argv):
-        res = run_command([*argv], env={}, timeout=timeout, cwd=state["goal_dir"])
+        res = api.process.run([*argv], env={}, timeout=timeout, cwd=state["goal_dir"])
         lines = res["output_tail"].strip().splitlines()
         return lines[-1][:200] if res["exit_code"] == 0 and lines else None
 
@@ -296,7 +296,7 @@ def _environment(state: dict, probed: dict) -> list[str]:
 def _still_failing(tx, goal_id: str, state: dict) -> list[str]:
     """First in the packet: every test that still fails with the verified code (a user accepted it
     at a gate; verify left it out of its run), with who accepted it."""
-    from loopx.api import load_gate
+    from loopx import api
 
     accepted = (state["verification"] or {}).get("accepted_failing") or []
     if not accepted:
@@ -304,7 +304,7 @@ def _still_failing(tx, goal_id: str, state: dict) -> list[str]:
     gate = state.get("accept_failing_gate") or {}
     who = "a user"
     try:
-        decided = load_gate(tx, goal_id, gate["gate_id"]) if gate.get("gate_id") else None
+        decided = api.gates.load(tx, goal_id, gate["gate_id"]) if gate.get("gate_id") else None
         if decided is not None and decided.decided_by:
             who = f"{decided.decided_by} at gate `{decided.id}` ({decided.decided_at})"
     except Exception:  # noqa: BLE001 - the list matters more than who
@@ -323,9 +323,9 @@ BLOCKED = ("tests_changed", "tests_weakened", "environment_changed", "git_change
 def _refused_and_blocked(tx, goal_id: str, state: dict) -> list[str]:
     """Every command the broker refused in this goal's turns (``refused`` evidence: an agent tried
     what only the user may do, e.g. ``gate approve``), and every attempt a guard blocked."""
-    from loopx.api import list_evidence
+    from loopx import api
 
-    refused = [ev for ev in list_evidence(tx, goal_id) if ev.kind == "refused"]
+    refused = [ev for ev in api.evidence.list(tx, goal_id) if ev.kind == "refused"]
     blocked = [a for a in state.get("log", []) if a["outcome"] in BLOCKED]
     lines = ["## Refused and blocked attempts", "",
              f"{len(refused)} command(s) refused inside a turn, {len(blocked)} attempt(s) blocked by a guard.", ""]
@@ -342,10 +342,10 @@ def _refused_and_blocked(tx, goal_id: str, state: dict) -> list[str]:
 def _ignored(tx, goal_id: str, ver: dict) -> list[str]:
     """The files verify left out, over every verify attempt (a file hidden in an earlier attempt
     and removed before the green one is still named), the green run's first."""
-    from loopx.api import list_evidence
+    from loopx import api
 
     found = list(ver.get("ignored", []))
-    for ev in list_evidence(tx, goal_id):
+    for ev in api.evidence.list(tx, goal_id):
         data = ev.data if isinstance(ev.data, dict) else {}
         if ev.actor == "capability:issue_fix" and data.get("step") == "verify":
             found += [p for p in data.get("ignored") or [] if p not in found]

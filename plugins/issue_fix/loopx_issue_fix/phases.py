@@ -29,14 +29,14 @@ MAX_LOG = 100
 
 
 def _context(reg, run_id: str | None, phases: tuple[str, ...], step: str, timeout: float | None = None):
-    from loopx.api import check_fresh, check_id
+    from loopx import api
     from loopx_issue_fix.workflow import step_timeout
 
     if not run_id:
         raise LoopxError("invalid_argument", f"issue-fix {step} acts under a run: pass --run-id (or set LOOPX_RUN_ID)")
-    check_id("run", run_id)
+    api.ids.check("run", run_id)
     with reg.read() as tx:
-        run = check_fresh(tx, run_id)
+        run = api.runs.check_fresh(tx, run_id)
         state = load_state(tx, run.goal_id)
         limit = step_timeout(tx, state, run, timeout)
     phase = state["phase"]
@@ -75,32 +75,31 @@ def _record(reg, actor: str, run, *, step: str, evidence: dict, update, operatio
     ``update(state, evidence_id, w)`` returns ``(state changes, todo steps now done, result)``;
     it may emit further events through ``w``.
     """
-    from loopx.api import (acting, check_recordable, load_todo, new_id, put_state, writer_add_evidence,
-                           writer_close_goal, writer_criterion_met, writer_todo_done)
+    from loopx import api
 
-    evidence_id = evidence_id or new_id("evidence")
+    evidence_id = evidence_id or api.ids.new("evidence")
 
     def work(w):
-        check_recordable(w.tx, run.id, goal_id=run.goal_id)
+        api.runs.check_recordable(w.tx, run.id, goal_id=run.goal_id)
         state = load_state(w.tx, run.goal_id)
-        with acting(w, CAPABILITY) as cw:
-            writer_add_evidence(cw, evidence_id=evidence_id, run_id=run.id, **evidence)
+        with api.state.acting(w, CAPABILITY) as cw:
+            api.evidence.add_in(cw, evidence_id=evidence_id, run_id=run.id, **evidence)
         changes, done_steps, result = update(state, evidence_id, w)
         for s in done_steps:
-            todo = load_todo(w.tx, run.goal_id, state["todos"][s])
+            todo = api.todos.load(w.tx, run.goal_id, state["todos"][s])
             # A todo someone holds under a live lease is theirs to settle (the contract tells the
             # claimant to run `todo done`); the plugin settles the ones nobody holds.
             held = todo.claim is not None and todo.claim.expires_at > w.at
             if todo.status == "open" and not held:
-                writer_todo_done(w, todo_id=todo.id, note=f"issue-fix {step}: evidence {evidence_id}")
-        with acting(w, CAPABILITY) as cw:
+                api.todos.done_in(w, todo_id=todo.id, note=f"issue-fix {step}: evidence {evidence_id}")
+        with api.state.acting(w, CAPABILITY) as cw:
             if changes:
-                put_state(cw, NAMESPACE, changes)
+                api.state.put(cw, NAMESPACE, changes)
             if result.pop("_close", None):
                 # The work is done and a user approved what was published: criteria met, closed.
                 for index in range(len(CRITERIA)):
-                    writer_criterion_met(cw, index=index)
-                writer_close_goal(cw, reason=result["close_reason"])
+                    api.goals.criterion_in(cw, index=index)
+                api.goals.close_in(cw, reason=result["close_reason"])
         return {"goal_id": run.goal_id, "run_id": run.id, "evidence_id": evidence_id,
                 "phase": (changes or {}).get("phase", state["phase"]), **result}
 
@@ -229,7 +228,7 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
     run that is not a test failure is recorded and refused: ``issue_fix.not_a_test_failure``.
     """
     from loopx_issue_fix import baserun, gitrepo, guard, testrun, treerun
-    from loopx.api import new_id
+    from loopx import api
 
     run, state, limit = _context(reg, run_id, ("reproduce",), "reproduce", timeout)
     wt = state["worktree"]
@@ -237,7 +236,7 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
     env_problem, signature = _environment_problem(state)
     if env_problem:
         raise LoopxError("issue_fix.environment_changed", f"nothing run: {env_problem}")
-    evidence_id = new_id("evidence")
+    evidence_id = api.ids.new("evidence")
     # One base run per base: the same tree, command and environment were run red before (see
     # baserun). A run is shared with later goals when it was private (treerun: inside a turn the
     # agent cannot reach it; only a turn the user runs unconfined leaves it to its goal).
@@ -331,7 +330,7 @@ def reproduce(reg, actor: str, *, run_id: str | None, timeout: float | None = No
 
 def _approved_changes(reg, state: dict, tree: str, paths: list[str]) -> bool:
     """Whether a user approved exactly these test changes (the same files with the same content)."""
-    from loopx.api import load_gate
+    from loopx import api
 
     from loopx_issue_fix import gitrepo
 
@@ -339,7 +338,7 @@ def _approved_changes(reg, state: dict, tree: str, paths: list[str]) -> bool:
     if not asked or not paths:
         return False
     with reg.read() as tx:
-        gate = load_gate(tx, state_goal(state), asked["gate_id"])
+        gate = api.gates.load(tx, state_goal(state), asked["gate_id"])
     if gate.status != "approved":
         return False
     return all(p in asked["files"] and asked["files"][p] == gitrepo.blob_id(state["repo"], tree, p) for p in paths)
@@ -348,12 +347,12 @@ def _approved_changes(reg, state: dict, tree: str, paths: list[str]) -> bool:
 def _accepted_failing(reg, state: dict) -> list[str]:
     """The failing tests a user accepted at the gate a ``still_failing`` verify requested (the
     gate's exact list once approved; before that, what an earlier approved gate accepted)."""
-    from loopx.api import load_gate
+    from loopx import api
 
     asked = state.get("accept_failing_gate")
     if asked:
         with reg.read() as tx:
-            gate = load_gate(tx, state_goal(state), asked["gate_id"])
+            gate = api.gates.load(tx, state_goal(state), asked["gate_id"])
         if gate.status == "approved":
             return list(asked["tests"])
     return list(state.get("accepted_failing") or [])
@@ -382,7 +381,7 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
     is ``test_failed``, ``regression``, ``unchanged`` (flaky), ``exit_status``, or a refusal.
     """
     from loopx_issue_fix import gitrepo, guard, testrun, treerun
-    from loopx.api import new_id
+    from loopx import api
 
     run, state, limit = _context(reg, run_id, ("fix", "handoff"), "verify", timeout)
     wt, repro, allow = state["worktree"], state["reproduction"], state.get("allow_test_changes")
@@ -399,7 +398,7 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
                                 opened=repro.get("data_files", []), exempt=repro["files"] if allow else [],
                                 changed=changed)
     approved = _approved_changes(reg, state, tree, infra)
-    evidence_id = new_id("evidence")
+    evidence_id = api.ids.new("evidence")
     test, problem, result, reason, signature = None, None, {}, None, None
     if remote_moved:
         reason = "git_changed"
@@ -512,23 +511,23 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
                 # else (the goal goes on; verify keeps refusing until it is approved).
                 # One gate for every test file this attempt changed, its diff saved as an artifact
                 # (path and sha256 recorded) that `loopx issue-fix show` prints, checked.
-                from loopx.api import save_artifact, writer_request_gate
+                from loopx import api
 
-                gate_id = new_id("gate")
-                saved = save_artifact(w.tx, state_goal(current), f"test-changes-{gate_id}.diff",
+                gate_id = api.ids.new("gate")
+                saved = api.files.save_artifact(w.tx, state_goal(current), f"test-changes-{gate_id}.diff",
                                       test_patch.encode("utf-8"))
                 names = ", ".join(sorted(files_now))
-                writer_request_gate(w, gate_id=gate_id, scope="other", blocks="action:issue-fix-test-changes",
+                api.gates.request_in(w, gate_id=gate_id, scope="other", blocks="action:issue-fix-test-changes",
                                     approval_only=True,
                                     title=(f"Accept changed tests for this fix ({len(files_now)} file(s), diff: loopx "
                                            f"issue-fix show {state_goal(current)}): {names}")[:200])
                 changes["test_change_gate"] = {"gate_id": gate_id, "files": files_now, "diff": saved}
                 # Recorded as evidence naming the gate: the core shows it beside that gate (status,
                 # gate show, the dashboard, the approvals page), checked against this sha256.
-                from loopx.api import acting, writer_add_evidence
+                from loopx import api
 
-                with acting(w, CAPABILITY) as cw:
-                    writer_add_evidence(cw, kind="test_changes", run_id=run.id, file_path=saved["path"],
+                with api.state.acting(w, CAPABILITY) as cw:
+                    api.evidence.add_in(cw, kind="test_changes", run_id=run.id, file_path=saved["path"],
                                         file_sha256="sha256:" + saved["sha256"],
                                         data={"gate_id": gate_id, "files": sorted(files_now)},
                                         summary=f"issue-fix verify: diff of the changed test files ({names}) for "
@@ -541,10 +540,10 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
             wanted = sorted(set(accepted) | set(result["still_failing"]))
             asked = current.get("accept_failing_gate")
             if not asked or asked["tests"] != wanted:
-                from loopx.api import writer_request_gate
+                from loopx import api
 
-                gate_id = new_id("gate")
-                writer_request_gate(w, gate_id=gate_id, scope="other", blocks="action:issue-fix-accept-failing",
+                gate_id = api.ids.new("gate")
+                api.gates.request_in(w, gate_id=gate_id, scope="other", blocks="action:issue-fix-accept-failing",
                                     approval_only=True,
                                     title=(f"Accept {len(wanted)} test(s) still failing after this fix (they failed "
                                            f"at the base too): {', '.join(wanted)}")[:200])
@@ -566,10 +565,10 @@ def verify(reg, actor: str, *, run_id: str | None, timeout: float | None = None,
             return changes, ["fix", "verify"], {"verified": True, "reason": None}
         if current["phase"] == "handoff":
             # A failed re-verify takes back the earlier green: its todos are open again.
-            from loopx.api import writer_todo_reopen
+            from loopx import api
 
             for name in ("fix", "verify"):
-                writer_todo_reopen(w, todo_id=current["todos"][name], note=f"issue-fix verify failed ({evidence_id})")
+                api.todos.reopen_in(w, todo_id=current["todos"][name], note=f"issue-fix verify failed ({evidence_id})")
         changes["phase"] = "fix"
         changes["verification"] = None
         return changes, [], {"verified": False, "reason": reason}
@@ -595,16 +594,16 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
             timeout: float | None = None, operation_id: str | None = None) -> dict:
     """Write the reviewer packet for the verified commit and request the publish gate.
 
-    The packet goes to LoopX's data directory (``loopx.api.save_artifact``: outside anything the
+    The packet goes to LoopX's data directory (``loopx.api.files.save_artifact``: outside anything the
     agent can write, never in the diff it describes), its sha256 recorded; ``output`` gets a copy.
     One transaction records it, adds the ``production`` gate that holds the publish todo (the goal now waits for a user) and moves to ``publish``.
     """
     import hashlib
 
     from loopx_issue_fix import gitrepo, packet
-    from loopx.api import check_text, new_id, save_artifact, write_step_file, writer_request_gate
+    from loopx import api
 
-    root_cause = check_text(root_cause, what="--root-cause", limit="note", required=False)
+    root_cause = api.ids.check_text(root_cause, what="--root-cause", limit="note", required=False)
     run, state, _ = _context(reg, run_id, ("handoff",), "handoff", timeout)
     ver = state["verification"]
     diff = gitrepo.diff(state["worktree"], state["branch"]["base_commit"], ver["commit"])
@@ -617,21 +616,21 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
     data = text.encode("utf-8")
     # The packet a human decides on lives in LoopX's data directory, outside anything the agent
     # can write; `--output` gets a copy (on a step's behalf only beneath the step's own roots,
-    # written without following a link: loopx.api.write_step_file).
+    # written without following a link: loopx.api.files.write).
     with reg.read() as tx:
-        saved = save_artifact(tx, run.goal_id, "handoff.md", data)
+        saved = api.files.save_artifact(tx, run.goal_id, "handoff.md", data)
     path = Path(saved["path"])
     copy = None
     if output:
         try:
-            copy = write_step_file(output, data)
+            copy = api.files.write(output, data)
         except LoopxError as exc:
             if exc.code == "actor_forbidden":
                 raise
             raise LoopxError("issue_fix.packet_unwritable", f"cannot write the hand-off packet to {output}: "
                              f"{exc.message}") from None
     sha = hashlib.sha256(data).hexdigest()
-    gate_id = new_id("gate")
+    gate_id = api.ids.new("gate")
     publish = state["publish"]
     refs = _refs(state)
     remote_moved, local_moved = _ref_changes(state, refs)
@@ -640,7 +639,7 @@ def handoff(reg, actor: str, *, run_id: str | None, root_cause: str | None = Non
         if current["phase"] != "handoff":
             return {}, [], {"gate_id": None}
         # The gate is requested now that there is something to decide on, for this commit.
-        writer_request_gate(w, gate_id=gate_id, scope="production", blocks=f"todo:{current['todos']['publish']}",
+        api.gates.request_in(w, gate_id=gate_id, scope="production", blocks=f"todo:{current['todos']['publish']}",
                             # The title says what approving does: it is shown beside the decision.
                             title=(f"Publish: approving pushes verified commit {ver['commit'][:12]} to "
                                    f"{publish['remote']}/{current['branch']['name']}"
@@ -677,11 +676,11 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
     off), the same with ``issue_fix.tree_mismatch``.
     """
     from loopx_issue_fix import gitrepo
-    from loopx.api import load_gate, writer_todo_reopen
+    from loopx import api
 
     run, state, limit = _context(reg, run_id, ("publish",), "publish", timeout)
     with reg.read() as tx:
-        gate = load_gate(tx, run.goal_id, state["publish_gate"])
+        gate = api.gates.load(tx, run.goal_id, state["publish_gate"])
     if gate.status != "approved":
         raise LoopxError("gate_pending", f"publishing waits for a user to approve gate {gate.id} "
                          f"({gate.status}): loopx gate approve --goal-id {run.goal_id} --gate-id {gate.id}")
@@ -710,7 +709,7 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
 
         def back(current, evidence_id, w):
             for step in ("fix", "verify", "handoff"):
-                writer_todo_reopen(w, todo_id=current["todos"][step],
+                api.todos.reopen_in(w, todo_id=current["todos"][step],
                                    note=f"issue-fix publish refused: changed since verify ({evidence_id})")
             return ({"phase": "fix", "verification": None, "publish_gate": None, "publish_gate_commit": None,
                      "attempts": {**current["attempts"], "publish": current["attempts"].get("publish", 0) + 1},
@@ -759,10 +758,10 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
     # `start --keep` asked to keep them. The packet and the results stay in the goal's directory.
     # An agent runs this step *inside* the worktree: removing it there would pull the directory
     # from under the agent's next command; `loopx issue-fix clean` (also run by `start`) does it.
-    from loopx.api import caller_dir
+    from loopx import api
 
     # Where the agent stands (a command served by the turn's broker runs elsewhere).
-    here = Path(caller_dir() or Path.cwd())
+    here = Path(api.process.caller_dir() or Path.cwd())
     inside = here.resolve().is_relative_to(Path(wt).resolve()) if Path(wt).exists() else False
     out["removed"] = [] if state.get("keep") or inside else \
         gitrepo.remove_goal_worktree(state["repo"], wt, branch["name"])
@@ -771,17 +770,17 @@ def publish(reg, actor: str, *, run_id: str | None, timeout: float | None = None
 
 def _packet_body(state: dict) -> str:
     """The recorded hand-off packet's text, only while its sha256 is the recorded one."""
-    from loopx.api import read_artifact
+    from loopx import api
 
     handoff = state["handoff"]
-    return read_artifact(handoff["packet"], handoff["sha256"], what="the hand-off packet").decode(
+    return api.files.read_artifact(handoff["packet"], handoff["sha256"], what="the hand-off packet").decode(
         "utf-8", "replace")[:60000]
 
 
 def _open_request(state: dict, body: str, timeout: float) -> str:
     """Open a pull (``gh``) or merge (``glab``) request from the pushed branch, ``body`` its
     description; its URL or output."""
-    from loopx.api import run_command
+    from loopx import api
 
     provider, title = state["publish"]["provider"], state["issue"]["title"]
     if provider == "gh":
@@ -793,7 +792,7 @@ def _open_request(state: dict, body: str, timeout: float) -> str:
     from loopx_issue_fix import gitrepo
 
     # gh and glab run git in the repository: with the same settings as LoopX's own push.
-    res = run_command(argv, env=gitrepo.transport_env(state["repo"]), timeout=timeout, cwd=state["repo"],
+    res = api.process.run(argv, env=gitrepo.transport_env(state["repo"]), timeout=timeout, cwd=state["repo"],
                       confine=False)
     if res["exit_code"] != 0 or res["timed_out"]:
         raise LoopxError("issue_fix.publish_failed", f"the branch is pushed, but `{provider}` could not open the request: "

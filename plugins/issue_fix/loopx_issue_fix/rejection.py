@@ -15,26 +15,25 @@ def gate_decided(w, gate, decision: str) -> None:
     gate. Reopening that gate while nothing new was verified puts the hand-off back as it was
     (phase ``publish``, the same verified commit, the gate pending again on its own todo).
     """
-    from loopx.api import (acting, get_state, load_todo, new_id, put_state, writer_add_todo, writer_todo_block,
-                           writer_todo_done, writer_todo_reopen)
+    from loopx import api
 
-    state = get_state(w.tx, w.goal_id, NAMESPACE)
+    state = api.state.get(w.tx, w.goal_id, NAMESPACE)
     if not state.get("phase") or "todos" not in state:
         return
     todos = state["todos"]
     if decision == "reject" and state["phase"] == "publish" and gate.id == state.get("publish_gate"):
         note = f"issue-fix: publish gate {gate.id} rejected" + (f": {gate.comment}" if gate.comment else "")
         for step in ("fix", "verify", "handoff"):
-            writer_todo_reopen(w, todo_id=todos[step], note=note)
-        writer_todo_block(w, todo_id=todos["publish"], note=note)
-        fresh = writer_add_todo(w, todo_id=new_id("todo"), text=TODO_TEXT["publish"], priority="P1",
+            api.todos.reopen_in(w, todo_id=todos[step], note=note)
+        api.todos.block_in(w, todo_id=todos["publish"], note=note)
+        fresh = api.todos.add_in(w, todo_id=api.ids.new("todo"), text=TODO_TEXT["publish"], priority="P1",
                                 depends_on=[todos["handoff"]])
         rejected = {"gate_id": gate.id, "comment": gate.comment, "commit": state.get("publish_gate_commit"),
                     "publish_todo": todos["publish"], "verification": state.get("verification"),
                     "handoff": state.get("handoff")}
         entry = {"step": "publish", "outcome": "gate_rejected", "gate_id": gate.id, "detail": note[:300]}
-        with acting(w, CAPABILITY) as cw:
-            put_state(cw, NAMESPACE, {"phase": "fix", "verification": None, "publish_gate": None,
+        with api.state.acting(w, CAPABILITY) as cw:
+            api.state.put(cw, NAMESPACE, {"phase": "fix", "verification": None, "publish_gate": None,
                                       "publish_gate_commit": None, "rejected": rejected,
                                       "todos": {**todos, "publish": fresh},
                                       "log": [*state.get("log", []), entry][-100:]})
@@ -45,12 +44,12 @@ def gate_decided(w, gate, decision: str) -> None:
         # Nothing was verified since the rejection: the hand-off the user reconsiders stands as it was.
         note = f"issue-fix: publish gate {gate.id} reopened"
         for step in ("fix", "verify", "handoff"):
-            if load_todo(w.tx, w.goal_id, todos[step]).status == "open":
-                writer_todo_done(w, todo_id=todos[step], note=note)
-        writer_todo_block(w, todo_id=todos["publish"], note=note)
-        writer_todo_reopen(w, todo_id=back["publish_todo"], note=note)
-        with acting(w, CAPABILITY) as cw:
-            put_state(cw, NAMESPACE, {"phase": "publish", "verification": back["verification"],
+            if api.todos.load(w.tx, w.goal_id, todos[step]).status == "open":
+                api.todos.done_in(w, todo_id=todos[step], note=note)
+        api.todos.block_in(w, todo_id=todos["publish"], note=note)
+        api.todos.reopen_in(w, todo_id=back["publish_todo"], note=note)
+        with api.state.acting(w, CAPABILITY) as cw:
+            api.state.put(cw, NAMESPACE, {"phase": "publish", "verification": back["verification"],
                                       "handoff": back["handoff"], "publish_gate": gate.id,
                                       "publish_gate_commit": back["commit"], "rejected": None,
                                       "todos": {**todos, "publish": back["publish_todo"]}})

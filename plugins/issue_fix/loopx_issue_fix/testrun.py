@@ -135,7 +135,7 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
     errors, the exit status and the files the run opened; with ``pycache`` it uses that bytecode
     directory, writing into it only with ``write_bytecode`` (see :mod:`loopx_issue_fix.bytecode`). Otherwise ``sh -c`` runs the command
     and its JUnit report is read. Either way the environment is :func:`clean_env`, and the command
-    runs under :func:`loopx.api.run_confined`: it may write only beneath ``private`` (the run's
+    runs under :func:`loopx.api.process.run_confined`: it may write only beneath ``private`` (the run's
     own directory, which holds ``checkout``; its ``tmp/`` is the run's ``TMPDIR``), default: the
     checkout's parent. ``confined`` in the result says whether it ran under that policy.
     ``deselect``: test ids a user accepted as failing, left out of a pytest run (``--deselect``).
@@ -152,7 +152,7 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
     """
     import shutil
 
-    from loopx.api import run_confined
+    from loopx import api
 
     from loopx_issue_fix import probe, verdict
 
@@ -191,11 +191,11 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
     # reap: whatever the tests left running (a server, a `sleep &`, a `setsid` daemon) is ended
     # when they finish, as at the time-out and when LoopX itself is killed (see run_command).
     if pipe is None:
-        res = run_confined(argv, writable=[str(private)], env=env, timeout=timeout, cwd=checkout, reap=True,
+        res = api.process.run_confined(argv, writable=[str(private)], env=env, timeout=timeout, cwd=checkout, reap=True,
                            registry_url=registry_url)
         parsed = parse_report(written)
     else:
-        res, lines = _with_judge(pipe, lambda: run_confined(argv, writable=[str(private)], env=env, timeout=timeout,
+        res, lines = _with_judge(pipe, lambda: api.process.run_confined(argv, writable=[str(private)], env=env, timeout=timeout,
                                                             cwd=checkout, reap=True, registry_url=registry_url,
                                                             pass_fds=(pipe[1],)))
         parsed = parse_results(results)

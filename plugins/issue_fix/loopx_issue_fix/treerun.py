@@ -1,8 +1,8 @@
 """One run of the tests on a private export of exactly one tree, and its complete results.
 
-The run's directory is a :func:`loopx.api.private_dir` (beneath LoopX's private root, outside
+The run's directory is a :func:`loopx.api.process.private_dir` (beneath LoopX's private root, outside
 the repository, the worktree and the agent's ``TMPDIR``): LoopX exports the tree into it, and the
-tests run under :func:`loopx.api.run_confined`, which lets them write only there. Every turn's
+tests run under :func:`loopx.api.process.run_confined`, which lets them write only there. Every turn's
 policy hides that root, so an agent whose turn goes on while the tests run (it called
 ``loopx issue-fix reproduce`` or ``verify``) can neither write nor read the run, and the run
 cannot write the agent's worktree either. Where Landlock is missing the run is refused
@@ -83,13 +83,13 @@ def run_on_tree(state: dict, tree: str, timeout: tuple[float, str], evidence_id:
     import hashlib
     import json
 
-    from loopx.api import in_step, private_dir
+    from loopx import api
 
     from loopx_issue_fix import bytecode, gitrepo, testrun
     from loopx_issue_fix.phases import runner
 
     planned, cache, seeded = runner(state), None, None
-    with private_dir("run") as where:
+    with api.process.private_dir("run") as where:
         # resolved: the bytecode cache is keyed by the checkout's absolute path (sys.pycache_prefix)
         work = Path(where)
         checkout = work / "tree"
@@ -101,7 +101,7 @@ def run_on_tree(state: dict, tree: str, timeout: tuple[float, str], evidence_id:
                                 report_option=state.get("report"), timeout=timeout[0], planned=planned,
                                 pycache=pycache, write_bytecode=fill_cache, private=work,
                                 registry_url=registry_url, deselect=deselect, junit=not fill_cache)
-        test["private"] = bool(test.pop("confined")) or not in_step()
+        test["private"] = bool(test.pop("confined")) or not api.process.in_step()
         if pycache is not None and fill_cache:
             keep = store if store is not None and test["private"] else Path(state["goal_dir"], "bytecode", evidence_id)
             cache = bytecode.harvest(pycache, checkout, blobs, keep)
@@ -121,9 +121,9 @@ def run_on_tree(state: dict, tree: str, timeout: tuple[float, str], evidence_id:
     data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     # Written with no link followed beneath the goal's directory (which the agent's git directory
     # holds): a link planted at `results/` must not carry LoopX's write elsewhere.
-    from loopx.api import write_beneath
+    from loopx import api
 
-    path = Path(write_beneath(state["goal_dir"], f"results/{evidence_id}.json", data))
+    path = Path(api.files.write_beneath(state["goal_dir"], f"results/{evidence_id}.json", data))
     artifact = {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), "cases_total": len(rep["cases"]),
                 "collection_errors": len(rep.get("collection_errors", {})), "exit_status": rep.get("exit_status")}
     test["results"] = artifact
@@ -137,10 +137,10 @@ def read_results(state: dict, evidence_id: str, reg) -> dict:
     import hashlib
     import json
 
-    from loopx.api import load_evidence
+    from loopx import api
 
     with reg.read() as tx:
-        ev = load_evidence(tx, evidence_id)
+        ev = api.evidence.load(tx, evidence_id)
     if ev is not None and not ev.file_path and isinstance(ev.data, dict) and "cases" in ev.data:
         return {"cases": ev.data["cases"]}  # recorded before results files existed: what it kept
     if ev is None or not ev.file_path:

@@ -47,7 +47,7 @@ def _slug(text: str) -> str:
 
 
 def _read_issue(issue_text: str | None, issue_file: str | None) -> tuple[str, str]:
-    from loopx.api import check_text
+    from loopx import api
 
     if (issue_text is None) == (issue_file is None):
         raise LoopxError("invalid_argument", "give the issue as exactly one of --issue-text TEXT or --issue-file F")
@@ -64,7 +64,7 @@ def _read_issue(issue_text: str | None, issue_file: str | None) -> tuple[str, st
         source = f"file:{issue_file}"
     else:
         source = "text"
-    return check_text(issue_text, what="the issue text", limit="description"), source
+    return api.ids.check_text(issue_text, what="the issue text", limit="description"), source
 
 
 def check_provider(provider: str) -> dict:
@@ -116,14 +116,14 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     ``sitecustomize`` files changed.
     """
     from loopx_issue_fix import gitlinks, gitrepo, guard, testrun
-    from loopx.api import acting, check_text, new_id, put_state, writer_add_todo, writer_create_goal
+    from loopx import api
 
-    title = check_text(title, what="--title", limit="title")
-    test_command = check_text(test_command, what="--test-command", limit="text")
+    title = api.ids.check_text(title, what="--title", limit="title")
+    test_command = api.ids.check_text(test_command, what="--test-command", limit="text")
     issue, source = _read_issue(issue_text, issue_file)
-    ids = [check_text(t, what="--test-id", limit="summary") for t in test_ids]
+    ids = [api.ids.check_text(t, what="--test-id", limit="summary") for t in test_ids]
     report = _check_report(report, test_command)
-    remote = check_text(remote, what="--remote", limit="agent")
+    remote = api.ids.check_text(remote, what="--remote", limit="agent")
     if remote.startswith("-") or any(c.isspace() for c in remote):
         raise LoopxError("invalid_argument", f"--remote: {remote!r} is not a git remote name")
     publish = check_provider(provider)
@@ -136,7 +136,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
         pass
     base_commit = gitrepo.commit_of(root, base or "HEAD")
     dirty = gitrepo.dirty_paths(root)
-    goal_id = new_id("goal")
+    goal_id = api.ids.new("goal")
     branch = gitrepo.check_branch_name(root, branch or f"issue-fix/{_slug(title)}-{goal_id[2:8]}")
     if gitrepo.branch_exists(root, branch):
         raise LoopxError("issue_fix.branch_exists", f"branch {branch} already exists in {root}; name another with --branch")
@@ -149,7 +149,7 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     signature = baserun.signature(environment)
     goal_dir = gitrepo.common_dir(root) / "loopx-issue-fix" / goal_id
     worktree = worktree_root() / goal_id / "worktree"
-    todo_ids = {step: new_id("todo") for step in STEPS}
+    todo_ids = {step: api.ids.new("todo") for step in STEPS}
     description = f"Fix this issue (worktree {worktree}, tests: {test_command}).\n\n{issue}"
     if len(description.encode()) > MAX_ISSUE_BYTES:
         description = issue
@@ -182,14 +182,14 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
 
     def work(w):
         # The goal uses Issue-Fix: only goals that enable it get its steps.
-        writer_create_goal(w, title=title, description=description, criteria=CRITERIA, parallel_runs=False,
+        api.goals.create_in(w, title=title, description=description, criteria=CRITERIA, parallel_runs=False,
                            goal_id=goal_id, capabilities=[CAPABILITY])
         after: list[str] = []
         for step in STEPS:
-            writer_add_todo(w, todo_id=todo_ids[step], text=TODO_TEXT[step], priority="P1", depends_on=after)
+            api.todos.add_in(w, todo_id=todo_ids[step], text=TODO_TEXT[step], priority="P1", depends_on=after)
             after = [todo_ids[step]]
-        with acting(w, CAPABILITY) as cw:
-            put_state(cw, NAMESPACE, state)
+        with api.state.acting(w, CAPABILITY) as cw:
+            api.state.put(cw, NAMESPACE, state)
         return {"goal_id": goal_id, "repo": root, "worktree": str(worktree), "branch": branch,
                 "base_commit": base_commit, "user_checkout": state["user_checkout"], "todos": todo_ids,
                 "publish": state["publish"], "phase": "reproduce"}
@@ -229,9 +229,9 @@ def worktree_root() -> Path:
 
 def load_state(tx, goal_id: str) -> dict:
     """The goal's ``issue_fix`` state (``issue_fix.not_an_issue_fix_goal`` if it is not one)."""
-    from loopx.api import get_state
+    from loopx import api
 
-    state = get_state(tx, goal_id, NAMESPACE)
+    state = api.state.get(tx, goal_id, NAMESPACE)
     if not state.get("phase") or "worktree" not in state:
         raise LoopxError("issue_fix.not_an_issue_fix_goal", f"goal {goal_id} is not an Issue-Fix goal (no issue_fix state)")
     return state
@@ -243,16 +243,16 @@ def show(reg, goal_id: str) -> dict:
     A recorded hand-off packet is read back and checked against its recorded sha256 first
     (``packet``: its text): a packet changed since is refused with ``artifact_tampered``.
     """
-    from loopx.api import check_id, list_todos, load_gate, load_goal, read_artifact
+    from loopx import api
 
-    check_id("goal", goal_id)
+    api.ids.check("goal", goal_id)
     with reg.read() as tx:
-        goal = load_goal(tx, goal_id)
+        goal = api.goals.load(tx, goal_id)
         state = load_state(tx, goal_id)
-        by_id = {t.id: t for t in list_todos(tx, goal_id)}
-        gate = load_gate(tx, goal_id, state["publish_gate"]) if state.get("publish_gate") else None
+        by_id = {t.id: t for t in api.todos.list(tx, goal_id)}
+        gate = api.gates.load(tx, goal_id, state["publish_gate"]) if state.get("publish_gate") else None
         handoff = state.get("handoff")
-        packet = read_artifact(handoff["packet"], handoff["sha256"], what="the hand-off packet").decode(
+        packet = api.files.read_artifact(handoff["packet"], handoff["sha256"], what="the hand-off packet").decode(
             "utf-8", "replace") if handoff else None
         tests = _test_change(tx, goal_id, state.get("test_change_gate"))
         return {
@@ -274,13 +274,13 @@ def _test_change(tx, goal_id: str, asked: dict | None) -> dict | None:
     """The latest test-change gate verify requested: ``{gate_id, status, files, diff}``, ``diff``
     the unified diff of those test files (base -> candidate), read only while its sha256 is the
     recorded one (``artifact_tampered``); ``None`` when no gate was requested."""
-    from loopx.api import load_gate, read_artifact
+    from loopx import api
 
     if not asked:
         return None
-    gate = load_gate(tx, goal_id, asked["gate_id"])
+    gate = api.gates.load(tx, goal_id, asked["gate_id"])
     saved = asked.get("diff")
-    diff = read_artifact(saved["path"], saved["sha256"], what="the test changes' diff").decode(
+    diff = api.files.read_artifact(saved["path"], saved["sha256"], what="the test changes' diff").decode(
         "utf-8", "replace") if saved else None
     return {"gate_id": asked["gate_id"], "status": gate.status, "files": sorted(asked["files"]), "diff": diff,
             "diff_path": saved["path"] if saved else None, "diff_sha256": saved["sha256"] if saved else None}
@@ -329,12 +329,12 @@ def _expires_in(expires_at: str) -> float:
 
 def step_timeout(tx, state: dict, run, given: float | None) -> tuple[float, str]:
     """The time limit of a step run by hand: ``--timeout`` if given, else as the contract would."""
-    from loopx.api import goal_usage, load_goal, remaining_quota
+    from loopx import api
 
     if given is not None:
         return float(given), "--timeout"
-    goal = load_goal(tx, run.goal_id)
-    left = remaining_quota(goal, goal_usage(tx, goal.id)).get("wall_seconds")
+    goal = api.goals.load(tx, run.goal_id)
+    left = api.goals.remaining(goal, api.goals.usage(tx, goal.id)).get("wall_seconds")
     return timeout_for(state["test_timeout"], left, _expires_in(run.expires_at))
 
 
@@ -350,9 +350,9 @@ STEP_NOTES = {
 
 def contract_actions(tx, goal, run_id: str | None, left: dict | None) -> list[dict] | None:
     """The one step of the goal's current phase, with its time limit, for a ``run`` contract."""
-    from loopx.api import get_state, load_gate, load_run
+    from loopx import api
 
-    state = get_state(tx, goal.id, NAMESPACE)
+    state = api.state.get(tx, goal.id, NAMESPACE)
     phase = state.get("phase")
     if not phase or not run_id or "worktree" not in state:
         return None
@@ -360,12 +360,12 @@ def contract_actions(tx, goal, run_id: str | None, left: dict | None) -> list[di
     if step is None:
         return None
     if step == "publish":
-        gate = load_gate(tx, goal.id, state["publish_gate"]) if state.get("publish_gate") else None
+        gate = api.gates.load(tx, goal.id, state["publish_gate"]) if state.get("publish_gate") else None
         if gate is None or gate.status != "approved":
             return None
     # A contract that opens a run is built before the run row exists; its lease starts now.
     try:
-        expires_in = _expires_in(load_run(tx, run_id).expires_at)
+        expires_in = _expires_in(api.runs.load(tx, run_id).expires_at)
     except LoopxError:  # run_not_found: not opened yet
         expires_in = None
     seconds, how = timeout_for(state["test_timeout"], (left or {}).get("wall_seconds"), expires_in)
@@ -384,23 +384,23 @@ def close(reg, actor: str, goal_id: str, *, keep: bool = False, reason: str | No
           operation_id: str | None = None) -> dict:
     """Close an Issue-Fix goal (as ``actor``, a user) and remove its worktree and branch (``keep``: leave
     them). The goal's directory (packet, results) stays. A goal already closed is only cleaned."""
-    from loopx.api import check_id, check_text, load_goal, writer_close_goal
+    from loopx import api
 
     from loopx_issue_fix import gitrepo
 
-    check_id("goal", goal_id)
-    reason = check_text(reason, what="--reason", limit="note", required=False) or "issue-fix: closed by a user"
+    api.ids.check("goal", goal_id)
+    reason = api.ids.check_text(reason, what="--reason", limit="note", required=False) or "issue-fix: closed by a user"
     with reg.read() as tx:
-        goal = load_goal(tx, goal_id)
+        goal = api.goals.load(tx, goal_id)
         state = load_state(tx, goal_id)
     def work(w):
-        from loopx.api import acting, put_state
+        from loopx import api
 
         if goal.status != "closed":
-            writer_close_goal(w, reason=reason)
+            api.goals.close_in(w, reason=reason)
         if keep != bool(state.get("keep")):
-            with acting(w, CAPABILITY) as cw:  # `clean` leaves a kept worktree alone
-                put_state(cw, NAMESPACE, {"keep": bool(keep)})
+            with api.state.acting(w, CAPABILITY) as cw:  # `clean` leaves a kept worktree alone
+                api.state.put(cw, NAMESPACE, {"keep": bool(keep)})
 
     if goal.status != "closed" or keep != bool(state.get("keep")):
         reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
@@ -419,7 +419,7 @@ def clean(reg, repo: str, *, unknown: bool = True) -> dict:
     Open goals are not touched."""
     import shutil
 
-    from loopx.api import load_goal
+    from loopx import api
 
     from loopx_issue_fix import gitrepo
 
@@ -433,7 +433,7 @@ def clean(reg, repo: str, *, unknown: bool = True) -> dict:
         state, status = None, "unknown"
         try:
             with reg.read() as tx:
-                status = load_goal(tx, goal_dir.name).status
+                status = api.goals.load(tx, goal_dir.name).status
                 state = load_state(tx, goal_dir.name)
         except LoopxError:
             pass

@@ -87,7 +87,7 @@ def test_declared_capability_and_document_agree():
     from loopx import api
     from loopx.testing import capability_doc_problems
 
-    cap = api.get_capability("issue_fix")
+    cap = api.state.capability("issue_fix")
     assert cap.owns == ("issue_fix",)
     assert set(cap.actions) == {"reproduce", "verify", "handoff", "publish"}
     root = Path(__file__).resolve().parents[3]
@@ -263,7 +263,7 @@ def test_red_green_packet_gate_at_handoff_publish_exact_commit_and_close(cli, pr
     from loopx import api
 
     with loopx_registry.read() as tx:
-        assert api.replay_goal(api.goal_events(tx, g))[0] == api.goal_snapshot(tx, g)
+        assert api.goals.replay(api.goals.events(tx, g))[0] == api.goals.snapshot(tx, g)
 
 
 def test_an_edit_after_verify_is_not_published(cli, project):

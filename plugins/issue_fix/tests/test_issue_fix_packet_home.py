@@ -56,7 +56,7 @@ def test_the_packet_is_kept_in_loopxs_data_dir_and_refused_once_rewritten(cli, p
 
 def test_a_packet_recorded_at_the_old_place_is_still_read_and_checked(cli, project, loopx_registry):
     """Goals handed off by an older LoopX name ``.git/loopx-issue-fix/<goal>/handoff.md``."""
-    from loopx.api import acting, put_state
+    from loopx import api
 
     _, g = to_handoff(cli, project)
     r, _ = step(cli, g, "--root-cause", "add used subtraction")
@@ -65,8 +65,8 @@ def test_a_packet_recorded_at_the_old_place_is_still_read_and_checked(cli, proje
     handoff = {**state(cli, g)["handoff"], "packet": str(old)}
 
     def move(w):
-        with acting(w, "issue_fix") as cw:
-            put_state(cw, "issue_fix", {"handoff": handoff})
+        with api.state.acting(w, "issue_fix") as cw:
+            api.state.put(cw, "issue_fix", {"handoff": handoff})
 
     loopx_registry.mutate("user", move, goal_id=g)
     shown = cli("issue-fix", "show", g, "--packet")

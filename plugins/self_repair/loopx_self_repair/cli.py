@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from loopx.api import LoopxGroup, emit, goal_option, open_registry, operation_option
+from loopx.api import cli, open_registry
 
 
 def _finding_line(f: dict) -> str:
@@ -43,13 +43,13 @@ def _only_housekeeping(report: dict) -> bool:
     return bool(report["findings"]) and all(f["severity"] == "housekeeping" for f in report["findings"])
 
 
-@click.group(cls=LoopxGroup, epilog="Example:\n  loopx self-repair check")
+@click.group(cls=cli.LoopxGroup, epilog="Example:\n  loopx self-repair check")
 def self_repair():
     """Detect and repair state that disagrees with the ledger or points at nothing."""
 
 
 @self_repair.command(epilog="Example:\n  loopx self-repair check --json")
-@goal_option(required=False, help="Check one goal (default: every goal); also as the first argument.")
+@cli.goal_option(required=False, help="Check one goal (default: every goal); also as the first argument.")
 @click.option("--strict", is_flag=True, help="Exit 1 for housekeeping findings too (stale leases, abandoned runs).")
 def check(goal_id, strict):
     """Run every detector; exit status 1 when something needs repair.
@@ -61,15 +61,15 @@ def check(goal_id, strict):
 
     with open_registry(readonly=True) as reg:
         report = detectors.check(reg, goal_id=goal_id)
-    emit(report, _check_text)
+    cli.emit(report, _check_text)
     if not report["ok"] and (strict or not _only_housekeeping(report)):
         sys.exit(1)
 
 
 @self_repair.command(epilog="Examples:\n  loopx self-repair fix --goal-id g-2ce4\n  loopx self-repair fix --dry-run")
-@goal_option(required=False, help="Repair one goal (default: every goal); also as the first argument.")
+@cli.goal_option(required=False, help="Repair one goal (default: every goal); also as the first argument.")
 @click.option("--dry-run", is_flag=True, help="Show what would be repaired; write nothing (no backup either).")
-@operation_option
+@cli.operation_option
 def fix(goal_id, dry_run, operation_id):
     """Repair what the detectors find, each repair recorded in the goal's ledger.
 
@@ -78,33 +78,33 @@ def fix(goal_id, dry_run, operation_id):
     (`loopx self-repair accept`). Exit status 1 when something could not be repaired (it is
     listed under "remaining").
     """
-    from loopx.api import LoopxError, current_actor, registry_url
+    from loopx.api import LoopxError, cli
     from loopx_self_repair import repairs
 
-    if current_actor() == "dashboard":
+    if cli.current_actor() == "dashboard":
         raise LoopxError("actor_forbidden", "the dashboard never writes")
-    result = repairs.fix(registry_url(), goal_id=goal_id, operation_id=operation_id, dry_run=dry_run)
-    emit(result, _fix_text)
+    result = repairs.fix(cli.registry_url(), goal_id=goal_id, operation_id=operation_id, dry_run=dry_run)
+    cli.emit(result, _fix_text)
     if not result["ok"]:
         sys.exit(1)
 
 
 @self_repair.command(epilog="Example:\n  loopx self-repair accept --goal-id g-2ce4")
-@goal_option(help="The goal whose kept state you checked (also as the first argument).")
-@operation_option
+@cli.goal_option(help="The goal whose kept state you checked (also as the first argument).")
+@cli.operation_option
 def accept(goal_id, operation_id):
     """Confirm what a repair kept (a gate, claim, approval or evidence the ledger lacked).
 
     Until a user runs this, `quota should-run` answers ask_user (repair_needs_user). Users only.
     """
-    from loopx.api import LoopxError, current_actor
+    from loopx.api import LoopxError, cli
     from loopx_self_repair import repairs
 
-    if current_actor() != "user":
+    if cli.current_actor() != "user":
         raise LoopxError("actor_forbidden", "only a user accepts what a repair kept")
     with open_registry() as reg:
         result = repairs.accept(reg, goal_id, operation_id=operation_id)
-    emit(result, lambda r: f"accepted: goal {r['goal_id']} may run again" if r["accepted"] else r["message"])
+    cli.emit(result, lambda r: f"accepted: goal {r['goal_id']} may run again" if r["accepted"] else r["message"])
 
 
 @self_repair.command(epilog="Example:\n  loopx self-repair skill --path")
@@ -115,4 +115,4 @@ def skill(path_only):
 
     resource = files("loopx_self_repair").joinpath("SKILL.md")
     data = {"path": str(resource), "text": resource.read_text(encoding="utf-8")}
-    emit(data, lambda d: d["path"] if path_only else d["text"].rstrip("\n"))
+    cli.emit(data, lambda d: d["path"] if path_only else d["text"].rstrip("\n"))

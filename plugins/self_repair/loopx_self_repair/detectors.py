@@ -1,8 +1,9 @@
-"""What self-repair finds: LoopX's damage detectors (``loopx.api.find_damage`` and friends, the
-reading half of the repair API) plus its own ``repair_needs_user``; none of them writes.
+"""What self-repair finds: LoopX's damage detectors (through its :func:`session`, a
+``loopx.api.RepairSession``: ``check`` and friends, the reading half of the repair API) plus its
+own ``repair_needs_user``; none of them writes.
 
-The detectors and what each finding means are LoopX's (``loopx.api.DAMAGE_CODES``); self-repair
-decides which of them block a goal's turns: only the cheap ones (``loopx.api.cheap_damage``: a
+The detectors and what each finding means are LoopX's (``RepairSession.CODES``); self-repair
+decides which of them block a goal's turns: only the cheap ones (``RepairSession.cheap``: a
 few indexed queries, no ledger replay), because the contract veto runs on every
 ``quota should-run``, and a repair that waits for a person.
 """
@@ -10,6 +11,8 @@ few indexed queries, no ledger replay), because the contract veto runs on every
 from __future__ import annotations
 
 NAMESPACE = "self_repair"
+#: This plugin's repair event kind; older ledgers hold it as ``capability.repaired``.
+KIND = "self_repair.repaired"
 
 #: Self-repair's own finding, on top of LoopX's.
 OWN_CODES = {
@@ -17,10 +20,18 @@ OWN_CODES = {
 }
 
 
-def _codes() -> dict:
-    from loopx.api import DAMAGE_CODES
+def session():
+    """Self-repair's session of LoopX's repair API: every detector and repair goes through it, as
+    ``capability:self_repair`` recording ``self_repair.repaired`` events."""
+    from loopx.api import RepairSession
 
-    return {**DAMAGE_CODES, **OWN_CODES}
+    return RepairSession(NAMESPACE, kind=KIND)
+
+
+def _codes() -> dict:
+    from loopx.api import RepairSession
+
+    return {**RepairSession.CODES, **OWN_CODES}
 
 
 def __getattr__(name):
@@ -32,12 +43,12 @@ def __getattr__(name):
 
 def needs_user(tx, goal_id: str) -> list:
     """A repair kept state the ledger did not hold and waits for a person (``self-repair accept``)."""
-    from loopx.api import Finding, get_state
+    from loopx.api import RepairSession, state
 
-    value = get_state(tx, goal_id, NAMESPACE).get("needs_user")
+    value = state.get(tx, goal_id, NAMESPACE).get("needs_user")
     if value is None:
         return []
-    return [Finding("repair_needs_user", goal_id, goal_id, value.get("message") or
+    return [RepairSession.Finding("repair_needs_user", goal_id, goal_id, value.get("message") or
                     f"goal {goal_id}: a repair kept state its ledger did not hold; a person must look",
                     None, details=value)]
 
@@ -45,13 +56,9 @@ def needs_user(tx, goal_id: str) -> list:
 def veto_findings(tx, goal_id: str) -> list:
     """What the contract veto looks at: whether a repair waits for a person, and the cheap damage
     detectors, for one goal."""
-    from loopx.api import cheap_damage
-
-    return needs_user(tx, goal_id) + cheap_damage(tx, goal_id)
+    return needs_user(tx, goal_id) + session().cheap(tx, goal_id)
 
 
 def check(reg, *, goal_id: str | None = None, now: str | None = None) -> dict:
     """Run every detector (on one goal or all) and return ``{"ok", "findings", "checked"}``."""
-    from loopx.api import find_damage
-
-    return find_damage(reg, goal_id=goal_id, now=now, also=needs_user, codes=OWN_CODES)
+    return session().check(reg, goal_id=goal_id, now=now, also=needs_user, codes=OWN_CODES)

@@ -45,15 +45,16 @@ def loopx_register_capabilities(register):
 @hookimpl
 def loopx_register_event_kinds(register):
     """``self_repair.repaired``: one repair of a goal's current state, recorded in its ledger
-    (applied and guarded by LoopX's repair API: ``repair_event_apply``, ``repair_event_guard``,
+    (applied and guarded by LoopX's repair API: ``RepairSession.apply_event``, ``guard_event``,
     which is what lets LoopX replay these events itself when this plugin is not installed).
 
     Older registries hold ``capability.repaired``, its name when LoopX's core defined it: the core
     replays those itself.
     """
-    from loopx.api import repair_event_apply, repair_event_guard
+    from loopx.api import RepairSession
 
-    register("self_repair.repaired", repair_event_apply, writers=("capability",), guard=repair_event_guard)
+    register("self_repair.repaired", RepairSession.apply_event, writers=("capability",),
+             guard=RepairSession.guard_event)
 
 
 @hookimpl

@@ -1,23 +1,24 @@
-"""What ``loopx self-repair fix`` does about each finding, through LoopX's repair API only.
+"""What ``loopx self-repair fix`` does about each finding, through LoopX's repair API only (one
+``loopx.api.RepairSession``, :func:`detectors.session`).
 
 Goal repairs are events, written as ``capability:self_repair`` (the core checks ownership and
 the declared repairs) in one transaction per goal and step, each finding detected again inside
 that transaction so a repair never acts on state another writer already changed:
 
-* unreadable event bodies -> ``data_escaped`` (``loopx.api.escape_goal_data``);
+* unreadable event bodies -> ``data_escaped`` (``RepairSession.escape``);
 * ``ledger_drift``, ``quota_drift``, ``revision_mismatch``, chain findings, ledger gaps ->
-  ``state_rebuilt`` (``loopx.api.rebuild_goal``: the ledger is the truth, and a rebuild often
+  ``state_rebuilt`` (``RepairSession.rebuild``: the ledger is the truth, and a rebuild often
   clears other findings too). What it kept (a gate, claim, approval or evidence the ledger
   lacked) makes the goal wait for a person: ``needs_user`` in this capability's state, answered
   ``ask_user``/``repair_needs_user`` by the veto until ``loopx self-repair accept``;
-* everything else with a repair (``loopx.api.propose_repair``, ``apply_repair``):
+* everything else with a repair (``RepairSession.propose``, ``apply``):
   ``lease_released``, ``dependency_dropped``, ``gate_widened`` (the gate then blocks the whole
   goal until a user decides it), ``evidence_unbound``, and ``run_abandoned`` (the core's own
   ``run.abandoned``).
 
 A goal row deleted while its ledger survives is rebuilt from the ledger
-(``loopx.api.restore_goal_rows``). ``fix`` copies an SQLite registry to ``<file>.bak-<time>``
-(``loopx.api.backup_registry``) before it writes anything; ``--dry-run`` shows the plan and
+(``RepairSession.restore_goal_rows``). ``fix`` copies an SQLite registry to ``<file>.bak-<time>``
+(``RepairSession.backup``) before it writes anything; ``--dry-run`` shows the plan and
 writes nothing. Registry repairs have no goal ledger to go into and are reported in the result
 only: a schema behind is migrated by opening the registry for writing; a storage integrity
 failure is answered with ``REINDEX``; anything else stays in ``remaining`` (restore a backup).
@@ -29,17 +30,16 @@ from loopx.api import LoopxError
 
 from loopx_self_repair import detectors
 
-NAME = "self_repair"
-ACTOR = f"capability:{NAME}"
-#: This plugin's repair event kind; older ledgers hold it as ``capability.repaired``.
-KIND = "self_repair.repaired"
+NAME = detectors.NAMESPACE
 
 
 def fix(url: str | None, *, goal_id: str | None = None, operation_id: str | None = None,
         dry_run: bool = False) -> dict:
     """Repair what the detectors find (one goal or all); returns ``{"ok", "repaired", "remaining"}``
     (and ``backup``: where the registry was copied first). ``dry_run``: ``{"plan", ...}``, no writes."""
-    from loopx.api import Registry, backup_registry, damage_goal_ids, progress, schema_damage
+    from loopx.api import Registry, cli
+
+    repair = detectors.session()
 
     if dry_run:
         with Registry.open(url, readonly=True) as ro:
@@ -50,25 +50,25 @@ def fix(url: str | None, *, goal_id: str | None = None, operation_id: str | None
     # A read-only open does not migrate, so this is where an old schema is still visible.
     try:
         with Registry.open(url, readonly=True) as ro:
-            behind = schema_damage(ro)
+            behind = repair.schema(ro)
             needed = bool(behind) or not detectors.check(ro, goal_id=goal_id)["ok"]
     except LoopxError as err:
         if err.code != "registry_unavailable":
             raise
         behind, needed = [], True
     with Registry.open(url, create=False) as reg:
-        backup = backup_registry(reg) if needed else None
+        backup = repair.backup(reg) if needed else None
         # opening for writing migrated the schema
         for f in behind:
-            if not schema_damage(reg):
+            if not repair.schema(reg):
                 repaired.append({**f.to_json(), "result": f"migrated to version {f.details['current']}"})
         repaired.extend(_fix_storage(reg))
         if goal_id is None:
             repaired.extend(_restore_goal_rows(reg))
         with reg.read() as tx:
-            goals = damage_goal_ids(tx, goal_id)
+            goals = repair.goal_ids(tx, goal_id)
         # A bar on stderr when it is a terminal: a large registry takes a while.
-        with progress(len(goals), "repairing goals") as bar:
+        with cli.progress(len(goals), "repairing goals") as bar:
             for gid in goals:
                 repaired.extend(_fix_goal(reg, gid, operation_id))
                 bar.advance()
@@ -80,22 +80,19 @@ def fix(url: str | None, *, goal_id: str | None = None, operation_id: str | None
 
 
 def _fix_storage(reg) -> list[dict]:
-    from loopx.api import reindex_storage, storage_damage
-
-    found = storage_damage(reg)
+    repair = detectors.session()
+    found = repair.storage(reg)
     if not found:
         return []
-    reindex_storage(reg)
-    if storage_damage(reg):
+    repair.reindex(reg)
+    if repair.storage(reg):
         return []  # still broken: it stays in "remaining"
     return [{**found[0].to_json(), "result": "reindexed"}]
 
 
 def _restore_goal_rows(reg) -> list[dict]:
     """Goals whose row was deleted while their ledger survives: rebuilt from the ledger."""
-    from loopx.api import restore_goal_rows
-
-    found = restore_goal_rows(reg, ACTOR, kind=KIND, after=lambda w, done: _rebuilt(done, w.goal_id, w))
+    found = detectors.session().restore_goal_rows(reg, after=lambda w, done: _rebuilt(done, w.goal_id, w))
     return [row for rows in found for row in rows]
 
 
@@ -108,12 +105,12 @@ def _rebuilt(done: dict, goal_id: str, w=None) -> list[dict]:
         what = ", ".join(f"{len(v)} {k}" for k, v in sorted(kept.items()))
         result = "state_rebuilt, kept for the user: " + what
         if w is not None:
-            from loopx.api import put_state
+            from loopx.api import state
 
             message = (f"goal {goal_id}: the ledger lacked {what} that current state holds; the repair kept them."
                        f" A user checks them (`loopx gate list`, `loopx evidence list`) and runs"
                        f" `{accept_command(goal_id)}`")
-            put_state(w, NAME, {"needs_user": {"at": w.at, "kept": done["kept_keys"], "lost": lost,
+            state.put(w, NAME, {"needs_user": {"at": w.at, "kept": done["kept_keys"], "lost": lost,
                                                "message": message}})
     return [{**f.to_json(), "result": result, "seq": done["seq"], "lost": lost} for f in done["findings"]]
 
@@ -123,51 +120,51 @@ def _op(operation_id: str | None, goal_id: str, step: str) -> str | None:
 
 
 def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
-    from loopx.api import (apply_repair, escape_goal_data, goal_damage, propose_repair, put_state, rebuild_goal,
-                           repair_drift, unreadable_damage)
+    from loopx.api import state
 
+    session = detectors.session()
     out: list[dict] = []
 
     def escape(w):
-        done = escape_goal_data(w, kind=KIND)  # detected again inside the transaction
+        done = session.escape(w)  # detected again inside the transaction
         if done is None:
             return []
         return [{**f.to_json(), "result": f"data_escaped (originals in evidence {done['evidence_id']})",
                  "seq": done["seq"]} for f in done["findings"]]
 
     def rebuild(w):
-        done = rebuild_goal(w, kind=KIND)  # drift detected again inside the transaction
+        done = session.rebuild(w)  # drift detected again inside the transaction
         return [] if done is None else _rebuilt(done, goal_id, w)
 
     with reg.read() as tx:
-        unreadable = bool(unreadable_damage(tx, goal_id))
+        unreadable = bool(session.unreadable(tx, goal_id))
     if unreadable:
-        out.extend(reg.mutate(ACTOR, escape, goal_id=goal_id, allow_closed=True,
+        out.extend(reg.mutate(session.actor, escape, goal_id=goal_id, allow_closed=True,
                               operation_id=_op(operation_id, goal_id, "escape"),
                               request={"op": "self_repair.escape", "goal": goal_id}))
 
     # The replay runs outside the write lock first, so a healthy goal never holds up other writers;
     # with an operation id the mutation always runs, so that a retry returns the first result.
     with reg.read() as tx:
-        needed = bool(repair_drift(tx, goal_id))
+        needed = bool(session.drift(tx, goal_id))
     if needed or operation_id is not None:
-        out.extend(reg.mutate(ACTOR, rebuild, goal_id=goal_id, allow_closed=True,
+        out.extend(reg.mutate(session.actor, rebuild, goal_id=goal_id, allow_closed=True,
                               operation_id=_op(operation_id, goal_id, "rebuild"),
                               request={"op": "self_repair.rebuild", "goal": goal_id}))
 
     def repair_rest(w):
         done = []
-        for f in goal_damage(w.tx, goal_id, now=w.at, full=False):
-            repair = propose_repair(f)
+        for f in session.goal(w.tx, goal_id, now=w.at, full=False):
+            repair = session.propose(f)
             if repair is None or repair.kind in ("state_rebuilt", "data_escaped"):
                 continue
-            seq = apply_repair(w, repair, kind=KIND)
+            seq = session.apply(w, repair)
             done.append({**f.to_json(), "result": repair.kind, "seq": seq})
         if done:
-            put_state(w, NAME, {"last_fix": {"at": w.at, "repaired": [d["code"] for d in done]}})
+            state.put(w, NAME, {"last_fix": {"at": w.at, "repaired": [d["code"] for d in done]}})
         return done
 
-    out.extend(reg.mutate(ACTOR, repair_rest, goal_id=goal_id, allow_closed=True,
+    out.extend(reg.mutate(session.actor, repair_rest, goal_id=goal_id, allow_closed=True,
                           operation_id=_op(operation_id, goal_id, "repair"),
                           request={"op": "self_repair.repair", "goal": goal_id}))
     return out
@@ -175,18 +172,18 @@ def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
 
 def accept(reg, goal_id: str, *, operation_id: str | None = None) -> dict:
     """A user confirms what a repair kept (``self-repair accept``): the goal may run again."""
-    from loopx.api import check_id, drop_state, get_state, put_state
+    from loopx.api import ids, state
 
-    check_id("goal", goal_id)
+    ids.check("goal", goal_id)
 
     def work(w):
-        if "needs_user" not in get_state(w.tx, goal_id, NAME):
+        if "needs_user" not in state.get(w.tx, goal_id, NAME):
             return {"goal_id": goal_id, "accepted": False, "message": "nothing waits for a user"}
-        drop_state(w, NAME, ["needs_user"])
-        put_state(w, NAME, {"last_accept": {"at": w.at, "by": "user"}})
+        state.drop(w, NAME, ["needs_user"])
+        state.put(w, NAME, {"last_accept": {"at": w.at, "by": "user"}})
         return {"goal_id": goal_id, "accepted": True}
 
-    return reg.mutate(ACTOR, work, goal_id=goal_id, allow_closed=True, operation_id=operation_id,
+    return reg.mutate(detectors.session().actor, work, goal_id=goal_id, allow_closed=True, operation_id=operation_id,
                       request={"op": "self_repair.accept", "goal": goal_id})
 
 

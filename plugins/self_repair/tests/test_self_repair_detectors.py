@@ -19,15 +19,15 @@ from loopx_self_repair import detectors, repairs
 
 
 def new_goal(reg, title="Investigate Quarterly Revenue Spike"):
-    return api.create_goal(reg, "user", title=title)["id"]
+    return api.goals.create(reg, "user", title=title)["id"]
 
 
 def add_todo(reg, g, text, depends_on=()):
-    return api.add_todo(reg, "user", goal_id=g, text=text, depends_on=list(depends_on))["id"]
+    return api.todos.add(reg, "user", goal_id=g, text=text, depends_on=list(depends_on))["id"]
 
 
 def open_run(reg, g, agent="a1", ttl=3600):
-    r = api.should_run(reg, "user", goal_id=g, agent=agent, ttl_seconds=ttl)
+    r = api.runs.should_run(reg, "user", goal_id=g, agent=agent, ttl_seconds=ttl)
     assert r["decision"] == "run", r
     return r["interaction_contract"]["run_id"]
 
@@ -50,7 +50,7 @@ def later(seconds):
 
 def event_of(reg, g, kind, **match):
     with reg.read() as tx:
-        for e in api.goal_events(tx, g):
+        for e in api.goals.events(tx, g):
             if e.kind == kind and all(e.body.get(k) == v for k, v in match.items()):
                 return e
     raise AssertionError(f"no {kind} {match}")
@@ -89,13 +89,13 @@ def fix(loopx_cli, *args):
 
 def repair_events(reg, g):
     with reg.read() as tx:
-        return [(e.actor, e.kind, e.body.get("repair")) for e in api.goal_events(tx, g)
+        return [(e.actor, e.kind, e.body.get("repair")) for e in api.goals.events(tx, g)
                 if e.actor == "capability:self_repair" or e.body.get("by") == "capability:self_repair"]
 
 
 def assert_replay_matches(reg, g):
     with reg.read() as tx:
-        assert api.goal_snapshot(tx, g) == api.replay_goal(api.goal_events(tx, g))[0]
+        assert api.goals.snapshot(tx, g) == api.goals.replay(api.goals.events(tx, g))[0]
 
 
 # --- a healthy registry ----------------------------------------------------------------------
@@ -106,9 +106,9 @@ def test_a_healthy_registry_has_no_findings(loopx_registry, loopx_cli):
     g = new_goal(reg)
     a = add_todo(reg, g, "load data")
     b = add_todo(reg, g, "fit model", [a])
-    api.request_gate(reg, "user", goal_id=g, title="ok to publish?", scope="production", blocks=f"todo:{b}")
+    api.gates.request(reg, "user", goal_id=g, title="ok to publish?", scope="production", blocks=f"todo:{b}")
     run = open_run(reg, g)
-    api.add_evidence(reg, "user", kind="note", summary="loaded", run_id=run)
+    api.evidence.add(reg, "user", kind="note", summary="loaded", run_id=run)
     report = check(reg)
     assert report["ok"] is True and report["findings"] == [] and report["checked"]["goals"] == 1
     r = loopx_cli("self-repair", "check", "--json")
@@ -153,8 +153,8 @@ def test_ledger_drift_is_found_by_the_full_check_and_rebuilt(loopx_registry, loo
     r = fix(loopx_cli, "--goal-id", g)
     assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["ledger_drift"]
     with reg.read() as tx:
-        assert api.load_todo(tx, g, a).text == "the real text"
-        assert api.load_goal(tx, g).title == "Investigate Quarterly Revenue Spike"
+        assert api.todos.load(tx, g, a).text == "the real text"
+        assert api.goals.load(tx, g).title == "Investigate Quarterly Revenue Spike"
     assert_replay_matches(reg, g)
 
 
@@ -183,8 +183,8 @@ def test_stale_lease_is_housekeeping_never_a_veto(loopx_registry, loopx_cli, loo
     r = fix(loopx_cli, "--goal-id", g)
     assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["stale_lease"], r
     with reg.read() as tx:
-        assert api.load_todo(tx, g, a).claim is None
-        assert api.load_todo(tx, g, a).epoch == 1  # a later claim still bumps the epoch
+        assert api.todos.load(tx, g, a).claim is None
+        assert api.todos.load(tx, g, a).epoch == 1  # a later claim still bumps the epoch
     assert ("capability:self_repair", "self_repair.repaired", "lease_released") in repair_events(reg, g)
     assert_replay_matches(reg, g)
 
@@ -212,7 +212,7 @@ def test_evidence_without_a_run(loopx_registry, loopx_cli):
     reg = loopx_registry
     g = new_goal(reg)
     run = open_run(reg, g)
-    ev = api.add_evidence(reg, "user", kind="note", summary="observed", run_id=run)["id"]
+    ev = api.evidence.add(reg, "user", kind="note", summary="observed", run_id=run)["id"]
     # Damage the ledger itself: the evidence entry now names a run that never existed.
     e = event_of(reg, g, "evidence.added", evidence_id=ev)
     raw(reg, rewrite_event(e, run_id="r-000000000000"), ("UPDATE evidence SET run_id = 'r-000000000000' WHERE id = ?", (ev,)))
@@ -233,7 +233,7 @@ def test_evidence_whose_run_row_vanished_is_restored_from_the_ledger(loopx_regis
     reg = loopx_registry
     g = new_goal(reg)
     run = open_run(reg, g)
-    api.add_evidence(reg, "user", kind="note", summary="observed", run_id=run)
+    api.evidence.add(reg, "user", kind="note", summary="observed", run_id=run)
     raw(reg, ("DELETE FROM runs WHERE id = ?", (run,)))
     # Usage is kept in counters (goal_usage), which still hold the run's turn: no quota drift.
     assert codes(check(reg, g)) == ["ledger_drift", "orphan_evidence"]
@@ -264,7 +264,7 @@ def test_todo_depending_on_a_missing_todo(loopx_registry, loopx_cli):
     r = fix(loopx_cli, "--goal-id", g)
     assert r.json["ok"] and [x["code"] for x in r.json["repaired"]] == ["missing_dependency"], r
     with reg.read() as tx:
-        assert api.load_todo(tx, g, b).depends_on == [a]  # only the missing one is dropped
+        assert api.todos.load(tx, g, b).depends_on == [a]  # only the missing one is dropped
     assert decision(loopx_cli, g)["decision"] == "run"
     assert_replay_matches(reg, g)
 
@@ -273,7 +273,7 @@ def test_gate_pointing_at_a_missing_todo_is_widened_not_removed(loopx_registry, 
     reg = loopx_registry
     g = new_goal(reg)
     a = add_todo(reg, g, "publish")
-    gate = api.request_gate(reg, "user", goal_id=g, title="ok to publish?", scope="production",
+    gate = api.gates.request(reg, "user", goal_id=g, title="ok to publish?", scope="production",
                             blocks=f"todo:{a}")["id"]
     e = event_of(reg, g, "gate.added", gate_id=gate)
     ghost = "t-000000000000"
@@ -297,7 +297,7 @@ def test_a_gate_on_a_removed_action_is_not_damage(loopx_registry, loopx_cli):
     reg = loopx_registry
     g = new_goal(reg)
     assert loopx_cli("action", "add", "--goal-id", g, "--name", "deploy", "--", "echo", "hi", "--json").code == 0
-    api.request_gate(reg, "user", goal_id=g, title="deploy?", scope="production", blocks="action:deploy")
+    api.gates.request(reg, "user", goal_id=g, title="deploy?", scope="production", blocks="action:deploy")
     assert loopx_cli("action", "remove", "--goal-id", g, "--name", "deploy", "--json").code == 0
     assert check(reg, g)["ok"]
 
@@ -344,12 +344,12 @@ def test_schema_version_behind(tmp_path, loopx_cli, monkeypatch):
     r = loopx_cli("self-repair", "check", "--json", env=env)
     assert r.code == 1, r
     assert codes(r.json) == ["schema_behind"]
-    assert r.json["findings"][0]["details"] == {"version": 1, "current": api.SCHEMA_VERSION}
+    assert r.json["findings"][0]["details"] == {"version": 1, "current": api.RepairSession.SCHEMA_VERSION}
     r = loopx_cli("self-repair", "fix", "--json", env=env)
     assert r.code == 0 and r.json["repaired"][0]["code"] == "schema_behind", r
     assert loopx_cli("self-repair", "check", "--json", env=env).json["ok"]
     con = sqlite3.connect(path)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == api.SCHEMA_VERSION
+    assert con.execute("PRAGMA user_version").fetchone()[0] == api.RepairSession.SCHEMA_VERSION
     con.close()
 
 
@@ -382,7 +382,7 @@ def test_a_lost_ledger_entry_is_repaired_in_order(loopx_registry, loopx_cli):
     g = new_goal(reg)
     a = add_todo(reg, g, "a")
     b = add_todo(reg, g, "b", [a])
-    gate = api.request_gate(reg, "user", goal_id=g, title="a ok?", blocks=f"todo:{a}")["id"]
+    gate = api.gates.request(reg, "user", goal_id=g, title="a ok?", blocks=f"todo:{a}")["id"]
     lost = event_of(reg, g, "todo.added", todo_id=a)
     raw(reg, ("DELETE FROM events WHERE id = ?", (lost.id,)))
     assert codes(check(reg, g)) == ["chain_broken", "ledger_drift", "ledger_gap"]
@@ -398,7 +398,7 @@ def test_a_lost_ledger_entry_is_repaired_in_order(loopx_registry, loopx_cli):
         ("self_repair.repaired", "dependency_dropped"), ("self_repair.repaired", "gate_widened"),
         ("capability.state_set", None)]
     with reg.read() as tx:
-        assert [t.id for t in api.list_todos(tx, g)] == [b]
+        assert [t.id for t in api.todos.list(tx, g)] == [b]
         assert tx.one("SELECT blocks FROM gates WHERE id = ?", (gate,))["blocks"] == "all"
         assert tx.one("SELECT seq FROM events WHERE goal_id = ? AND seq = ?", (g, lost.seq)) is None
     assert event_of(reg, g, "self_repair.repaired", repair="state_rebuilt").body["lost"] == [lost.seq]
@@ -406,7 +406,7 @@ def test_a_lost_ledger_entry_is_repaired_in_order(loopx_registry, loopx_cli):
     assert check(reg, g)["ok"]
     assert_replay_matches(reg, g)
     # The capability's own record of what it did, in the namespace it owns.
-    assert api.get_state(reg, g, "self_repair")["last_fix"]["repaired"] == ["missing_dependency", "dangling_gate"]
+    assert api.state.get(reg, g, "self_repair")["last_fix"]["repaired"] == ["missing_dependency", "dangling_gate"]
 
 
 def test_fix_operation_id_retry_writes_nothing_twice(loopx_registry, loopx_cli):
@@ -444,7 +444,7 @@ def test_repairs_on_a_closed_goal(loopx_registry, loopx_cli):
     r = fix(loopx_cli)
     assert r.json["ok"] and r.json["repaired"], r
     with reg.read() as tx:
-        assert api.load_goal(tx, g).status == "closed"
+        assert api.goals.load(tx, g).status == "closed"
 
 
 def test_skill_command_prints_the_shipped_skill(loopx_cli):
@@ -458,7 +458,7 @@ def test_skill_command_prints_the_shipped_skill(loopx_cli):
 
 def reg_events(reg, g):
     with reg.read() as tx:
-        return [(e.seq, e.kind) for e in api.goal_events(tx, g)]
+        return [(e.seq, e.kind) for e in api.goals.events(tx, g)]
 
 
 def _corrupt_index(path, index, update_sql):

@@ -53,12 +53,12 @@ def loopx_contract_actions(tx, goal, run_id, remaining):
 def loopx_register_commands(cli):
     import click
 
-    from loopx.api import LoopxCommand, emit
+    from loopx import api
 
-    @click.command("faulty-hello", cls=LoopxCommand)
+    @click.command("faulty-hello", cls=api.cli.LoopxCommand)
     def hello():
         """Say hello."""
-        emit({"hello": "world"}, lambda d: "hello")
+        api.cli.emit({"hello": "world"}, lambda d: "hello")
 
     cli.add_command(hello)
     if _mode("COMMANDS") == "raise":

@@ -16,10 +16,10 @@ def loopx_register_capabilities(register):
 
 def _noted(tx, event):
     """Apply ``probe.noted``: append the note to the goal's ``probe`` state."""
-    from loopx.api import apply_state, get_state
+    from loopx import api
 
-    notes = get_state(tx, event.goal_id, NS).get("notes", [])
-    apply_state(tx, event, NS, {"notes": [*notes, event.body["text"]]})
+    notes = api.state.get(tx, event.goal_id, NS).get("notes", [])
+    api.state.apply_rows(tx, event, NS, {"notes": [*notes, event.body["text"]]})
 
 
 @hookimpl
@@ -36,53 +36,53 @@ def loopx_register_error_codes(register):
 def loopx_register_commands(cli):
     import click
 
-    from loopx.api import (LoopxError, LoopxGroup, actor, check_id, check_text, emit, get_state, open_registry,
-                           operation_option)
+    from loopx import api
+    from loopx.api import LoopxError, open_registry
 
-    @click.group("probe", cls=LoopxGroup)
+    @click.group("probe", cls=api.cli.LoopxGroup)
     def probe():
         """Notes, for the plugin API tests."""
 
     @probe.command(epilog="Examples:\n  loopx probe note --goal-id g-2ce4 --text seen\n  loopx probe note --goal-id g-2ce4 --text halt")
     @click.option("--goal-id", required=True)
     @click.option("--text", required=True)
-    @operation_option
+    @api.cli.operation_option
     def note(goal_id, text, operation_id):
         """Record a note (a probe.noted event)."""
-        check_id("goal", goal_id)
-        text = check_text(text, what="--text", limit="note")
+        api.ids.check("goal", goal_id)
+        text = api.ids.check_text(text, what="--text", limit="note")
         if text.isupper():
             raise LoopxError("probe.too_loud", f"{text!r} is shouted; say it quietly")
 
         def work(w):
             w.emit("probe.noted", {"text": text})
-            return get_state(w.tx, goal_id, NS)
+            return api.state.get(w.tx, goal_id, NS)
 
         with open_registry() as reg:
-            out = reg.mutate(actor(), work, goal_id=goal_id, operation_id=operation_id,
+            out = reg.mutate(api.cli.actor(), work, goal_id=goal_id, operation_id=operation_id,
                              request={"op": "probe.note", "goal": goal_id, "text": text})
-        emit(out, lambda o: ", ".join(o["notes"]))
+        api.cli.emit(out, lambda o: ", ".join(o["notes"]))
 
     @probe.command()
     @click.option("--goal-id", required=True)
     @click.option("--as", "name", required=True, help="The capability to act as.")
     @click.option("--namespace", default=NS)
-    @click.option("--whole", is_flag=True, help="Write in a mutation of its own (set_state), not inside the user's.")
+    @click.option("--whole", is_flag=True, help="Write in a mutation of its own (api.state.set), not inside the user's.")
     def tag(goal_id, name, namespace, whole):
         """Tag the goal in capability state, acting as capability NAME (only probe is ours)."""
-        from loopx.api import acting, put_state, set_state
+        from loopx import api
 
         with open_registry() as reg:
             if whole:
-                out = set_state(reg, name, goal_id, {"tag": "x"}, namespace=namespace)
+                out = api.state.set(reg, name, goal_id, {"tag": "x"}, namespace=namespace)
             else:
                 def work(w):
-                    with acting(w, name) as cw:
-                        put_state(cw, namespace, {"tag": "x"})
-                    return get_state(w.tx, goal_id, namespace)
+                    with api.state.acting(w, name) as cw:
+                        api.state.put(cw, namespace, {"tag": "x"})
+                    return api.state.get(w.tx, goal_id, namespace)
 
-                out = reg.mutate(actor(), work, goal_id=goal_id)
-        emit(out, lambda o: o["tag"])
+                out = reg.mutate(api.cli.actor(), work, goal_id=goal_id)
+        api.cli.emit(out, lambda o: o["tag"])
 
     cli.add_command(probe)
 
@@ -97,9 +97,9 @@ def loopx_contract_actions(tx, goal, run_id, remaining):
 
 @hookimpl
 def loopx_contract_veto(tx, goal):
-    from loopx.api import get_state
+    from loopx import api
 
-    notes = get_state(tx, goal.id, NS).get("notes", [])
+    notes = api.state.get(tx, goal.id, NS).get("notes", [])
     if notes and notes[-1] == "halt":
         return {"reason": "probe.halted", "message": "the last note said halt",
                 "actions": [f"loopx probe note --goal-id {goal.id} --text go"]}

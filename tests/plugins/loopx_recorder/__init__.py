@@ -76,11 +76,12 @@ def loopx_register_capabilities(register):
 def loopx_register_commands(cli):
     import click
 
-    from loopx.api import LoopxCommand, LoopxError, actor, emit, open_registry
+    from loopx import api
+    from loopx.api import LoopxError, open_registry
 
     _record("loopx_register_commands", cli=cli.name, builtin_quota="quota" in cli.list_commands(None))
 
-    @click.command("recorder-ping", cls=LoopxCommand)
+    @click.command("recorder-ping", cls=api.cli.LoopxCommand)
     @click.option("--goal-id", required=True)
     @click.option("--refuse", is_flag=True)
     def ping(goal_id, refuse):
@@ -88,8 +89,8 @@ def loopx_register_commands(cli):
         if refuse:
             raise LoopxError("recorder.refused", "the recorder refuses, as asked")
         with open_registry() as reg:
-            reg.mutate(actor(), lambda w: w.emit("recorder.noted", {"note": "ping"}), goal_id=goal_id)
-        emit({"pinged": goal_id}, lambda d: "pinged")
+            reg.mutate(api.cli.actor(), lambda w: w.emit("recorder.noted", {"note": "ping"}), goal_id=goal_id)
+        api.cli.emit({"pinged": goal_id}, lambda d: "pinged")
 
     cli.add_command(ping)
 
@@ -113,10 +114,10 @@ def loopx_register_error_codes(register):
 @hookimpl
 def loopx_gate_decided(writer, gate, decision):
     # Writes its own state in the decision's transaction (what the hook is for).
-    from loopx.api import acting, put_state
+    from loopx import api
 
-    with acting(writer, NS) as cw:
-        put_state(cw, NS, {"last_gate_decision": {"gate_id": gate.id, "decision": decision}})
+    with api.state.acting(writer, NS) as cw:
+        api.state.put(cw, NS, {"last_gate_decision": {"gate_id": gate.id, "decision": decision}})
     _record("loopx_gate_decided", goal_id=gate.goal_id, gate_id=gate.id, status=gate.status, decision=decision,
             actor=writer.actor)
 

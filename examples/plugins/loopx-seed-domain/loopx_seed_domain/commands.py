@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import click
 
-from loopx.api import LoopxCommand, actor, emit, open_registry
+from loopx import api
+from loopx.api import open_registry
 
 RUN = click.option("--run-id", default=None, help="Run to act under (default: $LOOPX_RUN_ID, else ask should-run).")
 GOAL = click.option("--goal-id", default=None, help="Goal to ask a contract for when no run is given "
                                                     "(default: $LOOPX_GOAL_ID, else the newest open goal).")
 
 
-@click.command("run-model", cls=LoopxCommand)
+@click.command("run-model", cls=api.cli.LoopxCommand)
 @click.option("--model", required=True, help="revenue-forecast or revenue-trend.")
 @click.option("--data", default=None, help="CSV with quarter,revenue columns (default: the shipped sample).")
 @RUN
@@ -21,11 +22,11 @@ def run_model(model, data, run_id, goal_id):
     from loopx_seed_domain import work
 
     with open_registry() as reg:
-        out = work.run_model(reg, actor(), model=model, run_id=run_id, goal_id=goal_id, data=data)
-    emit(out, lambda o: f"{o['summary']}\nrun {o['run_id']}; evidence {o['evidence_id']}")
+        out = work.run_model(reg, api.cli.actor(), model=model, run_id=run_id, goal_id=goal_id, data=data)
+    api.cli.emit(out, lambda o: f"{o['summary']}\nrun {o['run_id']}; evidence {o['evidence_id']}")
 
 
-# Not a LoopxCommand: LoopX gives every command `--format text|json` for its output, but the
+# Not an api.cli.LoopxCommand: LoopX gives every command `--format text|json` for its output, but the
 # seed spells the report's file format `generate-report --format pdf`. So this command keeps
 # `--format` for the report, takes `--json` (or the root's `loopx --format json`) for output,
 # and renders LoopX errors itself.
@@ -39,15 +40,16 @@ def run_model(model, data, run_id, goal_id):
 @click.pass_context
 def generate_report(ctx, fmt, output, json_flag, run_id, goal_id):
     """Write the report of the goal's model runs and record it (with its sha256) as evidence."""
-    from loopx.api import LoopxError, fail, set_output_format
+    from loopx import api
+    from loopx.api import LoopxError
 
     from loopx_seed_domain import work
 
     if json_flag:
-        set_output_format("json", ctx)
+        api.cli.set_output_format("json", ctx)
     try:
         with open_registry() as reg:
-            out = work.generate_report(reg, actor(), fmt=fmt, run_id=run_id, goal_id=goal_id, output=output)
+            out = work.generate_report(reg, api.cli.actor(), fmt=fmt, run_id=run_id, goal_id=goal_id, output=output)
     except LoopxError as err:
-        fail(err, ctx)
-    emit(out, lambda o: f"wrote {o['path']} ({o['models']} model run(s)); evidence {o['evidence_id']}")
+        api.cli.fail(err, ctx)
+    api.cli.emit(out, lambda o: f"wrote {o['path']} ({o['models']} model run(s)); evidence {o['evidence_id']}")

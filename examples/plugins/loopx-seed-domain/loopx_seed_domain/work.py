@@ -17,20 +17,20 @@ REPORT_FORMATS = ("pdf", "md", "json")
 
 def resolve_run(reg, actor: str, *, run_id: str | None, goal_id: str | None) -> tuple[str, str]:
     """``(run_id, goal_id)`` of the run to act under (see the module docstring)."""
-    from loopx.api import check_fresh, list_goals, should_run
+    from loopx import api
 
     run_id = run_id or os.environ.get("LOOPX_RUN_ID") or None
     if run_id:
         with reg.read() as tx:
-            run = check_fresh(tx, run_id)
+            run = api.runs.check_fresh(tx, run_id)
         return run.id, run.goal_id
     goal_id = goal_id or os.environ.get("LOOPX_GOAL_ID") or None
     if goal_id is None:
-        newest = list_goals(reg, status="open", limit=1)
+        newest = api.goals.list(reg, status="open", limit=1)
         if not newest:
             raise LoopxError("goal_not_found", "no open goal: create one, or pass --goal-id")
         goal_id = newest[0]["id"]
-    answer = should_run(reg, actor, goal_id=goal_id)
+    answer = api.runs.should_run(reg, actor, goal_id=goal_id)
     if answer["decision"] != "run":
         raise LoopxError("action_not_allowed", f"the contract for goal {goal_id} says {answer['decision']} "
                          f"({', '.join(answer['reasons'])}), not run; nothing was done")
@@ -40,7 +40,7 @@ def resolve_run(reg, actor: str, *, run_id: str | None, goal_id: str | None) -> 
 def run_model(reg, actor: str, *, model: str, run_id: str | None = None, goal_id: str | None = None,
               data: str | None = None) -> dict:
     """Run ``model`` on the data and record its figures as ``model`` evidence; returns them with ``run_id``."""
-    from loopx.api import add_evidence
+    from loopx import api
 
     from loopx_seed_domain import models
 
@@ -56,7 +56,7 @@ def run_model(reg, actor: str, *, model: str, run_id: str | None = None, goal_id
     summary = (f"{model}: {figures['latest_quarter']} revenue {figures['latest_revenue']:,.0f} vs expected "
                f"{figures['expected_revenue']:,.0f} (z={figures['residual_z']}): {verdict}; "
                f"next quarter {figures['next_quarter_forecast']:,.0f}")
-    ev = add_evidence(reg, actor, kind="model", summary=summary, run_id=run_id,
+    ev = api.evidence.add(reg, actor, kind="model", summary=summary, run_id=run_id,
                          data={**figures, "data_source": source, "data_sha256": digest})
     return {"run_id": run_id, "goal_id": goal_id, "evidence_id": ev["id"], "summary": summary, **figures}
 
@@ -86,14 +86,14 @@ def generate_report(reg, actor: str, *, fmt: str, run_id: str | None = None, goa
     import json
     from pathlib import Path
 
-    from loopx.api import add_evidence, list_evidence_for, show_goal
+    from loopx import api
 
     if fmt not in REPORT_FORMATS:
         raise LoopxError("invalid_argument", f"--format must be one of {', '.join(REPORT_FORMATS)}")
     run_id, goal_id = resolve_run(reg, actor, run_id=run_id, goal_id=goal_id)
-    goal = show_goal(reg, goal_id)
+    goal = api.goals.show(reg, goal_id)
     latest: dict[str, dict] = {}
-    for ev in list_evidence_for(reg, goal_id=goal_id, kind="model"):
+    for ev in api.evidence.list_for(reg, goal_id=goal_id, kind="model"):
         if isinstance(ev.get("data"), dict) and "model" in ev["data"]:
             latest[ev["data"]["model"]] = ev  # oldest first, so the latest wins
     models_run = sorted(latest.values(), key=lambda e: e["data"]["model"])
@@ -113,7 +113,7 @@ def generate_report(reg, actor: str, *, fmt: str, run_id: str | None = None, goa
         path.write_bytes(content)
     except OSError as exc:
         raise LoopxError("invalid_argument", f"cannot write the report to {path}: {exc.strerror}") from None
-    ev = add_evidence(reg, actor, kind="report", run_id=run_id, file=str(path),
+    ev = api.evidence.add(reg, actor, kind="report", run_id=run_id, file=str(path),
                          summary=f"{fmt} report of {len(models_run)} model run(s): {path.name}",
                          data={"format": fmt, "models": [e["id"] for e in models_run], "bytes": len(content)})
     return {"run_id": run_id, "goal_id": goal_id, "evidence_id": ev["id"], "path": ev["file_path"],

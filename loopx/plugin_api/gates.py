@@ -1,0 +1,7 @@
+"""``loopx.api.gates``: a goal's gates (what waits for a person), read, requested and decided."""
+
+from __future__ import annotations
+
+from loopx.gates import add as request, decide, list_gates as list, load_gate as load, request_in
+
+__all__ = ["decide", "list", "load", "request", "request_in"]
