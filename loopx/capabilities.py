@@ -27,6 +27,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import Any, Self, Sequence, Union
+
+import attrs
 
 from loopx.errors import LoopxError
 
@@ -44,53 +47,39 @@ MAX_VALUE_BYTES = 64 * 1024
 #: Most keys one state write may set.
 MAX_KEYS_PER_WRITE = 100
 
-# The two declaration classes below are plain frozen classes rather than attrs ones, like
-# ``contract.Decision``: ``quota should-run`` loads them (to filter capability actions) before
-# every agent turn, and creating attrs classes with converters costs milliseconds there.
+# The declarations are attrs classes without converters or a generated __repr__: ``quota
+# should-run`` loads them (to filter capability actions) before every agent turn, and each
+# converter, like a generated __repr__, is code attrs compiles when the class is created. The
+# declaration's loose forms (a list or one name for a tuple, a dict for QuotaNeeds) are normalised
+# once, in __attrs_post_init__.
 
 
-class _Frozen:
+class _Declared:
     __slots__ = ()
-    FIELDS: tuple = ()
 
-    def __setattr__(self, name, value):
-        raise AttributeError(f"{type(self).__name__} is frozen; use replace()")
-
-    def _set(self, name, value):
-        object.__setattr__(self, name, value)
-
-    def __eq__(self, other):
-        return type(other) is type(self) and all(getattr(self, f) == getattr(other, f) for f in self.FIELDS)
-
-    def __hash__(self):
-        return hash(tuple(getattr(self, f) for f in self.FIELDS))
-
-    def __repr__(self):
-        inner = ", ".join(f"{f}={getattr(self, f)!r}" for f in self.FIELDS)
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{a.name}={getattr(self, a.name)!r}" for a in attrs.fields(type(self)))
         return f"{type(self).__name__}({inner})"
 
-    def replace(self, **changes):
+    def replace(self, **changes: Any) -> Self:
         """A copy with ``changes`` applied (the declaration itself never changes)."""
-        return type(self)(**{**{f: getattr(self, f) for f in self.FIELDS}, **changes})
+        return attrs.evolve(self, **changes)
 
 
-class QuotaNeeds(_Frozen):
+@attrs.frozen(repr=False)
+class QuotaNeeds(_Declared):
     """What one run of a capability's work needs from the goal's remaining quota (0 = nothing)."""
 
-    FIELDS = QUOTA_KEYS
-    __slots__ = QUOTA_KEYS
+    turns: int = 0
+    tokens: int = 0
+    wall_seconds: float = 0.0
 
-    def __init__(self, turns: int = 0, tokens: int = 0, wall_seconds: float = 0.0):
-        self._set("turns", turns)
-        self._set("tokens", tokens)
-        self._set("wall_seconds", wall_seconds)
-
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, float]:
         """``{"turns", "tokens", "wall_seconds"}``."""
         return {k: getattr(self, k) for k in QUOTA_KEYS}
 
 
-def _quota(value) -> QuotaNeeds:
+def _quota(value: object) -> QuotaNeeds:
     if isinstance(value, QuotaNeeds):
         return value
     if value is None:
@@ -103,16 +92,19 @@ def _quota(value) -> QuotaNeeds:
     raise LoopxError("plugin_error", f"quota needs must be a dict or QuotaNeeds, not {type(value).__name__}")
 
 
-def _names(value) -> tuple[str, ...]:
+def _names(value: object) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
-    return tuple(value or ())
+    return tuple(value or ())  # type: ignore[call-overload]
 
 
 _LISTS = ("owns", "reads", "commands", "actions", "repairs", "user_commands")
+#: One name, or several.
+Names = Union[str, Sequence[str]]
 
 
-class Capability(_Frozen):
+@attrs.frozen(repr=False)
+class Capability(_Declared):
     """One capability's declaration (see the module docstring and ``docs/capabilities/README.md``).
 
     ``owns``: state namespaces it alone writes. ``reads``: state it reads (core areas such as
@@ -130,28 +122,34 @@ class Capability(_Frozen):
     ``docs/capabilities/<name>.md`` by default. ``plugin`` and ``distribution`` are filled in by
     :func:`load`. ``default_on``: the capability serves every goal, not only those that enable
     it; allowed only with ``why`` (one sentence), which its document repeats under
-    ``## On for every goal``.
+    ``## On for every goal``. Every field after ``summary`` is given by keyword. The name lists
+    take one name or a sequence and are kept as tuples; ``quota`` is kept as a :class:`QuotaNeeds`.
     """
 
-    FIELDS = ("name", "version", "summary", "owns", "reads", "quota", "commands", "user_commands", "actions",
-              "repairs", "repair_argv", "doc", "default_on", "why", "plugin", "distribution")
-    __slots__ = FIELDS
+    name: str
+    version: str
+    summary: str
+    owns: Names = attrs.field(default=(), kw_only=True)
+    reads: Names = attrs.field(default=(), kw_only=True)
+    quota: QuotaNeeds | dict[str, float] | None = attrs.field(default=None, kw_only=True)
+    commands: Names = attrs.field(default=(), kw_only=True)
+    user_commands: Names = attrs.field(default=(), kw_only=True)
+    actions: Names = attrs.field(default=(), kw_only=True)
+    repairs: Names = attrs.field(default=(), kw_only=True)
+    repair_argv: Sequence[str] = attrs.field(default=(), kw_only=True)
+    doc: str = attrs.field(default="", kw_only=True)
+    default_on: bool = attrs.field(default=False, kw_only=True)
+    why: str = attrs.field(default="", kw_only=True)
+    plugin: str | None = attrs.field(default=None, kw_only=True)
+    distribution: str | None = attrs.field(default=None, kw_only=True)
 
-    def __init__(self, name: str, version: str, summary: str, owns=(), reads=(), quota=None, commands=(),
-                 actions=(), repairs=(), doc: str = "", default_on: bool = False, why: str = "",
-                 plugin: str | None = None, distribution: str | None = None, repair_argv=(), user_commands=()):
-        self._set("name", name)
-        self._set("version", version)
-        self._set("summary", summary)
-        for field, value in zip(_LISTS, (owns, reads, commands, actions, repairs, user_commands)):
-            self._set(field, _names(value))
-        self._set("repair_argv", tuple(repair_argv or ()))
-        self._set("quota", _quota(quota))
-        self._set("doc", doc or f"docs/capabilities/{name}.md")
-        self._set("default_on", default_on)
-        self._set("why", why)
-        self._set("plugin", plugin)
-        self._set("distribution", distribution)
+    def __attrs_post_init__(self) -> None:
+        # attrs' documented way to set a derived value on a frozen instance.
+        for field in _LISTS:
+            object.__setattr__(self, field, _names(getattr(self, field)))
+        object.__setattr__(self, "repair_argv", tuple(self.repair_argv or ()))
+        object.__setattr__(self, "quota", _quota(self.quota))
+        object.__setattr__(self, "doc", self.doc or f"docs/capabilities/{self.name}.md")
 
     def owns_namespace(self, namespace: str) -> bool:
         """Whether ``namespace`` is one of this capability's namespaces or inside one."""
@@ -167,10 +165,10 @@ class Capability(_Frozen):
                 return False
         return True
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """JSON-ready declaration (what ``loopx capabilities show NAME --json`` prints)."""
         out = {}
-        for field in self.FIELDS:
+        for field in (a.name for a in attrs.fields(Capability)):
             value = getattr(self, field)
             out[field] = list(value) if field in (*_LISTS, "repair_argv") else value.to_json() if field == "quota" else value
         return out
@@ -267,7 +265,8 @@ def load() -> dict[str, Capability]:
     if _cache is not None and _cache[0] == key:
         return _cache[1]
     found: list[Capability] = []
-    for plugin, _builtin, (declaration, *_rest) in plugins.hooks().register_capabilities():
+    for plugin, _builtin, registered in plugins.hooks().register_capabilities():
+        declaration = registered.declaration
         if isinstance(declaration, dict):
             try:
                 declaration = Capability(**declaration)

@@ -23,12 +23,16 @@ import contextvars
 import os
 import sys
 from _thread import allocate_lock as _allocate_lock
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, TypeVar
 
 import pluggy
 
 if TYPE_CHECKING:
     from loopx.model import Event, Goal
+    from loopx.plugin_register import (
+        CapabilityRegistration, ErrorCodeRegistration, EventKindRegistration, ExecutorRegistration, Registrar,
+        StoreRegistration,
+    )
 
 ENV_HOOK_TIMEOUT = "LOOPX_HOOK_TIMEOUT"
 DEFAULT_HOOK_TIMEOUT = 2.0
@@ -66,13 +70,16 @@ class Answer(NamedTuple):
     value: Any
 
 
-class Registration(NamedTuple):
-    """One call of a ``register(...)`` callable: the full argument tuple of its prototype
-    (:mod:`loopx.plugin_register`), and who made it."""
+R = TypeVar("R")
+
+
+class Registration(NamedTuple, Generic[R]):
+    """One call of a hook's registrar (:mod:`loopx.plugin_register`): the typed record it made
+    (``item``: a :class:`~loopx.plugin_register.StoreRegistration`, ...), and who made it."""
 
     plugin: str
     builtin: bool
-    args: tuple
+    item: R
 
 
 # --- containment, installed at registration --------------------------------------------------
@@ -517,29 +524,25 @@ class Hooks:
             values = [a.value for a in call.answered]
         return self._credit(hook, call, values)
 
-    def _registrations(self, hook: str) -> list[Registration]:
-        from loopx.plugin_register import register_callable
-
-        made: dict[str, list] = {}
+    def _registrations(self, hook: str, registrar: type[Registrar[R]]) -> list[Registration[R]]:
+        made: dict[str, list[R]] = {}
         call = _Call(hook, on_fault=lambda plugin: made.pop(plugin, None))  # half done: none count
 
-        def sink_for_current():
-            return made.setdefault(call.current or "?", [])
+        def sink(item: R) -> None:
+            made.setdefault(call.current or "?", []).append(item)
 
-        class _Sink(list):
-            def append(self, item):
-                sink_for_current().append(item)
-
-        self._invoke(hook, {"register": register_callable(hook, _Sink())}, call)
-        return [Registration(a.plugin, a.plugin in self._builtins, args)
-                for a in call.answered for args in made.pop(a.plugin, [])]
+        self._invoke(hook, {"register": registrar(sink)}, call)
+        return [Registration(a.plugin, a.plugin in self._builtins, item)
+                for a in call.answered for item in made.pop(a.plugin, [])]
 
     # -- state (loopx/hookspecs/state.py)
 
-    def register_stores(self) -> list[Registration]:
+    def register_stores(self) -> list[Registration[StoreRegistration]]:
         """``loopx_register_stores(register)`` (:func:`loopx.hookspecs.state.loopx_register_stores`):
-        ``(scheme, factory)`` registrations in call order."""
-        return self._registrations("loopx_register_stores")
+        a :class:`~loopx.plugin_register.StoreRegistration` per call, in call order."""
+        from loopx.plugin_register import StoreRegistrar
+
+        return self._registrations("loopx_register_stores", StoreRegistrar)
 
     def event_committed(self, registry, events: list[Event], *, skip=()) -> None:
         """``loopx_event_committed(registry, events)`` (:func:`loopx.hookspecs.state.loopx_event_committed`):
@@ -587,17 +590,21 @@ class Hooks:
 
     # -- executors (loopx/hookspecs/executors.py)
 
-    def register_executors(self) -> list[Registration]:
+    def register_executors(self) -> list[Registration[ExecutorRegistration]]:
         """``loopx_register_executors(register)`` (:func:`loopx.hookspecs.executors.loopx_register_executors`):
-        ``(name, provider)`` registrations in call order."""
-        return self._registrations("loopx_register_executors")
+        an :class:`~loopx.plugin_register.ExecutorRegistration` per call, in call order."""
+        from loopx.plugin_register import ExecutorRegistrar
+
+        return self._registrations("loopx_register_executors", ExecutorRegistrar)
 
     # -- capabilities (loopx/hookspecs/capabilities.py)
 
-    def register_capabilities(self) -> list[Registration]:
+    def register_capabilities(self) -> list[Registration[CapabilityRegistration]]:
         """``loopx_register_capabilities(register)``
-        (:func:`loopx.hookspecs.capabilities.loopx_register_capabilities`): ``(declaration,)`` registrations."""
-        return self._registrations("loopx_register_capabilities")
+        (:func:`loopx.hookspecs.capabilities.loopx_register_capabilities`): a :class:`~loopx.plugin_register.CapabilityRegistration` per call."""
+        from loopx.plugin_register import CapabilityRegistrar
+
+        return self._registrations("loopx_register_capabilities", CapabilityRegistrar)
 
     # -- commands (loopx/hookspecs/commands.py)
 
@@ -624,15 +631,20 @@ class Hooks:
 
     # -- vocabulary (loopx/hookspecs/vocabulary.py)
 
-    def register_event_kinds(self) -> list[Registration]:
+    def register_event_kinds(self) -> list[Registration[EventKindRegistration]]:
         """``loopx_register_event_kinds(register)``
-        (:func:`loopx.hookspecs.vocabulary.loopx_register_event_kinds`): ``(name, apply, writers, guard, formerly)``."""
-        return self._registrations("loopx_register_event_kinds")
+        (:func:`loopx.hookspecs.vocabulary.loopx_register_event_kinds`): an :class:`~loopx.plugin_register.EventKindRegistration` per call."""
+        from loopx.plugin_register import EventKindRegistrar
 
-    def register_error_codes(self) -> list[Registration]:
+        return self._registrations("loopx_register_event_kinds", EventKindRegistrar)
+
+    def register_error_codes(self) -> list[Registration[ErrorCodeRegistration]]:
         """``loopx_register_error_codes(register)``
-        (:func:`loopx.hookspecs.vocabulary.loopx_register_error_codes`): ``(code, description)``."""
-        return self._registrations("loopx_register_error_codes")
+        (:func:`loopx.hookspecs.vocabulary.loopx_register_error_codes`): an
+        :class:`~loopx.plugin_register.ErrorCodeRegistration` per call."""
+        from loopx.plugin_register import ErrorCodeRegistrar
+
+        return self._registrations("loopx_register_error_codes", ErrorCodeRegistrar)
 
     # -- people (loopx/hookspecs/notify.py)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pluggy
 
@@ -26,6 +27,9 @@ from loopx.hooks import (  # noqa: F401
     DEFAULT_HOOK_TIMEOUT, ENV_HOOK_TIMEOUT, Answer, ContainedPluginManager, HookFault, Hooks, Registration, faults,
     hook_timeout, report_fault,
 )
+
+if TYPE_CHECKING:
+    from loopx.plugin_register import ExecutorRegistration, StoreRegistration
 
 ENTRY_POINT_GROUP = "loopx"
 BUILTINS = ("loopx.builtin",)
@@ -189,9 +193,10 @@ def hooks() -> Hooks:
     return _hooks[1]
 
 
-def named(registered: list[Registration], what: str) -> dict[str, tuple[object, str]]:
+def named(registered: list[Registration[StoreRegistration]] | list[Registration[ExecutorRegistration]],
+          what: str) -> dict[str, tuple[object, str]]:
     """``{key: (value, plugin)}`` from the registrations of a hook whose implementations call
-    ``register(key, value)`` (``named(hooks().register_stores(), "storage scheme")``).
+    ``register(key, value)`` (records with ``key`` and ``value``) (``named(hooks().register_stores(), "storage scheme")``).
 
     The one rule for "a plugin replaces a built-in": built-ins are ``trylast``, so a plugin's
     registration of a key comes first and wins over a built-in's; two plugins registering one key
@@ -200,8 +205,8 @@ def named(registered: list[Registration], what: str) -> dict[str, tuple[object, 
     from loopx.errors import LoopxError
 
     found: dict[str, tuple[object, str]] = {}
-    for plugin, builtin, args in registered:
-        key, value = str(args[0]).lower(), args[1]
+    for plugin, builtin, item in registered:
+        key, value = str(item.key).lower(), item.value
         if key in found:
             if builtin:
                 continue
@@ -243,8 +248,8 @@ def error_codes() -> dict[str, str]:
 
     def build():
         out = {}
-        for plugin, _builtin, (code, description) in hooks().register_error_codes():
-            description = description if isinstance(description, str) else ""
+        for plugin, _builtin, item in hooks().register_error_codes():
+            code, description = item.code, item.description if isinstance(item.description, str) else ""
             if not _namespaced(code):
                 report_fault(plugin, "loopx_register_error_codes",
                              f"registered {code!r}, which is not a namespaced code like 'my_plugin.not_found'")
@@ -282,9 +287,10 @@ def event_kinds(core_areas=(), retired=()) -> dict[str, tuple]:
                                  f"kind {name!r}; disable one (LOOPX_DISABLE_PLUGINS={plugin})")
             out[name] = entry
 
-        for plugin, _builtin, (name, apply, writers, guard, formerly) in hooks().register_event_kinds():
-            writers = (writers,) if isinstance(writers, str) else tuple(writers or ())
-            formerly = formerly or ()
+        for plugin, _builtin, kind in hooks().register_event_kinds():
+            name, apply, guard = kind.name, kind.apply, kind.guard
+            writers = (kind.writers,) if isinstance(kind.writers, str) else tuple(kind.writers or ())
+            formerly = kind.formerly or ()
             formerly = (formerly,) if isinstance(formerly, str) else tuple(formerly)
             problem = None
             if not _namespaced(name) or name.split(".")[0] in core_areas:

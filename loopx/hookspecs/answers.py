@@ -1,0 +1,92 @@
+"""What contract hooks answer, as typed values, and the read view they are handed.
+
+A ``loopx_contract_veto`` implementation answers a :class:`Veto` (or ``None``); a
+``loopx_contract_actions`` one a list of :class:`ContributedAction`. The dict forms documented
+before these classes existed are still accepted, and mean the same: the core turns either into
+the same checked steps (:func:`loopx.steps.contributed`, :func:`loopx.steps.veto_actions`).
+This module is imported only by code that uses the classes (a plugin, or the core when a
+plugin answered with one), so the turn's start-up does not pay for them otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol, Sequence
+
+import attrs
+
+
+class ReadTx(Protocol):
+    """The read-only view a contract hook is handed (``tx``): a read transaction's queries."""
+
+    def one(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ...) -> Mapping[str, Any] | None:
+        """The first row of ``sql``, or ``None``."""
+        ...
+
+    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ...) -> Sequence[Mapping[str, Any]]:
+        """Every row of ``sql``."""
+        ...
+
+
+def _texts(value: Sequence[Sequence[str] | str]) -> tuple[tuple[str, ...] | str, ...]:
+    return tuple(a if isinstance(a, str) else tuple(a) for a in value)
+
+
+@attrs.frozen
+class Veto:
+    """A veto of running a goal: the decision becomes ``repair``.
+
+    ``reason``: a stable code; ``message``: one sentence for people; ``actions``: the repair's
+    commands, each an argv list (or a command string, split once), checked like contributed
+    actions (a bad one is dropped and named).
+    """
+
+    reason: str
+    message: str = ""
+    actions: Sequence[Sequence[str] | str] = attrs.field(default=(), converter=_texts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict form (``{"reason", "message", "actions"}``) the core reads."""
+        return {"reason": self.reason, "message": self.message,
+                "actions": [a if isinstance(a, str) else list(a) for a in self.actions]}
+
+
+def _argv(value: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
+
+
+@attrs.frozen
+class ContributedAction:
+    """One action a plugin contributes to a ``run`` contract (a ``do`` step run through ``loopx exec``).
+
+    ``argv``: the command as an argv list (or ``command``, a string split once, when there is no
+    argv); ``note``: a short text for the agent; ``capability`` and ``action``: the contributing
+    capability and the name of the action it declared; ``workdir``: an absolute path, where
+    executors start the agent for this step.
+    """
+
+    argv: Sequence[str] | None = attrs.field(default=None, converter=_argv)
+    note: str | None = None
+    capability: str | None = None
+    action: str | None = None
+    workdir: str | None = None
+    command: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict form the core checks (:func:`loopx.steps.contributed`)."""
+        out: dict[str, Any] = {"note": self.note, "capability": self.capability, "action": self.action,
+                               "workdir": self.workdir}
+        if self.argv is not None:
+            out["argv"] = list(self.argv)
+        else:
+            out["command"] = self.command
+        return out
+
+
+def plain(answer: object) -> object:
+    """``answer`` with every :class:`Veto` / :class:`ContributedAction` in it as its dict form;
+    anything else as it is (the checks name what is wrong with it)."""
+    if isinstance(answer, (Veto, ContributedAction)):
+        return answer.to_dict()
+    if isinstance(answer, list):
+        return [a.to_dict() if isinstance(a, ContributedAction) else a for a in answer]
+    return answer
