@@ -45,18 +45,11 @@ load_errors: list[tuple[str, str]] = []
 distributions: dict[str, str | None] = {}
 
 
-#: os.environ's own bytes mapping on POSIX (what ``os.environ[...] = ...`` changes), else None.
-_RAW = getattr(os.environ, "_data", None) if os.name == "posix" and os.environ.encodekey("A") == b"A" else None
-
-
 def get_plugin_manager() -> pluggy.PluginManager:
     """The process-wide plugin manager, built on first use (and again if ``LOOPX_PLUGINS`` or
     ``LOOPX_DISABLE_PLUGINS`` changed since: a test suite choosing its plugins gets exactly those)."""
     global _pm, _pm_env
-    # Asked several times by every write and every turn: os.environ's own mapping read directly
-    # (os.environ.get encodes the name and, for a variable not set, raises and catches KeyError).
-    env = ((_RAW.get(b"LOOPX_PLUGINS"), _RAW.get(b"LOOPX_DISABLE_PLUGINS")) if _RAW is not None
-           else (os.environ.get(ENV_ALLOW), os.environ.get(ENV_BLOCK)))
+    env = (os.environ.get(ENV_ALLOW), os.environ.get(ENV_BLOCK))
     if _pm is None or env != _pm_env:
         if _pm is not None:
             reset()
@@ -370,7 +363,11 @@ def calling_plugins(depth: int = 2) -> set | None:
     homes = _homes()
     if not homes:
         return None
-    frame = sys._getframe(depth)
+    import inspect  # (pluggy imported it already)
+
+    frame = inspect.currentframe()
+    for _ in range(depth):
+        frame = frame.f_back if frame is not None else None
     while frame is not None:
         module = frame.f_globals.get("__name__") or ""
         if module != "loopx" and not module.startswith("loopx."):

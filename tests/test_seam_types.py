@@ -142,3 +142,27 @@ def test_capability_is_an_attrs_class_that_normalises_its_declaration():
     assert cap.replace(plugin="p").plugin == "p" and cap.plugin is None
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         cap.name = "y"  # type: ignore[misc]
+
+
+SEAM = ("loopx/hooks.py", "loopx/hook_guard.py", "loopx/plugins.py", "loopx/plugin_register.py", "loopx/capabilities.py",
+        "loopx/capability_checks.py", "loopx/capability_docs.py", "loopx/caps.py")
+
+
+def test_the_plugin_seam_uses_no_private_interpreter_names_and_its_files_stay_short():
+    """pluggy and the interpreter used as documented (issue 38): no ``sys._getframe``, no
+    ``os.environ._data``, no ``_thread`` or other private CPython module; files under 500 lines."""
+    import ast
+
+    from tests.conftest import ROOT
+
+    offenders = []
+    for rel in SEAM:
+        text = (ROOT / rel).read_text()
+        assert len(text.splitlines()) < 500, rel
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Attribute) and node.attr in ("_getframe", "_data", "_current_frames"):
+                offenders.append(f"{rel}:{node.lineno}: .{node.attr}")
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            offenders += [f"{rel}:{node.lineno}: import {n}" for n in names if n.startswith("_") and n != "__future__"]
+    assert offenders == []
