@@ -15,6 +15,8 @@ import: names resolve lazily on first use (PEP 562), so a plugin module that imp
 
 from __future__ import annotations
 
+from typing import Any
+
 from loopx import hookimpl
 
 # Every name, as "module:attribute" resolved on first access, under the heading of
@@ -198,7 +200,7 @@ _OWN = ("hookimpl",)
 __all__ = sorted([*_LAZY, *_OWN])
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'loopx.api' has no attribute {name!r}")
@@ -212,5 +214,5 @@ def __getattr__(name: str):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return __all__

@@ -17,7 +17,7 @@ import contextvars
 import os
 import sys
 import threading
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Generator, Iterable, NamedTuple
 
 import pluggy
 
@@ -61,11 +61,17 @@ class Answer(NamedTuple):
 # --- containment, installed at registration --------------------------------------------------
 
 
+#: A check of one answer: what is wrong with it (one line), or ``None`` when it is fine.
+Check = Callable[[Any], "str | None"]
+#: An implementation as pluggy calls it.
+Impl = Callable[..., Any]
+
+
 class Call:
     """What one façade call asks of every implementation it reaches."""
 
-    def __init__(self, hook: str, check=None, timeout: float | None = None, raise_faults: bool = False,
-                 on_start: Callable[[str], None] | None = None, on_fault: Callable[[str], None] | None = None):
+    def __init__(self, hook: str, check: Check | None = None, timeout: float | None = None, raise_faults: bool = False,
+                 on_start: Callable[[str], None] | None = None, on_fault: Callable[[str], None] | None = None) -> None:
         self.hook, self.check, self.timeout, self.raise_faults = hook, check, timeout, raise_faults
         self.on_start, self.on_fault = on_start, on_fault
         self.answered: list[Answer] = []  # every plain implementation that worked, in call order
@@ -109,7 +115,7 @@ def describe(exc: BaseException) -> str:
     return f"failed: {type(exc).__name__}: {exc}"
 
 
-def _run(fn, args, kwargs, timeout: float | None, plugin: str):
+def _run(fn: Impl, args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None, plugin: str) -> Any:
     if timeout is None:
         return fn(*args, **kwargs)
     return _Job(fn, args, kwargs).wait(timeout, plugin)
@@ -126,12 +132,13 @@ class _Job:
 
     __slots__ = ("fn", "args", "kwargs", "context", "done", "value", "error", "finished", "abandoned")
 
-    def __init__(self, fn, args, kwargs):
+    def __init__(self, fn: Impl, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.fn, self.args, self.kwargs = fn, args, kwargs
         self.context = contextvars.copy_context()  # the caller's context variables, as a thread of its own had
         self.done = threading.Lock()
         self.done.acquire()  # released by the worker when the job has run
-        self.value = self.error = None
+        self.value: Any = None
+        self.error: BaseException | None = None
         self.finished = self.abandoned = False
 
     def run(self) -> None:
@@ -140,7 +147,7 @@ class _Job:
         except BaseException as exc:  # raised again in the caller's thread
             self.error = exc
 
-    def wait(self, timeout: float, plugin: str):
+    def wait(self, timeout: float, plugin: str) -> Any:
         worker = _Worker.take()
         worker.thread.name = f"loopx-hook-{plugin}"  # what a stack dump of a stuck hook shows
         worker.jobs.put(self)
@@ -167,10 +174,10 @@ class _Worker:
 
     __slots__ = ("jobs", "thread")
 
-    def __init__(self):
+    def __init__(self) -> None:
         import queue
 
-        self.jobs = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._serve, name="loopx-hook", daemon=True)
         self.thread.start()
 
@@ -182,6 +189,7 @@ class _Worker:
         return cls()
 
     def _serve(self) -> None:
+        job: _Job | None
         while True:
             job = self.jobs.get()
             job.run()
@@ -209,8 +217,8 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
     os.register_at_fork(after_in_child=_forget_workers)
 
 
-def _contain_plain(fn, plugin: str, hook: str):
-    def contained(*args, **kwargs):
+def _contain_plain(fn: Impl, plugin: str, hook: str) -> Impl:
+    def contained(*args: Any, **kwargs: Any) -> Any:
         call = _current(hook)
         try:
             if call is not None:
@@ -233,11 +241,11 @@ def _contain_plain(fn, plugin: str, hook: str):
     return contained
 
 
-def _contain_wrapper(fn, plugin: str, hook: str):
+def _contain_wrapper(fn: Callable[..., Generator[None, Any, Any]], plugin: str, hook: str) -> Impl:
     # A generator in front of the plugin's: whatever the plugin's own code raises (before or after
     # its yield) is named, and the answer it was given passes through unchanged. What the inner
     # call raised is handed to the plugin, which may answer instead; if it does not, it goes on up.
-    def contained(*args, **kwargs):
+    def contained(*args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
         call = _current(hook)
         try:
             gen = fn(*args, **kwargs)
@@ -283,7 +291,7 @@ def _contain_wrapper(fn, plugin: str, hook: str):
     return contained
 
 
-def _note_put(call: Call, plugin: str, before, after) -> None:
+def _note_put(call: Call, plugin: str, before: object, after: object) -> None:
     """Remember which answers in ``after`` the wrapper ``plugin`` put there (not in ``before``)."""
     old = before if isinstance(before, list) else [before]
     for value in after if isinstance(after, list) else [after]:
@@ -296,16 +304,21 @@ class _Contained:
     contained (:func:`_contain_plain`, :func:`_contain_wrapper`), under the same attribute name
     and with the same hookimpl options, so pluggy finds, orders and calls them as documented."""
 
-    def __init__(self, plugin: object):
+    def __init__(self, plugin: object) -> None:
         self.__dict__["_loopx_plugin"] = plugin
 
     def __repr__(self) -> str:
-        return repr(self._loopx_plugin)  # what pluggy's own messages (check_pending) show
+        return repr(_original(self))  # what pluggy's own messages (check_pending) show
 
     def __dir__(self) -> list[str]:
         # Only the hook implementations: pluggy looks at every name dir() gives, and an object's
         # inherited dunders cost it as much again as the plugin's own names (every process start).
         return [name for name in self.__dict__ if name != "_loopx_plugin"]
+
+
+def _original(proxy: _Contained) -> object:
+    """The plugin ``proxy`` stands in for (kept in its __dict__: no attribute a hook name could shadow)."""
+    return proxy.__dict__["_loopx_plugin"]
 
 
 def stand_in(pm: pluggy.PluginManager, plugin: object, plugin_name: str) -> _Contained:
@@ -351,12 +364,12 @@ class ContainedPluginManager(pluggy.PluginManager):
         super().__init__(project_name)
         self._stand_ins: dict[int, _Contained] = {}  # id(plugin) -> its stand-in, while registered
 
-    def _in(self, plugin):
+    def _in(self, plugin: object) -> Any:
         return self._stand_ins.get(id(plugin), plugin) if plugin is not None else None
 
     @staticmethod
-    def _out(plugin):
-        return plugin._loopx_plugin if isinstance(plugin, _Contained) else plugin
+    def _out(plugin: object) -> Any:
+        return _original(plugin) if isinstance(plugin, _Contained) else plugin
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
         """Register ``plugin`` as pluggy does, its hook implementations contained."""
@@ -372,7 +385,7 @@ class ContainedPluginManager(pluggy.PluginManager):
             self._stand_ins[id(plugin)] = proxy
         return registered
 
-    def unregister(self, plugin: object | None = None, name: str | None = None):
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
         """Unregister as pluggy does (also what ``set_blocked`` does); answers the plugin registered."""
         self.generation += 1
         try:
@@ -400,22 +413,22 @@ class ContainedPluginManager(pluggy.PluginManager):
         """The name ``plugin`` is registered under, or ``None``."""
         return super().get_name(self._in(plugin))
 
-    def get_plugin(self, name: str):
+    def get_plugin(self, name: str) -> Any:
         """The plugin registered under ``name``, or ``None``."""
         return self._out(super().get_plugin(name))
 
-    def get_plugins(self) -> set:
+    def get_plugins(self) -> set[Any]:
         """Every registered plugin."""
         return {self._out(p) for p in super().get_plugins()}
 
-    def list_name_plugin(self) -> list:
+    def list_name_plugin(self) -> list[tuple[str, Any]]:
         """``[(name, plugin)]`` of every registration (``None`` for a blocked name)."""
         return [(n, self._out(p)) for n, p in super().list_name_plugin()]
 
-    def get_hookcallers(self, plugin: object):
+    def get_hookcallers(self, plugin: object) -> list[pluggy.HookCaller] | None:
         """The hook callers ``plugin`` implements, or ``None`` if it is not registered."""
         return super().get_hookcallers(self._in(plugin))
 
-    def subset_hook_caller(self, name: str, remove_plugins):
+    def subset_hook_caller(self, name: str, remove_plugins: Iterable[object]) -> pluggy.HookCaller:
         """A caller of hook ``name`` that leaves out ``remove_plugins``."""
         return super().subset_hook_caller(name, [self._in(p) for p in remove_plugins])

@@ -14,17 +14,28 @@ raises :class:`HookFault` instead.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, NamedTuple, TypeVar
 
 import pluggy
 
-from loopx.hook_guard import (  # noqa: F401  (the fault vocabulary, importable from here as before)
-    CURRENT_CALL, DEFAULT_HOOK_TIMEOUT, ENV_HOOK_TIMEOUT, Answer, Call, ContainedPluginManager, HookFault, describe,
-    faults, hook_timeout, name_fault, report_fault, stand_in,
-)
+# The fault vocabulary, importable from here as before (``as`` re-exports, for a type checker).
+from loopx.hook_guard import CURRENT_CALL, Call, Check, describe, name_fault
+from loopx.hook_guard import DEFAULT_HOOK_TIMEOUT as DEFAULT_HOOK_TIMEOUT
+from loopx.hook_guard import ENV_HOOK_TIMEOUT as ENV_HOOK_TIMEOUT
+from loopx.hook_guard import Answer as Answer
+from loopx.hook_guard import ContainedPluginManager as ContainedPluginManager
+from loopx.hook_guard import HookFault as HookFault
+from loopx.hook_guard import faults as faults
+from loopx.hook_guard import hook_timeout as hook_timeout
+from loopx.hook_guard import report_fault as report_fault
+from loopx.hook_guard import stand_in as stand_in
 
 if TYPE_CHECKING:
-    from loopx.model import Event, Goal
+    import click
+
+    from loopx.hookspecs.answers import ReadTx
+    from loopx.model import Event, Gate, Goal
+    from loopx.registry import Registry, Writer
     from loopx.plugin_register import (
         CapabilityRegistration, ErrorCodeRegistration, EventKindRegistration, ExecutorRegistration, Registrar,
         StoreRegistration,
@@ -53,21 +64,22 @@ class Hooks:
     is credited to the wrapper plugin(s) and checked like theirs.
     """
 
-    def __init__(self, pm: pluggy.PluginManager, builtins: tuple = ()):
+    def __init__(self, pm: pluggy.PluginManager, builtins: Iterable[str] = ()) -> None:
         self._pm, self._builtins = pm, frozenset(builtins)
 
     # -- plumbing
 
-    def _caller(self, hook: str):
-        return getattr(self._pm.hook, hook)
+    def _caller(self, hook: str) -> pluggy.HookCaller:
+        caller: pluggy.HookCaller = getattr(self._pm.hook, hook)
+        return caller
 
-    def _without(self, hook: str, skip) -> object | None:
+    def _without(self, hook: str, skip: Iterable[str] | None) -> pluggy.HookCaller | None:
         """A caller of ``hook`` that leaves out the plugins named in ``skip`` (capabilities that do
         not serve the goal at hand, :mod:`loopx.capability_goals`), or ``None`` for all of them."""
         gone = [p for p in (self._pm.get_plugin(name) for name in skip or ()) if p is not None]
         return self._pm.subset_hook_caller(hook, gone) if gone else None
 
-    def implemented(self, method: Callable) -> bool:
+    def implemented(self, method: Callable[..., Any]) -> bool:
         """Whether any plugin implements the hook behind ``method`` (``h.implemented(h.contract_veto)``)."""
         return bool(self._caller("loopx_" + method.__name__).get_hookimpls())
 
@@ -75,7 +87,7 @@ class Hooks:
         names = [i.plugin_name for i in self._caller(hook).get_hookimpls() if i.wrapper or i.hookwrapper]
         return ",".join(names) or "?"
 
-    def _invoke(self, hook: str, kwargs: dict, call: Call, caller=None):
+    def _invoke(self, hook: str, kwargs: dict[str, Any], call: Call, caller: pluggy.HookCaller | None = None) -> Any:
         token = CURRENT_CALL.set(call)
         try:
             return (caller or self._caller(hook))(**kwargs)
@@ -89,15 +101,15 @@ class Hooks:
         finally:
             CURRENT_CALL.reset(token)
 
-    def _blame(self, hook: str, call: Call, value) -> str:
+    def _blame(self, hook: str, call: Call, value: object) -> str:
         """The wrapper that put ``value`` in place (or every wrapper of ``hook``, when unsure)."""
         return next((a.plugin for a in call.put if a.value is value), None) or self._wrappers(hook)
 
-    def _credit(self, hook: str, call: Call, values: list) -> list[Answer]:
+    def _credit(self, hook: str, call: Call, values: list[Any]) -> list[Answer]:
         """``values`` (pluggy's answer, wrappers included) with the plugin of each; an answer no
         implementation gave is a wrapper's, checked and named like any other."""
         left = list(call.answered)
-        out = []
+        out: list[Answer] = []
         for value in values:
             found = next((i for i, a in enumerate(left) if a.value is value), None)
             if found is not None:
@@ -111,18 +123,23 @@ class Hooks:
             out.append(Answer(plugin, value))
         return out
 
-    def _collect(self, hook: str, *, check=None, timeout=None, skip=(), **kwargs) -> list[Answer]:
+    def _collect(self, hook: str, *, check: Check | None = None, timeout: float | None = None,
+                 skip: Iterable[str] | None = (), **kwargs: Any) -> list[Answer]:
         call = Call(hook, check=check, timeout=timeout)
         values = self._invoke(hook, kwargs, call, self._without(hook, skip))
         if not isinstance(values, list):  # only a wrapper can make it so
             name_fault(call, self._blame(hook, call, values), hook,
-                   f"returned the wrong type: a list of answers, not {type(values).__name__}")
+                       f"returned the wrong type: a list of answers, not {type(values).__name__}")
             values = [a.value for a in call.answered]
         return self._credit(hook, call, values)
 
     def _registrations(self, hook: str, registrar: type[Registrar[R]]) -> list[Registration[R]]:
         made: dict[str, list[R]] = {}
-        call = Call(hook, on_fault=lambda plugin: made.pop(plugin, None))  # half done: none count
+
+        def forget(plugin: str) -> None:
+            made.pop(plugin, None)  # half done: none count
+
+        call = Call(hook, on_fault=forget)
 
         def sink(item: R) -> None:
             made.setdefault(call.current or "?", []).append(item)
@@ -140,12 +157,12 @@ class Hooks:
 
         return self._registrations("loopx_register_stores", StoreRegistrar)
 
-    def event_committed(self, registry, events: list[Event], *, skip=()) -> None:
+    def event_committed(self, registry: Registry, events: list[Event], *, skip: Iterable[str] | None = ()) -> None:
         """``loopx_event_committed(registry, events)`` (:func:`loopx.hookspecs.state.loopx_event_committed`):
         tell observers about committed events; never raises. ``skip``: plugin names not to tell."""
         self._collect("loopx_event_committed", skip=skip, registry=registry, events=events)
 
-    def gate_decided(self, writer, gate, decision: str, *, skip=()) -> None:
+    def gate_decided(self, writer: Writer, gate: Gate, decision: str, *, skip: Iterable[str] | None = ()) -> None:
         """``loopx_gate_decided(writer, gate, decision)`` (:func:`loopx.hookspecs.state.loopx_gate_decided`),
         inside the decision's transaction, in the caller's thread. Fails closed: any fault raises
         :class:`HookFault` naming the plugin (the caller refuses the decision). ``skip``: plugin
@@ -158,7 +175,8 @@ class Hooks:
 
     # -- contracts (loopx/hookspecs/contracts.py)
 
-    def contract_veto(self, tx, goal: Goal, *, check=None, skip=()) -> Answer | None:
+    def contract_veto(self, tx: ReadTx, goal: Goal, *, check: Check | None = None,
+                      skip: Iterable[str] | None = ()) -> Answer | None:
         """``loopx_contract_veto(tx, goal)`` (:func:`loopx.hookspecs.contracts.loopx_contract_veto`),
         ``firstresult``: the first veto and its plugin, or ``None``.
 
@@ -175,8 +193,8 @@ class Hooks:
             return None
         return self._credit(hook, call, [value])[0]
 
-    def contract_actions(self, tx, goal: Goal, run_id: str, remaining: dict | None, *,
-                         check=None, skip=()) -> list[Answer]:
+    def contract_actions(self, tx: ReadTx, goal: Goal, run_id: str, remaining: dict[str, Any] | None, *,
+                         check: Check | None = None, skip: Iterable[str] | None = ()) -> list[Answer]:
         """``loopx_contract_actions(tx, goal, run_id, remaining)``
         (:func:`loopx.hookspecs.contracts.loopx_contract_actions`): each plugin's list of
         actions, under :func:`hook_timeout`; one that fails or answers what ``check`` refuses is
@@ -204,17 +222,17 @@ class Hooks:
 
     # -- commands (loopx/hookspecs/commands.py)
 
-    def register_commands(self, cli, *, only: object | None = None) -> None:
+    def register_commands(self, cli: click.Group, *, only: object | None = None) -> None:
         """``loopx_register_commands(cli)`` (:func:`loopx.hookspecs.commands.loopx_register_commands`):
         a plugin whose hook raises adds no commands (what it added before raising is removed).
         ``only``: ask that one registered plugin alone (one registered after the CLI asked the rest)."""
-        before: dict = {}
+        before: dict[str, click.Command] = {}
 
-        def start(plugin):
+        def start(plugin: str) -> None:
             before.clear()
             before.update(cli.commands)
 
-        def undo(plugin):
+        def undo(plugin: str) -> None:
             cli.commands.clear()
             cli.commands.update(before)
 
@@ -244,7 +262,7 @@ class Hooks:
 
     # -- people (loopx/hookspecs/notify.py)
 
-    def notify(self, notification: dict, *, timeout: float | None = None) -> list[Answer]:
+    def notify(self, notification: dict[str, Any], *, timeout: float | None = None) -> list[Answer]:
         """``loopx_notify(notification)`` (:func:`loopx.hookspecs.notify.loopx_notify`): each
         plugin's answer (``True`` when delivered), each under ``timeout``."""
         return self._collect("loopx_notify", timeout=timeout, notification=notification)

@@ -13,7 +13,7 @@ mis-registration.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterable, Protocol, TypeVar, cast
 
 import attrs
 
@@ -29,7 +29,7 @@ class _Record:
     __slots__ = ()
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{a.name}={getattr(self, a.name)!r}" for a in attrs.fields(type(self)))
+        fields = ", ".join(f"{a.name}={getattr(self, a.name)!r}" for a in attrs.fields(cast(Any, type(self))))
         return f"{type(self).__name__}({fields})"
 
 

@@ -15,18 +15,22 @@ The core calls plugins only through :func:`hooks` (the typed façade, :mod:`loop
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 import pluggy
 
 # The typed façade and its containment live in loopx.hooks (which imports nothing of this module);
 # the fault vocabulary stays importable from here.
-from loopx.hooks import (  # noqa: F401
-    DEFAULT_HOOK_TIMEOUT, ENV_HOOK_TIMEOUT, Answer, ContainedPluginManager, HookFault, Hooks, Registration, faults,
-    hook_timeout, report_fault,
-)
+from loopx.hooks import DEFAULT_HOOK_TIMEOUT as DEFAULT_HOOK_TIMEOUT
+from loopx.hooks import ENV_HOOK_TIMEOUT as ENV_HOOK_TIMEOUT
+from loopx.hooks import Answer as Answer
+from loopx.hooks import ContainedPluginManager, Hooks, Registration, faults
+from loopx.hooks import HookFault as HookFault
+from loopx.hooks import hook_timeout as hook_timeout
+from loopx.hooks import report_fault
 
 if TYPE_CHECKING:
     from loopx.plugin_register import ExecutorRegistration, StoreRegistration
@@ -38,7 +42,7 @@ ENV_BLOCK = "LOOPX_DISABLE_PLUGINS"
 ENV_CACHE = "LOOPX_PLUGIN_CACHE"
 
 _pm: pluggy.PluginManager | None = None
-_pm_env: tuple | None = None  # (LOOPX_PLUGINS, LOOPX_DISABLE_PLUGINS) the manager was built with
+_pm_env: tuple[str | None, str | None] | None = None  # (LOOPX_PLUGINS, LOOPX_DISABLE_PLUGINS) the manager was built with
 #: Problems met while loading plugins: ``[(plugin name, one-line message)]``.
 load_errors: list[tuple[str, str]] = []
 #: ``{plugin name: "distribution version"}`` for entry-point plugins.
@@ -122,22 +126,23 @@ def entry_points() -> list[tuple[str, str, str | None]]:
     key = [[p, _mtime(p)] for p in sys.path[1:]]
     use_cache = os.environ.get(ENV_CACHE, "1") != "0"
     cache = _cache_file() if use_cache else None
-    if use_cache:
+    if cache is not None:
         try:
             data = json.loads(cache.read_text())
             if data.get("key") == key and data.get("python") == sys.executable:
-                return [tuple(x) for x in data["entry_points"]]
+                return [(str(n), str(v), d) for n, v, d in data["entry_points"]]
         except (OSError, ValueError, KeyError):
             pass
     from importlib.metadata import entry_points as scan
 
-    found, seen = [], set()
+    found: list[tuple[str, str, str | None]] = []
+    seen: set[str] = set()
     for ep in scan(group=ENTRY_POINT_GROUP):
         if ep.name not in seen:  # the first on sys.path wins, as for imports
             seen.add(ep.name)
             dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else None
             found.append((ep.name, ep.value, dist))
-    if use_cache:
+    if cache is not None:
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(f".{os.getpid()}.tmp")
@@ -174,7 +179,7 @@ def _cache_dir() -> Path:
 
 # --- the façade: every hook call goes through loopx.hooks.Hooks -------------------------------------
 
-_hooks: tuple | None = None  # (plugin manager, its façade)
+_hooks: tuple[pluggy.PluginManager, Hooks] | None = None  # (plugin manager, its façade)
 
 
 def hooks() -> Hooks:
@@ -211,20 +216,19 @@ def named(registered: list[Registration[StoreRegistration]] | list[Registration[
 
 # --- the vocabulary plugins add ------------------------------------------------------------------
 
-_NAMESPACED = None
-_vocabulary: dict = {}
+_NAMESPACED: re.Pattern[str] | None = None
+_vocabulary: dict[str, tuple[object, Any]] = {}
+T = TypeVar("T")
 
 
-def _namespaced(value) -> bool:
+def _namespaced(value: object) -> bool:
     global _NAMESPACED
     if _NAMESPACED is None:
-        import re
-
         _NAMESPACED = re.compile(r"[a-z][a-z0-9_]{0,39}\.[a-z][a-z0-9_]{0,63}")
     return isinstance(value, str) and bool(_NAMESPACED.fullmatch(value))
 
 
-def _cached(what: str, build):
+def _cached(what: str, build: Callable[[], T]) -> T:
     pm = get_plugin_manager()
     # The plugin objects themselves, not their ids: the key keeps them alive, so an unregistered
     # plugin's id can never be reused by a new one and match a stale entry.
@@ -233,13 +237,14 @@ def _cached(what: str, build):
     if found is None or found[0] != key:
         found = (key, build())
         _vocabulary[what] = found
-    return found[1]
+    value: T = found[1]
+    return value
 
 
 def error_codes() -> dict[str, str]:
     """``{code: description}`` of every plugin's ``loopx_register_error_codes`` (namespaced codes)."""
 
-    def build():
+    def build() -> dict[str, str]:
         out = {}
         for plugin, _builtin, item in hooks().register_error_codes():
             code, description = item.code, item.description if isinstance(item.description, str) else ""
@@ -260,7 +265,7 @@ def _load_error_codes() -> None:
     errors.PLUGIN_CODES.update(error_codes())
 
 
-def event_kinds(core_areas=(), retired=()) -> dict[str, tuple]:
+def event_kinds(core_areas: Iterable[str] = (), retired: Iterable[str] = ()) -> dict[str, tuple[Any, ...]]:
     """``{name: (apply, writers, guard, plugin)}`` of every plugin's ``loopx_register_event_kinds``.
 
     A kind must be namespaced outside the core's areas, and writable only by ``user``,
@@ -271,10 +276,10 @@ def event_kinds(core_areas=(), retired=()) -> dict[str, tuple]:
     """
     from loopx.errors import LoopxError
 
-    def build():
-        out: dict[str, tuple] = {}
+    def build() -> dict[str, tuple[Any, ...]]:
+        out: dict[str, tuple[Any, ...]] = {}
 
-        def add(name, entry, plugin):
+        def add(name: str, entry: tuple[Any, ...], plugin: str) -> None:
             if name in out:
                 raise LoopxError("plugin_error", f"plugins {out[name][3]!r} and {plugin!r} both register the event "
                                  f"kind {name!r}; disable one (LOOPX_DISABLE_PLUGINS={plugin})")
@@ -314,19 +319,19 @@ def event_kinds(core_areas=(), retired=()) -> dict[str, tuple]:
     return _cached("event_kinds", build)
 
 
-def _core_repair_kind(apply, guard, writers) -> bool:
+def _core_repair_kind(apply: object, guard: object, writers: Iterable[str]) -> bool:
     """Whether a kind registered with ``apply``, ``guard`` and ``writers`` is exactly the core's
     repair event: :func:`loopx.events.repair.apply_event`, :func:`loopx.repairs.guard_event`
     (named, not imported: the plugin seam sits below both), written by capabilities only."""
 
-    def named(fn, module: str, qualname: str) -> bool:
+    def named(fn: object, module: str, qualname: str) -> bool:
         return getattr(fn, "__module__", None) == module and getattr(fn, "__qualname__", None) == qualname
 
     return (set(writers) == {"capability"} and named(apply, "loopx.events.repair", "apply_event")
             and named(guard, "loopx.repairs", "guard_event"))
 
 
-def _homes() -> dict[str, set]:
+def _homes() -> dict[str, set[str]]:
     """``{home: {plugin name, ...}}``: where each registered plugin's code lives.
 
     A module plugin's home is its top-level package (``loopx_self_repair`` for
@@ -334,10 +339,10 @@ def _homes() -> dict[str, set]:
     LoopX's built-ins have none.
     """
 
-    def build():
+    def build() -> dict[str, set[str]]:
         import types
 
-        out: dict[str, set] = {}
+        out: dict[str, set[str]] = {}
         for name, obj in get_plugin_manager().list_name_plugin():
             if name in BUILTINS or obj is None:
                 continue
@@ -352,7 +357,7 @@ def _homes() -> dict[str, set]:
     return _cached("homes", build)
 
 
-def calling_plugins(depth: int = 2) -> set | None:
+def calling_plugins(depth: int = 2) -> set[str] | None:
     """The plugins whose code called into the core here: the names of the registered plugins
     whose home holds the nearest calling frame that lives in any plugin's home; ``None`` when
     no plugin's code is on the stack (the core itself, a script, a test).
@@ -379,12 +384,12 @@ def calling_plugins(depth: int = 2) -> set | None:
     return None
 
 
-def store_factories() -> dict:
+def store_factories() -> dict[str, Any]:
     """``{scheme: factory}`` from every plugin's ``loopx_register_stores``."""
     return {k: v for k, (v, _) in named(hooks().register_stores(), "storage scheme").items()}
 
 
-def describe() -> list[dict]:
+def describe() -> list[dict[str, Any]]:
     """Every registered plugin with the hooks it implements, plus load errors."""
     pm = get_plugin_manager()
     out = []

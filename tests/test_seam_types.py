@@ -92,6 +92,32 @@ def test_a_veto_of_another_type_still_fails_closed(loopx, loopx_plugin, capsys):
     assert "a Veto or a dict, not ContributedAction" in err + capsys.readouterr().err
 
 
+def test_a_veto_whose_actions_are_one_string_is_not_split_into_characters(loopx, loopx_plugin):
+    class Careless:
+        @hookimpl
+        def loopx_contract_veto(self, tx, goal):
+            return Veto(reason="needs_repair", actions="loopx doctor")  # type: ignore[arg-type]
+
+    loopx_plugin(Careless(), name="careless")
+    g = make_goal(loopx, title="t")["goal"]
+    decision, reasons, _steps, actions, err = _contract(loopx, g)
+    assert (decision, reasons, actions) == ("repair", ["needs_repair"], []), err
+    assert "plugin 'careless'" in err and "veto actions must be a list, not str" in err, err
+
+
+def test_an_action_whose_argv_is_one_string_is_dropped_and_named(loopx, loopx_plugin):
+    class Careless:
+        @hookimpl
+        def loopx_contract_actions(self, tx, goal, run_id, remaining):
+            return [ContributedAction(argv="loopx status")]  # type: ignore[arg-type]
+
+    loopx_plugin(Careless(), name="careless")
+    g = make_goal(loopx, title="t")["goal"]
+    decision, _reasons, steps, _actions, err = _contract(loopx, g)
+    assert decision == "run" and not any("status" in s for s in steps), steps
+    assert "plugin 'careless'" in err and "argv is a string, not a list of arguments" in err, err
+
+
 def test_each_register_call_is_a_typed_record(loopx_plugin):
     def factory(url, readonly=False):
         raise AssertionError("not opened")

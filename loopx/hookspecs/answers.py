@@ -10,7 +10,7 @@ plugin answered with one), so the turn's start-up does not pay for them otherwis
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence, Union
 
 import attrs
 
@@ -27,8 +27,13 @@ class ReadTx(Protocol):
         ...
 
 
-def _texts(value: Sequence[Sequence[str] | str]) -> tuple[tuple[str, ...] | str, ...]:
-    return tuple(a if isinstance(a, str) else tuple(a) for a in value)
+# A string where a list belongs is kept as it is (the core's check drops it and names the plugin),
+# never split into its characters.
+Argv = Union[list[str], tuple[str, ...]]
+
+
+def _texts(value: Sequence[Argv | str]) -> Sequence[Argv | str]:
+    return value if isinstance(value, str) else tuple(a if isinstance(a, str) else tuple(a) for a in value)
 
 
 @attrs.frozen
@@ -42,16 +47,17 @@ class Veto:
 
     reason: str
     message: str = ""
-    actions: Sequence[Sequence[str] | str] = attrs.field(default=(), converter=_texts)
+    actions: Sequence[Argv | str] = attrs.field(default=(), converter=_texts)
 
     def to_dict(self) -> dict[str, Any]:
         """The dict form (``{"reason", "message", "actions"}``) the core reads."""
         return {"reason": self.reason, "message": self.message,
-                "actions": [a if isinstance(a, str) else list(a) for a in self.actions]}
+                "actions": self.actions if isinstance(self.actions, str)
+                else [a if isinstance(a, str) else list(a) for a in self.actions]}
 
 
-def _argv(value: Sequence[str] | None) -> tuple[str, ...] | None:
-    return None if value is None else tuple(value)
+def _argv(value: Argv | None) -> Argv | None:
+    return value if value is None or isinstance(value, str) else tuple(value)
 
 
 @attrs.frozen
@@ -64,7 +70,7 @@ class ContributedAction:
     executors start the agent for this step.
     """
 
-    argv: Sequence[str] | None = attrs.field(default=None, converter=_argv)
+    argv: Argv | None = attrs.field(default=None, converter=_argv)
     note: str | None = None
     capability: str | None = None
     action: str | None = None
@@ -76,7 +82,7 @@ class ContributedAction:
         out: dict[str, Any] = {"note": self.note, "capability": self.capability, "action": self.action,
                                "workdir": self.workdir}
         if self.argv is not None:
-            out["argv"] = list(self.argv)
+            out["argv"] = self.argv if isinstance(self.argv, str) else list(self.argv)
         else:
             out["command"] = self.command
         return out
