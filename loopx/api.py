@@ -83,6 +83,8 @@ GROUPS = {
     },
     "Capabilities and their state": {
         "Capability": "loopx.capabilities:Capability",
+        "Veto": "loopx.hookspecs.answers:Veto",
+        "ContributedAction": "loopx.hookspecs.answers:ContributedAction",
         "get_capability": "loopx.capabilities:get",
         "acting": "loopx.capabilities:acting",
         "put_state": "loopx.capabilities:put_state",

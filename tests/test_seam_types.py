@@ -40,6 +40,12 @@ class Typed:
 
     @hookimpl
     def loopx_contract_veto(self, tx, goal):
+        if goal.title == "ask":
+            if self.typed:
+                return Veto(reason="needs_user", message="look", ask_user=True, user_actions=["loopx doctor"],
+                            findings=["odd"])
+            return {"reason": "needs_user", "message": "look", "decision": "ask_user", "user_actions": ["loopx doctor"],
+                    "findings": ["odd"]}
         if goal.title != "veto":
             return None
         actions = [["loopx", "doctor"], f"loopx status --goal-id {goal.id}", "loopx ; rm -rf /"]
@@ -54,10 +60,11 @@ def _contract(loopx, goal_id):
     c = r.json["interaction_contract"]
     steps = [shlex.join(s["argv"][s["argv"].index("--") + 1:]) if "--" in s["argv"] else s["kind"]
              for s in c["cli_channel"]["steps"]]
-    return r.json["decision"], r.json["reasons"], steps, c["cli_channel"]["next_cli_actions"], r.err
+    return (r.json["decision"], r.json["reasons"], steps,
+            c["cli_channel"]["next_cli_actions"] + c["user_channel"]["next_user_actions"], r.err)
 
 
-@pytest.mark.parametrize("title", ["run", "veto"])
+@pytest.mark.parametrize("title", ["run", "veto", "ask"])
 def test_typed_answers_give_the_contract_the_dict_answers_give(loopx, loopx_plugin, title):
     loopx_plugin(Typed("typed_cap", typed=True), name="typed")
     loopx_plugin(Typed("dict_cap", typed=False), name="dicts")
@@ -74,6 +81,8 @@ def test_typed_answers_give_the_contract_the_dict_answers_give(loopx, loopx_plug
     assert seen[0] == seen[1]
     if title == "run":
         assert "loopx status --goal-id G" in seen[0][2] and "loopx todo list --goal-id G" in seen[0][2]
+    elif title == "ask":
+        assert seen[0][:2] == ("ask_user", ["needs_user"]) and "loopx doctor" in seen[0][3]
     else:
         assert seen[0][:2] == ("repair", ["needs_repair"])
         assert seen[0][3] == ["loopx doctor", "loopx status --goal-id G"]

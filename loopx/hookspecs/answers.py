@@ -42,18 +42,31 @@ class Veto:
 
     ``reason``: a stable code; ``message``: one sentence for people; ``actions``: the repair's
     commands, each an argv list (or a command string, split once), checked like contributed
-    actions (a bad one is dropped and named).
+    actions (a bad one is dropped and named). To ask for a person instead: ``ask_user=True``
+    (the decision becomes ``ask_user``) with ``user_actions``, commands a person runs.
+    ``findings``: codes shown with the veto.
     """
 
     reason: str
     message: str = ""
     actions: Sequence[Argv | str] = attrs.field(default=(), converter=_texts)
+    ask_user: bool = attrs.field(default=False, kw_only=True)
+    user_actions: Sequence[str] = attrs.field(default=(), kw_only=True)
+    findings: Sequence[str] = attrs.field(default=(), kw_only=True)
 
     def to_dict(self) -> dict[str, Any]:
-        """The dict form (``{"reason", "message", "actions"}``) the core reads."""
-        return {"reason": self.reason, "message": self.message,
-                "actions": self.actions if isinstance(self.actions, str)
-                else [a if isinstance(a, str) else list(a) for a in self.actions]}
+        """The dict form (``{"reason", "message", "actions"}``, and ``"decision": "ask_user"``,
+        ``"user_actions"``, ``"findings"`` when given) the core reads."""
+        out: dict[str, Any] = {"reason": self.reason, "message": self.message,
+                               "actions": self.actions if isinstance(self.actions, str)
+                               else [a if isinstance(a, str) else list(a) for a in self.actions]}
+        if self.ask_user:
+            out["decision"] = "ask_user"
+        if self.user_actions:
+            out["user_actions"] = list(self.user_actions)
+        if self.findings:
+            out["findings"] = list(self.findings)
+        return out
 
 
 def _argv(value: Argv | None) -> Argv | None:
