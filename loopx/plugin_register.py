@@ -46,16 +46,6 @@ class StoreRegistration(_Record):
     scheme: str
     factory: StoreFactory
 
-    @property
-    def key(self) -> str:
-        """The name it is registered under (what :func:`loopx.plugins.named` keys on)."""
-        return self.scheme
-
-    @property
-    def value(self) -> StoreFactory:
-        """What is registered under :attr:`key`."""
-        return self.factory
-
 
 @_record
 class ExecutorRegistration(_Record):
@@ -63,16 +53,6 @@ class ExecutorRegistration(_Record):
 
     name: str
     provider: Any
-
-    @property
-    def key(self) -> str:
-        """The name it is registered under."""
-        return self.name
-
-    @property
-    def value(self) -> Any:
-        """The provider."""
-        return self.provider
 
 
 @_record

@@ -194,7 +194,7 @@ def hooks() -> Hooks:
 def named(registered: list[Registration[StoreRegistration]] | list[Registration[ExecutorRegistration]],
           what: str) -> dict[str, tuple[object, str]]:
     """``{key: (value, plugin)}`` from the registrations of a hook whose implementations call
-    ``register(key, value)`` (records with ``key`` and ``value``) (``named(hooks().register_stores(), "storage scheme")``).
+    ``register(key, value)`` (stores and executors) (``named(hooks().register_stores(), "storage scheme")``).
 
     The one rule for "a plugin replaces a built-in": built-ins are ``trylast``, so a plugin's
     registration of a key comes first and wins over a built-in's; two plugins registering one key
@@ -203,8 +203,11 @@ def named(registered: list[Registration[StoreRegistration]] | list[Registration[
     from loopx.errors import LoopxError
 
     found: dict[str, tuple[object, str]] = {}
+    from loopx.plugin_register import StoreRegistration
+
     for plugin, builtin, item in registered:
-        key, value = str(item.key).lower(), item.value
+        pair = (item.scheme, item.factory) if isinstance(item, StoreRegistration) else (item.name, item.provider)
+        key, value = str(pair[0]).lower(), pair[1]
         if key in found:
             if builtin:
                 continue

@@ -156,7 +156,7 @@ def test_each_register_call_is_a_typed_record(loopx_plugin):
     h = plugins.hooks()
     mine = [r for r in h.register_stores() if r.plugin == "registers"]
     assert [r.item for r in mine] == [StoreRegistration(scheme="recstore", factory=factory)]
-    assert mine[0].builtin is False and mine[0].item.key == "recstore" and mine[0].item.value is factory
+    assert mine[0].builtin is False and plugins.store_factories()["recstore"] is factory
     assert [r.item for r in h.register_capabilities() if r.plugin == "registers"] == [
         CapabilityRegistration({"name": "rec_cap", "version": "1", "summary": "A dict declaration."})]
     assert [r.item for r in h.register_event_kinds() if r.plugin == "registers"] == [
