@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from loopx.cli.output import open_registry as open_registry
     from loopx.clock import now as now
     from loopx.errors import LoopxError as LoopxError
+    from loopx.hookspecs.answers import ContributedAction as ContributedAction
+    from loopx.hookspecs.answers import Veto as Veto
     from loopx.model import to_json as to_json
     from loopx.plugin_api import cli as cli
     from loopx.plugin_api import evidence as evidence
@@ -60,6 +62,8 @@ GROUPS = {
     "Capabilities and their state": {
         "Capability": "loopx.capabilities:Capability",
         "state": "loopx.plugin_api.state",
+        "Veto": "loopx.hookspecs.answers:Veto",
+        "ContributedAction": "loopx.hookspecs.answers:ContributedAction",
     },
     "Pages a capability serves": {"pages": "loopx.plugin_api.pages"},
     "The repair API: one RepairSession": {"RepairSession": "loopx.repair_session:RepairSession"},

@@ -25,72 +25,56 @@ The core itself declares no capability; only plugins do.
 from __future__ import annotations
 
 import json
-import math
 import re
+from typing import Any, Self, Sequence, Union
 
+import attrs
+
+# The declaration checks live in loopx.capability_checks; these names stay importable from here.
+from loopx.capability_checks import NAME_RE as _NAME_RE, NAMESPACE_RE as _NAMESPACE_RE
+from loopx.capability_checks import QUOTA_KEYS, check_conflicts, validate  # noqa: F401
 from loopx.errors import LoopxError
 
-# Patterns as strings, compiled on first use (re's cache): most commands check no name.
-# Capability names become actor names (``capability:NAME``) and namespaces: keep them simple.
-_NAME_RE = r"[a-z][a-z0-9_]{0,39}"
-# A namespace is a capability-style name, optionally dotted (``issue_fix`` or ``issue_fix.git``).
-_NAMESPACE_RE = r"[a-z][a-z0-9_]{0,39}(\.[a-z][a-z0-9_]{0,39}){0,3}"
 # State keys: short machine names.
 _KEY_RE = r"[a-z][a-z0-9_.-]{0,63}"
-#: The quota a capability may need per run, by the names the contract's ``remaining`` uses.
-QUOTA_KEYS = ("turns", "tokens", "wall_seconds")
 #: Largest JSON encoding of one state value (bigger material belongs in evidence files).
 MAX_VALUE_BYTES = 64 * 1024
 #: Most keys one state write may set.
 MAX_KEYS_PER_WRITE = 100
 
-# The two declaration classes below are plain frozen classes rather than attrs ones, like
-# ``contract.Decision``: ``quota should-run`` loads them (to filter capability actions) before
-# every agent turn, and creating attrs classes with converters costs milliseconds there.
+# The declarations are attrs classes without converters or a generated __repr__: ``quota
+# should-run`` loads them (to filter capability actions) before every agent turn, and each
+# converter, like a generated __repr__, is code attrs compiles when the class is created. The
+# declaration's loose forms (a list or one name for a tuple, a dict for QuotaNeeds) are normalised
+# once, in __attrs_post_init__.
 
 
-class _Frozen:
+class _Declared:
     __slots__ = ()
-    FIELDS: tuple = ()
 
-    def __setattr__(self, name, value):
-        raise AttributeError(f"{type(self).__name__} is frozen; use replace()")
-
-    def _set(self, name, value):
-        object.__setattr__(self, name, value)
-
-    def __eq__(self, other):
-        return type(other) is type(self) and all(getattr(self, f) == getattr(other, f) for f in self.FIELDS)
-
-    def __hash__(self):
-        return hash(tuple(getattr(self, f) for f in self.FIELDS))
-
-    def __repr__(self):
-        inner = ", ".join(f"{f}={getattr(self, f)!r}" for f in self.FIELDS)
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{a.name}={getattr(self, a.name)!r}" for a in attrs.fields(type(self)))
         return f"{type(self).__name__}({inner})"
 
-    def replace(self, **changes):
+    def replace(self, **changes: Any) -> Self:
         """A copy with ``changes`` applied (the declaration itself never changes)."""
-        return type(self)(**{**{f: getattr(self, f) for f in self.FIELDS}, **changes})
+        return attrs.evolve(self, **changes)
 
 
-class QuotaNeeds(_Frozen):
+@attrs.frozen(repr=False)
+class QuotaNeeds(_Declared):
     """What one run of a capability's work needs from the goal's remaining quota (0 = nothing)."""
 
-    FIELDS = QUOTA_KEYS
-    __slots__ = QUOTA_KEYS
+    turns: int = 0
+    tokens: int = 0
+    wall_seconds: float = 0.0
 
-    def __init__(self, turns: int = 0, tokens: int = 0, wall_seconds: float = 0.0):
-        self._set("turns", turns)
-        self._set("tokens", tokens)
-        self._set("wall_seconds", wall_seconds)
-
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, float]:
         """``{"turns", "tokens", "wall_seconds"}``."""
         return {k: getattr(self, k) for k in QUOTA_KEYS}
 
 
-def _quota(value) -> QuotaNeeds:
+def _quota(value: object) -> QuotaNeeds:
     if isinstance(value, QuotaNeeds):
         return value
     if value is None:
@@ -103,16 +87,19 @@ def _quota(value) -> QuotaNeeds:
     raise LoopxError("plugin_error", f"quota needs must be a dict or QuotaNeeds, not {type(value).__name__}")
 
 
-def _names(value) -> tuple[str, ...]:
+def _names(value: object) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
-    return tuple(value or ())
+    return tuple(value or ())  # type: ignore[call-overload]
 
 
 _LISTS = ("owns", "reads", "commands", "actions", "repairs", "user_commands")
+#: One name, or several.
+Names = Union[str, Sequence[str]]
 
 
-class Capability(_Frozen):
+@attrs.frozen(repr=False)
+class Capability(_Declared):
     """One capability's declaration (see the module docstring and ``docs/capabilities/README.md``).
 
     ``owns``: state namespaces it alone writes. ``reads``: state it reads (core areas such as
@@ -130,28 +117,34 @@ class Capability(_Frozen):
     ``docs/capabilities/<name>.md`` by default. ``plugin`` and ``distribution`` are filled in by
     :func:`load`. ``default_on``: the capability serves every goal, not only those that enable
     it; allowed only with ``why`` (one sentence), which its document repeats under
-    ``## On for every goal``.
+    ``## On for every goal``. Every field after ``summary`` is given by keyword. The name lists
+    take one name or a sequence and are kept as tuples; ``quota`` is kept as a :class:`QuotaNeeds`.
     """
 
-    FIELDS = ("name", "version", "summary", "owns", "reads", "quota", "commands", "user_commands", "actions",
-              "repairs", "repair_argv", "doc", "default_on", "why", "plugin", "distribution")
-    __slots__ = FIELDS
+    name: str
+    version: str
+    summary: str
+    owns: Names = attrs.field(default=(), kw_only=True)
+    reads: Names = attrs.field(default=(), kw_only=True)
+    quota: QuotaNeeds | dict[str, float] | None = attrs.field(default=None, kw_only=True)
+    commands: Names = attrs.field(default=(), kw_only=True)
+    user_commands: Names = attrs.field(default=(), kw_only=True)
+    actions: Names = attrs.field(default=(), kw_only=True)
+    repairs: Names = attrs.field(default=(), kw_only=True)
+    repair_argv: Sequence[str] = attrs.field(default=(), kw_only=True)
+    doc: str = attrs.field(default="", kw_only=True)
+    default_on: bool = attrs.field(default=False, kw_only=True)
+    why: str = attrs.field(default="", kw_only=True)
+    plugin: str | None = attrs.field(default=None, kw_only=True)
+    distribution: str | None = attrs.field(default=None, kw_only=True)
 
-    def __init__(self, name: str, version: str, summary: str, owns=(), reads=(), quota=None, commands=(),
-                 actions=(), repairs=(), doc: str = "", default_on: bool = False, why: str = "",
-                 plugin: str | None = None, distribution: str | None = None, repair_argv=(), user_commands=()):
-        self._set("name", name)
-        self._set("version", version)
-        self._set("summary", summary)
-        for field, value in zip(_LISTS, (owns, reads, commands, actions, repairs, user_commands)):
-            self._set(field, _names(value))
-        self._set("repair_argv", tuple(repair_argv or ()))
-        self._set("quota", _quota(quota))
-        self._set("doc", doc or f"docs/capabilities/{name}.md")
-        self._set("default_on", default_on)
-        self._set("why", why)
-        self._set("plugin", plugin)
-        self._set("distribution", distribution)
+    def __attrs_post_init__(self) -> None:
+        # attrs' documented way to set a derived value on a frozen instance.
+        for field in _LISTS:
+            object.__setattr__(self, field, _names(getattr(self, field)))
+        object.__setattr__(self, "repair_argv", tuple(self.repair_argv or ()))
+        object.__setattr__(self, "quota", _quota(self.quota))
+        object.__setattr__(self, "doc", self.doc or f"docs/capabilities/{self.name}.md")
 
     def owns_namespace(self, namespace: str) -> bool:
         """Whether ``namespace`` is one of this capability's namespaces or inside one."""
@@ -167,82 +160,13 @@ class Capability(_Frozen):
                 return False
         return True
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """JSON-ready declaration (what ``loopx capabilities show NAME --json`` prints)."""
         out = {}
-        for field in self.FIELDS:
+        for field in (a.name for a in attrs.fields(Capability)):
             value = getattr(self, field)
             out[field] = list(value) if field in (*_LISTS, "repair_argv") else value.to_json() if field == "quota" else value
         return out
-
-
-def validate(cap: Capability) -> Capability:
-    """Check one declaration's fields; raises ``plugin_error`` naming the capability and the field."""
-    who = f"capability {cap.name!r}"
-    if not isinstance(cap.name, str) or not re.fullmatch(_NAME_RE, cap.name):
-        raise LoopxError("plugin_error", f"{who}: the name must be 1-40 characters of a-z, 0-9, '_', starting with a letter")
-    for field in ("version", "summary"):
-        value = getattr(cap, field)
-        if not isinstance(value, str) or not value.strip():
-            raise LoopxError("plugin_error", f"{who}: {field} must be non-empty text")
-    for ns in cap.owns:
-        if not isinstance(ns, str) or not re.fullmatch(_NAMESPACE_RE, ns):
-            raise LoopxError("plugin_error", f"{who}: {ns!r} is not a namespace (a-z, 0-9, '_', dotted)")
-    for field in ("reads", "commands", "actions", "repairs"):
-        for item in getattr(cap, field):
-            if not isinstance(item, str) or not item.strip() or len(item) > 100:
-                raise LoopxError("plugin_error", f"{who}: {field} holds {item!r}, which is not a short name")
-    for item in cap.user_commands:
-        words = item.split() if isinstance(item, str) else []
-        if not 1 <= len(words) <= 2 or words[0] not in cap.commands:
-            raise LoopxError("plugin_error", f"{who}: user_commands holds {item!r}: name one of its commands, alone"
-                             " or with one subcommand ('COMMAND SUBCOMMAND')")
-    if cap.repair_argv and (not cap.repairs or not all(isinstance(a, str) and a and len(a) <= 200
-                                                       for a in cap.repair_argv)):
-        raise LoopxError("plugin_error", f"{who}: repair_argv must be a list of short strings, and only a"
-                         " capability that declares repairs offers one")
-    for key in QUOTA_KEYS:
-        value = getattr(cap.quota, key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise LoopxError("plugin_error", f"{who}: quota need {key} must be a finite number >= 0, not {value!r}")
-    if not isinstance(cap.doc, str) or not cap.doc.endswith(".md"):
-        raise LoopxError("plugin_error", f"{who}: doc must be the path of a Markdown file")
-    if not isinstance(cap.default_on, bool):
-        raise LoopxError("plugin_error", f"{who}: default_on must be True or False, not {cap.default_on!r}")
-    if not isinstance(cap.why, str):
-        raise LoopxError("plugin_error", f"{who}: why must be text")
-    if cap.default_on and not cap.why.strip():
-        raise LoopxError("plugin_error", f"{who}: default_on=True needs a why: the reason it must serve every goal "
-                                         "(its document says it too, under '## On for every goal')")
-    return cap
-
-
-def _overlap(a: str, b: str) -> bool:
-    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
-
-
-def check_conflicts(caps) -> None:
-    """Refuse two capabilities with one name, or owning one namespace (``capability_conflict``)."""
-    seen: dict[str, Capability] = {}
-    owners: list[tuple[str, Capability]] = []
-    for cap in caps:
-        if cap.name in seen:
-            raise LoopxError(
-                "capability_conflict",
-                f"capability {cap.name!r} is declared twice (plugins {seen[cap.name].plugin!r} and {cap.plugin!r})",
-                capabilities=[cap.name], plugins=[seen[cap.name].plugin, cap.plugin],
-            )
-        seen[cap.name] = cap
-        for ns in cap.owns:
-            for other_ns, other in owners:
-                if _overlap(ns, other_ns):
-                    raise LoopxError(
-                        "capability_conflict",
-                        f"capabilities {other.name!r} and {cap.name!r} both own namespace "
-                        f"{min(ns, other_ns, key=len)!r}; disable one (LOOPX_DISABLE_PLUGINS={cap.plugin or cap.name})",
-                        capabilities=[other.name, cap.name], namespace=min(ns, other_ns, key=len),
-                    )
-            owners.append((ns, cap))
 
 
 _cache: tuple | None = None
@@ -267,7 +191,8 @@ def load() -> dict[str, Capability]:
     if _cache is not None and _cache[0] == key:
         return _cache[1]
     found: list[Capability] = []
-    for plugin, _builtin, (declaration, *_rest) in plugins.hooks().register_capabilities():
+    for plugin, _builtin, registered in plugins.hooks().register_capabilities():
+        declaration = registered.declaration
         if isinstance(declaration, dict):
             try:
                 declaration = Capability(**declaration)

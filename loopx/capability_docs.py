@@ -60,7 +60,7 @@ def check_doc(cap: Capability, text: str) -> list[str]:
     if "Quota needs" in sections:
         listed = {m.group(1): float(m.group(2)) for line in sections["Quota needs"].splitlines()
                   if (m := _QUOTA_LINE.match(line))}
-        declared = {k: float(getattr(cap.quota, k)) for k in cap.quota.FIELDS}
+        declared = {k: float(v) for k, v in cap.quota.to_json().items()}
         if listed != declared:
             problems.append(f"Quota needs lists {listed}; the declaration needs {declared}")
     why = " ".join(sections.get(DEFAULT_ON_SECTION, "").split())

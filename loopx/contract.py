@@ -147,7 +147,11 @@ def _check_veto(found) -> str | None:
     if found is None:
         return None
     if not isinstance(found, dict):
-        return f"a veto is None or a dict, not {type(found).__name__}"
+        from loopx.hookspecs.answers import Veto  # only a plugin that answers one has loaded it
+
+        if isinstance(found, Veto):
+            return None
+        return f"a veto is None, a Veto or a dict, not {type(found).__name__}"
     if not isinstance(found.get("reason"), str) or not isinstance(found.get("message", ""), str):
         return "a veto needs a text reason (and message)"
     if not isinstance(found.get("actions", []), list):
@@ -189,6 +193,10 @@ def veto(tx, goal) -> dict | None:
     if found is None or not found.value:
         return None
     name, answer = found
+    if not isinstance(answer, dict):  # a Veto (the check let nothing else through)
+        from loopx.hookspecs.answers import plain
+
+        answer = plain(answer)
     # Each action is checked as argv (never passed on as text to eval); bad ones are named.
     argvs, problems = steps.veto_actions(answer.get("actions"), name)
     for p in problems:
@@ -307,6 +315,10 @@ def contributions(tx, goal, run_id: str, left: dict | None, problems: list | Non
     # Only the capabilities the goal enables are asked (their steps belong to those goals alone).
     for plugin, found in hooks.contract_actions(tx, goal, run_id, left, check=_check_actions,
                                                 skip=skipped_plugins(goal)):
+        if isinstance(found, list) and not all(isinstance(a, dict) for a in found):
+            from loopx.hookspecs.answers import plain  # ContributedAction objects, as dicts
+
+            found = plain(found)
         good, bad = steps.contributed(found, plugin)
         out += good
         for p in bad:

@@ -1,65 +1,181 @@
-"""The ``register`` callables that register-style hooks hand a plugin, with real signatures.
+"""The registrar objects that register-style hooks hand a plugin, and the records they make.
 
-Each hook's ``register`` is built from a prototype with the signature docs/plugins.md shows:
-positional and keyword calls both work and are normalised to one argument tuple, and a call
-that does not fit is a :class:`RegisterMisuse` the plugin layer reports naming the plugin, never
-a silent mis-registration or an ``IndexError`` later on.
+Each register hook (``loopx_register_stores(register)``, ...) receives a registrar: an object
+called like a function, with the signature docs/plugins.md shows (``inspect.signature``
+shows it, and a type checker sees the annotated one). Each call makes one typed record
+(:class:`StoreRegistration`, :class:`ExecutorRegistration`, :class:`CapabilityRegistration`,
+:class:`EventKindRegistration`, :class:`ErrorCodeRegistration`), which the core reads by field
+name. Positional and keyword calls both work; a call that does not fit is a
+:class:`RegisterMisuse` the plugin layer reports naming the plugin, never a silent
+mis-registration.
 """
 
 from __future__ import annotations
 
+import inspect
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterable, Protocol, TypeVar, cast
 
-# The ``register`` callable each register-style hook receives, as a prototype with the real
-# signature docs/plugins.md shows: positional and keyword calls both work, and a wrong call is a
-# fault naming the plugin (never a silent mis-registration or an IndexError later on).
-def _store(scheme, factory):
-    return (scheme, factory)
+import attrs
 
+if TYPE_CHECKING:
+    from loopx.capabilities import Capability
 
-def _executor(name, provider):
-    return (name, provider)
-
-
-def _capability(declaration):
-    return (declaration,)
+# The records are values: equal by fields, never changed. No generated __repr__ (its compiled
+# code costs at import on every command's path); the one below reads the fields.
+_record = attrs.frozen(repr=False)
 
 
-def _event_kind(name, apply, writers=("capability",), guard=None, formerly=()):
-    return (name, apply, writers, guard, formerly)
+class _Record:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{a.name}={getattr(self, a.name)!r}" for a in attrs.fields(cast(Any, type(self))))
+        return f"{type(self).__name__}({fields})"
 
 
-def _error_code(code, description=""):
-    return (code, description)
+class StoreFactory(Protocol):
+    """What ``loopx_register_stores`` registers: ``factory(url, readonly)`` opens a store."""
+
+    def __call__(self, url: str, readonly: bool = ..., /) -> Any: ...
 
 
-REGISTER_SIGNATURES = {
-    "loopx_register_stores": (_store, "register(scheme, factory)"),
-    "loopx_register_executors": (_executor, "register(name, provider)"),
-    "loopx_register_capabilities": (_capability, "register(declaration)"),
-    "loopx_register_event_kinds": (_event_kind, "register(name, apply, writers=('capability',), guard=None, formerly=())"),
-    "loopx_register_error_codes": (_error_code, "register(code, description='')"),
-}
+@_record
+class StoreRegistration(_Record):
+    """``register(scheme, factory)``: a storage backend for URLs of ``scheme``."""
+
+    scheme: str
+    factory: StoreFactory
+
+
+@_record
+class ExecutorRegistration(_Record):
+    """``register(name, provider)``: an executor provider (:class:`loopx.executors.protocol.Executor`)."""
+
+    name: str
+    provider: Any
+
+
+@_record
+class CapabilityRegistration(_Record):
+    """``register(declaration)``: a :class:`loopx.capabilities.Capability` (or a dict of its fields)."""
+
+    declaration: Capability | dict[str, Any]
+
+
+@_record
+class EventKindRegistration(_Record):
+    """``register(name, apply, writers=("capability",), guard=None, formerly=())``: an event kind."""
+
+    name: str
+    apply: Callable[[Any, Any], None]
+    writers: str | Iterable[str] = ("capability",)
+    guard: Callable[[Any, dict[str, Any]], None] | None = None
+    formerly: str | Iterable[str] = ()
+
+
+@_record
+class ErrorCodeRegistration(_Record):
+    """``register(code, description="")``: a namespaced error code."""
+
+    code: str
+    description: str = ""
 
 
 class RegisterMisuse(TypeError):
     """A plugin called a hook's ``register`` with arguments its signature does not take."""
 
 
-def register_callable(name: str, sink: list):
-    """The ``register`` callable hook ``name`` hands a plugin: it has the prototype's signature
-    (``inspect.signature`` shows it), appends the normalised arguments to ``sink``, and raises
-    :class:`RegisterMisuse` on a call that does not fit."""
-    import functools
+R = TypeVar("R")
 
-    proto, shown = REGISTER_SIGNATURES[name]
 
-    @functools.wraps(proto)
-    def register(*args, **kwargs):
+class Registrar(Generic[R]):
+    """The ``register`` object one register hook hands a plugin: each call makes one ``record``
+    (the call's signature is the record's fields) and hands it to ``sink``."""
+
+    record: ClassVar[type]
+    shown: ClassVar[str]  # the signature as docs/plugins.md writes it
+
+    def __init__(self, sink: Callable[[R], None]):
+        self._sink = sink
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        # What inspect.signature(register) shows: the record's fields as docs/plugins.md writes the
+        # call (names and defaults; the annotations are the type checker's, on __call__).
+        sig = inspect.signature(self.record)
+        return sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                           return_annotation=sig.empty)
+
+    def _add(self, *args: Any, **kwargs: Any) -> None:
         try:
-            sink.append(proto(*args, **kwargs))
+            made = self.record(*args, **kwargs)
         except TypeError as exc:
             why = str(exc).split(") ", 1)[-1] if ") " in str(exc) else str(exc)
-            raise RegisterMisuse(f"called {shown} wrongly: {why}") from None
+            raise RegisterMisuse(f"called {self.shown} wrongly: {why}") from None
+        self._sink(made)
 
-    register.__name__ = register.__qualname__ = "register"
-    return register
+    if not TYPE_CHECKING:  # a type checker sees each subclass's own, annotated signature
+        def __call__(self, *args, **kwargs):
+            self._add(*args, **kwargs)
+
+
+class StoreRegistrar(Registrar[StoreRegistration]):
+    """``register(scheme, factory)`` of ``loopx_register_stores``."""
+
+    record = StoreRegistration
+    shown = "register(scheme, factory)"
+
+    if TYPE_CHECKING:
+        def __call__(self, scheme: str, factory: StoreFactory) -> None: ...
+
+
+class ExecutorRegistrar(Registrar[ExecutorRegistration]):
+    """``register(name, provider)`` of ``loopx_register_executors``."""
+
+    record = ExecutorRegistration
+    shown = "register(name, provider)"
+
+    if TYPE_CHECKING:
+        def __call__(self, name: str, provider: Any) -> None: ...
+
+
+class CapabilityRegistrar(Registrar[CapabilityRegistration]):
+    """``register(declaration)`` of ``loopx_register_capabilities``."""
+
+    record = CapabilityRegistration
+    shown = "register(declaration)"
+
+    if TYPE_CHECKING:
+        def __call__(self, declaration: Capability | dict[str, Any]) -> None: ...
+
+
+class EventKindRegistrar(Registrar[EventKindRegistration]):
+    """``register(name, apply, writers=("capability",), guard=None, formerly=())`` of ``loopx_register_event_kinds``."""
+
+    record = EventKindRegistration
+    shown = "register(name, apply, writers=('capability',), guard=None, formerly=())"
+
+    if TYPE_CHECKING:
+        def __call__(self, name: str, apply: Callable[[Any, Any], None], writers: str | Iterable[str] = ...,
+                     guard: Callable[[Any, dict[str, Any]], None] | None = None,
+                     formerly: str | Iterable[str] = ...) -> None: ...
+
+
+class ErrorCodeRegistrar(Registrar[ErrorCodeRegistration]):
+    """``register(code, description="")`` of ``loopx_register_error_codes``."""
+
+    record = ErrorCodeRegistration
+    shown = "register(code, description='')"
+
+    if TYPE_CHECKING:
+        def __call__(self, code: str, description: str = "") -> None: ...
+
+
+#: The registrar each register hook hands a plugin.
+REGISTRARS: dict[str, type[Registrar[Any]]] = {
+    "loopx_register_stores": StoreRegistrar,
+    "loopx_register_executors": ExecutorRegistrar,
+    "loopx_register_capabilities": CapabilityRegistrar,
+    "loopx_register_event_kinds": EventKindRegistrar,
+    "loopx_register_error_codes": ErrorCodeRegistrar,
+}

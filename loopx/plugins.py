@@ -15,17 +15,25 @@ The core calls plugins only through :func:`hooks` (the typed façade, :mod:`loop
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 import pluggy
 
 # The typed façade and its containment live in loopx.hooks (which imports nothing of this module);
 # the fault vocabulary stays importable from here.
-from loopx.hooks import (  # noqa: F401
-    DEFAULT_HOOK_TIMEOUT, ENV_HOOK_TIMEOUT, Answer, ContainedPluginManager, HookFault, Hooks, Registration, faults,
-    hook_timeout, report_fault,
-)
+from loopx.hooks import DEFAULT_HOOK_TIMEOUT as DEFAULT_HOOK_TIMEOUT
+from loopx.hooks import ENV_HOOK_TIMEOUT as ENV_HOOK_TIMEOUT
+from loopx.hooks import Answer as Answer
+from loopx.hooks import ContainedPluginManager, Hooks, Registration, faults
+from loopx.hooks import HookFault as HookFault
+from loopx.hooks import hook_timeout as hook_timeout
+from loopx.hooks import report_fault
+
+if TYPE_CHECKING:
+    from loopx.plugin_register import ExecutorRegistration, StoreRegistration
 
 ENTRY_POINT_GROUP = "loopx"
 BUILTINS = ("loopx.builtin",)
@@ -34,25 +42,18 @@ ENV_BLOCK = "LOOPX_DISABLE_PLUGINS"
 ENV_CACHE = "LOOPX_PLUGIN_CACHE"
 
 _pm: pluggy.PluginManager | None = None
-_pm_env: tuple | None = None  # (LOOPX_PLUGINS, LOOPX_DISABLE_PLUGINS) the manager was built with
+_pm_env: tuple[str | None, str | None] | None = None  # (LOOPX_PLUGINS, LOOPX_DISABLE_PLUGINS) the manager was built with
 #: Problems met while loading plugins: ``[(plugin name, one-line message)]``.
 load_errors: list[tuple[str, str]] = []
 #: ``{plugin name: "distribution version"}`` for entry-point plugins.
 distributions: dict[str, str | None] = {}
 
 
-#: os.environ's own bytes mapping on POSIX (what ``os.environ[...] = ...`` changes), else None.
-_RAW = getattr(os.environ, "_data", None) if os.name == "posix" and os.environ.encodekey("A") == b"A" else None
-
-
 def get_plugin_manager() -> pluggy.PluginManager:
     """The process-wide plugin manager, built on first use (and again if ``LOOPX_PLUGINS`` or
     ``LOOPX_DISABLE_PLUGINS`` changed since: a test suite choosing its plugins gets exactly those)."""
     global _pm, _pm_env
-    # Asked several times by every write and every turn: os.environ's own mapping read directly
-    # (os.environ.get encodes the name and, for a variable not set, raises and catches KeyError).
-    env = ((_RAW.get(b"LOOPX_PLUGINS"), _RAW.get(b"LOOPX_DISABLE_PLUGINS")) if _RAW is not None
-           else (os.environ.get(ENV_ALLOW), os.environ.get(ENV_BLOCK)))
+    env = (os.environ.get(ENV_ALLOW), os.environ.get(ENV_BLOCK))
     if _pm is None or env != _pm_env:
         if _pm is not None:
             reset()
@@ -125,22 +126,23 @@ def entry_points() -> list[tuple[str, str, str | None]]:
     key = [[p, _mtime(p)] for p in sys.path[1:]]
     use_cache = os.environ.get(ENV_CACHE, "1") != "0"
     cache = _cache_file() if use_cache else None
-    if use_cache:
+    if cache is not None:
         try:
             data = json.loads(cache.read_text())
             if data.get("key") == key and data.get("python") == sys.executable:
-                return [tuple(x) for x in data["entry_points"]]
+                return [(str(n), str(v), d) for n, v, d in data["entry_points"]]
         except (OSError, ValueError, KeyError):
             pass
     from importlib.metadata import entry_points as scan
 
-    found, seen = [], set()
+    found: list[tuple[str, str, str | None]] = []
+    seen: set[str] = set()
     for ep in scan(group=ENTRY_POINT_GROUP):
         if ep.name not in seen:  # the first on sys.path wins, as for imports
             seen.add(ep.name)
             dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else None
             found.append((ep.name, ep.value, dist))
-    if use_cache:
+    if cache is not None:
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(f".{os.getpid()}.tmp")
@@ -177,7 +179,7 @@ def _cache_dir() -> Path:
 
 # --- the façade: every hook call goes through loopx.hooks.Hooks -------------------------------------
 
-_hooks: tuple | None = None  # (plugin manager, its façade)
+_hooks: tuple[pluggy.PluginManager, Hooks] | None = None  # (plugin manager, its façade)
 
 
 def hooks() -> Hooks:
@@ -189,9 +191,10 @@ def hooks() -> Hooks:
     return _hooks[1]
 
 
-def named(registered: list[Registration], what: str) -> dict[str, tuple[object, str]]:
+def named(registered: list[Registration[StoreRegistration]] | list[Registration[ExecutorRegistration]],
+          what: str) -> dict[str, tuple[object, str]]:
     """``{key: (value, plugin)}`` from the registrations of a hook whose implementations call
-    ``register(key, value)`` (``named(hooks().register_stores(), "storage scheme")``).
+    ``register(key, value)`` (stores and executors) (``named(hooks().register_stores(), "storage scheme")``).
 
     The one rule for "a plugin replaces a built-in": built-ins are ``trylast``, so a plugin's
     registration of a key comes first and wins over a built-in's; two plugins registering one key
@@ -200,8 +203,11 @@ def named(registered: list[Registration], what: str) -> dict[str, tuple[object, 
     from loopx.errors import LoopxError
 
     found: dict[str, tuple[object, str]] = {}
-    for plugin, builtin, args in registered:
-        key, value = str(args[0]).lower(), args[1]
+    from loopx.plugin_register import StoreRegistration
+
+    for plugin, builtin, item in registered:
+        pair = (item.scheme, item.factory) if isinstance(item, StoreRegistration) else (item.name, item.provider)
+        key, value = str(pair[0]).lower(), pair[1]
         if key in found:
             if builtin:
                 continue
@@ -213,20 +219,19 @@ def named(registered: list[Registration], what: str) -> dict[str, tuple[object, 
 
 # --- the vocabulary plugins add ------------------------------------------------------------------
 
-_NAMESPACED = None
-_vocabulary: dict = {}
+_NAMESPACED: re.Pattern[str] | None = None
+_vocabulary: dict[str, tuple[object, Any]] = {}
+T = TypeVar("T")
 
 
-def _namespaced(value) -> bool:
+def _namespaced(value: object) -> bool:
     global _NAMESPACED
     if _NAMESPACED is None:
-        import re
-
         _NAMESPACED = re.compile(r"[a-z][a-z0-9_]{0,39}\.[a-z][a-z0-9_]{0,63}")
     return isinstance(value, str) and bool(_NAMESPACED.fullmatch(value))
 
 
-def _cached(what: str, build):
+def _cached(what: str, build: Callable[[], T]) -> T:
     pm = get_plugin_manager()
     # The plugin objects themselves, not their ids: the key keeps them alive, so an unregistered
     # plugin's id can never be reused by a new one and match a stale entry.
@@ -235,16 +240,17 @@ def _cached(what: str, build):
     if found is None or found[0] != key:
         found = (key, build())
         _vocabulary[what] = found
-    return found[1]
+    value: T = found[1]
+    return value
 
 
 def error_codes() -> dict[str, str]:
     """``{code: description}`` of every plugin's ``loopx_register_error_codes`` (namespaced codes)."""
 
-    def build():
+    def build() -> dict[str, str]:
         out = {}
-        for plugin, _builtin, (code, description) in hooks().register_error_codes():
-            description = description if isinstance(description, str) else ""
+        for plugin, _builtin, item in hooks().register_error_codes():
+            code, description = item.code, item.description if isinstance(item.description, str) else ""
             if not _namespaced(code):
                 report_fault(plugin, "loopx_register_error_codes",
                              f"registered {code!r}, which is not a namespaced code like 'my_plugin.not_found'")
@@ -262,7 +268,7 @@ def _load_error_codes() -> None:
     errors.PLUGIN_CODES.update(error_codes())
 
 
-def event_kinds(core_areas=(), retired=()) -> dict[str, tuple]:
+def event_kinds(core_areas: Iterable[str] = (), retired: Iterable[str] = ()) -> dict[str, tuple[Any, ...]]:
     """``{name: (apply, writers, guard, plugin)}`` of every plugin's ``loopx_register_event_kinds``.
 
     A kind must be namespaced outside the core's areas, and writable only by ``user``,
@@ -273,18 +279,19 @@ def event_kinds(core_areas=(), retired=()) -> dict[str, tuple]:
     """
     from loopx.errors import LoopxError
 
-    def build():
-        out: dict[str, tuple] = {}
+    def build() -> dict[str, tuple[Any, ...]]:
+        out: dict[str, tuple[Any, ...]] = {}
 
-        def add(name, entry, plugin):
+        def add(name: str, entry: tuple[Any, ...], plugin: str) -> None:
             if name in out:
                 raise LoopxError("plugin_error", f"plugins {out[name][3]!r} and {plugin!r} both register the event "
                                  f"kind {name!r}; disable one (LOOPX_DISABLE_PLUGINS={plugin})")
             out[name] = entry
 
-        for plugin, _builtin, (name, apply, writers, guard, formerly) in hooks().register_event_kinds():
-            writers = (writers,) if isinstance(writers, str) else tuple(writers or ())
-            formerly = formerly or ()
+        for plugin, _builtin, kind in hooks().register_event_kinds():
+            name, apply, guard = kind.name, kind.apply, kind.guard
+            writers = (kind.writers,) if isinstance(kind.writers, str) else tuple(kind.writers or ())
+            formerly = kind.formerly or ()
             formerly = (formerly,) if isinstance(formerly, str) else tuple(formerly)
             problem = None
             if not _namespaced(name) or name.split(".")[0] in core_areas:
@@ -315,19 +322,19 @@ def event_kinds(core_areas=(), retired=()) -> dict[str, tuple]:
     return _cached("event_kinds", build)
 
 
-def _core_repair_kind(apply, guard, writers) -> bool:
+def _core_repair_kind(apply: object, guard: object, writers: Iterable[str]) -> bool:
     """Whether a kind registered with ``apply``, ``guard`` and ``writers`` is exactly the core's
     repair event: :func:`loopx.events.repair.apply_event`, :func:`loopx.repairs.guard_event`
     (named, not imported: the plugin seam sits below both), written by capabilities only."""
 
-    def named(fn, module: str, qualname: str) -> bool:
+    def named(fn: object, module: str, qualname: str) -> bool:
         return getattr(fn, "__module__", None) == module and getattr(fn, "__qualname__", None) == qualname
 
     return (set(writers) == {"capability"} and named(apply, "loopx.events.repair", "apply_event")
             and named(guard, "loopx.repairs", "guard_event"))
 
 
-def _homes() -> dict[str, set]:
+def _homes() -> dict[str, set[str]]:
     """``{home: {plugin name, ...}}``: where each registered plugin's code lives.
 
     A module plugin's home is its top-level package (``loopx_self_repair`` for
@@ -335,10 +342,10 @@ def _homes() -> dict[str, set]:
     LoopX's built-ins have none.
     """
 
-    def build():
+    def build() -> dict[str, set[str]]:
         import types
 
-        out: dict[str, set] = {}
+        out: dict[str, set[str]] = {}
         for name, obj in get_plugin_manager().list_name_plugin():
             if name in BUILTINS or obj is None:
                 continue
@@ -353,7 +360,7 @@ def _homes() -> dict[str, set]:
     return _cached("homes", build)
 
 
-def calling_plugins(depth: int = 2) -> set | None:
+def calling_plugins(depth: int = 2) -> set[str] | None:
     """The plugins whose code called into the core here: the names of the registered plugins
     whose home holds the nearest calling frame that lives in any plugin's home; ``None`` when
     no plugin's code is on the stack (the core itself, a script, a test).
@@ -364,7 +371,11 @@ def calling_plugins(depth: int = 2) -> set | None:
     homes = _homes()
     if not homes:
         return None
-    frame = sys._getframe(depth)
+    import inspect  # (pluggy imported it already)
+
+    frame = inspect.currentframe()
+    for _ in range(depth):
+        frame = frame.f_back if frame is not None else None
     while frame is not None:
         module = frame.f_globals.get("__name__") or ""
         if module != "loopx" and not module.startswith("loopx."):
@@ -376,12 +387,12 @@ def calling_plugins(depth: int = 2) -> set | None:
     return None
 
 
-def store_factories() -> dict:
+def store_factories() -> dict[str, Any]:
     """``{scheme: factory}`` from every plugin's ``loopx_register_stores``."""
     return {k: v for k, (v, _) in named(hooks().register_stores(), "storage scheme").items()}
 
 
-def describe() -> list[dict]:
+def describe() -> list[dict[str, Any]]:
     """Every registered plugin with the hooks it implements, plus load errors."""
     pm = get_plugin_manager()
     out = []

@@ -8,9 +8,14 @@
 * :mod:`.vocabulary` - a plugin's own event kinds and error codes.
 * :mod:`.notify` - telling a person that a goal needs them.
 
+The types that cross the seam: :mod:`loopx.plugin_register` (what the ``register`` of each
+register hook is, and the records it makes) and :mod:`.answers` (what contract hooks answer).
+
 A plugin implements hooks with ``@loopx.hookimpl`` and is found through the ``loopx``
 entry-point group. See ``docs/plugins.md``.
 """
+
+from __future__ import annotations
 
 import pluggy
 

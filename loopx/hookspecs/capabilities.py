@@ -1,10 +1,17 @@
 """Hooks through which capabilities declare themselves."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from loopx.hookspecs import hookspec
+
+if TYPE_CHECKING:
+    from loopx.plugin_register import CapabilityRegistrar
 
 
 @hookspec
-def loopx_register_capabilities(register):
+def loopx_register_capabilities(register: CapabilityRegistrar) -> None:
     """Declare capabilities.
 
     Call ``register(declaration)`` once per capability with a

@@ -1,10 +1,17 @@
 """Hooks for executor providers: what carries out one agent turn."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from loopx.hookspecs import hookspec
+
+if TYPE_CHECKING:
+    from loopx.plugin_register import ExecutorRegistrar
 
 
 @hookspec
-def loopx_register_executors(register):
+def loopx_register_executors(register: ExecutorRegistrar) -> None:
     """Register executor providers.
 
     Call ``register(name, provider)`` once per provider (``name``: a short machine name; two

@@ -1,10 +1,14 @@
 """Hooks about people: telling a human that a goal needs them."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from loopx.hookspecs import hookspec
 
 
 @hookspec
-def loopx_notify(notification):
+def loopx_notify(notification: dict[str, Any]) -> bool | None:
     """A goal has come to need a person (or a worker died): tell someone.
 
     Called once per change - when a goal's "needs you" state becomes a new one (a gate pending,

@@ -1,10 +1,19 @@
 """Hooks about durable state: where it is stored, and who hears about changes."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from loopx.hookspecs import hookspec
+
+if TYPE_CHECKING:
+    from loopx.model import Event, Gate
+    from loopx.plugin_register import StoreRegistrar
+    from loopx.registry import Registry, Writer
 
 
 @hookspec
-def loopx_register_stores(register):
+def loopx_register_stores(register: StoreRegistrar) -> None:
     """Register storage backends by URL scheme.
 
     Call ``register(scheme, factory)`` once per scheme; ``factory(url, readonly)`` returns an
@@ -15,7 +24,7 @@ def loopx_register_stores(register):
 
 
 @hookspec
-def loopx_event_committed(registry, events):
+def loopx_event_committed(registry: Registry, events: list[Event]) -> None:
     """Observe events after their transaction committed.
 
     ``events`` is the list of :class:`loopx.model.Event` one mutation wrote. Observers must
@@ -26,7 +35,7 @@ def loopx_event_committed(registry, events):
 
 
 @hookspec
-def loopx_gate_decided(writer, gate, decision):
+def loopx_gate_decided(writer: Writer, gate: Gate, decision: str) -> None:
     """A user decided a gate of a goal one of the plugin's capabilities serves: write the
     capability's own part of that decision, in the decision's own transaction.
 

@@ -1,10 +1,17 @@
 """Hooks through which a plugin extends LoopX's vocabulary: its own event kinds and error codes."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from loopx.hookspecs import hookspec
+
+if TYPE_CHECKING:
+    from loopx.plugin_register import ErrorCodeRegistrar, EventKindRegistrar
 
 
 @hookspec
-def loopx_register_event_kinds(register):
+def loopx_register_event_kinds(register: EventKindRegistrar) -> None:
     """Register the plugin's own ledger event kinds.
 
     Call ``register(name, apply, writers=("capability",), guard=None, formerly=())`` once per kind. ``name``
@@ -21,7 +28,7 @@ def loopx_register_event_kinds(register):
 
 
 @hookspec
-def loopx_register_error_codes(register):
+def loopx_register_error_codes(register: ErrorCodeRegistrar) -> None:
     """Register the plugin's own error codes.
 
     Call ``register(code, description)`` once per code; ``code`` is namespaced,

@@ -17,7 +17,7 @@ GOAL = click.option("--goal-id", default=None, help="Goal to ask a contract for 
 @click.option("--data", default=None, help="CSV with quarter,revenue columns (default: the shipped sample).")
 @RUN
 @GOAL
-def run_model(model, data, run_id, goal_id):
+def run_model(model: str, data: str | None, run_id: str | None, goal_id: str | None) -> None:
     """Run a revenue model and record its figures as evidence of the run."""
     from loopx_seed_domain import work
 
@@ -38,7 +38,8 @@ def run_model(model, data, run_id, goal_id):
 @RUN
 @GOAL
 @click.pass_context
-def generate_report(ctx, fmt, output, json_flag, run_id, goal_id):
+def generate_report(ctx: click.Context, fmt: str, output: str | None, json_flag: bool, run_id: str | None,
+                    goal_id: str | None) -> None:
     """Write the report of the goal's model runs and record it (with its sha256) as evidence."""
     from loopx import api
     from loopx.api import LoopxError

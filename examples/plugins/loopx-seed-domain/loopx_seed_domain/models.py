@@ -14,6 +14,7 @@ import hashlib
 import io
 import math
 import statistics
+from typing import Any
 from importlib import resources
 
 MODELS = ("revenue-forecast", "revenue-trend")
@@ -60,7 +61,7 @@ def _fit(values: list[float], season: int) -> tuple[float, float, list[float]]:
     return a, b, offsets
 
 
-def run(model: str, series: list[tuple[str, float]]) -> dict:
+def run(model: str, series: list[tuple[str, float]]) -> dict[str, Any]:
     """Run ``model`` on ``series``; returns its figures (JSON-ready)."""
     if model not in MODELS:
         raise ModelError(f"unknown model {model!r}; known: {', '.join(MODELS)}")

@@ -7,6 +7,7 @@ inside the hooks.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any, Callable
 
 from loopx import hookimpl
 
@@ -15,9 +16,12 @@ from loopx_seed_domain import __version__
 #: The model the contract offers (default ``revenue-forecast``).
 ENV_MODEL = "LOOPX_SEED_DOMAIN_MODEL"
 
+if TYPE_CHECKING:
+    import click
+
 
 @hookimpl
-def loopx_register_capabilities(register):
+def loopx_register_capabilities(register: Callable[..., None]) -> None:
     """Declare the ``seed_domain`` capability (it owns no state: its results are evidence)."""
     from loopx.api import Capability
 
@@ -36,7 +40,7 @@ def loopx_register_capabilities(register):
 
 
 @hookimpl
-def loopx_register_commands(cli):
+def loopx_register_commands(cli: click.Group) -> None:
     """Add ``loopx run-model`` and ``loopx generate-report``."""
     from loopx_seed_domain.commands import generate_report, run_model
 
@@ -45,7 +49,8 @@ def loopx_register_commands(cli):
 
 
 @hookimpl
-def loopx_contract_actions(tx, goal, run_id, remaining):
+def loopx_contract_actions(tx: Any, goal: Any, run_id: str, remaining: dict[str, Any] | None
+                           ) -> list[dict[str, Any]] | None:
     """Offer the model run and the report, in that order.
 
     LoopX asks only for goals that enable ``seed_domain`` (``loopx project-prompt create

@@ -9,13 +9,14 @@ else the newest open goal) exactly as an agent would, and act only on a ``run`` 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from loopx.api import LoopxError
 
 REPORT_FORMATS = ("pdf", "md", "json")
 
 
-def resolve_run(reg, actor: str, *, run_id: str | None, goal_id: str | None) -> tuple[str, str]:
+def resolve_run(reg: Any, actor: str, *, run_id: str | None, goal_id: str | None) -> tuple[str, str]:
     """``(run_id, goal_id)`` of the run to act under (see the module docstring)."""
     from loopx import api
 
@@ -37,8 +38,8 @@ def resolve_run(reg, actor: str, *, run_id: str | None, goal_id: str | None) -> 
     return answer["interaction_contract"]["run_id"], goal_id
 
 
-def run_model(reg, actor: str, *, model: str, run_id: str | None = None, goal_id: str | None = None,
-              data: str | None = None) -> dict:
+def run_model(reg: Any, actor: str, *, model: str, run_id: str | None = None, goal_id: str | None = None,
+              data: str | None = None) -> dict[str, Any]:
     """Run ``model`` on the data and record its figures as ``model`` evidence; returns them with ``run_id``."""
     from loopx import api
 
@@ -61,7 +62,7 @@ def run_model(reg, actor: str, *, model: str, run_id: str | None = None, goal_id
     return {"run_id": run_id, "goal_id": goal_id, "evidence_id": ev["id"], "summary": summary, **figures}
 
 
-def _report_lines(goal: dict, models_run: list[dict], run_id: str) -> list[str]:
+def _report_lines(goal: dict[str, Any], models_run: list[dict[str, Any]], run_id: str) -> list[str]:
     lines = [f"Report: {goal['title']}", "=" * 60, "", goal.get("description") or "", "",
              f"Goal {goal['id']}, run {run_id}", ""]
     if not models_run:
@@ -80,8 +81,8 @@ def _report_lines(goal: dict, models_run: list[dict], run_id: str) -> list[str]:
     return lines
 
 
-def generate_report(reg, actor: str, *, fmt: str, run_id: str | None = None, goal_id: str | None = None,
-                    output: str | None = None) -> dict:
+def generate_report(reg: Any, actor: str, *, fmt: str, run_id: str | None = None, goal_id: str | None = None,
+                    output: str | None = None) -> dict[str, Any]:
     """Write the report of the goal's model runs (latest per model) and record it as ``report`` evidence."""
     import json
     from pathlib import Path
@@ -92,7 +93,7 @@ def generate_report(reg, actor: str, *, fmt: str, run_id: str | None = None, goa
         raise LoopxError("invalid_argument", f"--format must be one of {', '.join(REPORT_FORMATS)}")
     run_id, goal_id = resolve_run(reg, actor, run_id=run_id, goal_id=goal_id)
     goal = api.goals.show(reg, goal_id)
-    latest: dict[str, dict] = {}
+    latest: dict[str, dict[str, Any]] = {}
     for ev in api.evidence.list_for(reg, goal_id=goal_id, kind="model"):
         if isinstance(ev.get("data"), dict) and "model" in ev["data"]:
             latest[ev["data"]["model"]] = ev  # oldest first, so the latest wins
