@@ -38,8 +38,6 @@ STRING_IMPORTS_ALLOWED = {
     "plugins/issue_fix/loopx_issue_fix/judge.py",  # issue 38: the ifstate helper's
 }
 LONG_FILES_ALLOWED = {
-    "loopx/capabilities.py",  # seam
-    "loopx/hooks.py",  # seam
     "loopx/integrity.py",  # store
     "loopx/registry.py",  # store
     "loopx/process.py",  # plain
