@@ -141,6 +141,9 @@ class PostgresStore:
     """A registry in a PostgreSQL database (or in the schema its ``search_path`` names)."""
 
     dialect = "postgres"
+    path = None  # a server database, no file of ours
+    missing = False  # the schema is made when the store opens
+    holds_all_on_write = False  # row locks; the first read fixes the snapshot
 
     def __init__(self, url: str, readonly: bool = False):
         self.url = url
@@ -274,7 +277,20 @@ class PostgresStore:
                 if not conn.broken:
                     conn.execute("ROLLBACK")
 
-    def write(self, work):
+    def write(self, work, *, then=None):
+        """Run ``work(tx)`` in one write transaction (see :class:`loopx.store.base.Store`),
+        again on a fresh snapshot after a conflict; ``then()``, when given, runs after the
+        commit (there is no writers' queue to hold here)."""
+        result = self._commit(work)
+        if then is not None:
+            then()
+        return result
+
+    def checkpoints_by_ticket(self) -> bool:
+        """Nothing here checkpoints SQLite files (see :meth:`loopx.store.base.Store.checkpoints_by_ticket`)."""
+        return False
+
+    def _commit(self, work):
         if self.readonly:
             raise LoopxError("registry_readonly", "this registry was opened read-only")
         deadline = time.monotonic() + RETRY_BUDGET_S

@@ -100,6 +100,8 @@ class SqliteStore:
     """A registry in one SQLite file."""
 
     dialect = "sqlite"
+    missing = False  # the file is made when the store opens
+    holds_all_on_write = True  # BEGIN IMMEDIATE
 
     def __init__(self, url: str, readonly: bool = False):
         self.url = url
@@ -223,9 +225,6 @@ class SqliteStore:
                     conn.execute("ROLLBACK")
             except sqlite3.DatabaseError as exc:
                 raise storage_error(exc, self.path) from None
-
-    #: :meth:`write` takes ``then`` (see there); asked of the class, so a wrapper never claims it.
-    THEN_IN_QUEUE = True
 
     def write(self, work, *, then=None):
         """Run ``work(tx)`` in one write transaction (see :class:`loopx.store.base.Store`);
