@@ -68,8 +68,10 @@ class Store(Protocol):
     def schema_version(self) -> int:
         """The schema version the stored data is at."""
 
-    def integrity_check(self) -> list[str]:
-        """Problems the engine itself finds in the stored data; empty when healthy."""
+    def integrity_check(self, loss_kinds: tuple[str, ...] = ()) -> list[str]:
+        """Problems the engine itself finds in the stored data; empty when healthy.
+        ``loss_kinds``: the event kinds whose body's ``"lost"`` list records a gap in a goal's
+        ledger as known loss (a store that checks for gaps leaves those out)."""
 
     def close(self) -> None:
         """Release connections."""

@@ -298,7 +298,7 @@ class SqliteStore:
     def schema_version(self) -> int:
         return self._conn.execute("PRAGMA user_version").fetchone()[0]
 
-    def integrity_check(self) -> list[str]:
+    def integrity_check(self, loss_kinds: tuple[str, ...] = ()) -> list[str]:
         rows = self._conn.execute("PRAGMA integrity_check").fetchall()
         return [] if rows == [("ok",)] else [r[0] for r in rows]
 
