@@ -76,14 +76,7 @@ def inside_run() -> str | None:
     ident = IDENTITY.get()
     if ident is not None:
         return ident["run_id"]
-    if _RAW is not None:  # every write asks: os.environ's own mapping, without encoding the name
-        found = _RAW.get(b"LOOPX_RUN_ID")
-        return None if found is None else os.fsdecode(found)
     return os.environ.get(ENV_RUN_ID)
-
-
-#: os.environ's own bytes mapping on POSIX (what ``os.environ[...] = ...`` changes), else None.
-_RAW = getattr(os.environ, "_data", None) if os.name == "posix" and os.environ.encodekey("A") == b"A" else None
 
 
 def check_actor(actor: str) -> str:
