@@ -38,6 +38,7 @@ import json
 
 from loopx import usage_counts
 from loopx.model import BUDGETS
+from loopx.store.dialect import of as dialect_of
 
 STATIC_CODES = ("gate_pending", "budget_exhausted", "run_abandoned", "run_failed", "no_ready_work")
 LANE_CLOSED, LANE_QUIET, LANE_ATTENTION = 0, 1, 2
@@ -192,9 +193,7 @@ def rebuild_all(tx) -> int:
 
 
 def _has_ready_index(tx) -> bool:
-    if tx.dialect == "sqlite":
-        return tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = 'todo_ready'") is not None
-    return tx.one("SELECT to_regclass('todo_ready') IS NOT NULL AS x")["x"]
+    return dialect_of(tx).has_table(tx, "todo_ready")
 
 
 def counts(tx) -> dict:
@@ -207,7 +206,7 @@ def counts(tx) -> dict:
 
 def seed_counts(tx) -> None:
     """Schema step: the counter rows (all zero) before any summary row is written."""
-    shards = SHARDS if tx.dialect == "postgres" else 1
+    shards = SHARDS if dialect_of(tx).parallel_writers else 1
     for key in COUNT_KEYS:
         for shard in range(shards):
             tx.execute("INSERT INTO summary_counts (key, shard, n) VALUES (?, ?, 0)", (key, shard))

@@ -24,8 +24,8 @@ def backup(reg) -> str | None:
 
     from loopx.clock import now
 
-    path = getattr(reg.store, "path", None)
-    if reg.store.dialect != "sqlite" or path is None or str(path) == ":memory:":
+    path = reg.store.path
+    if path is None or str(path) == ":memory:":
         return None  # PostgreSQL: back up with pg_dump or `loopx registry copy`
     stamp = now().replace(":", "").replace("-", "").split(".")[0]
     dest = None

@@ -21,7 +21,9 @@ def schema_behind(store) -> list[Finding]:
 
 def storage_integrity(store) -> list[Finding]:
     """What the storage engine's own integrity check reports (SQLite ``PRAGMA integrity_check``)."""
-    problems = store.integrity_check()
+    from loopx.integrity import LOSS_KINDS
+
+    problems = store.integrity_check(LOSS_KINDS)
     if not problems:
         return []
     return [Finding("storage_integrity", None, None,

@@ -27,6 +27,8 @@ catches what").
 
 from __future__ import annotations
 
+from loopx.store.dialect import of as dialect_of
+
 #: The per-goal count of event rows updated or deleted, and its key in the digest's counts.
 TABLE = "event_changes"
 COUNT = "events.changed"
@@ -34,9 +36,6 @@ COUNT = "events.changed"
 MARK_KEY = "schema_mac"
 #: The tables whose definitions the mark covers besides every trigger's.
 _TABLES = ("events", TABLE, "state_dirty")
-#: The oid of the registry's PostgreSQL schema (the one its tables are in).
-_HERE = "(SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = current_schema())"
-
 _CREATE = f"CREATE TABLE IF NOT EXISTS {TABLE} (goal_id TEXT PRIMARY KEY, n BIGINT NOT NULL)"
 
 # SQLite: the count goes up by one per event row updated or deleted (twice for an event moved to
@@ -117,29 +116,20 @@ _POSTGRES = [
 ]
 
 
+#: The triggers of each dialect (a store's ``dialect`` names it).
+_TRIGGERS = {"sqlite": _SQLITE, "postgres": _POSTGRES}
+
+
 def trigger_sql(dialect: str) -> list[str]:
     """The table and the triggers that count changed events (see the module docstring)."""
-    return [_CREATE, *(_SQLITE if dialect == "sqlite" else _POSTGRES)]
+    return [_CREATE, *_TRIGGERS[dialect_of(dialect).name]]
 
 
 def definitions_sql(dialect: str) -> str:
     """A scalar SQL expression: the text of every trigger of the registry and of the tables this
     rests on (on PostgreSQL with the oids and row versions a drop, re-creation or disabling
     changes), in a fixed order - what :func:`mark` MACs."""
-    names = ", ".join(f"'{t}'" for t in _TABLES)
-    if dialect == "sqlite":
-        return ("(SELECT group_concat(type || ':' || name || ':' || COALESCE(sql, ''), char(30)) FROM"
-                f" (SELECT type, name, sql FROM sqlite_master WHERE type = 'trigger' OR name IN ({names})"
-                " ORDER BY type, name))")
-    return ("(SELECT string_agg(x, chr(30) ORDER BY x) FROM ("
-            "SELECT 'trigger:' || c.relname || ':' || t.tgname || ':' || t.oid || ':' || CAST(t.xmin AS TEXT)"
-            " || ':' || CAST(t.tgenabled AS TEXT) || ':' || p.oid || ':' || CAST(p.xmin AS TEXT) || ':' || md5(p.prosrc) AS x"
-            " FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid"
-            " JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid"
-            f" WHERE c.relnamespace = {_HERE} AND NOT t.tgisinternal"
-            " UNION ALL SELECT 'table:' || c.relname || ':' || c.oid FROM pg_catalog.pg_class c"
-            f" WHERE c.relnamespace = {_HERE} AND c.relname IN ({names})"
-            ") d)")
+    return dialect_of(dialect).trigger_definitions(_TABLES)
 
 
 def mark_value(ring, definitions: str | None) -> str:
@@ -194,17 +184,8 @@ def restore(tx) -> None:
     from loopx import state_macs
     from loopx.store import schema
 
-    if tx.dialect == "sqlite":
-        for r in tx.query("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
-            tx.execute(f'DROP TRIGGER IF EXISTS "{r["name"]}"')
-        for sql in schema.summary_triggers("sqlite"):
-            tx.execute(sql)
-    else:
-        for r in tx.query("SELECT t.tgname AS name, c.relname AS tbl FROM pg_catalog.pg_trigger t"
-                          " JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid WHERE NOT t.tgisinternal"
-                          f" AND c.relnamespace = {_HERE}"):
-            tx.execute(f'DROP TRIGGER IF EXISTS "{r["name"]}" ON "{r["tbl"]}"')
-        for sql in schema.summary_triggers("postgres"):
-            tx.execute(sql)
+    dialect_of(tx).drop_triggers(tx)
+    for sql in schema.summary_triggers(tx.dialect):
+        tx.execute(sql)
     state_macs.install(tx)
     install(tx)

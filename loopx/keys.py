@@ -161,18 +161,17 @@ def load(registry_id: str) -> bytes | None:
 
 def sqlite_location(path) -> str:
     """:func:`location` of the SQLite registry file ``path``."""
-    return "sqlite:" + (os.path.realpath(path) if path and str(path) != ":memory:" else ":memory:")
+    from loopx.store.dialect import sqlite_location as of_file
+
+    return of_file(path)
 
 
 def location(tx) -> str:
     """Where the registry ``tx`` reads lives: its SQLite file (resolved), or the PostgreSQL
     server, database and schema."""
-    if tx.dialect == "sqlite":
-        main = next((r for r in tx.query("PRAGMA database_list") if r["name"] == "main"), None)
-        return sqlite_location(main["file"] if main else None)
-    row = tx.one("SELECT current_database() AS db, current_schema() AS sch, CAST(inet_server_addr() AS TEXT) AS host,"
-                 " inet_server_port() AS port")
-    return f"postgres:{row['host']}:{row['port']}:{row['db']}:{row['sch']}"
+    from loopx.store.dialect import of as dialect_of
+
+    return dialect_of(tx).location(tx)
 
 
 def forget(registry_id: str, loc: str) -> None:

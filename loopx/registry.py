@@ -21,9 +21,10 @@ from contextlib import contextmanager
 from typing import Any, Callable
 
 # Every write uses these (light, no loopx imports of their own): imported once, not per call.
-from loopx import clock, integrity, keys, ledger, step_journal
+from loopx import integrity, keys, step_journal
 from loopx.errors import LoopxError
 from loopx.model import Event
+from loopx.writer import Writer  # (loopx.registry.Writer, as before)
 
 ENV_REGISTRY = "LOOPX_REGISTRY"
 ENV_ACTOR = "LOOPX_ACTOR"
@@ -75,14 +76,7 @@ def inside_run() -> str | None:
     ident = IDENTITY.get()
     if ident is not None:
         return ident["run_id"]
-    if _RAW is not None:  # every write asks: os.environ's own mapping, without encoding the name
-        found = _RAW.get(b"LOOPX_RUN_ID")
-        return None if found is None else os.fsdecode(found)
     return os.environ.get(ENV_RUN_ID)
-
-
-#: os.environ's own bytes mapping on POSIX (what ``os.environ[...] = ...`` changes), else None.
-_RAW = getattr(os.environ, "_data", None) if os.name == "posix" and os.environ.encodekey("A") == b"A" else None
 
 
 def check_actor(actor: str) -> str:
@@ -133,180 +127,12 @@ def open_store(url: str | None = None, *, readonly: bool = False, create: bool =
 
         path = path_from_url(url)
         if str(path) != ":memory:" and not path.exists():
+            from loopx.store.missing import MissingStore, not_found
+
             if readonly:
-                raise LoopxError("registry_not_found", _not_found(path))
+                raise LoopxError("registry_not_found", not_found(path))
             return MissingStore(url, path, factory)
     return factory(url, readonly)
-
-
-def _not_found(path) -> str:
-    return (f"no registry at {path} (check --registry / LOOPX_REGISTRY; creating a goal with"
-            " `loopx project-prompt create` makes one)")
-
-
-class MissingStore:
-    """A registry file that does not exist yet: reads are refused, the first write creates it."""
-
-    dialect = "sqlite"
-    readonly = False
-
-    def __init__(self, url: str, path, factory):
-        self.url, self.path, self._factory, self._store = url, path, factory, None
-
-    @property
-    def missing(self) -> bool:
-        """True until the first write created the file."""
-        return self._store is None
-
-    def write(self, work):
-        if self._store is None:
-            import sys
-
-            self._store = self._factory(self.url, False)
-            print(f"loopx: created a new registry at {self.path}", file=sys.stderr)
-        return self._store.write(work)
-
-    def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-
-    def __getattr__(self, name):
-        store = self.__dict__.get("_store")
-        if store is not None:
-            return getattr(store, name)
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise LoopxError("registry_not_found", _not_found(self.__dict__.get("path")))
-
-
-class Writer:
-    """What a mutation sees: the transaction, the actor, the locked goal, and ``emit``.
-
-    The actor is fixed when the writer is created: ``actor`` is read-only, so no code running
-    inside a mutation can make the ledger record another actor. A capability's own writes
-    inside someone else's mutation go through :meth:`as_capability`, which can only narrow the
-    actor to ``capability:NAME``, never widen it to ``user`` or ``core``.
-    """
-
-    def __init__(self, tx, actor: str, goal: dict | None, operation_id: str | None):
-        self.tx = tx
-        self._actor = actor
-        self.goal = goal
-        self.goal_id = goal["id"] if goal else None
-        self.operation_id = operation_id
-        self.at = clock.now()
-        self.events: list[Event] = []
-        self._revision: int | None = None if goal else 0
-        self._prev_hash: str | None = None
-        #: What :func:`loopx.integrity.verify_head` found before this mutation (goal writes only).
-        self.integrity_problems: list = []
-        #: Set by a repair that rebuilt the goal's state from its ledger: the result is trusted.
-        self.rebuilt = False
-
-    @property
-    def actor(self) -> str:
-        """Who this writer writes as (fixed at creation)."""
-        return self._actor
-
-    def as_capability(self, name: str) -> "Writer":
-        """A writer on the same transaction that records ``capability:NAME`` as its actor.
-
-        Lets a plugin command that acts for the user (creating a goal, say) record its own
-        state in the same transaction. Only ever a capability actor: there is no way to get a
-        ``user`` or ``core`` writer from here.
-        """
-        from loopx.capabilities import check_acting
-
-        return _CapabilityWriter(self, f"capability:{check_acting(name)}")
-
-    def emit(self, kind_name: str, body: dict, *, goal_id: str | None = None) -> Event:
-        """Append and apply one event to this writer's goal (``goal_id`` only when creating)."""
-        return self._emit(self._actor, kind_name, body, goal_id=goal_id)
-
-    def _emit(self, actor: str, kind_name: str, body: dict, *, goal_id: str | None = None) -> Event:
-        kind = ledger.kind(kind_name)
-        if not kind.writers:
-            raise LoopxError("actor_forbidden", f"{kind_name} is a former name of an event kind, kept for replay;"
-                                                " nobody writes it any more")
-        if ledger.role(actor) not in kind.writers:
-            raise LoopxError(
-                "actor_forbidden",
-                f"{actor} may not {kind_name.replace('.', ' ')}: that is for {', '.join(sorted(kind.writers))}",
-            )
-        if kind.guard is not None:
-            kind.guard(self if actor == self._actor else _CapabilityWriter(self, actor), body)
-        if goal_id is not None:
-            if self.goal_id is not None and goal_id != self.goal_id:
-                raise ValueError("one mutation writes one goal's ledger")
-            self.goal_id = goal_id
-        if self.goal_id is None:
-            raise ValueError("emit needs a goal")
-        if self._revision is None:
-            # Number from the ledger itself, not from goals.revision: if that column were ever
-            # damaged, trusting it would collide with an existing (goal_id, seq). And never below
-            # the recorded chain head: events lost at the end leave a visible gap, never a reused
-            # number.
-            # What the integrity check just read in this transaction, when it did (one statement).
-            seen = integrity.head_seen(self.tx, self.goal_id)
-            if seen is not None:
-                last, sealed = seen
-                sealed_seq = sealed["seq"] if sealed else None
-            else:
-                last, sealed_seq = integrity.last_and_head_seq(self.tx, self.goal_id)
-            self._revision = max((last["seq"] if last else 0), sealed_seq or 0)
-            self._prev_hash = (last["hash"] if last else None) or integrity.GENESIS
-        self._revision += 1
-        event = Event(
-            id=0,
-            goal_id=self.goal_id,
-            seq=self._revision,
-            at=self.at,
-            actor=actor,
-            kind=kind_name,
-            body=body,
-            operation_id=self.operation_id,
-        )
-        getattr(self.tx, "__dict__", {}).pop("_loopx_page", None)  # a page read before this event is stale after it
-        event, self._prev_hash = ledger.append_chained(self.tx, event, self._prev_hash)
-        if kind_name.split(".", 1)[0] not in ledger.AREAS:
-            # A plugin's own kind may set state in its apply (loopx.api.apply_state): held to the
-            # goal's cap in this transaction, so a refusal rolls the whole write back.
-            from loopx import caps
-
-            caps.check_state(self.tx, self.goal_id)
-        self.events.append(event)
-        return event
-
-    @property
-    def revision(self) -> int:
-        """The goal's revision after what this writer emitted."""
-        return self._revision if self._revision is not None else self.goal["revision"]
-
-
-class _CapabilityWriter:
-    """A view of a :class:`Writer` that writes as one capability (see :meth:`Writer.as_capability`)."""
-
-    __slots__ = ("_parent", "_actor")
-
-    def __init__(self, parent: Writer, actor: str):
-        object.__setattr__(self, "_parent", parent)
-        object.__setattr__(self, "_actor", actor)
-
-    @property
-    def actor(self) -> str:
-        return self._actor
-
-    def __getattr__(self, name):
-        return getattr(self._parent, name)
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"a capability writer is read-only ({name})")
-
-    def as_capability(self, name: str):
-        return self._parent.as_capability(name)
-
-    def emit(self, kind_name: str, body: dict, *, goal_id: str | None = None) -> Event:
-        return self._parent._emit(self._actor, kind_name, body, goal_id=goal_id)
 
 
 class Registry:
@@ -368,14 +194,8 @@ class Registry:
         nothing is written (no step-journal replay before it, no operation record, no anchor
         move, no hooks after it); returns what ``work`` returned (``should-run --dry-run``).
         """
-        check_actor(actor)
-        if actor == "dashboard":
-            raise LoopxError("actor_forbidden", "the dashboard never writes")
-        if inside_run() is not None and (actor == "user" or (actor == "core" and _plugin_asking())):
-            # Whatever runs for a step (a plugin's command, through the plugin API too) acts as
-            # that step's executor or as a capability, never as the user or as LoopX itself.
-            raise LoopxError("actor_forbidden", f"a command run inside a step may not write as {actor}")
-        if goal_of is not None and (self.store.dialect != "sqlite" or getattr(self.store, "missing", False)):
+        _check_writer(actor)
+        if goal_of is not None and (not self.store.holds_all_on_write or self.store.missing):
             # On SQLite the write holds the whole database from its first statement, so finding the
             # goal inside it costs no read transaction of its own. PostgreSQL's repeatable-read
             # snapshot would be fixed by that read, before the goal's row lock: found first, apart.
@@ -387,117 +207,169 @@ class Registry:
             from loopx.validate import check_text
 
             operation_id = check_text(operation_id, what="--operation-id", limit="agent")
-        request_hash = _hash(request or {}) if operation_id is not None else None
-        if not preview and not getattr(self.store, "missing", False) and step_journal.pending(self.store):
-            # A step ran but its result could not be recorded (full disk, killed process):
-            # record it now, before anything else is written (loopx/step_journal.py).
-            step_journal.replay(self)
-        if goal_id is not None and getattr(self.store, "missing", False):
-            # Only creating a goal may create a registry; anything about an existing goal is a
-            # mistyped path.
-            raise LoopxError("registry_not_found", _not_found(self.store.path))
-        if actor.startswith("capability:"):
-            # Capability declarations are plugin answers: read them before the lock is taken
-            # (the ownership guards below use the cached result).
-            from loopx import capabilities
-
-            capabilities.load()
-            # A plugin writes only as a capability it registered (not as another plugin's).
-            capabilities.check_acting(actor.split(":", 1)[1])
-
-        anchor_to: dict = {}
-        locked: dict = {}  # the goal row as locked: which capabilities hear the committed events
-
-        def transaction(tx):
-            nonlocal goal_id, request_hash
-            anchor_to.clear()
-            if goal_of is not None:
-                goal_id = goal_of(tx)
-                if request_hash is not None and "goal" in request:
-                    # The request names the goal found, as it did when it was found beforehand.
-                    request_hash = _hash({**request, "goal": goal_id})
-            if operation_id is not None:
-                done = tx.one("SELECT request, result FROM operations WHERE id = ?", (operation_id,))
-                if done is not None:
-                    if done["request"] != request_hash:
-                        raise LoopxError(
-                            "operation_conflict",
-                            f"--operation-id {operation_id} was already used for a different request",
-                        )
-                    return json.loads(done["result"]), []
-            goal = None
-            if goal_id is not None:
-                goal = tx.lock_goal(goal_id)
-                if goal is None:
-                    raise LoopxError("goal_not_found", f"no goal {goal_id}")
-                locked["goal"] = goal
-                if goal["status"] == "closed" and not allow_closed:
-                    raise LoopxError("goal_closed", f"goal {goal_id} is closed")
-            # Read after the goal's lock (on PostgreSQL the first statement fixes the snapshot).
-            ring = keys.keyring(tx)
-            if ring.state == "missing":
-                # Without the key nothing written could be verified later: refuse before anything.
-                raise LoopxError("integrity_key_missing", ring.missing_message())
-            writer = Writer(tx, actor, goal, operation_id)
-            if goal is not None:
-                # Checked before the change: a write must never seal state that was altered
-                # outside the ledger (that would launder the tampering).
-                writer.integrity_problems = integrity.verify_head(tx, goal_id, rollback=True)
-            result = work(writer)
-            if preview:
-                raise _Previewed(result)  # rolls the transaction back: nothing it did is kept
-            if writer.events:
-                sealed = integrity.seal(tx, writer.goal_id, trusted=not writer.integrity_problems or writer.rebuilt,
-                                        last={"seq": writer.events[-1].seq, "hash": writer._prev_hash},
-                                        whole=writer.rebuilt)
-                # A goal found rolled back keeps its anchor where it was: writing on the older copy
-                # must not make it look current (``loopx registry reanchor`` accepts it).
-                if sealed and ring.state == "keyed" and not any(p.code == "registry_rolled_back"
-                                                     for p in writer.integrity_problems):
-                    anchor_to.update(registry_id=ring.registry_id, goal_id=writer.goal_id, seq=sealed["seq"],
-                                     head_hash=sealed["hash"], event_id=max(e.id for e in writer.events))
-            if operation_id is not None:
-                tx.execute(
-                    "INSERT INTO operations (id, goal_id, actor, request, result, at) VALUES (?, ?, ?, ?, ?, ?)",
-                    (operation_id, writer.goal_id, actor, request_hash, json.dumps(result), writer.at),
-                )
-            return result, writer.events
-
-        def advance(in_queue=False):
-            if anchor_to:
-                return _advance_anchor(anchor_to, getattr(self.store, "path", None)
-                                       if self.store.dialect == "sqlite" else None, in_queue=in_queue)
-            return None
-
+        mutation = _Mutation(self, actor, work, goal_id=goal_id, operation_id=operation_id, request=request,
+                             allow_closed=allow_closed, goal_of=goal_of, preview=preview)
+        self._before_write(actor, goal_id, preview)
         if preview:
             try:
-                self.store.write(transaction)
+                self.store.write(mutation.transaction)
             except _Previewed as done:
                 return done.result
             raise AssertionError("a preview's transaction must roll back")  # pragma: no cover
-        if getattr(type(self.store), "THEN_IN_QUEUE", False):
-            # Moved while this writer still holds the writers' queue: the next one finds the anchor
-            # where the registry is, and anchor writes never queue on a lock of their own.
-            # The anchor's own automatic checkpoint would run in the queue: off, where the store's
-            # writers checkpoint it with the registry after leaving the queue.
-            in_queue = getattr(self.store, "checkpoints_by_ticket", lambda: False)()
-            result, events = self.store.write(transaction, then=lambda: advance(in_queue=in_queue))
-        else:
-            result, events = self.store.write(transaction)
-            advance()
+        # The anchor moves while this writer still holds the writers' queue (SQLite): the next one
+        # finds it where the registry is, and anchor writes never queue on a lock of their own.
+        result, events = self.store.write(mutation.transaction, then=mutation.advance_anchor)
         if events:
-            from loopx import plugins
-
-            hooks = plugins.hooks()
-            if hooks.implemented(hooks.event_committed):
-                from loopx.capability_goals import skipped_for_events
-
-                try:
-                    skip = skipped_for_events(locked.get("goal"), events)
-                except LoopxError:  # declarations that do not load (reported by every other command):
-                    skip = frozenset()  # the commit stands, and observing it never raises
-                hooks.event_committed(self, events, skip=skip)
+            _notify_committed(self, mutation.locked_goal, events)
         return result
+
+    def _before_write(self, actor: str, goal_id: str | None, preview: bool) -> None:
+        """What must happen before the write transaction: a step's unrecorded result recorded, a
+        missing registry refused unless the write creates a goal, a capability's declarations
+        loaded (they are plugin answers: read before the lock is taken)."""
+        store = self.store
+        if not preview and not store.missing and step_journal.pending(store):
+            # A step ran but its result could not be recorded (full disk, killed process):
+            # record it now, before anything else is written (loopx/step_journal.py).
+            step_journal.replay(self)
+        if goal_id is not None and store.missing:
+            # Only creating a goal may create a registry; anything about an existing goal is a
+            # mistyped path.
+            from loopx.store.missing import not_found
+
+            raise LoopxError("registry_not_found", not_found(store.path))
+        if actor.startswith("capability:"):
+            from loopx import capabilities
+
+            capabilities.load()  # the ownership guards use the cached result
+            # A plugin writes only as a capability it registered (not as another plugin's).
+            capabilities.check_acting(actor.split(":", 1)[1])
+
+
+def _check_writer(actor: str) -> None:
+    """Refuse an actor that may not write here: an unknown role, the dashboard, or ``user``/``core``
+    asked for by whatever runs inside a step."""
+    check_actor(actor)
+    if actor == "dashboard":
+        raise LoopxError("actor_forbidden", "the dashboard never writes")
+    if inside_run() is not None and (actor == "user" or (actor == "core" and _plugin_asking())):
+        # Whatever runs for a step (a plugin's command, through the plugin API too) acts as
+        # that step's executor or as a capability, never as the user or as LoopX itself.
+        raise LoopxError("actor_forbidden", f"a command run inside a step may not write as {actor}")
+
+
+class _Mutation:
+    """One :meth:`Registry.mutate`: its write transaction in named stages (the store may run
+    :meth:`transaction` again after a conflict), then the anchor's move after the commit."""
+
+    def __init__(self, reg: "Registry", actor: str, work: Callable[[Writer], Any], *, goal_id: str | None,
+                 operation_id: str | None, request: dict | None, allow_closed: bool,
+                 goal_of: Callable[[Any], str] | None, preview: bool):
+        self.reg, self.actor, self.work = reg, actor, work
+        self.goal_id, self.goal_of, self.allow_closed, self.preview = goal_id, goal_of, allow_closed, preview
+        self.operation_id, self.request = operation_id, request
+        self.request_hash = _hash(request or {}) if operation_id is not None else None
+        self.anchor_to: dict = {}  # where the rollback anchor moves once committed (empty: it stays)
+        self.locked_goal: dict | None = None  # the goal row as locked: which capabilities hear the events
+
+    def transaction(self, tx) -> tuple[Any, list[Event]]:
+        """The write transaction: ``(result, events)``."""
+        self.anchor_to = {}
+        if self.goal_of is not None:
+            self._find_goal(tx)
+        done = self._done_before(tx)
+        if done is not None:
+            return done, []
+        goal = self._lock_goal(tx)
+        # Read after the goal's lock (on PostgreSQL the first statement fixes the snapshot).
+        ring = keys.keyring(tx)
+        if ring.state == "missing":
+            # Without the key nothing written could be verified later: refuse before anything.
+            raise LoopxError("integrity_key_missing", ring.missing_message())
+        writer = Writer(tx, self.actor, goal, self.operation_id)
+        if goal is not None:
+            # Checked before the change: a write must never seal state that was altered
+            # outside the ledger (that would launder the tampering).
+            writer.integrity_problems = integrity.verify_head(tx, self.goal_id, rollback=True)
+        result = self.work(writer)
+        if self.preview:
+            raise _Previewed(result)  # rolls the transaction back: nothing it did is kept
+        if writer.events:
+            self._seal(tx, writer, ring)
+        if self.operation_id is not None:
+            tx.execute(
+                "INSERT INTO operations (id, goal_id, actor, request, result, at) VALUES (?, ?, ?, ?, ?, ?)",
+                (self.operation_id, writer.goal_id, self.actor, self.request_hash, json.dumps(result), writer.at),
+            )
+        return result, writer.events
+
+    def _find_goal(self, tx) -> None:
+        """The goal ``goal_of`` finds, in the write transaction itself (SQLite)."""
+        self.goal_id = self.goal_of(tx)
+        if self.request_hash is not None and "goal" in self.request:
+            # The request names the goal found, as it did when it was found beforehand.
+            self.request_hash = _hash({**self.request, "goal": self.goal_id})
+
+    def _done_before(self, tx):
+        """The first result of this ``operation_id`` (a retry writes nothing), or None;
+        ``operation_conflict`` when the id was used for a different request."""
+        if self.operation_id is None:
+            return None
+        done = tx.one("SELECT request, result FROM operations WHERE id = ?", (self.operation_id,))
+        if done is None:
+            return None
+        if done["request"] != self.request_hash:
+            raise LoopxError("operation_conflict",
+                             f"--operation-id {self.operation_id} was already used for a different request")
+        return json.loads(done["result"])
+
+    def _lock_goal(self, tx) -> dict | None:
+        """The goal's row, held against other writers (``goal_not_found``, ``goal_closed``)."""
+        self.locked_goal = None
+        if self.goal_id is None:
+            return None
+        goal = tx.lock_goal(self.goal_id)
+        if goal is None:
+            raise LoopxError("goal_not_found", f"no goal {self.goal_id}")
+        self.locked_goal = goal
+        if goal["status"] == "closed" and not self.allow_closed:
+            raise LoopxError("goal_closed", f"goal {self.goal_id} is closed")
+        return goal
+
+    def _seal(self, tx, writer: Writer, ring) -> None:
+        """Seal the goal's new head, and note where the rollback anchor moves after the commit."""
+        sealed = integrity.seal(tx, writer.goal_id, trusted=not writer.integrity_problems or writer.rebuilt,
+                                last={"seq": writer.events[-1].seq, "hash": writer._prev_hash},
+                                whole=writer.rebuilt)
+        # A goal found rolled back keeps its anchor where it was: writing on the older copy
+        # must not make it look current (``loopx registry reanchor`` accepts it).
+        if sealed and ring.state == "keyed" and not any(p.code == "registry_rolled_back"
+                                                        for p in writer.integrity_problems):
+            self.anchor_to = dict(registry_id=ring.registry_id, goal_id=writer.goal_id, seq=sealed["seq"],
+                                  head_hash=sealed["hash"], event_id=max(e.id for e in writer.events))
+
+    def advance_anchor(self) -> str | None:
+        """Move the rollback anchor after the commit (the store's ``then``); the anchor's own
+        automatic checkpoint is off where the store's writers checkpoint it with the registry."""
+        if not self.anchor_to:
+            return None
+        store = self.reg.store
+        return _advance_anchor(self.anchor_to, store.path, in_queue=store.checkpoints_by_ticket())
+
+
+def _notify_committed(reg: "Registry", goal: dict | None, events: list[Event]) -> None:
+    """Tell the plugins that hear it what was committed (after the commit: never rolls it back)."""
+    from loopx import plugins
+
+    hooks = plugins.hooks()
+    if hooks.implemented(hooks.event_committed):
+        from loopx.capability_goals import skipped_for_events
+
+        try:
+            skip = skipped_for_events(goal, events)
+        except LoopxError:  # declarations that do not load (reported by every other command):
+            skip = frozenset()  # the commit stands, and observing it never raises
+        hooks.event_committed(reg, events, skip=skip)
 
 
 class _Previewed(Exception):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from loopx import ledger
 from loopx.errors import LoopxError
 from loopx.store import schema
+from loopx.store.dialect import of as dialect_of
 
 # The hash chain is keyed with each registry's own key (loopx.keys): the copy checks the source's
 # chains with the source's key, and the target chains the same events with its key.
@@ -139,10 +140,9 @@ def _sorted(snap: dict[str, list[dict]]) -> dict[str, list[dict]]:
 
 def _prepare_target(tx, force: bool) -> bool:
     """Hold other writers out and make sure the target is empty; True if contents were replaced."""
-    if tx.dialect == "postgres":
-        # Copied events keep their ids; a concurrent writer drawing ids must wait until we
-        # have moved the identity past them.
-        tx.execute("LOCK TABLE events, operations IN EXCLUSIVE MODE")
+    # Copied events keep their ids; a concurrent writer drawing ids must wait until we
+    # have moved the identity past them.
+    dialect_of(tx).hold_for_copy(tx)
     busy = [t for t in DATA_TABLES if tx.one(f"SELECT 1 AS x FROM {t} LIMIT 1") is not None]
     if not busy:
         return False
@@ -160,7 +160,7 @@ def _write(tx, dump: dict, bar=None) -> None:
     """Append every event with its original id and apply it; copy the operations."""
     cols = ", ".join(EVENT_COLUMNS)
     marks = ", ".join("?" for _ in EVENT_COLUMNS)
-    keep_ids = " OVERRIDING SYSTEM VALUE" if tx.dialect == "postgres" else ""
+    keep_ids = dialect_of(tx).keep_ids
     insert = f"INSERT INTO events ({cols}){keep_ids} VALUES ({marks})"
     for rows in dump["events"].values():
         for row in rows:
@@ -178,12 +178,7 @@ def _write(tx, dump: dict, bar=None) -> None:
             f"INSERT INTO operations ({', '.join(OPERATION_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",
             tuple(op[c] for c in OPERATION_COLUMNS),
         )
-    if tx.dialect == "postgres":
-        # The next event a writer appends must get an id above every copied one.
-        tx.execute(
-            "SELECT setval(pg_get_serial_sequence('events', 'id'),"
-            " COALESCE((SELECT max(id) FROM events), 1), (SELECT max(id) FROM events) IS NOT NULL)"
-        )
+    dialect_of(tx).after_copy(tx)  # the next event a writer appends gets an id above every copied one
 
 
 # -- verifying -----------------------------------------------------------------------------------

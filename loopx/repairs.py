@@ -328,13 +328,10 @@ def reindex_storage(reg) -> None:
     the next should-run."""
     from loopx import history_guard, integrity, keys
     from loopx.store import schema
+    from loopx.store.dialect import of as dialect_of
 
     def reindex(tx):
-        if tx.dialect == "sqlite":
-            tx.execute("REINDEX")
-        else:
-            for table in ("events", "operations", *schema.GOAL_TABLES):
-                tx.execute(f"REINDEX TABLE {table}")
+        dialect_of(tx).reindex(tx, ("events", "operations", *schema.GOAL_TABLES))
         if keys.keyring(tx).state != "keyed":
             return
         row = tx.one(f"SELECT {history_guard.definitions_sql(tx.dialect)} AS d,"

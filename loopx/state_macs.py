@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 
 from loopx import jsonsafe
+from loopx.store.dialect import of as dialect_of
 
 #: Per state table: the column holding the goal, the key expression (``{t}``: the row's alias),
 #: and its columns (SQLite's JSON text names them; the migration checks them against the table).
@@ -57,20 +58,14 @@ MODULUS = 1 << 256
 FORMAT = "v3"
 
 
-def _sep(dialect: str) -> str:
-    return "char(31)" if dialect == "sqlite" else "chr(31)"
-
-
 def key_sql(dialect: str, table: str, alias: str) -> str:
     """The SQL expression of a ``table`` row's key (``alias``: the row's name in the statement)."""
-    return TABLES[table][1].format(t=alias, sep=_sep(dialect))
+    return TABLES[table][1].format(t=alias, sep=dialect_of(dialect).char(31))
 
 
 def text_sql(dialect: str, table: str, alias: str) -> str:
     """The SQL expression of a row's JSON text."""
-    if dialect == "sqlite":
-        return "json_object(" + ", ".join(f"'{c}', {alias}.{c}" for c in TABLES[table][2]) + ")"
-    return f"CAST(to_jsonb({alias}) AS TEXT)"
+    return dialect_of(dialect).row_json(alias, TABLES[table][2])
 
 
 # --- the MACs ---
@@ -198,11 +193,7 @@ def seal_incremental(tx, ring, goal_id: str, total: int, counts: dict) -> tuple[
 def changes(tx, goal_id: str) -> int:
     """The goal's count of event rows updated or deleted (``event_changes``, loopx/history_guard.py;
     0 before the schema step that made the table)."""
-    if tx.dialect == "sqlite":
-        found = tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = ?", (CHANGED_EVENTS,))
-    else:
-        found = tx.one("SELECT 1 AS x WHERE to_regclass(?) IS NOT NULL", (CHANGED_EVENTS,))
-    if found is None:
+    if not dialect_of(tx).has_table(tx, CHANGED_EVENTS):
         return 0
     row = tx.one(f"SELECT n FROM {CHANGED_EVENTS} WHERE goal_id = ?", (goal_id,))
     return int(row["n"]) if row else 0
@@ -258,7 +249,7 @@ def turn_rows_sql(dialect: str, agent: str | None) -> str:
 
     from loopx.todo_ready import free_sql
 
-    join = "CROSS JOIN" if dialect == "sqlite" else "JOIN"  # (SQLite's CROSS JOIN: the page first)
+    join = dialect_of(dialect).page_join  # the page first
     page = ("SELECT r2.todo_id FROM todo_ready r2 JOIN todos t2 ON t2.id = r2.todo_id WHERE r2.goal_id = ?"
             f" AND {free_sql('t2', agent)} ORDER BY r2.priority, r2.created_seq LIMIT ?")
     return " UNION ALL ".join([
@@ -323,49 +314,17 @@ def check_turn(tx, ring, goal_id: str, counts: dict, *, agent: str | None, now: 
 def check_columns(tx) -> None:
     """The columns :data:`TABLES` names are the tables' (SQLite's JSON text lists them)."""
     for table, (_, _, columns) in TABLES.items():
-        if tx.dialect == "sqlite":
-            have = [r["name"] for r in tx.query(f"PRAGMA table_info({table})")]
-        else:
-            have = [r["column_name"] for r in tx.query(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = ?"
-                " AND table_schema = current_schema() ORDER BY ordinal_position", (table,))]
+        have = dialect_of(tx).columns(tx, table)
         if sorted(have) != sorted(columns):
             raise RuntimeError(f"state_macs.TABLES[{table!r}] lists {sorted(columns)}, the table has {sorted(have)}")
 
 
 def trigger_sql(dialect: str) -> list[str]:
     """The triggers that record changed rows in ``state_dirty`` (one set per state table)."""
-    out = []
-    for table, (column, _, _) in TABLES.items():
-        if dialect == "sqlite":
-            for op, ref, old, new, on_conflict in (
-                    ("INSERT", "NEW", "NULL", text_sql(dialect, table, "NEW"), "new = excluded.new"),
-                    ("UPDATE", "NEW", text_sql(dialect, table, "OLD"), text_sql(dialect, table, "NEW"),
-                     "new = excluded.new"),
-                    ("DELETE", "OLD", text_sql(dialect, table, "OLD"), "NULL", "new = NULL")):
-                out.append(f"CREATE TRIGGER IF NOT EXISTS state_dirty_{table}_{op.lower()} AFTER {op} ON {table}"
-                           f" BEGIN INSERT INTO state_dirty (goal_id, tbl, k, old, new) VALUES ({ref}.{column},"
-                           f" '{table}', {key_sql(dialect, table, ref)}, {old}, {new})"
-                           f" ON CONFLICT (goal_id, tbl, k) DO UPDATE SET {on_conflict}; END")
-        else:
-            out.append(f"""CREATE OR REPLACE FUNCTION state_dirty_{table}() RETURNS trigger LANGUAGE plpgsql AS $fn$
-            BEGIN
-                IF TG_OP = 'DELETE' THEN
-                    INSERT INTO state_dirty (goal_id, tbl, k, old, new) VALUES (OLD.{column}, '{table}',
-                        {key_sql(dialect, table, 'OLD')}, CAST(to_jsonb(OLD) AS TEXT), NULL)
-                        ON CONFLICT (goal_id, tbl, k) DO UPDATE SET new = NULL;
-                ELSE
-                    INSERT INTO state_dirty (goal_id, tbl, k, old, new) VALUES (NEW.{column}, '{table}',
-                        {key_sql(dialect, table, 'NEW')},
-                        CASE WHEN TG_OP = 'UPDATE' THEN CAST(to_jsonb(OLD) AS TEXT) END, CAST(to_jsonb(NEW) AS TEXT))
-                        ON CONFLICT (goal_id, tbl, k) DO UPDATE SET new = excluded.new;
-                END IF;
-                RETURN NULL;
-            END $fn$""")
-            out.append(f"DROP TRIGGER IF EXISTS state_dirty_{table} ON {table}")
-            out.append(f"CREATE TRIGGER state_dirty_{table} AFTER INSERT OR UPDATE OR DELETE ON {table}"
-                       f" FOR EACH ROW EXECUTE FUNCTION state_dirty_{table}()")
-    return out
+    engine = dialect_of(dialect)
+    return [sql for table, (column, _, _) in TABLES.items()
+            for sql in engine.dirty_triggers(table, column, lambda ref, t=table: key_sql(dialect, t, ref),
+                                             lambda ref, t=table: text_sql(dialect, t, ref))]
 
 
 def install(tx) -> None:

@@ -35,9 +35,9 @@ RESERVE = 96 * 1024
 
 def directory(store) -> Path | None:
     """Where ``store``'s journal lives (None for an in-memory registry)."""
-    path = getattr(store, "path", None)
-    if getattr(store, "dialect", None) == "sqlite":
-        if path is None or str(path) == ":memory:":
+    path = store.path  # a file (loopx.store.base.Store): its journal beside it; None: a server's
+    if path is not None:
+        if str(path) == ":memory:":
             return None
         return Path(f"{path}.journal")
     from loopx import userdirs

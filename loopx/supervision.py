@@ -25,6 +25,7 @@ import json
 
 from loopx import clock
 from loopx.errors import LoopxError
+from loopx.store.dialect import of as dialect_of
 
 SETTING_KEYS = ("executor", "notify.command", "notify.webhook", "notify.min_interval_seconds",
                 "limits.memory_mb", "limits.processes", "limits.cpu_seconds")
@@ -214,7 +215,7 @@ def acquire(reg, goal_id: str, worker_id: str, lease_seconds: float) -> int | No
         tx.execute("INSERT INTO goal_leases (goal_id, worker_id, token, expires_at) VALUES (?, '', 0, '')"
                    " ON CONFLICT (goal_id) DO NOTHING", (goal_id,))
         row = tx.one("SELECT worker_id, token, expires_at FROM goal_leases WHERE goal_id = ?"
-                     + (" FOR UPDATE" if tx.dialect == "postgres" else ""), (goal_id,))
+                     + dialect_of(tx).lock_row, (goal_id,))
         if row["worker_id"] != worker_id and row["expires_at"] > now and _owner_alive(tx, row["worker_id"]):
             return None
         token = int(row["token"]) + 1

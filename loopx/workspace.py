@@ -257,11 +257,10 @@ def view_tx(tx, goal_id: str) -> dict:
     """:func:`show` in an open read transaction (``status G``, the dashboard's goal page): one
     indexed read and one ``stat``; no git. A registry not migrated to the table yet (opened
     read-only) shows no project."""
-    if tx.dialect == "sqlite":
-        known = tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = 'goal_workspaces'")
-    else:
-        known = tx.one("SELECT to_regclass('goal_workspaces') IS NOT NULL AS x")
-    rec = (record(tx, goal_id) if known and known["x"] else None) or \
+    from loopx.store.dialect import of as dialect_of
+
+    known = dialect_of(tx).has_table(tx, "goal_workspaces")
+    rec = (record(tx, goal_id) if known else None) or \
         {"project": None, "root": None, "path": None, "branch": None, "base": None, "kind": None}
     planned = _path(tx, goal_id, rec)
     present = bool(rec.get("path")) and os.path.isdir(rec["path"])

@@ -161,6 +161,28 @@ def test_integrity_check_finds_a_gap_in_a_ledger(pg_url):
 
 
 @pytestmark_server
+def test_a_gap_is_known_loss_only_for_the_kinds_the_caller_names(pg_url):
+    """The store names no event kind of its own: which events record loss is the caller's to say
+    (``self-repair check`` names loopx.integrity.LOSS_KINDS)."""
+    from loopx import damage
+    from loopx import goals as project_prompt
+    from loopx.integrity import LOSS_KINDS
+    from loopx.registry import Registry
+
+    with Registry.open(pg_url) as reg:
+        g = project_prompt.create(reg, "user", title="g")["id"]
+        project_prompt.transition(reg, "user", "pause", g)
+        project_prompt.transition(reg, "user", "resume", g)
+        reg.store.write(lambda tx: tx.execute("DELETE FROM events WHERE goal_id = ? AND seq = 2", (g,)))
+        reg.store.write(lambda tx: tx.execute("UPDATE events SET kind = ?, body = ? WHERE goal_id = ? AND seq = 3",
+                                              ("capability.loss_recorded", '{"lost":[2],"acknowledged":[]}', g)))
+        assert any(g in p and "numbered" in p for p in reg.store.integrity_check())
+        assert any(g in p for p in reg.store.integrity_check(("some.other_kind",)))
+        assert reg.store.integrity_check(LOSS_KINDS) == []
+        assert damage.storage_integrity(reg.store) == []
+
+
+@pytestmark_server
 def test_a_writer_that_waited_for_the_goal_runs_again_on_a_fresh_snapshot(pg_url):
     """Two writers on one goal: the second queues on the goal's row, then is retried and sees
     the first one's change: nothing lost, the ledger numbered without gaps."""

@@ -4,6 +4,7 @@ existing registry stored, or every goal would read as tampered after an upgrade.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 def reference_digest(tx, goal_id: str) -> str:
     """The digest as first written (one dict per row, ``sorted(row.items())``, ``json.dumps``)."""
-    h = integrity._sha256()
+    h = hashlib.sha256()
     for table in integrity.STATE_TABLES:
         column = "id" if table == "goals" else "goal_id"
         if table == "runs":

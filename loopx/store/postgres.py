@@ -141,6 +141,9 @@ class PostgresStore:
     """A registry in a PostgreSQL database (or in the schema its ``search_path`` names)."""
 
     dialect = "postgres"
+    path = None  # a server database, no file of ours
+    missing = False  # the schema is made when the store opens
+    holds_all_on_write = False  # row locks; the first read fixes the snapshot
 
     def __init__(self, url: str, readonly: bool = False):
         self.url = url
@@ -274,7 +277,20 @@ class PostgresStore:
                 if not conn.broken:
                     conn.execute("ROLLBACK")
 
-    def write(self, work):
+    def write(self, work, *, then=None):
+        """Run ``work(tx)`` in one write transaction (see :class:`loopx.store.base.Store`),
+        again on a fresh snapshot after a conflict; ``then()``, when given, runs after the
+        commit (there is no writers' queue to hold here)."""
+        result = self._commit(work)
+        if then is not None:
+            then()
+        return result
+
+    def checkpoints_by_ticket(self) -> bool:
+        """Nothing here checkpoints SQLite files (see :meth:`loopx.store.base.Store.checkpoints_by_ticket`)."""
+        return False
+
+    def _commit(self, work):
         if self.readonly:
             raise LoopxError("registry_readonly", "this registry was opened read-only")
         deadline = time.monotonic() + RETRY_BUDGET_S
@@ -337,9 +353,10 @@ class PostgresStore:
             self._ready()
             return self._stored_version() or 0
 
-    def integrity_check(self) -> list[str]:
+    def integrity_check(self, loss_kinds: tuple[str, ...] = ()) -> list[str]:
         """Problems PostgreSQL can find: schema version, missing tables, invalid indexes,
-        gaps in a goal's ledger, and goals whose revision is not their last event."""
+        gaps in a goal's ledger (but those an event of ``loss_kinds`` recorded as lost), and
+        goals whose revision is not their last event."""
         problems = []
         with self.read() as tx:
             version = self._stored_version()
@@ -358,13 +375,13 @@ class PostgresStore:
             ):
                 problems.append(f"index {row['name']} is not valid")
             for row in tx.query(
-                # A gap a self-repair already recorded (its event lists the "lost" numbers) is
+                # A gap a repair already recorded (its event lists the "lost" numbers) is
                 # known loss, reported by the ledger_gap detector if it grows.
                 "SELECT goal_id, count(*) AS n, min(seq) AS first, max(seq) AS last FROM events e"
                 " WHERE NOT EXISTS (SELECT 1 FROM events r WHERE r.goal_id = e.goal_id"
-                " AND r.kind IN ('capability.loss_recorded', 'capability.repaired') AND r.body LIKE '%\"lost\":[%'"
+                " AND r.kind = ANY (?::text[]) AND r.body LIKE '%\"lost\":[%'"
                 " AND r.body NOT LIKE '%\"lost\":[]%')"
-                " GROUP BY goal_id HAVING count(*) <> max(seq) OR min(seq) <> 1"
+                " GROUP BY goal_id HAVING count(*) <> max(seq) OR min(seq) <> 1", (list(loss_kinds),)
             ):
                 problems.append(
                     f"goal {row['goal_id']}: ledger has {row['n']} events numbered {row['first']}..{row['last']}"

@@ -259,15 +259,15 @@ _V4 = [
         state_digest TEXT NOT NULL)""",
     # Chains only: the digest now also covers v5's goal_usage, which does not exist yet here; v5
     # seals every goal (the same end state as sealing here did).
-    Call("loopx.integrity", "backfill_chains"),
+    Call("loopx.integrity_steps", "backfill_chains"),
 ]
 
 # v5: quota usage in counters (loopx/usage_counts.py): one row per goal with runs, moved by the run
 # events, so should-run reads one row instead of summing every run. Filled from the runs rows
 # (integer counters: the same totals whatever order the runs are summed in); the counters are
 # state the decision reads, so every goal whose digest still matches is re-sealed (one altered
-# before the migration is sealed untrusted: loopx.integrity.reseal_intact). Plus the indexes the contract's bounded
-# queries use.
+# before the migration is sealed untrusted: loopx.integrity_steps.reseal_intact). Plus the indexes
+# the contract's bounded queries use.
 _V5 = [
     """CREATE TABLE IF NOT EXISTS goal_usage (
         goal_id TEXT PRIMARY KEY,
@@ -296,7 +296,7 @@ _V5 = [
     "CREATE INDEX IF NOT EXISTS runs_by_goal_finished ON runs (goal_id, status, finished_at)",
     Call("loopx.usage_counts", "backfill"),
     Call("loopx.todo_ready", "backfill"),
-    Call("loopx.integrity", "reseal_intact"),
+    Call("loopx.integrity_steps", "reseal_intact"),
 ]
 
 # v6: running for days (loopx/supervision.py, loopx/worker.py, loopx/notify.py). None of these
@@ -351,12 +351,12 @@ _V7 = [Call("loopx.rekey", "key_registry")]
 # whose digest matched just before (one altered outside the ledger stays untrusted). Then a goal
 # in progress that a capability already keeps state for (an Issue-Fix goal) is recorded as using
 # it, by a ledger event, so upgrading does not take its steps away.
-_V8 = [Call("loopx.integrity", "add_goal_capabilities"), Call("loopx.goals", "adopt_capabilities")]
+_V8 = [Call("loopx.integrity_steps", "add_goal_capabilities"), Call("loopx.goals", "adopt_capabilities")]
 
 # v9: the state digest kept incrementally (loopx/state_macs.py, issue 25): one keyed MAC per state row
 # in state_macs, and the rows each transaction changed recorded by triggers in state_dirty (empty
 # outside a LoopX transaction). Every goal's MACs are computed from its rows - a goal whose recorded
-# digest no longer matches them is sealed untrusted instead (loopx.integrity.mac_all). A later step
+# digest no longer matches them is sealed untrusted instead (loopx.integrity_steps.mac_all). A later step
 # that adds a column to a table in state_macs.TABLES must add it there, re-create the SQLite
 # triggers (state_macs.install) and end with the same Call.
 _V9 = [
@@ -374,7 +374,7 @@ _V9 = [
         new TEXT,
         PRIMARY KEY (goal_id, tbl, k))""",
     Call("loopx.state_macs", "install"),
-    Call("loopx.integrity", "mac_all"),
+    Call("loopx.integrity_steps", "mac_all"),
 ]
 
 # v10: the latest hand-off is one index seek (loopx/runs.py, issue 25): a contract carries the

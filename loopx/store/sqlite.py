@@ -100,6 +100,8 @@ class SqliteStore:
     """A registry in one SQLite file."""
 
     dialect = "sqlite"
+    missing = False  # the file is made when the store opens
+    holds_all_on_write = True  # BEGIN IMMEDIATE
 
     def __init__(self, url: str, readonly: bool = False):
         self.url = url
@@ -224,9 +226,6 @@ class SqliteStore:
             except sqlite3.DatabaseError as exc:
                 raise storage_error(exc, self.path) from None
 
-    #: :meth:`write` takes ``then`` (see there); asked of the class, so a wrapper never claims it.
-    THEN_IN_QUEUE = True
-
     def write(self, work, *, then=None):
         """Run ``work(tx)`` in one write transaction (see :class:`loopx.store.base.Store`);
         ``then()``, when given, runs after the commit while this writer still holds the writers'
@@ -299,7 +298,7 @@ class SqliteStore:
     def schema_version(self) -> int:
         return self._conn.execute("PRAGMA user_version").fetchone()[0]
 
-    def integrity_check(self) -> list[str]:
+    def integrity_check(self, loss_kinds: tuple[str, ...] = ()) -> list[str]:
         rows = self._conn.execute("PRAGMA integrity_check").fetchall()
         return [] if rows == [("ok",)] else [r[0] for r in rows]
 
