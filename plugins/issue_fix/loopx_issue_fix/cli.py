@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -15,7 +16,7 @@ TIMEOUT = click.option("--timeout", type=click.FloatRange(1, 86400), default=Non
                             "remaining wall budget; the contract names it).")
 
 
-def _test_text(t: dict | None) -> str:
+def _test_text(t: dict[str, Any] | None) -> str:
     if not t:
         return "tests not run"
     how = f"timed out after {t['timeout_seconds']:g}s" if t["timed_out"] else f"exit {t['exit_code']}"
@@ -98,7 +99,7 @@ def show(goal_id, print_packet):
     emit(out, text)
 
 
-def _test_change_text(tc: dict | None) -> str:
+def _test_change_text(tc: dict[str, Any] | None) -> str:
     """The test-change gate verify requested, with the diff of the changed test files."""
     if not tc:
         return ""
@@ -129,10 +130,10 @@ def reproduce(run_id, timeout, operation_id):
 @operation_option
 def verify(run_id, timeout, operation_id):
     """Prove the fix and commit it (exit 1 unless the failing tests pass on changed code)."""
-    from loopx_issue_fix import phases
+    from loopx_issue_fix import verify as step
 
     with open_registry() as reg:
-        out = phases.verify(reg, actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
+        out = step.verify(reg, actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
     emit(out, lambda o: (f"verified (green): commit {o['commit']}" if o["verified"]
                          else f"not verified ({o['reason']}): {o['problem']}")
                         + f"\n{_test_text(o['test'])}\n{o['diff']['stat']}\nphase {o['phase']}; "
