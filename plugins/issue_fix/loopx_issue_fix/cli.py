@@ -25,7 +25,7 @@ def _test_text(t: dict[str, Any] | None) -> str:
 
 
 @click.group("issue-fix", cls=LoopxGroup, epilog="Example:\n  loopx issue-fix start --repo . --title 'Fix the rounding bug' --issue-file issue.md --test-command 'python -m pytest -q tests/test_rounding.py'")
-def issue_fix():
+def issue_fix() -> None:
     """Fix one issue in a git repository: reproduce, fix, verify, hand off, publish."""
 
 
@@ -48,8 +48,10 @@ def issue_fix():
               help="Seconds one test run may take (default 60, the capability's quota need).")
 @click.option("--keep", is_flag=True, help="Keep the worktree and branch when the goal is closed (default: removed).")
 @operation_option
-def start(repo, title, issue_text, issue_file, test_command, test_ids, report, allow_test_changes, base, branch,
-          remote, provider, test_timeout, keep, operation_id):
+def start(repo: str, title: str, issue_text: str | None, issue_file: str | None, test_command: str,
+          test_ids: tuple[str, ...], report: str | None, allow_test_changes: bool, base: str | None,
+          branch: str | None, remote: str, provider: str, test_timeout: float | None, keep: bool,
+          operation_id: str | None) -> None:
     """Create an Issue-Fix goal with a git worktree and branch of its own."""
     from loopx_issue_fix import workflow
 
@@ -60,7 +62,7 @@ def start(repo, title, issue_text, issue_file, test_command, test_ids, report, a
                              provider=provider, test_timeout=test_timeout, keep=keep,
                              operation_id=operation_id)
 
-    def text(o):
+    def text(o: dict[str, Any]) -> str:
         lines = [f"{o['goal_id']}  issue-fix goal: worktree {o['worktree']} on branch {o['branch']} "
                  f"(base {o['base_commit'][:12]})"]
         if o["user_checkout"]["dirty"]:
@@ -75,7 +77,7 @@ def start(repo, title, issue_text, issue_file, test_command, test_ids, report, a
 @issue_fix.command(epilog="Example:\n  loopx issue-fix show --goal-id g-2ce4")
 @goal_option(help="The Issue-Fix goal (also as the first argument).")
 @click.option("--packet", "print_packet", is_flag=True, help="Print the hand-off packet (checked against its recorded sha256).")
-def show(goal_id, print_packet):
+def show(goal_id: str, print_packet: bool) -> None:
     """An Issue-Fix goal's phase, attempts, todos, publish gate and next step.
 
     A recorded hand-off packet is shown only while its sha256 is the one recorded
@@ -85,7 +87,7 @@ def show(goal_id, print_packet):
     with open_registry() as reg:
         out = workflow.show(reg, goal_id)
 
-    def text(o):
+    def text(o: dict[str, Any]) -> str:
         if print_packet:
             return o["packet"].rstrip("\n") if o["packet"] else f"no hand-off packet yet on {o['goal_id']}"
         todos = ", ".join(f"{k} {v}" for k, v in o["todo_status"].items())
@@ -112,7 +114,7 @@ def _test_change_text(tc: dict[str, Any] | None) -> str:
 @RUN_ID
 @TIMEOUT
 @operation_option
-def reproduce(run_id, timeout, operation_id):
+def reproduce(run_id: str | None, timeout: float | None, operation_id: str | None) -> None:
     """Run the tests and record the failing test ids (exit 1 when nothing fails: not reproduced)."""
     from loopx_issue_fix import phases
 
@@ -128,7 +130,7 @@ def reproduce(run_id, timeout, operation_id):
 @RUN_ID
 @TIMEOUT
 @operation_option
-def verify(run_id, timeout, operation_id):
+def verify(run_id: str | None, timeout: float | None, operation_id: str | None) -> None:
     """Prove the fix and commit it (exit 1 unless the failing tests pass on changed code)."""
     from loopx_issue_fix import verify as step
 
@@ -149,7 +151,8 @@ def verify(run_id, timeout, operation_id):
 @click.option("--output", type=click.Path(readable=False), default=None, help="Where to write a copy of the packet (it is always kept in LoopX's data directory; inside a "
                    "turn only beneath the step's own directories).")
 @operation_option
-def handoff(run_id, timeout, root_cause, output, operation_id):
+def handoff(run_id: str | None, timeout: float | None, root_cause: str | None, output: str | None,
+            operation_id: str | None) -> None:
     """Write the reviewer packet and request the publish gate."""
     from loopx_issue_fix import phases
 
@@ -165,7 +168,7 @@ def handoff(run_id, timeout, root_cause, output, operation_id):
 @RUN_ID
 @TIMEOUT
 @operation_option
-def publish(run_id, timeout, operation_id):
+def publish(run_id: str | None, timeout: float | None, operation_id: str | None) -> None:
     """Publish exactly the verified commit (only after a user approved the gate)."""
     from loopx_issue_fix import phases
 
@@ -181,7 +184,7 @@ def publish(run_id, timeout, operation_id):
 @click.option("--keep", is_flag=True, help="Keep the goal's worktree and branch.")
 @click.option("--reason", default=None, help="Why the goal is closed.")
 @operation_option
-def close(goal_id, keep, reason, operation_id):
+def close(goal_id: str, keep: bool, reason: str | None, operation_id: str | None) -> None:
     """Close an Issue-Fix goal and remove its worktree and branch (--keep to keep them)."""
     from loopx_issue_fix import workflow
 
@@ -193,7 +196,7 @@ def close(goal_id, keep, reason, operation_id):
 
 @issue_fix.command(epilog="Example:\n  loopx issue-fix clean --repo .")
 @click.option("--repo", required=True, help="The git repository whose Issue-Fix leftovers to remove.")
-def clean(repo):
+def clean(repo: str) -> None:
     """Remove the worktrees and branches that closed (or unknown) Issue-Fix goals left behind."""
     from loopx_issue_fix import workflow
 
