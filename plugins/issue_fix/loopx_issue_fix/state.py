@@ -10,8 +10,8 @@ The shape is versioned (``state_version``). A goal written before the version ex
 :data:`VERSION` by :func:`migrate` when it is read; the next write records the migrated values
 and the version.
 
-cattrs is imported only when state is read or written, never when this module is imported:
-``quota should-run`` imports it for every turn of an Issue-Fix goal (see ``workflow.contract_actions``).
+cattrs is imported only when state is read or written, never when this module is imported, and
+never on ``quota should-run``'s path: the contract reads a :class:`ContractView` built by hand.
 """
 
 from __future__ import annotations
@@ -356,6 +356,35 @@ LATER = frozenset({"runner_fixed", "git_changes", "reproduction", "verification"
 def initial(state: IssueFixState) -> JSON:
     """What ``start`` writes: every key but the :data:`LATER` ones, with the version."""
     return {k: v for k, v in unstructure(state).items() if k not in LATER}
+
+
+@attrs.frozen
+class ContractView:
+    """What a ``run`` contract needs of the state (:func:`workflow.contract_actions`).
+
+    Built by hand from the stored keys, not through cattrs: ``quota should-run`` builds the
+    contract before every agent turn, and importing cattrs and generating its code for these
+    classes would cost that path more than the rest of the hook (as ``loopx.goals`` does for a
+    goal). The keys are read after :func:`migrate`, so the view follows the same versions.
+    """
+
+    phase: str
+    worktree: str
+    test_timeout: float
+    publish_gate: str | None
+    rejected: Rejected | None
+
+    @classmethod
+    def of(cls, raw: JSON) -> ContractView | None:
+        """The view of a stored namespace, or ``None`` when it is not an Issue-Fix goal's."""
+        if not is_issue_fix(raw):
+            return None
+        now = migrate(raw)
+        back = now.get("rejected")
+        return cls(phase=now["phase"], worktree=now["worktree"], test_timeout=float(now.get("test_timeout", 60.0)),
+                   publish_gate=now.get("publish_gate"),
+                   rejected=Rejected(gate_id=back["gate_id"], publish_todo=back["publish_todo"],
+                                     comment=back.get("comment"), commit=back.get("commit")) if back else None)
 
 
 def changes(before: JSON, after: IssueFixState) -> JSON:

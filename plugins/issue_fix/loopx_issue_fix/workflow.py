@@ -286,11 +286,11 @@ STEP_NOTES = {
 
 def contract_actions(tx: Any, goal: Any, run_id: str | None, left: JSON | None) -> list[JSON] | None:
     """The one step of the goal's current phase, with its time limit, for a ``run`` contract."""
-    from loopx.api import load_gate, load_run
+    from loopx.api import get_state, load_gate, load_run
 
     from loopx_issue_fix import state as states, steps
 
-    state = states.find(tx, goal.id)
+    state = states.ContractView.of(get_state(tx, goal.id, states.NAMESPACE))
     if state is None or not run_id:
         return None
     step = {"reproduce": "reproduce", "fix": "verify", "handoff": "handoff", "publish": "publish"}.get(state.phase)

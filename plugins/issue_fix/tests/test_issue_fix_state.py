@@ -147,3 +147,23 @@ def test_what_start_writes_reads_back_as_written(cli, project, loopx_registry):
     shown = cli("issue-fix", "show", "--goal-id", g, "--json").json
     assert {k: shown[k] for k in stored if k != "state_version"} == \
         {k: v for k, v in stored.items() if k != "state_version"}
+
+
+def test_should_run_builds_an_issue_fix_contract_without_cattrs(cli, project):
+    # `quota should-run` runs before every agent turn: the contract reads the state without
+    # importing cattrs (or generating its code), as the core's should-run does (issue 38).
+    import os
+    import subprocess
+    import sys
+
+    r = cli("issue-fix", "start", "--repo", project, "--title", "add subtracts", "--issue-text", "x",
+            "--test-command", TEST_COMMAND, "--json")
+    g = r.json["goal_id"]
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "loopx", "quota", "should-run", "--goal-id", g,
+                        "--json"], env={**os.environ, "LOOPX_ACTOR": "executor"}, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "loopx issue-fix reproduce --run-id " in p.stdout
+    imported = [line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")]
+    assert "loopx_issue_fix.state" in imported
+    assert not [m for m in imported if m.split(".")[0] == "cattrs"]
