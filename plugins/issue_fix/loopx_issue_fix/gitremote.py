@@ -16,8 +16,8 @@ from loopx_issue_fix import gitlinks, gitrepo
 
 def transport_env(repo: str) -> dict[str, Any]:
     """The environment of a git that talks to a remote, or of ``gh``/``glab`` (which run git) (for
-    :func:`loopx.api.run_command`, which adds it to LoopX's own): :func:`gitrepo.git_env` with the user's global configuration kept (``insteadOf``,
-    credentials), but every program it may start chosen here: the ssh command and credential
+    :func:`loopx.api.run_command`, which adds it to LoopX's own): :func:`gitrepo.git_env` with the
+    user's global configuration kept (``insteadOf``, credentials), but every program it may start chosen here: the ssh command and credential
     helpers of the user's global and system configuration (never the repository's). The callers
     name git's own ``receive-pack`` and ``upload-pack`` on the command line: a
     ``remote.<name>.receivepack`` would run on this machine for a local remote, and for those keys

@@ -72,8 +72,8 @@ def git_env(extra: dict[str, Any] | None = None, *, local: bool = True,
     """git's environment: no pager or prompt, C locale, replace refs off, :data:`SAFE_SETTINGS`
     (and ``settings``) at the command scope, no system configuration and (for local plumbing) no
     global one either: only the repository's own, overridden."""
-    env: dict[str, str | None] = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP and not k.startswith("GIT_CONFIG_KEY_")
-           and not k.startswith("GIT_CONFIG_VALUE_")}
+    env: dict[str, str | None] = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP
+                                  and not k.startswith("GIT_CONFIG_KEY_") and not k.startswith("GIT_CONFIG_VALUE_")}
     env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "PAGER": "cat", "LC_ALL": "C",
                 "GIT_NO_REPLACE_OBJECTS": "1", "GIT_CONFIG_NOSYSTEM": "1", **_settings_env(settings)})
     if local:

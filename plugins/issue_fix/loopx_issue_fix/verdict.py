@@ -44,7 +44,8 @@ def read_lines(data: bytes) -> tuple[dict[str, Any], dict[str, Any] | None, list
     return tests, end, problems
 
 
-def tampering(data: bytes, report: dict[str, Any], junit: dict[str, Any] | None, exit_code: int | None, timed_out: bool) -> list[str]:
+def tampering(data: bytes, report: dict[str, Any], junit: dict[str, Any] | None, exit_code: int | None,
+              timed_out: bool) -> list[str]:
     """Every disagreement between the four records of one run (see the module's docstring); ``[]``
     when they agree. A run that timed out or crashed before pytest finished is left to the usual
     checks (no results: not a test failure) unless it *exited 0*, which no crash does. ``junit``

@@ -337,7 +337,8 @@ def _ask_test_changes(a: Attempt, after: IssueFixState, w: Any) -> None:
     # gate show, the dashboard, the approvals page), checked against this sha256.
     with acting(w, CAPABILITY) as cw:
         writer_add_evidence(cw, kind="test_changes", run_id=a.run.id, file_path=saved["path"],
-                            file_sha256="sha256:" + saved["sha256"], data={"gate_id": gate_id, "files": sorted(files_now)},
+                            file_sha256="sha256:" + saved["sha256"],
+                            data={"gate_id": gate_id, "files": sorted(files_now)},
                             summary=f"issue-fix verify: diff of the changed test files ({names}) for "
                                     f"gate {gate_id}"[:300])
 

@@ -123,10 +123,10 @@ def start(reg: Any, actor: str, *, repo: str, title: str, test_command: str, iss
     except LoopxError:
         pass
     goal_id = new_id("goal")
-    state = _initial_state(root, str(common), goal_id, title=title, issue=issue, source=source, test_command=test_command,
-                           test_ids=ids, report=report, allow_test_changes=allow_test_changes, base=base,
-                           branch=branch, remote=remote, provider=publish["provider"], keep=keep,
-                           need=float(test_timeout or WALL_NEED_SECONDS))
+    state = _initial_state(root, str(common), goal_id, title=title, issue=issue, source=source,
+                           test_command=test_command, test_ids=ids, report=report,
+                           allow_test_changes=allow_test_changes, base=base, branch=branch, remote=remote,
+                           provider=publish["provider"], keep=keep, need=float(test_timeout or WALL_NEED_SECONDS))
     worktree, goal_dir = Path(state.worktree), Path(state.goal_dir)
     goal_dir.mkdir(parents=True, exist_ok=True)  # `clean` finds the goal's leftovers through it
     gitrepo.add_worktree(root, worktree, state.branch.name, state.branch.base_commit)
