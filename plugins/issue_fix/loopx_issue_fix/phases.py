@@ -232,7 +232,7 @@ def handoff(reg: Any, actor: str, *, run_id: str | None, root_cause: str | None 
         return (attrs.evolve(current, phase="publish", handoff=info, publish_gate=gate_id,
                              publish_gate_commit=ver.commit, rejected=None, refs=refs,
                              git_changes=steps.git_log(current, "handoff", remote_moved, local_moved)),
-                ["handoff"], {"gate_id": gate_id})
+                ["handoff"], {"gate_id": gate_id, "_written": ["rejected", "git_changes"]})
 
     out = steps.record(reg, actor, run, step="handoff", update=update, operation_id=operation_id,
                        request={"root_cause": root_cause, "packet_sha256": sha},
@@ -309,7 +309,8 @@ def publish(reg: Any, actor: str, *, run_id: str | None, timeout: float | None =
                              git_changes=steps.git_log(current, "publish", remote_moved, local_moved),
                              attempts=attrs.evolve(current.attempts, publish=current.attempts.publish + 1),
                              log=steps.log(current, "publish", evidence_id, "published")),
-                ["publish"], {"_close": True, "close_reason": f"issue-fix: verified commit {ver.commit[:12]} published"})
+                ["publish"], {"_close": True, "close_reason": f"issue-fix: verified commit {ver.commit[:12]} published",
+                              "_written": ["git_changes"]})
 
     out = steps.record(reg, actor, run, step="publish", update=update, operation_id=operation_id,
                        request={"commit": ver.commit},
@@ -367,7 +368,8 @@ def _refuse_publish(reg: Any, actor: str, run: Any, moved: JSON, operation_id: s
                                note=f"issue-fix publish refused: changed since verify ({evidence_id})")
         return (attrs.evolve(current, phase="fix", verification=None, publish_gate=None, publish_gate_commit=None,
                              attempts=attrs.evolve(current.attempts, publish=current.attempts.publish + 1),
-                             log=steps.log(current, "publish", evidence_id, code, problem)), [], {})
+                             log=steps.log(current, "publish", evidence_id, code, problem)), [],
+                {"_written": ["verification", "publish_gate", "publish_gate_commit"]})
 
     out = steps.record(reg, actor, run, step="publish", update=back, operation_id=operation_id,
                        request={"head": head, "tree": tree},

@@ -25,12 +25,12 @@ def gate_decided(w: Any, gate: Any, decision: str) -> None:
     if state is None:
         return
     if decision == "reject" and state.phase == "publish" and gate.id == state.publish_gate:
-        states.save(w, _rejected(w, gate, state))
+        states.save(w, _rejected(w, gate, state), also=("verification", "publish_gate", "publish_gate_commit"))
         return
     back = state.rejected
     if decision == "reopen" and back is not None and gate.id == back.gate_id and state.phase == "fix" \
             and not state.verification:
-        states.save(w, _reopened(w, gate, state, back))
+        states.save(w, _reopened(w, gate, state, back), also=("rejected",))
 
 
 def _rejected(w: Any, gate: Any, state: IssueFixState) -> IssueFixState:

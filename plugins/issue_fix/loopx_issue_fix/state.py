@@ -17,7 +17,7 @@ never on ``quota should-run``'s path: the contract reads a :class:`ContractView`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import attrs
 
@@ -387,22 +387,25 @@ class ContractView:
                                      comment=back.get("comment"), commit=back.get("commit")) if back else None)
 
 
-def changes(before: JSON, after: IssueFixState) -> JSON:
+def changes(before: JSON, after: IssueFixState, also: Iterable[str] = ()) -> JSON:
     """The keys of ``after`` whose value is not what ``before`` (the stored namespace) holds; a key
-    ``before`` lacks counts as holding its default."""
+    ``before`` lacks counts as holding its default, except the keys named in ``also`` (a step that
+    clears a key, such as a failed verify's ``verification``, writes it: ``show`` prints it then)."""
     now = unstructure(after)
     defaults = _defaults()
-    out = {k: v for k, v in now.items() if before.get(k, defaults.get(k, _ABSENT)) != v}
+    out = {k: v for k, v in now.items()
+           if before.get(k, _ABSENT if k in also else defaults.get(k, _ABSENT)) != v}
     if before.get(VERSION_KEY) != VERSION:
         out[VERSION_KEY] = VERSION
     return out
 
 
-def save(w: Any, state: IssueFixState) -> None:
-    """Inside a mutation of the goal: write the keys of ``state`` that changed, as the capability."""
+def save(w: Any, state: IssueFixState, also: Iterable[str] = ()) -> None:
+    """Inside a mutation of the goal: write the keys of ``state`` that changed (and those in
+    ``also``, see :func:`changes`), as the capability."""
     from loopx.api import acting, get_state, put_state
 
-    values = changes(get_state(w.tx, w.goal_id, NAMESPACE), state)
+    values = changes(get_state(w.tx, w.goal_id, NAMESPACE), state, also)
     if values:
         with acting(w, CAPABILITY) as cw:
             put_state(cw, NAMESPACE, values)

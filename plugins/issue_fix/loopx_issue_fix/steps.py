@@ -119,7 +119,8 @@ def record(reg: Any, actor: str, run: Any, *, step: str, evidence: JSON, update:
 
     ``update(state, evidence_id, w)`` returns ``(the new state or None, todo steps now done,
     result)``; it may emit further events through ``w``. A result's ``_close`` closes the goal
-    with its criteria met.
+    with its criteria met; its ``_written`` names keys written even when cleared to their default
+    (:func:`state.changes`).
     """
     from loopx.api import (acting, check_recordable, new_id, writer_add_evidence, writer_close_goal,
                            writer_criterion_met)
@@ -135,8 +136,9 @@ def record(reg: Any, actor: str, run: Any, *, step: str, evidence: JSON, update:
             writer_add_evidence(cw, evidence_id=evidence_id, run_id=run.id, **evidence)
         after, done_steps, result = update(state, evidence_id, w)
         _settle_todos(w, run, state, done_steps, f"issue-fix {step}: evidence {evidence_id}")
+        written = result.pop("_written", ())
         if after is not None:
-            states.save(w, after)
+            states.save(w, after, written)
         if result.pop("_close", None):
             with acting(w, states.CAPABILITY) as cw:
                 # The work is done and a user approved what was published: criteria met, closed.

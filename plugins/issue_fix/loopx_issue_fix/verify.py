@@ -292,7 +292,7 @@ def _update(a: Attempt, outcome: str, current: IssueFixState, evidence_id: str,
     if a.accepted:
         after.accepted_failing = a.accepted
     if current.phase not in ("fix", "handoff"):
-        return after, [], {"verified": False, "reason": "phase_moved"}
+        return after, [], {"verified": False, "reason": "phase_moved", "_written": ["git_changes"]}
     if a.commit:
         assert a.test is not None
         after.phase = "handoff"
@@ -303,7 +303,7 @@ def _update(a: Attempt, outcome: str, current: IssueFixState, evidence_id: str,
             pass_to_pass=a.result["pass_to_pass"], accepted_failing=a.accepted,
             diff={k: a.diff[k] for k in ("files_changed", "insertions", "deletions")},
             paths=[f["path"] for f in a.diff["files"]][:200])
-        return after, ["fix", "verify"], {"verified": True, "reason": None}
+        return after, ["fix", "verify"], {"verified": True, "reason": None, "_written": ["git_changes"]}
     if current.phase == "handoff":
         # A failed re-verify takes back the earlier green: its todos are open again.
         from loopx.api import writer_todo_reopen
@@ -311,7 +311,7 @@ def _update(a: Attempt, outcome: str, current: IssueFixState, evidence_id: str,
         for name in ("fix", "verify"):
             writer_todo_reopen(w, todo_id=current.todos[name], note=f"issue-fix verify failed ({evidence_id})")
     after.phase, after.verification = "fix", None
-    return after, [], {"verified": False, "reason": a.reason}
+    return after, [], {"verified": False, "reason": a.reason, "_written": ["git_changes", "verification"]}
 
 
 def _ask_test_changes(a: Attempt, after: IssueFixState, w: Any) -> None:
