@@ -33,7 +33,7 @@ DYNAMIC = {
     # The caller's code (loopx.workspace passes workspace_unavailable), else its default.
     ("loopx/gitcmd.py", "code"): {"workspace_git_failed"},
     ("loopx/status_server/server.py", "err.code"): set(),
-    ("plugins/issue_fix/loopx_issue_fix/phases.py", "f'issue_fix.{reason}'"):
+    ("plugins/issue_fix/loopx_issue_fix/verify.py", "f'issue_fix.{a.reason}'"):
         {"issue_fix.tests_weakened", "issue_fix.not_a_test_failure", "issue_fix.tests_changed",
          "issue_fix.environment_changed", "issue_fix.git_changed", "issue_fix.runner_tampered"},
     ("plugins/issue_fix/loopx_issue_fix/phases.py", "f'issue_fix.{code}'"):

@@ -35,19 +35,23 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loopx_issue_fix.state import JSON, IssueFixState
 
 #: Base directories kept per repository (newest first; ``clean`` removes the rest).
 KEEP = 16
 
 
-def signature(fingerprint: dict | None) -> str | None:
+def signature(fingerprint: JSON | None) -> str | None:
     """The stat signature of the interpreter and its start-up directories (see the module's
     docstring); ``None`` for a fingerprint that names no directories (recorded by an older LoopX)."""
     if not fingerprint or not fingerprint.get("dirs"):
         return None
     digest = hashlib.sha256()
 
-    def add(path: str, st) -> None:
+    def add(path: str, st: os.stat_result) -> None:
         digest.update(f"{path}\0{st.st_ino}\0{st.st_ctime_ns}\0{st.st_mtime_ns}\0{st.st_size}\n".encode())
 
     for path in [fingerprint["interpreter"], *fingerprint["dirs"]]:
@@ -69,23 +73,23 @@ def signature(fingerprint: dict | None) -> str | None:
     return digest.hexdigest()
 
 
-def base_key(state: dict, tree: str, planned: dict | None, sig: str | None) -> str | None:
+def base_key(state: IssueFixState, tree: str, planned: JSON | None, sig: str | None) -> str | None:
     """The key of a base run of ``tree`` (``None``: not reusable - a command run under ``sh -c``, or
     an environment without a signature)."""
-    env = state.get("environment")
+    env = state.environment
     if not planned or not env or sig is None:
         return None
-    what = {"tree": tree, "command": state["test_command"], "report": state.get("report"), "plan": planned,
+    what = {"tree": tree, "command": state.test_command, "report": state.report, "plan": planned,
             "environment": {k: env.get(k) for k in ("interpreter", "python", "prefix", "files")}, "signature": sig}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
-def base_dir(state: dict, key: str) -> Path:
+def base_dir(state: IssueFixState, key: str) -> Path:
     """Where the base run with ``key`` keeps its bytecode and its pointer."""
-    return Path(state["goal_dir"]).parent / "base" / key
+    return Path(state.goal_dir).parent / "base" / key
 
 
-def remember(state: dict, key: str, goal_id: str, evidence_id: str) -> None:
+def remember(state: IssueFixState, key: str, goal_id: str, evidence_id: str) -> None:
     """Point ``key``'s directory at the red reproduction ``evidence_id`` of ``goal_id`` (best effort:
     without the pointer the next goal on this base runs it again)."""
     where = base_dir(state, key)
@@ -98,14 +102,16 @@ def remember(state: dict, key: str, goal_id: str, evidence_id: str) -> None:
         pass
 
 
-def reusable(reg, state: dict, key: str) -> dict | None:
+def reusable(reg: Any, state: IssueFixState, key: str) -> JSON | None:
     """The earlier red base run with ``key``, as the registry vouches for it, or ``None``.
 
     Returns ``{"goal_id", "evidence_id", "data": the results file's bytes, "facts": the run as its
     evidence recorded it}``.
     """
-    from loopx import api
     from loopx.api import LoopxError
+    from loopx import api
+
+    from loopx_issue_fix import state as states, treerun
 
     try:
         pointer = json.loads((base_dir(state, key) / "latest.json").read_text())
@@ -114,25 +120,24 @@ def reusable(reg, state: dict, key: str) -> dict | None:
         return None
     try:
         with reg.read() as tx:
-            earlier = api.state.get(tx, goal_id, "issue_fix")
+            earlier = states.find(tx, goal_id)
             ev = api.evidence.load(tx, evidence_id)
     except LoopxError:
         return None
-    repro = (earlier or {}).get("reproduction") or {}
-    if ev is None or ev.goal_id != goal_id or repro.get("base_key") != key or repro.get("evidence_id") != evidence_id \
-            or ev.run_id != repro.get("run_id") or not ev.file_path or not isinstance(ev.data, dict):
+    repro = earlier.reproduction if earlier else None
+    if repro is None or ev is None or ev.goal_id != goal_id or repro.base_key != key \
+            or repro.evidence_id != evidence_id or ev.run_id != repro.run_id or not ev.file_path \
+            or not isinstance(ev.data, dict):
         return None
     try:
         data = Path(ev.file_path).read_bytes()
     except OSError:
         return None
     if "sha256:" + hashlib.sha256(data).hexdigest() != ev.file_sha256 or \
-            hashlib.sha256(data).hexdigest() != repro.get("results_sha256"):
+            hashlib.sha256(data).hexdigest() != repro.results_sha256:
         return None
-    from loopx_issue_fix.treerun import outside_changed
-
     try:
-        if outside_changed(json.loads(data)):  # the key's second half: what the run opened elsewhere
+        if treerun.outside_changed(json.loads(data)):  # the key's second half: what the run opened elsewhere
             return None
     except (ValueError, AttributeError):
         return None
@@ -148,13 +153,14 @@ _FACTS = ("command", "ran", "isolation", "exit_code", "timed_out", "duration_sec
           "output_sha256", "output_bytes")
 
 
-def take_over(state: dict, earlier: dict, tree: str, timeout: tuple[float, str], evidence_id: str) -> tuple[dict, dict]:
+def take_over(state: IssueFixState, earlier: JSON, tree: str, timeout: tuple[float, str],
+              evidence_id: str) -> tuple[JSON, JSON]:
     """An earlier red base run of the same base key (:func:`reusable`) as this reproduction's
     run: its complete results file, byte for byte, becomes this goal's (same sha256), its facts come
     from its evidence, and ``reused`` names where they come from."""
     data = earlier["data"]
     body = json.loads(data)
-    path = Path(state["goal_dir"], "results", f"{evidence_id}.json")
+    path = Path(state.goal_dir, "results", f"{evidence_id}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     artifact = {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), "cases_total": len(body["cases"]),
@@ -168,11 +174,11 @@ def take_over(state: dict, earlier: dict, tree: str, timeout: tuple[float, str],
     return test, artifact
 
 
-def donor(reg, state: dict, skip: str | None = None) -> dict | None:
+def donor(reg: Any, state: IssueFixState, skip: str | None = None) -> JSON | None:
     """The bytecode list of the most recently used shared base run of this repository that the
     registry vouches for (see :func:`reusable`), to start a *new* base's run warm: its entries are
     copied only where a file's blob is the same in the new tree (:func:`bytecode.seed`)."""
-    root = Path(state["goal_dir"]).parent / "base"
+    root = Path(state.goal_dir).parent / "base"
     try:
         dirs = sorted((d for d in root.iterdir() if d.is_dir() and d.name != skip),
                       key=lambda d: d.stat().st_mtime, reverse=True)
@@ -182,7 +188,8 @@ def donor(reg, state: dict, skip: str | None = None) -> dict | None:
         earlier = reusable(reg, state, d.name)
         if earlier is not None:
             try:
-                return json.loads(earlier["data"]).get("bytecode")
+                found: JSON | None = json.loads(earlier["data"]).get("bytecode")
+                return found
             except ValueError:
                 return None
     return None

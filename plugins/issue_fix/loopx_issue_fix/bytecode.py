@@ -24,6 +24,7 @@ import os
 import posixpath
 import stat
 from pathlib import Path
+from typing import Any
 
 #: Bounds on what a base run may leave in its cache (its code could write anything there).
 MAX_FILES = 20_000
@@ -35,7 +36,7 @@ def _inside(prefix: Path, checkout: Path) -> str:
     return os.path.abspath(checkout).lstrip(os.sep)
 
 
-def harvest(prefix: Path, checkout: Path, blobs: dict[str, str], store: Path) -> dict:
+def harvest(prefix: Path, checkout: Path, blobs: dict[str, str], store: Path) -> dict[str, Any]:
     """After the base run: keep its cache ``prefix`` as ``store``; ``{"store", "files": {key: entry}}``.
 
     A key is ``tree/<path of the .pyc below the checkout>`` (entry: ``sha256``, ``source``, ``blob``)
@@ -43,7 +44,7 @@ def harvest(prefix: Path, checkout: Path, blobs: dict[str, str], store: Path) ->
     own mtime and size check decides whether it is current). Only regular ``*.pyc`` files count;
     for the tree, only bytecode of a ``.py`` file the tree holds.
     """
-    files: dict[str, dict] = {}
+    files: dict[str, dict[str, Any]] = {}
     if not prefix.is_dir():
         return {"store": str(store), "files": files}
     store.parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +84,7 @@ def harvest(prefix: Path, checkout: Path, blobs: dict[str, str], store: Path) ->
     return {"store": str(store), "files": files}
 
 
-def seed(cache: dict | None, prefix: Path, checkout: Path, blobs: dict[str, str]) -> dict:
+def seed(cache: dict[str, Any] | None, prefix: Path, checkout: Path, blobs: dict[str, str]) -> dict[str, Any]:
     """Fill the new directory ``prefix`` from a base run's ``cache`` (see :func:`harvest`) for a run
     of ``checkout`` (whose files have the blob ids ``blobs``); ``{"copied", "changed", "refused"}``.
 

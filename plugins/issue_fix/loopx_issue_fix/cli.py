@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
-from loopx import api
 from loopx.api import open_registry
+from loopx import api
 
 RUN_ID = click.option("--run-id", envvar="LOOPX_RUN_ID", default=None,
                       help="The run to act under (default: $LOOPX_RUN_ID, set by `loopx exec`).")
@@ -16,7 +17,7 @@ TIMEOUT = click.option("--timeout", type=click.FloatRange(1, 86400), default=Non
                             "remaining wall budget; the contract names it).")
 
 
-def _test_text(t: dict | None) -> str:
+def _test_text(t: dict[str, Any] | None) -> str:
     if not t:
         return "tests not run"
     how = f"timed out after {t['timeout_seconds']:g}s" if t["timed_out"] else f"exit {t['exit_code']}"
@@ -25,7 +26,7 @@ def _test_text(t: dict | None) -> str:
 
 
 @click.group("issue-fix", cls=api.cli.LoopxGroup, epilog="Example:\n  loopx issue-fix start --repo . --title 'Fix the rounding bug' --issue-file issue.md --test-command 'python -m pytest -q tests/test_rounding.py'")
-def issue_fix():
+def issue_fix() -> None:
     """Fix one issue in a git repository: reproduce, fix, verify, hand off, publish."""
 
 
@@ -48,8 +49,10 @@ def issue_fix():
               help="Seconds one test run may take (default 60, the capability's quota need).")
 @click.option("--keep", is_flag=True, help="Keep the worktree and branch when the goal is closed (default: removed).")
 @api.cli.operation_option
-def start(repo, title, issue_text, issue_file, test_command, test_ids, report, allow_test_changes, base, branch,
-          remote, provider, test_timeout, keep, operation_id):
+def start(repo: str, title: str, issue_text: str | None, issue_file: str | None, test_command: str,
+          test_ids: tuple[str, ...], report: str | None, allow_test_changes: bool, base: str | None,
+          branch: str | None, remote: str, provider: str, test_timeout: float | None, keep: bool,
+          operation_id: str | None) -> None:
     """Create an Issue-Fix goal with a git worktree and branch of its own."""
     from loopx_issue_fix import workflow
 
@@ -60,7 +63,7 @@ def start(repo, title, issue_text, issue_file, test_command, test_ids, report, a
                              provider=provider, test_timeout=test_timeout, keep=keep,
                              operation_id=operation_id)
 
-    def text(o):
+    def text(o: dict[str, Any]) -> str:
         lines = [f"{o['goal_id']}  issue-fix goal: worktree {o['worktree']} on branch {o['branch']} "
                  f"(base {o['base_commit'][:12]})"]
         if o["user_checkout"]["dirty"]:
@@ -75,7 +78,7 @@ def start(repo, title, issue_text, issue_file, test_command, test_ids, report, a
 @issue_fix.command(epilog="Example:\n  loopx issue-fix show --goal-id g-2ce4")
 @api.cli.goal_option(help="The Issue-Fix goal (also as the first argument).")
 @click.option("--packet", "print_packet", is_flag=True, help="Print the hand-off packet (checked against its recorded sha256).")
-def show(goal_id, print_packet):
+def show(goal_id: str, print_packet: bool) -> None:
     """An Issue-Fix goal's phase, attempts, todos, publish gate and next step.
 
     A recorded hand-off packet is shown only while its sha256 is the one recorded
@@ -85,7 +88,7 @@ def show(goal_id, print_packet):
     with open_registry() as reg:
         out = workflow.show(reg, goal_id)
 
-    def text(o):
+    def text(o: dict[str, Any]) -> str:
         if print_packet:
             return o["packet"].rstrip("\n") if o["packet"] else f"no hand-off packet yet on {o['goal_id']}"
         todos = ", ".join(f"{k} {v}" for k, v in o["todo_status"].items())
@@ -99,7 +102,7 @@ def show(goal_id, print_packet):
     api.cli.emit(out, text)
 
 
-def _test_change_text(tc: dict | None) -> str:
+def _test_change_text(tc: dict[str, Any] | None) -> str:
     """The test-change gate verify requested, with the diff of the changed test files."""
     if not tc:
         return ""
@@ -112,7 +115,7 @@ def _test_change_text(tc: dict | None) -> str:
 @RUN_ID
 @TIMEOUT
 @api.cli.operation_option
-def reproduce(run_id, timeout, operation_id):
+def reproduce(run_id: str | None, timeout: float | None, operation_id: str | None) -> None:
     """Run the tests and record the failing test ids (exit 1 when nothing fails: not reproduced)."""
     from loopx_issue_fix import phases
 
@@ -128,12 +131,12 @@ def reproduce(run_id, timeout, operation_id):
 @RUN_ID
 @TIMEOUT
 @api.cli.operation_option
-def verify(run_id, timeout, operation_id):
+def verify(run_id: str | None, timeout: float | None, operation_id: str | None) -> None:
     """Prove the fix and commit it (exit 1 unless the failing tests pass on changed code)."""
-    from loopx_issue_fix import phases
+    from loopx_issue_fix import verify as step
 
     with open_registry() as reg:
-        out = phases.verify(reg, api.cli.actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
+        out = step.verify(reg, api.cli.actor(), run_id=run_id, timeout=timeout, operation_id=operation_id)
     api.cli.emit(out, lambda o: (f"verified (green): commit {o['commit']}" if o["verified"]
                          else f"not verified ({o['reason']}): {o['problem']}")
                         + f"\n{_test_text(o['test'])}\n{o['diff']['stat']}\nphase {o['phase']}; "
@@ -149,7 +152,8 @@ def verify(run_id, timeout, operation_id):
 @click.option("--output", type=click.Path(readable=False), default=None, help="Where to write a copy of the packet (it is always kept in LoopX's data directory; inside a "
                    "turn only beneath the step's own directories).")
 @api.cli.operation_option
-def handoff(run_id, timeout, root_cause, output, operation_id):
+def handoff(run_id: str | None, timeout: float | None, root_cause: str | None, output: str | None,
+            operation_id: str | None) -> None:
     """Write the reviewer packet and request the publish gate."""
     from loopx_issue_fix import phases
 
@@ -165,7 +169,7 @@ def handoff(run_id, timeout, root_cause, output, operation_id):
 @RUN_ID
 @TIMEOUT
 @api.cli.operation_option
-def publish(run_id, timeout, operation_id):
+def publish(run_id: str | None, timeout: float | None, operation_id: str | None) -> None:
     """Publish exactly the verified commit (only after a user approved the gate)."""
     from loopx_issue_fix import phases
 
@@ -181,7 +185,7 @@ def publish(run_id, timeout, operation_id):
 @click.option("--keep", is_flag=True, help="Keep the goal's worktree and branch.")
 @click.option("--reason", default=None, help="Why the goal is closed.")
 @api.cli.operation_option
-def close(goal_id, keep, reason, operation_id):
+def close(goal_id: str, keep: bool, reason: str | None, operation_id: str | None) -> None:
     """Close an Issue-Fix goal and remove its worktree and branch (--keep to keep them)."""
     from loopx_issue_fix import workflow
 
@@ -193,7 +197,7 @@ def close(goal_id, keep, reason, operation_id):
 
 @issue_fix.command(epilog="Example:\n  loopx issue-fix clean --repo .")
 @click.option("--repo", required=True, help="The git repository whose Issue-Fix leftovers to remove.")
-def clean(repo):
+def clean(repo: str) -> None:
     """Remove the worktrees and branches that closed (or unknown) Issue-Fix goals left behind."""
     from loopx_issue_fix import workflow
 

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from loopx.api import LoopxError
 from loopx_issue_fix import gitrepo
 
+if TYPE_CHECKING:
+    from loopx_issue_fix.state import IssueFixState
 
-def _tampered(what: str):
+
+def _tampered(what: str) -> LoopxError:
     return LoopxError("issue_fix.git_tampered", f"nothing run: {what}; the git metadata is not what LoopX or git "
                       "made (a step may edit files, never git's own); restore it or close the goal")
 
@@ -51,11 +55,11 @@ def user_common_dir(root: str) -> Path:
     return gitdir
 
 
-def _settings(common: Path) -> tuple[tuple, tuple]:
+def _settings(common: Path) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
     """``(filters, transport)`` from one ``git config`` read: settings that switch off every filter
     driver the configuration defines (their names are the repository's: they cannot be listed in
     advance), and the ssh command and credential helpers of the user's own (global and system)
-    configuration, which :func:`gitrepo.push` uses instead of anything the repository names."""
+    configuration, which :func:`gitremote.push` uses instead of anything the repository names."""
     out = gitrepo.git(common, "config", "--show-scope", "-z", "--get-regexp",
                       r"^(filter\.|core\.sshcommand$|credential\..*helper$)", check=False, raw=True,
                       env={"GIT_DIR": str(common), "GIT_CONFIG_GLOBAL": os.environ.get("GIT_CONFIG_GLOBAL"),
@@ -73,7 +77,7 @@ def _settings(common: Path) -> tuple[tuple, tuple]:
     return filters, tuple(transport)
 
 
-def pin(state: dict) -> Path:
+def pin(state: IssueFixState) -> Path:
     """Check the git links of an Issue-Fix goal and make every later git call there use them.
 
     The common directory is the one ``start`` found (``git_common_dir``); the user's
@@ -85,8 +89,8 @@ def pin(state: dict) -> Path:
     drivers switched off. Returns the common directory.
     """
     # Goals started before it was recorded: their directory is <common>/loopx-issue-fix/<goal>.
-    common = Path(state.get("git_common_dir") or Path(state["goal_dir"]).resolve().parent.parent).resolve()
-    repo = state["repo"]
+    common = Path(state.git_common_dir or Path(state.goal_dir).resolve().parent.parent).resolve()
+    repo = state.repo
     found = user_common_dir(repo)
     if found != common:
         raise _tampered(f"{repo} now leads to the git directory {found}, not {common}")
@@ -96,7 +100,7 @@ def pin(state: dict) -> Path:
     gitrepo.TRANSPORT[repo] = transport
     gitrepo.PINNED[repo] = ({"GIT_DIR": str(repo_gitdir), "GIT_COMMON_DIR": str(common), "GIT_WORK_TREE": repo},
                             settings)
-    wt = Path(state["worktree"])
+    wt = Path(state.worktree)
     if os.path.lexists(wt / ".git"):
         named = Path(os.path.normpath(wt / _read_link(wt / ".git", "gitdir:")))
         gitdir = named.resolve()
@@ -112,7 +116,7 @@ def pin(state: dict) -> Path:
     return common
 
 
-def user_transport(repo: str) -> tuple:
+def user_transport(repo: str) -> tuple[Any, ...]:
     """The ssh command and credential helpers of the user's global and system configuration, for
     a repository :func:`pin` did not check (``start`` asks the remote before any step)."""
     return _settings(user_common_dir(repo))[1]

@@ -2,7 +2,7 @@
 
 Local plumbing runs ``git -C REPO ...`` with a fixed environment (no pager, no prompts, C
 locale) and turns a failure into ``LoopxError("issue_fix.git_failed", ...)`` naming the git command.
-``git push`` talks to other machines, so it runs through the core's ``api.process.run`` (its own
+``git push`` talks to other machines, so it runs through the core's ``run_command`` (its own
 process group, killed whole at the time-out).
 
 The user's checkout is only ever read (``HEAD``, ``status``); every change happens in the
@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any, Literal, overload
 
 from loopx.api import LoopxError
 
@@ -53,25 +54,26 @@ _GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIREC
                  "GIT_ALLOW_PROTOCOL", "SSH_ASKPASS")
 #: ``{path: (environment, settings)}`` of the repository and worktree :func:`gitlinks.pin` checked:
 #: git runs there with exactly these git directories, whatever the worktree's ``.git`` file says.
-PINNED: dict[str, tuple[dict, tuple]] = {}
+PINNED: dict[str, tuple[dict[str, Any], tuple[tuple[str, str], ...]]] = {}
 #: ``{repository: settings}``: the ssh command and credential helpers of the user's own configuration
 #: (:func:`gitlinks.pin` reads them with the filter drivers, in one git call).
-TRANSPORT: dict[str, tuple] = {}
+TRANSPORT: dict[str, tuple[tuple[str, str], ...]] = {}
 
 
-def _settings_env(settings) -> dict:
+def _settings_env(settings: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     env = {"GIT_CONFIG_COUNT": str(len(settings))}
     for n, (key, value) in enumerate(settings):
         env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, value
     return env
 
 
-def _env(extra: dict | None = None, *, local: bool = True, settings=SAFE_SETTINGS) -> dict:
+def git_env(extra: dict[str, Any] | None = None, *, local: bool = True,
+            settings: tuple[tuple[str, str], ...] = SAFE_SETTINGS) -> dict[str, Any]:
     """git's environment: no pager or prompt, C locale, replace refs off, :data:`SAFE_SETTINGS`
     (and ``settings``) at the command scope, no system configuration and (for local plumbing) no
     global one either: only the repository's own, overridden."""
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP and not k.startswith("GIT_CONFIG_KEY_")
-           and not k.startswith("GIT_CONFIG_VALUE_")}
+    env: dict[str, str | None] = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP
+                                  and not k.startswith("GIT_CONFIG_KEY_") and not k.startswith("GIT_CONFIG_VALUE_")}
     env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "PAGER": "cat", "LC_ALL": "C",
                 "GIT_NO_REPLACE_OBJECTS": "1", "GIT_CONFIG_NOSYSTEM": "1", **_settings_env(settings)})
     if local:
@@ -80,9 +82,19 @@ def _env(extra: dict | None = None, *, local: bool = True, settings=SAFE_SETTING
     return {k: v for k, v in env.items() if v is not None}  # None: leave the variable out
 
 
-def git(repo: str | Path, *args: str, check: bool = True, env: dict | None = None, raw: bool = False,
-        stdin: bytes | None = None):
-    """Run ``git -C repo args...`` (hooks and code-running configuration off: :func:`_env`); its
+@overload
+def git(repo: str | Path, *args: str, check: bool = ..., env: dict[str, Any] | None = ...,
+        raw: Literal[False] = ..., stdin: bytes | None = ...) -> str: ...
+
+
+@overload
+def git(repo: str | Path, *args: str, check: bool = ..., env: dict[str, Any] | None = ...,
+        raw: Literal[True], stdin: bytes | None = ...) -> bytes: ...
+
+
+def git(repo: str | Path, *args: str, check: bool = True, env: dict[str, Any] | None = None, raw: bool = False,
+        stdin: bytes | None = None) -> str | bytes:
+    """Run ``git -C repo args...`` (hooks and code-running configuration off: :func:`git_env`); its
     stdout (stripped of the final newline, or bytes if ``raw``). In a repository or worktree
     :func:`gitlinks.pin` checked, with the git directories it found, never the ones ``.git`` names now."""
     where, settings = PINNED.get(str(repo), ({}, ()))
@@ -90,7 +102,7 @@ def git(repo: str | Path, *args: str, check: bool = True, env: dict | None = Non
         where = {k: v for k, v in where.items() if k != "GIT_WORK_TREE"}
     try:
         proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
-                              env=_env({**where, **(env or {})}, settings=SAFE_SETTINGS + settings),
+                              env=git_env({**where, **(env or {})}, settings=SAFE_SETTINGS + settings),
                               timeout=GIT_TIMEOUT_SECONDS, input=stdin)
     except FileNotFoundError:
         raise LoopxError("issue_fix.git_failed", "git is not installed (Issue-Fix needs the git command)") from None
@@ -234,7 +246,7 @@ def changed_paths(repo: str, a: str, b: str, paths: list[str] | None = None) -> 
     return [p.decode("utf-8", "replace") for p in out.split(b"\0") if p]
 
 
-def diff(repo: str, a: str, b: str, paths: list[str] | None = None) -> dict:
+def diff(repo: str, a: str, b: str, paths: list[str] | None = None) -> dict[str, Any]:
     """What changed from ``a`` to ``b`` (commits or trees), only in ``paths`` when given: the full
     patch, numstat and stat.
 
@@ -245,7 +257,9 @@ def diff(repo: str, a: str, b: str, paths: list[str] | None = None) -> dict:
               "--binary", a, b, "--", *(paths or []))
     cut = out.find("\n\ndiff --git ")
     head, patch = (out[:cut], out[cut + 2:]) if cut >= 0 else (out, "")
-    files, ins, dels, stat = [], 0, 0, []
+    files: list[dict[str, Any]] = []
+    stat: list[str] = []
+    ins, dels = 0, 0
     for line in head.splitlines():
         if line.startswith(" ") or stat:  # numstat lines come first; every stat line starts with a space
             stat.append(line)
@@ -257,70 +271,6 @@ def diff(repo: str, a: str, b: str, paths: list[str] | None = None) -> dict:
         ins, dels = ins + x, dels + y
     return {"files": files, "files_changed": len(files), "insertions": ins, "deletions": dels,
             "stat": "\n".join(stat).rstrip("\n"), "patch": patch}
-
-
-def transport_env(repo: str) -> dict:
-    """The environment of a git that talks to a remote, or of ``gh``/``glab`` (which run git) (for
-    :func:`loopx.api.process.run`, which adds it to LoopX's own): :func:`_env` with the user's global configuration kept (``insteadOf``,
-    credentials), but every program it may start chosen here: the ssh command and credential
-    helpers of the user's global and system configuration (never the repository's). The callers
-    name git's own ``receive-pack`` and ``upload-pack`` on the command line: a
-    ``remote.<name>.receivepack`` would run on this machine for a local remote, and for those keys
-    the *first* value git reads wins, not the last."""
-    if repo not in TRANSPORT:
-        from loopx_issue_fix import gitlinks
-
-        TRANSPORT[repo] = gitlinks.user_transport(repo)
-    ssh = [v for k, v in TRANSPORT[repo] if k == "core.sshCommand" and v]
-    helpers = [(k, v) for k, v in TRANSPORT[repo] if k != "core.sshCommand"]
-    where, filters = PINNED.get(str(repo), ({}, ()))
-    settings = (*[(k, ssh[-1] if k == "core.sshCommand" and ssh else v) for k, v in SAFE_SETTINGS], *helpers,
-                *filters)
-    full = _env({k: v for k, v in where.items() if k != "GIT_WORK_TREE"}, local=False, settings=settings)
-    return {k: None for k in os.environ if k not in full} | full
-
-
-def push(repo: str, remote: str, commit: str, branch: str, timeout: float) -> dict:
-    """Push exactly ``commit`` to ``refs/heads/<branch>`` on ``remote``; then read back what it holds.
-
-    Runs in the user's repository ``repo`` (the verified commit is in its object store), so a
-    remote with a relative URL (``../origin.git``) means what it means there; hooks and
-    code-running configuration are off, replace refs too (:func:`transport_env`), the user's
-    global configuration (credentials, ``insteadOf``) stays. Returns ``{"report", "remote_sha",
-    "duration_seconds"}``; ``issue_fix.publish_failed`` when git fails or the remote does not
-    hold ``commit`` afterwards.
-    """
-    from loopx import api
-
-    res = api.process.run(["git", "-C", repo, "push", "--porcelain", "--no-verify", "--receive-pack=git-receive-pack",
-                       remote, f"{commit}:refs/heads/{branch}"], env=transport_env(repo), timeout=timeout,
-                      confine=False)
-    report = res["output_tail"].strip()
-    if res["timed_out"]:
-        raise LoopxError("issue_fix.publish_failed", f"git push to {remote} took longer than {timeout:g}s (killed)")
-    if res["exit_code"] != 0:
-        last = report.splitlines()[-1] if report else f"exit {res['exit_code']}"
-        raise LoopxError("issue_fix.publish_failed", f"git push {remote} {branch} failed: {last}")
-    remote_sha = remote_refs(repo, remote, timeout, f"refs/heads/{branch}").get(f"refs/heads/{branch}")
-    if remote_sha != commit:
-        raise LoopxError("issue_fix.publish_failed", f"after the push {remote} holds {remote_sha} for {branch}, not {commit}")
-    return {"report": report[-2000:], "remote_sha": remote_sha, "duration_seconds": res["duration_seconds"]}
-
-
-def remote_refs(repo: str, remote: str, timeout: float, *patterns: str) -> dict[str, str] | None:
-    """``{ref: sha}`` that ``remote`` holds (``git ls-remote``), or ``None`` when it cannot be asked."""
-    from loopx import api
-
-    back = api.process.run(["git", "-C", repo, "ls-remote", "--upload-pack=git-upload-pack", remote, *patterns],
-                       env=transport_env(repo), timeout=timeout, tail_bytes=1 << 20, confine=False)
-    if back["exit_code"] != 0 or back["timed_out"]:
-        return None
-    refs = {}
-    for line in back["output_tail"].splitlines():
-        parts = line.split()
-        if len(parts) == 2 and len(parts[0]) >= 40:
-            refs[parts[1]] = parts[0]
-    return refs
 
 
 def commit_shape(repo: str, commit: str) -> tuple[str, list[str]]:
@@ -374,10 +324,10 @@ def export_tree(repo: str, tree: str, dest: Path) -> dict[str, str]:
     for raw in out.split(b"\0"):
         if not raw:
             continue
-        meta, path = raw.split(b"\t", 1)
+        meta, name = raw.split(b"\t", 1)
         mode, kind, sha = meta.decode().split()
         if kind == "blob":
-            entries.append((mode, sha, os.fsdecode(path)))
+            entries.append((mode, sha, os.fsdecode(name)))
     dest.mkdir(parents=True, exist_ok=False)
     if not entries:
         return {}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
+from typing import Any
 
 CONFIG_WHOLE = ("pytest.ini", ".pytest.ini")
 CONFIG_SECTIONS = ("pyproject.toml", "setup.cfg", "tox.ini")
@@ -73,7 +74,7 @@ def pytest_section(name: str, text: bytes | None) -> str | None:
 
 
 def tests_changed(repo: str, base_tree: str, tree: str, *, test_files: list[str], opened: list[str],
-                  exempt: list[str] = (), changed: list[str] | None = None) -> list[str]:
+                  exempt: list[str] | tuple[str, ...] = (), changed: list[str] | None = None) -> list[str]:
     """The paths whose change makes the tests not the base's (see the module's docstring).
 
     ``changed``: the paths that differ between the two trees, when the caller already asked git.
@@ -118,7 +119,7 @@ print(json.dumps({"python": sys.version.split()[0], "prefix": sys.prefix, "files
 """
 
 
-def environment(interpreter: str, timeout: float = 30) -> dict | None:
+def environment(interpreter: str, timeout: float = 30) -> dict[str, Any] | None:
     """``{"interpreter", "python", "prefix", "files": {path: sha256}, "dirs"}``: the start-up code the
     interpreter runs (``.pth`` files, ``sitecustomize``) and the directories it was looked for in,
     asked in isolated mode; ``None`` if it cannot be asked."""
@@ -139,7 +140,7 @@ def environment(interpreter: str, timeout: float = 30) -> dict | None:
     return {"interpreter": interpreter, **info}
 
 
-def environment_changed(before: dict | None, now: dict | None) -> list[str]:
+def environment_changed(before: dict[str, Any] | None, now: dict[str, Any] | None) -> list[str]:
     """The start-up files added, removed or changed since ``before`` (what was recorded at start)."""
     if not before:
         return []

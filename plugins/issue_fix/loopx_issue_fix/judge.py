@@ -23,10 +23,17 @@ test: a determined attacker who knows this file can still forge it (docs/securit
 it does and does not stop). Only the standard library and pytest are imported.
 """
 
+from __future__ import annotations
+
 import os
 import sys
+from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
+
+if TYPE_CHECKING:  # the project's interpreter may be older than LoopX's: types are for the checker only
+    #: One looked-up object: ``(namespace, name, value, function, code, label)`` (see :func:`_entry`).
+    Entry = tuple[dict[str, Any], str, Any, Any, Any, str]
 
 #: Checked after every test: the objects a patch that turns failures into passes goes through.
 CORE = (
@@ -58,7 +65,7 @@ _WRITE, _FSTAT = os.write, os.fstat
 BATCH = 256
 
 
-def _entry(owner, name):
+def _entry(owner: Any, name: str) -> Entry:
     """``(namespace, name, value, function, code, label)``: what ``owner.name`` is now, looked up in the
     owner's own namespace (a class's ``__dict__``, a module's globals), with the function behind it."""
     namespace = vars(owner)
@@ -69,8 +76,8 @@ def _entry(owner, name):
     return namespace, name, value, inner if code is not None else None, code, label
 
 
-def _resolve(spec):
-    out = []
+def _resolve(spec: tuple[tuple[Any, ...], ...]) -> list[Entry]:
+    out: list[Entry] = []
     for module_name, *paths in spec:
         module = sys.modules.get(module_name)
         if module is None:
@@ -79,7 +86,7 @@ def _resolve(spec):
             except ImportError:
                 continue
         for path in paths:
-            owner = module
+            owner: Any = module
             for part in path[:-1]:
                 owner = getattr(owner, part, None)
             if owner is not None and vars(owner).get(path[-1]) is not None:
@@ -87,8 +94,8 @@ def _resolve(spec):
     return out
 
 
-def _broad():
-    out = []
+def _broad() -> list[Entry]:
+    out: list[Entry] = []
     for module_name in BROAD:
         module = sys.modules.get(module_name)
         if module is None:
@@ -103,7 +110,7 @@ def _broad():
     return out
 
 
-def _changed(entries):
+def _changed(entries: list[Entry]) -> list[str]:
     """The labels of ``entries`` whose object was replaced or whose function's code was swapped
     (a classmethod's ``__func__`` and a property's ``fget`` are read-only: their code is what can change)."""
     return [label for namespace, name, value, inner, code, label in entries
@@ -114,16 +121,18 @@ class Judge:
     """The pytest plugin (see the module's docstring). ``cases`` and ``errors`` are the probe's
     record of what pytest reported (its collector's), read here after each test."""
 
-    def __init__(self, fd, cases, errors):
+    def __init__(self, fd: int, cases: dict[str, Any], errors: dict[str, Any]) -> None:
         self.fd = fd
         st = os.fstat(fd)
         self.pipe = (st.st_dev, st.st_ino)
         self.cases, self.errors = cases, errors
-        self.lines = []
-        self.raw = {}
-        self.changed = []
-        self.core = self.everything = []
-        self.config = self.session = None
+        self.lines: list[str] = []
+        self.raw: dict[str, str] = {}
+        self.changed: list[str] = []
+        self.core: list[Entry] = []
+        self.everything: list[Entry] = []
+        self.config: Any = None
+        self.session: Any = None
         self.write = os.write
         self.fstat = os.fstat
         import _pytest.outcomes as outcomes
@@ -134,19 +143,19 @@ class Judge:
 
     # The baseline: installed plugins are loaded, no conftest or test module is imported yet.
     @pytest.hookimpl(tryfirst=True)
-    def pytest_load_initial_conftests(self, early_config):
+    def pytest_load_initial_conftests(self, early_config: Any) -> None:
         self.config = early_config
         own = [(Judge, n) for n, v in vars(Judge).items() if callable(v)]
         self.core = _resolve(CORE) + [_entry(o, n) for o, n in own] + [_entry(early_config.pluginmanager,
                                                                               "_inner_hookexec")]
         self.everything = _broad()
 
-    def pytest_sessionstart(self, session):
+    def pytest_sessionstart(self, session: Any) -> None:
         self.session = session
 
     # Innermost around the test itself: inside CallInfo.from_call, below every other wrapper.
     @pytest.hookimpl(wrapper=True, trylast=True)
-    def pytest_runtest_call(self, item):
+    def pytest_runtest_call(self, item: Any) -> Generator[None, Any, Any]:
         try:
             result = yield
         except BaseException as exc:
@@ -156,18 +165,18 @@ class Judge:
         self.raw[item.nodeid] = self._status(getattr(left[0], "value", None) or Exception()) if left else "passed"
         return result
 
-    def _status(self, exc):
+    def _status(self, exc: BaseException) -> str:
         if isinstance(exc, self.skips) or type(exc).__name__ == "SkipTest":
             return "skipped"
         return "failed"
 
-    def pytest_runtest_logfinish(self, nodeid):
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
         # "nocall": the test's own code never ran (a set-up error or skip; pytest must not say passed).
         said = self.cases.get(nodeid)
         self._line([nodeid, self.raw.pop(nodeid, "nocall"), said["status"] if said else None])
         self._check(self.core)
 
-    def _check(self, entries):
+    def _check(self, entries: list[Entry]) -> None:
         found = _changed(entries)
         if vars(self).keys() != self.keys:  # a method shadowed on the instance
             found.append("Judge instance: " + ", ".join(sorted(set(vars(self)) ^ self.keys)))
@@ -177,14 +186,14 @@ class Judge:
             if name not in self.changed:
                 self.changed.append(name)
 
-    def _line(self, value):
+    def _line(self, value: Any) -> None:
         import json
 
         self.lines.append(json.dumps(value))
         if len(self.lines) >= BATCH:
             self.flush()
 
-    def flush(self):
+    def flush(self) -> None:
         data, self.lines = ("\n".join(self.lines) + "\n").encode() if self.lines else b"", []
         try:
             st = self.fstat(self.fd)
@@ -195,10 +204,11 @@ class Judge:
         except OSError:
             pass  # closed: LoopX sees the lines (and the last one) missing
 
-    def finish(self, exit_status):
+    def finish(self, exit_status: int) -> None:
         """The last line: pytest's exit status, its failure counts, and what changed."""
         self._check(self.core + self.everything)
-        session_failed = stats = None
+        session_failed: int | None = None
+        stats: dict[str, int] | None = None
         if self.config is not None:
             terminal = self.config.pluginmanager.get_plugin("terminalreporter")
             if terminal is not None:

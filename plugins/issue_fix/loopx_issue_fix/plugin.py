@@ -6,6 +6,8 @@ everything heavier is imported inside the hooks.
 
 from __future__ import annotations
 
+from typing import Any
+
 from loopx import hookimpl
 
 from loopx_issue_fix import __version__
@@ -41,7 +43,8 @@ def loopx_register_commands(cli):
 
 
 @hookimpl
-def loopx_contract_actions(tx, goal, run_id, remaining):
+def loopx_contract_actions(tx: Any, goal: Any, run_id: str | None,
+                           remaining: dict[str, Any] | None) -> list[dict[str, Any]] | None:
     """For an Issue-Fix goal, the next action of its current phase (nothing for other goals)."""
     from loopx_issue_fix.workflow import contract_actions
 
@@ -49,7 +52,7 @@ def loopx_contract_actions(tx, goal, run_id, remaining):
 
 
 @hookimpl
-def loopx_gate_decided(writer, gate, decision):
+def loopx_gate_decided(writer: Any, gate: Any, decision: str) -> None:
     """A rejected publish gate sends the goal back to ``fix``; reopened, the hand-off stands again."""
     from loopx_issue_fix.rejection import gate_decided
 

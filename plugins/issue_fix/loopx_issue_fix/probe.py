@@ -21,24 +21,27 @@ Only the standard library and pytest are imported here: this file runs in the pr
 interpreter, not LoopX's.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
+from typing import Any
 
-_PREFIXES = ()
+_PREFIXES: tuple[str, ...] = ()
 #: Where an opened file is neither the tree's nor "outside": the run's own directory, the
 #: interpreter's installation, and kernel file systems.
-_SKIP = ("/proc/", "/dev/", "/sys/")
+_SKIP: tuple[str, ...] = ("/proc/", "/dev/", "/sys/")
 #: At most this many files outside are recorded (more: the run is not reused).
 MAX_OUTSIDE = 5000
-OPENED = set()
-OUTSIDE = set()
-CASES = {}
-COLLECTION_ERRORS = {}
+OPENED: set[str] = set()
+OUTSIDE: set[str] = set()
+CASES: dict[str, dict[str, Any]] = {}
+COLLECTION_ERRORS: dict[str, str] = {}
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
 
-def _audit(event, args):
+def _audit(event: str, args: tuple[Any, ...]) -> None:
     if event != "open" or not args:
         return
     path = args[0]
@@ -55,12 +58,12 @@ def _audit(event, args):
     _outside(full)
 
 
-def _outside(full):
+def _outside(full: str) -> None:
     if not full.startswith(_PREFIXES + _SKIP) and len(OUTSIDE) <= MAX_OUTSIDE:
         OUTSIDE.add(full)
 
 
-def _imported_outside():
+def _imported_outside() -> None:
     """Every imported module's source outside the tree and installation: a module read from
     bytecode (installed beside it, or copied into the run's cache) never opens its source."""
     for module in list(sys.modules.values()):
@@ -69,7 +72,7 @@ def _imported_outside():
             _outside(os.path.abspath(path))
 
 
-def _message(report):
+def _message(report: Any) -> str | None:
     try:
         text = report.longreprtext or ""
     except Exception:  # noqa: BLE001
@@ -81,7 +84,7 @@ def _message(report):
 class Collector:
     """Keeps the outcome of every test id, as pytest reports it."""
 
-    def pytest_runtest_logreport(self, report):
+    def pytest_runtest_logreport(self, report: Any) -> None:
         if report.when == "call":
             status = "passed" if report.passed else "skipped" if report.skipped else "failed"
         elif report.failed:
@@ -95,12 +98,12 @@ class Collector:
             CASES[report.nodeid] = {"status": status, "message": _message(report) if status != "passed" else None,
                                     "file": report.nodeid.split("::", 1)[0]}
 
-    def pytest_collectreport(self, report):
+    def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
             COLLECTION_ERRORS[report.nodeid or "<session>"] = _message(report) or "collection error"
 
 
-def _installed_bytecode_outside(root):
+def _installed_bytecode_outside(root: str) -> None:
     """Modules outside the checkout keep using their installed bytecode where it exists (as without
     a prefix): only the checkout's modules, and what has no bytecode yet, go through the cache.
     Only speed depends on this (the stdlib and site-packages are not compiled again into every
@@ -112,23 +115,23 @@ def _installed_bytecode_outside(root):
         return
     inside = tuple(_PREFIXES)
 
-    def cache_from_source(path, debug_override=None, *, optimization=None):
-        cached = real(path, debug_override, optimization=optimization)
+    def cache_from_source(path: str, debug_override: bool | None = None, *, optimization: Any = None) -> str:
+        cached: str = real(path, debug_override, optimization=optimization)
         if os.path.abspath(path).startswith(inside):
             return cached
         saved = sys.pycache_prefix
         sys.pycache_prefix = None
         try:
-            installed = real(path, debug_override, optimization=optimization)
+            installed: str = real(path, debug_override, optimization=optimization)
         finally:
             sys.pycache_prefix = saved
         return installed if os.path.exists(installed) else cached
 
-    external.cache_from_source = cache_from_source
+    setattr(external, "cache_from_source", cache_from_source)  # (typeshed types it as the stdlib's own)
     _installed_rewrites_outside(inside)
 
 
-def _installed_rewrites_outside(inside):
+def _installed_rewrites_outside(inside: tuple[str, ...]) -> None:
     """The same for pytest's assertion rewriting (it keeps its own ``*-pytest-X.pyc``, found through
     ``sys.pycache_prefix`` too): a pytest plugin installed outside the checkout (hypothesis, anyio
     ...) reads the rewritten bytecode installed beside it, as a plain pytest run does, instead of
@@ -143,7 +146,7 @@ def _installed_rewrites_outside(inside):
     if real is None or tail is None:
         return
 
-    def get_cache_dir(file_path):
+    def get_cache_dir(file_path: Any) -> Any:
         cached = real(file_path)
         if str(file_path).startswith(inside):
             return cached
@@ -153,7 +156,7 @@ def _installed_rewrites_outside(inside):
     rewrite.get_cache_dir = get_cache_dir
 
 
-def main():
+def main() -> int:
     """``BOOT ROOT RESULTS ADD_ROOT PYCACHE WRITE JUDGE_FD [pytest args...]``: run pytest, write RESULTS;
     pytest's exit status. ``PYCACHE`` is the bytecode directory (``-``: none), ``WRITE`` ``1`` to write
     into it, ``JUDGE_FD`` the judge's pipe (``-``: no judge)."""
@@ -168,10 +171,10 @@ def main():
     sys.addaudithook(_audit)
     import pytest  # from site-packages, before the checkout is on sys.path
 
-    plugins = [Collector()]
+    plugins: list[object] = [Collector()]
     judge = None
     if judge_fd is not None:
-        import _loopx_issue_fix_judge
+        import _loopx_issue_fix_judge  # type: ignore[import-not-found]  # judge.py, copied beside this file
 
         judge = _loopx_issue_fix_judge.Judge(judge_fd, CASES, COLLECTION_ERRORS)
         plugins.append(judge)
@@ -182,7 +185,7 @@ def main():
             # empty cache would cost the base run more than the cache saves), before the first
             # conftest: from here on the tests, the code under test and what they import use the cache.
             @pytest.hookimpl(tryfirst=True)
-            def pytest_load_initial_conftests(self):
+            def pytest_load_initial_conftests(self) -> None:
                 sys.pycache_prefix = pycache
                 sys.dont_write_bytecode = not write
                 _installed_bytecode_outside(root)

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
-from loopx_issue_fix.workflow import CAPABILITY, NAMESPACE, TODO_TEXT
+from typing import Any
+
+import attrs
+
+from loopx_issue_fix.state import TODO_TEXT, IssueFixState, LogEntry, Rejected
 
 
-def gate_decided(w, gate, decision: str) -> None:
+def gate_decided(w: Any, gate: Any, decision: str) -> None:
     """A user decided a gate of this goal (``loopx_gate_decided``, in the decision's transaction).
 
     Rejecting the publish gate sends the goal back to ``fix``: the fix, verify and hand-off todos
@@ -15,41 +19,48 @@ def gate_decided(w, gate, decision: str) -> None:
     gate. Reopening that gate while nothing new was verified puts the hand-off back as it was
     (phase ``publish``, the same verified commit, the gate pending again on its own todo).
     """
+    from loopx_issue_fix import state as states
+
+    state = states.find(w.tx, w.goal_id)
+    if state is None:
+        return
+    if decision == "reject" and state.phase == "publish" and gate.id == state.publish_gate:
+        states.save(w, _rejected(w, gate, state), also=("verification", "publish_gate", "publish_gate_commit"))
+        return
+    back = state.rejected
+    if decision == "reopen" and back is not None and gate.id == back.gate_id and state.phase == "fix" \
+            and not state.verification:
+        states.save(w, _reopened(w, gate, state, back), also=("rejected",))
+
+
+def _rejected(w: Any, gate: Any, state: IssueFixState) -> IssueFixState:
     from loopx import api
 
-    state = api.state.get(w.tx, w.goal_id, NAMESPACE)
-    if not state.get("phase") or "todos" not in state:
-        return
-    todos = state["todos"]
-    if decision == "reject" and state["phase"] == "publish" and gate.id == state.get("publish_gate"):
-        note = f"issue-fix: publish gate {gate.id} rejected" + (f": {gate.comment}" if gate.comment else "")
-        for step in ("fix", "verify", "handoff"):
-            api.todos.reopen_in(w, todo_id=todos[step], note=note)
-        api.todos.block_in(w, todo_id=todos["publish"], note=note)
-        fresh = api.todos.add_in(w, todo_id=api.ids.new("todo"), text=TODO_TEXT["publish"], priority="P1",
-                                depends_on=[todos["handoff"]])
-        rejected = {"gate_id": gate.id, "comment": gate.comment, "commit": state.get("publish_gate_commit"),
-                    "publish_todo": todos["publish"], "verification": state.get("verification"),
-                    "handoff": state.get("handoff")}
-        entry = {"step": "publish", "outcome": "gate_rejected", "gate_id": gate.id, "detail": note[:300]}
-        with api.state.acting(w, CAPABILITY) as cw:
-            api.state.put(cw, NAMESPACE, {"phase": "fix", "verification": None, "publish_gate": None,
-                                      "publish_gate_commit": None, "rejected": rejected,
-                                      "todos": {**todos, "publish": fresh},
-                                      "log": [*state.get("log", []), entry][-100:]})
-        return
-    back = state.get("rejected") or {}
-    if decision == "reopen" and gate.id == back.get("gate_id") and state["phase"] == "fix" \
-            and not state.get("verification"):
-        # Nothing was verified since the rejection: the hand-off the user reconsiders stands as it was.
-        note = f"issue-fix: publish gate {gate.id} reopened"
-        for step in ("fix", "verify", "handoff"):
-            if api.todos.load(w.tx, w.goal_id, todos[step]).status == "open":
-                api.todos.done_in(w, todo_id=todos[step], note=note)
-        api.todos.block_in(w, todo_id=todos["publish"], note=note)
-        api.todos.reopen_in(w, todo_id=back["publish_todo"], note=note)
-        with api.state.acting(w, CAPABILITY) as cw:
-            api.state.put(cw, NAMESPACE, {"phase": "publish", "verification": back["verification"],
-                                      "handoff": back["handoff"], "publish_gate": gate.id,
-                                      "publish_gate_commit": back["commit"], "rejected": None,
-                                      "todos": {**todos, "publish": back["publish_todo"]}})
+    todos = state.todos
+    note = f"issue-fix: publish gate {gate.id} rejected" + (f": {gate.comment}" if gate.comment else "")
+    for step in ("fix", "verify", "handoff"):
+        api.todos.reopen_in(w, todo_id=todos[step], note=note)
+    api.todos.block_in(w, todo_id=todos["publish"], note=note)
+    fresh = api.todos.add_in(w, todo_id=api.ids.new("todo"), text=TODO_TEXT["publish"], priority="P1",
+                            depends_on=[todos["handoff"]])
+    rejected = Rejected(gate_id=gate.id, comment=gate.comment, commit=state.publish_gate_commit,
+                        publish_todo=todos["publish"], verification=state.verification, handoff=state.handoff)
+    entry = LogEntry(step="publish", outcome="gate_rejected", gate_id=gate.id, detail=note[:300])
+    return attrs.evolve(state, phase="fix", verification=None, publish_gate=None, publish_gate_commit=None,
+                        rejected=rejected, todos={**todos, "publish": fresh}, log=[*state.log, entry][-100:])
+
+
+def _reopened(w: Any, gate: Any, state: IssueFixState, back: Rejected) -> IssueFixState:
+    # Nothing was verified since the rejection: the hand-off the user reconsiders stands as it was.
+    from loopx import api
+
+    todos = state.todos
+    note = f"issue-fix: publish gate {gate.id} reopened"
+    for step in ("fix", "verify", "handoff"):
+        if api.todos.load(w.tx, w.goal_id, todos[step]).status == "open":
+            api.todos.done_in(w, todo_id=todos[step], note=note)
+    api.todos.block_in(w, todo_id=todos["publish"], note=note)
+    api.todos.reopen_in(w, todo_id=back.publish_todo, note=note)
+    return attrs.evolve(state, phase="publish", verification=back.verification, handoff=back.handoff,
+                        publish_gate=gate.id, publish_gate_commit=back.commit, rejected=None,
+                        todos={**todos, "publish": back.publish_todo})

@@ -22,6 +22,7 @@ import os
 import re
 import shlex
 from pathlib import Path
+from typing import Any, Callable
 
 #: Test runners whose JUnit option LoopX adds itself.
 _PYTEST = re.compile(r"(^|[\s/])(py\.test|pytest)(\s|$)")
@@ -45,7 +46,7 @@ _SCRUB_PREFIXES = ("PYTHON", "PYTEST_", "COV_CORE_", "LOOPX_", "VIRTUAL_ENV", "C
 _SCRUB = ("LD_PRELOAD", "LD_AUDIT", "__PYVENV_LAUNCHER__")
 
 
-def plan(command: str, repo: str | None = None) -> dict | None:
+def plan(command: str, repo: str | None = None) -> dict[str, Any] | None:
     """How LoopX runs a plain pytest command itself, or ``None`` (then it runs under ``sh -c``).
 
     A plain command is ``[VAR=value ...] PYTHON -m pytest ARGS`` or ``[VAR=value ...] pytest ARGS``
@@ -71,7 +72,7 @@ def plan(command: str, repo: str | None = None) -> dict | None:
         return None
     first, name = words[0], os.path.basename(words[0])
 
-    def resolve(exe):
+    def resolve(exe: str) -> str | None:
         if os.sep in exe:
             return os.path.abspath(os.path.join(repo or ".", exe)) if not os.path.isabs(exe) else exe
         return shutil.which(exe)
@@ -100,11 +101,11 @@ def _shebang(script: str) -> str | None:
     return parts[0] if parts and "python" in parts[0].rsplit("/", 1)[-1] else None
 
 
-def clean_env(extra: dict | None = None) -> dict:
+def clean_env(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The changes to LoopX's environment the test process gets (``None`` removes a variable)."""
     import os
 
-    env = {k: None for k in os.environ if k.startswith(_SCRUB_PREFIXES) or k in _SCRUB}
+    env: dict[str, Any] = {k: None for k in os.environ if k.startswith(_SCRUB_PREFIXES) or k in _SCRUB}
     env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"})
     env.update(extra or {})
     return env
@@ -125,9 +126,9 @@ _BOOT = "import sys; sys.path.insert(0, {dir!r}); import _loopx_issue_fix_probe 
 
 
 def run_test(checkout: str, command: str, *, report: Path, report_option: str | None, timeout: float,
-             planned: dict | None = None, pycache: Path | None = None, write_bytecode: bool = False,
-             private: Path | None = None, registry_url: str | None = None, deselect: list[str] = (),
-             junit: bool = True) -> dict:
+             planned: dict[str, Any] | None = None, pycache: Path | None = None, write_bytecode: bool = False,
+             private: Path | None = None, registry_url: str | None = None, deselect: list[str] | tuple[str, ...] = (),
+             junit: bool = True) -> dict[str, Any]:
     """Run ``command`` in ``checkout`` (a clean copy of the code); the run's facts and its results.
 
     With ``planned`` (see :func:`plan`) LoopX starts the interpreter itself, isolated (``-I -B``),
@@ -205,7 +206,7 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
             **res, "report": parsed}
 
 
-def _with_judge(pipe: tuple[int, int], run) -> tuple[dict, bytes]:
+def _with_judge(pipe: tuple[int, int], run: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bytes]:
     """``run()`` while a thread reads the judge's pipe; ``(its result, every byte the pipe held)``.
 
     LoopX keeps its own write end open while the run lasts (the child inherits a copy), and closes
@@ -217,7 +218,7 @@ def _with_judge(pipe: tuple[int, int], run) -> tuple[dict, bytes]:
     read_end, write_end = pipe
     got = bytearray()
 
-    def pump():
+    def pump() -> None:
         while chunk := os.read(read_end, 1 << 16):
             if len(got) <= MAX_BYTES:
                 got.extend(chunk)
@@ -233,7 +234,7 @@ def _with_judge(pipe: tuple[int, int], run) -> tuple[dict, bytes]:
     return res, bytes(got)
 
 
-def parse_results(path: Path) -> dict:
+def parse_results(path: Path) -> dict[str, Any]:
     """The probe's JSON results as a report (see :func:`parse_report`), with the collection errors,
     pytest's exit status and the files the run opened."""
     import json
@@ -249,7 +250,7 @@ def parse_results(path: Path) -> dict:
             "outside_truncated": bool(data.get("outside_truncated"))}
 
 
-def _case_id(case) -> str:
+def _case_id(case: Any) -> str:
     name = case.get("name") or "?"
     classname = case.get("classname") or ""
     file = case.get("file")
@@ -260,7 +261,7 @@ def _case_id(case) -> str:
     return f"{classname}::{name}" if classname else name
 
 
-def parse_report(path: Path) -> dict:
+def parse_report(path: Path) -> dict[str, Any]:
     """``{"found": bool, "cases": {id: {"status", "message", "file"}}, "problem": TEXT|None}``.
 
     A case's status is ``passed``, ``failed`` (an assertion failed: ``<failure>``), ``error``
@@ -290,7 +291,7 @@ def parse_report(path: Path) -> dict:
             "opened": []}
 
 
-def not_a_test_failure(test: dict) -> str | None:
+def not_a_test_failure(test: dict[str, Any]) -> str | None:
     """Why this run is not a test result at all (``None`` when it is one).
 
     Time-outs, a command that cannot be run, a runner that wrote no report (``No module named
@@ -322,19 +323,19 @@ def not_a_test_failure(test: dict) -> str | None:
     return None
 
 
-def _last_line(test: dict) -> str:
+def _last_line(test: dict[str, Any]) -> str:
     lines = [ln for ln in test["output_tail"].strip().splitlines() if ln.strip()]
     return lines[-1][:200] if lines else "(no output)"
 
 
-def ids_with(test: dict, *statuses: str) -> list[str]:
+def ids_with(test: dict[str, Any], *statuses: str) -> list[str]:
     """The ids of the report's cases with one of ``statuses``, in report order."""
     return [i for i, c in test["report"]["cases"].items() if c["status"] in statuses]
 
 
-def match_ids(wanted: list[str], cases: dict) -> dict[str, str | None]:
+def match_ids(wanted: list[str], cases: dict[str, Any]) -> dict[str, str | None]:
     """``{given id: the report's id for it, or None}``: exact ids, or a unique suffix match."""
-    out = {}
+    out: dict[str, str | None] = {}
     for w in wanted:
         if w in cases:
             out[w] = w
@@ -344,7 +345,7 @@ def match_ids(wanted: list[str], cases: dict) -> dict[str, str | None]:
     return out
 
 
-def summary_line(test: dict) -> str:
+def summary_line(test: dict[str, Any]) -> str:
     """One line for humans: how the run ended and the counts by status."""
     if test["timed_out"]:
         how = f"timed out after {test['timeout_seconds']:g}s"
@@ -368,7 +369,7 @@ def _json_len(text: str) -> int:
     return len(text) + 2 if _JSON_PLAIN(text) else len(json.dumps(text))
 
 
-def _entry_size(test_id: str, entry: dict) -> int:
+def _entry_size(test_id: str, entry: dict[str, Any]) -> int:
     """``len(json.dumps([test_id, entry]))`` for a :func:`slim` entry (``status``, maybe ``message``):
     counted, not encoded - a 1,500-test run has 1,500 of them, twice a step."""
     size = 16 + _json_len(test_id) + _json_len(entry["status"])  # ["", {"status": ""}]
@@ -377,7 +378,7 @@ def _entry_size(test_id: str, entry: dict) -> int:
     return size
 
 
-def slim(test: dict, budget: int = 40_000) -> dict:
+def slim(test: dict[str, Any], budget: int = 40_000) -> dict[str, Any]:
     """The run as evidence data, bounded: failing cases first, then passing ones while ``budget``
     bytes last (``cases_truncated`` says when some were left out)."""
     cases = test["report"]["cases"]

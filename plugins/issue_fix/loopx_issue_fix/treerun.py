@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from loopx.api import LoopxError
+
+if TYPE_CHECKING:
+    from loopx_issue_fix.state import JSON, IssueFixState
 
 
 def fingerprint(path: str) -> str:
@@ -53,7 +57,7 @@ def outside_fingerprints(paths: list[str]) -> dict[str, str]:
     return out
 
 
-def outside_changed(body: dict) -> list[str]:
+def outside_changed(body: JSON) -> list[str]:
     """The files of a base run's results (``outside``) that changed since (all of them, as
     ``["*"]``, when the run did not record them or recorded too many)."""
     recorded = body.get("outside")
@@ -62,9 +66,9 @@ def outside_changed(body: dict) -> list[str]:
     return [p for p, fp in recorded.items() if fingerprint(p) != fp]
 
 
-def run_on_tree(state: dict, tree: str, timeout: tuple[float, str], evidence_id: str, *, registry_url: str | None,
-                base_cache: dict | None = None, fill_cache: bool = False, store: Path | None = None,
-                deselect: list[str] = ()) -> tuple[dict, dict]:
+def run_on_tree(state: IssueFixState, tree: str, timeout: tuple[float, str], evidence_id: str, *,
+                registry_url: str | None, base_cache: JSON | None = None, fill_cache: bool = False,
+                store: Path | None = None, deselect: list[str] | tuple[str, ...] = ()) -> tuple[JSON, JSON]:
     """One run of the tests on a private copy of exactly ``tree`` (never in the agent's worktree).
 
     The copy is made from the repository's objects into a new private directory (see the
@@ -86,24 +90,23 @@ def run_on_tree(state: dict, tree: str, timeout: tuple[float, str], evidence_id:
     from loopx import api
 
     from loopx_issue_fix import bytecode, gitrepo, testrun
-    from loopx_issue_fix.phases import runner
 
-    planned, cache, seeded = runner(state), None, None
+    planned, cache, seeded = state.plan(), None, None
     with api.process.private_dir("run") as where:
         # resolved: the bytecode cache is keyed by the checkout's absolute path (sys.pycache_prefix)
         work = Path(where)
         checkout = work / "tree"
-        blobs = gitrepo.export_tree(state["repo"], tree, checkout)
+        blobs = gitrepo.export_tree(state.repo, tree, checkout)
         pycache = work / "pycache" if planned else None
         if pycache is not None and (base_cache or not fill_cache):
             seeded = bytecode.seed(base_cache, pycache, checkout, blobs)
-        test = testrun.run_test(str(checkout), state["test_command"], report=work / "report" / "last.xml",
-                                report_option=state.get("report"), timeout=timeout[0], planned=planned,
+        test = testrun.run_test(str(checkout), state.test_command, report=work / "report" / "last.xml",
+                                report_option=state.report, timeout=timeout[0], planned=planned,
                                 pycache=pycache, write_bytecode=fill_cache, private=work,
                                 registry_url=registry_url, deselect=deselect, junit=not fill_cache)
         test["private"] = bool(test.pop("confined")) or not api.process.in_step()
         if pycache is not None and fill_cache:
-            keep = store if store is not None and test["private"] else Path(state["goal_dir"], "bytecode", evidence_id)
+            keep = store if store is not None and test["private"] else Path(state.goal_dir, "bytecode", evidence_id)
             cache = bytecode.harvest(pycache, checkout, blobs, keep)
     if seeded is not None:
         test["bytecode"] = seeded
@@ -123,7 +126,7 @@ def run_on_tree(state: dict, tree: str, timeout: tuple[float, str], evidence_id:
     # holds): a link planted at `results/` must not carry LoopX's write elsewhere.
     from loopx import api
 
-    path = Path(api.files.write_beneath(state["goal_dir"], f"results/{evidence_id}.json", data))
+    path = Path(api.files.write_beneath(state.goal_dir, f"results/{evidence_id}.json", data))
     artifact = {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), "cases_total": len(rep["cases"]),
                 "collection_errors": len(rep.get("collection_errors", {})), "exit_status": rep.get("exit_status")}
     test["results"] = artifact
@@ -131,7 +134,7 @@ def run_on_tree(state: dict, tree: str, timeout: tuple[float, str], evidence_id:
     return test, artifact
 
 
-def read_results(state: dict, evidence_id: str, reg) -> dict:
+def read_results(state: IssueFixState, evidence_id: str, reg: Any) -> JSON:
     """The complete results a run recorded (its artifact file), checked against the sha256 its
     evidence holds (``issue_fix.evidence_changed`` if the file is gone or differs)."""
     import hashlib
@@ -153,4 +156,5 @@ def read_results(state: dict, evidence_id: str, reg) -> dict:
     if "sha256:" + hashlib.sha256(data).hexdigest() != ev.file_sha256:
         raise LoopxError("issue_fix.evidence_changed", f"the results file of evidence {evidence_id} changed since it "
                          f"was recorded ({ev.file_path}): its sha256 is not {ev.file_sha256}")
-    return json.loads(data)
+    results: JSON = json.loads(data)
+    return results

@@ -17,12 +17,13 @@ consistently, and the first is written where the code under test has no name to 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 #: At most this many bytes of judge lines are kept (a run writing more is not believed).
 MAX_BYTES = 64 << 20
 
 
-def read_lines(data: bytes) -> tuple[dict, dict | None, list[str]]:
+def read_lines(data: bytes) -> tuple[dict[str, Any], dict[str, Any] | None, list[str]]:
     """``(tests {nodeid: [raw, pytest]}, the last line or None, problems)`` from the pipe's bytes."""
     tests, end, problems = {}, None, []
     for n, line in enumerate(data.splitlines(), 1):
@@ -43,7 +44,8 @@ def read_lines(data: bytes) -> tuple[dict, dict | None, list[str]]:
     return tests, end, problems
 
 
-def tampering(data: bytes, report: dict, junit: dict | None, exit_code: int | None, timed_out: bool) -> list[str]:
+def tampering(data: bytes, report: dict[str, Any], junit: dict[str, Any] | None, exit_code: int | None,
+              timed_out: bool) -> list[str]:
     """Every disagreement between the four records of one run (see the module's docstring); ``[]``
     when they agree. A run that timed out or crashed before pytest finished is left to the usual
     checks (no results: not a test failure) unless it *exited 0*, which no crash does. ``junit``
@@ -73,7 +75,7 @@ def tampering(data: bytes, report: dict, junit: dict | None, exit_code: int | No
     unreported = [i for i, (_r, said) in tests.items() if said is None]
     if unreported:
         problems.append(f"{len(unreported)} test(s) ran without a report: {', '.join(unreported[:5])}")
-    failing, counted, stats = end.get("failing"), end.get("testsfailed"), end.get("stats")
+    failing, counted, stats = end["failing"], end.get("testsfailed"), end.get("stats")
     if (failing > 0) != (status == 1):
         problems.append(f"pytest exited {status} with {failing} failing test(s) and collection error(s)")
     if counted is not None and (counted > 0) != (failing > 0):

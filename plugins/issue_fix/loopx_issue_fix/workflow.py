@@ -14,28 +14,16 @@ changed. The phases, in order:
 
 from __future__ import annotations
 
-import math
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 from loopx.api import LoopxError
+from loopx_issue_fix.state import CAPABILITY, CRITERIA, JSON, STEPS, TODO_TEXT, IssueFixState, TestChangeGate
 
-CAPABILITY = "issue_fix"
-NAMESPACE = "issue_fix"
 PHASES = ("reproduce", "fix", "handoff", "publish", "published")
-STEPS = ("reproduce", "fix", "verify", "handoff", "publish")
 PROVIDERS = ("push", "gh", "glab")
-TODO_TEXT = {
-    "reproduce": "Reproduce the issue: run the tests and see the named tests fail",
-    "fix": "Fix the issue: edit the code in the goal's worktree so that the failing tests pass",
-    "verify": "Verify the fix: the failing tests pass, nothing that passed breaks, the tests are unchanged",
-    "handoff": "Hand off: write the reviewer packet and request the publish gate",
-    "publish": "Publish exactly the verified commit (after a user approves the production gate)",
-}
-CRITERIA = ["the failing tests fail before the fix and pass after it, with no test weakened or broken",
-            "a reviewer packet is written",
-            "exactly the verified commit is published after a user's approval"]
 MAX_ISSUE_BYTES = 64 * 1024
 #: The declared per-run wall-clock need; also the default time limit of one test run.
 WALL_NEED_SECONDS = 60
@@ -67,7 +55,7 @@ def _read_issue(issue_text: str | None, issue_file: str | None) -> tuple[str, st
     return api.ids.check_text(issue_text, what="the issue text", limit="description"), source
 
 
-def check_provider(provider: str) -> dict:
+def check_provider(provider: str) -> dict[str, Any]:
     """``{"provider", "tool"}`` if publishing through ``provider`` can work here, else refused."""
     import shutil
 
@@ -97,11 +85,11 @@ def _check_report(report: str | None, command: str) -> str | None:
                      "with --report PATH")
 
 
-def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_text: str | None = None,
+def start(reg: Any, actor: str, *, repo: str, title: str, test_command: str, issue_text: str | None = None,
           issue_file: str | None = None, test_ids: tuple[str, ...] = (), report: str | None = None,
           allow_test_changes: bool = False, base: str | None = None, branch: str | None = None,
           remote: str = "origin", provider: str = "push", test_timeout: float | None = None,
-          keep: bool = False, operation_id: str | None = None) -> dict:
+          keep: bool = False, operation_id: str | None = None) -> JSON:
     """Create an Issue-Fix goal with a worktree and branch of its own, from a clean base commit.
 
     The base is ``--base`` or the user's ``HEAD`` commit; uncommitted changes in the user's
@@ -115,8 +103,9 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     steps run the tests on exactly that interpreter and refuse when its ``.pth`` or
     ``sitecustomize`` files changed.
     """
-    from loopx_issue_fix import gitlinks, gitrepo, guard, testrun
     from loopx import api
+
+    from loopx_issue_fix import gitlinks, gitrepo, steps
 
     title = api.ids.check_text(title, what="--title", limit="title")
     test_command = api.ids.check_text(test_command, what="--test-command", limit="text")
@@ -127,86 +116,32 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
     if remote.startswith("-") or any(c.isspace() for c in remote):
         raise LoopxError("invalid_argument", f"--remote: {remote!r} is not a git remote name")
     publish = check_provider(provider)
-    need = float(test_timeout or WALL_NEED_SECONDS)
     root = gitrepo.toplevel(repo)
     common = gitlinks.user_common_dir(root)  # issue_fix.git_tampered: a .git/commondir planted in the checkout
     try:  # what earlier goals of this repository left behind once closed (a publish run by an agent)
         clean(reg, root, unknown=False)
     except LoopxError:
         pass
-    base_commit = gitrepo.commit_of(root, base or "HEAD")
-    dirty = gitrepo.dirty_paths(root)
     goal_id = api.ids.new("goal")
-    branch = gitrepo.check_branch_name(root, branch or f"issue-fix/{_slug(title)}-{goal_id[2:8]}")
-    if gitrepo.branch_exists(root, branch):
-        raise LoopxError("issue_fix.branch_exists", f"branch {branch} already exists in {root}; name another with --branch")
-    planned = testrun.plan(test_command, root)
-    environment = guard.environment(planned["interpreter"]) if planned else None
-    # Taken right after asking (a user's command: no agent of this goal runs yet); later steps ask
-    # the interpreter again only when the installation's signature differs (phases._environment_problem).
-    from loopx_issue_fix import baserun
-
-    signature = baserun.signature(environment)
-    goal_dir = gitrepo.common_dir(root) / "loopx-issue-fix" / goal_id
-    worktree = worktree_root() / goal_id / "worktree"
-    todo_ids = {step: api.ids.new("todo") for step in STEPS}
-    description = f"Fix this issue (worktree {worktree}, tests: {test_command}).\n\n{issue}"
-    if len(description.encode()) > MAX_ISSUE_BYTES:
-        description = issue
-    state = {
-        "repo": root,
-        "worktree": str(worktree),
-        "goal_dir": str(goal_dir),
-        "git_common_dir": str(common),  # the git links each step follows are checked against it (gitlinks.pin)
-        "issue": {"title": title, "text": issue, "source": source},
-        "test_command": test_command,
-        "test_ids": ids,
-        "report": report,
-        "allow_test_changes": bool(allow_test_changes),
-        "test_timeout": need,
-        "branch": {"name": branch, "base_commit": base_commit, "base_tree": gitrepo.tree_of(root, base_commit),
-                   "remote": remote},
-        "user_checkout": {"dirty": bool(dirty), "dirty_paths": dirty[:20], "branch": gitrepo.current_branch(root)},
-        "publish": {"provider": publish["provider"], "remote": remote},
-        "phase": "reproduce",
-        "attempts": {"reproduce": 0, "verify": 0, "publish": 0},
-        "log": [],
-        "outputs": [],
-        "todos": todo_ids,
-        "publish_gate": None,
-        "runner": planned,
-        "environment": environment,
-        "environment_signature": signature,
-        "keep": bool(keep),
-    }
-
-    def work(w):
-        # The goal uses Issue-Fix: only goals that enable it get its steps.
-        api.goals.create_in(w, title=title, description=description, criteria=CRITERIA, parallel_runs=False,
-                           goal_id=goal_id, capabilities=[CAPABILITY])
-        after: list[str] = []
-        for step in STEPS:
-            api.todos.add_in(w, todo_id=todo_ids[step], text=TODO_TEXT[step], priority="P1", depends_on=after)
-            after = [todo_ids[step]]
-        with api.state.acting(w, CAPABILITY) as cw:
-            api.state.put(cw, NAMESPACE, state)
-        return {"goal_id": goal_id, "repo": root, "worktree": str(worktree), "branch": branch,
-                "base_commit": base_commit, "user_checkout": state["user_checkout"], "todos": todo_ids,
-                "publish": state["publish"], "phase": "reproduce"}
-
+    state = _initial_state(root, str(common), goal_id, title=title, issue=issue, source=source,
+                           test_command=test_command, test_ids=ids, report=report,
+                           allow_test_changes=allow_test_changes, base=base, branch=branch, remote=remote,
+                           provider=publish["provider"], keep=keep, need=float(test_timeout or WALL_NEED_SECONDS))
+    worktree, goal_dir = Path(state.worktree), Path(state.goal_dir)
     goal_dir.mkdir(parents=True, exist_ok=True)  # `clean` finds the goal's leftovers through it
-    gitrepo.add_worktree(root, worktree, branch, base_commit)
-    from loopx_issue_fix.phases import _refs
-
-    state["refs"] = _refs(state)
+    gitrepo.add_worktree(root, worktree, state.branch.name, state.branch.base_commit)
+    state.refs = steps.refs(state)
     try:
-        return reg.mutate(actor, work, operation_id=operation_id,
-                          request={"op": "issue_fix.start", "repo": root, "title": title, "issue": issue,
-                                   "test": test_command, "test_ids": ids, "report": report, "base": base_commit,
-                                   "branch": branch, "remote": remote, "provider": provider,
-                                   "allow_test_changes": bool(allow_test_changes), "test_timeout": need})
+        created: JSON = reg.mutate(actor, lambda w: _create(w, state, issue), operation_id=operation_id,
+                                   request={"op": "issue_fix.start", "repo": root, "title": title, "issue": issue,
+                                            "test": test_command, "test_ids": ids, "report": report,
+                                            "base": state.branch.base_commit, "branch": state.branch.name,
+                                            "remote": remote, "provider": provider,
+                                            "allow_test_changes": bool(allow_test_changes),
+                                            "test_timeout": state.test_timeout})
+        return created
     except BaseException:
-        gitrepo.remove_worktree(root, worktree, branch)
+        gitrepo.remove_worktree(root, worktree, state.branch.name)
         import shutil
 
         shutil.rmtree(goal_dir, ignore_errors=True)
@@ -214,30 +149,64 @@ def start(reg, actor: str, *, repo: str, title: str, test_command: str, issue_te
         raise
 
 
-def worktree_root() -> Path:
-    """Where goals' worktrees live: ``$LOOPX_ISSUE_FIX_WORKTREES``, else
-    ``${XDG_DATA_HOME:-~/.local/share}/loopx/issue-fix``. Not inside ``.git``: agent CLIs refuse to
-    edit files under a ``.git`` directory (Claude Code does, whatever its permission rules)."""
-    import os
-
-    given = os.environ.get("LOOPX_ISSUE_FIX_WORKTREES")
-    if given:
-        return Path(given).expanduser().resolve()
-    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(data, "loopx", "issue-fix").resolve()
-
-
-def load_state(tx, goal_id: str) -> dict:
-    """The goal's ``issue_fix`` state (``issue_fix.not_an_issue_fix_goal`` if it is not one)."""
+def _initial_state(root: str, common: str, goal_id: str, *, title: str, issue: str, source: str, test_command: str,
+                   test_ids: list[str], report: str | None, allow_test_changes: bool, base: str | None,
+                   branch: str | None, remote: str, provider: str, keep: bool, need: float) -> IssueFixState:
+    """A new goal's state: its worktree, branch and base commit, the test plan and the interpreter's
+    fingerprint (git asked, nothing written yet)."""
     from loopx import api
 
-    state = api.state.get(tx, goal_id, NAMESPACE)
-    if not state.get("phase") or "worktree" not in state:
-        raise LoopxError("issue_fix.not_an_issue_fix_goal", f"goal {goal_id} is not an Issue-Fix goal (no issue_fix state)")
-    return state
+    from loopx_issue_fix import baserun, gitrepo, guard, state as states, steps, testrun
+
+    base_commit = gitrepo.commit_of(root, base or "HEAD")
+    dirty = gitrepo.dirty_paths(root)
+    name = gitrepo.check_branch_name(root, branch or f"issue-fix/{_slug(title)}-{goal_id[2:8]}")
+    if gitrepo.branch_exists(root, name):
+        raise LoopxError("issue_fix.branch_exists", f"branch {name} already exists in {root}; name another with --branch")
+    planned = testrun.plan(test_command, root)
+    environment = guard.environment(planned["interpreter"]) if planned else None
+    return states.IssueFixState(
+        repo=root, worktree=str(steps.worktree_root() / goal_id / "worktree"),
+        goal_dir=str(gitrepo.common_dir(root) / "loopx-issue-fix" / goal_id),
+        git_common_dir=common,  # the git links each step follows are checked against it (gitlinks.pin)
+        issue=states.Issue(title=title, text=issue, source=source), test_command=test_command, test_ids=test_ids,
+        report=report, allow_test_changes=bool(allow_test_changes), test_timeout=need,
+        branch=states.Branch(name=name, base_commit=base_commit, base_tree=gitrepo.tree_of(root, base_commit),
+                             remote=remote),
+        user_checkout=states.UserCheckout(dirty=bool(dirty), dirty_paths=dirty[:20],
+                                          branch=gitrepo.current_branch(root)),
+        publish=states.Publish(provider=provider, remote=remote), phase="reproduce",
+        todos={step: api.ids.new("todo") for step in STEPS}, runner=planned, environment=environment,
+        # Taken right after asking (a user's command: no agent of this goal runs yet); later steps ask
+        # the interpreter again only when the installation's signature differs (steps.environment_problem).
+        environment_signature=baserun.signature(environment), keep=bool(keep))
 
 
-def show(reg, goal_id: str) -> dict:
+def _create(w: Any, state: IssueFixState, issue: str) -> JSON:
+    """In the start's transaction: the goal, its todos in order, and the capability's state."""
+    from loopx import api
+
+    from loopx_issue_fix import state as states
+
+    description = f"Fix this issue (worktree {state.worktree}, tests: {state.test_command}).\n\n{issue}"
+    if len(description.encode()) > MAX_ISSUE_BYTES:
+        description = issue
+    # The goal uses Issue-Fix: only goals that enable it get its steps.
+    api.goals.create_in(w, title=state.issue.title, description=description, criteria=CRITERIA, parallel_runs=False,
+                       goal_id=state.goal_id, capabilities=[CAPABILITY])
+    after: list[str] = []
+    for step in STEPS:
+        api.todos.add_in(w, todo_id=state.todos[step], text=TODO_TEXT[step], priority="P1", depends_on=after)
+        after = [state.todos[step]]
+    with api.state.acting(w, CAPABILITY) as cw:
+        api.state.put(cw, states.NAMESPACE, states.initial(state))
+    shown = states.unstructure(state)
+    return {"goal_id": state.goal_id, "repo": state.repo, "worktree": state.worktree, "branch": state.branch.name,
+            "base_commit": state.branch.base_commit, "user_checkout": shown["user_checkout"], "todos": state.todos,
+            "publish": shown["publish"], "phase": "reproduce"}
+
+
+def show(reg: Any, goal_id: str) -> JSON:
     """An Issue-Fix goal's state, its todos, the publish gate, and the next step.
 
     A recorded hand-off packet is read back and checked against its recorded sha256 first
@@ -245,24 +214,27 @@ def show(reg, goal_id: str) -> dict:
     """
     from loopx import api
 
+    from loopx_issue_fix import state as states
+
     api.ids.check("goal", goal_id)
     with reg.read() as tx:
         goal = api.goals.load(tx, goal_id)
-        state = load_state(tx, goal_id)
+        state = states.load(tx, goal_id)
+        stored = api.state.get(tx, goal_id, states.NAMESPACE)
         by_id = {t.id: t for t in api.todos.list(tx, goal_id)}
-        gate = api.gates.load(tx, goal_id, state["publish_gate"]) if state.get("publish_gate") else None
-        handoff = state.get("handoff")
-        packet = api.files.read_artifact(handoff["packet"], handoff["sha256"], what="the hand-off packet").decode(
+        gate = api.gates.load(tx, goal_id, state.publish_gate) if state.publish_gate else None
+        handoff = state.handoff
+        packet = api.files.read_artifact(handoff.packet, handoff.sha256, what="the hand-off packet").decode(
             "utf-8", "replace") if handoff else None
-        tests = _test_change(tx, goal_id, state.get("test_change_gate"))
+        tests = _test_change(tx, goal_id, state.test_change_gate)
         return {
             "goal_id": goal_id,
             "title": goal.title,
             "status": goal.status,
             "criteria": [{"text": c.text, "met": c.met} for c in goal.criteria],
-            **state,
+            **states.shown(state, stored),
             "todo_status": {step: by_id[tid].status if tid in by_id else "missing"
-                            for step, tid in state["todos"].items()},
+                            for step, tid in state.todos.items()},
             "publish_gate_status": gate.status if gate else "not requested",
             "next": next_step(state, gate.status if gate else None),
             "packet": packet,
@@ -270,7 +242,7 @@ def show(reg, goal_id: str) -> dict:
         }
 
 
-def _test_change(tx, goal_id: str, asked: dict | None) -> dict | None:
+def _test_change(tx: Any, goal_id: str, asked: TestChangeGate | None) -> JSON | None:
     """The latest test-change gate verify requested: ``{gate_id, status, files, diff}``, ``diff``
     the unified diff of those test files (base -> candidate), read only while its sha256 is the
     recorded one (``artifact_tampered``); ``None`` when no gate was requested."""
@@ -278,64 +250,28 @@ def _test_change(tx, goal_id: str, asked: dict | None) -> dict | None:
 
     if not asked:
         return None
-    gate = api.gates.load(tx, goal_id, asked["gate_id"])
-    saved = asked.get("diff")
+    gate = api.gates.load(tx, goal_id, asked.gate_id)
+    saved = asked.diff
     diff = api.files.read_artifact(saved["path"], saved["sha256"], what="the test changes' diff").decode(
         "utf-8", "replace") if saved else None
-    return {"gate_id": asked["gate_id"], "status": gate.status, "files": sorted(asked["files"]), "diff": diff,
+    return {"gate_id": asked.gate_id, "status": gate.status, "files": sorted(asked.files), "diff": diff,
             "diff_path": saved["path"] if saved else None, "diff_sha256": saved["sha256"] if saved else None}
 
 
-def next_step(state: dict, gate_status: str | None) -> str:
+def next_step(state: IssueFixState, gate_status: str | None) -> str:
     """In words, what the goal waits for."""
-    phase = state["phase"]
+    phase = state.phase
     if phase == "reproduce":
         return "run the tests and see the named tests fail (loopx issue-fix reproduce)"
     if phase == "fix":
-        return f"edit the code in {state['worktree']}, then loopx issue-fix verify"
+        return f"edit the code in {state.worktree}, then loopx issue-fix verify"
     if phase == "handoff":
         return "write the reviewer packet and request the publish gate (loopx issue-fix handoff)"
     if phase == "publish":
         if gate_status == "approved":
             return "publish the verified commit: loopx issue-fix publish"
-        return f"a user decides the production gate {state['publish_gate']} ({gate_status})"
+        return f"a user decides the production gate {state.publish_gate} ({gate_status})"
     return "done: the verified commit is published and the goal closed"
-
-
-def timeout_for(need: float, remaining_wall: float | None, run_expires_in: float | None) -> tuple[int, str]:
-    """The time limit of one step: the quota need, cut to the run's remaining wall budget.
-
-    Returns ``(seconds, how)``; at least 1 second.
-    """
-    limit, how = need, f"the capability's quota need ({need:g}s)"
-    if remaining_wall is not None and remaining_wall < limit:
-        limit, how = remaining_wall, f"the goal's remaining wall budget ({remaining_wall:g}s)"
-    if run_expires_in is not None and run_expires_in < limit:
-        limit, how = run_expires_in, f"the run's remaining lease ({run_expires_in:g}s)"
-    return max(1, math.floor(limit)), how
-
-
-def _expires_in(expires_at: str) -> float:
-    """Seconds from now until the ISO 8601 UTC stamp ``expires_at`` (0 when past)."""
-    from datetime import datetime
-
-    from loopx.api import now
-
-    def parse(stamp):
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-
-    return max(0.0, (parse(expires_at) - parse(now())).total_seconds())
-
-
-def step_timeout(tx, state: dict, run, given: float | None) -> tuple[float, str]:
-    """The time limit of a step run by hand: ``--timeout`` if given, else as the contract would."""
-    from loopx import api
-
-    if given is not None:
-        return float(given), "--timeout"
-    goal = api.goals.load(tx, run.goal_id)
-    left = api.goals.remaining(goal, api.goals.usage(tx, goal.id)).get("wall_seconds")
-    return timeout_for(state["test_timeout"], left, _expires_in(run.expires_at))
 
 
 STEP_NOTES = {
@@ -348,72 +284,73 @@ STEP_NOTES = {
 }
 
 
-def contract_actions(tx, goal, run_id: str | None, left: dict | None) -> list[dict] | None:
+def contract_actions(tx: Any, goal: Any, run_id: str | None, left: JSON | None) -> list[JSON] | None:
     """The one step of the goal's current phase, with its time limit, for a ``run`` contract."""
     from loopx import api
 
-    state = api.state.get(tx, goal.id, NAMESPACE)
-    phase = state.get("phase")
-    if not phase or not run_id or "worktree" not in state:
+    from loopx_issue_fix import state as states, steps
+
+    state = states.ContractView.of(api.state.get(tx, goal.id, states.NAMESPACE))
+    if state is None or not run_id:
         return None
-    step = {"reproduce": "reproduce", "fix": "verify", "handoff": "handoff", "publish": "publish"}.get(phase)
+    step = {"reproduce": "reproduce", "fix": "verify", "handoff": "handoff", "publish": "publish"}.get(state.phase)
     if step is None:
         return None
     if step == "publish":
-        gate = api.gates.load(tx, goal.id, state["publish_gate"]) if state.get("publish_gate") else None
+        gate = api.gates.load(tx, goal.id, state.publish_gate) if state.publish_gate else None
         if gate is None or gate.status != "approved":
             return None
     # A contract that opens a run is built before the run row exists; its lease starts now.
     try:
-        expires_in = _expires_in(api.runs.load(tx, run_id).expires_at)
+        expires_in: float | None = steps.expires_in(api.runs.load(tx, run_id).expires_at)
     except LoopxError:  # run_not_found: not opened yet
         expires_in = None
-    seconds, how = timeout_for(state["test_timeout"], (left or {}).get("wall_seconds"), expires_in)
+    seconds, how = steps.timeout_for(state.test_timeout, (left or {}).get("wall_seconds"), expires_in)
     command = shlex.join(["loopx", "issue-fix", step, "--run-id", run_id, "--timeout", str(seconds)])
-    note = STEP_NOTES[step].format(worktree=state["worktree"]) + f" (time limit {seconds}s: {how})"
-    rejected = state.get("rejected")
+    note = STEP_NOTES[step].format(worktree=state.worktree) + f" (time limit {seconds}s: {how})"
+    rejected = state.rejected
     if step == "verify" and rejected:
-        note += (f"; a user rejected publishing {str(rejected.get('commit'))[:12]} at gate {rejected['gate_id']}"
-                 + (f": {rejected['comment']}" if rejected.get("comment") else ""))
+        note += (f"; a user rejected publishing {str(rejected.commit)[:12]} at gate {rejected.gate_id}"
+                 + (f": {rejected.comment}" if rejected.comment else ""))
     # The agent works in the goal's worktree: executor providers start it there.
     return [{"command": command, "note": note, "capability": CAPABILITY, "action": step,
-             "workdir": state["worktree"]}]
+             "workdir": state.worktree}]
 
 
-def close(reg, actor: str, goal_id: str, *, keep: bool = False, reason: str | None = None,
-          operation_id: str | None = None) -> dict:
+def close(reg: Any, actor: str, goal_id: str, *, keep: bool = False, reason: str | None = None,
+          operation_id: str | None = None) -> JSON:
     """Close an Issue-Fix goal (as ``actor``, a user) and remove its worktree and branch (``keep``: leave
     them). The goal's directory (packet, results) stays. A goal already closed is only cleaned."""
+    import attrs
+
     from loopx import api
 
-    from loopx_issue_fix import gitrepo
+    from loopx_issue_fix import gitrepo, state as states
 
     api.ids.check("goal", goal_id)
     reason = api.ids.check_text(reason, what="--reason", limit="note", required=False) or "issue-fix: closed by a user"
     with reg.read() as tx:
         goal = api.goals.load(tx, goal_id)
-        state = load_state(tx, goal_id)
-    def work(w):
-        from loopx import api
+        state = states.load(tx, goal_id)
 
+    def work(w: Any) -> None:
         if goal.status != "closed":
             api.goals.close_in(w, reason=reason)
-        if keep != bool(state.get("keep")):
-            with api.state.acting(w, CAPABILITY) as cw:  # `clean` leaves a kept worktree alone
-                api.state.put(cw, NAMESPACE, {"keep": bool(keep)})
+        if keep != state.keep:  # `clean` leaves a kept worktree alone
+            states.save(w, attrs.evolve(states.load(w.tx, goal_id), keep=bool(keep)))
 
-    if goal.status != "closed" or keep != bool(state.get("keep")):
+    if goal.status != "closed" or keep != state.keep:
         reg.mutate(actor, work, goal_id=goal_id, operation_id=operation_id,
                    request={"op": "issue_fix.close", "goal": goal_id, "keep": bool(keep), "reason": reason})
-    removed = [] if keep else gitrepo.remove_goal_worktree(state["repo"], state["worktree"], state["branch"]["name"])
+    removed = [] if keep else gitrepo.remove_goal_worktree(state.repo, state.worktree, state.branch.name)
     import shutil
 
-    shutil.rmtree(Path(state["goal_dir"], "bytecode"), ignore_errors=True)  # a cache: no use once closed
+    shutil.rmtree(Path(state.goal_dir, "bytecode"), ignore_errors=True)  # a cache: no use once closed
     return {"goal_id": goal_id, "status": "closed", "kept": bool(keep), "removed": removed,
-            "worktree": state["worktree"], "branch": state["branch"]["name"]}
+            "worktree": state.worktree, "branch": state.branch.name}
 
 
-def clean(reg, repo: str, *, unknown: bool = True) -> dict:
+def clean(reg: Any, repo: str, *, unknown: bool = True) -> JSON:
     """Remove what closed (and, with ``unknown``, unregistered) Issue-Fix goals left in ``repo``: their
     worktrees, branches and test-run copies (goals started or closed with ``--keep`` keep theirs).
     Open goals are not touched."""
@@ -421,7 +358,7 @@ def clean(reg, repo: str, *, unknown: bool = True) -> dict:
 
     from loopx import api
 
-    from loopx_issue_fix import gitrepo
+    from loopx_issue_fix import baserun, gitrepo, state as states, steps
 
     root = gitrepo.toplevel(repo)
     base = gitrepo.common_dir(root) / "loopx-issue-fix"
@@ -434,21 +371,19 @@ def clean(reg, repo: str, *, unknown: bool = True) -> dict:
         try:
             with reg.read() as tx:
                 status = api.goals.load(tx, goal_dir.name).status
-                state = load_state(tx, goal_dir.name)
+                state = states.load(tx, goal_dir.name)
         except LoopxError:
             pass
         if status != "closed" and not (unknown and status == "unknown"):
             continue
         shutil.rmtree(goal_dir / "runs", ignore_errors=True)
         shutil.rmtree(goal_dir / "bytecode", ignore_errors=True)
-        if state and state.get("keep"):
+        if state and state.keep:
             kept.append(goal_dir.name)
             continue
-        worktree = state["worktree"] if state else str(worktree_root() / goal_dir.name / "worktree")
-        branch = state["branch"]["name"] if state else branches.get(worktree)
+        worktree = state.worktree if state else str(steps.worktree_root() / goal_dir.name / "worktree")
+        branch = state.branch.name if state else branches.get(worktree)
         gone = gitrepo.remove_goal_worktree(root, worktree, branch)
         if gone:
             removed.append({"goal_id": goal_dir.name, "status": status, "removed": gone})
-    from loopx_issue_fix import baserun
-
     return {"repo": root, "removed": removed, "kept": kept, "bases_removed": baserun.prune(base.parent)}
