@@ -113,7 +113,7 @@ def _conn(registry_id: str, *, create: bool) -> sqlite3.Connection | None:
     if not p.exists():
         if not create:
             return None
-        keys._private_dir()
+        keys.private_dir()
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT, 0o600))
     conn = sqlite3.connect(p, isolation_level=None, timeout=30, check_same_thread=False)
     conn.execute("PRAGMA busy_timeout = 30000")

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from loopx.plugin_api import ids as ids
     from loopx.plugin_api import pages as pages
     from loopx.plugin_api import process as process
+    from loopx.plugin_api import registrars as registrars
     from loopx.plugin_api import runs as runs
     from loopx.plugin_api import state as state
     from loopx.plugin_api import testing as testing
@@ -72,6 +73,7 @@ GROUPS = {
     "Running a child process": {"process": "loopx.plugin_api.process"},
     "Files a step names, and what a human reviews": {"files": "loopx.plugin_api.files"},
     "Executors": {"executors": "loopx.plugin_api.executors"},
+    "Register hooks": {"registrars": "loopx.plugin_api.registrars"},
     "Testing": {"testing": "loopx.plugin_api.testing"},
 }
 

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
     from loopx.hookspecs.answers import ReadTx
     from loopx.model import Event, Gate, Goal
-    from loopx.registry import Registry, Writer
+    from loopx.registry import Registry
+    from loopx.writer import Writer
     from loopx.plugin_register import (
         CapabilityRegistration, ErrorCodeRegistration, EventKindRegistration, ExecutorRegistration, Registrar,
         StoreRegistration,

@@ -63,7 +63,8 @@ def key_path(registry_id: str) -> Path:
     return key_dir() / f"{registry_id}.key"
 
 
-def _private_dir() -> Path:
+def private_dir() -> Path:
+    """The key directory, made (0700) if missing: where key files and the anchor are kept."""
     d = key_dir()
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(d, 0o700)  # mkdir's mode is masked by umask, and an existing directory keeps its own
@@ -84,7 +85,7 @@ def create(registry_id: str, *, persist: bool = True) -> bytes:
             _EPHEMERAL.clear()
         key = _EPHEMERAL[registry_id] = os.urandom(KEY_BYTES)
         return key
-    d = _private_dir()
+    d = private_dir()
     path = key_path(registry_id)
     tmp = d / f".{registry_id}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -106,7 +107,7 @@ def create(registry_id: str, *, persist: bool = True) -> bytes:
 def stage(registry_id: str) -> dict:
     """A new key for ``registry_id`` in a private temporary file (``registry rekey``), put in
     force by :func:`promote` once the registry re-keyed with it has committed."""
-    d = _private_dir()
+    d = private_dir()
     tmp = d / f".{registry_id}.{os.getpid()}.new"
     key = os.urandom(KEY_BYTES)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -208,7 +209,7 @@ def remember_location(loc: str, registry_id: str, *, once: bool = False) -> None
     _REMEMBERED.add((loc, registry_id))
     if once and _location_file(loc).exists():
         return
-    d = _private_dir()
+    d = private_dir()
     tmp = d / f".{os.getpid()}.location.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from typing import TYPE_CHECKING, overload
 
 from loopx.errors import LoopxError
 
@@ -78,7 +79,15 @@ def check_name(value, *, what: str = "name") -> str:
     return value
 
 
-def check_text(value, *, what: str, limit: str | None = None, required: bool = True) -> str | None:
+if TYPE_CHECKING:
+    from typing import Literal
+
+
+@overload
+def check_text(value: object, *, what: str, limit: str | None = None, required: Literal[True] = True) -> str: ...
+@overload
+def check_text(value: object, *, what: str, limit: str | None = None, required: bool) -> str | None: ...
+def check_text(value: object, *, what: str, limit: str | None = None, required: bool = True) -> str | None:
     """Free text: valid UTF-8, no NUL, within its byte limit; stripped of outer white space."""
     if value is None:
         if required:

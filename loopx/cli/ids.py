@@ -11,9 +11,17 @@ Commands that act on one goal also take the goal id positionally (``loopx projec
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from loopx.validate import ID_KINDS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TypeVar
+
+    _F = TypeVar("_F", bound=Callable[..., Any])  # a click command function, returned as it came
 
 # Where the root command keeps the --registry value; loopx.cli.output re-exports it (output
 # imports this module, so the name lives here to keep the import one-way).
@@ -162,10 +170,11 @@ class GoalIdOption(click.Option):
         self.goal_required = goal_required
 
 
-def goal_option(positional: bool = True, required: bool = True, help: str | None = None):
+def goal_option(positional: bool = True, required: bool = True,
+                help: str | None = None) -> Callable[[_F], _F]:
     """``--goal-id`` (any unique prefix), and unless ``positional=False`` an optional ``[GOAL_ID]`` argument."""
 
-    def decorate(fn):
+    def decorate(fn: _F) -> _F:
         fn = click.option("--goal-id", "goal_id", cls=GoalIdOption, type=GOAL, default=None,
                           goal_required=required, help=help or (GOAL_HELP if positional else
                                                                 "The goal (a whole id or a unique prefix)."))(fn)
@@ -176,7 +185,8 @@ def goal_option(positional: bool = True, required: bool = True, help: str | None
     return decorate
 
 
-def id_option(kind: str, *names: str, required: bool = True, help: str | None = None, **kwargs):
+def id_option(kind: str, *names: str, required: bool = True, help: str | None = None,
+              **kwargs: Any) -> Callable[[_F], _F]:
     """An id option of ``kind`` taking a whole id or a unique prefix, completed from the registry."""
     text = help or f"The {kind} (a whole id or a unique prefix)."
     return click.option(*(names or (f"--{kind}-id",)), type=IdType(kind), required=required, help=text, **kwargs)

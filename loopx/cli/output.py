@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from loopx.errors import LoopxError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TypeVar
+
+    _F = TypeVar("_F", bound=Callable[..., Any])  # a click command function, returned as it came
 
 FORMAT_KEY = "loopx.format"
 from loopx.cli.ids import REGISTRY_KEY  # noqa: E402,F401  (re-exported)
@@ -350,7 +357,7 @@ def check_inside(run_id: str | None) -> None:
         raise LoopxError("run_not_yours", f"this command runs inside run {inside}; it may not act on run {run_id}")
 
 
-def operation_option(fn):
+def operation_option(fn: _F) -> _F:
     """The ``--operation-id`` option every mutating command takes."""
     return click.option(
         "--operation-id",

@@ -9,7 +9,8 @@ from loopx.hookspecs import hookspec
 if TYPE_CHECKING:
     from loopx.model import Event, Gate
     from loopx.plugin_register import StoreRegistrar
-    from loopx.registry import Registry, Writer
+    from loopx.registry import Registry
+    from loopx.writer import Writer
 
 
 @hookspec

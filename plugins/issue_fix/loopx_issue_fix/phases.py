@@ -283,7 +283,7 @@ def publish(reg: Any, actor: str, *, run_id: str | None, timeout: float | None =
 
     run, state, limit = steps.context(reg, run_id, ("publish",), "publish", timeout)
     with reg.read() as tx:
-        gate = api.gates.load(tx, run.goal_id, state.publish_gate)
+        gate = api.gates.load(tx, run.goal_id, state.publish_gate or "")  # set by hand-off, before publish
     if gate.status != "approved":
         raise LoopxError("gate_pending", f"publishing waits for a user to approve gate {gate.id} "
                          f"({gate.status}): loopx gate approve --goal-id {run.goal_id} --gate-id {gate.id}")

@@ -6,15 +6,20 @@ everything heavier is imported inside the hooks.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopx import hookimpl
 
 from loopx_issue_fix import __version__
 
+if TYPE_CHECKING:
+    import click
+
+    from loopx.api import registrars
+
 
 @hookimpl
-def loopx_register_capabilities(register):
+def loopx_register_capabilities(register: registrars.Capabilities) -> None:
     """Declare the ``issue_fix`` capability: its state, quota needs, commands and actions."""
     from loopx.api import Capability
 
@@ -35,7 +40,7 @@ def loopx_register_capabilities(register):
 
 
 @hookimpl
-def loopx_register_commands(cli):
+def loopx_register_commands(cli: click.Group) -> None:
     """Add ``loopx issue-fix`` (start, show, reproduce, verify, handoff, publish)."""
     from loopx_issue_fix.cli import issue_fix
 
@@ -90,7 +95,7 @@ ERROR_CODES = {
 
 
 @hookimpl
-def loopx_register_error_codes(register):
+def loopx_register_error_codes(register: registrars.ErrorCodes) -> None:
     """Register the ``issue_fix.*`` refusal codes."""
     for code, description in ERROR_CODES.items():
         register(code, description)
