@@ -3,15 +3,14 @@
 Inside a step the agent cannot open the registry (confinement hides and write-protects it), so
 when ``LOOPX_BROKER`` names a socket the ``loopx`` CLI sends its argv and working directory
 there (:mod:`loopx.broker` runs the command as this run's executor) and prints what comes back,
-exiting with the same status. Nothing of LoopX is imported: this path costs a socket round trip
-(and ``_socket``, not ``socket``, whose enums cost a client ~4 ms it has no use for).
+exiting with the same status. Nothing of LoopX is imported: this path costs a socket round trip.
 """
 
 from __future__ import annotations
 
-import _socket
 import json
 import os
+import socket
 import sys
 
 ENV = "LOOPX_BROKER"
@@ -57,7 +56,7 @@ def _cwd() -> str | None:
 
 def request(argv: list[str]) -> dict:
     """Send ``argv`` to the broker; its answer ``{"exit_code", "stdout", "stderr"}`` (``OSError`` if unreachable)."""
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(os.environ[ENV])
         send(sock, {"token": os.environ.get(ENV_TOKEN, ""), "argv": argv, "cwd": _cwd(),
@@ -73,7 +72,7 @@ def request(argv: list[str]) -> dict:
 def forward(argv: list[str]) -> int:
     """Send ``argv`` to the broker; print its output; return its exit status."""
     path = os.environ[ENV]
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
         send(sock, {"token": os.environ.get(ENV_TOKEN, ""), "argv": argv, "cwd": _cwd(),

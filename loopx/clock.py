@@ -5,14 +5,8 @@ The format is fixed-width, so timestamps compare correctly as strings, in Python
 
 from __future__ import annotations
 
-import os  # loaded by the interpreter itself: free
-
-try:
-    # The C implementation directly: ``import datetime`` first executes the whole pure-Python
-    # module (~1.6 ms) only to replace it with these, on a path that runs before every turn.
-    from _datetime import datetime, timedelta, timezone
-except ImportError:  # pragma: no cover - Pythons without the C accelerator
-    from datetime import datetime, timedelta, timezone
+import os
+from datetime import datetime, timedelta, timezone
 
 _FMT = "%Y-%m-%dT%H:%M:%S.%fZ"
 

@@ -170,8 +170,8 @@ def _cache_file() -> Path:
 
 
 def _cache_dir() -> Path:
-    """platformdirs' ``user_cache_dir("loopx")``, asked by every command that loads plugins:
-    :mod:`loopx.userdirs` finds it without importing platformdirs where it can."""
+    """platformdirs' ``user_cache_dir("loopx")`` (:mod:`loopx.userdirs`), asked by every command
+    that loads plugins."""
     from loopx import userdirs
 
     return Path(userdirs.cache_dir())

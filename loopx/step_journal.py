@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+from hashlib import sha256
 from pathlib import Path
 
 _replaying: set = set()  # registries being replayed in this thread of work (no recursion)
@@ -43,21 +44,8 @@ def directory(store) -> Path | None:
     from loopx import userdirs
     from loopx.store import display_url
 
-    key = _sha256(display_url(store.url).encode()).hexdigest()[:16]
+    key = sha256(display_url(store.url).encode()).hexdigest()[:16]
     return Path(userdirs.data_dir()) / f"journal-{key}"
-
-
-def _sha256(data: bytes):
-    """SHA-256 from CPython's built-in module when there is one: ``hashlib`` loads OpenSSL
-    (milliseconds), and this runs on every write, should-run included (same digest either way)."""
-    try:
-        from _sha256 import sha256  # CPython <= 3.11
-    except ImportError:
-        try:
-            from _sha2 import sha256  # CPython >= 3.12
-        except ImportError:
-            from hashlib import sha256
-    return sha256(data)
 
 
 class Intent:

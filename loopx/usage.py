@@ -11,6 +11,7 @@ the same ones, and ``self-repair check`` compares them like every other state ro
 from __future__ import annotations
 
 import json
+from hashlib import sha256
 
 from loopx.jsonsafe import canonical
 from loopx.model import Goal, QuotaLimits, QuotaUsage
@@ -92,7 +93,7 @@ def fingerprint_of(goal: Goal, gates, actions, used: QuotaUsage) -> str:
         "exhausted": exhausted(goal, used),
     }
     blob = canonical(inputs).encode()
-    return "sha256:" + _sha256(blob).hexdigest()
+    return "sha256:" + sha256(blob).hexdigest()
 
 
 def attrs_dict(limits: QuotaLimits) -> dict:
@@ -101,10 +102,3 @@ def attrs_dict(limits: QuotaLimits) -> dict:
 
     return {k: v for k, v in attrs.asdict(limits).items() if v is not None}
 
-
-# should-run runs before every agent turn: ``hashlib`` loads OpenSSL (~2 ms) where the
-# built-in ``_sha256`` module computes the same digest.
-try:
-    from _sha256 import sha256 as _sha256
-except ImportError:  # pragma: no cover - other Pythons
-    from hashlib import sha256 as _sha256

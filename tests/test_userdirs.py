@@ -1,19 +1,14 @@
-"""loopx.userdirs answers what platformdirs answers, with or without importing it; and the
-integrity key's directory is the one a step may not read."""
+"""loopx.userdirs answers what platformdirs answers for "loopx"; and the integrity key's directory
+is the one a step may not read."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import platformdirs
 import pytest
 
 from loopx import userdirs
-from tests.conftest import loopx_env
-from tests.factories import make_goal
 
 HOMES = ["/home/someone", "/home/someone/", "/", "relative/home", "", None]
 XDGS = [None, "", "  ", "/somewhere/xdg", "/somewhere/xdg/", "relative/xdg"]
@@ -47,20 +42,3 @@ def test_the_key_directory_is_inside_the_directory_a_step_may_not_read(monkeypat
         else:
             monkeypatch.setenv("XDG_CONFIG_HOME", xdg)
         assert keys.key_dir().parent == Path(confine.config_dir())
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the rule applied without platformdirs is Linux's")
-def test_should_run_and_a_write_do_not_import_platformdirs(sqlite_url):
-    """``quota should-run`` runs before every agent turn and writes (its key is in the config
-    directory): platformdirs (~5 ms to import) is not needed to find it."""
-    from loopx.registry import Registry
-
-    with Registry.open(sqlite_url) as reg:
-        goal = make_goal(reg, title="g", todo_texts=["t"])["goal"]
-    for argv in (["quota", "should-run", "--goal-id", goal], ["todo", "add", "--goal-id", goal, "--text", "u"]):
-        r = subprocess.run([sys.executable, "-X", "importtime", "-m", "loopx", *argv, "--json"],
-                           env=loopx_env(sqlite_url), capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0 and json.loads(r.stdout), r.stderr[-2000:]
-        imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
-        assert "loopx.keys" in imported and "loopx.userdirs" in imported
-        assert "platformdirs" not in imported, argv
