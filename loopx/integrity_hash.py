@@ -12,13 +12,7 @@ from operator import itemgetter
 
 from loopx import jsonsafe
 
-try:  # the built-in sha256 (no OpenSSL to load: should-run keeps its start-up cheap)
-    from _sha256 import sha256 as _sha256
-except ImportError:  # pragma: no cover - other Pythons
-    try:
-        from _sha2 import sha256 as _sha256
-    except ImportError:
-        from hashlib import sha256 as _sha256
+from hashlib import sha256 as _sha256
 
 
 GENESIS = "0" * 64

@@ -16,13 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-try:  # the built-in sha256: no OpenSSL (hmac/hashlib) to load on should-run's path
-    from _sha256 import sha256 as _sha256
-except ImportError:  # pragma: no cover - other Pythons
-    try:
-        from _sha2 import sha256 as _sha256
-    except ImportError:
-        from hashlib import sha256 as _sha256
+from hashlib import sha256 as _sha256
 
 META_ID = "registry_id"
 #: What the keying migration recorded (time, goals keyed, goals whose chain already failed).
@@ -31,16 +25,8 @@ KEY_BYTES = 32
 
 
 def _dir_env() -> tuple:
-    """The environment :func:`key_dir` is a function of."""
-    if _RAW is not None:
-        # Asked several times by every write (the key, the anchor): the mapping os.environ keeps
-        # (and changes with it) read directly - os.environ.get encodes and decodes each time.
-        return _RAW.get(b"XDG_CONFIG_HOME"), _RAW.get(b"HOME"), _RAW.get(b"APPDATA")
+    """The environment :func:`key_dir` is a function of (a few microseconds per write)."""
     return os.environ.get("XDG_CONFIG_HOME"), os.environ.get("HOME"), os.environ.get("APPDATA")
-
-
-#: os.environ's own bytes mapping on POSIX (what ``os.environ[...] = ...`` changes), else None.
-_RAW = getattr(os.environ, "_data", None) if os.name == "posix" and os.environ.encodekey("HOME") == b"HOME" else None
 
 
 def key_dir() -> Path:

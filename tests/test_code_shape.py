@@ -4,9 +4,8 @@ no function over 80; a module is imported by a name in a string (``importlib.imp
 ``__import__``) only at the few lazy boundaries listed here, which import-linter cannot see
 through (the ledger once reached the events package that way, hiding an import cycle).
 
-Each check has an allowlist of the files still over the line, named with the helper of issue 38
-who is working on them. The lists only shrink: an entry whose file now keeps the rule fails the
-test, so it is removed when the file is fixed, and a file missing from the list fails too.
+Each check has an allowlist of exceptions (empty today but for the lazy boundaries). An entry
+whose file now keeps the rule fails the test, so a list never holds a stale exception.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from tests.conftest import ROOT
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 80
 
-# Issue 38: files other helpers are splitting or fixing this session. Empty these as they land.
+# Exceptions to the rules below: none. A new entry needs a reason written beside it.
 PRIVATE_IMPORTS_ALLOWED: set[str] = set()
 # Where a module is imported by name on purpose: the lazy boundaries (what a table names is
 # imported when first used), each listed. Not an allowlist to empty: a new one is a design choice.
@@ -30,14 +29,10 @@ STRING_IMPORTS_ALLOWED = {
     "loopx/model/__init__.py",  # the model package's names, each loaded from its module on first use
     "loopx/plugins.py",  # hookspecs and built-in plugins named in a table; entry points
     "loopx/store/schema.py",  # a migration names the function that fills its new rows
-    "plugins/issue_fix/loopx_issue_fix/judge.py",  # issue 38: the ifstate helper's
+    "plugins/issue_fix/loopx_issue_fix/judge.py",  # the judge pins the test framework functions it names (in the tested interpreter)
 }
-LONG_FILES_ALLOWED = {
-    "loopx/process.py",  # plain
-}
-LONG_FUNCTIONS_ALLOWED = {
-    "loopx/process.py:run_under_policy",  # plain
-}
+LONG_FILES_ALLOWED: set[str] = set()
+LONG_FUNCTIONS_ALLOWED: set[str] = set()
 
 
 def _sources():
