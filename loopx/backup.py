@@ -1,6 +1,6 @@
 """A backup of an SQLite registry file, taken before a repair writes anything.
 
-The repair API offers it (``loopx.api.backup_registry``) so that a repair capability never opens
+The repair API offers it (``RepairSession.backup`` in ``loopx.api``) so that a repair capability never opens
 the registry file itself.
 """
 

@@ -333,7 +333,7 @@ CODES = {
     "schema_behind": "the registry schema is older than this LoopX",
     "unreadable_data": "an event holds NaN/Infinity or a lone surrogate (older versions let them in)",
     "goal_row_missing": "a goal's row is gone while its ledger survives",
-    # and the hash chain's own (loopx.api.INTEGRITY_CODES): head_mismatch, event_tampered,
+    # and the hash chain's own (loopx.integrity.CODES): head_mismatch, event_tampered,
     # chain_broken, state_digest_mismatch, goal_unsealed
     "head_mismatch": "the newest events are not the ones the goal's chain head names (events lost or inserted)",
     "event_tampered": "an event's stored content does not match its hash (the event was edited)",

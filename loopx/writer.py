@@ -101,7 +101,7 @@ class Writer:
         getattr(self.tx, "__dict__", {}).pop("_loopx_page", None)  # a page read before this event is stale after it
         event, self._prev_hash = ledger.append_chained(self.tx, event, self._prev_hash)
         if kind_name.split(".", 1)[0] not in ledger.AREAS:
-            # A plugin's own kind may set state in its apply (loopx.api.apply_state): held to the
+            # A plugin's own kind may set state in its apply (loopx.api.state.apply_rows): held to the
             # goal's cap in this transaction, so a refusal rolls the whole write back.
             from loopx import caps
 

@@ -73,7 +73,7 @@ def check_only_expired(writer, body):
 def abandoned(tx, event):
     """``body = {"run_id"}``: an open run past its expiry; its wall time is charged up to the expiry.
 
-    Written by the core (should-run) or, through ``loopx.api.abandon_expired_run``, by a
+    Written by the core (should-run) or, through ``loopx.api.RepairSession.abandon_expired_run``, by a
     capability, which the ledger then names as the actor. With ``"reason": "owner_gone"`` (the
     process that owned the run died before its lease ran out, :mod:`loopx.claims`) the run is
     closed at the event's time, not charged its whole lease."""

@@ -13,13 +13,13 @@ An executor carries out one governed turn. What the core does, and what it asks 
 * **Interrupt.** When the turn is asked to stop (SIGTERM, Ctrl-C, a worker stopping), the core
   calls ``interrupt()`` (:class:`InterruptibleExecutor`, when the provider has one) once, from a
   thread of its own: it must return at once, and ``run_turn`` should start no new step and return
-  what it has. ``loopx.api.stop_requested()`` says the same to an executor without ``interrupt``.
+  what it has. ``loopx.api.process.stop_requested()`` says the same to an executor without ``interrupt``.
   After the grace period (``--grace-seconds``) the core stops the process group of every child
   the turn started (TERM, then KILL) and closes the run ``interrupted``, with what ``run_turn``
   returned in its handoff. (The built-ins need no ``interrupt``: ``shell`` asks before each
   step; the agent executors run one agent process, stopped with the rest.)
 * **Confinement.** Asks nothing of the executor but one rule: start children only with
-  :func:`loopx.process.run_command` (``loopx.api.run_command``). Each then runs under the turn's
+  :func:`loopx.process.run_command` (``loopx.api.process.run``). Each then runs under the turn's
   policy (Landlock: it writes only beneath the workdir and its own temporary directory) with the
   broker in its environment, so any ``loopx`` command it runs reaches the registry as this run's
   executor. A child started any other way is not confined and not stopped on interruption, so

@@ -42,8 +42,8 @@ def loopx_gate_decided(writer: Writer, gate: Gate, decision: str) -> None:
 
     ``decision`` is ``approve``, ``reject`` or ``reopen``; ``gate`` the :class:`loopx.model.Gate`
     as it stands after it; ``writer`` the mutation's writer (the deciding user): emit through it
-    (``loopx.api.writer_todo_reopen``, ...) and write the capability's state with
-    ``loopx.api.acting(writer, CAPABILITY)``. Return nothing. Called in the caller's thread with no
+    (``loopx.api.todos.reopen_in``, ...) and write the capability's state with
+    ``loopx.api.state.acting(writer, CAPABILITY)``. Return nothing. Called in the caller's thread with no
     deadline, so keep it to a few indexed reads and writes. It fails closed: an implementation that
     raises refuses the whole decision (``plugin_error`` naming the plugin, nothing written);
     disable the plugin to decide without it.
