@@ -101,8 +101,10 @@ class EventKindRegistration(_Record):
     guard: Callable[[Any, dict[str, Any]], None] | None
     formerly: str | Iterable[str]
 
-    def __init__(self, name: str, apply: Callable[[Any, Any], None], writers: str | Iterable[str] = ("capability",),
-                 guard: Callable[[Any, dict[str, Any]], None] | None = None, formerly: str | Iterable[str] = ()) -> None:
+    def __init__(self, name: str, apply: Callable[[Any, Any], None],
+                 writers: str | Iterable[str] = ("capability",),
+                 guard: Callable[[Any, dict[str, Any]], None] | None = None,
+                 formerly: str | Iterable[str] = ()) -> None:
         super().__init__(name, apply, writers, guard, formerly)
 
 
