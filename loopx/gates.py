@@ -9,22 +9,30 @@ action out of contracts, a gate on ``todo:ID`` keeps that todo out of the ready 
 from __future__ import annotations
 
 import shlex
+from typing import TYPE_CHECKING
 
-from loopx import ledger
+from loopx import ledger, model
 from loopx.errors import LoopxError
-from loopx.model import GATE_SCOPES, Gate, to_json
+from loopx.model import GATE_SCOPES, to_json
 from loopx.registry import Registry
 from loopx.validate import check_id, check_name, check_text, new_id
 
 DECISIONS = {"approve": ("gate.approved", "approved"), "reject": ("gate.rejected", "rejected"),
              "reopen": ("gate.reopened", "pending")}
 
+if TYPE_CHECKING:
+    from loopx.model import Gate
+
 
 def gate_from_row(row: dict) -> Gate:
     """A :class:`Gate` from a ``gates`` row."""
-    return Gate(id=row["id"], goal_id=row["goal_id"], title=row["title"], scope=row["scope"], blocks=row["blocks"],
-                status=row["status"], requested_by=row["requested_by"], created_at=row["created_at"],
-                decided_by=row["decided_by"], decided_at=row["decided_at"], comment=row["comment"])
+    # ``model.Gate``, not a name imported at the top: the model builds the attrs class when it is
+    # first asked for (loopx.model), and ``quota should-run`` reads a goal's gates on every turn,
+    # mostly finding none.
+    return model.Gate(id=row["id"], goal_id=row["goal_id"], title=row["title"], scope=row["scope"],
+                      blocks=row["blocks"], status=row["status"], requested_by=row["requested_by"],
+                      created_at=row["created_at"], decided_by=row["decided_by"], decided_at=row["decided_at"],
+                      comment=row["comment"])
 
 
 def list_gates(tx, goal_id: str, *, pending_only: bool = False) -> list[Gate]:

@@ -28,7 +28,6 @@ This module imports nothing of LoopX (it sits beside :mod:`loopx.process`).
 from __future__ import annotations
 
 import os
-import signal
 
 #: The defaults (``loopx config set limits.<name> N``, or ``none`` for no limit).
 DEFAULTS = {"memory_mb": 4096, "processes": 512, "cpu_seconds": 3600}
@@ -317,12 +316,16 @@ class Group:
             return REASONS["memory_mb"]
         if _counter(self.dirs.get("v2"), "pids.events", "max") or _counter(self.dirs.get("pids"), "pids.events", "max"):
             return REASONS["processes"]
+        import signal  # not at the top: every should-run's contract imports this module; signal's enums cost
+
+
         if returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
             return REASONS["cpu_seconds"]
         return None
 
     def end(self) -> None:
         """Kill every process left in the group, then remove it."""
+        import signal
         import time
 
         if "v2" in self.dirs:

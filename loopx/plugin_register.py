@@ -13,23 +13,43 @@ mis-registration.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterable, Protocol, TypeVar, cast
-
-import attrs
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterable, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from loopx.capabilities import Capability
 
-# The records are values: equal by fields, never changed. No generated __repr__ (its compiled
-# code costs at import on every command's path); the one below reads the fields.
-_record = attrs.frozen(repr=False)
-
-
 class _Record:
-    __slots__ = ()
+    """A value: its fields are its ``__slots__``, set once by its ``__init__``; equal (and hashed) by
+    them, never changed. Plain classes, not attrs: every command builds a plugin manager, so these
+    are created on the path of ``quota should-run``, where attrs' class creation (it compiles an
+    ``__init__``, ``__eq__`` and ``__hash__`` per class) cost ~1.5 ms for the five; none of its other
+    features is used here."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __init__(self, *values: Any) -> None:
+        for name, value in zip(self.__slots__, values):
+            object.__setattr__(self, name, value)
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, *self._values()))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is a record: its fields do not change")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is a record: its fields do not change")
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{a.name}={getattr(self, a.name)!r}" for a in attrs.fields(cast(Any, type(self))))
+        fields = ", ".join(f"{name}={value!r}" for name, value in zip(self.__slots__, self._values()))
         return f"{type(self).__name__}({fields})"
 
 
@@ -39,46 +59,64 @@ class StoreFactory(Protocol):
     def __call__(self, url: str, readonly: bool = ..., /) -> Any: ...
 
 
-@_record
 class StoreRegistration(_Record):
     """``register(scheme, factory)``: a storage backend for URLs of ``scheme``."""
 
+    __slots__ = ("scheme", "factory")
     scheme: str
     factory: StoreFactory
 
+    def __init__(self, scheme: str, factory: StoreFactory) -> None:
+        super().__init__(scheme, factory)
 
-@_record
+
 class ExecutorRegistration(_Record):
     """``register(name, provider)``: an executor provider (:class:`loopx.executors.protocol.Executor`)."""
 
+    __slots__ = ("name", "provider")
     name: str
     provider: Any
 
+    def __init__(self, name: str, provider: Any) -> None:
+        super().__init__(name, provider)
 
-@_record
+
 class CapabilityRegistration(_Record):
     """``register(declaration)``: a :class:`loopx.capabilities.Capability` (or a dict of its fields)."""
 
+    __slots__ = ("declaration",)
     declaration: Capability | dict[str, Any]
 
+    def __init__(self, declaration: Capability | dict[str, Any]) -> None:
+        super().__init__(declaration)
 
-@_record
+
 class EventKindRegistration(_Record):
     """``register(name, apply, writers=("capability",), guard=None, formerly=())``: an event kind."""
 
+    __slots__ = ("name", "apply", "writers", "guard", "formerly")
     name: str
     apply: Callable[[Any, Any], None]
-    writers: str | Iterable[str] = ("capability",)
-    guard: Callable[[Any, dict[str, Any]], None] | None = None
-    formerly: str | Iterable[str] = ()
+    writers: str | Iterable[str]
+    guard: Callable[[Any, dict[str, Any]], None] | None
+    formerly: str | Iterable[str]
+
+    def __init__(self, name: str, apply: Callable[[Any, Any], None],
+                 writers: str | Iterable[str] = ("capability",),
+                 guard: Callable[[Any, dict[str, Any]], None] | None = None,
+                 formerly: str | Iterable[str] = ()) -> None:
+        super().__init__(name, apply, writers, guard, formerly)
 
 
-@_record
 class ErrorCodeRegistration(_Record):
     """``register(code, description="")``: a namespaced error code."""
 
+    __slots__ = ("code", "description")
     code: str
-    description: str = ""
+    description: str
+
+    def __init__(self, code: str, description: str = "") -> None:
+        super().__init__(code, description)
 
 
 class RegisterMisuse(TypeError):

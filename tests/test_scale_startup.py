@@ -109,3 +109,23 @@ def test_the_entry_point_cache_stays_where_platformdirs_puts_it(monkeypatch, tmp
     else:
         monkeypatch.setenv("XDG_CACHE_HOME", xdg)
     assert plugins._cache_file().parent == Path(platformdirs.user_cache_dir("loopx", appauthor=False))
+
+
+def test_should_run_opening_a_run_loads_no_gate_class_and_no_signal(sqlite_url):
+    """What opening a run does not need is not loaded: the Gate attrs class on a goal without
+    gates (loopx.model builds each area's classes on first use), ``signal`` (its enums) for the
+    step limits the contract states. docs/performance.md counts what each cost."""
+    from loopx.registry import Registry
+
+    with Registry.open(sqlite_url) as reg:
+        goal = make_goal(reg, title="no gates", todo_texts=["t"])["goal"]
+    shown = ("signal", "loopx.model.gate", "loopx.model.todo", "loopx.limits")
+    code = ("import atexit, sys\n"
+            f"atexit.register(lambda: print('LOADED', *[m for m in {shown!r} if m in sys.modules], file=sys.stderr))\n"
+            "from loopx.entry import main\nsys.argv = ['loopx', *sys.argv[1:]]\nmain()\n")
+    r = subprocess.run([sys.executable, "-c", code, "quota", "should-run", "--goal-id", goal, "--agent", "a1", "--json"],
+                       env=loopx_env(sqlite_url), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["interaction_contract"]["run_id"]  # it opened a run
+    loaded = next(line.split()[1:] for line in r.stderr.splitlines() if line.startswith("LOADED"))
+    assert loaded == ["loopx.model.todo", "loopx.limits"]  # the todo was read, the limits stated
