@@ -62,13 +62,16 @@ attempt("create_in_run", lambda: write(os.path.join(run, "pwned")))
 attempt("rewrite_code_under_test", lambda: write(os.path.join(run, "tree", "calc.py"), "def add(a, b):\n    return a + b\n"))
 attempt("forge_results", lambda: write(os.path.join(run, "report", "last.json"), "{}"))
 attempt("rename_run", lambda: os.rename(run, run + "-moved"))
-pids = []
-for p in os.listdir("/proc"):
-    try:
-        if p.isdigit() and b"_loopx_issue_fix_probe" in open("/proc/%s/cmdline" % p, "rb").read():
-            pids.append(p)
-    except OSError:
-        pass
+# The run's directory exists a moment before its test process starts: look until it shows (or 60 s).
+pids, deadline = [], time.monotonic() + 60
+while not pids and time.monotonic() < deadline:
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and b"_loopx_issue_fix_probe" in open("/proc/%s/cmdline" % p, "rb").read():
+                pids.append(p)
+        except OSError:
+            pass
+    time.sleep(0.05)
 out["test_processes_seen"] = len(pids)
 for p in pids[:1]:
     attempt("write_through_proc_cwd", lambda: write("/proc/%s/cwd/pwned" % p))
