@@ -57,6 +57,7 @@ def _on_a_terminal(argv, env, cwd, timeout=180):
     return p.returncode, out, shown.decode(errors="replace").replace("\r\n", "\n")
 
 
+@pytest.mark.agents  # the real Claude Code / Codex CLIs
 def test_a_turn_on_a_terminal_shows_the_agents_activity_and_is_quiet_in_a_pipe(agent):
     gid = _goal(agent.url)
     with SERVERS[agent.executor]() as server:
@@ -80,6 +81,7 @@ def test_a_turn_on_a_terminal_shows_the_agents_activity_and_is_quiet_in_a_pipe(a
     assert f"{agent.executor}: " not in p.stderr, p.stderr
 
 
+@pytest.mark.agents  # the real Claude Code / Codex CLIs
 def test_a_worker_on_a_terminal_logs_its_turns_agent_activity(tmp_path, sqlite_url):
     agent = Agent("claude-code", tmp_path, sqlite_url)
     gid = _goal(sqlite_url)

@@ -122,6 +122,7 @@ def agent(request, tmp_path, sqlite_url):
     return Agent(request.param, tmp_path, sqlite_url)
 
 
+@pytest.mark.agents  # the real Claude Code / Codex CLIs
 def test_what_a_hostile_agent_writes_to_its_cli_state_never_reaches_the_users_own_sessions(agent, sqlite_url,
                                                                                            monkeypatch):
     world = _user_world(agent)
@@ -181,6 +182,7 @@ def test_what_a_hostile_agent_writes_to_its_cli_state_never_reaches_the_users_ow
         assert (goal_home / "auth.json").read_bytes() == (world["codex"] / "auth.json").read_bytes()
 
 
+@pytest.mark.agents  # the real Claude Code / Codex CLIs
 def test_two_goals_get_homes_of_their_own_and_one_cannot_see_what_the_others_agent_wrote(agent, sqlite_url):
     world = _user_world(agent)
     reg = Registry.open(sqlite_url)
