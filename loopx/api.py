@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loopx import hookimpl
+from loopx import hookimpl as hookimpl  # re-exported: `from loopx.api import hookimpl` type-checks
 
 if TYPE_CHECKING:
     from loopx.capabilities import Capability as Capability
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from loopx.clock import now as now
     from loopx.errors import LoopxError as LoopxError
     from loopx.hookspecs.answers import ContributedAction as ContributedAction
+    from loopx.hookspecs.answers import ReadTx as ReadTx
     from loopx.hookspecs.answers import Veto as Veto
     from loopx.model import to_json as to_json
     from loopx.plugin_api import cli as cli
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from loopx.plugin_api import todos as todos
     from loopx.registry import Registry as Registry
     from loopx.repair_session import RepairSession as RepairSession
+    from loopx.writer import Writer as Writer
 
 # Every name, under the heading of docs/plugins.md that documents it: "module:attribute" for a
 # value, "module" for a namespace (tests/test_plugin_api.py checks each member is documented).
@@ -52,6 +54,8 @@ GROUPS = {
     "The registry": {
         "open_registry": "loopx.cli.output:open_registry",
         "Registry": "loopx.registry:Registry",
+        "ReadTx": "loopx.hookspecs.answers:ReadTx",
+        "Writer": "loopx.writer:Writer",
         "now": "loopx.clock:now",
         "to_json": "loopx.model:to_json",
     },

@@ -91,17 +91,23 @@ class CapabilityRegistration(_Record):
         super().__init__(declaration)
 
 
+if TYPE_CHECKING:  # for the checker only: nothing to build on the path of every command
+    #: An event kind's ``apply(tx, event)``; a repair kind's (``RepairSession.apply_event``, marked
+    #: ``replays``) is called ``apply(tx, event, replay)``.
+    EventApply = Callable[[Any, Any], None] | Callable[[Any, Any, Any], None]
+
+
 class EventKindRegistration(_Record):
     """``register(name, apply, writers=("capability",), guard=None, formerly=())``: an event kind."""
 
     __slots__ = ("name", "apply", "writers", "guard", "formerly")
     name: str
-    apply: Callable[[Any, Any], None]
+    apply: EventApply
     writers: str | Iterable[str]
     guard: Callable[[Any, dict[str, Any]], None] | None
     formerly: str | Iterable[str]
 
-    def __init__(self, name: str, apply: Callable[[Any, Any], None],
+    def __init__(self, name: str, apply: EventApply,
                  writers: str | Iterable[str] = ("capability",),
                  guard: Callable[[Any, dict[str, Any]], None] | None = None,
                  formerly: str | Iterable[str] = ()) -> None:
@@ -194,7 +200,7 @@ class EventKindRegistrar(Registrar[EventKindRegistration]):
     shown = "register(name, apply, writers=('capability',), guard=None, formerly=())"
 
     if TYPE_CHECKING:
-        def __call__(self, name: str, apply: Callable[[Any, Any], None], writers: str | Iterable[str] = ...,
+        def __call__(self, name: str, apply: EventApply, writers: str | Iterable[str] = ...,
                      guard: Callable[[Any, dict[str, Any]], None] | None = None,
                      formerly: str | Iterable[str] = ...) -> None: ...
 
