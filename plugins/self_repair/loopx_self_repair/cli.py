@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
 from loopx.api import cli, open_registry
 
 
-def _finding_line(f: dict) -> str:
+def _finding_line(f: dict[str, Any]) -> str:
     where = f["goal_id"] or "registry"
     tag = "" if f["severity"] == "damage" else f" ({f['severity']})"
     return f"{where}  {f['code']}{tag}: {f['message']}"
 
 
-def _check_text(report: dict) -> str:
+def _check_text(report: dict[str, Any]) -> str:
     if report["ok"]:
         return f"ok: {report['checked']['goals']} goal(s) checked, nothing to repair"
     lines = [_finding_line(f) for f in report["findings"]]
@@ -27,7 +28,7 @@ def _check_text(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _fix_text(result: dict) -> str:
+def _fix_text(result: dict[str, Any]) -> str:
     if result.get("dry_run"):
         lines = [f"would   {_finding_line(f)}  -> {f['would']}" for f in result["plan"]]
         return "\n".join(lines + ["dry run: nothing written" if lines else "ok: nothing to repair"])
@@ -39,19 +40,19 @@ def _fix_text(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _only_housekeeping(report: dict) -> bool:
+def _only_housekeeping(report: dict[str, Any]) -> bool:
     return bool(report["findings"]) and all(f["severity"] == "housekeeping" for f in report["findings"])
 
 
 @click.group(cls=cli.LoopxGroup, epilog="Example:\n  loopx self-repair check")
-def self_repair():
+def self_repair() -> None:
     """Detect and repair state that disagrees with the ledger or points at nothing."""
 
 
 @self_repair.command(epilog="Example:\n  loopx self-repair check --json")
 @cli.goal_option(required=False, help="Check one goal (default: every goal); also as the first argument.")
 @click.option("--strict", is_flag=True, help="Exit 1 for housekeeping findings too (stale leases, abandoned runs).")
-def check(goal_id, strict):
+def check(goal_id: str | None, strict: bool) -> None:
     """Run every detector; exit status 1 when something needs repair.
 
     Housekeeping findings alone (state the core already treats correctly, such as an expired
@@ -70,7 +71,7 @@ def check(goal_id, strict):
 @cli.goal_option(required=False, help="Repair one goal (default: every goal); also as the first argument.")
 @click.option("--dry-run", is_flag=True, help="Show what would be repaired; write nothing (no backup either).")
 @cli.operation_option
-def fix(goal_id, dry_run, operation_id):
+def fix(goal_id: str | None, dry_run: bool, operation_id: str | None) -> None:
     """Repair what the detectors find, each repair recorded in the goal's ledger.
 
     An SQLite registry is first copied to FILE.bak-TIME. A rebuild never drops a gate, claim,
@@ -92,7 +93,7 @@ def fix(goal_id, dry_run, operation_id):
 @self_repair.command(epilog="Example:\n  loopx self-repair accept --goal-id g-2ce4")
 @cli.goal_option(help="The goal whose kept state you checked (also as the first argument).")
 @cli.operation_option
-def accept(goal_id, operation_id):
+def accept(goal_id: str, operation_id: str | None) -> None:
     """Confirm what a repair kept (a gate, claim, approval or evidence the ledger lacked).
 
     Until a user runs this, `quota should-run` answers ask_user (repair_needs_user). Users only.
@@ -109,7 +110,7 @@ def accept(goal_id, operation_id):
 
 @self_repair.command(epilog="Example:\n  loopx self-repair skill --path")
 @click.option("--path", "path_only", is_flag=True, help="Print where the skill file is instead of its text.")
-def skill(path_only):
+def skill(path_only: bool) -> None:
     """Print the loopx-self-repair agent skill (SKILL.md), to install it in an agent host."""
     from importlib.resources import files
 

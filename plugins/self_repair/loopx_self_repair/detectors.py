@@ -10,6 +10,11 @@ few indexed queries, no ledger replay), because the contract veto runs on every
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loopx.api import ReadTx, Registry, RepairSession
+
 NAMESPACE = "self_repair"
 #: This plugin's repair event kind; older ledgers hold it as ``capability.repaired``.
 KIND = "self_repair.repaired"
@@ -20,7 +25,7 @@ OWN_CODES = {
 }
 
 
-def session():
+def session() -> RepairSession:
     """Self-repair's session of LoopX's repair API: every detector and repair goes through it, as
     ``capability:self_repair`` recording ``self_repair.repaired`` events."""
     from loopx.api import RepairSession
@@ -28,20 +33,20 @@ def session():
     return RepairSession(NAMESPACE, kind=KIND)
 
 
-def _codes() -> dict:
+def _codes() -> dict[str, str]:
     from loopx.api import RepairSession
 
     return {**RepairSession.CODES, **OWN_CODES}
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> dict[str, str]:
     # CODES resolves lazily: this module is imported by the contract veto before every turn.
     if name == "CODES":
         return _codes()
     raise AttributeError(name)
 
 
-def needs_user(tx, goal_id: str) -> list:
+def needs_user(tx: ReadTx, goal_id: str) -> list[Any]:
     """A repair kept state the ledger did not hold and waits for a person (``self-repair accept``)."""
     from loopx.api import RepairSession, state
 
@@ -53,12 +58,12 @@ def needs_user(tx, goal_id: str) -> list:
                     None, details=value)]
 
 
-def veto_findings(tx, goal_id: str) -> list:
+def veto_findings(tx: ReadTx, goal_id: str) -> list[Any]:
     """What the contract veto looks at: whether a repair waits for a person, and the cheap damage
     detectors, for one goal."""
     return needs_user(tx, goal_id) + session().cheap(tx, goal_id)
 
 
-def check(reg, *, goal_id: str | None = None, now: str | None = None) -> dict:
+def check(reg: Registry, *, goal_id: str | None = None, now: str | None = None) -> dict[str, Any]:
     """Run every detector (on one goal or all) and return ``{"ok", "findings", "checked"}``."""
     return session().check(reg, goal_id=goal_id, now=now, also=needs_user, codes=OWN_CODES)

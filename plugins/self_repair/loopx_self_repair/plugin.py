@@ -6,9 +6,16 @@ imports nothing heavy: detectors, repairs and the CLI load inside the hooks that
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from loopx.api import hookimpl
 
 from loopx_self_repair import __version__
+
+if TYPE_CHECKING:
+    import click
+
+    from loopx.api import ReadTx, Veto, goals, registrars
 
 #: Why self-repair serves every goal (docs/capabilities/self_repair.md repeats it).
 WHY_DEFAULT_ON = ("its veto stops a turn on state that disagrees with the ledger, and damage can reach any goal, "
@@ -18,7 +25,7 @@ REPAIRS = ("state_rebuilt", "lease_released", "dependency_dropped", "gate_widene
 
 
 @hookimpl
-def loopx_register_capabilities(register):
+def loopx_register_capabilities(register: registrars.Capabilities) -> None:
     """Declare the ``self_repair`` capability (see docs/capabilities/self_repair.md)."""
     from loopx.api import Capability
 
@@ -43,7 +50,7 @@ def loopx_register_capabilities(register):
 
 
 @hookimpl
-def loopx_register_event_kinds(register):
+def loopx_register_event_kinds(register: registrars.EventKinds) -> None:
     """``self_repair.repaired``: one repair of a goal's current state, recorded in its ledger
     (applied and guarded by LoopX's repair API: ``RepairSession.apply_event``, ``guard_event``,
     which is what lets LoopX replay these events itself when this plugin is not installed).
@@ -58,7 +65,7 @@ def loopx_register_event_kinds(register):
 
 
 @hookimpl
-def loopx_register_commands(cli):
+def loopx_register_commands(cli: click.Group) -> None:
     """Add ``loopx self-repair check|fix|skill``."""
     from loopx_self_repair.cli import self_repair
 
@@ -66,7 +73,7 @@ def loopx_register_commands(cli):
 
 
 @hookimpl
-def loopx_contract_veto(tx, goal):
+def loopx_contract_veto(tx: ReadTx, goal: goals.Goal) -> Veto | dict[str, Any] | None:
     """Turn a goal's contract into ``repair`` while a cheap detector finds damage.
 
     Runs on every ``quota should-run``, so only the cheap detectors run here (a few indexed

@@ -26,15 +26,20 @@ failure is answered with ``REINDEX``; anything else stays in ``remaining`` (rest
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from loopx.api import LoopxError
 
 from loopx_self_repair import detectors
+
+if TYPE_CHECKING:
+    from loopx.api import Registry, Writer
 
 NAME = detectors.NAMESPACE
 
 
 def fix(url: str | None, *, goal_id: str | None = None, operation_id: str | None = None,
-        dry_run: bool = False) -> dict:
+        dry_run: bool = False) -> dict[str, Any]:
     """Repair what the detectors find (one goal or all); returns ``{"ok", "repaired", "remaining"}``
     (and ``backup``: where the registry was copied first). ``dry_run``: ``{"plan", ...}``, no writes."""
     from loopx.api import Registry, cli
@@ -46,7 +51,7 @@ def fix(url: str | None, *, goal_id: str | None = None, operation_id: str | None
             report = detectors.check(ro, goal_id=goal_id)
         plan = [{**f, "would": f["repair"] or "nothing (needs a person or a backup)"} for f in report["findings"]]
         return {"ok": report["ok"], "dry_run": True, "plan": plan, "repaired": [], "remaining": report["findings"]}
-    repaired: list[dict] = []
+    repaired: list[dict[str, Any]] = []
     # A read-only open does not migrate, so this is where an old schema is still visible.
     try:
         with Registry.open(url, readonly=True) as ro:
@@ -79,7 +84,7 @@ def fix(url: str | None, *, goal_id: str | None = None, operation_id: str | None
     return out
 
 
-def _fix_storage(reg) -> list[dict]:
+def _fix_storage(reg: Registry) -> list[dict[str, Any]]:
     repair = detectors.session()
     found = repair.storage(reg)
     if not found:
@@ -90,13 +95,13 @@ def _fix_storage(reg) -> list[dict]:
     return [{**found[0].to_json(), "result": "reindexed"}]
 
 
-def _restore_goal_rows(reg) -> list[dict]:
+def _restore_goal_rows(reg: Registry) -> list[dict[str, Any]]:
     """Goals whose row was deleted while their ledger survives: rebuilt from the ledger."""
     found = detectors.session().restore_goal_rows(reg, after=lambda w, done: _rebuilt(done, w.goal_id, w))
     return [row for rows in found for row in rows]
 
 
-def _rebuilt(done: dict, goal_id: str, w=None) -> list[dict]:
+def _rebuilt(done: dict[str, Any], goal_id: str, w: Writer | None = None) -> list[dict[str, Any]]:
     """The result rows of one rebuild; with the writer ``w``, a rebuild that kept rows makes the
     goal wait for a person (``needs_user``, in the same transaction)."""
     kept, lost = done["kept"], done["lost"]
@@ -119,20 +124,20 @@ def _op(operation_id: str | None, goal_id: str, step: str) -> str | None:
     return None if operation_id is None else f"{operation_id}/{goal_id}/{step}"
 
 
-def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
+def _fix_goal(reg: Registry, goal_id: str, operation_id: str | None) -> list[dict[str, Any]]:
     from loopx.api import state
 
     session = detectors.session()
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
 
-    def escape(w):
+    def escape(w: Writer) -> list[dict[str, Any]]:
         done = session.escape(w)  # detected again inside the transaction
         if done is None:
             return []
         return [{**f.to_json(), "result": f"data_escaped (originals in evidence {done['evidence_id']})",
                  "seq": done["seq"]} for f in done["findings"]]
 
-    def rebuild(w):
+    def rebuild(w: Writer) -> list[dict[str, Any]]:
         done = session.rebuild(w)  # drift detected again inside the transaction
         return [] if done is None else _rebuilt(done, goal_id, w)
 
@@ -152,7 +157,7 @@ def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
                               operation_id=_op(operation_id, goal_id, "rebuild"),
                               request={"op": "self_repair.rebuild", "goal": goal_id}))
 
-    def repair_rest(w):
+    def repair_rest(w: Writer) -> list[dict[str, Any]]:
         done = []
         for f in session.goal(w.tx, goal_id, now=w.at, full=False):
             repair = session.propose(f)
@@ -170,21 +175,22 @@ def _fix_goal(reg, goal_id: str, operation_id: str | None) -> list[dict]:
     return out
 
 
-def accept(reg, goal_id: str, *, operation_id: str | None = None) -> dict:
+def accept(reg: Registry, goal_id: str, *, operation_id: str | None = None) -> dict[str, Any]:
     """A user confirms what a repair kept (``self-repair accept``): the goal may run again."""
     from loopx.api import ids, state
 
     ids.check("goal", goal_id)
 
-    def work(w):
+    def work(w: Writer) -> dict[str, Any]:
         if "needs_user" not in state.get(w.tx, goal_id, NAME):
             return {"goal_id": goal_id, "accepted": False, "message": "nothing waits for a user"}
         state.drop(w, NAME, ["needs_user"])
         state.put(w, NAME, {"last_accept": {"at": w.at, "by": "user"}})
         return {"goal_id": goal_id, "accepted": True}
 
-    return reg.mutate(detectors.session().actor, work, goal_id=goal_id, allow_closed=True, operation_id=operation_id,
-                      request={"op": "self_repair.accept", "goal": goal_id})
+    result: dict[str, Any] = reg.mutate(detectors.session().actor, work, goal_id=goal_id, allow_closed=True,
+                                        operation_id=operation_id, request={"op": "self_repair.accept", "goal": goal_id})
+    return result
 
 
 def accept_command(goal_id: str) -> str:
