@@ -9,6 +9,12 @@ HTML: every value escaped, every form carrying the session's CSRF token, no scor
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING, Any
+
+from loopx import api
+
+if TYPE_CHECKING:
+    from loopx.api import ReadTx, Registry, gates
 
 esc = html.escape
 
@@ -16,11 +22,9 @@ esc = html.escape
 _ALL = "every turn of this goal"
 
 
-def gather(reg, limit: int = 100) -> dict:
+def gather(reg: Registry, limit: int = 100) -> dict[str, Any]:
     """``{"goals": [...], "counts": {...}}``: what the page shows (the overview, then one read
     transaction for the gates, todos and packets of the goals it lists)."""
-    from loopx import api
-
     view = api.goals.overview(reg, limit=limit)
     goals = []
     with reg.read() as tx:
@@ -32,9 +36,9 @@ def gather(reg, limit: int = 100) -> dict:
                 continue
             goals.append({
                 "goal": g,
-                "gates": [{"gate": gate, "blocks_text": _blocks(api, tx, gate),
-                           "artifacts": _gate_artifacts(api, tx, gate)} for gate in gates],
-                "packet": _packet(api, tx, g["id"]) if gates else None,
+                "gates": [{"gate": gate, "blocks_text": _blocks(tx, gate),
+                           "artifacts": _gate_artifacts(tx, gate)} for gate in gates],
+                "packet": _packet(tx, g["id"]) if gates else None,
                 "run": run if scorable else None,
             })
     return {"goals": goals,
@@ -42,7 +46,7 @@ def gather(reg, limit: int = 100) -> dict:
                        "runs": sum(1 for x in goals if x["run"])}}
 
 
-def _blocks(api, tx, gate) -> str:
+def _blocks(tx: ReadTx, gate: gates.Gate) -> str:
     """``gate.blocks`` said in words: what approving it lets run."""
     kind, _, target = gate.blocks.partition(":")
     if gate.blocks == "all":
@@ -58,7 +62,7 @@ def _blocks(api, tx, gate) -> str:
     return gate.blocks
 
 
-def _gate_artifacts(api, tx, gate) -> list[dict]:
+def _gate_artifacts(tx: ReadTx, gate: gates.Gate) -> list[dict[str, Any]]:
     """What was recorded to decide ``gate`` (a diff of changed tests): ``{"name", "sha256", "text",
     "problem"}``, ``text`` read only while it has its recorded sha256 (else ``problem``)."""
     out = []
@@ -75,7 +79,7 @@ def _gate_artifacts(api, tx, gate) -> list[dict]:
     return out
 
 
-def _packet(api, tx, goal_id: str) -> dict | None:
+def _packet(tx: ReadTx, goal_id: str) -> dict[str, str] | None:
     """The review packet the goal records, ``{"path", "sha256", "source"}``, or None.
 
     Issue-Fix keeps it in its capability state (``handoff``: ``packet``/``path`` and ``sha256``);
@@ -110,7 +114,7 @@ def shell(body: str, *, status_line: str = "") -> str:
             "printed.</footer></body></html>")
 
 
-def render(data: dict, csrf: str, message: str = "") -> str:
+def render(data: dict[str, Any], csrf: str, message: str = "") -> str:
     """The logged-in page (see the module's docstring)."""
     items, articles = [], []
     for entry in data["goals"]:
@@ -127,7 +131,7 @@ def render(data: dict, csrf: str, message: str = "") -> str:
                  status_line=esc(status_line))
 
 
-def _nav_item(entry) -> str:
+def _nav_item(entry: dict[str, Any]) -> str:
     g = entry["goal"]
     needs = g.get("needs_you")
     meta = []
@@ -143,7 +147,7 @@ def _nav_item(entry) -> str:
             f"<div class='meta'>{esc(' · '.join(meta))}</div></li>")
 
 
-def _article(entry, csrf: str) -> str:
+def _article(entry: dict[str, Any], csrf: str) -> str:
     g = entry["goal"]
     needs = g.get("needs_you")
     hidden = (f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
@@ -160,7 +164,7 @@ def _article(entry, csrf: str) -> str:
             f"{needs_html}<div class='grid'>{''.join(cards)}</div></article>")
 
 
-def _gate_card(item, packet, hidden: str) -> str:
+def _gate_card(item: dict[str, Any], packet: dict[str, str] | None, hidden: str) -> str:
     gate = item["gate"]
     packet_html = ""
     if packet:
@@ -188,8 +192,8 @@ def _gate_card(item, packet, hidden: str) -> str:
             "<button name='verb' value='reject'>Reject</button></form></section>")
 
 
-def _reward_card(run, hidden: str) -> str:
-    outcome = run.get("outcome") or run.get("state")
+def _reward_card(run: dict[str, Any], hidden: str) -> str:
+    outcome: str = run.get("outcome") or run["state"]  # every run in the overview has a state
     return (f"<section class='card reward-card' data-run-id='{esc(run['id'])}'>"
             f"<h3>Score run <code>{esc(run['id'])}</code> <span class='badge {esc(outcome)}'>{esc(outcome)}</span></h3>"
             f"<form method='post' action='/reward' class='reward' data-run-id='{esc(run['id'])}'>{hidden}"

@@ -5,18 +5,25 @@ Imported on every ``loopx`` start-up: nothing heavy here; the server loads when 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from loopx import hookimpl
+
+if TYPE_CHECKING:
+    import click
+
+    from loopx.api import registrars
 
 
 @hookimpl
-def loopx_register_commands(cli):
+def loopx_register_commands(cli: click.Group) -> None:
     """Add ``loopx approvals serve``."""
     import click
 
     from loopx import api
 
     @click.group("approvals", cls=api.cli.LoopxGroup)
-    def approvals():
+    def approvals() -> None:
         """Approve or reject gates and score runs from a browser (the status server stays read-only)."""
 
     @approvals.command("serve")
@@ -24,7 +31,7 @@ def loopx_register_commands(cli):
     @click.option("--port", type=int, default=8766, show_default=True, help="Port (0: any free one).")
     @click.option("--allow-remote", is_flag=True, help="Allow a non-loopback --host (put TLS in front of it).")
     @click.option("--token-file", default=None, help="Where to write the one-time login token (mode 0600).")
-    def serve(host, port, allow_remote, token_file):
+    def serve(host: str, port: int, allow_remote: bool, token_file: str | None) -> None:
         """Serve the approvals page; print a one-time login link.
 
         \b
@@ -39,7 +46,7 @@ def loopx_register_commands(cli):
 
 
 @hookimpl
-def loopx_register_capabilities(register):
+def loopx_register_capabilities(register: registrars.Capabilities) -> None:
     """Declare the ``approvals`` capability (see docs/capabilities/approvals.md)."""
     from loopx.api import Capability
 

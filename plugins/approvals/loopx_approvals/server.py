@@ -32,6 +32,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from loopx_approvals import page
@@ -57,7 +58,7 @@ def _length(header: str | None) -> int | None:
 class State:
     """The login token (one use), the sessions and their CSRF tokens."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str | None):
         self.url = url
         self.login_token: str | None = secrets.token_urlsafe(32)
         self.sessions: dict[str, str] = {}  # session id -> csrf token
@@ -112,17 +113,18 @@ class ApprovalsHandler(BaseHTTPRequestHandler):
     state: State
     allowed_hosts: set[str]
 
-    def log_message(self, *args):
+    def log_message(self, fmt: str, *args: Any) -> None:
         pass
 
-    def _refuse(self, message: str):
+    def _refuse(self, message: str) -> None:
         """400 with a JSON error (``invalid_argument``), and the connection closed: what
         follows a request whose length is unknown cannot be read as the next one."""
         self.close_connection = True
         return self._send(400, json.dumps({"error": {"code": "invalid_argument", "message": message}}),
                           ctype="application/json; charset=utf-8")
 
-    def _send(self, code: int, body: str, *, headers: dict | None = None, ctype="text/html; charset=utf-8"):
+    def _send(self, code: int, body: str, *, headers: dict[str, str] | None = None,
+              ctype: str = "text/html; charset=utf-8") -> None:
         data = body.encode()
         self.send_response(code)
         self.send_header("Content-Type", ctype)
@@ -148,7 +150,7 @@ class ApprovalsHandler(BaseHTTPRequestHandler):
                 return value
         return None
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         from loopx import api
 
         state = self.state
@@ -174,7 +176,7 @@ class ApprovalsHandler(BaseHTTPRequestHandler):
             data = page.gather(reg)
         return self._send(200, page.render(data, state.sessions[session], message))
 
-    def do_POST(self):
+    def do_POST(self) -> None:
         if not self._host_ok():
             return self._send(421, "wrong host")
         session = self._session()
@@ -198,7 +200,7 @@ class ApprovalsHandler(BaseHTTPRequestHandler):
 
         return self._send(303, "", headers={"Location": "/?m=" + quote(message)})
 
-    def _write(self, form: dict, session: str) -> str | None:
+    def _write(self, form: dict[str, str], session: str) -> str | None:
         """Apply the form posted to this path as actor ``user``: the line to show, or None when
         the path names no form (nothing written)."""
         from loopx import api
@@ -224,13 +226,13 @@ class ApprovalsHandler(BaseHTTPRequestHandler):
             return "refused: the score is a number in [-1, 1]"
 
 
-def make_handler(state: State, allowed_hosts: set[str]):
+def make_handler(state: State, allowed_hosts: set[str]) -> type[ApprovalsHandler]:
     """The request handler class of one server: :class:`ApprovalsHandler` over ``state``, answering
     only requests whose ``Host`` is one of ``allowed_hosts``."""
     return type("Handler", (ApprovalsHandler,), {"state": state, "allowed_hosts": allowed_hosts})
 
 
-def _interrupt(*_):
+def _interrupt(*_: Any) -> None:
     raise KeyboardInterrupt
 
 
@@ -250,13 +252,14 @@ def run(*, host: str, port: int, allow_remote: bool, token_file: str | None) -> 
         with reg.read() as tx:
             registry = api.pages.registry_id(tx)
     state = State(url)
-    server = ThreadingHTTPServer((host, port), None)
+    allowed: set[str] = set()  # filled once the port is known, before the first request is served
+    server = ThreadingHTTPServer((host, port), make_handler(state, allowed))
     real_port = server.server_address[1]
-    allowed = {f"{host}:{real_port}", f"127.0.0.1:{real_port}", f"localhost:{real_port}"}
-    server.RequestHandlerClass = make_handler(state, allowed)
+    allowed.update({f"{host}:{real_port}", f"127.0.0.1:{real_port}", f"localhost:{real_port}"})
     path = token_file or os.path.join(os.path.expanduser("~"), ".config", "loopx", "approvals.token")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    assert state.login_token is not None  # a new State's token: nobody has logged in yet
     with os.fdopen(fd, "w") as f:
         f.write(state.login_token + "\n")
     link = f"http://{host}:{real_port}/login?token={state.login_token}"
