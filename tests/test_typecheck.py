@@ -34,6 +34,15 @@ def _mypy(cache, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600)
 
 
+def _errors_in(cache, plugin, source: str) -> str:
+    """mypy's report on ``plugin`` (a file written with ``source``), checked as a plugin is: it must
+    find errors."""
+    plugin.write_text(source)
+    r = _mypy(cache, "--strict", "--follow-imports", "silent", str(plugin))
+    assert r.returncode == 1, r.stdout + r.stderr
+    return r.stdout
+
+
 def test_the_seam_and_every_plugin_pass_mypy_strict(mypy_cache):
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
     assert config["strict"] is True
@@ -52,8 +61,7 @@ def test_the_seam_and_every_plugin_pass_mypy_strict(mypy_cache):
 
 
 def test_a_plugin_that_registers_or_answers_the_wrong_thing_fails_the_check(tmp_path, mypy_cache):
-    bad = tmp_path / "bad_plugin.py"
-    bad.write_text('''\
+    out = _errors_in(mypy_cache, tmp_path / "bad_plugin.py", '''\
 from __future__ import annotations
 
 from loopx.hookspecs.answers import ContributedAction, Veto
@@ -75,9 +83,6 @@ def loopx_contract_veto() -> Veto:
 def loopx_contract_actions() -> list[ContributedAction]:
     return [ContributedAction(argv="loopx status")]
 ''')
-    r = _mypy(mypy_cache, "--strict", "--follow-imports", "silent", str(bad))
-    out = r.stdout
-    assert r.returncode == 1, out
     assert 'bad_plugin.py:8: error: Argument 2 to "__call__" of "StoreRegistrar"' in out, out
     assert 'bad_plugin.py:12: error: Unexpected keyword argument "colour"' in out, out
     assert 'bad_plugin.py:16: error: Missing positional argument "reason"' in out, out
@@ -89,8 +94,7 @@ def test_what_the_api_hands_a_plugin_is_typed(tmp_path, mypy_cache):
     ``gates.Gate``, the registrars) catch a plugin that writes as another actor, reads a field a
     goal or gate does not have, writes through a read transaction, or registers a repair event
     kind's apply wrongly; the documented registration (``RepairSession.apply_event``) passes."""
-    bad = tmp_path / "misuse_plugin.py"
-    bad.write_text('''\
+    out = _errors_in(mypy_cache, tmp_path / "misuse_plugin.py", '''\
 from __future__ import annotations
 
 from loopx.api import ReadTx, RepairSession, Writer, gates, goals, hookimpl, registrars
@@ -117,9 +121,6 @@ def loopx_register_event_kinds(register: registrars.EventKinds) -> None:
     register("mine.repaired", RepairSession.apply_event, writers=("capability",), guard=RepairSession.guard_event)
     register("mine.noted", lambda: None)
 ''')
-    r = _mypy(mypy_cache, "--strict", "--follow-imports", "silent", str(bad))
-    out = r.stdout
-    assert r.returncode == 1, out
     assert 'misuse_plugin.py:7: error: Property "actor" defined in "Writer" is read-only' in out, out
     assert 'misuse_plugin.py:11: error: "Goal" has no attribute "name"' in out, out
     assert 'misuse_plugin.py:15: error: Incompatible return value type (got "str", expected "int")' in out, out
