@@ -119,13 +119,17 @@ def _ports(value: object, key: str) -> list[int]:
 def parse(text: str | bytes) -> PolicyDoc:
     """The policy file's JSON, checked (see the module docstring); :class:`PolicyError` if it is
     not exactly what this LoopX writes."""
-    doc = document(text, keys=KEYS, version=VERSION, what="the step's policy file")
-    if type(doc["world"]) is not bool:
-        raise PolicyError(f"'world' is not true or false: {doc['world']!r}")
-    return {"version": VERSION, "rules": _rules(doc["rules"], "rules"),
-            "rules_unpinned": _rules(doc["rules_unpinned"], "rules_unpinned"),
-            "pin": paths(doc["pin"], "pin"), "read_only": paths(doc["read_only"], "read_only"),
-            "deny_tcp": _ports(doc["deny_tcp"], "deny_tcp"), "world": doc["world"]}
+    what = "the step's policy file"
+    doc = document(text, keys=KEYS, version=VERSION, what=what)
+    try:
+        if type(doc["world"]) is not bool:
+            raise PolicyError(f"'world' is not true or false: {doc['world']!r}")
+        return {"version": VERSION, "rules": _rules(doc["rules"], "rules"),
+                "rules_unpinned": _rules(doc["rules_unpinned"], "rules_unpinned"),
+                "pin": paths(doc["pin"], "pin"), "read_only": paths(doc["read_only"], "read_only"),
+                "deny_tcp": _ports(doc["deny_tcp"], "deny_tcp"), "world": doc["world"]}
+    except PolicyError as exc:
+        raise PolicyError(f"{what}: {exc}") from None
 
 
 def load(path: str) -> PolicyDoc:

@@ -108,19 +108,23 @@ class World:
         """The world in ``text``; :class:`loopx.landlock.PolicyError` unless it is exactly what
         :meth:`to_json` writes (this version, these keys, these types)."""
         keys = ("version", "mounts", "rw_rules", "workdir", "visible", "masked")
-        doc = landlock.document(text, keys=keys, version=cls.VERSION, what="the step's world file")
-        mounts = doc["mounts"]
-        if not isinstance(mounts, list):
-            raise landlock.PolicyError("'mounts' is not a list")
-        out = []
-        for m in mounts:
-            if not isinstance(m, list) or len(m) != 3 or m[0] not in KINDS or not isinstance(m[1], str):
-                raise landlock.PolicyError(f"'mounts' holds {m!r}, not a [kind, source, target] mount")
-            out.append(Mount(m[0], m[1], landlock.paths([m[2]], "mounts")[0]))
-        workdir = landlock.paths([doc["workdir"]], "workdir")[0]
-        return cls(mounts=tuple(out), rw_rules=tuple(landlock.paths(doc["rw_rules"], "rw_rules")), workdir=workdir,
-                   visible=tuple(landlock.paths(doc["visible"], "visible")),
-                   masked=tuple(landlock.paths(doc["masked"], "masked")))
+        what = "the step's world file"
+        doc = landlock.document(text, keys=keys, version=cls.VERSION, what=what)
+        try:
+            mounts = doc["mounts"]
+            if not isinstance(mounts, list):
+                raise landlock.PolicyError("'mounts' is not a list")
+            out = []
+            for m in mounts:
+                if not isinstance(m, list) or len(m) != 3 or m[0] not in KINDS or not isinstance(m[1], str):
+                    raise landlock.PolicyError(f"'mounts' holds {m!r}, not a [kind, source, target] mount")
+                out.append(Mount(m[0], m[1], landlock.paths([m[2]], "mounts")[0]))
+            workdir = landlock.paths([doc["workdir"]], "workdir")[0]
+            return cls(mounts=tuple(out), rw_rules=tuple(landlock.paths(doc["rw_rules"], "rw_rules")),
+                       workdir=workdir, visible=tuple(landlock.paths(doc["visible"], "visible")),
+                       masked=tuple(landlock.paths(doc["masked"], "masked")))
+        except landlock.PolicyError as exc:
+            raise landlock.PolicyError(f"{what}: {exc}") from None
 
     def write(self, path: str) -> str:
         """Write the world file ``path`` (read by :func:`wrap` for every command of the step)."""
