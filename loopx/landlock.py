@@ -15,8 +15,8 @@ of that JSON (the attrs class's ``from_json`` uses it too): it refuses another v
 or unknown key and a value of the wrong type (:class:`PolicyError`), so a policy LoopX did not
 write is never enforced half-understood - the watcher then starts nothing (fails closed). It is
 hand-written, not attrs: the watcher runs without site-packages, and importing attrs and creating
-the classes there would cost more instructions than the whole watcher does today
-(docs/performance.md, "The confinement policy as a class"). Landlock is an allow-list: whatever
+the classes there would cost more instructions than the whole watcher does (docs/security.md,
+"The policy is one value"). Landlock is an allow-list: whatever
 no rule grants is denied (:mod:`loopx.confine` builds the list).
 
 Landlock cannot keep one directory read-only beneath a writable one (a rule holds for a whole

@@ -56,7 +56,8 @@ if policy != "-":
     # exactly one this LoopX writes (load checks its version, keys and types).
     try:
         ns = {"__name__": "loopx_landlock"}
-        exec(compile(open(LANDLOCK).read(), LANDLOCK, "exec"), ns)
+        from importlib.machinery import SourceFileLoader  # its cached bytecode: no compile() per command
+        exec(SourceFileLoader("loopx_landlock", LANDLOCK).get_code("loopx_landlock"), ns)
         doc = ns["load"](policy)
         if doc["world"] and me > 2:  # pid 2 under the world's init: never run outside it
             raise OSError("the step's world (loopx.world) was not built")
