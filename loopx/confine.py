@@ -1,9 +1,11 @@
 """Confinement of a governed step: what the agent's process tree may read, write and reach.
 
-One :class:`Step` per turn holds the policy; :func:`loopx.process.run_command` applies it (the one
-place LoopX starts a child) to every child started while the step is active: the watcher it
-starts enforces Landlock (:mod:`loopx.landlock`) on itself just before it starts the command, so
-the agent and everything it starts inherit it. The policy:
+One :class:`Step` per turn holds the policy (:meth:`Step.policy`, a
+:class:`loopx.confine_policy.Policy`, written to the step's ``policy.json``);
+:func:`loopx.process.run_command` applies it (the one place LoopX starts a child) to every child
+started while the step is active: the watcher it starts reads that file and enforces Landlock
+(:mod:`loopx.landlock`) on itself just before it starts the command, so the agent and everything
+it starts inherit it. The policy:
 
 * **writes** only beneath the goal's workdir (or worktree), a private temp dir (``TMPDIR``), the
   goal's own agent-CLI directories (``CLAUDE_CONFIG_DIR`` / ``CODEX_HOME`` of its turns,
