@@ -1,9 +1,11 @@
 """Confinement of a governed step: what the agent's process tree may read, write and reach.
 
-One :class:`Step` per turn holds the policy; :func:`loopx.process.run_command` applies it (the one
-place LoopX starts a child) to every child started while the step is active: the watcher it
-starts enforces Landlock (:mod:`loopx.landlock`) on itself just before it starts the command, so
-the agent and everything it starts inherit it. The policy:
+One :class:`Step` per turn holds the policy (:meth:`Step.policy`, a
+:class:`loopx.confine_policy.Policy`, written to the step's ``policy.json``);
+:func:`loopx.process.run_command` applies it (the one place LoopX starts a child) to every child
+started while the step is active: the watcher it starts reads that file and enforces Landlock
+(:mod:`loopx.landlock`) on itself just before it starts the command, so the agent and everything
+it starts inherit it. The policy:
 
 * **writes** only beneath the goal's workdir (or worktree), a private temp dir (``TMPDIR``), the
   goal's own agent-CLI directories (``CLAUDE_CONFIG_DIR`` / ``CODEX_HOME`` of its turns,
@@ -42,9 +44,16 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from loopx.confine_policy import Policy, Rule
 from loopx.errors import LoopxError
 from loopx.process import ENV_STEP_BIN, SECRET_VARS
+
+if TYPE_CHECKING:
+    from loopx.broker import Broker
+    from loopx.world import World
 
 ENV_UNCONFINED = "LOOPX_UNCONFINED"
 #: ``none`` makes LoopX behave as if the kernel had no Landlock (it can only make a turn refuse).
@@ -188,7 +197,8 @@ def _git_paths(workdir: str) -> tuple[list[str], list[str]]:
             return [], []
         probe = parent
     dotgit = os.path.join(top, ".git")
-    gitdir, links = dotgit, []
+    gitdir: str | None = dotgit
+    links: list[str] = []
     if os.path.isfile(dotgit) or os.path.islink(dotgit):
         links.append(dotgit)
         try:
@@ -254,9 +264,9 @@ class Step:
     scrubbed and the broker still stamps identity, only the OS policy is missing.
     """
 
-    def __init__(self, *, registry_url: str, workdir: str, backend: str | None, broker_env: dict | None = None,
-                 agent_homes: list[str] | None = None, agent_homes_root: str | None = None,
-                 home_read: list[str] = (), grants: list[str] = ()):
+    def __init__(self, *, registry_url: str, workdir: str, backend: str | None,
+                 broker_env: dict[str, str] | None = None, agent_homes: list[str] | None = None,
+                 agent_homes_root: str | None = None, home_read: Sequence[str] = (), grants: Sequence[str] = ()):
         """``home_read``: what of ``$HOME`` the executor declares it reads; ``grants``: paths (or
         sockets) the user granted the goal; both read-only in the step's world (:mod:`loopx.world`)."""
         self.backend = backend
@@ -276,21 +286,17 @@ class Step:
         self.workdir = real_path(workdir)
         self.registry_url = registry_url
         self.broker_env = dict(broker_env or {})
-        self.broker = None  # the turn's loopx.broker.Broker, once started
-        self.policy_file = None
-        self.world = None
+        self.broker: Broker | None = None  # the turn's, once started
+        self.policy_file: str | None = None
+        self.world: World | None = None
         self.rules = 0
         if backend is not None:
             policy = self.policy()
             if self.world is not None:
-                from loopx import world
-
                 # Beside the policy: loopx.process wraps every command of the step in this world.
-                world.write(os.path.join(self.dir, "policy.world.json"), self.world)
-            self.rules = len(policy["rules"])
-            self.policy_file = os.path.join(self.dir, "policy.json")
-            with open(self.policy_file, "w", encoding="utf-8") as f:
-                json.dump(policy, f)
+                self.world.write(os.path.join(self.dir, "policy.world.json"))
+            self.rules = len(policy.rules)
+            self.policy_file = policy.write(os.path.join(self.dir, "policy.json"))
 
     @property
     def confined(self) -> bool:
@@ -306,15 +312,15 @@ class Step:
         rules, hooks, ``AGENTS.override.md``) and get no write rule."""
         roots = [self.workdir, self.tmp, *self.agent_homes]
         roots += [d for d in DEVICES if os.path.exists(d)]
-        out = []
+        out: list[str] = []
         for r in roots:
             r = real_path(r)
             if os.path.exists(r) and not any(_under(r, o) for o in out):
                 out = [o for o in out if not _under(o, r)] + [r]
         return out
 
-    def policy(self) -> dict:
-        """The Landlock policy (see :mod:`loopx.landlock`)."""
+    def policy(self) -> Policy:
+        """The step's Landlock policy (and, with bubblewrap, its world in ``self.world``)."""
         hidden_reg, ro_reg, ports = registry_paths(self.registry_url)
         home = os.path.expanduser("~")
         # LoopX's private root: the runs LoopX makes on the step's behalf (loopx.private_run).
@@ -330,11 +336,11 @@ class Step:
         # The directories on the way to a hidden path get no rule at all: a rule there would reach
         # the hidden path beneath (Landlock rules hold for a whole subtree), so they cannot be listed.
         read, _passed = cover("/", hidden)
-        base = [[p, "r"] for p in read]
+        base = [Rule(p, "r") for p in read]
         roots = self.writable()
 
-        def writes(excluded_git: list[str]) -> list:
-            out = []
+        def writes(excluded_git: list[str]) -> list[Rule]:
+            out: list[Rule] = []
             for root in roots:
                 # The registry's directory is never writable: left out of a root that holds it,
                 # and a root that *is* it is split into its entries (the registry files left
@@ -342,7 +348,7 @@ class Step:
                 # The step's own directory (the policy file) is never writable; only its tmp/ is.
                 excluded = hidden + excluded_git + [self.dir] + [d for d in ro_reg if d != root]
                 paths, _ = cover(root, [p for p in excluded if not _under(self.tmp, p)])
-                out += [[p, "rw"] for p in paths]
+                out += [Rule(p, "rw") for p in paths]
             return out
 
         # Git's metadata inside a writable root is kept read-only by bind mounts (a mount point
@@ -353,7 +359,7 @@ class Step:
         read_only = git_dirs + git_links
         inside = [p for p in read_only if os.path.lexists(p) and any(_under(p, r) for r in roots)]
         outside = [p for p in read_only if p not in inside]
-        policy = {"rules": base + writes(outside), "deny_tcp": ports}
+        rules = base + writes(outside)
         if self.backend == "bwrap":
             from loopx import world
 
@@ -364,15 +370,16 @@ class Step:
                                     # The repository a workspace is a worktree of (its common
                                     # directory) lies outside the workdir: git in the step reads it.
                                     home_read=self.home_read + [p for p in outside if p in git_dirs])
-            policy["rules"] += [[p, "rw"] for p in self.world["rw_rules"]]
-            policy["world"] = True
-        elif inside:
-            policy.update(read_only=inside, rules_unpinned=base + writes([p for p in read_only if p not in git_links]))
-        return policy
+            rules += [Rule(p, "rw") for p in self.world.rw_rules]
+            return Policy(rules=tuple(rules), deny_tcp=tuple(ports), world=True)
+        if inside:
+            return Policy(rules=tuple(rules), deny_tcp=tuple(ports), read_only=tuple(inside),
+                          rules_unpinned=tuple(base + writes([p for p in read_only if p not in git_links])))
+        return Policy(rules=tuple(rules), deny_tcp=tuple(ports))
 
-    def env(self) -> dict:
+    def env(self) -> dict[str, str | None]:
         """What a confined child's environment gets (``None`` removes a variable)."""
-        out: dict = {k: None for k in os.environ if k.startswith("LOOPX_") or k in SECRET_VARS}
+        out: dict[str, str | None] = {k: None for k in os.environ if k.startswith("LOOPX_") or k in SECRET_VARS}
         out.update({"TMPDIR": self.tmp, "TMP": self.tmp, "TEMP": self.tmp, **self.broker_env})
         if self.bin:
             out[ENV_STEP_BIN] = self.bin  # put first on the child's PATH (loopx.process)

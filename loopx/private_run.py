@@ -25,12 +25,14 @@ the watcher cannot enforce the policy. The result says ``"confined"``.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from typing import Any
 
 from loopx import confine
+from loopx.confine_policy import Policy, PolicyError, Rule
 from loopx.errors import LoopxError
 from loopx.process import SECRET_VARS, active_step, in_step, run_command, run_under_policy
 
@@ -59,7 +61,7 @@ def _remove_dead(root: str) -> None:
 
 
 @contextlib.contextmanager
-def private_dir(prefix: str = "run"):
+def private_dir(prefix: str = "run") -> Iterator[str]:
     """A new directory beneath the private root (its real path), removed on exit."""
     root = confine.ensure_root()
     _remove_dead(root)
@@ -70,31 +72,26 @@ def private_dir(prefix: str = "run"):
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def _step_policy() -> tuple[bool, dict | None]:
-    """``(in a step, the step's policy or None)``; an unreadable policy refuses."""
+def _step_policy() -> tuple[bool, Policy | None]:
+    """``(in a step, the step's policy or None)``; a policy file this LoopX cannot read refuses."""
     if not in_step():
         return False, None
     policy_file, _env = active_step()
     if policy_file is None:
         return True, None
     try:
-        with open(policy_file, encoding="utf-8") as f:
-            return True, json.load(f)
-    except (OSError, ValueError) as exc:
+        return True, Policy.load(policy_file)
+    except PolicyError as exc:
         raise LoopxError("confinement_unavailable", f"cannot read the step's policy ({exc}); refusing to run "
                          "the command") from None
 
 
-def _reads(step: dict | None, registry_url: str | None) -> tuple[list, list[int]]:
+def _reads(step: Policy | None, registry_url: str | None) -> tuple[list[Rule], list[int]]:
     """The read rules and denied ports: the step's when in one (what the agent may read, which
     hides LoopX's secrets and the private root), else LoopX's secrets and the private root (other
     runs) hidden afresh; the run's own directory is added by its ``rw`` rule."""
     if step is not None:
-        return [r for r in step.get("rules", []) if r[1] == "r"], list(step.get("deny_tcp") or [])
+        return list(step.reads()), list(step.deny_tcp)
     home = os.path.expanduser("~")
     hidden = [confine.real_path(confine.config_dir()), confine.real_path(os.path.join(home, ".pgpass")),
               confine.real_path(os.path.join(home, ".pg_service.conf")), confine.ensure_root()]
@@ -105,11 +102,12 @@ def _reads(step: dict | None, registry_url: str | None) -> tuple[list, list[int]
         reg_hidden, _ro, ports = confine.registry_paths(registry_url)
         hidden += reg_hidden
     read, _passed = confine.cover("/", hidden)
-    return [[p, "r"] for p in read], ports
+    return [Rule(p, "r") for p in read], ports
 
 
-def run_confined(argv: list[str], *, writable: list[str], env: dict, timeout: float, cwd: str | None = None,
-                 reap: bool = False, registry_url: str | None = None, pass_fds: tuple[int, ...] = ()) -> dict:
+def run_confined(argv: list[str], *, writable: list[str], env: dict[str, str | None], timeout: float,
+                 cwd: str | None = None, reap: bool = False, registry_url: str | None = None,
+                 pass_fds: tuple[int, ...] = ()) -> dict[str, Any]:
     """Run ``argv`` (see :func:`loopx.process.run_command`) under a policy of its own that writes
     only beneath ``writable`` (existing directories; use :func:`private_dir`), see the module
     docstring. ``registry_url`` names the registry to hide outside a step (inside one the step's
@@ -132,18 +130,18 @@ def run_confined(argv: list[str], *, writable: list[str], env: dict, timeout: fl
         real = os.path.realpath(path)
         if not os.path.isdir(real):
             raise LoopxError("confinement_unavailable", f"a private run's writable path is not a directory: {path}")
-        for rule, access in (step or {}).get("rules", []):
-            if access == "rw" and (_under(real, rule) or _under(rule, real)) and not rule.startswith("/dev/"):
-                raise LoopxError("confinement_unavailable", f"{path} is writable by the step itself ({rule}): "
-                                 "not a private place to run in")
+        near = step.writes_near(real) if step is not None else None
+        if near is not None:
+            raise LoopxError("confinement_unavailable", f"{path} is writable by the step itself ({near}): "
+                             "not a private place to run in")
         roots.append(real)
     reads, ports = _reads(step, registry_url)
-    writes = [[r, "rw"] for r in roots] + [[d, "rw"] for d in confine.DEVICES if os.path.exists(d)]
-    policy = {"rules": reads + writes, "deny_tcp": ports}
+    writes = [Rule(r, "rw") for r in roots] + [Rule(d, "rw") for d in confine.DEVICES if os.path.exists(d)]
+    policy = Policy(rules=tuple(reads + writes), deny_tcp=tuple(ports))
     fd, policy_file = tempfile.mkstemp(prefix=f"policy-{os.getpid()}-", suffix=".json", dir=confine.ensure_root())
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(policy, f)
+            f.write(policy.to_json())
         res = run_under_policy(argv, env=full_env, timeout=timeout, cwd=cwd, reap=reap, policy=policy_file,
                                pass_fds=pass_fds)
     finally:

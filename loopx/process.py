@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 
 from loopx import limits, process_watcher
 
@@ -87,7 +88,7 @@ def active_step() -> tuple[str | None, dict]:
         # Unreadable: refuse to start anything rather than run it unconfined.
         return os.devnull + "/unreadable-step", {}
 
-def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: str | None = None,
+def run_command(argv: list[str], *, env: Mapping[str, str | None], timeout: float, cwd: str | None = None,
                 on_line=None, reap: bool = False, tail_bytes: int = TAIL_BYTES, confine: bool = True,
                 pass_fds: tuple[int, ...] = ()) -> dict:
     """Run ``argv`` with ``env`` added to this process's environment (a value ``None`` removes a variable).
@@ -105,7 +106,7 @@ def run_command(argv: list[str], *, env: dict[str, str], timeout: float, cwd: st
 
 
 
-def run_under_policy(argv: list[str], *, env: dict[str, str], timeout: float, cwd: str | None = None,
+def run_under_policy(argv: list[str], *, env: Mapping[str, str | None], timeout: float, cwd: str | None = None,
                      on_line=None, reap: bool = False, tail_bytes: int = TAIL_BYTES, confine: bool = True,
                      policy: str | None, pass_fds: tuple[int, ...] = ()) -> dict:
     """:func:`run_command`, confined by ``policy`` when one is given: a Landlock policy file of the

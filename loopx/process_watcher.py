@@ -4,8 +4,9 @@ On Linux a command runs under a small watcher (:data:`WATCHER`), a child subreap
 that started a session of its own (``setsid``) and lost its parent is re-parented to the watcher
 instead of PID 1, so the time-out (and ``reap``) reach it too, and if the process that called
 ``run_command`` is killed, the watcher ends the whole tree. A confined command's watcher enforces
-the step's Landlock policy (:mod:`loopx.landlock`, loaded by path) before the command exists, inside
-the step's world when the policy has one (:mod:`loopx.world`). Like :mod:`loopx.process` it
+the step's Landlock policy (:mod:`loopx.landlock`, loaded by path: it reads the policy file,
+refusing one this LoopX did not write, and enforces it) before the command exists, inside the
+step's world when the policy has one (:mod:`loopx.world`). Like :mod:`loopx.process` it
 imports nothing of LoopX at module level.
 """
 
@@ -51,14 +52,14 @@ if limits:
         os._exit(126)
 if policy != "-":
     # Confine this watcher, and so the command and all it starts, before the command exists;
-    # if that fails nothing is started (confinement fails closed).
+    # if that fails nothing is started (confinement fails closed), nor if the policy file is not
+    # exactly one this LoopX writes (load checks its version, keys and types).
     try:
-        import json
         ns = {"__name__": "loopx_landlock"}
-        exec(compile(open(LANDLOCK).read(), LANDLOCK, "exec"), ns)
-        with open(policy) as f:
-            doc = json.load(f)
-        if doc.get("world") and me > 2:  # pid 2 under the world's init: never run outside it
+        from importlib.machinery import SourceFileLoader  # its cached bytecode: no compile() per command
+        exec(SourceFileLoader("loopx_landlock", LANDLOCK).get_code("loopx_landlock"), ns)
+        doc = ns["load"](policy)
+        if doc["world"] and me > 2:  # pid 2 under the world's init: never run outside it
             raise OSError("the step's world (loopx.world) was not built")
         ns["enforce"](doc)
     except Exception as exc:

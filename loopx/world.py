@@ -24,24 +24,124 @@ command a confined step starts runs in a *world* of its own (:func:`wrap`), buil
 Landlock still applies inside, as before (the watcher enforces it after the world is built), and
 scopes abstract unix sockets and signals to the step. The network is shared (the model API).
 
-The plan is data (:func:`plan`, written as ``<policy>.world.json`` beside the step's Landlock
-policy); :func:`wrap` turns it into a ``bwrap`` command line. This module imports nothing of LoopX
-(:mod:`loopx.process`, in the lowest layer, calls it).
+The plan is data (:class:`World`, made by :func:`plan`, written as ``<policy>.world.json``
+beside the step's Landlock policy, versioned and read back strictly: a file LoopX did not write
+starts nothing); :func:`wrap` turns it into a ``bwrap`` command line. Of LoopX this module
+imports only :mod:`loopx.landlock` (its JSON checks; :mod:`loopx.process`, in the lowest layer,
+calls this one).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
+from collections.abc import Sequence
+from typing import ClassVar, Literal
+
+import attrs
+
+from loopx import landlock
 
 #: ``LOOPX_CONFINE_BACKEND``: ``none`` (no confinement: a turn is refused), ``landlock`` (Landlock
 #: alone, no world: the user's explicit choice of the weaker confinement), ``bwrap``.
 ENV_BACKEND = "LOOPX_CONFINE_BACKEND"
 #: ``LOOPX_BWRAP``: the bubblewrap program (default ``bwrap`` on PATH).
 ENV_BWRAP = "LOOPX_BWRAP"
-_FOUND: dict = {}
+_FOUND: dict[str, str | None] = {}
+#: What a mount does: a tmpfs at ``target``, ``source`` bound read-only / read-write at ``target``,
+#: or ``target`` (a tmpfs mounted before) made read-only.
+MountKind = Literal["tmpfs", "ro", "rw", "remount-ro"]
+KINDS = ("tmpfs", "ro", "rw", "remount-ro")
+
+
+@attrs.frozen
+class Mount:
+    """One mount of the world, in the order bubblewrap makes them."""
+
+    kind: MountKind = attrs.field(validator=attrs.validators.in_(KINDS))
+    source: str
+    target: str
+
+    def args(self) -> list[str]:
+        """This mount as ``bwrap`` arguments."""
+        if self.kind == "tmpfs":
+            return ["--tmpfs", self.target]
+        if self.kind == "remount-ro":
+            return ["--remount-ro", self.target]
+        return ["--bind" if self.kind == "rw" else "--ro-bind", self.source, self.target]
+
+
+@attrs.frozen
+class World:
+    """The world of a step (:func:`plan`): its ``mounts``; ``rw_rules``, the world's own writable
+    places, for the Landlock policy; ``workdir``, where a command starts whose directory is not in
+    the world; ``visible``, the trees bound in; ``masked``, the trees hidden but for those."""
+
+    #: The version of the world file :meth:`to_json` writes and :meth:`from_json` reads.
+    VERSION: ClassVar[int] = 1
+
+    mounts: tuple[Mount, ...]
+    rw_rules: tuple[str, ...]
+    workdir: str
+    visible: tuple[str, ...]
+    masked: tuple[str, ...]
+
+    def shows(self, path: str) -> bool:
+        """Whether the real path ``path`` is in the world (not masked, or bound in again)."""
+        return not any(_under(path, m) for m in self.masked) or any(_under(path, v) for v in self.visible)
+
+    def chdir_for(self, cwd: str) -> str:
+        """Where a command asked to start in the real path ``cwd`` starts in the world."""
+        return cwd if self.shows(cwd) else (self.workdir or "/")  # LoopX's own directory is not in it
+
+    def to_json(self) -> str:
+        """The world file's text (versioned; :meth:`from_json` reads it back)."""
+        import json
+
+        return json.dumps({"version": self.VERSION, "mounts": [[m.kind, m.source, m.target] for m in self.mounts],
+                           "rw_rules": list(self.rw_rules), "workdir": self.workdir,
+                           "visible": list(self.visible), "masked": list(self.masked)})
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> World:
+        """The world in ``text``; :class:`loopx.landlock.PolicyError` unless it is exactly what
+        :meth:`to_json` writes (this version, these keys, these types)."""
+        keys = ("version", "mounts", "rw_rules", "workdir", "visible", "masked")
+        what = "the step's world file"
+        doc = landlock.document(text, keys=keys, version=cls.VERSION, what=what)
+        try:
+            mounts = doc["mounts"]
+            if not isinstance(mounts, list):
+                raise landlock.PolicyError("'mounts' is not a list")
+            out = []
+            for m in mounts:
+                if not isinstance(m, list) or len(m) != 3 or m[0] not in KINDS or not isinstance(m[1], str):
+                    raise landlock.PolicyError(f"'mounts' holds {m!r}, not a [kind, source, target] mount")
+                out.append(Mount(m[0], m[1], landlock.paths([m[2]], "mounts")[0]))
+            workdir = landlock.paths([doc["workdir"]], "workdir")[0]
+            return cls(mounts=tuple(out), rw_rules=tuple(landlock.paths(doc["rw_rules"], "rw_rules")),
+                       workdir=workdir, visible=tuple(landlock.paths(doc["visible"], "visible")),
+                       masked=tuple(landlock.paths(doc["masked"], "masked")))
+        except landlock.PolicyError as exc:
+            raise landlock.PolicyError(f"{what}: {exc}") from None
+
+    def write(self, path: str) -> str:
+        """Write the world file ``path`` (read by :func:`wrap` for every command of the step)."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_json())
+        return path
+
+    @classmethod
+    def load(cls, path: str) -> World:
+        """The world in the file ``path`` (:meth:`from_json`; ``PolicyError`` if unreadable)."""
+        try:
+            with open(path, "rb") as f:
+                text = f.read()
+        except OSError as exc:
+            raise landlock.PolicyError(f"cannot read the step's world file ({exc.strerror or exc})") from None
+        return cls.from_json(text)
+
 
 
 def bwrap() -> str | None:
@@ -114,54 +214,47 @@ def program_paths(program: str) -> list[str]:
 
 
 def plan(*, step_dir: str, tmp: str, writable: list[str], read_only: list[str], hidden: list[str],
-         home_read: list[str] = (), grants: list[str] = ()) -> dict:
-    """The world of a step, as data: ``{"mounts": [[kind, source, target], ...], "rw_rules": [...]}``.
+         home_read: Sequence[str] = (), grants: Sequence[str] = ()) -> World:
+    """The world of a step (:class:`World`).
 
     ``writable``: the roots bound read-write at their own paths (the workdir, the agent CLIs'
     state); ``read_only``: paths beneath them bound read-only over themselves; ``hidden``: paths
     masked wherever a bound tree holds them; ``home_read``: what the executor declares it reads
     (read-only); ``grants``: what the user granted the goal (read-only paths, sockets).
-    ``rw_rules``: the world's own writable places, for the Landlock policy.
     """
     home = _real("~") if os.path.expanduser("~") != "~" else None
     uid = os.getuid()
     shm = os.path.join(step_dir, "shm")
     os.makedirs(shm, mode=0o700, exist_ok=True)
     masked = ["/tmp", "/run"] + ([home] if home and home != "/" else [])
-    mounts: list[list[str]] = [["tmpfs", "", "/run"]]
+    mounts: list[Mount] = [Mount("tmpfs", "", "/run")]
     resolv = _real("/etc/resolv.conf")
     if _under(resolv, "/run") and os.path.exists(resolv):  # systemd-resolved's stub: DNS still works
-        mounts.append(["ro", os.path.dirname(resolv), os.path.dirname(resolv)])
-    mounts += [["rw", tmp, "/tmp"], ["rw", shm, "/dev/shm"], ["tmpfs", "", f"/run/user/{uid}"]]
-    layers: list[list[str]] = [["tmpfs", "", home]] if home and home != "/" else []
+        mounts.append(Mount("ro", os.path.dirname(resolv), os.path.dirname(resolv)))
+    mounts += [Mount("rw", tmp, "/tmp"), Mount("rw", shm, "/dev/shm"), Mount("tmpfs", "", f"/run/user/{uid}")]
+    layers: list[Mount] = [Mount("tmpfs", "", home)] if home and home != "/" else []
     for path in _installs() + [_real(p) for p in [*home_read, *grants]]:
         if os.path.exists(path) and any(_under(path, m) for m in masked):
-            layers.append(["ro", path, path])
-    layers.append(["ro", step_dir, step_dir])  # the broker's socket, the step's `loopx`, its policy
+            layers.append(Mount("ro", path, path))
+    layers.append(Mount("ro", step_dir, step_dir))  # the broker's socket, the step's `loopx`, its policy
     # /dev is the world's own (a devpts of its own: none of the user's terminals).
-    layers += [["rw", p, p] for p in writable if os.path.exists(p) and not _under(p, "/dev")]
+    layers += [Mount("rw", p, p) for p in writable if os.path.exists(p) and not _under(p, "/dev")]
     # Parents before what lies beneath them: a workdir that holds $HOME does not uncover it again.
-    layers.sort(key=lambda m: m[2].count("/"))
+    layers.sort(key=lambda m: m.target.count("/"))
     mounts += layers
-    trees = [m[2] for m in layers if m[0] != "tmpfs"]
+    trees = [m.target for m in layers if m.kind != "tmpfs"]
     for path in read_only:
         if os.path.lexists(path) and any(_under(path, t) for t in trees):
-            mounts.append(["ro", path, path])
+            mounts.append(Mount("ro", path, path))
     for path in hidden:
         if os.path.lexists(path) and any(_under(path, t) for t in trees):
-            mounts.append(["tmpfs", "", path] if os.path.isdir(path) else ["ro", os.devnull, path])
+            mounts.append(Mount("tmpfs", "", path) if os.path.isdir(path) else Mount("ro", os.devnull, path))
     # The masks stay read-only whatever Landlock grants above them (a $HOME inside /tmp).
-    mounts += [["remount-ro", "", m[2]] for m in layers if m[0] == "tmpfs"] + [["remount-ro", "", "/run"]]
+    mounts += [Mount("remount-ro", "", m.target) for m in layers if m.kind == "tmpfs"] + \
+        [Mount("remount-ro", "", "/run")]
     first = next((p for p in writable if os.path.isdir(p) and not _under(p, "/dev")), "/")
-    return {"mounts": mounts, "rw_rules": [f"/run/user/{uid}"], "workdir": first,
-            "visible": [m[2] for m in layers if m[0] != "tmpfs"], "masked": masked}
-
-
-def write(path: str, world: dict) -> str:
-    """Write the plan ``world`` to ``path`` (read by :func:`wrap` for every command of the step)."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(world, f)
-    return path
+    return World(mounts=tuple(mounts), rw_rules=(f"/run/user/{uid}",), workdir=first,
+                 visible=tuple(m.target for m in layers if m.kind != "tmpfs"), masked=tuple(masked))
 
 
 def file_for(policy: str | None) -> str | None:
@@ -175,26 +268,18 @@ def file_for(policy: str | None) -> str | None:
 def wrap(argv: list[str], world_file: str, cwd: str | None) -> list[str]:
     """``argv`` started inside the world of ``world_file`` (a ``bwrap`` command line).
 
-    Raises ``OSError`` when bubblewrap is gone: the command must not start without its world.
+    Raises ``OSError`` when bubblewrap is gone, or the world file is not one this LoopX wrote
+    (:class:`loopx.landlock.PolicyError`): the command must not start without its world.
     """
     program = bwrap()
     if program is None:
         raise OSError("bubblewrap (bwrap) is not available to build the step's world")
-    with open(world_file, encoding="utf-8") as f:
-        world = json.load(f)
+    try:
+        world = World.load(world_file)
+    except landlock.PolicyError as exc:
+        raise OSError(f"cannot build the step's world: {exc}") from None
     args = [program, *_base_args()]
-    for kind, source, target in world["mounts"]:
-        if kind == "tmpfs":
-            args += ["--tmpfs", target]
-        elif kind == "remount-ro":
-            args += ["--remount-ro", target]
-        elif kind == "rw":
-            args += ["--bind", source, target]
-        else:
-            args += ["--ro-bind", source, target]
-    here = _real(cwd or os.getcwd())
-    if any(_under(here, m) for m in world.get("masked", [])) and \
-            not any(_under(here, v) for v in world.get("visible", [])):
-        here = world.get("workdir") or "/"  # LoopX's own directory is not in the world
-    args += ["--chdir", here]
+    for mount in world.mounts:
+        args += mount.args()
+    args += ["--chdir", world.chdir_for(_real(cwd or os.getcwd()))]
     return [*args, "--", *argv]
