@@ -48,21 +48,8 @@ SQL_ALLOWED_LEDGER = {
 }
 
 SQL_ALLOWED_VIEWS = {
-    "loopx/attention.py",
-    "loopx/cli/ids.py",
-    "loopx/damage.py",
-    "loopx/demo.py",
-    "loopx/inputs.py",
-    "loopx/needs_you.py",
     "loopx/notify.py",
-    "loopx/status.py",
-    "loopx/status_batches.py",
-    "loopx/status_history.py",
-    "loopx/status_server/views.py",
-    "loopx/summary_all.py",
     "loopx/supervision.py",
-    "loopx/usage.py",
-    "loopx/usage_counts.py",
     "loopx/worker.py",
 }
 
