@@ -112,6 +112,11 @@ def seed_count(tx, key: str, shard: int) -> None:
     tx.execute("INSERT INTO summary_counts (key, shard, n) VALUES (?, ?, 0)", (key, shard))
 
 
+def attention_lane_goals(tx) -> list[str]:
+    """The goals of the attention lane (those that may need a person)."""
+    return [r["goal_id"] for r in tx.query("SELECT goal_id FROM goal_summary WHERE lane = 2")]
+
+
 # --- needs you (loopx.needs_you) ---
 
 
