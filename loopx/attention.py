@@ -39,6 +39,7 @@ import json
 from loopx import usage_counts
 from loopx.model import BUDGETS
 from loopx.store.dialect import of as dialect_of
+from loopx.store.queries import attention as q
 
 STATIC_CODES = ("gate_pending", "budget_exhausted", "run_abandoned", "run_failed", "no_ready_work")
 LANE_CLOSED, LANE_QUIET, LANE_ATTENTION = 0, 1, 2
@@ -46,26 +47,9 @@ COUNT_KEYS = ("open", "paused", "closed", "attention")
 SHARDS = 16  # PostgreSQL counter rows per key (SQLite uses shard 0 only: it has one writer)
 
 
-# Everything the summary row follows from, and the row as stored, in one statement: refresh runs
-# inside every write that can move a goal, so its reads are one indexed probe per part.
-_INPUTS = (
-    "SELECT g.status, g.created_seq, g.limits, g.grants,"
-    " (SELECT 1 FROM gates WHERE goal_id = g.id AND status = 'pending' LIMIT 1) AS gate_pending,"
-    " (SELECT status FROM runs WHERE goal_id = g.id ORDER BY opened_at DESC, id DESC LIMIT 1) AS newest,"
-    " (SELECT outcome FROM runs WHERE goal_id = g.id AND status = 'finished'"
-    " ORDER BY opened_at DESC, id DESC LIMIT 1) AS newest_done,"
-    " (SELECT min(expires_at) FROM runs WHERE goal_id = g.id AND status = 'open') AS expiry,"
-    " (SELECT 1 FROM todos WHERE goal_id = g.id LIMIT 1) AS has_todos,"
-    " (SELECT 1 FROM todo_ready WHERE goal_id = g.id LIMIT 1) AS has_ready,"
-    " u.turns, u.tokens, u.cost_micros, u.wall_us, u.last_opened,"
-    " s.goal_id AS have, s.status AS have_status, s.created_seq AS have_created_seq, s.lane AS have_lane,"
-    " s.attention AS have_attention, s.run_expires AS have_run_expires"
-    " FROM goals g LEFT JOIN goal_usage u ON u.goal_id = g.id LEFT JOIN goal_summary s ON s.goal_id = g.id"
-    " WHERE g.id = ?")
-
-
 def _row_for(r: dict) -> tuple:
-    """The summary row ``(status, created_seq, lane, attention, run_expires)`` a row of :data:`_INPUTS` gives."""
+    """The summary row ``(status, created_seq, lane, attention, run_expires)`` a row of
+    :func:`loopx.store.queries.attention.summary_inputs` gives."""
     if r["status"] == "closed":
         return (r["status"], r["created_seq"], LANE_CLOSED, "", None)
     codes = set()
@@ -131,17 +115,15 @@ def refresh(tx, goal_id: str) -> None:
 
     Writes only when something changed, so the counter triggers fire only on a real change.
     """
-    r = tx.one(_INPUTS, (goal_id,))
+    r = q.summary_inputs(tx, goal_id)
     if r is None:  # the goal's row is gone
-        tx.execute("DELETE FROM goal_summary WHERE goal_id = ?", (goal_id,))
+        q.delete_summary(tx, goal_id)
         return
     want = _row_for(r)
     if r["have"] is None:
-        tx.execute("INSERT INTO goal_summary (goal_id, status, created_seq, lane, attention, run_expires)"
-                   " VALUES (?, ?, ?, ?, ?, ?)", (goal_id, *want))
+        q.insert_summary(tx, goal_id, want)
     elif (r["have_status"], r["have_created_seq"], r["have_lane"], r["have_attention"], r["have_run_expires"]) != want:
-        tx.execute("UPDATE goal_summary SET status = ?, created_seq = ?, lane = ?, attention = ?, run_expires = ?"
-                   " WHERE goal_id = ?", (*want, goal_id))
+        q.update_summary(tx, goal_id, want)
 
 
 def rebuild_all(tx) -> int:
@@ -150,13 +132,13 @@ def rebuild_all(tx) -> int:
     Set queries over the whole registry (the same rules as :func:`refresh`), then batched
     inserts: a migration of a million goals takes seconds, not one query per goal.
     """
-    tx.execute("DELETE FROM goal_summary")
+    q.clear_summaries(tx)
     codes: dict[str, set] = {}
-    for r in tx.query("SELECT DISTINCT goal_id FROM gates WHERE status = 'pending'"):
+    for r in q.goals_with_pending_gates(tx):
         codes.setdefault(r["goal_id"], set()).add("gate_pending")
     newest: dict[str, tuple] = {}
     newest_done: dict[str, tuple] = {}
-    for r in tx.query("SELECT goal_id, id, status, outcome, opened_at FROM runs"):
+    for r in q.every_run(tx):
         order = (r["opened_at"], r["id"])
         if r["goal_id"] not in newest or order > newest[r["goal_id"]][0]:
             newest[r["goal_id"]] = (order, r["status"])
@@ -169,15 +151,14 @@ def rebuild_all(tx) -> int:
         if outcome == "failed":
             codes.setdefault(goal_id, set()).add("run_failed")
     if _has_ready_index(tx):  # the schema step that first built the summary came before the ready index
-        with_todos = {r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM todos")}
-        with_ready = {r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM todo_ready")}
+        with_todos = q.goals_with_todos(tx)
+        with_ready = q.goals_with_ready_todos(tx)
         for goal_id in with_todos - with_ready:
             codes.setdefault(goal_id, set()).add("no_ready_work")
     used = _usage(tx)
-    expiries = {r["goal_id"]: r["e"] for r in tx.query(
-        "SELECT goal_id, min(expires_at) AS e FROM runs WHERE status = 'open' GROUP BY goal_id")}
+    expiries = q.open_run_expiries(tx)
     rows = []
-    for g in tx.query("SELECT id, status, created_seq, limits, grants FROM goals"):
+    for g in q.goal_budgets(tx):
         if g["status"] == "closed":
             rows.append((g["id"], g["status"], g["created_seq"], LANE_CLOSED, "", None))
             continue
@@ -186,9 +167,7 @@ def rebuild_all(tx) -> int:
             mine = mine | {"budget_exhausted"}
         rows.append((g["id"], g["status"], g["created_seq"], LANE_ATTENTION if mine else LANE_QUIET, _codes(mine),
                      expiries.get(g["id"])))
-    sql = "INSERT INTO goal_summary (goal_id, status, created_seq, lane, attention, run_expires) VALUES (?, ?, ?, ?, ?, ?)"
-    for start in range(0, len(rows), 10_000):
-        tx.executemany(sql, rows[start:start + 10_000])
+    q.insert_summaries(tx, rows)
     return len(rows)
 
 
@@ -199,7 +178,7 @@ def _has_ready_index(tx) -> bool:
 def counts(tx) -> dict:
     """``{"open", "paused", "closed", "attention"}``: the stored totals (attention without expired runs)."""
     out = {k: 0 for k in COUNT_KEYS}
-    for r in tx.query("SELECT key, SUM(n) AS n FROM summary_counts GROUP BY key"):
+    for r in q.summary_counts(tx):
         out[r["key"]] = int(r["n"] or 0)
     return out
 
@@ -209,4 +188,4 @@ def seed_counts(tx) -> None:
     shards = SHARDS if dialect_of(tx).parallel_writers else 1
     for key in COUNT_KEYS:
         for shard in range(shards):
-            tx.execute("INSERT INTO summary_counts (key, shard, n) VALUES (?, ?, 0)", (key, shard))
+            q.seed_count(tx, key, shard)

@@ -36,7 +36,9 @@ from loopx.damage_registry import (  # noqa: F401
 
 def revision_mismatch(tx, goal: dict) -> list[Finding]:
     """The goal's revision is not its ledger's last event: current state and ledger diverged."""
-    row = tx.one("SELECT MAX(seq) AS last FROM events WHERE goal_id = ?", (goal["id"],))
+    from loopx.store.queries import damage as q
+
+    row = q.last_event_seq(tx, goal["id"])
     last = row["last"] if row else None
     if last is None or last == goal["revision"]:
         return []
@@ -51,16 +53,16 @@ def missing_dependencies(tx, goal: dict) -> list[Finding]:
     Read from the dependency edges the core keeps (``todo_deps``) in one anti-join, not by
     parsing every todo's list: this runs on every should-run.
     """
-    rows = tx.query("SELECT d.todo_id, d.dep_id FROM todo_deps d WHERE d.goal_id = ? AND NOT EXISTS"
-                    " (SELECT 1 FROM todos t WHERE t.id = d.dep_id AND t.goal_id = d.goal_id)", (goal["id"],))
+    from loopx.store.queries import damage as q
+
+    rows = q.missing_dependency_edges(tx, goal["id"])
     if not rows:
         return []
     missing: dict[str, list[str]] = {}
     for r in rows:
         missing.setdefault(r["todo_id"], []).append(r["dep_id"])
     out = []
-    for r in tx.query("SELECT id, depends_on FROM todos WHERE goal_id = ? AND id IN ({})"
-                      " ORDER BY created_seq".format(", ".join("?" for _ in missing)), (goal["id"], *missing)):
+    for r in q.todos_depending(tx, goal["id"], missing):
         gone = [d for d in json.loads(r["depends_on"]) if d in missing[r["id"]]]  # in the todo's own order
         if gone:
             out.append(Finding("missing_dependency", goal["id"], r["id"],
@@ -75,14 +77,15 @@ def dangling_gates(tx, goal: dict) -> list[Finding]:
     A gate on ``action:NAME`` is not reported when the action was removed: it keeps guarding the
     name, so re-adding the action stays behind the gate, by design.
     """
-    rows = tx.query("SELECT id, blocks FROM gates WHERE goal_id = ? AND status = 'pending' ORDER BY id",
-                    (goal["id"],))
+    from loopx.store.queries import damage as q
+
+    rows = q.pending_gates(tx, goal["id"])
     out = []
     for r in rows:
         kind, _, target = r["blocks"].partition(":")
         if kind != "todo":
             continue
-        if tx.one("SELECT id FROM todos WHERE goal_id = ? AND id = ?", (goal["id"], target)) is None:
+        if not q.has_todo(tx, goal["id"], target):
             out.append(Finding("dangling_gate", goal["id"], r["id"],
                                f"pending gate {r['id']} blocks todo {target}, which does not exist",
                                "gate_widened", details={"blocks": r["blocks"]}))
@@ -102,7 +105,9 @@ def cheap(tx, goal_id: str) -> list[Finding]:
     known = getattr(tx, "known", None)
     goal = known(goal_id, "damage_probe") if known is not None else None
     if goal is None:
-        goal = tx.one(_CHEAP_PROBE, (goal_id,))
+        from loopx.store.queries.damage import cheap_probe
+
+        goal = cheap_probe(tx, goal_id)
     if goal is None:
         return []
     if (goal["last"] is None or goal["last"] == goal["revision"]) and not goal["deps_missing"] \
@@ -114,18 +119,10 @@ def cheap(tx, goal_id: str) -> list[Finding]:
     return out
 
 
-#: Whether :func:`revision_mismatch`, :func:`missing_dependencies` or :func:`dangling_gates` would
-#: find anything, as columns of a select over ``goals g`` (the same conditions, each an indexed
-#: lookup): :func:`cheap`'s one statement, and should-run's read of the goal before its hooks
-#: (:func:`loopx.inputs.gather`), which hands the answer to the hooks' view.
-PROBE_COLUMNS = (
-    " (SELECT MAX(seq) FROM events WHERE goal_id = g.id) AS last,"
-    " EXISTS (SELECT 1 FROM todo_deps d WHERE d.goal_id = g.id AND NOT EXISTS"
-    "  (SELECT 1 FROM todos t WHERE t.id = d.dep_id AND t.goal_id = d.goal_id)) AS deps_missing,"
-    " EXISTS (SELECT 1 FROM gates ga WHERE ga.goal_id = g.id AND ga.status = 'pending' AND ga.blocks LIKE 'todo:%'"
-    "  AND NOT EXISTS (SELECT 1 FROM todos t WHERE t.goal_id = g.id AND t.id = substr(ga.blocks, 6))) AS gates_dangling"
-)
-_CHEAP_PROBE = f"SELECT g.id, g.status, g.revision,{PROBE_COLUMNS} FROM goals g WHERE g.id = ?"
+# Whether :func:`revision_mismatch`, :func:`missing_dependencies` or :func:`dangling_gates` would
+# find anything is one probe (``loopx.store.queries.usage.PROBE_COLUMNS``): :func:`cheap`'s one
+# statement, and should-run's read of the goal before its hooks (:func:`loopx.inputs.gather`),
+# which hands the answer to the hooks' view.
 
 
 # --- housekeeping ----------------------------------------------------------------------------
@@ -133,9 +130,9 @@ _CHEAP_PROBE = f"SELECT g.id, g.status, g.revision,{PROBE_COLUMNS} FROM goals g 
 
 def stale_leases(tx, goal: dict, now: str) -> list[Finding]:
     """Open todos whose claim expired: the core already lets anyone claim them; fix clears the claim."""
-    rows = tx.query("SELECT id, claim_agent, claim_expires_at FROM todos WHERE goal_id = ? AND status = 'open'"
-                    " AND claim_expires_at IS NOT NULL AND claim_expires_at <= ? ORDER BY created_seq",
-                    (goal["id"], now))
+    from loopx.store.queries import damage as q
+
+    rows = q.expired_claims(tx, goal["id"], now)
     return [Finding("stale_lease", goal["id"], r["id"],
                     f"todo {r['id']} is still claimed by {r['claim_agent']}, whose lease expired at {r['claim_expires_at']}",
                     "lease_released", HOUSEKEEPING, {"agent": r["claim_agent"], "expired_at": r["claim_expires_at"]})
@@ -144,8 +141,9 @@ def stale_leases(tx, goal: dict, now: str) -> list[Finding]:
 
 def abandoned_runs(tx, goal: dict, now: str) -> list[Finding]:
     """Runs still marked open after their expiry: the core counts them abandoned; fix records it."""
-    rows = tx.query("SELECT id, agent, expires_at FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at <= ?"
-                    " ORDER BY opened_at, id", (goal["id"], now))
+    from loopx.store.queries import damage as q
+
+    rows = q.expired_open_runs(tx, goal["id"], now)
     return [Finding("abandoned_run", goal["id"], r["id"],
                     f"run {r['id']} of {r['agent']} is still open; it expired at {r['expires_at']}",
                     "run_abandoned", HOUSEKEEPING, {"agent": r["agent"], "expired_at": r["expires_at"]})
@@ -157,10 +155,9 @@ def abandoned_runs(tx, goal: dict, now: str) -> list[Finding]:
 
 def orphan_evidence(tx, goal: dict) -> list[Finding]:
     """Evidence bound to a run the goal does not have."""
-    rows = tx.query(
-        "SELECT e.id, e.run_id FROM evidence e WHERE e.goal_id = ? AND e.run_id IS NOT NULL AND NOT EXISTS"
-        " (SELECT 1 FROM runs r WHERE r.id = e.run_id AND r.goal_id = e.goal_id) ORDER BY e.created_at, e.id",
-        (goal["id"],))
+    from loopx.store.queries import damage as q
+
+    rows = q.evidence_without_run(tx, goal["id"])
     return [Finding("orphan_evidence", goal["id"], r["id"],
                     f"evidence {r['id']} is bound to run {r['run_id']}, which this goal does not have",
                     "evidence_unbound", details={"run_id": r["run_id"]})
@@ -169,8 +166,9 @@ def orphan_evidence(tx, goal: dict) -> list[Finding]:
 
 def ledger_gaps(tx, goal: dict) -> list[Finding]:
     """Event numbers missing from the goal's ledger: entries were lost, and cannot be recreated."""
-    row = tx.one("SELECT COUNT(*) AS n, MIN(seq) AS first, MAX(seq) AS last FROM events WHERE goal_id = ?",
-                 (goal["id"],))
+    from loopx.store.queries import damage as q
+
+    row = q.event_span(tx, goal["id"])
     if not row or not row["n"] or (row["n"] == row["last"] and row["first"] == 1):
         return []
     from loopx.integrity import acknowledged as chain_acknowledged
@@ -311,8 +309,9 @@ def unreadable(tx, goal_id: str) -> list[Finding]:
 
 def missing_goal_rows(tx) -> list[Finding]:
     """Goals whose row is gone while their ledger survives (todos, runs, evidence orphaned)."""
-    rows = tx.query("SELECT DISTINCT e.goal_id FROM events e WHERE NOT EXISTS"
-                    " (SELECT 1 FROM goals g WHERE g.id = e.goal_id) ORDER BY e.goal_id")
+    from loopx.store.queries import damage as q
+
+    rows = q.goals_without_row(tx)
     return [Finding("goal_row_missing", r["goal_id"], r["goal_id"],
                     f"goal {r['goal_id']} has a ledger but no goal row: its todos, runs and evidence are orphaned",
                     "state_rebuilt") for r in rows]
@@ -371,14 +370,15 @@ def goal_findings(tx, goal: dict, now: str, *, full: bool = True) -> list[Findin
 def goals_to_check(tx, goal_id: str | None) -> list[dict]:
     """The goal rows to look at: one (``goal_not_found`` if absent) or all, oldest first."""
     from loopx.errors import LoopxError
+    from loopx.store.queries import damage as q
     from loopx.validate import check_id
 
     if goal_id is not None:
-        row = tx.one("SELECT id, status, revision FROM goals WHERE id = ?", (check_id("goal", goal_id),))
+        row = q.goal_to_check(tx, check_id("goal", goal_id))
         if row is None:
             raise LoopxError("goal_not_found", f"no goal {goal_id}")
         return [row]
-    return tx.query("SELECT id, status, revision FROM goals ORDER BY created_seq")
+    return q.goals_to_check(tx)
 
 
 def goal_ids(tx, goal_id: str | None = None) -> list[str]:

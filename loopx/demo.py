@@ -139,11 +139,12 @@ def check_fresh_target(url: str) -> None:
 
     from loopx.errors import LoopxError
     from loopx.registry import Registry
+    from loopx.store.queries.status import goal_count
 
     if "://" not in url and not os.path.exists(url):
         return
     with Registry.open(url) as reg, reg.read() as tx:
-        n = tx.one("SELECT COUNT(*) AS n FROM goals")["n"]
+        n = goal_count(tx)
     if n:
         raise LoopxError("target_not_empty", f"{url} already holds {n} goals; the demo needs a fresh registry")
 

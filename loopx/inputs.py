@@ -71,9 +71,9 @@ class TurnInputs:
         own = next((r for r in self.open_runs if r.id == run_id), None)
         if own is None or own.opened_at != latest:
             return latest
-        row = tx.one("SELECT MAX(opened_at) AS at FROM runs WHERE goal_id = ? AND id <> ?",
-                           (self.goal.id, run_id))
-        return row["at"]
+        from loopx.store.queries.usage import last_opened_but
+
+        return last_opened_but(tx, self.goal.id, run_id)
 
     # --- gates ---
 
@@ -138,26 +138,6 @@ class TurnInputs:
         return todo_ready.any_todo(tx, self.goal.id)
 
 
-def _side_sql(dialect: str, runs: bool = False, hooks: bool = False) -> str:
-    """The usage counters, gates and actions of a goal in one statement (made once per dialect);
-    ``runs``: its open runs too; ``hooks``: its capability state too (what the contract hooks read)."""
-    key = (dialect, runs, hooks)
-    found = _SIDE_SQL.get(key)
-    if found is None:
-        from loopx.state_macs import text_sql
-
-        tables = ("goal_usage", "gates", "actions") + (("runs",) if runs else ()) + (
-            ("capability_state",) if hooks else ())
-        found = _SIDE_SQL[key] = " UNION ALL ".join(
-            f"SELECT '{t}' AS tbl, {text_sql(dialect, t, 'x')} AS txt FROM {t} x WHERE x.goal_id = ?"
-            + (" AND x.status = 'open'" if t == "runs" else "")
-            for t in tables)
-    return found
-
-
-_SIDE_SQL: dict[tuple, str] = {}
-
-
 def gather(tx, goal_id: str, *, goal_row: dict | None = None, open_runs: list | None = None,
            for_hooks: bool = False) -> TurnInputs:
     """Read everything a turn decision needs about ``goal_id`` (``goal_not_found`` if absent).
@@ -174,13 +154,15 @@ def gather(tx, goal_id: str, *, goal_row: dict | None = None, open_runs: list | 
     from loopx.gates import gate_from_row
     from loopx.goals import goal_from_row, load_goal
     from loopx.runs import run_from_row
+    from loopx.state_macs import text_sql
+    from loopx.store.queries.usage import side_rows
 
     probe = None
     if for_hooks and goal_row is None:
-        from loopx.damage import PROBE_COLUMNS
         from loopx.errors import LoopxError
+        from loopx.store.queries.usage import goal_with_probe
 
-        probe = tx.one(f"SELECT g.*,{PROBE_COLUMNS} FROM goals g WHERE g.id = ?", (goal_id,))
+        probe = goal_with_probe(tx, goal_id)
         if probe is None:
             raise LoopxError("goal_not_found", f"no goal {goal_id}")
         goal_row = probe
@@ -188,10 +170,10 @@ def gather(tx, goal_id: str, *, goal_row: dict | None = None, open_runs: list | 
     # The usage counters (one row, whatever the goal's history), the gates, the actions, and the
     # open runs unless the caller has them: one statement, each row as the database prints it in
     # JSON (the text its MAC is made from).
-    tables = ["goal_usage", "gates", "actions"] + (["runs"] if open_runs is None else []) + (
-        ["capability_state"] if for_hooks else [])
+    tables = ("goal_usage", "gates", "actions") + (("runs",) if open_runs is None else ()) + (
+        ("capability_state",) if for_hooks else ())
     found: dict[str, list] = {t: [] for t in tables}
-    for r in tx.query(_side_sql(tx.dialect, open_runs is None, for_hooks), (goal_id,) * len(tables)):
+    for r in side_rows(tx, goal_id, tables, lambda t, alias: text_sql(tx.dialect, t, alias)):
         found[r["tbl"]].append(json.loads(r["txt"]))
     if open_runs is None:  # oldest first, as the runs_by_goal index orders them
         open_runs = [run_from_row(r) for r in sorted(found["runs"], key=lambda r: (r["opened_at"] or "", r["id"]))]

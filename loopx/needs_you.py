@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import shlex
 
+from loopx.store.queries.attention import holds_a_claim, newest_run
+
 PERSON_DECISIONS = ("ask_user", "repair")
 
 
@@ -28,9 +30,8 @@ def needs(tx, goal_id: str, now: str) -> dict | None:
     if seen.goal.status != "open":
         return None
     d = contract.decide(tx, seen, agent="user", now=now, own_run=None)
-    if d.reasons[:1] == ["no_ready_work"] and tx.one(
-            f"SELECT 1 AS held FROM todos t WHERE t.goal_id = ? AND t.status = 'open'"
-            f" AND NOT {todo_ready.free_sql('t', None)} LIMIT 1", (goal_id, *todo_ready.free_params(None, now))):
+    if d.reasons[:1] == ["no_ready_work"] and holds_a_claim(
+            tx, goal_id, todo_ready.free_sql('t', None), todo_ready.free_params(None, now)):
         # An agent holds a todo's claim (the one readiness definition: a live lease under a run
         # still open): work is going on, nobody needs to add any. A claim its failed or finished
         # run left behind holds nothing.
@@ -74,7 +75,7 @@ def _reason(reasons: list[str]) -> str:
 
 def _owner_died(tx, goal_id: str) -> str | None:
     # The newest run was abandoned: its owner died (loopx.claims) or its lease ran out unreported.
-    row = tx.one("SELECT id, status FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id DESC LIMIT 1", (goal_id,))
+    row = newest_run(tx, goal_id)
     return row["id"] if row is not None and row["status"] == "abandoned" else None
 
 

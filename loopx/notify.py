@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 
 from loopx import clock
+from loopx.store.queries import notify as q
 
 SCHEMA = "loopx.notification/1"
 DEFAULT_MIN_INTERVAL = 60.0
@@ -84,8 +85,7 @@ def _key(goal_id: str, needs: dict) -> str:
 
 
 def _last(tx, goal_id: str) -> dict | None:
-    return tx.one("SELECT dedupe_key, at, status FROM notifications WHERE goal_id = ? ORDER BY id DESC LIMIT 1",
-                  (goal_id,))
+    return q.last_notification(tx, goal_id)
 
 
 def _record(reg, goal_id: str, reason: str, key: str, channel: str, status: str, attempts: int, detail,
@@ -95,9 +95,8 @@ def _record(reg, goal_id: str, reason: str, key: str, channel: str, status: str,
         status, detail = _status(status, attempts, detail, at)
 
     def work(tx):
-        tx.execute("INSERT INTO notifications (goal_id, reason, dedupe_key, at, channel, status, attempts, detail)"
-                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                   (goal_id, reason, key, at, channel, status, attempts, json.dumps(detail, sort_keys=True)[:4000]))
+        q.record_delivery(tx, goal_id, reason, key, at, channel, status, attempts,
+                          json.dumps(detail, sort_keys=True)[:4000])
 
     reg.store.write(work)
 
@@ -111,8 +110,7 @@ def _status(status: str, attempts: int, detail: dict, at: str) -> tuple[str, dic
 
 
 def _pending(tx, goal_id: str) -> list[dict]:
-    return tx.query("SELECT id, dedupe_key, at, channel, attempts, detail FROM notifications"
-                    " WHERE goal_id = ? AND status = 'pending' AND dedupe_key LIKE 'n-%' ORDER BY id", (goal_id,))
+    return q.pending_deliveries(tx, goal_id)
 
 
 def _retry(reg, row: dict, payload: dict, values: dict) -> str:
@@ -130,9 +128,8 @@ def _retry(reg, row: dict, payload: dict, values: dict) -> str:
     at = clock.now()
     if target:
         status, detail = _status(status, attempts, detail, at)
-    reg.store.write(lambda tx: tx.execute(
-        "UPDATE notifications SET status = ?, attempts = ?, detail = ? WHERE id = ?",
-        (status, attempts, json.dumps({**detail, "last_attempt_at": at}, sort_keys=True)[:4000], row["id"])))
+    reg.store.write(lambda tx: q.delivery_tried(
+        tx, row["id"], status, attempts, json.dumps({**detail, "last_attempt_at": at}, sort_keys=True)[:4000]))
     return status
 
 
@@ -142,8 +139,7 @@ def _give_up(reg, rows: list[tuple[dict, str]]) -> None:
         for row, why in rows:
             detail = {**json.loads(row["detail"] or "{}"), "gave_up": why}
             detail.pop("next_attempt_at", None)
-            tx.execute("UPDATE notifications SET status = 'failed', detail = ? WHERE id = ?",
-                       (json.dumps(detail, sort_keys=True)[:4000], row["id"]))
+            q.delivery_given_up(tx, row["id"], json.dumps(detail, sort_keys=True)[:4000])
 
     if rows:
         reg.store.write(work)
@@ -152,7 +148,7 @@ def _give_up(reg, rows: list[tuple[dict, str]]) -> None:
 def open_goal_ids(reg) -> list[str]:
     """The ids of every open goal: what ``loopx notify check`` looks at when no goal is named."""
     with reg.read() as tx:
-        return [r["id"] for r in tx.query("SELECT id FROM goals WHERE status = 'open'")]
+        return q.open_goal_ids(tx)
 
 
 def check_goals(reg, goal_ids) -> list[dict]:
@@ -172,7 +168,7 @@ def check_goals(reg, goal_ids) -> list[dict]:
         todo, retries, give_up = [], [], []
         for goal_id in wanted:
             _waiting.discard(goal_id)
-            goal = tx.one("SELECT title FROM goals WHERE id = ?", (goal_id,))
+            goal = q.goal_title(tx, goal_id)
             if goal is None:
                 continue
             found = needs(tx, goal_id, now)
@@ -227,7 +223,7 @@ def check_workers(reg) -> list[dict]:
         fresh = []
         for w in dead:
             key = f"worker:{w['id']}:died"
-            if tx.one("SELECT 1 AS x FROM notifications WHERE dedupe_key = ? LIMIT 1", (key,)) is None:
+            if not q.was_notified(tx, key):
                 fresh.append((w, key))
     for w, key in fresh:
         payload = {"schema": SCHEMA, "id": key, "goal_id": (w["goals"] or ["-"])[0], "title": "",
@@ -311,7 +307,7 @@ def _post(url: str, body: bytes) -> tuple[str, int, dict]:
 def list_recent(reg, *, limit: int = 50) -> list[dict]:
     """The latest deliveries, newest first."""
     with reg.read() as tx:
-        rows = tx.query("SELECT * FROM notifications ORDER BY id DESC LIMIT ?", (limit,))
+        rows = q.recent_deliveries(tx, limit)
     return [{"goal_id": r["goal_id"], "reason": r["reason"], "id": r["dedupe_key"], "at": r["at"],
              "channel": r["channel"], "status": r["status"], "attempts": int(r["attempts"]),
              "detail": json.loads(r["detail"] or "{}")} for r in rows]

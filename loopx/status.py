@@ -27,7 +27,6 @@ from loopx import clock
 from loopx.errors import LoopxError
 # revision, usage_many and quota_picture are this module's public names too (loopx.status.usage_many).
 from loopx.status_batches import (  # noqa: F401
-    in_query,
     latest_runs,
     loads_or,
     quota_for,
@@ -35,6 +34,7 @@ from loopx.status_batches import (  # noqa: F401
     revision,
     usage_many,
 )
+from loopx.store.queries import status as q
 from loopx.validate import check_id, check_number
 
 SCHEMA = "loopx.status/1"
@@ -106,9 +106,8 @@ def overview_tx(tx, *, limit: int, part: str = "a", after: int | None = None, in
     stored = summary.counts(tx)
     # The one clock-dependent code: goals in the quiet lane whose open run has expired by now.
     # (The lane is checked here, not in SQL, so the planner has only the expiry index to use.)
-    late = {r["goal_id"]: r["created_seq"] for r in tx.query(
-        "SELECT goal_id, created_seq, lane FROM goal_summary WHERE run_expires <= ?", (at,)) if r["lane"] == 1}
-    quiet = "lane <> 2" if include_closed else "lane = 1"
+    late = {r["goal_id"]: r["created_seq"] for r in q.summaries_expired_by(tx, at) if r["lane"] == 1}
+    quiet = include_closed
 
     page: list[tuple[str, int]] = []  # (goal id, created_seq)
     next_cursor = None
@@ -184,7 +183,7 @@ def _needs_count(tx, lane: int, late: dict, goals: list[dict], at: str) -> int:
         return lane + len(late)
     from loopx.needs_you import many
 
-    candidates = [r["goal_id"] for r in tx.query("SELECT goal_id FROM goal_summary WHERE lane = 2 AND status = 'open'")]
+    candidates = q.open_attention_goals(tx)
     candidates += [g for g in late if g not in candidates]
     shown = {g["id"] for g in goals if g.get("needs_you") is not None}
     found = set(many(tx, [g for g in candidates if g not in shown], at))
@@ -209,30 +208,19 @@ def _supervision(tx, at: str) -> dict:
 def _attention_after(tx, bound: int | None, n: int, late: dict[str, int]) -> list[tuple[str, int]]:
     """Up to ``n`` attention goals newer than ``bound``, oldest first (the one waiting longest
     first): the stored lane, merged with the goals whose open run expired by now."""
-    sql = "SELECT goal_id, created_seq FROM goal_summary WHERE lane = 2"
-    params: list = []
-    if bound is not None:
-        sql += " AND created_seq > ?"
-        params.append(bound)
-    rows = [(r["goal_id"], r["created_seq"]) for r in tx.query(sql + " ORDER BY created_seq LIMIT ?",
-                                                               (*params, n))]
+    rows = [(r["goal_id"], r["created_seq"]) for r in q.attention_page(tx, bound, n)]
     rows.extend((g, seq) for g, seq in late.items() if bound is None or seq > bound)
     rows.sort(key=lambda r: r[1])
     return rows[:n]
 
 
-def _quiet_after(tx, lanes: str, bound: int | None, n: int, late: dict[str, int]) -> list[tuple[str, int]]:
-    """Up to ``n`` goals outside attention older than ``bound``, newest first (one index range;
-    more only when expired runs moved goals out of the lane)."""
+def _quiet_after(tx, include_closed: bool, bound: int | None, n: int, late: dict[str, int]) -> list[tuple[str, int]]:
+    """Up to ``n`` goals outside attention (the closed ones too with ``include_closed``) older than
+    ``bound``, newest first (one index range; more only when expired runs moved goals out of the lane)."""
     out: list[tuple[str, int]] = []
     while len(out) < n:
-        sql = f"SELECT goal_id, created_seq FROM goal_summary WHERE {lanes}"
-        params: list = []
-        if bound is not None:
-            sql += " AND created_seq < ?"
-            params.append(bound)
         size = n - len(out) + min(len(late), 200)
-        rows = tx.query(sql + " ORDER BY created_seq DESC LIMIT ?", (*params, size))
+        rows = q.quiet_page(tx, include_closed, bound, size)
         out.extend((r["goal_id"], r["created_seq"]) for r in rows if r["goal_id"] not in late)
         if len(rows) < size:
             break
@@ -243,8 +231,7 @@ def _quiet_after(tx, lanes: str, bound: int | None, n: int, late: dict[str, int]
 def attention_of(tx, goal_ids: list[str], at: str) -> dict[str, list[str]]:
     """``{goal_id: [attention codes]}`` now, for a few goals, from their summary rows."""
     out: dict[str, list[str]] = {}
-    for r in in_query(tx, "SELECT goal_id, lane, attention, run_expires FROM goal_summary"
-                           " WHERE goal_id IN ({ids})", goal_ids):
+    for r in q.summary_rows(tx, goal_ids):
         if r["lane"] == 0:
             continue
         codes = set(filter(None, r["attention"].split(",")))
@@ -259,14 +246,12 @@ def _summaries(tx, ids: list[str], attention: dict[str, list[str]], at: str) -> 
     """One summary per goal id, in the order given, from a few batched queries."""
     if not ids:
         return []
-    rows = {r["id"]: r for r in in_query(tx, "SELECT * FROM goals WHERE id IN ({ids})", ids)}
+    rows = {r["id"]: r for r in q.goal_rows(tx, ids)}
     todo_counts: dict[str, dict] = {i: {"open": 0, "done": 0, "blocked": 0} for i in ids}
-    for r in in_query(tx, "SELECT goal_id, status, count(*) AS n FROM todos WHERE goal_id IN ({ids})"
-                           " GROUP BY goal_id, status", ids):
+    for r in q.todo_counts(tx, ids):
         todo_counts[r["goal_id"]][r["status"]] = int(r["n"])
     gate_counts: dict[str, int] = {}
-    for r in in_query(tx, "SELECT goal_id, count(*) AS n FROM gates WHERE goal_id IN ({ids})"
-                           " AND status = 'pending' GROUP BY goal_id", ids):
+    for r in q.pending_gate_counts(tx, ids):
         gate_counts[r["goal_id"]] = int(r["n"])
     latest = latest_runs(tx, ids)
     quotas = quota_for(tx, [rows[i] for i in ids if i in rows])
@@ -317,7 +302,7 @@ def goal_view_tx(tx, goal_id: str) -> dict:
     from loopx.goals import goal_from_row
 
     at = clock.now()
-    row = tx.one("SELECT * FROM goals WHERE id = ?", (goal_id,))
+    row = q.goal_row(tx, goal_id)
     if row is None:
         raise LoopxError("goal_not_found", f"no goal {goal_id}")
     goal = goal_from_row(row)
@@ -327,23 +312,12 @@ def goal_view_tx(tx, goal_id: str) -> dict:
                      key=lambda x: x["decided_at"] or "", reverse=True)
     todo_list = todos.list_todos(tx, goal_id)
     ready = [t.id for t in todos.ready(tx, goal_id, agent=None, now=at)]
-    recent = tx.query("SELECT * FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id DESC LIMIT ?",
-                      (goal_id, RECENT_RUNS))
+    recent = q.recent_runs(tx, goal_id, RECENT_RUNS)
     run_list = [_run_json(r, at) for r in recent]
-    ev_list = [to_json(evidence.evidence_from_row(e)) for e in tx.query(
-        "SELECT * FROM evidence WHERE goal_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
-        (goal_id, RECENT_EVIDENCE))]
-    rw_list = [to_json(rewards.reward_from_row(w)) for w in tx.query(
-        "SELECT * FROM rewards WHERE goal_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
-        (goal_id, RECENT_REWARDS))]
-    totals = tx.one(
-        "SELECT (SELECT COUNT(*) FROM runs WHERE goal_id = ?) AS runs,"
-        " (SELECT COUNT(*) FROM evidence WHERE goal_id = ?) AS evidence,"
-        " (SELECT COUNT(*) FROM rewards WHERE goal_id = ?) AS rewards,"
-        " (SELECT AVG(score) FROM rewards WHERE goal_id = ?) AS mean",
-        (goal_id,) * 4,
-    )
-    actions = tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY name", (goal_id,))
+    ev_list = [to_json(evidence.evidence_from_row(e)) for e in q.recent_evidence(tx, goal_id, RECENT_EVIDENCE)]
+    rw_list = [to_json(rewards.reward_from_row(w)) for w in q.recent_rewards(tx, goal_id, RECENT_REWARDS)]
+    totals = q.goal_totals(tx, goal_id)
+    actions = q.action_rows(tx, goal_id)
     handoff = runs.latest_handoff(tx, goal_id)
     gated = todos.held_by_gates(tx, goal_id)
     items = [todos.with_hold(_todo_json(t, at), gated) for t in todo_list[:MAX_TODOS]]
@@ -438,7 +412,7 @@ def goal_events_tx(tx, goal_id: str, *, after: int, limit: int) -> dict:
     from loopx import ledger
     from loopx.model import to_json
 
-    if tx.one("SELECT id FROM goals WHERE id = ?", (goal_id,)) is None:
+    if not q.goal_exists(tx, goal_id):
         raise LoopxError("goal_not_found", f"no goal {goal_id}")
     events = [to_json(e) for e in ledger.events(tx, goal_id, after=after, limit=limit)]
     return {

@@ -8,7 +8,7 @@ import json
 
 import attrs
 
-_CHUNK = 500  # ids per IN (...) list: far below every backend's parameter limit
+from loopx.store.queries import status as q
 
 
 # ----------------------------------------------------------------------------- small helpers
@@ -16,18 +16,7 @@ _CHUNK = 500  # ids per IN (...) list: far below every backend's parameter limit
 
 def revision(tx) -> int:
     """The registry's revision: the id of its newest event (0 when empty). Cheap: a primary-key max."""
-    row = tx.one("SELECT max(id) AS m FROM events")
-    return int(row["m"] or 0) if row else 0
-
-
-def in_query(tx, sql: str, ids: list[str], extra: tuple = ()) -> list[dict]:
-    """Run ``sql`` (with one ``{ids}`` placeholder list) over ``ids`` in chunks."""
-    rows: list[dict] = []
-    for start in range(0, len(ids), _CHUNK):
-        chunk = ids[start : start + _CHUNK]
-        marks = ", ".join("?" for _ in chunk)
-        rows.extend(tx.query(sql.format(ids=marks), (*chunk, *extra)))
-    return rows
+    return q.registry_revision(tx)
 
 
 def loads_or(text, default):
@@ -70,8 +59,7 @@ def usage_many(tx, goal_ids: list[str]) -> dict:
 
     if not goal_ids:
         return {}
-    sql = "SELECT goal_id, turns, tokens, cost_micros, wall_us, last_opened FROM goal_usage WHERE goal_id IN ({ids})"
-    found = {r["goal_id"]: r for r in in_query(tx, sql, list(goal_ids))}
+    found = {r["goal_id"]: r for r in q.usage_rows(tx, list(goal_ids))}
     out = {}
     for g in goal_ids:
         raw = usage_counts.ZERO if g not in found else usage_counts.read_row(found[g])
@@ -111,16 +99,7 @@ def latest_runs(tx, goal_ids: list[str], status: str | None = None) -> dict[str,
     """The newest run (optionally of one status) of each goal in ``goal_ids``."""
     if not goal_ids:
         return {}
-    cond = " AND r2.status = ?" if status else ""
-    outer = " AND r.status = ?" if status else ""
-    extra = (status, status) if status else ()
-    rows = in_query(
-        tx,
-        "SELECT * FROM runs r WHERE r.goal_id IN ({ids})" + outer + " AND r.opened_at ="
-        " (SELECT max(r2.opened_at) FROM runs r2 WHERE r2.goal_id = r.goal_id" + cond + ")",
-        goal_ids,
-        extra,
-    )
+    rows = q.newest_runs(tx, goal_ids, status)
     out: dict[str, dict] = {}
     for r in rows:
         # Two runs opened in the same microsecond: pick one deterministically.

@@ -17,26 +17,17 @@ from __future__ import annotations
 import json
 
 from loopx.clock import seconds_between
+from loopx.store.queries import status as q
 
 HISTORY_RUNS = 100
 HISTORY_REWARDS = 200
-_IDS_CHUNK = 500
 
 
 def history(tx, goal_id: str, used: dict, at: str) -> dict:
     """``{"runs", "usage", "rewards"}`` for ``goal_id``; ``used`` is the goal's total usage now."""
-    rows = tx.query(
-        "SELECT id, agent, status, opened_at, expires_at, finished_at, outcome, tokens, cost FROM runs"
-        " WHERE goal_id = ? ORDER BY opened_at DESC, id DESC LIMIT ?", (goal_id, HISTORY_RUNS))
+    rows = q.history_runs(tx, goal_id, HISTORY_RUNS)
     rows.reverse()
-    counts: dict[str, int] = {}
-    ids = [r["id"] for r in rows]
-    for start in range(0, len(ids), _IDS_CHUNK):
-        chunk = ids[start:start + _IDS_CHUNK]
-        marks = ", ".join("?" for _ in chunk)
-        for r in tx.query(f"SELECT run_id, count(*) AS n FROM evidence WHERE run_id IN ({marks}) GROUP BY run_id",
-                          chunk):
-            counts[r["run_id"]] = int(r["n"])
+    counts = {r["run_id"]: int(r["n"]) for r in q.evidence_counts(tx, [r["id"] for r in rows])}
     runs = []
     for r in rows:
         state = r["status"]
@@ -73,8 +64,7 @@ def _burn(runs: list[dict], used: dict) -> list[dict]:
 
 
 def _rewards(tx, goal_id: str) -> list[dict]:
-    rows = tx.query("SELECT id, run_id, score, created_at FROM rewards WHERE goal_id = ?"
-                    " ORDER BY created_at DESC, id DESC LIMIT ?", (goal_id, HISTORY_REWARDS))
+    rows = q.history_rewards(tx, goal_id, HISTORY_REWARDS)
     rows.reverse()
     out, total = [], 0.0
     for n, r in enumerate(rows, 1):
@@ -86,8 +76,7 @@ def _rewards(tx, goal_id: str) -> list[dict]:
 
 def last_contract(tx, goal_id: str) -> dict | None:
     """The newest contract filed for the goal (contracts are filed when should-run opens or renews a run)."""
-    row = tx.one("SELECT id, run_id, issued_at, expires_at, document FROM contracts WHERE goal_id = ?"
-                 " ORDER BY issued_at DESC, id DESC LIMIT 1", (goal_id,))
+    row = q.newest_contract(tx, goal_id)
     if row is None:
         return None
     doc = json.loads(row["document"])

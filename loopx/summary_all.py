@@ -9,6 +9,7 @@ derived from current state: nothing here is stored.
 from __future__ import annotations
 
 from loopx.model import RUN_OUTCOMES, RUN_STATUSES, TODO_STATUSES, to_json
+from loopx.store.queries import status as queries
 from loopx.validate import check_id
 
 SCHEMA = "loopx.summary_all/1"
@@ -34,14 +35,14 @@ def summarize(reg, goal_id: str | None = None) -> dict:
         if goal_id is not None:
             goals = [load_goal(tx, goal_id)]
         else:
-            goals = [goal_from_row(r) for r in tx.query("SELECT * FROM goals ORDER BY created_seq")]
+            goals = [goal_from_row(r) for r in queries.all_goal_rows(tx)]
         per_goal = [goal_summary(tx, g, at=at) for g in goals]
     return {"schema": SCHEMA, "at": at, "goals": per_goal, "totals": totals(per_goal)}
 
 
-def _counts(tx, sql: str, goal_id: str, keys=()) -> dict[str, int]:
+def _counts(rows: list[dict], keys=()) -> dict[str, int]:
     out = {k: 0 for k in keys}
-    for row in tx.query(sql, (goal_id,)):
+    for row in rows:
         out[row["k"]] = out.get(row["k"], 0) + int(row["n"])
     return out
 
@@ -51,18 +52,15 @@ def goal_summary(tx, goal, *, at: str) -> dict:
     from loopx import gates, rewards, runs, todo_ready, todos, usage
 
     gid = goal.id
-    by_status = _counts(tx, "SELECT status AS k, COUNT(*) AS n FROM runs WHERE goal_id = ? GROUP BY status",
-                        gid, RUN_STATUSES)
+    by_status = _counts(queries.runs_by_status(tx, gid), RUN_STATUSES)
     # An open run past its expiry no longer counts as open (``quota should-run`` marks it later).
-    stale = tx.one("SELECT COUNT(*) AS n FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at <= ?",
-                   (gid, at))["n"]
+    stale = queries.open_runs_expired(tx, gid, at)
     by_status["open"] -= stale
     by_status["abandoned"] += stale
-    by_outcome = _counts(tx, "SELECT outcome AS k, COUNT(*) AS n FROM runs WHERE goal_id = ?"
-                         " AND status = 'finished' AND outcome IS NOT NULL GROUP BY outcome", gid, OUTCOME_KEYS)
+    by_outcome = _counts(queries.finished_by_outcome(tx, gid), OUTCOME_KEYS)
     by_outcome["abandoned"] = by_status["abandoned"]
-    evidence = _counts(tx, "SELECT kind AS k, COUNT(*) AS n FROM evidence WHERE goal_id = ? GROUP BY kind", gid)
-    rw = tx.one("SELECT COUNT(*) AS n, AVG(score) AS mean FROM rewards WHERE goal_id = ?", (gid,))
+    evidence = _counts(queries.evidence_by_kind(tx, gid))
+    rw = queries.reward_count_mean(tx, gid)
     used = usage.usage(tx, gid)
     blocking = gates.list_gates(tx, gid)
     all_todos = todos.list_todos(tx, gid)
@@ -73,9 +71,8 @@ def goal_summary(tx, goal, *, at: str) -> dict:
     ready = todos.ready(tx, gid, agent=None, now=at)
     gated = todos.held_by_gates(tx, gid)
     # A claim outlives its run on the row; it holds the todo only under the one readiness rule.
-    held = {r["id"] for r in tx.query(
-        f"SELECT t.id FROM todos t WHERE t.goal_id = ? AND t.status = 'open' AND NOT {todo_ready.free_sql('t', None)}",
-        (gid, *todo_ready.free_params(None, at)))}
+    held = {r["id"] for r in queries.held_todo_ids(tx, gid, todo_ready.free_sql('t', None),
+                                             tuple(todo_ready.free_params(None, at)))}
     handoff = runs.latest_handoff(tx, gid)
     return {
         "goal": {"id": gid, "title": goal.title, "status": goal.status, "revision": goal.revision},

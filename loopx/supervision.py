@@ -25,7 +25,7 @@ import json
 
 from loopx import clock
 from loopx.errors import LoopxError
-from loopx.store.dialect import of as dialect_of
+from loopx.store.queries import supervision as q
 
 SETTING_KEYS = ("executor", "notify.command", "notify.webhook", "notify.min_interval_seconds",
                 "limits.memory_mb", "limits.processes", "limits.cpu_seconds")
@@ -60,7 +60,7 @@ def world_grants(values: dict, goal_id: str) -> list[str]:
 
 def settings(tx) -> dict[str, str]:
     """Every setting, ``{key: value}``."""
-    return {r["key"]: r["value"] for r in tx.query("SELECT key, value FROM settings ORDER BY key")}
+    return {r["key"]: r["value"] for r in q.all_settings(tx)}
 
 
 def set_setting(reg, actor: str, key: str, value: str | None) -> dict:
@@ -92,9 +92,7 @@ def set_setting(reg, actor: str, key: str, value: str | None) -> dict:
     at = clock.now()
 
     def work(tx):
-        tx.execute("DELETE FROM settings WHERE key = ?", (key,))
-        if value is not None:
-            tx.execute("INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?)", (key, value, at))
+        q.put_setting(tx, key, value, at)
         return {"key": key, "value": value, "updated_at": at}
 
     return reg.store.write(work)
@@ -120,18 +118,15 @@ def beat(reg, worker_id: str, *, host: str, pid: int, started_at: str, goals: li
     def work(tx):
         text = json.dumps(sorted(goals))
         extra = dict(info or {})
-        row = tx.one("SELECT info FROM workers WHERE id = ?", (worker_id,))
+        row = q.worker_info(tx, worker_id)
         if row is None:
-            tx.execute("INSERT INTO workers (id, host, pid, started_at, beat_at, goals, stopped_at, info)"
-                       " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       (worker_id, host, pid, started_at, at, text, at if stopped else None,
-                        json.dumps(extra, sort_keys=True)))
+            q.add_worker(tx, worker_id, host, pid, started_at, at, text, at if stopped else None,
+                         json.dumps(extra, sort_keys=True))
             return None
         asked = json.loads(row["info"] or "{}").get("stop_requested")
         if asked:  # the worker's own info never drops a user's request
             extra["stop_requested"] = asked
-        tx.execute("UPDATE workers SET beat_at = ?, goals = ?, stopped_at = ?, info = ? WHERE id = ?",
-                   (at, text, at if stopped else None, json.dumps(extra, sort_keys=True), worker_id))
+        q.worker_beat(tx, worker_id, at, text, at if stopped else None, json.dumps(extra, sort_keys=True))
         return asked
 
     return reg.store.write(work)
@@ -139,7 +134,7 @@ def beat(reg, worker_id: str, *, host: str, pid: int, started_at: str, goals: li
 
 def stop_requested(tx, worker_id: str) -> dict | None:
     """The stop request a user left for ``worker_id`` (:func:`request_stop`), or None."""
-    row = tx.one("SELECT info FROM workers WHERE id = ?", (worker_id,))
+    row = q.worker_info(tx, worker_id)
     return json.loads(row["info"] or "{}").get("stop_requested") if row else None
 
 
@@ -152,12 +147,12 @@ def request_stop(reg, worker_id: str, *, by: str) -> dict:
     asked = {"at": clock.now(), "by": by}
 
     def work(tx):
-        row = tx.one("SELECT info, stopped_at FROM workers WHERE id = ?", (worker_id,))
+        row = q.worker_stop_state(tx, worker_id)
         if row is None:
             raise LoopxError("worker_not_found", f"no worker {worker_id!r} (see `loopx worker list`)")
         info = json.loads(row["info"] or "{}")
         info.setdefault("stop_requested", asked)
-        tx.execute("UPDATE workers SET info = ? WHERE id = ?", (json.dumps(info, sort_keys=True), worker_id))
+        q.set_worker_info(tx, worker_id, json.dumps(info, sort_keys=True))
         return info["stop_requested"]
 
     return reg.store.write(work)
@@ -170,7 +165,7 @@ def workers(tx, now: str | None = None, *, limit: int = 20) -> list[dict]:
     recovered from (``code``, ``since``, ``until``, ``attempts``)."""
     now = now or clock.now()
     try:
-        rows = tx.query("SELECT * FROM workers ORDER BY beat_at DESC, id LIMIT ?", (limit,))
+        rows = q.recent_workers(tx, limit)
     except Exception:  # a registry older than schema v5 opened read-only: no workers table yet
         return []
     import socket
@@ -210,17 +205,11 @@ def acquire(reg, goal_id: str, worker_id: str, lease_seconds: float) -> int | No
     until = clock.add_seconds(now, lease_seconds)
 
     def work(tx):
-        # The row first (token 0, expired), then held: on PostgreSQL two workers racing for a
-        # goal never leased before must not both read "no lease".
-        tx.execute("INSERT INTO goal_leases (goal_id, worker_id, token, expires_at) VALUES (?, '', 0, '')"
-                   " ON CONFLICT (goal_id) DO NOTHING", (goal_id,))
-        row = tx.one("SELECT worker_id, token, expires_at FROM goal_leases WHERE goal_id = ?"
-                     + dialect_of(tx).lock_row, (goal_id,))
+        row = q.held_lease(tx, goal_id)
         if row["worker_id"] != worker_id and row["expires_at"] > now and _owner_alive(tx, row["worker_id"]):
             return None
         token = int(row["token"]) + 1
-        tx.execute("UPDATE goal_leases SET worker_id = ?, token = ?, expires_at = ? WHERE goal_id = ?",
-                   (worker_id, token, until, goal_id))
+        q.take_lease(tx, goal_id, worker_id, token, until)
         return token
 
     return reg.store.write(work)
@@ -234,7 +223,7 @@ def _owner_alive(tx, worker_id: str) -> bool:
     import os
     import socket
 
-    row = tx.one("SELECT host, pid, stopped_at, info FROM workers WHERE id = ?", (worker_id,))
+    row = q.worker_owner(tx, worker_id)
     if row is None:
         return True
     if row["stopped_at"]:
@@ -266,11 +255,11 @@ def renew(reg, leases: dict[str, int], worker_id: str, lease_seconds: float) -> 
     def work(tx):
         lost = []
         for goal_id, token in leases.items():
-            row = tx.one("SELECT worker_id, token FROM goal_leases WHERE goal_id = ?", (goal_id,))
+            row = q.lease_token(tx, goal_id)
             if row is None or row["worker_id"] != worker_id or int(row["token"]) != token:
                 lost.append(goal_id)
             else:
-                tx.execute("UPDATE goal_leases SET expires_at = ? WHERE goal_id = ?", (until, goal_id))
+                q.extend_lease(tx, goal_id, until)
         return lost
 
     return reg.store.write(work)
@@ -279,8 +268,7 @@ def renew(reg, leases: dict[str, int], worker_id: str, lease_seconds: float) -> 
 def release(reg, goal_id: str, worker_id: str, token: int) -> None:
     """Give a lease back (it expires now; the row, and so the token, stays)."""
     def work(tx):
-        tx.execute("UPDATE goal_leases SET expires_at = ? WHERE goal_id = ? AND worker_id = ? AND token = ?",
-                   (clock.add_seconds(clock.now(), -0.001), goal_id, worker_id, token))
+        q.end_lease(tx, goal_id, worker_id, token, clock.add_seconds(clock.now(), -0.001))
 
     reg.store.write(work)
 
@@ -289,7 +277,7 @@ def check_fence(tx, goal_id: str, owner: dict | None, now: str) -> None:
     """Inside should-run's transaction: refuse (``lease_lost``) a worker's turn whose lease token is not current."""
     if not owner or owner.get("lease_token") is None:
         return
-    row = tx.one("SELECT worker_id, token, expires_at FROM goal_leases WHERE goal_id = ?", (goal_id,))
+    row = q.lease(tx, goal_id)
     if row is None or row["worker_id"] != owner.get("worker") or int(row["token"]) != int(owner["lease_token"]) \
             or row["expires_at"] <= now:
         raise LoopxError("lease_lost", f"worker {owner.get('worker')} no longer holds goal {goal_id}'s lease"
@@ -304,8 +292,7 @@ def record_jump(reg, worker_id: str, jump_seconds: float, detail: dict) -> None:
     at = clock.now()
 
     def work(tx):
-        tx.execute("INSERT INTO clock_jumps (worker_id, seen_at, jump_seconds, detail) VALUES (?, ?, ?, ?)",
-                   (worker_id, at, float(jump_seconds), json.dumps(detail, sort_keys=True)))
+        q.add_clock_jump(tx, worker_id, at, float(jump_seconds), json.dumps(detail, sort_keys=True))
 
     reg.store.write(work)
 
@@ -313,7 +300,7 @@ def record_jump(reg, worker_id: str, jump_seconds: float, detail: dict) -> None:
 def clock_jumps(tx, *, limit: int = 10) -> list[dict]:
     """The latest clock jumps workers noticed, newest first."""
     try:
-        rows = tx.query("SELECT * FROM clock_jumps ORDER BY id DESC LIMIT ?", (limit,))
+        rows = q.recent_clock_jumps(tx, limit)
     except Exception:
         return []
     return [{"worker": r["worker_id"], "seen_at": r["seen_at"], "jump_seconds": round(float(r["jump_seconds"]), 3),
@@ -332,20 +319,12 @@ def candidates(tx, now: str, goal_ids: list[str] | None = None) -> list[dict]:
     One query over the open goals (or over ``goal_ids``): the worker calls it at start and then
     only for goals whose ledger moved.
     """
-    sql = ("SELECT g.id, g.revision, g.limits, s.attention,"
-           " (SELECT MAX(r.opened_at) FROM runs r WHERE r.goal_id = g.id AND r.opened_at <= ?) AS last_opened"
-           " FROM goals g LEFT JOIN goal_summary s ON s.goal_id = g.id WHERE g.status = 'open'")
-    params: list = [now]
     out = []
     chunks = [None] if goal_ids is None else [goal_ids[i:i + 500] for i in range(0, len(goal_ids), 500)]
     for chunk in chunks:
-        q, p = sql, list(params)
-        if chunk is not None:
-            if not chunk:
-                continue
-            q += " AND g.id IN (" + ", ".join("?" * len(chunk)) + ")"
-            p += chunk
-        for r in tx.query(q, p):
+        if chunk is not None and not chunk:
+            continue
+        for r in q.open_goals_due(tx, now, chunk):
             limits = json.loads(r["limits"] or "{}")
             streak, last = failed_streak(tx, r["id"]) if "run_failed" in (r["attention"] or "") else (0, None)
             out.append({"id": r["id"], "revision": int(r["revision"]), "cadence": limits.get("cadence_seconds"),
@@ -363,11 +342,10 @@ def failed_streak(tx, goal_id: str) -> tuple[int, str | None]:
     """``(failed turns in a row, when the newest of them finished)`` for ``goal_id``: its newest
     finished runs that failed, up to the first that did not (runs opened before a user's
     ``project-prompt retry`` do not count). ``(0, None)`` when its newest finished run did not fail."""
-    retried = tx.one("SELECT MAX(at) AS at FROM events WHERE goal_id = ? AND kind = 'goal.retried'", (goal_id,))
+    retried = q.last_retried_at(tx, goal_id)
     since = (retried or {}).get("at") or ""
     n, last = 0, None
-    for r in tx.query("SELECT outcome, opened_at, finished_at FROM runs WHERE goal_id = ? AND status = 'finished'"
-                      " ORDER BY opened_at DESC, id DESC LIMIT ?", (goal_id, _STREAK_READ)):
+    for r in q.newest_finished_runs(tx, goal_id, _STREAK_READ):
         if r["outcome"] != "failed" or (since and r["opened_at"] <= since):
             break
         n += 1
@@ -386,8 +364,7 @@ def retry_at(streak: int, last_finished: str | None, retry_seconds: float) -> st
 
 def changed_goals(tx, after_event: int) -> tuple[list[str], int]:
     """The goals with events after ledger row ``after_event``, and the newest row id."""
-    top = tx.one("SELECT MAX(id) AS n FROM events")["n"] or 0
+    top = q.newest_event_row(tx)
     if top <= after_event:
         return [], after_event
-    rows = tx.query("SELECT DISTINCT goal_id FROM events WHERE id > ? AND id <= ?", (after_event, top))
-    return [r["goal_id"] for r in rows], int(top)
+    return q.goals_changed_between(tx, after_event, top), int(top)

@@ -16,6 +16,7 @@ from hashlib import sha256
 from loopx.jsonsafe import canonical
 from loopx.model import Goal, QuotaLimits, QuotaUsage
 from loopx.model.goal import BUDGETS  # noqa: F401  (usage name -> limit name; the one table)
+from loopx.store.queries import usage as q
 
 
 def usage(tx, goal_id: str, *, exclude_run: str | None = None) -> QuotaUsage:
@@ -26,8 +27,7 @@ def usage(tx, goal_id: str, *, exclude_run: str | None = None) -> QuotaUsage:
     used = usage_counts.read(tx, goal_id)
     turns, tokens, cost_micros, wall = used["turns"], used["tokens"], used["cost_micros"], used["wall_us"]
     if exclude_run:
-        run = tx.one("SELECT opened_at, expires_at, finished_at, tokens, cost FROM runs WHERE id = ? AND goal_id = ?",
-                     (exclude_run, goal_id))
+        run = q.run_charged(tx, exclude_run, goal_id)
         if run is not None:
             turns, tokens = turns - 1, tokens - int(run["tokens"] or 0)
             cost_micros -= usage_counts.micros(run["cost"])
@@ -73,8 +73,8 @@ def fingerprint(tx, goal: Goal, *, exclude_run: str | None = None) -> str:
     (``exclude_run``) so that opening a run does not make its own contract stale; the ready
     set is left out because claims are guarded by their own leases.
     """
-    gates = tx.query("SELECT id, status, blocks FROM gates WHERE goal_id = ? ORDER BY id", (goal.id,))
-    actions = tx.query("SELECT name, argv, gate_id FROM actions WHERE goal_id = ? ORDER BY name", (goal.id,))
+    gates = q.fingerprinted_gates(tx, goal.id)
+    actions = q.fingerprinted_actions(tx, goal.id)
     return fingerprint_of(goal, [(g["id"], g["status"], g["blocks"]) for g in gates],
                           [(a["name"], json.loads(a["argv"]), a["gate_id"]) for a in actions],
                           usage(tx, goal.id, exclude_run=exclude_run))

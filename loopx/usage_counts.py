@@ -18,8 +18,7 @@ never past its expiry (an abandoned run is charged up to its expiry).
 from __future__ import annotations
 
 from loopx.clock import parse
-
-_COLUMNS = "turns, tokens, cost_micros, wall_us, last_opened"
+from loopx.store.queries import usage as q
 
 
 def micros(cost) -> int:
@@ -38,10 +37,7 @@ def wall_us(opened_at: str, finished_at: str | None, expires_at: str) -> int:
 
 def opened(tx, goal_id: str, at: str) -> None:
     """A run was opened at ``at``: one more turn."""
-    tx.execute("INSERT INTO goal_usage (goal_id, turns, tokens, cost_micros, wall_us, last_opened)"
-               " VALUES (?, 1, 0, 0, 0, ?) ON CONFLICT (goal_id) DO UPDATE SET turns = goal_usage.turns + 1,"
-               " last_opened = CASE WHEN goal_usage.last_opened IS NULL OR goal_usage.last_opened < excluded.last_opened"
-               " THEN excluded.last_opened ELSE goal_usage.last_opened END", (goal_id, at))
+    q.count_run_opened(tx, goal_id, at)
 
 
 def charge(tx, goal_id: str, before: dict | None, after: dict) -> None:
@@ -53,23 +49,19 @@ def charge(tx, goal_id: str, before: dict | None, after: dict) -> None:
     d_cost = micros(after["cost"]) - (micros(before["cost"]) if before else 0)
     d_wall = new_wall - old_wall
     if d_tokens or d_cost or d_wall:
-        tx.execute("UPDATE goal_usage SET tokens = tokens + ?, cost_micros = cost_micros + ?, wall_us = wall_us + ?"
-                   " WHERE goal_id = ?", (d_tokens, d_cost, d_wall, goal_id))
+        q.add_charges(tx, goal_id, d_tokens, d_cost, d_wall)
 
 
 def read(tx, goal_id: str) -> dict:
     """``{"turns", "tokens", "cost_micros", "wall_us", "last_opened"}`` of one goal (zeros without runs)."""
-    row = tx.one(f"SELECT {_COLUMNS} FROM goal_usage WHERE goal_id = ?", (goal_id,))
-    return _raw(row)
+    return _raw(q.counters(tx, goal_id))
 
 
 def read_many(tx, goal_ids: list[str]) -> dict[str, dict]:
     """:func:`read` for several goals in one statement (goals without runs are left out)."""
     if not goal_ids:
         return {}
-    marks = ", ".join("?" for _ in goal_ids)
-    rows = tx.query(f"SELECT goal_id, {_COLUMNS} FROM goal_usage WHERE goal_id IN ({marks})", list(goal_ids))
-    return {r["goal_id"]: _raw(r) for r in rows}
+    return {r["goal_id"]: _raw(r) for r in q.counters_of(tx, goal_ids)}
 
 
 def read_row(row: dict) -> dict:
@@ -96,9 +88,8 @@ def shown(raw: dict) -> dict:
 def from_runs(tx, goal_id: str | None = None) -> dict[str, tuple]:
     """``{goal_id: (turns, tokens, cost_micros, wall_us, last_opened)}`` summed from the ``runs``
     rows by the counters' rules (the migration's source, and what a test holds the counters to)."""
-    scope, params = ("", ()) if goal_id is None else (" WHERE goal_id = ?", (goal_id,))
     out: dict[str, list] = {}
-    for r in tx.query("SELECT goal_id, opened_at, expires_at, finished_at, tokens, cost FROM runs" + scope, params):
+    for r in q.run_charges(tx, goal_id):
         c = out.setdefault(r["goal_id"], [0, 0, 0, 0, None])
         c[0] += 1
         c[1] += int(r["tokens"] or 0)
@@ -112,9 +103,6 @@ def from_runs(tx, goal_id: str | None = None) -> dict[str, tuple]:
 def backfill(tx) -> int:
     """Schema step: fill ``goal_usage`` from every goal's runs. Returns the number of goals."""
     counted = from_runs(tx)
-    tx.execute("DELETE FROM goal_usage")
     rows = [(g, *c) for g, c in counted.items()]
-    for start in range(0, len(rows), 10_000):
-        tx.executemany("INSERT INTO goal_usage (goal_id, turns, tokens, cost_micros, wall_us, last_opened)"
-                       " VALUES (?, ?, ?, ?, ?, ?)", rows[start:start + 10_000])
+    q.replace_counters(tx, rows)
     return len(rows)

@@ -136,12 +136,13 @@ class Worker:
             self._push(g, mono + delay)
 
     def _scan(self, reg, goal_ids: list[str] | None = None) -> None:
+        from loopx.store.queries.supervision import newest_event_row
         from loopx.supervision import candidates, settings
 
         with reg.read() as tx:
             values = settings(tx)
             if goal_ids is None:
-                self.last_event = int(tx.one("SELECT MAX(id) AS n FROM events")["n"] or 0)
+                self.last_event = int(newest_event_row(tx))
                 self.heap, self.gen, self.parked = [], {}, {}
             rows = candidates(tx, clock.now(), goal_ids)
             if goal_ids is not None:  # closed or paused since: off the schedule
@@ -207,8 +208,10 @@ class Worker:
         """The turn_end line (:func:`loopx.worker_log.turn_end`), with its run's tokens and cost."""
         out, run = answer(child), None
         if out.get("run_id"):
+            from loopx.store.queries.supervision import run_spent
+
             with reg.read() as tx:
-                run = tx.one("SELECT tokens, cost FROM runs WHERE id = ?", (out["run_id"],))
+                run = run_spent(tx, out["run_id"])
         turn_end(self.log, child.goal_id, child.executor, out, run, seconds, child.proc.returncode,
                  child.out + child.err)
 
@@ -235,11 +238,13 @@ class Worker:
             # ask_user, which parks the goal.
             self._scan(reg, [goal_id])
             return
+        from loopx.store.queries.status import goal_revision
+
         with reg.read() as tx:  # parked until a person (or anything) changes the goal
-            row = tx.one("SELECT revision FROM goals WHERE id = ?", (goal_id,))
-        if row is not None:
+            revision = goal_revision(tx, goal_id)
+        if revision is not None:
             self._drop(goal_id)
-            self.parked[goal_id] = int(row["revision"])
+            self.parked[goal_id] = int(revision)
 
     # ------------------------------------------------------------------ time, signals, changes
 
@@ -327,9 +332,10 @@ class Worker:
             self._check_clock(self._reg)
             notifier = Notifier(self.url, self.log) if self.notify else None
             if notifier:  # the goals that already wait for someone, once at start
+                from loopx.store.queries.attention import attention_lane_goals
+
                 with self._reg.read() as tx:
-                    notifier.check([r["goal_id"] for r in tx.query(
-                        "SELECT goal_id FROM goal_summary WHERE lane = 2")])
+                    notifier.check(attention_lane_goals(tx))
             self._loop(info, notifier, watcher)
         except BaseException as exc:
             if not isinstance(exc, (KeyboardInterrupt, SystemExit)):

@@ -47,24 +47,7 @@ SQL_ALLOWED_LEDGER = {
     "loopx/testing.py",
 }
 
-SQL_ALLOWED_VIEWS = {
-    "loopx/attention.py",
-    "loopx/cli/ids.py",
-    "loopx/damage.py",
-    "loopx/demo.py",
-    "loopx/inputs.py",
-    "loopx/needs_you.py",
-    "loopx/notify.py",
-    "loopx/status.py",
-    "loopx/status_batches.py",
-    "loopx/status_history.py",
-    "loopx/status_server/views.py",
-    "loopx/summary_all.py",
-    "loopx/supervision.py",
-    "loopx/usage.py",
-    "loopx/usage_counts.py",
-    "loopx/worker.py",
-}
+SQL_ALLOWED_VIEWS: set[str] = set()  # the views group: all moved into loopx.store.queries
 
 SQL_ALLOWED_DOMAIN = {
     "loopx/actions.py",

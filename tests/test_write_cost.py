@@ -39,7 +39,7 @@ def test_claim_and_done_under_a_run_read_the_goal_row_once(reg, monkeypatch):
     claimed = todos.claim(reg, "executor", goal_id=g, todo_id=todo, agent="worker", run_id=c["run_id"])
     assert claimed["claim"]["agent"] == "worker"
     # A todo event refreshes the attention summary (one needs-you, issue 36), which reads its own
-    # inputs (loopx.attention._INPUTS, the goal joined with usage and summary): a different read,
+    # inputs (loopx.store.queries.attention.summary_inputs, the goal joined with usage and summary): a different read,
     # counted by its own test; here, the goal row the writer locks is read once.
     goal_reads = [s for s in seen if s.startswith("SELECT") and " FROM goals " in f"{s} " and "g.revision" not in s
                   and "LEFT JOIN goal_summary s" not in s]

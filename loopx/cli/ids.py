@@ -64,16 +64,11 @@ def _matching(ctx, kind: str, prefix: str, limit: int, goal_id: str | None = Non
     """Ids of ``kind`` starting with ``prefix`` (a primary-key range scan), at most ``limit``."""
     from loopx.registry import Registry
 
+    from loopx.store.queries.status import ids_in_range
+
     table = TABLES[kind][1]
-    # Every character of an id sorts below '~', so [prefix, prefix + '~') is exactly the prefix.
-    sql = f"SELECT id FROM {table} WHERE id >= ? AND id < ?"
-    params: list = [prefix, prefix + "~"]
-    if goal_id is not None and kind != "goal":
-        sql += " AND goal_id = ?"
-        params.append(goal_id)
-    sql += f" ORDER BY id LIMIT {int(limit)}"
     with Registry.open(_registry_url(ctx), readonly=True) as reg, reg.read() as tx:
-        return [row["id"] for row in tx.query(sql, params)]
+        return ids_in_range(tx, table, prefix, limit, goal_id if kind != "goal" else None)
 
 
 def resolve(ctx, kind: str, value: str, label: str) -> str:

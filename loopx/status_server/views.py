@@ -10,6 +10,7 @@ from pathlib import Path
 from loopx import status as projection
 from loopx.jsonsafe import dumps_out
 from loopx.status_server.responses import JSON_TYPE, send, send_error
+from loopx.store.queries import status as status_queries
 
 ASSETS = Path(__file__).resolve().parent.parent / "dashboard"
 CACHE_SECONDS = 1.0
@@ -161,7 +162,6 @@ def goal_revision(goal_id: str):
     the view then raises goal_not_found, which is never cached)."""
 
     def version(tx):
-        row = tx.one("SELECT revision FROM goals WHERE id = ?", (goal_id,))
-        return None if row is None else row["revision"]
+        return status_queries.goal_revision(tx, goal_id)
 
     return version
