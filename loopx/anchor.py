@@ -29,6 +29,7 @@ import threading
 from contextlib import contextmanager
 
 from loopx import keys
+from loopx.store.queries import integrity as queries
 
 _CONNS: dict[str, sqlite3.Connection] = {}
 #: The open ``-lock`` file of each open anchor (closed with its connection); None: none to be had.
@@ -38,8 +39,6 @@ _THREADS = threading.Lock()
 # opens many (a test session, a tool walking registries) must not keep 3 descriptors for each
 # forever, so the least recently used is closed past this many.
 _KEEP = 8
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS heads (goal_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL)",
-           "CREATE TABLE IF NOT EXISTS generation (one INTEGER PRIMARY KEY CHECK (one = 0), event_id INTEGER NOT NULL)")
 
 
 def path(registry_id: str):
@@ -116,12 +115,7 @@ def _conn(registry_id: str, *, create: bool) -> sqlite3.Connection | None:
         keys.private_dir()
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT, 0o600))
     conn = sqlite3.connect(p, isolation_level=None, timeout=30, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout = 30000")
-    if create:
-        for sql in _SCHEMA:
-            conn.execute(sql)
-        conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")  # a lost update leaves the anchor behind: accepted
+    queries.anchor_open(conn, create=create)
     while len(_CONNS) >= _KEEP:
         _close(next(iter(_CONNS)))
     _CONNS[where] = conn
@@ -148,26 +142,11 @@ def record(registry_id: str, goal_id: str, seq: int, head_hash: str, event_id: i
     where = _where(registry_id)
     conn = _conn(registry_id, create=True)
     if in_queue != (where in _DEFERRED):
-        conn.execute(f"PRAGMA wal_autocheckpoint = {_IN_QUEUE_PAGES if in_queue else 1000}")
+        queries.anchor_autocheckpoint(conn, _IN_QUEUE_PAGES if in_queue else 1000)
         (_DEFERRED.add if in_queue else _DEFERRED.discard)(where)
     with _turn(registry_id, where):
-        _record(conn, goal_id, seq, head_hash, event_id)
+        queries.anchor_record(conn, goal_id, seq, head_hash, event_id)
     return where
-
-
-def _record(conn, goal_id: str, seq: int, head_hash: str, event_id: int) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute("INSERT INTO heads (goal_id, seq, hash) VALUES (?, ?, ?) ON CONFLICT (goal_id) DO UPDATE"
-                     " SET seq = excluded.seq, hash = excluded.hash WHERE excluded.seq > heads.seq",
-                     (goal_id, seq, head_hash))
-        conn.execute("INSERT INTO generation (one, event_id) VALUES (0, ?) ON CONFLICT (one) DO UPDATE"
-                     " SET event_id = excluded.event_id WHERE excluded.event_id > generation.event_id",
-                     (event_id,))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
 
 
 def read(registry_id: str, goal_id: str) -> tuple[dict | None, int | None]:
@@ -176,8 +155,8 @@ def read(registry_id: str, goal_id: str) -> tuple[dict | None, int | None]:
     if conn is None:
         return None, None
     try:
-        head = conn.execute("SELECT seq, hash FROM heads WHERE goal_id = ?", (goal_id,)).fetchone()
-        gen = conn.execute("SELECT event_id FROM generation").fetchone()
+        head = queries.anchor_head(conn, goal_id)
+        gen = queries.anchor_generation(conn)
     except sqlite3.OperationalError:  # created by a process that has not made its tables yet
         return None, None
     return ({"seq": head[0], "hash": head[1]} if head else None), (gen[0] if gen else None)
@@ -190,7 +169,7 @@ def read_head(registry_id: str, goal_id: str) -> dict | None:
     if conn is None:
         return None
     try:
-        head = conn.execute("SELECT seq, hash FROM heads WHERE goal_id = ?", (goal_id,)).fetchone()
+        head = queries.anchor_head(conn, goal_id)
     except sqlite3.OperationalError:  # created by a process that has not made its tables yet
         return None
     return {"seq": head[0], "hash": head[1]} if head else None
@@ -202,8 +181,8 @@ def heads(registry_id: str) -> tuple[list[dict], int | None]:
     if conn is None:
         return [], None
     try:
-        rows = conn.execute("SELECT goal_id, seq, hash FROM heads ORDER BY goal_id").fetchall()
-        gen = conn.execute("SELECT event_id FROM generation").fetchone()
+        rows = queries.anchor_heads(conn)
+        gen = queries.anchor_generation(conn)
     except sqlite3.OperationalError:
         return [], None
     return [{"goal_id": g, "seq": s, "hash": h} for g, s, h in rows], (gen[0] if gen else None)
@@ -214,18 +193,4 @@ def reset(registry_id: str, current: list[dict], generation: int) -> None:
     ``current`` is every goal's newest event ``{"goal_id", "seq", "hash"}``."""
     conn = _conn(registry_id, create=True)
     with _turn(registry_id, _where(registry_id)):
-        _reset(conn, current, generation)
-
-
-def _reset(conn, current: list[dict], generation: int) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute("DELETE FROM heads")
-        conn.execute("DELETE FROM generation")
-        conn.executemany("INSERT INTO heads (goal_id, seq, hash) VALUES (?, ?, ?)",
-                         [(r["goal_id"], r["seq"], r["hash"]) for r in current])
-        conn.execute("INSERT INTO generation (one, event_id) VALUES (0, ?)", (generation,))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+        queries.anchor_reset(conn, current, generation)

@@ -55,9 +55,7 @@ def schema_altered(reg) -> list[Finding]:
         ring = keys.keyring(tx)
         if ring.state != "keyed":
             return []
-        row = tx.one(f"SELECT {history_guard.definitions_sql(tx.dialect)} AS d,"
-                     f" (SELECT value FROM meta WHERE key = '{history_guard.MARK_KEY}') AS m")
-        if not history_guard.altered(ring, row["d"], row["m"]):
+        if not history_guard.altered_now(tx, ring):
             return []
     return [Finding("schema_altered", None, None, "the registry's triggers or event tables were changed outside"
                     " LoopX: an edit of a goal's history meanwhile could have gone uncounted", "reindexed")]

@@ -21,6 +21,8 @@ import json
 from loopx import history_guard, keys, state_macs  # every write uses them
 # The hashes, named here as before (loopx.integrity.event_hash, .state_digest...).
 from loopx.integrity_hash import GENESIS, STATE_TABLES, event_hash, row_hash, state_digest  # noqa: F401
+from loopx.store.queries import integrity as queries
+from loopx.store.queries.ledger import prev_hash as hash_before
 
 #: The digest recorded when a write lands on state that was already altered outside the ledger.
 UNTRUSTED = "untrusted"
@@ -35,21 +37,18 @@ def keyring(tx):
 
 def last_event(tx, goal_id: str) -> dict | None:
     """The goal's newest ``events`` row (seq and hash), or None."""
-    return tx.one("SELECT seq, hash FROM events WHERE goal_id = ? ORDER BY seq DESC LIMIT 1", (goal_id,))
+    return queries.last_event(tx, goal_id)
 
 
 def head(tx, goal_id: str) -> dict | None:
     """The goal's ``goal_heads`` row, or None."""
-    return tx.one("SELECT goal_id, seq, head_hash, state_digest FROM goal_heads WHERE goal_id = ?", (goal_id,))
+    return queries.head(tx, goal_id)
 
 
 def last_and_head_seq(tx, goal_id: str) -> tuple[dict | None, int | None]:
     """:func:`last_event` and the seq of :func:`head`, in one statement (a writer numbering its
     first event without a :func:`head_seen`)."""
-    row = tx.one("SELECT e.seq, e.hash, (SELECT seq FROM goal_heads WHERE goal_id = ?) AS head_seq"
-                 " FROM (SELECT 1 AS one) o LEFT JOIN"
-                 " (SELECT seq, hash FROM events WHERE goal_id = ? ORDER BY seq DESC LIMIT 1) e ON 1 = 1",
-                 (goal_id, goal_id))
+    row = queries.last_and_head_seq(tx, goal_id)
     last = {"seq": row["seq"], "hash": row["hash"]} if row["seq"] is not None else None
     return last, row["head_seq"]
 
@@ -92,12 +91,7 @@ def seal(tx, goal_id: str, *, trusted: bool = True, last: dict | None = None, wh
         else:
             total, counts = state_macs.seal_incremental(tx, ring, goal_id, *known)
         digest = state_macs.encode(ring, goal_id, last["seq"], last["hash"], total, counts)
-    tx.execute(
-        "INSERT INTO goal_heads (goal_id, seq, head_hash, state_digest) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT (goal_id) DO UPDATE SET seq = excluded.seq, head_hash = excluded.head_hash,"
-        " state_digest = excluded.state_digest",
-        (goal_id, last["seq"], last["hash"], digest),
-    )
+    queries.record_head(tx, goal_id, last["seq"], last["hash"], digest)
     _stash(tx, "_loopx_verified", goal_id, None)
     return last
 
@@ -311,7 +305,7 @@ def _behind(tx, goal_id: str, anchored: dict | None, newest: list[dict]) -> list
                         " copy or its newest events were removed", anchored["seq"])]
     found = next((r for r in newest if r["seq"] == anchored["seq"]), None)
     if found is None:
-        found = tx.one("SELECT seq, hash FROM events WHERE goal_id = ? AND seq = ?", (goal_id, anchored["seq"]))
+        found = queries.event_at(tx, goal_id, anchored["seq"])
     if found is not None and found["hash"] != anchored["hash"]:
         return [Problem("registry_rolled_back", goal_id, f"goal {goal_id}: event {anchored['seq']} is not the one"
                         " this user committed: the registry was replaced by another copy", anchored["seq"])]
@@ -329,18 +323,9 @@ def _head_and_window(tx, goal_id: str, window: int) -> tuple[dict | None, bool, 
     # A registry read without migrating it (read-only) from before the change log (schema 9) has
     # no state_dirty: its digest is the whole-state one of its version, checked whole.
     version = getattr(tx, "schema_version", schema.CURRENT_VERSION)
-    dirty = ("CASE WHEN EXISTS (SELECT 1 FROM state_dirty d WHERE d.goal_id = q.gid AND (d.old IS NULL OR d.new IS NULL"
-             " OR d.old <> d.new)) THEN 1 ELSE 0 END" if version >= schema.MACS_VERSION else "0")
-    guard = (f", (SELECT n FROM {state_macs.CHANGED_EVENTS} c WHERE c.goal_id = q.gid) AS h_changes,"
-             f" {history_guard.definitions_sql(tx.dialect)} AS h_defs,"
-             f" (SELECT value FROM meta WHERE key = '{history_guard.MARK_KEY}') AS h_mark"
-             if version >= schema.GUARD_VERSION else "")
-    rows = tx.query(
-        "SELECT h.seq AS h_seq, h.head_hash AS h_hash, h.state_digest AS h_digest,"
-        f" {dirty} AS h_dirty{guard}, e.*"
-        " FROM (SELECT CAST(? AS TEXT) AS gid) q LEFT JOIN goal_heads h ON h.goal_id = q.gid"
-        " LEFT JOIN (SELECT * FROM events WHERE goal_id = ? ORDER BY seq DESC LIMIT ?) e ON 1 = 1",
-        (goal_id, goal_id, window))
+    guard = ((state_macs.CHANGED_EVENTS, history_guard.TABLES, history_guard.MARK_KEY)
+             if version >= schema.GUARD_VERSION else None)
+    rows = queries.head_and_window(tx, goal_id, window, dirty=version >= schema.MACS_VERSION, guard=guard)
     first = rows[0]
     recorded = None if first["h_seq"] is None else {"goal_id": goal_id, "seq": first["h_seq"],
                                                      "head_hash": first["h_hash"], "state_digest": first["h_digest"]}
@@ -397,12 +382,11 @@ def verify_chain(tx, goal_id: str) -> list[Problem]:
         return missing
     # Streamed: the events that record loss first (few), then every event in pages, each linked to
     # the last of the page before (bounded memory on a ledger of any length).
-    notes = tx.query("SELECT * FROM events WHERE goal_id = ? AND kind IN (?, ?) ORDER BY seq", (goal_id, *LOSS_KINDS))
+    notes = queries.loss_notes(tx, goal_id, LOSS_KINDS)
     acked = acknowledged(notes)[1]
     out, last = [], None
     while True:
-        page = tx.query("SELECT * FROM events WHERE goal_id = ? AND seq > ? ORDER BY seq LIMIT 500",
-                        (goal_id, last["seq"] if last else 0))
+        page = queries.chain_page(tx, goal_id, last["seq"] if last else 0)
         out.extend(_links(goal_id, page, last, acked, ring))
         if page:
             last = page[-1]
@@ -440,7 +424,7 @@ def verify_anchor(reg, goal_id: str | None = None) -> list[Problem]:
     out = []
     with reg.read() as tx:
         if generation is not None:
-            top = tx.one("SELECT MAX(id) AS id FROM events")["id"] or 0
+            top = queries.newest_event_id(tx)
             if top < generation:
                 out.append(Problem("registry_rolled_back", None, f"the registry's newest event is {top} but this"
                                    f" user committed event {generation} to it: it was replaced by an older copy"))
@@ -454,15 +438,14 @@ def rechain(tx, goal_id: str, from_seq: int) -> None:
     """Recompute the chain of the goal's events from ``from_seq`` on (after a repair rewrote an
     event body on purpose; the repair event records the original)."""
     ring = keyring(tx)
-    prev = tx.one("SELECT hash FROM events WHERE goal_id = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
-                  (goal_id, from_seq))
+    prev = hash_before(tx, goal_id, from_seq)
     prev_hash = (prev["hash"] if prev else None) or GENESIS
     updates = []
-    for row in tx.query("SELECT * FROM events WHERE goal_id = ? AND seq >= ? ORDER BY seq", (goal_id, from_seq)):
+    for row in queries.events_from(tx, goal_id, from_seq):
         row["prev_hash"] = prev_hash
         digest = row_hash(row, ring)
         updates.append((prev_hash, digest, row["id"]))
         prev_hash = digest
     if updates:
-        tx.executemany("UPDATE events SET prev_hash = ?, hash = ? WHERE id = ?", updates)
+        queries.rechain_events(tx, updates)
         _stash(tx, "_loopx_rechained", goal_id, True)

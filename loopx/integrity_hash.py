@@ -67,6 +67,7 @@ def state_digest(tx, goal_id: str, seq: int | None = None, head_hash: str | None
     registries recorded, over the rows only.
     """
     from loopx.store import schema
+    from loopx.store.queries import integrity as queries
 
     keyed = ring is not None and ring.key is not None
     h = ring.hasher() if keyed else _sha256()
@@ -78,10 +79,8 @@ def state_digest(tx, goal_id: str, seq: int | None = None, head_hash: str | None
             # Open runs row by row; closed runs (a list that grows with every turn) by what the
             # decision reads of them - count, charges, latest times - so the check stays cheap on
             # a goal with thousands of turns. The full check replays every run.
-            rows = tx.query("SELECT * FROM runs WHERE goal_id = ? AND status = 'open'", (goal_id,))
-            closed = tx.one("SELECT COUNT(*) AS n, COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost), 0) AS cost,"
-                            " MAX(opened_at) AS opened, MAX(finished_at) AS finished, MAX(expires_at) AS expires"
-                            " FROM runs WHERE goal_id = ? AND status <> 'open'", (goal_id,))
+            rows = queries.open_runs(tx, goal_id)
+            closed = queries.closed_runs_summary(tx, goal_id)
             closed = [int(closed["n"]), int(closed["tokens"]), round(float(closed["cost"]), 6), closed["opened"],
                       closed["finished"], closed["expires"]]
             rows.sort(key=lambda r: r["id"])
@@ -90,13 +89,11 @@ def state_digest(tx, goal_id: str, seq: int | None = None, head_hash: str | None
             if keyed and rows:
                 # The contracts open runs work under: an edited contract would let ``exec`` run
                 # anything, so it is state the digest covers while its run is open.
-                marks = ", ".join("?" for _ in rows)
-                contracts = tx.query(f"SELECT id, run_id, fingerprint, issued_at, expires_at, document FROM contracts"
-                                     f" WHERE id IN ({marks}) ORDER BY id", tuple(r["contract_id"] for r in rows))
+                contracts = queries.contracts(tx, tuple(r["contract_id"] for r in rows))
                 h.update(json.dumps(["contracts", [sorted(c.items()) for c in contracts]], default=str,
                                     separators=(",", ":")).encode("utf-8", "backslashreplace"))
             continue
-        names, rows = _tuples(tx, f"SELECT * FROM {table} WHERE {column} = ?", (goal_id,))
+        names, rows = queries.goal_tuples(tx, table, column, goal_id)
         # Each row as its (column, value) pairs by column name, rows by key - the same text as
         # ``sorted(row.items())`` per row, so stored digests still match. A write hashes its goal's
         # whole state twice (checked before, sealed after) and most rows are the same both times,
@@ -142,12 +139,3 @@ def _row_texts(table: str, names: list[str]) -> dict:
         texts = _TEXTS[key] = {}
     return texts
 
-
-def _tuples(tx, sql: str, params) -> tuple[list[str], list[tuple]]:
-    """Column names and plain row tuples of a query (a store's ``tuples`` when it has one)."""
-    fast = getattr(tx, "tuples", None)
-    if fast is not None:
-        return fast(sql, params)
-    rows = tx.query(sql, params)
-    names = list(rows[0]) if rows else []
-    return names, [tuple(r[n] for n in names) for r in rows]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from loopx.integrity import head, keyring, seal
 from loopx.integrity_hash import GENESIS, STATE_TABLES, row_hash, state_digest
+from loopx.store.queries import integrity_steps as queries
+from loopx.store.queries.ledger import ledger_goals
 
 
 #: The tables a digest covered before schema v5 added the usage counters and the ready index.
@@ -23,7 +25,7 @@ def reseal_intact(tx) -> int:
     which is all an older registry offers. Returns the number of goals sealed.
     """
     ring = keyring(tx)
-    goals = [r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM events")]
+    goals = [r["goal_id"] for r in ledger_goals(tx)]
     for goal_id in goals:
         recorded = head(tx, goal_id)
         intact = recorded is None or recorded["state_digest"] in (
@@ -40,7 +42,7 @@ def add_goal_capabilities(tx) -> int:
     (the same rule as :func:`reseal_intact`). Run again on a store that has the column (a
     migration re-run from an older version), it only reseals. Returns the number of goals sealed."""
     ring = keyring(tx)
-    goals = [r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM events")]
+    goals = [r["goal_id"] for r in ledger_goals(tx)]
     intact = {}
     for goal_id in goals:
         recorded = head(tx, goal_id)
@@ -49,7 +51,7 @@ def add_goal_capabilities(tx) -> int:
     from loopx.store.dialect import of as dialect_of
 
     if "capabilities" not in dialect_of(tx).columns(tx, "goals"):
-        tx.execute("ALTER TABLE goals ADD COLUMN capabilities TEXT NOT NULL DEFAULT '[]'")
+        queries.add_goal_capabilities_column(tx)
     for goal_id in goals:
         seal(tx, goal_id, trusted=intact[goal_id], legacy=True)  # state_macs comes at v9
     return len(goals)
@@ -63,13 +65,13 @@ def mac_all(tx) -> int:
     ring = keyring(tx)
     if ring.state != "keyed":
         return 0
-    goals = [r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM events")]
+    goals = [r["goal_id"] for r in ledger_goals(tx)]
     for goal_id in goals:
         recorded = head(tx, goal_id)
         intact = recorded is None or recorded["state_digest"] == state_digest(
             tx, goal_id, recorded["seq"], recorded["head_hash"], ring)
         seal(tx, goal_id, trusted=intact, whole=True)
-    tx.execute("DELETE FROM state_dirty")
+    queries.forget_all_dirty(tx)
     return len(goals)
 
 
@@ -85,15 +87,14 @@ def backfill(tx, *, sealing: bool = True) -> int:
     Returns the number of goals sealed.
     """
     ring = keyring(tx)
-    goals = [r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM events")]
+    goals = [r["goal_id"] for r in ledger_goals(tx)]
     for goal_id in goals:
         prev = GENESIS
-        for row in tx.query("SELECT id, goal_id, seq, at, actor, kind, body, operation_id, hash FROM events"
-                            " WHERE goal_id = ? ORDER BY seq", (goal_id,)):
+        for row in queries.chain_rows(tx, goal_id):
             if row["hash"] is None:
                 row["prev_hash"] = prev
                 digest = row_hash(row, ring)
-                tx.execute("UPDATE events SET prev_hash = ?, hash = ? WHERE id = ?", (prev, digest, row["id"]))
+                queries.set_chain(tx, prev, digest, row["id"])
                 prev = digest
             else:
                 prev = row["hash"]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from loopx import keys
 from loopx.errors import LoopxError
+from loopx.store.queries.keys import file_meta_value
 
 _ANCHOR_SUFFIXES = (".anchor", ".anchor-wal", ".anchor-shm", ".anchor-lock")
 
@@ -43,7 +44,7 @@ def sqlite_id(path: str) -> str | None:
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            row = conn.execute("SELECT value FROM meta WHERE key = ?", (keys.META_ID,)).fetchone()
+            row = file_meta_value(conn, keys.META_ID)
         finally:
             conn.close()
     except sqlite3.Error:

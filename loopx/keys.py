@@ -283,7 +283,9 @@ def stored_id(tx) -> str | None:
     seen = getattr(tx, "_loopx_locked_id", None)
     if seen is not None:
         return seen[0]  # read with the goal's row, in this transaction (SqliteTx/PostgresTx.lock_goal)
-    row = tx.one("SELECT value FROM meta WHERE key = ?", (META_ID,))
+    from loopx.store.queries.ledger import meta_value  # (loaded by every write and read before this)
+
+    row = meta_value(tx, META_ID)
     return row["value"] if row else None
 
 

@@ -38,6 +38,7 @@ from loopx.events.roles import CAPABILITY, CORE, EXECUTOR, USER, role  # noqa: F
 from loopx.events.table import AREAS, EventKind  # noqa: F401
 from loopx.model import Event
 from loopx.store import schema
+from loopx.store.queries import ledger as queries
 
 
 def append(tx, event: Event, prev_hash: str | None = None) -> Event:
@@ -57,18 +58,13 @@ def append_chained(tx, event: Event, prev_hash: str | None = None) -> tuple[Even
     if found:
         raise LoopxError("invalid_argument", f"{event.kind} refused: its data {found}")
     if prev_hash is None:
-        prev = tx.one("SELECT hash FROM events WHERE goal_id = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
-                      (event.goal_id, event.seq))
+        prev = queries.prev_hash(tx, event.goal_id, event.seq)
         prev_hash = (prev["hash"] if prev else None) or integrity.GENESIS
     text = jsonsafe.canonical(event.body)
     digest = integrity.event_hash(prev_hash, event.goal_id, event.seq, event.at, event.actor, event.kind,
                                   text, event.operation_id, integrity.keyring(tx))
-    row = tx.one(
-        "INSERT INTO events (goal_id, seq, at, actor, kind, body, operation_id, prev_hash, hash)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-        (event.goal_id, event.seq, event.at, event.actor, event.kind, text, event.operation_id,
-         prev_hash, digest),
-    )
+    row = queries.insert_event(tx, (event.goal_id, event.seq, event.at, event.actor, event.kind, text,
+                                    event.operation_id, prev_hash, digest))
     event = attrs.evolve(event, id=row["id"])
     body_text.hold(event.body, text)
     try:
@@ -86,12 +82,7 @@ def last_hash(tx, goal_id: str) -> str:
 
 def events(tx, goal_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
     """A goal's events with ``seq > after``, oldest first."""
-    sql = "SELECT * FROM events WHERE goal_id = ? AND seq > ? ORDER BY seq"
-    params: list = [goal_id, after]
-    if limit is not None:
-        sql += " LIMIT ?"
-        params.append(limit)
-    return [event_from_row(r) for r in tx.query(sql, params)]
+    return [event_from_row(r) for r in queries.events_after(tx, goal_id, after, limit)]
 
 
 def iter_events(tx, goal_id: str, *, after: int = 0, limit: int | None = None, batch: int = 500):
@@ -100,8 +91,7 @@ def iter_events(tx, goal_id: str, *, after: int = 0, limit: int | None = None, b
     left = limit
     while left is None or left > 0:
         size = batch if left is None else min(batch, left)
-        rows = tx.query("SELECT * FROM events WHERE goal_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                        (goal_id, after, size))
+        rows = queries.events_page(tx, goal_id, after, size)
         for row in rows:
             yield event_from_row(row)
         if len(rows) < size:
@@ -116,8 +106,7 @@ def iter_rows(tx, goal_id: str, *, columns: str = "*", batch: int = 500):
     in pages of ``batch`` (bounded memory on a ledger of any length)."""
     after = 0
     while True:
-        rows = tx.query(f"SELECT {columns} FROM events WHERE goal_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                        (goal_id, after, batch))
+        rows = queries.events_page(tx, goal_id, after, batch, columns)
         yield from rows
         if len(rows) < batch:
             return
@@ -129,7 +118,7 @@ def snapshot(tx, goal_id: str) -> dict[str, list[dict]]:
     out = {}
     for table, keys in schema.GOAL_TABLES.items():
         column = "id" if table == "goals" else "goal_id"
-        rows = tx.query(f"SELECT * FROM {table} WHERE {column} = ?", (goal_id,))
+        rows = queries.goal_rows(tx, table, column, goal_id)
         # Sorted here, not by ORDER BY: a PostgreSQL database with a non-C collation would order
         # text keys differently from SQLite, and snapshots from both must compare equal.
         out[table] = sorted(rows, key=lambda r: tuple(r[k] for k in keys))
@@ -158,12 +147,8 @@ def replay(goal_events, read: Callable):
 
             for event in itertools.chain([first], goal_events):
                 # Keep the original global id: goals and todos record it as their creation order.
-                tx.execute(
-                    "INSERT INTO events (id, goal_id, seq, at, actor, kind, body, operation_id)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (event.id, event.goal_id, event.seq, event.at, event.actor, event.kind,
-                     json.dumps(event.body), event.operation_id),
-                )
+                queries.insert_replayed_event(tx, (event.id, event.goal_id, event.seq, event.at, event.actor,
+                                                   event.kind, json.dumps(event.body), event.operation_id))
                 apply(tx, event)
             return read(tx, first.goal_id)
 

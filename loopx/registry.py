@@ -24,6 +24,7 @@ from typing import Any, Callable
 from loopx import integrity, keys, step_journal
 from loopx.errors import LoopxError
 from loopx.model import Event
+from loopx.store.queries import ledger as queries
 from loopx.writer import Writer  # (loopx.registry.Writer, as before)
 
 ENV_REGISTRY = "LOOPX_REGISTRY"
@@ -297,10 +298,8 @@ class _Mutation:
         if writer.events:
             self._seal(tx, writer, ring)
         if self.operation_id is not None:
-            tx.execute(
-                "INSERT INTO operations (id, goal_id, actor, request, result, at) VALUES (?, ?, ?, ?, ?, ?)",
-                (self.operation_id, writer.goal_id, self.actor, self.request_hash, json.dumps(result), writer.at),
-            )
+            queries.record_operation(tx, (self.operation_id, writer.goal_id, self.actor, self.request_hash,
+                                          json.dumps(result), writer.at))
         return result, writer.events
 
     def _find_goal(self, tx) -> None:
@@ -315,7 +314,7 @@ class _Mutation:
         ``operation_conflict`` when the id was used for a different request."""
         if self.operation_id is None:
             return None
-        done = tx.one("SELECT request, result FROM operations WHERE id = ?", (self.operation_id,))
+        done = queries.operation(tx, self.operation_id)
         if done is None:
             return None
         if done["request"] != self.request_hash:

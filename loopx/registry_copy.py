@@ -23,6 +23,7 @@ from loopx import ledger
 from loopx.errors import LoopxError
 from loopx.store import schema
 from loopx.store.dialect import of as dialect_of
+from loopx.store.queries import copy as queries
 
 # The hash chain is keyed with each registry's own key (loopx.keys): the copy checks the source's
 # chains with the source's key, and the target chains the same events with its key.
@@ -81,11 +82,10 @@ def copy_registry(source_url: str, target_url: str, *, force: bool = False) -> d
 
 def _read_source(tx) -> dict:
     """Everything to copy and compare, from one snapshot of the source."""
-    cols = ", ".join(EVENT_COLUMNS)
     by_goal: dict[str, list[dict]] = {}
     # Goals in the order they were created (their first event), each goal's events by seq: the
     # ledger, not the goals table, says which goals exist.
-    for row in tx.query(f"SELECT {cols} FROM events ORDER BY goal_id, seq"):
+    for row in queries.all_events(tx, EVENT_COLUMNS):
         by_goal.setdefault(row["goal_id"], []).append(row)
     ordered = dict(sorted(by_goal.items(), key=lambda item: (item[1][0]["id"], item[0])))
     from loopx import integrity
@@ -101,7 +101,7 @@ def _read_source(tx) -> dict:
         if damaged:
             raise LoopxError(damaged[0].code if damaged[0].code == "integrity_key_missing" else "copy_mismatch",
                              f"source {damaged[0].message}; repair the source first")
-    operations = tx.query(f"SELECT {', '.join(OPERATION_COLUMNS)} FROM operations ORDER BY id")
+    operations = queries.all_operations(tx, OPERATION_COLUMNS)
     return {"events": ordered, "operations": operations, "state": snapshots(tx)}
 
 
@@ -118,7 +118,7 @@ def snapshots(tx) -> dict[str, dict[str, list[dict]]]:
     out: dict[str, dict[str, list[dict]]] = {}
     for table, keys in schema.GOAL_TABLES.items():
         column = "id" if table == "goals" else "goal_id"
-        for row in tx.query(f"SELECT * FROM {table}"):
+        for row in queries.all_rows(tx, table):
             goal = out.setdefault(row[column], {t: [] for t in schema.GOAL_TABLES})
             goal[table].append(row)
     for goal in out.values():
@@ -143,7 +143,7 @@ def _prepare_target(tx, force: bool) -> bool:
     # Copied events keep their ids; a concurrent writer drawing ids must wait until we
     # have moved the identity past them.
     dialect_of(tx).hold_for_copy(tx)
-    busy = [t for t in DATA_TABLES if tx.one(f"SELECT 1 AS x FROM {t} LIMIT 1") is not None]
+    busy = [t for t in DATA_TABLES if queries.has_rows(tx, t)]
     if not busy:
         return False
     if not force:
@@ -152,19 +152,16 @@ def _prepare_target(tx, force: bool) -> bool:
             f"the target registry already holds data ({', '.join(busy)}); --force replaces it",
         )
     for table in (*DATA_TABLES, "goal_heads"):
-        tx.execute(f"DELETE FROM {table}")
+        queries.empty(tx, table)
     return True
 
 
 def _write(tx, dump: dict, bar=None) -> None:
     """Append every event with its original id and apply it; copy the operations."""
-    cols = ", ".join(EVENT_COLUMNS)
-    marks = ", ".join("?" for _ in EVENT_COLUMNS)
-    keep_ids = dialect_of(tx).keep_ids
-    insert = f"INSERT INTO events ({cols}){keep_ids} VALUES ({marks})"
+    insert = queries.event_writer(tx, EVENT_COLUMNS)
     for rows in dump["events"].values():
         for row in rows:
-            tx.execute(insert, tuple(row[c] for c in EVENT_COLUMNS))
+            insert(row)
             ledger.apply(tx, ledger.event_from_row(row))
             if bar is not None:
                 bar.advance()
@@ -174,10 +171,7 @@ def _write(tx, dump: dict, bar=None) -> None:
         integrity.rechain(tx, goal_id, 1)  # with the target's own key
         integrity.seal(tx, goal_id)  # the target's own digest of the state it rebuilt
     for op in dump["operations"]:
-        tx.execute(
-            f"INSERT INTO operations ({', '.join(OPERATION_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",
-            tuple(op[c] for c in OPERATION_COLUMNS),
-        )
+        queries.insert_operation(tx, OPERATION_COLUMNS, op)
     dialect_of(tx).after_copy(tx)  # the next event a writer appends gets an id above every copied one
 
 
@@ -199,9 +193,8 @@ def _verify(tx, dump: dict, bar=None) -> None:
     and every copied chain verifies with the target's key."""
     from loopx import integrity
 
-    cols = ", ".join(EVENT_COLUMNS)
     copied: dict[str, list[dict]] = {}
-    for row in tx.query(f"SELECT {cols} FROM events ORDER BY goal_id, seq"):
+    for row in queries.all_events(tx, EVENT_COLUMNS):
         copied.setdefault(row["goal_id"], []).append(row)
     if set(copied) != set(dump["events"]):
         raise LoopxError("copy_mismatch", "the target's goals differ from the source's")
@@ -226,7 +219,7 @@ def _verify(tx, dump: dict, bar=None) -> None:
             raise LoopxError("copy_mismatch", f"the target's {problems[0].message}")
         if bar is not None:
             bar.advance()
-    ops = tx.query(f"SELECT {', '.join(OPERATION_COLUMNS)} FROM operations ORDER BY id")
+    ops = queries.all_operations(tx, OPERATION_COLUMNS)
     if sorted(map(_op_key, ops)) != sorted(map(_op_key, dump["operations"])):
         raise LoopxError("copy_mismatch", "the target's operations differ from the source's")
     strays = set(target_state) - set(dump["events"])

@@ -53,19 +53,17 @@ def describe(url: str | None, origin: str) -> dict:
     with reg:
         out["schema_version"] = reg.store.schema_version()
         with reg.read() as tx:
-            row = tx.one("SELECT count(*) AS n, sum(CASE WHEN status = 'closed' THEN 1 ELSE 0 END) AS c FROM goals")
-            out["goals"], out["goals_closed"] = int(row["n"] or 0), int(row["c"] or 0)
-            out["events"] = int(tx.one("SELECT count(*) AS n FROM events")["n"] or 0)
             from loopx import keys
+            from loopx.store.queries import ledger_info as queries
+
+            row = queries.goal_counts(tx)
+            out["goals"], out["goals_closed"] = int(row["n"] or 0), int(row["c"] or 0)
+            out["events"] = queries.event_count(tx)
 
             ring = keys.keyring(tx)
             # keyed, legacy (not keyed yet: the first open for writing keys it) or missing
             out["registry_id"], out["integrity"] = ring.registry_id, ring.state
             out["key_path"] = str(keys.key_path(ring.registry_id)) if ring.registry_id else None
             if postgres:
-                row = tx.one(
-                    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) AS s FROM pg_class c "
-                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                    "WHERE n.nspname = current_schema() AND c.relkind = 'r'")
-                out["size_bytes"] = int(row["s"])
+                out["size_bytes"] = queries.postgres_size(tx)
     return out

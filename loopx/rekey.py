@@ -18,10 +18,13 @@ import json
 
 from loopx import anchor, integrity, keys
 from loopx.errors import LoopxError
+from loopx.store.queries import keys as queries
+from loopx.store.queries.integrity import newest_event_id
+from loopx.store.queries.ledger import set_meta
 
 
 def _goals(tx) -> list[str]:
-    return [r["goal_id"] for r in tx.query("SELECT DISTINCT goal_id FROM events ORDER BY goal_id")]
+    return [r["goal_id"] for r in queries.goals_by_id(tx)]
 
 
 def _damaged(tx, goals: list[str]) -> list[str]:
@@ -56,20 +59,20 @@ def key_registry(tx) -> int:
         raise LoopxError("integrity_mismatch", keys.Keyring(was, None, stripped=True).stripped_message())
     damaged = _damaged(tx, goals)
     rid = uuid.uuid4().hex
-    tx.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (keys.META_ID, rid))
+    queries.add_meta(tx, keys.META_ID, rid)
     # An in-memory registry (a replay's scratch one) has a key only as long as it lives.
     in_memory = keys.location(tx).endswith(":memory:")
     _rechain_all(tx, keys.Keyring(rid, keys.create(rid, persist=not in_memory)), goals, damaged, legacy=True)
     keys.remember(tx, rid)
-    tx.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (keys.META_KEYED, json.dumps(
+    queries.add_meta(tx, keys.META_KEYED, json.dumps(
         {"at": clock.now(), "goals": len(goals), "already_damaged": damaged[:100],
-         "already_damaged_count": len(damaged)})))
+         "already_damaged_count": len(damaged)}))
     return len(goals)
 
 
 def _heads(tx) -> tuple[list[dict], int]:
-    rows = tx.query("SELECT goal_id, seq, head_hash AS hash FROM goal_heads ORDER BY goal_id")
-    top = tx.one("SELECT MAX(id) AS id FROM events")["id"] or 0
+    rows = queries.recorded_heads(tx)
+    top = newest_event_id(tx)
     return rows, int(top)
 
 
@@ -98,7 +101,7 @@ def rekey(reg, actor: str, *, adopt: bool = False) -> dict:
         if ring.state == "stripped":
             if not adopt:
                 raise LoopxError("integrity_mismatch", ring.stripped_message())
-            tx.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (keys.META_ID, ring.registry_id))
+            queries.add_meta(tx, keys.META_ID, ring.registry_id)
         damaged = [] if adopt else _damaged(tx, goals)
         if damaged:
             raise LoopxError("integrity_mismatch", f"{len(damaged)} goal(s) fail their integrity check (first:"
@@ -111,8 +114,7 @@ def rekey(reg, actor: str, *, adopt: bool = False) -> dict:
 
         history_guard.mark(tx)  # the trigger definitions, MACed with the new key
         keys.remember(tx, ring.registry_id)
-        tx.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                   ("integrity_rekeyed", json.dumps({"at": clock.now(), "adopted": adopt, "goals": len(goals)})))
+        set_meta(tx, "integrity_rekeyed", json.dumps({"at": clock.now(), "adopted": adopt, "goals": len(goals)}))
         return ring.registry_id, len(goals), _heads(tx)
 
     try:

@@ -170,15 +170,16 @@ def escape_event_bodies(w, seqs) -> list[dict]:
     capability that declared repairs (:func:`escape` uses it and keeps the originals as evidence).
     """
     from loopx import integrity, jsonsafe
+    from loopx.store.queries import repair as queries
 
     _declared(w)
     originals = []
     for seq in sorted(set(seqs)):
-        row = w.tx.one("SELECT id, body FROM events WHERE goal_id = ? AND seq = ?", (w.goal_id, seq))
+        row = queries.event_body(w.tx, w.goal_id, seq)
         if row is None:
             continue
         fixed = json.dumps(jsonsafe.escaped(json.loads(row["body"])), sort_keys=True, separators=(",", ":"))
-        w.tx.execute("UPDATE events SET body = ? WHERE id = ?", (fixed, row["id"]))
+        queries.set_event_body(w.tx, row["id"], fixed)
         originals.append({"seq": seq, "original_body": row["body"]})
     if originals:
         integrity.rechain(w.tx, w.goal_id, originals[0]["seq"])
@@ -217,8 +218,9 @@ def drift(tx, goal_id: str) -> list:
     """The findings that call for a rebuild of ``goal_id``: its hash chain, gaps in its ledger,
     and state that disagrees with the ledger replayed (:mod:`loopx.damage`; replays the ledger)."""
     from loopx import damage, ledger
+    from loopx.store.queries import repair as queries
 
-    goal = tx.one("SELECT id, status, revision FROM goals WHERE id = ?", (goal_id,))
+    goal = queries.goal_revision(tx, goal_id)
     replayed, replayed_usage = damage.replay(ledger.iter_events(tx, goal_id))
     return (damage.chain_findings(tx, goal) + damage.ledger_gaps(tx, goal) + damage.revision_mismatch(tx, goal)
             + damage.ledger_drift(tx, goal, replayed) + damage.quota_drift(tx, goal, replayed_usage))
@@ -260,12 +262,13 @@ def rebuild(w, *, kind: str, findings=None) -> dict | None:
     "seq"}``; a capability that kept rows makes the goal wait for a person (its own state).
     """
     from loopx import damage, integrity, ledger
+    from loopx.store.queries import repair as queries
 
     tx, goal_id = w.tx, w.goal_id
     findings = drift(tx, goal_id) if findings is None else findings
     if not findings or any(f.code == "event_tampered" for f in findings):
         return None
-    rows = tx.query("SELECT seq, kind, body FROM events WHERE goal_id = ? ORDER BY seq", (goal_id,))
+    rows = queries.event_kinds(tx, goal_id)
     replayed, _ = damage.replay(ledger.iter_events(tx, goal_id))
     kept = _kept(ledger.snapshot(tx, goal_id), replayed)
     sealed = integrity.head(tx, goal_id)
@@ -294,13 +297,14 @@ def restore_goal_rows(reg, actor: str, *, kind: str, after=None) -> list:
     result is collected; by default the :func:`rebuild` result itself."""
     from loopx import damage, integrity
     from loopx.registry import Writer
+    from loopx.store.queries import repair as queries
 
     with reg.read() as tx:
         found = damage.missing_goal_rows(tx)
     out = []
     for f in found:
         def work(tx, f=f):
-            if tx.one("SELECT id FROM goals WHERE id = ?", (f.goal_id,)) is not None:
+            if queries.goal_exists(tx, f.goal_id):
                 return None
             # No goal row to lock or check a revision against: the writer starts at the ledger.
             w = Writer(tx, actor, None, None)
@@ -329,17 +333,16 @@ def reindex_storage(reg) -> None:
     from loopx import history_guard, integrity, keys
     from loopx.store import schema
     from loopx.store.dialect import of as dialect_of
+    from loopx.store.queries.ledger import ledger_goals
 
     def reindex(tx):
         dialect_of(tx).reindex(tx, ("events", "operations", *schema.GOAL_TABLES))
         if keys.keyring(tx).state != "keyed":
             return
-        row = tx.one(f"SELECT {history_guard.definitions_sql(tx.dialect)} AS d,"
-                     f" (SELECT value FROM meta WHERE key = '{history_guard.MARK_KEY}') AS m")
-        if not history_guard.altered(keys.keyring(tx), row["d"], row["m"]):
+        if not history_guard.altered_now(tx, keys.keyring(tx)):
             return
         history_guard.restore(tx)
-        for r in tx.query("SELECT DISTINCT goal_id FROM events"):
+        for r in ledger_goals(tx):
             if any(p.code != "registry_rolled_back" for p in integrity.verify_chain(tx, r["goal_id"])):
                 integrity.seal(tx, r["goal_id"], trusted=False)
 

@@ -25,6 +25,7 @@ import json
 
 from loopx import jsonsafe
 from loopx.store.dialect import of as dialect_of
+from loopx.store.queries import integrity as queries
 
 #: Per state table: the column holding the goal, the key expression (``{t}``: the row's alias),
 #: and its columns (SQLite's JSON text names them; the migration checks them against the table).
@@ -152,7 +153,7 @@ def seal_incremental(tx, ring, goal_id: str, total: int, counts: dict) -> tuple[
     change, not taken from ``state_macs``: a row altered behind LoopX's back (triggers removed)
     and then changed by LoopX leaves ``D`` off by the difference, so the whole-goal sum still
     finds it."""
-    changed = tx.query("DELETE FROM state_dirty WHERE goal_id = ? RETURNING tbl, k, old, new", (goal_id,))
+    changed = queries.take_dirty(tx, goal_id)
     counts = dict(counts)
     upserts, deletes = [], []
     for c in changed:
@@ -181,12 +182,9 @@ def seal_incremental(tx, ring, goal_id: str, total: int, counts: dict) -> tuple[
     # One statement for all the new MACs (a turn changes a few rows; the statement is sent once, not
     # once per row as executemany would), in chunks that stay below the drivers' parameter limits.
     for start in range(0, len(upserts), 500):
-        chunk = upserts[start:start + 500]
-        tx.execute("INSERT INTO state_macs (goal_id, tbl, k, mac) VALUES " + ", ".join(["(?, ?, ?, ?)"] * len(chunk))
-                   + " ON CONFLICT (goal_id, tbl, k) DO UPDATE SET mac = excluded.mac",
-                   tuple(v for row in chunk for v in row))
+        queries.upsert_macs(tx, upserts[start:start + 500])
     if deletes:
-        tx.executemany("DELETE FROM state_macs WHERE goal_id = ? AND tbl = ? AND k = ?", deletes)
+        queries.delete_macs(tx, deletes)
     return total % MODULUS, counts
 
 
@@ -195,16 +193,15 @@ def changes(tx, goal_id: str) -> int:
     0 before the schema step that made the table)."""
     if not dialect_of(tx).has_table(tx, CHANGED_EVENTS):
         return 0
-    row = tx.one(f"SELECT n FROM {CHANGED_EVENTS} WHERE goal_id = ?", (goal_id,))
+    row = queries.changed_events(tx, CHANGED_EVENTS, goal_id)
     return int(row["n"]) if row else 0
 
 
 def _all_rows(tx, goal_id: str):
     """Every state row of the goal as ``(table, key, text)``, one table at a time."""
     for table, (column, _, _) in TABLES.items():
-        sql = (f"SELECT {key_sql(tx.dialect, table, 't')} AS k, {text_sql(tx.dialect, table, 't')} AS txt"
-               f" FROM {table} t WHERE t.{column} = ?")
-        for r in tx.query(sql, (goal_id,)):
+        for r in queries.row_texts(tx, table, column, key_sql(tx.dialect, table, "t"), text_sql(tx.dialect, table, "t"),
+                                   goal_id):
             yield table, r["k"], r["txt"]
 
 
@@ -227,10 +224,7 @@ def seal_whole(tx, ring, goal_id: str) -> tuple[int, dict]:
     n = changes(tx, goal_id)
     if n:
         counts[CHANGES] = n  # the count as it stands is what this seal vouches for
-    tx.execute("DELETE FROM state_macs WHERE goal_id = ?", (goal_id,))
-    tx.execute("DELETE FROM state_dirty WHERE goal_id = ?", (goal_id,))
-    for start in range(0, len(macs), 5000):
-        tx.executemany("INSERT INTO state_macs (goal_id, tbl, k, mac) VALUES (?, ?, ?, ?)", macs[start:start + 5000])
+    queries.replace_macs(tx, goal_id, macs)
     return total, counts
 
 
@@ -241,28 +235,11 @@ def turn_rows_sql(dialect: str, agent: str | None) -> str:
     gates and actions, its open runs and their contracts, its usage counters, and the first rows
     of the ready page (todo_ready and todos, filtered as :func:`loopx.todo_ready.first_ready`)."""
 
-    def part(table: str, where: str, source: str | None = None) -> str:
-        column = TABLES[table][0]
-        return (f"SELECT '{table}' AS tbl, {key_sql(dialect, table, 't')} AS k, {text_sql(dialect, table, 't')} AS txt,"
-                f" m.mac AS mac FROM {source or table + ' t'} LEFT JOIN state_macs m ON m.goal_id = t.{column}"
-                f" AND m.tbl = '{table}' AND m.k = {key_sql(dialect, table, 't')} WHERE {where}")
-
     from loopx.todo_ready import free_sql
 
-    join = dialect_of(dialect).page_join  # the page first
-    page = ("SELECT r2.todo_id FROM todo_ready r2 JOIN todos t2 ON t2.id = r2.todo_id WHERE r2.goal_id = ?"
-            f" AND {free_sql('t2', agent)} ORDER BY r2.priority, r2.created_seq LIMIT ?")
-    return " UNION ALL ".join([
-        part("goals", "t.id = ?"),
-        part("gates", "t.goal_id = ?"),
-        part("actions", "t.goal_id = ?"),
-        part("runs", "t.goal_id = ? AND t.status = 'open'"),
-        part("contracts", "t.id IN (SELECT contract_id FROM runs WHERE goal_id = ? AND status = 'open')"),
-        part("goal_usage", "t.goal_id = ?"),
-        # The page drives (a join from it, not a filter on the goal's rows: the cost is the page).
-        part("todo_ready", "t.goal_id = ?", f"({page}) p1 {join} todo_ready t ON t.todo_id = p1.todo_id"),
-        part("todos", "t.goal_id = ?", f"({page}) p2 {join} todos t ON t.id = p2.todo_id"),
-    ])
+    return queries.turn_rows_sql(dialect, lambda table, alias: key_sql(dialect, table, alias),
+                                 lambda table, alias: text_sql(dialect, table, alias), lambda table: TABLES[table][0],
+                                 free_sql("t2", agent))
 
 
 def turn_params(goal_id: str, agent: str | None, now: str, limit: int) -> tuple:

@@ -244,9 +244,10 @@ def replay(reg) -> int:
 
 def _recorded(reg, entry: dict) -> bool:
     """Whether the step's result reached the registry after all (the process died after it)."""
+    from loopx.store.queries import ledger as queries
+
     with reg.read() as tx:
-        for row in tx.query("SELECT data FROM evidence WHERE run_id = ? AND kind = 'command' AND actor = 'core'"
-                            " AND created_at >= ?", (entry.get("run_id"), entry.get("at") or "")):
+        for row in queries.step_evidence(tx, entry.get("run_id"), entry.get("at") or ""):
             data = json.loads(row["data"]) if row["data"] else {}
             if data.get("step") == entry.get("step") and data.get("argv") == entry.get("argv"):
                 return True
@@ -256,6 +257,7 @@ def _recorded(reg, entry: dict) -> bool:
 def _record(reg, entry: dict) -> None:
     """The evidence ``loopx exec`` wrote or would have written: the result it kept when the disk
     was full (:meth:`Intent.keep`), else the result unknown (one write)."""
+    from loopx.store.queries import ledger as queries
     from loopx.validate import new_id
 
     name = entry.get("action") or entry.get("step")
@@ -272,7 +274,7 @@ def _record(reg, entry: dict) -> None:
         summary = f"{name}: ran, result unknown (it could not be recorded when the step ended)"
 
     def work(w):
-        row = w.tx.one("SELECT status FROM runs WHERE id = ?", (run_id,))
+        row = queries.run_status(w.tx, run_id)
         if row is None or row["status"] == "finished":
             # The run was finished meanwhile: the fact still goes into the goal's record.
             body = {"evidence_id": new_id("evidence"), "run_id": None, "kind": "command",

@@ -336,9 +336,10 @@ def tamper_sqlite(reg, *statements, reseal: bool = True) -> None:
         return
     from loopx import integrity
     from loopx.rekey import anchor_as_it_stands
+    from loopx.store.queries.ledger import ledger_goals
 
     def work(tx):
-        for r in tx.query("SELECT DISTINCT goal_id FROM events"):
+        for r in ledger_goals(tx):
             integrity.rechain(tx, r["goal_id"], 1)
             integrity.seal(tx, r["goal_id"])
 
@@ -349,19 +350,9 @@ def tamper_sqlite(reg, *statements, reseal: bool = True) -> None:
 def old_sqlite_registry(path) -> int:
     """Make ``path`` an SQLite registry as the first LoopX left it (schema version 1, no goals),
     for a test of what meets an old registry; returns that version."""
-    import sqlite3
+    from loopx.store.queries.ledger_old import make_v1_sqlite
 
-    from loopx.store import schema
-
-    con = sqlite3.connect(path)
-    try:
-        for sql in schema.MIGRATIONS[0]:
-            con.execute(sql.format(**schema.DIALECT_WORDS["sqlite"]))
-        con.execute("PRAGMA user_version = 1")
-        con.commit()
-    finally:
-        con.close()
-    return 1
+    return make_v1_sqlite(path)
 
 
 def forbid_ledger_replay(monkeypatch) -> None:

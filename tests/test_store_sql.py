@@ -26,26 +26,7 @@ SQL = re.compile(
 #: Modules that still hold SQL while issue 38's move into loopx.store.queries goes on, in three
 #: groups (the ledger and its integrity; the views; the domain and the event appliers). A module
 #: leaves its group when its SQL has moved. A lasting exception needs its reason written beside it.
-SQL_ALLOWED_LEDGER = {
-    "loopx/anchor.py",
-    "loopx/damage_registry.py",
-    "loopx/events/repair.py",
-    "loopx/history_guard.py",
-    "loopx/integrity.py",
-    "loopx/integrity_hash.py",
-    "loopx/integrity_steps.py",
-    "loopx/key_files.py",
-    "loopx/keys.py",
-    "loopx/ledger.py",
-    "loopx/registry.py",
-    "loopx/registry_copy.py",
-    "loopx/registry_info.py",
-    "loopx/rekey.py",
-    "loopx/repairs.py",
-    "loopx/state_macs.py",
-    "loopx/step_journal.py",
-    "loopx/testing.py",
-}
+SQL_ALLOWED_LEDGER: set[str] = set()  # the ledger and its integrity: moved (loopx/store/queries/)
 
 SQL_ALLOWED_VIEWS: set[str] = set()  # the views group: all moved into loopx.store.queries
 

@@ -18,35 +18,39 @@ REBUILDS = ("state_rebuilt", "data_escaped")
 
 
 def _lease_released(tx, event, _replay):
+    from loopx.store.queries import repair as queries
+
     # A claim that outlived its holder: clear it; the epoch stays, so a later claim still bumps it.
-    tx.execute("UPDATE todos SET claim_agent = NULL, claim_run_id = NULL, claim_expires_at = NULL, updated_at = ?"
-               " WHERE id = ? AND goal_id = ?", (event.at, event.body["todo_id"], event.goal_id))
+    queries.release_lease(tx, event.body["todo_id"], event.goal_id, event.at)
 
 
 def _dependency_dropped(tx, event, _replay):
     from loopx import todo_ready
+    from loopx.store.queries import repair as queries
 
     b = event.body
-    row = tx.one("SELECT depends_on FROM todos WHERE id = ? AND goal_id = ?", (b["todo_id"], event.goal_id))
+    row = queries.todo_dependencies(tx, b["todo_id"], event.goal_id)
     if row is None:
         return
     deps = [d for d in json.loads(row["depends_on"]) if d not in set(b["missing"])]
-    tx.execute("UPDATE todos SET depends_on = ?, updated_at = ? WHERE id = ? AND goal_id = ?",
-               (json.dumps(deps), event.at, b["todo_id"], event.goal_id))
+    queries.set_todo_dependencies(tx, b["todo_id"], event.goal_id, json.dumps(deps), event.at)
     todo_ready.resync(tx, event.goal_id, b["todo_id"])  # dropping a missing dependency may make it ready
 
 
 def _gate_widened(tx, event, _replay):
+    from loopx.store.queries import repair as queries
+
     # A pending gate whose target vanished blocks the whole goal until a user decides it: the
     # repair never removes human control, it only makes it impossible to miss.
-    tx.execute("UPDATE gates SET blocks = 'all' WHERE id = ? AND goal_id = ?", (event.body["gate_id"], event.goal_id))
+    queries.widen_gate(tx, event.body["gate_id"], event.goal_id)
 
 
 def _evidence_unbound(tx, event, _replay):
+    from loopx.store.queries import repair as queries
+
     # Evidence is append-only: the observation stays; only its reference to a missing run goes
     # (the event body keeps the old run id).
-    tx.execute("UPDATE evidence SET run_id = NULL WHERE id = ? AND goal_id = ?",
-               (event.body["evidence_id"], event.goal_id))
+    queries.unbind_evidence(tx, event.body["evidence_id"], event.goal_id)
 
 
 def _state_rebuilt(tx, event, replay):
@@ -101,11 +105,11 @@ def rebuild_state(tx, event, replay, *, instead=None) -> None:
     """
     from loopx.events.rows import event_from_row
     from loopx.store import schema
+    from loopx.store.queries import repair as queries
 
     for table in reversed(list(schema.GOAL_TABLES)):
-        column = "id" if table == "goals" else "goal_id"
-        tx.execute(f"DELETE FROM {table} WHERE {column} = ?", (event.goal_id,))
-    rows = tx.query("SELECT * FROM events WHERE goal_id = ? AND seq < ? ORDER BY seq", (event.goal_id, event.seq))
+        queries.clear_goal_rows(tx, table, "id" if table == "goals" else "goal_id", event.goal_id)
+    rows = queries.events_before(tx, event.goal_id, event.seq)
     for earlier in map(event_from_row, rows):
         if instead is not None and instead(earlier):
             continue
@@ -120,6 +124,7 @@ def put_rows(tx, event, kept: dict) -> None:
     """Re-insert rows of ``event``'s goal a repair kept (``{table: [row, ...]}``, tables of
     :data:`PUT_BACK_TABLES`); each replaces the row with the same key. Others are ignored."""
     from loopx.store import schema
+    from loopx.store.queries import repair as queries
 
     for table, rows in sorted((kept or {}).items()):
         if table not in PUT_BACK_TABLES:
@@ -130,11 +135,7 @@ def put_rows(tx, event, kept: dict) -> None:
             if row.get("goal_id") != event.goal_id or not all(c[:1].isalpha() and c.isascii() and c.islower()
                                                                   and c.replace("_", "").isalnum() for c in row):
                 continue
-            tx.execute(f"DELETE FROM {table} WHERE {' AND '.join(f'{k} = ?' for k in keys)}",
-                       tuple(row[k] for k in keys))
-            cols = sorted(row)
-            tx.execute(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
-                       tuple(row[c] for c in cols))
+            queries.put_row(tx, table, keys, row)
             if table == "todos":  # the ready index follows the todo put back (loopx.todo_ready)
                 from loopx import todo_ready
 

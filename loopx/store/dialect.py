@@ -73,6 +73,11 @@ class Dialect:
         key and JSON text, ``ref`` being ``OLD`` or ``NEW``)."""
         raise NotImplementedError
 
+    def event_change_triggers(self) -> list[str]:
+        """The statements that make the triggers counting each goal's changed events in
+        ``event_changes`` (:mod:`loopx.history_guard`; the table: :mod:`loopx.store.queries.history`)."""
+        raise NotImplementedError
+
 
 class _Sqlite(Dialect):
     name = "sqlite"
@@ -118,6 +123,9 @@ class _Sqlite(Dialect):
                        f" '{table}', {key(ref)}, {old}, {new})"
                        f" ON CONFLICT (goal_id, tbl, k) DO UPDATE SET {on_conflict}; END")
         return out
+
+    def event_change_triggers(self):
+        return _EVENT_CHANGES_SQLITE
 
 
 #: The oid of the registry's PostgreSQL schema (the one its tables are in).
@@ -198,6 +206,9 @@ class _Postgres(Dialect):
                 f"CREATE TRIGGER state_dirty_{table} AFTER INSERT OR UPDATE OR DELETE ON {table}"
                 f" FOR EACH ROW EXECUTE FUNCTION state_dirty_{table}()"]
 
+    def event_change_triggers(self):
+        return _EVENT_CHANGES_POSTGRES
+
 
 def sqlite_location(path) -> str:
     """The location (:meth:`Dialect.location`) of the SQLite registry file ``path``."""
@@ -214,3 +225,84 @@ _BY_NAME = {SQLITE.name: SQLITE, POSTGRES.name: POSTGRES}
 def of(where) -> Dialect:
     """The dialect of ``where``: a transaction or a store (its ``dialect``), or a dialect's name."""
     return _BY_NAME[where if isinstance(where, str) else where.dialect]
+
+
+# --- the history guard's triggers (loopx.history_guard), each dialect's own ---
+
+# SQLite: the count goes up by one per event row updated or deleted (twice for an event moved to
+# another goal: both goals count it), and the new count is noted in state_dirty.
+_EVENT_CHANGES_BUMP = ("UPDATE event_changes SET n = n + 1 WHERE goal_id = {g};"
+                       " INSERT INTO event_changes (goal_id, n) SELECT {g}, 1"
+                       " WHERE NOT EXISTS (SELECT 1 FROM event_changes WHERE goal_id = {g});"
+                       " INSERT INTO state_dirty (goal_id, tbl, k, old, new) SELECT {g}, 'event_changes', '', NULL,"
+                       " CAST(n AS TEXT) FROM event_changes WHERE goal_id = {g} AND {w}"
+                       " ON CONFLICT (goal_id, tbl, k) DO UPDATE SET new = excluded.new;")
+
+_EVENT_CHANGES_SQLITE = [
+    "CREATE TRIGGER IF NOT EXISTS events_changed_update AFTER UPDATE ON events BEGIN "
+    + _EVENT_CHANGES_BUMP.format(g="OLD.goal_id", w="1")
+    + " UPDATE event_changes SET n = n + 1 WHERE goal_id = NEW.goal_id AND NEW.goal_id IS NOT OLD.goal_id;"
+      " INSERT INTO event_changes (goal_id, n) SELECT NEW.goal_id, 1 WHERE NEW.goal_id IS NOT OLD.goal_id"
+      " AND NOT EXISTS (SELECT 1 FROM event_changes WHERE goal_id = NEW.goal_id);"
+      " INSERT INTO state_dirty (goal_id, tbl, k, old, new) SELECT NEW.goal_id, 'event_changes', '', NULL,"
+      " CAST(n AS TEXT) FROM event_changes WHERE goal_id = NEW.goal_id AND NEW.goal_id IS NOT OLD.goal_id"
+      " ON CONFLICT (goal_id, tbl, k) DO UPDATE SET new = excluded.new; END",
+    "CREATE TRIGGER IF NOT EXISTS events_changed_delete AFTER DELETE ON events BEGIN "
+    + _EVENT_CHANGES_BUMP.format(g="OLD.goal_id", w="1") + " END",
+    "CREATE TRIGGER IF NOT EXISTS event_changes_only_up BEFORE UPDATE ON event_changes"
+    " WHEN NEW.goal_id IS NOT OLD.goal_id OR NEW.n <= OLD.n"
+    " BEGIN SELECT RAISE(ABORT, 'event_changes only counts up'); END",
+    "CREATE TRIGGER IF NOT EXISTS event_changes_kept BEFORE DELETE ON event_changes"
+    " BEGIN SELECT RAISE(ABORT, 'event_changes rows are never deleted'); END",
+    # (INSERT OR REPLACE deletes without firing delete triggers: an insert may only start a count.)
+    "CREATE TRIGGER IF NOT EXISTS event_changes_start BEFORE INSERT ON event_changes"
+    " WHEN NEW.n <> 1 OR EXISTS (SELECT 1 FROM event_changes WHERE goal_id = NEW.goal_id)"
+    " BEGIN SELECT RAISE(ABORT, 'event_changes only counts up'); END",
+]
+
+# PostgreSQL: the same from one function; the count's own rows, and both tables, refuse the rest.
+_EVENT_CHANGES_POSTGRES = [
+    """CREATE OR REPLACE FUNCTION events_changed() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    DECLARE g TEXT;
+    BEGIN
+        FOREACH g IN ARRAY (CASE WHEN TG_OP = 'UPDATE' AND NEW.goal_id IS DISTINCT FROM OLD.goal_id
+                            THEN ARRAY[OLD.goal_id, NEW.goal_id] ELSE ARRAY[OLD.goal_id] END) LOOP
+            UPDATE event_changes SET n = n + 1 WHERE goal_id = g;
+            IF NOT FOUND THEN
+                INSERT INTO event_changes (goal_id, n) VALUES (g, 1);
+            END IF;
+            INSERT INTO state_dirty (goal_id, tbl, k, old, new)
+                SELECT g, 'event_changes', '', NULL, CAST(n AS TEXT) FROM event_changes WHERE goal_id = g
+                ON CONFLICT (goal_id, tbl, k) DO UPDATE SET new = excluded.new;
+        END LOOP;
+        RETURN NULL;
+    END $fn$""",
+    "DROP TRIGGER IF EXISTS events_changed ON events",
+    "CREATE TRIGGER events_changed AFTER UPDATE OR DELETE ON events FOR EACH ROW EXECUTE FUNCTION events_changed()",
+    """CREATE OR REPLACE FUNCTION event_changes_only_up() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+        IF TG_OP = 'DELETE' OR TG_OP = 'TRUNCATE' THEN
+            RAISE EXCEPTION 'event_changes rows are never deleted';
+        END IF;
+        IF TG_OP = 'UPDATE' AND (NEW.goal_id IS DISTINCT FROM OLD.goal_id OR NEW.n <= OLD.n) THEN
+            RAISE EXCEPTION 'event_changes only counts up';
+        END IF;
+        IF TG_OP = 'INSERT' AND NEW.n <> 1 THEN
+            RAISE EXCEPTION 'event_changes only counts up';
+        END IF;
+        RETURN NEW;
+    END $fn$""",
+    "DROP TRIGGER IF EXISTS event_changes_only_up ON event_changes",
+    "CREATE TRIGGER event_changes_only_up BEFORE INSERT OR UPDATE OR DELETE ON event_changes"
+    " FOR EACH ROW EXECUTE FUNCTION event_changes_only_up()",
+    """CREATE OR REPLACE FUNCTION loopx_never_truncated() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+        RAISE EXCEPTION '% is never truncated', TG_TABLE_NAME;
+    END $fn$""",
+    "DROP TRIGGER IF EXISTS events_never_truncated ON events",
+    "CREATE TRIGGER events_never_truncated BEFORE TRUNCATE ON events"
+    " FOR EACH STATEMENT EXECUTE FUNCTION loopx_never_truncated()",
+    "DROP TRIGGER IF EXISTS event_changes_never_truncated ON event_changes",
+    "CREATE TRIGGER event_changes_never_truncated BEFORE TRUNCATE ON event_changes"
+    " FOR EACH STATEMENT EXECUTE FUNCTION loopx_never_truncated()",
+]
