@@ -66,24 +66,7 @@ SQL_ALLOWED_VIEWS = {
     "loopx/worker.py",
 }
 
-SQL_ALLOWED_DOMAIN = {
-    "loopx/actions.py",
-    "loopx/artifacts.py",
-    "loopx/capabilities.py",
-    "loopx/caps.py",
-    "loopx/claims.py",
-    "loopx/contract.py",
-    "loopx/evidence.py",
-    "loopx/gates.py",
-    "loopx/goals.py",
-    "loopx/quota.py",
-    "loopx/rewards.py",
-    "loopx/runs.py",
-    "loopx/steps.py",
-    "loopx/todos.py",
-    "loopx/turn.py",
-    "loopx/workspace.py",
-}
+SQL_ALLOWED_DOMAIN: set[str] = set()  # the domain's SQL is all in loopx.store.queries now
 
 SQL_ALLOWED = SQL_ALLOWED_LEDGER | SQL_ALLOWED_VIEWS | SQL_ALLOWED_DOMAIN
 
