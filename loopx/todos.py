@@ -53,8 +53,7 @@ def list_todos(tx, goal_id: str) -> list[Todo]:
     """Every todo of the goal, by priority (P0 first) then creation order."""
     from loopx.store.queries.todos import goal_todos
 
-    rows = goal_todos(tx, goal_id)
-    return [todo_from_row(r) for r in rows]
+    return [todo_from_row(r) for r in goal_todos(tx, goal_id)]
 
 
 def load_todo(tx, goal_id: str, todo_id: str) -> Todo:
@@ -111,8 +110,7 @@ def _statuses(tx, goal_id: str, ids) -> dict[str, str]:
         return {}
     from loopx.store.queries.todos import todo_statuses
 
-    rows = todo_statuses(tx, goal_id, ids)
-    return {r["id"]: r["status"] for r in rows}
+    return {r["id"]: r["status"] for r in todo_statuses(tx, goal_id, ids)}
 
 
 def why_not_ready(todo: Todo, *, statuses: dict[str, str], gated: dict[str, tuple], held: bool) -> tuple[str, str] | None:
@@ -337,6 +335,8 @@ def settle_in(w, verb: str, *, todo_id: str, note: str | None = None, run_id: st
               agent: str | None = None, epoch: int | None = None) -> None:
     """Inside a mutation: ``done``, ``block`` or ``reopen`` a todo of the writer's goal, under the
     rules of :func:`settle` (``todo_not_open``, ``lease_lost``, ``step_failed``...)."""
+    from loopx.store.queries.goals import goal_status
+
     if verb not in SETTLE:
         raise LoopxError("invalid_argument", f"a todo is done, blocked or reopened, not {verb!r}")
     kind, _target = SETTLE[verb]
@@ -348,12 +348,7 @@ def settle_in(w, verb: str, *, todo_id: str, note: str | None = None, run_id: st
     # for a stale contract, only for a run that is no longer open.
     run = _run_for(w, check_id("run", run_id) if run_id is not None else None, fresh=False)
     # The goal row the writer locked, unless something this mutation wrote came first.
-    if w.goal is not None and not w.events:
-        status = w.goal["status"]
-    else:
-        from loopx.store.queries.goals import goal_status
-
-        status = goal_status(w.tx, goal_id)
+    status = w.goal["status"] if w.goal is not None and not w.events else goal_status(w.tx, goal_id)
     if status == "closed":
         if run is None or run.status != "open":
             raise LoopxError("goal_closed", f"goal {goal_id} is closed")
