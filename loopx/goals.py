@@ -167,7 +167,7 @@ _TRANSITIONS = {
     "pause": ("goal.paused", ("open",), "paused"),
     "resume": ("goal.resumed", ("paused",), "open"),
     "close": ("goal.closed", ("open", "paused"), "closed"),
-    # Stuck detection ignores runs opened before the latest retry (loopx.steps.repeated_failure).
+    # Stuck detection ignores runs opened before the latest retry (loopx.runs.repeated_failure).
     "retry": ("goal.retried", ("open",), "open"),
 }
 
