@@ -35,7 +35,9 @@ def action_from_row(row: dict):
 
 def list_actions(tx, goal_id: str) -> list:
     """Every action of the goal, in the order they were added."""
-    rows = tx.query("SELECT * FROM actions WHERE goal_id = ? ORDER BY created_at, name", (goal_id,))
+    from loopx.store.queries.gates import goal_actions
+
+    rows = goal_actions(tx, goal_id)
     return [action_from_row(r) for r in rows]
 
 
@@ -51,8 +53,9 @@ def gated(tx, goal_id: str, actions: list, blocking: dict) -> dict[str, object]:
     held = dict(blocking["actions"])
     own = {a.gate_id for a in actions if a.gate_id and a.name not in held}
     if own:
-        rows = {r["id"]: r for r in tx.query(
-            "SELECT * FROM gates WHERE goal_id = ? AND status IN ('pending', 'rejected')", (goal_id,))}
+        from loopx.store.queries.gates import unapproved_gates_unordered
+
+        rows = {r["id"]: r for r in unapproved_gates_unordered(tx, goal_id)}
         for a in actions:
             if a.name not in held and a.gate_id in rows:
                 held[a.name] = gate_from_row(rows[a.gate_id])
@@ -136,7 +139,9 @@ def remove(reg: Registry, actor: str, *, goal_id: str, name: str, operation_id: 
 
 def load_action(tx, goal_id: str, name: str):
     """The action ``name`` of ``goal_id`` (``action_not_found`` otherwise)."""
-    row = tx.one("SELECT * FROM actions WHERE goal_id = ? AND name = ?", (goal_id, name))
+    from loopx.store.queries.gates import action_row
+
+    row = action_row(tx, goal_id, name)
     if row is None:
         raise LoopxError("action_not_found", f"goal {goal_id} has no action {name}")
     return action_from_row(row)

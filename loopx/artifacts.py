@@ -95,9 +95,9 @@ def of_goal(tx, goal_id: str) -> list[dict]:
     base = directory(tx, goal_id) + os.sep
     import json
 
-    rows = tx.query("SELECT id, kind, summary, data, file_path, file_sha256, created_at FROM evidence"
-                    " WHERE goal_id = ? AND file_path IS NOT NULL AND file_sha256 IS NOT NULL"
-                    " ORDER BY created_at DESC, id DESC", (goal_id,))
+    from loopx.store.queries.evidence import goal_files
+
+    rows = goal_files(tx, goal_id)
     out: dict[str, dict] = {}
     for row in rows:
         path = row["file_path"]

@@ -422,15 +422,15 @@ def get_state(source, goal_id: str, namespace: str | None = None) -> dict:
         if namespace is None:
             return {ns: {k: json.loads(v) for k, v in sorted(kv.items())} for ns, kv in sorted(found.items())}
         return {k: json.loads(v) for k, v in sorted(found.get(namespace, {}).items())}
+    from loopx.store.queries import caps as q
+
     if namespace is None:
-        rows = source.query("SELECT namespace, key, value FROM capability_state WHERE goal_id = ?"
-                            " ORDER BY namespace, key", (goal_id,))
+        rows = q.goal_state(source, goal_id)
         out: dict[str, dict] = {}
         for r in rows:
             out.setdefault(r["namespace"], {})[r["key"]] = json.loads(r["value"])
         return out
-    rows = source.query("SELECT key, value FROM capability_state WHERE goal_id = ? AND namespace = ? ORDER BY key",
-                        (goal_id, namespace))
+    rows = q.namespace_state(source, goal_id, namespace)
     return {r["key"]: json.loads(r["value"]) for r in rows}
 
 

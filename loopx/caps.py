@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 
 from loopx.errors import LoopxError
+from loopx.store.queries import caps as q
 
 DEFAULTS = {"evidence_bytes": 1024 * 1024, "goal_state_bytes": 4 * 1024 * 1024}
 BOUNDS = (1024, 1024 ** 3)  # a cap is at least 1 KiB and at most 1 GiB
@@ -31,13 +32,13 @@ _KEY = "cap."
 def current(tx) -> dict:
     """The registry's caps: ``{"evidence_bytes", "goal_state_bytes"}`` (defaults where unset)."""
     out = dict(DEFAULTS)
-    for r in tx.query("SELECT key, value FROM meta WHERE key IN (?, ?)", tuple(_KEY + k for k in DEFAULTS)):
+    for r in q.meta_values(tx, tuple(_KEY + k for k in DEFAULTS)):
         out[r["key"][len(_KEY):]] = int(r["value"])
     return out
 
 
 def _cap(tx, name: str) -> int:
-    row = tx.one("SELECT value FROM meta WHERE key = ?", (_KEY + name,))
+    row = q.meta_value(tx, _KEY + name)
     return int(row["value"]) if row else DEFAULTS[name]
 
 
@@ -57,12 +58,7 @@ def check_evidence(tx, body: dict) -> None:
 
 def _stored(tx, goal_id: str, namespace: str | None = None, keys=()) -> int:
     # What the goal's state holds outside the keys about to be replaced.
-    sql = "SELECT COALESCE(SUM(LENGTH(key) + LENGTH(value)), 0) AS n FROM capability_state WHERE goal_id = ?"
-    params: list = [goal_id]
-    if keys:
-        sql += f" AND NOT (namespace = ? AND key IN ({', '.join('?' for _ in keys)}))"
-        params += [namespace, *keys]
-    return int(tx.one(sql, params)["n"])
+    return q.state_bytes(tx, goal_id, namespace, keys)
 
 
 def check_state_set(tx, goal_id: str, namespace: str, values: dict) -> None:
@@ -101,8 +97,7 @@ def set_caps(reg, actor: str, values: dict) -> dict:
 
     def work(tx):
         for name, value in given.items():
-            tx.execute("DELETE FROM meta WHERE key = ?", (_KEY + name,))
-            tx.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (_KEY + name, str(value)))
+            q.set_meta(tx, _KEY + name, str(value))
         return current(tx)
 
     if not given:

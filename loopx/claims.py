@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import os
 
+from loopx.store.queries import runs as q
+
 STARTED, UNKNOWN, OWNER = "step_started", "step_unknown", "run_owner"
 
 
@@ -83,8 +85,7 @@ def _data(row) -> dict:
 
 def started_steps(tx, run_id: str) -> dict[str, dict]:
     """``{step id: its step_started data}`` of ``run_id`` (core-written only)."""
-    rows = tx.query("SELECT data FROM evidence WHERE run_id = ? AND kind = ? AND actor = 'core' ORDER BY created_at, id",
-                    (run_id, STARTED))
+    rows = q.core_evidence_of_kind(tx, run_id, STARTED)
     return {d["step"]: d for d in map(_data, rows) if d.get("step")}
 
 
@@ -92,8 +93,7 @@ def owners(tx, run_ids: list[str]) -> dict[str, dict]:
     """``{run id: owner}`` for the runs among ``run_ids`` opened with one."""
     out = {}
     for run_id in run_ids:
-        row = tx.one("SELECT data FROM evidence WHERE run_id = ? AND kind = ? AND actor = 'core' LIMIT 1",
-                     (run_id, OWNER))
+        row = q.first_core_evidence(tx, run_id, OWNER)
         if row is not None:
             out[run_id] = _data(row)
     return out
@@ -113,8 +113,7 @@ def unfinished_steps(tx, run_id: str) -> list[dict]:
     if not started:
         return []
     done = set()
-    for row in tx.query("SELECT data FROM evidence WHERE run_id = ? AND kind IN ('command', ?) AND actor = 'core'",
-                        (run_id, UNKNOWN)):
+    for row in q.step_outcomes(tx, run_id, UNKNOWN):
         done.add(_data(row).get("step"))
     return [d for step, d in started.items() if step not in done]
 
@@ -123,8 +122,7 @@ def _cut_short(tx, run_id: str) -> list[dict]:
     """The steps of ``run_id`` whose ``exec`` recorded a result although the grace period's stop
     ended them (``stopped_by``: an exec served inside the turn's own process outlives its step)."""
     out = []
-    for row in tx.query("SELECT data FROM evidence WHERE run_id = ? AND kind = 'command' AND actor = 'core'",
-                        (run_id,)):
+    for row in q.command_evidence(tx, run_id):
         d = _data(row)
         if d.get("step") and d.get("stopped_by"):
             out.append(d)
@@ -222,10 +220,7 @@ def stop_leftovers(reg, goal_id: str, now: str, known: tuple | None = None) -> L
     with reg.read() as tx:
         if known is None:
             # One statement: the goal's revision and its open runs (none: one row of NULLs).
-            rows = tx.query("SELECT g.revision AS goal_revision, r.* FROM goals g LEFT JOIN runs r"
-                            " ON r.goal_id = g.id AND r.status = 'open' WHERE g.id = ?"
-                            " ORDER BY COALESCE(r.opened_at, ''), r.id",
-                            (goal_id,))
+            rows = q.revision_and_open_runs(tx, goal_id)
             revision = rows[0]["goal_revision"] if rows else None
             open_runs = [runs.run_from_row(r) for r in rows if r["id"] is not None]
             live = [r for r in open_runs if r.expires_at > now]

@@ -19,6 +19,7 @@ import re
 from loopx.clock import add_seconds
 from loopx.contract_channels import (TEXT_SHOWN, gate_json, primary_action, quota_json, short, turn_steps,
                                      user_channel)
+from loopx.store.queries import runs as q
 from loopx.usage import exhausted, remaining
 
 SCHEMA = "loopx.interaction_contract/1"
@@ -236,8 +237,8 @@ def decide(tx, inputs, *, agent: str, now: str, own_run, vetoed: dict | None = N
     spent = exhausted(goal, inputs.usage(exclude))
     if spent:
         return Decision("ask_user", ["quota_exhausted", *[f"{k}_exhausted" for k in spent]], exhausted=spent, **d)
-    from loopx.runs import recent
-    from loopx.steps import repeated_failure, stuck_after
+    from loopx.runs import recent, repeated_failure
+    from loopx.steps import stuck_after
 
     # The goal's past in one statement: the runs the failure check reads, and the hand-off and
     # rewards the contract shows (document() takes them from the decision).
@@ -253,8 +254,7 @@ def decide(tx, inputs, *, agent: str, now: str, own_run, vetoed: dict | None = N
             # Opened "in the future": the wall clock was ahead then (a jump, since undone). Not
             # trusted, or the goal would wait until the clock catches up; the latest run opened
             # at a believable time counts instead.
-            last = tx.one("SELECT MAX(opened_at) AS at FROM runs WHERE goal_id = ? AND opened_at <= ? AND id <> ?",
-                          (goal.id, now, exclude or ""))["at"]
+            last = q.last_opened_believably(tx, goal.id, now, exclude or "")
         if last is not None:
             eligible = add_seconds(last, cadence)
             if eligible > now:
@@ -391,7 +391,7 @@ def _agent_channel(tx, d: Decision, run_id: str | None, notes: list, workdir: st
         from loopx import limits
 
         agent_channel["limits"] = limits.contract_entry(
-            {r["key"]: r["value"] for r in tx.query("SELECT key, value FROM settings WHERE key LIKE 'limits.%'")})
+            {r["key"]: r["value"] for r in q.limit_settings(tx)})
     if workdir:
         agent_channel["workdir"] = workdir
     if d.own_run is not None and d.decision != "run":

@@ -14,6 +14,7 @@ from loopx import ledger
 from loopx.errors import LoopxError
 from loopx.model import Evidence, to_json
 from loopx.registry import Registry, check_actor
+from loopx.store.queries import evidence as q
 from loopx.validate import check_id, check_name, check_number, check_text, new_id
 
 #: What ``--data`` on the command line may hold (``invalid_argument``); the registry's cap on a
@@ -152,7 +153,7 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
         run = found.get("run") if found.get("tx") is w.tx and not w.events else None
         _record_in(w, kind=kind, summary=summary, run_id=run_id, data=data, file_path=file_path,
                    file_sha256=file_sha, evidence_id=evidence_id, run=run)
-        row = w.tx.one("SELECT * FROM evidence WHERE id = ?", (evidence_id,))
+        row = q.evidence_row(w.tx, evidence_id)
         return to_json(evidence_from_row(row))
 
     request = {k: v for k, v in body.items() if k != "evidence_id"}
@@ -162,19 +163,12 @@ def record(reg: Registry, actor: str, *, kind: str, summary: str, run_id: str | 
 
 def of_goal(tx, goal_id: str, *, kind: str | None = None, run_id: str | None = None) -> list:
     """A goal's evidence (:class:`loopx.model.Evidence`), oldest first, optionally of one kind or run."""
-    sql, params = "SELECT * FROM evidence WHERE goal_id = ?", [goal_id]
-    if kind is not None:
-        sql += " AND kind = ?"
-        params.append(kind)
-    if run_id is not None:
-        sql += " AND run_id = ?"
-        params.append(run_id)
-    return [evidence_from_row(r) for r in tx.query(sql + " ORDER BY created_at, id", params)]
+    return [evidence_from_row(r) for r in q.goal_evidence(tx, goal_id, kind, run_id)]
 
 
 def load_evidence(tx, evidence_id: str):
     """One piece of evidence by id, or ``None``."""
-    row = tx.one("SELECT * FROM evidence WHERE id = ?", (evidence_id,))
+    row = q.evidence_row(tx, evidence_id)
     return None if row is None else evidence_from_row(row)
 
 
@@ -201,7 +195,7 @@ def list_stream(reg: Registry, *, goal_id: str | None = None, run_id: str | None
         check_name(kind, what="--kind")
     if after is not None:
         check_id("evidence", after)
-    where, params = [], []
+    filters: dict = {}  # {column: value} the listing keeps, in order
     reading = reg.read()
     tx = reading.__enter__()
     try:
@@ -209,21 +203,17 @@ def list_stream(reg: Registry, *, goal_id: str | None = None, run_id: str | None
             run = runs.load_run(tx, run_id)
             if goal_id is not None and check_id("goal", goal_id) != run.goal_id:
                 raise LoopxError("run_not_found", f"run {run_id} belongs to goal {run.goal_id}, not {goal_id}")
-            where.append("run_id = ?")
-            params.append(run_id)
+            filters["run_id"] = run_id
         elif goal_id is not None:
             load_goal(tx, goal_id)
-            where.append("goal_id = ?")
-            params.append(goal_id)
+            filters["goal_id"] = goal_id
         else:
             raise LoopxError("invalid_argument", "name --goal-id or --run-id")
         if kind is not None:
-            where.append("kind = ?")
-            params.append(kind)
+            filters["kind"] = kind
         cursor = None
         if after is not None:
-            cursor = tx.one(f"SELECT created_at, id FROM evidence WHERE id = ? AND {' AND '.join(where)}",
-                            (after, *params))
+            cursor = q.listing_cursor(tx, after, filters)
             if cursor is None:
                 raise LoopxError("not_found", f"--after {after}: no such evidence in this listing")
             cursor = (cursor["created_at"], cursor["id"])
@@ -236,14 +226,7 @@ def list_stream(reg: Registry, *, goal_id: str | None = None, run_id: str | None
             left = limit
             while left is None or left > 0:
                 size = batch if left is None else min(batch, left)
-                page_where = list(where)
-                page_params = list(params)
-                if cursor is not None:
-                    # Keyset paging in the listing's order (created_at, id): an index range per page.
-                    page_where.append("(created_at > ? OR (created_at = ? AND id > ?))")
-                    page_params += [cursor[0], cursor[0], cursor[1]]
-                rows = tx.query(f"SELECT * FROM evidence WHERE {' AND '.join(page_where)} ORDER BY created_at, id"
-                                " LIMIT ?", [*page_params, size])
+                rows = q.listing_page(tx, filters, cursor, size)
                 for r in rows:
                     yield to_json(evidence_from_row(r))
                 if len(rows) < size:

@@ -37,12 +37,9 @@ def gate_from_row(row: dict) -> Gate:
 
 def list_gates(tx, goal_id: str, *, pending_only: bool = False) -> list[Gate]:
     """The goal's gates in the order they were asked for (only pending ones with ``pending_only``)."""
-    sql = "SELECT * FROM gates WHERE goal_id = ?"
-    params: list = [goal_id]
-    if pending_only:
-        sql += " AND status = 'pending'"
-    sql += " ORDER BY created_at, id"
-    return [gate_from_row(r) for r in tx.query(sql, params)]
+    from loopx.store.queries.gates import goal_gates
+
+    return [gate_from_row(r) for r in goal_gates(tx, goal_id, pending_only)]
 
 
 def blocking(tx, goal_id: str) -> dict:
@@ -52,10 +49,9 @@ def blocking(tx, goal_id: str) -> dict:
     holds the gates that block the whole goal. When several gates block one action or todo,
     a pending one is shown before a rejected one (it is the one a user can still act on).
     """
-    rows = tx.query(
-        "SELECT * FROM gates WHERE goal_id = ? AND status IN ('pending', 'rejected') ORDER BY created_at, id",
-        (goal_id,),
-    )
+    from loopx.store.queries.gates import unapproved_gates
+
+    rows = unapproved_gates(tx, goal_id)
     return group_blocking(map(gate_from_row, rows))
 
 
@@ -136,10 +132,12 @@ def request_in(w, *, title: str, scope: str = "other", blocks: str = "all", gate
     goal_id = w.goal_id
     if approval_only and kind != "action":
         raise LoopxError("invalid_argument", "approval_only goes with blocks='action:NAME' (a name nobody allows)")
-    if kind == "action" and not approval_only and w.tx.one("SELECT name FROM actions WHERE goal_id = ? AND name = ?",
-                                     (goal_id, target)) is None:
+    from loopx.store.queries.gates import action_exists
+    from loopx.store.queries.todos import todo_exists
+
+    if kind == "action" and not approval_only and not action_exists(w.tx, goal_id, target):
         raise LoopxError("action_not_found", f"goal {goal_id} has no action {target}")
-    if kind == "todo" and w.tx.one("SELECT id FROM todos WHERE goal_id = ? AND id = ?", (goal_id, target)) is None:
+    if kind == "todo" and not todo_exists(w.tx, goal_id, target):
         raise LoopxError("todo_not_found", f"goal {goal_id} has no todo {target}")
     w.emit("gate.added", {"gate_id": gate_id, "title": title, "scope": scope, "blocks": blocks})
     return gate_id
@@ -214,7 +212,9 @@ def _tell_capabilities(w, gate: Gate, verb: str) -> None:
 
 def load_gate(tx, goal_id: str, gate_id: str) -> Gate:
     """The gate ``gate_id`` of ``goal_id`` (``gate_not_found`` otherwise)."""
-    row = tx.one("SELECT * FROM gates WHERE id = ? AND goal_id = ?", (gate_id, goal_id))
+    from loopx.store.queries.gates import gate_row
+
+    row = gate_row(tx, goal_id, gate_id)
     if row is None:
         raise LoopxError("gate_not_found", f"goal {goal_id} has no gate {gate_id}")
     return gate_from_row(row)
@@ -239,6 +239,7 @@ def show(reg: Registry, goal_id: str, gate_id: str) -> dict:
 
     from loopx import artifacts
     from loopx.goals import load_goal
+    from loopx.store.queries.gates import action_argvs
 
     check_id("goal", goal_id)
     check_id("gate", gate_id)
@@ -246,7 +247,7 @@ def show(reg: Registry, goal_id: str, gate_id: str) -> dict:
         load_goal(tx, goal_id)
         gate = load_gate(tx, goal_id, gate_id)
         names = {a["name"]: SimpleNamespace(argv=json.loads(a["argv"]))
-                 for a in tx.query("SELECT name, argv FROM actions WHERE goal_id = ?", (goal_id,))}
+                 for a in action_argvs(tx, goal_id)}
         shown = [a for a in artifacts.of_goal(tx, goal_id) if a["gate_id"] == gate_id]
         for item in shown:
             item["text"] = artifacts.read_verified(item["path"], item["sha256"], what=item["name"]).decode(

@@ -47,7 +47,9 @@ def goal_from_row(row: dict) -> Goal:
 
 def load_goal(tx, goal_id: str) -> Goal:
     """The goal ``goal_id`` (``goal_not_found`` if there is none)."""
-    row = tx.one("SELECT * FROM goals WHERE id = ?", (check_id("goal", goal_id),))
+    from loopx.store.queries.goals import goal_row
+
+    row = goal_row(tx, check_id("goal", goal_id))
     if row is None:
         raise LoopxError("goal_not_found", f"no goal {goal_id}")
     return goal_from_row(row)
@@ -140,29 +142,17 @@ def list_goals(reg: Registry, *, status: str = "active", limit: int = 50, before
     if status not in LIST_STATUSES:
         raise LoopxError("invalid_argument", f"--status must be one of {', '.join(LIST_STATUSES)}")
     limit = check_number(limit, what="--limit", minimum=1, maximum=MAX_LIST_LIMIT, integer=True)
+    from loopx.store.queries import goals as q
+
     if cursor is not None:
         check_id("goal", cursor, option="--cursor")
         with reg.read() as tx:
-            row = tx.one("SELECT created_seq FROM goals WHERE id = ?", (cursor,))
+            row = q.goal_created_seq(tx, cursor)
         if row is None:
             raise LoopxError("invalid_argument", f"--cursor: no goal {cursor} (pass the last id of a page)")
         before = row["created_seq"] if before is None else min(before, row["created_seq"])
-    where, params = [], []
-    if status == "active":
-        where.append("status IN ('open', 'paused')")
-    elif status != "all":
-        where.append("status = ?")
-        params.append(status)
-    if before is not None:
-        where.append("created_seq < ?")
-        params.append(before)
-    sql = "SELECT * FROM goals"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY created_seq DESC LIMIT ?"
-    params.append(limit)
     with reg.read() as tx:
-        return [to_json(goal_from_row(r)) for r in tx.query(sql, params)]
+        return [to_json(goal_from_row(r)) for r in q.goal_page(tx, status, before, limit)]
 
 
 def show(reg: Registry, goal_id: str) -> dict:
@@ -177,7 +167,7 @@ _TRANSITIONS = {
     "pause": ("goal.paused", ("open",), "paused"),
     "resume": ("goal.resumed", ("paused",), "open"),
     "close": ("goal.closed", ("open", "paused"), "closed"),
-    # Stuck detection ignores runs opened before the latest retry (loopx.steps.repeated_failure).
+    # Stuck detection ignores runs opened before the latest retry (loopx.runs.repeated_failure).
     "retry": ("goal.retried", ("open",), "open"),
 }
 
@@ -258,14 +248,13 @@ def adopt_capabilities(tx) -> int:
     untrusted). Returns the number of goals changed."""
     from loopx import integrity
     from loopx.registry import Writer
+    from loopx.store.queries import goals as q
 
-    rows = tx.query("SELECT DISTINCT s.goal_id FROM capability_state s JOIN goals g ON g.id = s.goal_id"
-                    " WHERE g.status <> 'closed' ORDER BY s.goal_id")
+    rows = q.goals_with_capability_state(tx)
     changed = 0
     for goal_id in (r["goal_id"] for r in rows):
-        goal = tx.one("SELECT * FROM goals WHERE id = ?", (goal_id,))
-        writers = tx.query("SELECT DISTINCT actor FROM events WHERE goal_id = ? AND kind = 'capability.state_set'",
-                           (goal_id,))
+        goal = q.goal_row(tx, goal_id)
+        writers = q.capability_state_writers(tx, goal_id)
         names = sorted({r["actor"].split(":", 1)[1] for r in writers if r["actor"].startswith("capability:")}
                        - set(json.loads(goal["capabilities"])))
         if not names:

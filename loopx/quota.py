@@ -95,6 +95,7 @@ def _show(tx, goal_id: str, now: str) -> dict:
     from loopx import runs
     from loopx.model import UsageEntry
     from loopx.goals import load_goal
+    from loopx.store.queries.runs import goal_runs
 
     goal = load_goal(tx, goal_id)
     used = usage(tx, goal_id)
@@ -107,8 +108,7 @@ def _show(tx, goal_id: str, now: str) -> dict:
         if last is not None and add_seconds(last, cadence) > now:
             next_at = add_seconds(last, cadence)
     entries = []
-    for row in tx.query("SELECT * FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id DESC LIMIT ?",
-                        (goal_id, ENTRIES_SHOWN)):
+    for row in goal_runs(tx, goal_id, ENTRIES_SHOWN):
         run = runs.run_from_row(row)
         wall = seconds_between(run.opened_at, run.finished_at) if run.finished_at else 0.0
         entries.append(to_json(UsageEntry(run_id=run.id, at=run.opened_at, turns=1, tokens=run.tokens,

@@ -35,17 +35,16 @@ def reward_from_row(row: dict) -> Reward:
 
 def list_rewards(tx, goal_id: str) -> list[Reward]:
     """The goal's rewards, oldest first."""
-    rows = tx.query("SELECT * FROM rewards WHERE goal_id = ? ORDER BY created_at, id", (goal_id,))
-    return [reward_from_row(r) for r in rows]
+    from loopx.store.queries.rewards import goal_rewards
+
+    return [reward_from_row(r) for r in goal_rewards(tx, goal_id)]
 
 
 def feedback(tx, goal_id: str, limit: int = 3) -> list[dict]:
     """The latest ``limit`` rewards of the goal, newest first: ``{run_id, score, comment, at}``."""
-    rows = tx.query(
-        "SELECT run_id, score, comment, created_at FROM rewards WHERE goal_id = ?"
-        " ORDER BY created_at DESC, id DESC LIMIT ?",
-        (goal_id, limit),
-    )
+    from loopx.store.queries.runs import latest_rewards  # (should-run's module: loaded on its path anyway)
+
+    rows = latest_rewards(tx, goal_id, limit)
     return [{"run_id": r["run_id"], "score": float(r["score"]), "comment": r["comment"], "at": r["created_at"]}
             for r in rows]
 
@@ -67,8 +66,10 @@ def add(reg: Registry, actor: str, *, goal_id: str, run_id: str, score, comment:
         raise LoopxError("actor_forbidden", f"only a user may score a run; {actor} may not add a reward")
     reward_id = new_id("reward")
 
+    from loopx.store.queries import rewards as q
+
     def work(w):
-        run = w.tx.one("SELECT goal_id FROM runs WHERE id = ?", (run_id,))
+        run = q.run_goal(w.tx, run_id)
         if run is None:
             raise LoopxError("run_not_found", f"no run {run_id}")
         if run["goal_id"] != goal_id:
@@ -77,7 +78,7 @@ def add(reg: Registry, actor: str, *, goal_id: str, run_id: str, score, comment:
         if comment:
             body["comment"] = comment
         w.emit("reward.added", body)
-        row = w.tx.one("SELECT * FROM rewards WHERE id = ?", (reward_id,))
+        row = q.reward_row(w.tx, reward_id)
         return to_json(reward_from_row(row))
 
     # A closed goal's runs can still be scored: the overlay reviews work that is over.
@@ -104,15 +105,16 @@ def export_records(reg: Registry, goal_id: str | None = None) -> Iterator[dict]:
     one consistent snapshot.
     """
     from loopx.goals import load_goal
+    from loopx.store.queries import rewards as q
 
     if goal_id is not None:
         check_id("goal", goal_id)
     with reg.read() as tx:
         if goal_id is not None:
             load_goal(tx, goal_id)
-            rows = tx.query("SELECT * FROM rewards WHERE goal_id = ? ORDER BY created_at, id", (goal_id,))
+            rows = q.goal_rewards(tx, goal_id)
         else:
-            rows = tx.query("SELECT * FROM rewards ORDER BY created_at, id")
+            rows = q.every_reward(tx)
         goals: dict[str, dict] = {}
         for row in rows:
             if row["goal_id"] not in goals:
@@ -128,18 +130,16 @@ def _goal_part(goal) -> dict:
 def record(tx, reward: Reward, goal_part: dict) -> dict:
     """The training record of one reward (see ``docs/reward-export.md``)."""
     from loopx import clock
+    from loopx.store.queries import rewards as q
+    from loopx.store.queries.runs import run_row
 
-    run = tx.one("SELECT * FROM runs WHERE id = ?", (reward.run_id,))
+    run = run_row(tx, reward.run_id)
     wall = None
     if run["finished_at"]:
         wall = max(0.0, clock.seconds_between(run["opened_at"], run["finished_at"]))
-    contract = tx.one("SELECT * FROM contracts WHERE id = ?", (run["contract_id"],))
-    total = tx.one("SELECT COUNT(*) AS n FROM evidence WHERE run_id = ?", (run["id"],))["n"]
-    evidence = tx.query(
-        "SELECT id, kind, summary, actor, created_at, file_sha256 FROM evidence WHERE run_id = ?"
-        " ORDER BY created_at, id LIMIT ?",
-        (run["id"], MAX_EVIDENCE_PER_RECORD),
-    )
+    contract = q.contract_row(tx, run["contract_id"])
+    total = q.evidence_count(tx, run["id"])
+    evidence = q.first_evidence(tx, run["id"], MAX_EVIDENCE_PER_RECORD)
     return {
         "schema": RECORD_SCHEMA,
         "reward": {"id": reward.id, "score": reward.score, "comment": reward.comment,

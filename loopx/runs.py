@@ -13,6 +13,7 @@ from loopx import clock
 from loopx.errors import LoopxError
 from loopx.model import RUN_OUTCOMES, to_json
 from loopx.registry import Registry, check_actor
+from loopx.store.queries import runs as q
 from loopx.validate import check_id, check_number, check_text, new_id
 
 DEFAULT_TTL_SECONDS = 3600
@@ -44,7 +45,7 @@ def run_from_row(row: dict):
 
 def load_run(tx, run_id: str):
     """The run ``run_id`` (``run_not_found`` if there is none)."""
-    row = tx.one("SELECT * FROM runs WHERE id = ?", (check_id("run", run_id),))
+    row = q.run_row(tx, check_id("run", run_id))
     if row is None:
         raise LoopxError("run_not_found", f"no run {run_id}")
     return run_from_row(row)
@@ -108,31 +109,12 @@ def check_recordable(tx, run_id: str, *, goal_id: str | None = None, run=None):
     return run
 
 
-def _handoff_row(tx, goal_id: str) -> dict | None:
-    return tx.one(
-        "SELECT id, handoff, finished_at FROM runs WHERE goal_id = ? AND status = 'finished'"
-        " AND handoff IS NOT NULL ORDER BY finished_at DESC, id DESC LIMIT 1",
-        (goal_id,),
-    )
-
-
 def recent(tx, goal_id: str, runs: int, rewards: int = 3) -> dict:
     """One statement for what a turn decision and its contract read of the goal's past: its newest
     ``runs`` closed runs (``id, outcome, contract_id, opened_at``, newest first), its latest
     hand-off note (``handoff``: the text or None) and its latest ``rewards`` rewards
     (``{run_id, score, comment, at}``, newest first) - each an index range, whatever the history."""
-    rows = tx.query(
-        "SELECT 'run' AS part, id, outcome, contract_id, opened_at AS at, NULL AS note,"
-        " CAST(NULL AS REAL) AS score, NULL AS rid"
-        " FROM (SELECT id, outcome, contract_id, opened_at FROM runs WHERE goal_id = ? AND status <> 'open'"
-        " ORDER BY opened_at DESC, id DESC LIMIT ?) a"
-        " UNION ALL SELECT 'handoff', id, NULL, NULL, finished_at, handoff, CAST(NULL AS REAL), NULL"
-        " FROM (SELECT id, handoff, finished_at FROM runs WHERE goal_id = ? AND status = 'finished'"
-        " AND handoff IS NOT NULL ORDER BY finished_at DESC, id DESC LIMIT 1) b"
-        " UNION ALL SELECT 'reward', run_id, NULL, NULL, created_at, comment, score, id"
-        " FROM (SELECT id, run_id, score, comment, created_at FROM rewards WHERE goal_id = ?"
-        " ORDER BY created_at DESC, id DESC LIMIT ?) c",
-        (goal_id, runs, goal_id, goal_id, rewards))
+    rows = q.recent_history(tx, goal_id, runs, rewards)
     newest = sorted((r for r in rows if r["part"] == "run"), key=lambda r: (r["at"], r["id"]), reverse=True)
     given = sorted((r for r in rows if r["part"] == "reward"), key=lambda r: (r["at"], r["rid"]), reverse=True)
     note = next((r["note"] for r in rows if r["part"] == "handoff"), None)
@@ -145,7 +127,7 @@ def recent(tx, goal_id: str, runs: int, rewards: int = 3) -> dict:
 
 def latest_handoff(tx, goal_id: str):
     """The :class:`loopx.model.Handoff` of the goal's most recently finished run that left one, or ``None``."""
-    row = _handoff_row(tx, goal_id)
+    row = q.latest_handoff_row(tx, goal_id)
     if row is None:
         return None
     from loopx.model import Handoff
@@ -155,33 +137,96 @@ def latest_handoff(tx, goal_id: str):
 
 def latest_handoff_note(tx, goal_id: str) -> str | None:
     """Just the text of :func:`latest_handoff` (what a contract carries)."""
-    row = _handoff_row(tx, goal_id)
+    row = q.latest_handoff_row(tx, goal_id)
     return None if row is None else row["handoff"]
 
 
 def open_runs(tx, goal_id: str, now: str) -> list:
     """The goal's runs that are open and unexpired at ``now``, oldest first."""
-    rows = tx.query(
-        "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at > ? ORDER BY COALESCE(opened_at, ''), id",
-        (goal_id, now),
-    )
-    return [run_from_row(r) for r in rows]
+    return [run_from_row(r) for r in q.live_runs(tx, goal_id, now)]
 
 
 def expired_runs(tx, goal_id: str, now: str) -> list:
     """The goal's runs still marked open whose expiry has passed (to be marked abandoned)."""
-    rows = tx.query(
-        "SELECT * FROM runs WHERE goal_id = ? AND status = 'open' AND expires_at <= ? ORDER BY COALESCE(opened_at, ''), id",
-        (goal_id, now),
-    )
-    return [run_from_row(r) for r in rows]
+    return [run_from_row(r) for r in q.expired_open_runs(tx, goal_id, now)]
 
 
 def load_contract(tx, contract_id: str) -> dict:
-    """The document of an issued contract (read in :mod:`loopx.steps`, which runs imports)."""
-    from loopx.steps import load_contract as load
+    """The document of an issued contract."""
+    import json
 
-    return load(tx, contract_id)
+    row = q.contract_document(tx, contract_id)
+    if row is None:
+        raise LoopxError("not_found", f"no contract {contract_id}")
+    return json.loads(row["document"])
+
+
+def results(tx, run_id: str, doc: dict | None) -> list[dict]:
+    """Each ``do`` step of the run's contract ``doc`` with its latest result
+    (:func:`loopx.steps.results_from`)."""
+    from loopx import steps
+
+    return _results(tx, run_id, [s for s in steps.of(doc) if s.get("kind") == "do"])
+
+
+def _results(tx, run_id: str, do: list[dict]) -> list[dict]:
+    if not do:
+        return []
+    from loopx import steps
+
+    return steps.results_from(q.step_evidence(tx, run_id), do)
+
+
+def run_results(tx, run) -> list[dict]:
+    """:func:`results` for a run row (its current contract; ``not_found`` if it has none)."""
+    from loopx import steps
+
+    row = q.contract_document(tx, run.contract_id)
+    if row is None:
+        raise LoopxError("not_found", f"no contract {run.contract_id}")
+    return _results(tx, run.id, steps.do_steps_of(row["document"]))
+
+
+def refusals(tx, run_id: str) -> list[str]:
+    """What the broker refused during the run, one line each (:func:`loopx.steps.refusal_lines`)."""
+    from loopx import steps
+
+    return steps.refusal_lines(q.refused_evidence(tx, run_id))
+
+
+def repeated_failure(tx, goal, history: dict | None = None) -> dict | None:
+    """``{"step", "runs", "run_id", "exit_code", "output_tail"}`` when one step failed in the
+    goal's last N runs in a row (N: the goal's ``stuck_after``, default 3; 0 turns it off).
+
+    Cheap when nothing is wrong: one indexed query over the last N runs, and the evidence is
+    read only when all of them failed. Runs opened before a user's ``project_prompt retry``
+    do not count. ``history``: :func:`recent` read with ``stuck_after`` runs, when the
+    caller has it.
+    """
+    from loopx.steps import TAIL_SHOWN, first_failure, stuck_after
+
+    n = stuck_after(goal)
+    if n <= 0:
+        return None
+    if history is not None and len(history["runs"]) <= n:  # (loopx.runs.recent, read with at most n runs)
+        rows = history["runs"]
+    else:
+        rows = q.closed_runs(tx, goal.id, n)
+    if len(rows) < n or any(r["outcome"] != "failed" for r in rows):
+        return None
+    retried = q.latest_retry(tx, goal.id)
+    if retried and retried["at"] and rows[-1]["opened_at"] <= retried["at"]:
+        return None
+    failures = []
+    for r in rows:
+        found = first_failure(results(tx, r["id"], load_contract(tx, r["contract_id"])))
+        if found is None or (failures and found["step"] != failures[0]["step"]):
+            return None
+        failures.append(found)
+    latest = failures[0]
+    tail = latest.get("output_tail") or ""
+    return {"step": latest["step"], "runs": n, "run_id": rows[0]["id"], "exit_code": latest["exit_code"],
+            "output_tail": tail[-TAIL_SHOWN:]}
 
 
 #: Why a run failed when the agent tried a command LoopX refused (a user-only one, a path it may not use).
@@ -195,8 +240,8 @@ def _judge(w, run, actor: str, outcome: str | None, handoff: str | None,
     from loopx import steps
 
     run_id = run.id
-    res = steps.run_results(w.tx, run)
-    refused = steps.refusals(w.tx, run_id)
+    res = run_results(w.tx, run)
+    refused = refusals(w.tx, run_id)
     # A turn in which the agent tried a command LoopX refused (a user-only one such as
     # `gate approve`) failed, whatever the agent's exit status said.
     supported = "failed" if refused else steps.derive(res)
@@ -213,8 +258,7 @@ def _judge(w, run, actor: str, outcome: str | None, handoff: str | None,
                                   "summary": f"outcome ok forced by {actor} over: {why}"[:500],
                                   "data": {"reason": force_outcome, "by": actor, "evidence_outcome": supported}})
     if note is None and supported == "failed":
-        open_todos = [r["id"] for r in w.tx.query(
-            "SELECT id FROM todos WHERE claim_run_id = ? AND status = 'open' ORDER BY id", (run_id,))]
+        open_todos = [r["id"] for r in q.todos_claimed_by_run(w.tx, run_id)]
         note = steps.handoff_for(res, open_todos)
     if refused and final == "failed":
         text = f"{REFUSED_COMMAND}: " + "; ".join(refused)
@@ -300,8 +344,7 @@ def show(reg: Registry, run_id: str) -> dict:
         out["contract"] = load_contract(tx, run.contract_id)
         out["evidence"] = [
             {"id": r["id"], "kind": r["kind"], "summary": r["summary"], "actor": r["actor"], "at": r["created_at"]}
-            for r in tx.query("SELECT id, kind, summary, actor, created_at FROM evidence WHERE run_id = ?"
-                              " ORDER BY created_at, id", (run_id,))
+            for r in q.run_evidence_summaries(tx, run_id)
         ]
         return out
 
@@ -315,8 +358,7 @@ def list_runs(reg: Registry, goal_id: str, *, limit: int = 50) -> list[dict]:
     now = clock.now()
     with reg.read() as tx:
         load_goal(tx, goal_id)
-        rows = tx.query("SELECT * FROM runs WHERE goal_id = ? ORDER BY opened_at DESC, id DESC LIMIT ?",
-                        (goal_id, limit))
+        rows = q.goal_runs(tx, goal_id, limit)
         out = []
         for row in rows:
             run = run_from_row(row)

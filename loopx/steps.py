@@ -7,9 +7,10 @@ the run), an ``argv`` (a list: no shell is involved) and ``after`` (the steps it
 
 Every ``do`` step of a run is a ``loopx exec`` of an allowed action or of a capability's
 command, so each one records its own evidence (kind ``command``, written by the core, naming
-the step). :func:`results` reads that evidence back; ``run finish`` derives its outcome from it
-(:func:`derive`), ``todo done`` refuses to close a todo over a failed step, and
-:func:`repeated_failure` notices the same step failing run after run.
+the step). :func:`results_from` judges that evidence (:func:`loopx.runs.results` reads it);
+``run finish`` derives its outcome from it (:func:`derive`), ``todo done`` refuses to close a todo
+over a failed step, and :func:`loopx.runs.repeated_failure` notices the same step failing run after
+run. This module reads no database (it is below the store): its callers hand it the rows.
 
 Capability contributions are checked here, once, when they are contributed
 (:func:`check_argv`, :func:`contributed`): a ``loopx`` program, no shell operators, no control
@@ -196,22 +197,16 @@ def command_step(doc: dict | None, argv: list[str]) -> str | None:
     return None
 
 
-def results(tx, run_id: str, doc: dict | None) -> list[dict]:
-    """Each ``do`` step of the run's contract with its latest result.
+def results_from(rows: list[dict], do: list[dict]) -> list[dict]:
+    """Each of the ``do`` steps with its latest result in ``rows`` (the core's step evidence of the
+    run, oldest first: ``id, data``; :func:`loopx.runs.results` reads them).
 
     ``{"step", "status": ok|failed|not_run, "evidence_id", "exit_code", "output_tail"}``. Only
     evidence ``loopx exec`` wrote (kind ``command``, actor ``core``) counts: an agent cannot
     record a step as passed by writing a note.
     """
-    return _results(tx, run_id, [s for s in of(doc) if s.get("kind") == "do"])
-
-
-def _results(tx, run_id: str, do: list[dict]) -> list[dict]:
-    if not do:
-        return []
     latest: dict[str, tuple[str, dict]] = {}
-    for row in tx.query("SELECT id, data FROM evidence WHERE run_id = ? AND kind IN ('command', 'step_unknown')"
-                        " AND actor = 'core' ORDER BY created_at, id", (run_id,)):
+    for row in rows:
         data = json.loads(row["data"]) if row["data"] else {}
         if data.get("step"):
             latest[data["step"]] = (row["id"], data)
@@ -237,24 +232,13 @@ def _results(tx, run_id: str, do: list[dict]) -> list[dict]:
     return out
 
 
-def run_results(tx, run) -> list[dict]:
-    """:func:`results` for a run row (its current contract)."""
-    return _results(tx, run.id, _do_steps(tx, run.contract_id))
-
-
 #: The ``do`` steps of contract documents parsed before, by their stored text (read-only here):
 #: ``todo done`` and ``run finish`` both check the steps of the same few-KB contract every turn.
 _DO_STEPS: dict[str, list[dict]] = {}
 
 
-def _do_steps(tx, contract_id: str) -> list[dict]:
-    """The ``do`` steps of an issued contract (``not_found`` if there is none)."""
-    from loopx.errors import LoopxError
-
-    row = tx.one("SELECT document FROM contracts WHERE id = ?", (contract_id,))
-    if row is None:
-        raise LoopxError("not_found", f"no contract {contract_id}")
-    text = row["document"]
+def do_steps_of(text: str) -> list[dict]:
+    """The ``do`` steps of a contract document, given as its stored JSON text."""
     found = _DO_STEPS.get(text)
     if found is None:
         if len(_DO_STEPS) >= 32:
@@ -263,12 +247,12 @@ def _do_steps(tx, contract_id: str) -> list[dict]:
     return found
 
 
-def refusals(tx, run_id: str) -> list[str]:
-    """What the broker refused during the run (evidence of kind ``refused`` the core wrote), one
-    line each: ``tried `loopx gate approve …`: `loopx gate approve` is the user's, not an executor's``."""
+def refusal_lines(rows: list[dict]) -> list[str]:
+    """What the broker refused during a run (``rows``: the data of the ``refused`` evidence the core
+    wrote, oldest first), one line each: ``tried `loopx gate approve …`: `loopx gate approve` is the
+    user's, not an executor's``."""
     out = []
-    for row in tx.query("SELECT data FROM evidence WHERE run_id = ? AND kind = 'refused' AND actor = 'core'"
-                        " ORDER BY created_at, id", (run_id,)):
+    for row in rows:
         data = json.loads(row["data"]) if row["data"] else {}
         argv = [str(a) for a in (data.get("argv") or [])][:12]
         out.append(f"tried `loopx {shlex.join(argv)}`"[:300] + (f" ({str(data.get('why'))[:200]})"
@@ -330,47 +314,3 @@ def stuck_after(goal) -> int:
     """How many failed runs in a row make the goal wait for a person (0: never)."""
     n = getattr(goal.limits, "stuck_after", None)
     return DEFAULT_STUCK_AFTER if n is None else int(n)
-
-
-def repeated_failure(tx, goal, history: dict | None = None) -> dict | None:
-    """``{"step", "runs", "run_id", "exit_code", "output_tail"}`` when one step failed in the
-    goal's last N runs in a row (N: the goal's ``stuck_after``, default 3; 0 turns it off).
-
-    Cheap when nothing is wrong: one indexed query over the last N runs, and the evidence is
-    read only when all of them failed. Runs opened before a user's ``project_prompt retry``
-    do not count. ``history``: :func:`loopx.runs.recent` read with ``stuck_after`` runs, when the
-    caller has it.
-    """
-    n = stuck_after(goal)
-    if n <= 0:
-        return None
-    if history is not None and len(history["runs"]) <= n:  # (loopx.runs.recent, read with at most n runs)
-        rows = history["runs"]
-    else:
-        rows = tx.query("SELECT id, outcome, contract_id, opened_at FROM runs WHERE goal_id = ? AND status <> 'open'"
-                        " ORDER BY opened_at DESC, id DESC LIMIT ?", (goal.id, n))
-    if len(rows) < n or any(r["outcome"] != "failed" for r in rows):
-        return None
-    retried = tx.one("SELECT MAX(at) AS at FROM events WHERE goal_id = ? AND kind = 'goal.retried'", (goal.id,))
-    if retried and retried["at"] and rows[-1]["opened_at"] <= retried["at"]:
-        return None
-    failures = []
-    for r in rows:
-        found = first_failure(results(tx, r["id"], load_contract(tx, r["contract_id"])))
-        if found is None or (failures and found["step"] != failures[0]["step"]):
-            return None
-        failures.append(found)
-    latest = failures[0]
-    tail = latest.get("output_tail") or ""
-    return {"step": latest["step"], "runs": n, "run_id": rows[0]["id"], "exit_code": latest["exit_code"],
-            "output_tail": tail[-TAIL_SHOWN:]}
-
-
-def load_contract(tx, contract_id: str) -> dict:
-    """The document of an issued contract."""
-    from loopx.errors import LoopxError
-
-    row = tx.one("SELECT document FROM contracts WHERE id = ?", (contract_id,))
-    if row is None:
-        raise LoopxError("not_found", f"no contract {contract_id}")
-    return json.loads(row["document"])

@@ -51,13 +51,16 @@ def todo_from_row(row: dict) -> Todo:
 
 def list_todos(tx, goal_id: str) -> list[Todo]:
     """Every todo of the goal, by priority (P0 first) then creation order."""
-    rows = tx.query("SELECT * FROM todos WHERE goal_id = ? ORDER BY priority, created_seq", (goal_id,))
-    return [todo_from_row(r) for r in rows]
+    from loopx.store.queries.todos import goal_todos
+
+    return [todo_from_row(r) for r in goal_todos(tx, goal_id)]
 
 
 def load_todo(tx, goal_id: str, todo_id: str) -> Todo:
     """The todo ``todo_id`` of ``goal_id`` (``todo_not_found`` otherwise)."""
-    row = tx.one("SELECT * FROM todos WHERE id = ? AND goal_id = ?", (todo_id, goal_id))
+    from loopx.store.queries.todos import todo_row
+
+    row = todo_row(tx, goal_id, todo_id)
     if row is None:
         raise LoopxError("todo_not_found", f"goal {goal_id} has no todo {todo_id}")
     return todo_from_row(row)
@@ -65,7 +68,9 @@ def load_todo(tx, goal_id: str, todo_id: str) -> Todo:
 
 def count(tx, goal_id: str) -> int:
     """How many todos the goal has, whatever their status."""
-    return tx.one("SELECT COUNT(*) AS n FROM todos WHERE goal_id = ?", (goal_id,))["n"]
+    from loopx.store.queries.todos import todo_count
+
+    return todo_count(tx, goal_id)
 
 
 def _gated_todos(tx, goal_id: str) -> dict[str, str]:
@@ -103,9 +108,9 @@ def _statuses(tx, goal_id: str, ids) -> dict[str, str]:
     ids = list(dict.fromkeys(ids))
     if not ids:
         return {}
-    rows = tx.query(f"SELECT id, status FROM todos WHERE goal_id = ? AND id IN ({', '.join('?' for _ in ids)})",
-                    (goal_id, *ids))
-    return {r["id"]: r["status"] for r in rows}
+    from loopx.store.queries.todos import todo_statuses
+
+    return {r["id"]: r["status"] for r in todo_statuses(tx, goal_id, ids)}
 
 
 def why_not_ready(todo: Todo, *, statuses: dict[str, str], gated: dict[str, tuple], held: bool) -> tuple[str, str] | None:
@@ -330,6 +335,8 @@ def settle_in(w, verb: str, *, todo_id: str, note: str | None = None, run_id: st
               agent: str | None = None, epoch: int | None = None) -> None:
     """Inside a mutation: ``done``, ``block`` or ``reopen`` a todo of the writer's goal, under the
     rules of :func:`settle` (``todo_not_open``, ``lease_lost``, ``step_failed``...)."""
+    from loopx.store.queries.goals import goal_status
+
     if verb not in SETTLE:
         raise LoopxError("invalid_argument", f"a todo is done, blocked or reopened, not {verb!r}")
     kind, _target = SETTLE[verb]
@@ -341,8 +348,7 @@ def settle_in(w, verb: str, *, todo_id: str, note: str | None = None, run_id: st
     # for a stale contract, only for a run that is no longer open.
     run = _run_for(w, check_id("run", run_id) if run_id is not None else None, fresh=False)
     # The goal row the writer locked, unless something this mutation wrote came first.
-    status = w.goal["status"] if w.goal is not None and not w.events else w.tx.one(
-        "SELECT status FROM goals WHERE id = ?", (goal_id,))["status"]
+    status = w.goal["status"] if w.goal is not None and not w.events else goal_status(w.tx, goal_id)
     if status == "closed":
         if run is None or run.status != "open":
             raise LoopxError("goal_closed", f"goal {goal_id} is closed")
@@ -429,9 +435,9 @@ def settle(reg: Registry, actor: str, verb: str, *, goal_id: str, todo_id: str, 
 
 def _check_steps(tx, run, todo_id: str) -> None:
     """Refuse (``step_failed``) to mark a todo done under a run whose ``do`` steps did not all succeed."""
-    from loopx import steps
+    from loopx import runs, steps
 
-    res = steps.run_results(tx, run)
+    res = runs.run_results(tx, run)
     _check_own_actions(tx, run, todo_id, res)
     bad = [r for r in res if r["status"] != "ok"]
     if bad:

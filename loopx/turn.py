@@ -93,6 +93,7 @@ def _carry_out(registry, actor, provider, answer, out, *, executor, agent, backe
                kept_finish) -> dict:
     """The run's part of :func:`turn`: the provider inside the step, then the run's finish."""
     from loopx import claims, interrupt
+    from loopx.store.queries.evidence import run_evidence_brief
 
     try:
         # The goal's workspace (loopx.workspace), made on demand: the step runs there, never in
@@ -120,8 +121,7 @@ def _carry_out(registry, actor, provider, answer, out, *, executor, agent, backe
                                             info=interrupt.describe(), result=result)
         kept_finish.done()
         with registry.read() as tx:
-            rows = tx.query("SELECT id, kind, summary FROM evidence WHERE run_id = ? ORDER BY created_at, id",
-                            (run_id,))
+            rows = run_evidence_brief(tx, run_id)
         out.update(run_id=run_id, outcome=finished["outcome"], handoff=finished["handoff"], evidence=rows)
         return out
     if backend is None:
@@ -134,7 +134,7 @@ def _carry_out(registry, actor, provider, answer, out, *, executor, agent, backe
                                tokens=result.get("tokens", 0), cost=result.get("cost", 0.0),
                                handoff=result.get("handoff"), agent=agent)
     with registry.read() as tx:
-        rows = tx.query("SELECT id, kind, summary FROM evidence WHERE run_id = ? ORDER BY created_at, id", (run_id,))
+        rows = run_evidence_brief(tx, run_id)
     out.update(run_id=run_id, outcome=finished["outcome"], handoff=finished["handoff"], evidence=rows)
     if finished.get("reason"):
         out["reason"] = finished["reason"]

@@ -30,6 +30,7 @@ import tempfile
 
 from loopx import gitcmd
 from loopx.errors import LoopxError
+from loopx.store.queries import goals as q
 
 #: Paths (relative to the project) that the user's own tools run or read: flagged in every diff.
 RISKY = re.compile(r"(^|/)(\.claude|\.codex|\.vscode|\.idea|\.devcontainer|\.husky)(/|$)|(^|/)\.envrc$"
@@ -52,8 +53,7 @@ def risky(path: str) -> bool:
 
 def record(tx, goal_id: str) -> dict | None:
     """The goal's ``goal_workspaces`` row (project, root, path, branch, base, kind), or ``None``."""
-    row = tx.one("SELECT project, root, path, branch, base, kind FROM goal_workspaces WHERE goal_id = ?",
-                 (goal_id,))
+    row = q.workspace_record(tx, goal_id)
     return dict(row) if row else None
 
 
@@ -249,7 +249,7 @@ def show(registry, goal_id: str) -> dict:
 def _goal_exists(tx, goal_id: str) -> None:
     from loopx.validate import check_id
 
-    if tx.one("SELECT 1 AS x FROM goals WHERE id = ?", (check_id("goal", goal_id),)) is None:
+    if not q.goal_exists(tx, check_id("goal", goal_id)):
         raise LoopxError("goal_not_found", f"no goal {goal_id}")
 
 

@@ -30,35 +30,7 @@ SQL_ALLOWED_LEDGER: set[str] = set()  # the ledger and its integrity: moved (loo
 
 SQL_ALLOWED_VIEWS: set[str] = set()  # the views group: all moved into loopx.store.queries
 
-SQL_ALLOWED_DOMAIN = {
-    "loopx/actions.py",
-    "loopx/artifacts.py",
-    "loopx/capabilities.py",
-    "loopx/caps.py",
-    "loopx/claims.py",
-    "loopx/contract.py",
-    "loopx/events/action.py",
-    "loopx/events/applying.py",
-    "loopx/events/capability.py",
-    "loopx/events/evidence.py",
-    "loopx/events/gate.py",
-    "loopx/events/goal.py",
-    "loopx/events/quota.py",
-    "loopx/events/reward.py",
-    "loopx/events/run.py",
-    "loopx/events/todo.py",
-    "loopx/evidence.py",
-    "loopx/gates.py",
-    "loopx/goals.py",
-    "loopx/quota.py",
-    "loopx/rewards.py",
-    "loopx/runs.py",
-    "loopx/steps.py",
-    "loopx/todo_ready.py",
-    "loopx/todos.py",
-    "loopx/turn.py",
-    "loopx/workspace.py",
-}
+SQL_ALLOWED_DOMAIN: set[str] = set()  # the domain's SQL is all in loopx.store.queries now
 
 SQL_ALLOWED = SQL_ALLOWED_LEDGER | SQL_ALLOWED_VIEWS | SQL_ALLOWED_DOMAIN
 

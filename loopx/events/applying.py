@@ -15,6 +15,7 @@ from loopx.errors import LoopxError
 from loopx.events.roles import CAPABILITY, role
 from loopx.events.table import AREAS, EventKind
 from loopx.model import Event
+from loopx.store.queries import projections as q
 
 #: Core kinds that moved out of the core into a plugin, with the plugin that took each over.
 #: The ledger of an older registry still holds them: they are never written again, and replay
@@ -145,10 +146,7 @@ def apply(tx, event: Event, *, summary: bool = True) -> None:
             # through the same function, which the core's old name for repairs still uses):
             # replay it, so the state stays its replayed ledger.
             _run(kind("capability.repaired"), tx, event)
-    tx.execute(
-        "UPDATE goals SET revision = ?, updated_at = ? WHERE id = ?",
-        (event.seq, event.at, event.goal_id),
-    )
+    q.goal_revised(tx, event.goal_id, event.seq, event.at)
     if summary and event.kind.split(".", 1)[0] not in _QUIET_AREAS:
         from loopx import attention
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from loopx.errors import LoopxError
+from loopx.store.queries import projections as q
 
 
 def check_owned(writer, body):
@@ -22,10 +23,8 @@ def check_owned(writer, body):
 def set_rows(tx, event, namespace: str, values: dict) -> None:
     """Set state keys of ``event``'s goal in ``namespace`` (insert or replace), at the event's time."""
     for key, value in sorted(values.items()):
-        tx.execute("DELETE FROM capability_state WHERE goal_id = ? AND namespace = ? AND key = ?",
-                   (event.goal_id, namespace, key))
-        tx.execute("INSERT INTO capability_state (goal_id, namespace, key, value, updated_at) VALUES (?, ?, ?, ?, ?)",
-                   (event.goal_id, namespace, key, json.dumps(value, sort_keys=True), event.at))
+        q.delete_capability_state(tx, event.goal_id, namespace, key)
+        q.insert_capability_state(tx, event.goal_id, namespace, key, json.dumps(value, sort_keys=True), event.at)
 
 
 def check_owned_bounded(writer, body):
@@ -45,8 +44,7 @@ def state_set(tx, event):
 def state_deleted(tx, event):
     """``body = {"namespace", "keys": [key, ...]}``: delete keys (absent ones are ignored)."""
     for key in event.body["keys"]:
-        tx.execute("DELETE FROM capability_state WHERE goal_id = ? AND namespace = ? AND key = ?",
-                   (event.goal_id, event.body["namespace"], key))
+        q.delete_capability_state(tx, event.goal_id, event.body["namespace"], key)
 
 
 # --- what repair capabilities record on the core's ledger --------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from loopx import jsonsafe
+from loopx.store.queries import projections as q
 
 
 def check_bounded(writer, body):
@@ -15,9 +16,8 @@ def added(tx, event):
     """``body = {"evidence_id", "run_id", "kind", "summary", "data"?, "file_path"?, "file_sha256"?}``."""
     b = event.body
     data = b.get("data")
-    tx.execute(
-        "INSERT INTO evidence (id, goal_id, run_id, kind, summary, actor, created_at, data, file_path, file_sha256)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    q.insert_evidence(
+        tx,
         (b["evidence_id"], event.goal_id, b.get("run_id"), b["kind"], b["summary"], event.actor, event.at,
          None if data is None else jsonsafe.plain_sorted(data), b.get("file_path"), b.get("file_sha256")),
     )

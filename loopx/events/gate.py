@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-
+from loopx.store.queries import projections as q
 
 def added(tx, event):
     """``body = {"gate_id", "title", "scope", "blocks"}``; the event's actor is who asked for it."""
     b = event.body
-    tx.execute(
-        "INSERT INTO gates (id, goal_id, title, scope, blocks, status, requested_by, created_at,"
-        " decided_by, decided_at, comment) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, NULL, NULL, NULL)",
-        (b["gate_id"], event.goal_id, b["title"], b["scope"], b["blocks"], event.actor, event.at),
-    )
+    q.insert_gate(tx, b["gate_id"], event.goal_id, b["title"], b["scope"], b["blocks"], event.actor, event.at)
 
 
 def _decide(tx, event, status):
-    tx.execute(
-        "UPDATE gates SET status = ?, decided_by = ?, decided_at = ?, comment = ? WHERE id = ? AND goal_id = ?",
-        (status, event.actor, event.at, event.body.get("comment"), event.body["gate_id"], event.goal_id),
-    )
+    q.decide_gate(tx, event.body["gate_id"], event.goal_id, status, event.actor, event.at, event.body.get("comment"))
 
 
 # Deciding is the user's authority alone: the writers list is the enforcement.
@@ -35,8 +28,4 @@ def rejected(tx, event):
 def reopened(tx, event):
     """``body = {"gate_id", "comment"?}``: a decided gate is pending again, to be decided anew (the
     decision it had stays in the ledger); what it blocks is blocked until then."""
-    tx.execute(
-        "UPDATE gates SET status = 'pending', decided_by = NULL, decided_at = NULL, comment = ?"
-        " WHERE id = ? AND goal_id = ?",
-        (event.body.get("comment"), event.body["gate_id"], event.goal_id),
-    )
+    q.reopen_gate(tx, event.body["gate_id"], event.goal_id, event.body.get("comment"))

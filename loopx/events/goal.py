@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 
+from loopx.store.queries import projections as q
 
 EMPTY_LIMITS = json.dumps({}, sort_keys=True)
 
 
 def created(tx, event):
     b = event.body
-    tx.execute(
-        "INSERT INTO goals (id, created_seq, title, description, status, status_reason, criteria,"
-        " limits, grants, parallel_runs, revision, created_at, updated_at, capabilities)"
-        " VALUES (?, ?, ?, ?, 'open', NULL, ?, ?, ?, ?, ?, ?, ?, ?)",
+    q.insert_goal(
+        tx,
         (
             event.goal_id,
             event.id,
@@ -39,13 +38,12 @@ _WORKSPACE = ("project", "root", "path", "branch", "base", "kind")
 
 def _put_workspace(tx, event, fields: dict) -> None:
     """Insert or update the goal's ``goal_workspaces`` row (only ``fields`` change)."""
-    row = tx.one("SELECT * FROM goal_workspaces WHERE goal_id = ?", (event.goal_id,))
+    row = q.goal_workspace_row(tx, event.goal_id)
     merged = {c: (row or {}).get(c) for c in _WORKSPACE}
     merged.update({k: v for k, v in fields.items() if k in _WORKSPACE})
     if row is not None:
-        tx.execute("DELETE FROM goal_workspaces WHERE goal_id = ?", (event.goal_id,))
-    tx.execute("INSERT INTO goal_workspaces (goal_id, project, root, path, branch, base, kind, updated_at)"
-               " VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (event.goal_id, *(merged[c] for c in _WORKSPACE), event.at))
+        q.delete_goal_workspace(tx, event.goal_id)
+    q.insert_goal_workspace(tx, event.goal_id, tuple(merged[c] for c in _WORKSPACE), event.at)
 
 
 # The core writes it when a turn makes the goal's workspace (the user's `loopx turn` / worker acts):
@@ -70,15 +68,11 @@ def workspace_discarded(tx, event):
 # (loopx.goals.adopt_capabilities); only a user changes the list after that.
 def capabilities_set(tx, event):
     """The capabilities the goal uses changed; the body holds the whole list after it."""
-    tx.execute("UPDATE goals SET capabilities = ? WHERE id = ?",
-               (json.dumps(sorted(event.body["capabilities"])), event.goal_id))
+    q.set_goal_capabilities(tx, event.goal_id, json.dumps(sorted(event.body["capabilities"])))
 
 
 def _set_status(tx, event, status):
-    tx.execute(
-        "UPDATE goals SET status = ?, status_reason = ? WHERE id = ?",
-        (status, event.body.get("reason"), event.goal_id),
-    )
+    q.set_goal_status(tx, event.goal_id, status, event.body.get("reason"))
 
 
 def paused(tx, event):
@@ -101,7 +95,7 @@ def closed(tx, event):
 
 
 def criterion_met(tx, event):
-    row = tx.one("SELECT criteria FROM goals WHERE id = ?", (event.goal_id,))
+    row = q.goal_criteria(tx, event.goal_id)
     criteria = json.loads(row["criteria"])
     criteria[event.body["index"]]["met"] = bool(event.body.get("met", True))
-    tx.execute("UPDATE goals SET criteria = ? WHERE id = ?", (json.dumps(criteria), event.goal_id))
+    q.set_goal_criteria(tx, event.goal_id, json.dumps(criteria))

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-
+from loopx.store.queries import projections as q
 
 def added(tx, event):
     """``body = {"reward_id", "run_id", "score", "comment"?}``; the author is the event's actor."""
     b = event.body
-    tx.execute(
-        "INSERT INTO rewards (id, goal_id, run_id, score, comment, author, created_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (b["reward_id"], event.goal_id, b["run_id"], float(b["score"]), b.get("comment"), event.actor, event.at),
-    )
+    q.insert_reward(
+        tx, (b["reward_id"], event.goal_id, b["run_id"], float(b["score"]), b.get("comment"), event.actor, event.at))

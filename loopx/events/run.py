@@ -7,13 +7,13 @@ from __future__ import annotations
 from loopx import usage_counts
 from loopx.events.body_text import member_text
 from loopx.events.roles import CORE
+from loopx.store.queries import projections as q
 
 
 def _file_contract(tx, event, run_id):
     doc = event.body["contract"]
-    tx.execute(
-        "INSERT INTO contracts (id, goal_id, run_id, fingerprint, issued_at, expires_at, document)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+    q.insert_contract(
+        tx,
         (doc["contract_id"], event.goal_id, run_id, doc["fingerprint"], doc["issued_at"], doc["expires_at"],
          member_text(event, "contract")),
     )
@@ -23,11 +23,8 @@ def opened(tx, event):
     """``body = {"run_id", "agent", "expires_at", "contract": {...}}``; charges one turn (the run row)."""
     b = event.body
     doc = b["contract"]
-    tx.execute(
-        "INSERT INTO runs (id, goal_id, agent, status, contract_id, fingerprint, opened_at, expires_at,"
-        " finished_at, outcome, tokens, cost, handoff) VALUES (?, ?, ?, 'open', ?, ?, ?, ?, NULL, NULL, 0, 0, NULL)",
-        (b["run_id"], event.goal_id, b["agent"], doc["contract_id"], doc["fingerprint"], event.at, b["expires_at"]),
-    )
+    q.insert_open_run(
+        tx, (b["run_id"], event.goal_id, b["agent"], doc["contract_id"], doc["fingerprint"], event.at, b["expires_at"]))
     _file_contract(tx, event, b["run_id"])
     usage_counts.opened(tx, event.goal_id, event.at)
 
@@ -35,10 +32,7 @@ def opened(tx, event):
 def renewed(tx, event):
     """``body = {"run_id", "contract": {...}}``: a fresh contract for an open run (no new turn)."""
     doc = event.body["contract"]
-    tx.execute(
-        "UPDATE runs SET contract_id = ?, fingerprint = ?, expires_at = ? WHERE id = ?",
-        (doc["contract_id"], doc["fingerprint"], doc["expires_at"], event.body["run_id"]),
-    )
+    q.renew_run(tx, event.body["run_id"], doc["contract_id"], doc["fingerprint"], doc["expires_at"])
     _file_contract(tx, event, event.body["run_id"])
 
 
@@ -46,11 +40,7 @@ def finished(tx, event):
     """``body = {"run_id", "outcome", "tokens", "cost", "handoff"}``; the run ends at the event's time."""
     b = event.body
     before = _charged(tx, b["run_id"])
-    tx.execute(
-        "UPDATE runs SET status = 'finished', finished_at = ?, outcome = ?, tokens = ?, cost = ?, handoff = ?"
-        " WHERE id = ?",
-        (event.at, b["outcome"], b.get("tokens", 0), b.get("cost", 0.0), b.get("handoff"), b["run_id"]),
-    )
+    q.finish_run(tx, b["run_id"], event.at, b["outcome"], b.get("tokens", 0), b.get("cost", 0.0), b.get("handoff"))
     _recharge(tx, event.goal_id, before, finished_at=event.at, tokens=b.get("tokens", 0), cost=b.get("cost", 0.0))
 
 
@@ -61,8 +51,7 @@ def check_only_expired(writer, body):
         return
     from loopx.errors import LoopxError
 
-    row = writer.tx.one("SELECT status, expires_at FROM runs WHERE id = ? AND goal_id = ?",
-                        (body.get("run_id"), writer.goal_id))
+    row = q.run_status(writer.tx, body.get("run_id"), writer.goal_id)
     if row is None:
         raise LoopxError("run_not_found", f"goal {writer.goal_id} has no run {body.get('run_id')}")
     if row["status"] != "open" or row["expires_at"] > writer.at:
@@ -79,23 +68,17 @@ def abandoned(tx, event):
     closed at the event's time, not charged its whole lease."""
     before = _charged(tx, event.body["run_id"])
     if event.body.get("reason"):
-        tx.execute("UPDATE runs SET status = 'abandoned', finished_at = CASE WHEN expires_at < ? THEN expires_at"
-                   " ELSE ? END WHERE id = ?", (event.at, event.at, event.body["run_id"]))
+        q.abandon_run_now(tx, event.body["run_id"], event.at)
         if before is not None:
             _recharge(tx, event.goal_id, before, finished_at=min(before["expires_at"], event.at))
         return
-    tx.execute(
-        "UPDATE runs SET status = 'abandoned', finished_at = expires_at WHERE id = ?", (event.body["run_id"],)
-    )
+    q.abandon_run_at_expiry(tx, event.body["run_id"])
     if before is not None:
         _recharge(tx, event.goal_id, before, finished_at=before["expires_at"])
 
 
-_CHARGED = "SELECT goal_id, opened_at, expires_at, finished_at, tokens, cost FROM runs WHERE id = ?"
-
-
 def _charged(tx, run_id):
-    return tx.one(_CHARGED, (run_id,))
+    return q.run_charges(tx, run_id)
 
 
 def _recharge(tx, _goal_id, before, **changed):

@@ -9,51 +9,36 @@ from __future__ import annotations
 import json
 
 from loopx import jsonsafe, todo_ready
+from loopx.store.queries import projections as q
 
 
 def added(tx, event):
     """``body = {"todo_id", "text", "priority", "depends_on"}``; creation order is the event id."""
     b = event.body
-    tx.execute(
-        "INSERT INTO todos (id, goal_id, created_seq, text, priority, depends_on, status, note,"
-        " claim_agent, claim_run_id, claim_expires_at, epoch, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, 'open', NULL, NULL, NULL, NULL, 0, ?, ?)",
-        (b["todo_id"], event.goal_id, event.id, b["text"], b["priority"], jsonsafe.plain(b["depends_on"]),
-         event.at, event.at),
-    )
+    q.insert_todo(tx, (b["todo_id"], event.goal_id, event.id, b["text"], b["priority"], jsonsafe.plain(b["depends_on"]),
+                       event.at, event.at))
     todo_ready.added(tx, event.goal_id, b["todo_id"], b["depends_on"])
 
 
 def depends(tx, event):
     """``body = {"todo_id", "depends_on"}``: more dependencies (checked for cycles before emitting)."""
     b = event.body
-    row = tx.one("SELECT depends_on FROM todos WHERE id = ? AND goal_id = ?", (b["todo_id"], event.goal_id))
+    row = q.todo_depends_on(tx, b["todo_id"], event.goal_id)
     deps = json.loads(row["depends_on"])
     deps.extend(d for d in b["depends_on"] if d not in deps)
-    tx.execute(
-        "UPDATE todos SET depends_on = ?, updated_at = ? WHERE id = ? AND goal_id = ?",
-        (json.dumps(deps), event.at, b["todo_id"], event.goal_id),
-    )
+    q.set_todo_depends_on(tx, b["todo_id"], event.goal_id, json.dumps(deps), event.at)
     todo_ready.added(tx, event.goal_id, b["todo_id"], b["depends_on"])
 
 
 def claimed(tx, event):
     """``body = {"todo_id", "agent", "run_id", "epoch", "expires_at"}``: the holder and its lease."""
     b = event.body
-    tx.execute(
-        "UPDATE todos SET claim_agent = ?, claim_run_id = ?, claim_expires_at = ?, epoch = ?, updated_at = ?"
-        " WHERE id = ? AND goal_id = ?",
-        (b["agent"], b.get("run_id"), b["expires_at"], b["epoch"], event.at, b["todo_id"], event.goal_id),
-    )
+    q.claim_todo(tx, b["todo_id"], event.goal_id, b["agent"], b.get("run_id"), b["expires_at"], b["epoch"], event.at)
 
 
 def _settle(tx, event, status):
     # Leaving the open state releases the claim; the epoch stays, so a later claim still bumps it.
-    tx.execute(
-        "UPDATE todos SET status = ?, note = ?, claim_agent = NULL, claim_run_id = NULL,"
-        " claim_expires_at = NULL, updated_at = ? WHERE id = ? AND goal_id = ?",
-        (status, event.body.get("note"), event.at, event.body["todo_id"], event.goal_id),
-    )
+    q.settle_todo(tx, event.body["todo_id"], event.goal_id, status, event.body.get("note"), event.at)
     todo_ready.settled(tx, event.goal_id, event.body["todo_id"])
 
 

@@ -49,7 +49,7 @@ class ShellExecutor:
                 break
             done.append(s["id"])
         with registry.read() as tx:
-            res = steps.run_results(tx, runs.load_run(tx, run_id))
+            res = runs.run_results(tx, runs.load_run(tx, run_id))
         outcome = steps.derive(res)
         planning = contract["reasons"][0] == "no_todos"
         if outcome == "ok" and (stopped or planning):
