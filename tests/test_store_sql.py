@@ -1,12 +1,12 @@
 """The store owns SQL (issue 38): no module outside ``loopx/store/`` holds SQL text, but the listed
-exceptions. Domain modules call the named operations in :mod:`loopx.store.queries` (or the store's
+exceptions (none today). Domain modules call the named operations in :mod:`loopx.store.queries` (or the store's
 own methods) instead, so a change of schema or engine is made in one place.
 
 The check reads every string literal of ``loopx/`` and ``plugins/`` (tests and docstrings aside)
 and flags those that look like SQL: a statement's head (``SELECT ... FROM``, ``INSERT INTO``,
 ``UPDATE t SET``, ``DELETE FROM``, DDL, ``PRAGMA``) or a clause (``WHERE x``, ``ORDER BY``,
 ``JOIN t ON``, ``ON CONFLICT``), f-strings included. An entry on the allowlist whose module holds
-no SQL any more fails the test, so the list only shrinks.
+no SQL any more fails the test.
 """
 
 from __future__ import annotations
@@ -23,16 +23,9 @@ SQL = re.compile(
     re.S,
 )
 
-#: Modules that still hold SQL while issue 38's move into loopx.store.queries goes on, in three
-#: groups (the ledger and its integrity; the views; the domain and the event appliers). A module
-#: leaves its group when its SQL has moved. A lasting exception needs its reason written beside it.
-SQL_ALLOWED_LEDGER: set[str] = set()  # the ledger and its integrity: moved (loopx/store/queries/)
-
-SQL_ALLOWED_VIEWS: set[str] = set()  # the views group: all moved into loopx.store.queries
-
-SQL_ALLOWED_DOMAIN: set[str] = set()  # the domain's SQL is all in loopx.store.queries now
-
-SQL_ALLOWED = SQL_ALLOWED_LEDGER | SQL_ALLOWED_VIEWS | SQL_ALLOWED_DOMAIN
+#: Modules outside the store allowed to hold SQL: none. A lasting exception needs its reason
+#: written beside it (and a test of why it cannot be a named operation in loopx.store.queries).
+SQL_ALLOWED: set[str] = set()
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
