@@ -18,8 +18,9 @@
 #    session starts in a temp dir (tests/pg_server.py) and deletes at its end, or on
 #    LOOPX_TEST_POSTGRES_URL if you set it (then nothing is started).
 #
-#    Tests run in parallel (pytest-xdist), one worker per core up to 4 (LOOPX_TEST_JOBS=N to
-#    choose; 1 runs them in this process). Each worker has its own throwaway PostgreSQL server.
+#    Tests run in parallel (pytest-xdist, --dist worksteal: a worker that runs out takes tests
+#    queued for another), one worker per core up to 4 (LOOPX_TEST_JOBS=N to choose; 1 runs them
+#    in this process). Each worker has its own throwaway PostgreSQL server.
 #
 # --quick: the tests that need no PostgreSQL, browser or real agent CLI and are not marked slow
 # (pytest -m "not postgres and not browser and not agents and not slow"; CONTRIBUTING.md,
@@ -133,7 +134,7 @@ args=()
 jobs=${LOOPX_TEST_JOBS:-$(( $(nproc 2>/dev/null || echo 1) < 4 ? $(nproc 2>/dev/null || echo 1) : 4 ))}
 case " $* " in
     *" -n "* | *" -n"[0-9a]* | *" --numprocesses"* | *"no:xdist"*) ;;
-    *) if [ "$jobs" -gt 1 ]; then args+=(-n "$jobs" --dist loadfile); fi ;;
+    *) if [ "$jobs" -gt 1 ]; then args+=(-n "$jobs" --dist worksteal); fi ;;
 esac
 if [ "$QUICK" = 1 ]; then
     export LOOPX_TEST_QUICK=1
@@ -148,5 +149,10 @@ if [ ${#args[@]} -gt 0 ] && [ "${args[0]}" = -n ]; then
     args+=(--basetemp "$base/t")
 fi
 
+# Bytecode caches are written (in the checkout's __pycache__ directories, which git ignores) even
+# where PYTHONDONTWRITEBYTECODE is set: without them every pytest worker compiles and
+# assertion-rewrites every test module again (about 10 s of CPU each), and every `loopx` process
+# a test starts compiles the modules it imports.
+unset PYTHONDONTWRITEBYTECODE
 export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/python -m pytest -rs "${args[@]}" "$@"

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from loopx.testing import wait_until
 from tests.conftest import ROOT, loopx_env
 
@@ -44,6 +45,7 @@ def _run_many(url, script, n, *args):
     return [(p.wait(timeout=600), *p.communicate()) for p in procs]
 
 
+@pytest.mark.slow
 def test_eight_processes_create_800_goals(registry_url):
     from loopx.registry import Registry
 

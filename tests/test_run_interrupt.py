@@ -102,6 +102,7 @@ def test_two_processes_racing_one_step_run_it_once(registry_url, tmp_path):
     assert len(started) == 1 and started[0]["actor"] == "core"
 
 
+@pytest.mark.slow
 def test_sigkilled_turn_never_runs_its_step_again_and_its_run_is_abandoned(sqlite_url, tmp_path):
     url = sqlite_url
     work = _work(tmp_path)

@@ -7,6 +7,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 PLUGIN = Path(__file__).resolve().parents[1]
 REPO = PLUGIN.parents[1]
 
@@ -116,6 +118,7 @@ def test_the_doc_matches_the_declaration():
     assert capability_doc_problems("self_repair", REPO) == []
 
 
+@pytest.mark.slow
 def test_the_wheel_ships_the_plugin_and_its_skill(tmp_path):
     # As `pip install ./plugins/self_repair` builds it (in an isolated build environment).
     p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
