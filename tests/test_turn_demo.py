@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import loopx_env
 
 
+@pytest.mark.slow
 def test_demo_runs_the_governed_loop_end_to_end(tmp_path):
     target = tmp_path / "demo.db"
     env = loopx_env(str(tmp_path / "never-used.db"))  # LOOPX_REGISTRY must not be touched by the demo
