@@ -18,9 +18,8 @@
 #    session starts in a temp dir (tests/pg_server.py) and deletes at its end, or on
 #    LOOPX_TEST_POSTGRES_URL if you set it (then nothing is started).
 #
-#    Tests run in parallel (pytest-xdist, --dist worksteal: a worker that runs out takes tests
-#    queued for another), one worker per core up to 4 (LOOPX_TEST_JOBS=N to choose; 1 runs them
-#    in this process). Each worker has its own throwaway PostgreSQL server.
+#    Tests run in parallel (pytest-xdist), one worker per core up to 4 (LOOPX_TEST_JOBS=N to
+#    choose; 1 runs them in this process). Each worker has its own throwaway PostgreSQL server.
 #
 # --quick: the tests that need no PostgreSQL, browser or real agent CLI and are not marked slow
 # (pytest -m "not postgres and not browser and not agents and not slow"; CONTRIBUTING.md,
@@ -131,10 +130,15 @@ fi
 
 # Parallel unless told otherwise (-n/-p no:xdist among the arguments, or LOOPX_TEST_JOBS=1).
 args=()
+# The quick tier's tests are short and many: a worker that runs out takes tests queued for the
+# other (worksteal). The full suite keeps a file on one worker (loadfile): its long files hold
+# module-wide servers and set-up that splitting would build twice.
+dist=loadfile
+[ "$QUICK" = 0 ] || dist=worksteal
 jobs=${LOOPX_TEST_JOBS:-$(( $(nproc 2>/dev/null || echo 1) < 4 ? $(nproc 2>/dev/null || echo 1) : 4 ))}
 case " $* " in
     *" -n "* | *" -n"[0-9a]* | *" --numprocesses"* | *"no:xdist"*) ;;
-    *) if [ "$jobs" -gt 1 ]; then args+=(-n "$jobs" --dist worksteal); fi ;;
+    *) if [ "$jobs" -gt 1 ]; then args+=(-n "$jobs" --dist "$dist"); fi ;;
 esac
 if [ "$QUICK" = 1 ]; then
     export LOOPX_TEST_QUICK=1

@@ -161,8 +161,9 @@ def loopx_proc(registry_url):
 
 def pytest_collection_modifyitems(session, config, items):
     """Files holding tests marked ``slow`` first (in their order, the rest after them): run in
-    parallel (scripts/test.sh, ``--dist worksteal``), the long tests start early and the short
-    ones fill in around them, instead of one long test running alone at the end."""
+    parallel (scripts/test.sh: ``--dist loadfile``, the quick tier ``worksteal``), the long ones
+    start early and the short ones fill in around them, instead of one long file running alone at
+    the end."""
     slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)
 
