@@ -45,7 +45,9 @@ class Wire:
         # could hold a second answer where select cannot see it).
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
                 "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
-        assert self.ask(json.dumps(init).encode())["id"] == 0
+        # The first answer waits for the server's start-up (the MCP SDK's import: seconds on a
+        # loaded machine), so a longer deadline than an answer's.
+        assert self.ask(json.dumps(init).encode(), timeout=120)["id"] == 0
         self.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
 
     def send(self, line: bytes):
