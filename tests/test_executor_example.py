@@ -94,6 +94,7 @@ def test_the_documented_example_imports_only_the_plugin_api(example):
     assert isinstance(provider, api.executors.Executor) and isinstance(provider, api.executors.InterruptibleExecutor)
 
 
+@pytest.mark.slow
 def test_a_governed_turn_through_the_example_runs_confined(example):
     # Outside the step's workdir (the goal's workspace): the user's own checkout, the turn's directory.
     outside = example.work / "outside.txt"

@@ -218,6 +218,7 @@ def test_a_failed_webhook_is_retried_with_back_off_until_delivered_never_dropped
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_a_pending_delivery_ends_failed_when_the_need_clears(sqlite_url, tmp_path, loopx_clock):
     url = sqlite_url
     server, hook_url, got = _serve(100)  # bounded: far more than the test makes

@@ -17,6 +17,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 README = ROOT / "README.md"
@@ -47,6 +49,7 @@ def test_setup_puts_loopx_on_path_and_names_the_prerequisites():
     assert all(m.startswith("skip — ") or m == "server" for m in marks), marks
 
 
+@pytest.mark.slow
 def test_every_bash_block_runs_in_order_in_one_shell(tmp_path):
     runnable = [body for mark, body in blocks() if mark is None]
     assert len(runnable) >= 6

@@ -57,6 +57,7 @@ def _goal_with_action(url, name, argv):
     return g, run["interaction_contract"]["run_id"]
 
 
+@pytest.mark.slow
 def test_orphans_are_listed_and_pruned_by_the_user_only(tmp_path, private_key_dir):
     keep, gone = str(tmp_path / "keep.db"), str(tmp_path / "gone.db")
     _ok(_loopx(gone, "project-prompt", "create", "--title", "soon gone", "--json"))
@@ -93,6 +94,7 @@ def test_orphans_are_listed_and_pruned_by_the_user_only(tmp_path, private_key_di
     assert _ok(_loopx(keep, "registry", "keys", "--prune", "--json"))["pruned"] == []
 
 
+@pytest.mark.slow
 def test_a_test_run_never_touches_the_users_own_config_directory(tmp_path):
     """A pytest session of key-writing work (a module fixture that makes a registry before any
     test's fixtures run, `registry copy`, a command on the default registry), run as a user whose

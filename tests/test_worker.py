@@ -128,6 +128,7 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
     assert status["workers"][0]["state"] == "stopped" and status["workers"][0]["goals"] == []
 
 
+@pytest.mark.slow
 def test_a_sigkilled_worker_shows_as_died_and_its_turns_die_with_it_recorded_interrupted(sqlite_url, tmp_path,
                                                                                          loopx_clock):
     url = sqlite_url

@@ -100,6 +100,7 @@ NAMES = {"checkout_claude", "checkout_file", "checkout_edit", "ws_git_file", "ws
          "ws_hook", "ws_branch", "apply_self", "discard_self"}
 
 
+@pytest.mark.slow
 def test_a_hostile_step_changes_only_its_workspace_and_the_user_applies_the_reviewed_diff(sqlite_url, tmp_path):
     checkout = _repo(tmp_path / "checkout", {"app.py": "print('bug')\n", "README": "hi\n"})
     before = _snapshot(checkout)
@@ -186,6 +187,7 @@ def test_a_goal_without_a_project_takes_the_turns_directory_and_a_plain_director
     assert (plain / "data.txt").read_text() == "one\ntwo\n"
 
 
+@pytest.mark.slow
 def test_one_worker_runs_goals_of_different_checkouts_each_in_its_own_workspace(sqlite_url, tmp_path):
     a = _repo(tmp_path / "a", {"a.txt": "a\n"})
     b = _repo(tmp_path / "b", {"b.txt": "b\n"})
