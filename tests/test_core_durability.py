@@ -61,6 +61,7 @@ def test_eight_processes_create_800_goals(registry_url):
     assert titles == {f"p{k}-{i}" for k in range(8) for i in range(100)}
 
 
+@pytest.mark.slow
 def test_concurrent_first_open_of_a_new_registry(sqlite_url):
     results = _run_many(sqlite_url, WRITER, 8, "5")
     assert all(code == 0 for code, _, _ in results), results
@@ -102,6 +103,7 @@ def test_sigkill_mid_stream_leaves_a_consistent_registry(registry_url):
             assert orphans["n"] == 0
 
 
+@pytest.mark.slow
 def test_cli_processes_in_parallel_lose_nothing(registry_url):
     env = loopx_env(registry_url)
     procs = [subprocess.Popen([sys.executable, "-m", "loopx", "project_prompt", "create", "--title", f"t{i}"],

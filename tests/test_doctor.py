@@ -124,6 +124,7 @@ def test_agent_clis_logged_out_fail_only_when_an_executor_uses_them(sqlite_url, 
     assert all(c["logged_in"] for c in checks["agent CLIs"]["details"]["clis"])
 
 
+@pytest.mark.slow
 def test_a_notification_test_reaches_the_target_or_fails(sqlite_url, tmp_path):
     env = _env(sqlite_url, tmp_path, LOOPX_UNCONFINED="1")
     _made(sqlite_url, env)

@@ -119,6 +119,7 @@ def test_a_governed_turn_through_the_example_runs_confined(example):
     assert outside.read_text() == "escaped\n" and t["handoff"].startswith("[unconfined]"), t
 
 
+@pytest.mark.slow
 def test_the_core_interrupts_the_example_it_starts_no_new_step(example):
     # The steps run in the goal's workspace (their directory): the files they touch and wait for are there.
     g = _goal(example, ("first", "touch started; while [ ! -e go ]; do sleep 0.05; done; echo done > first"),

@@ -79,6 +79,7 @@ def test_expired_lease_is_retaken_and_the_old_holders_done_is_refused(loopx_proc
     assert done["status"] == "done" and done["note"] == "fitted"
 
 
+@pytest.mark.slow
 def test_executor_gate_decision_is_refused_but_its_request_is_recorded(loopx_proc):
     goal = ok(loopx_proc("project_prompt", "create", "--title", "Gates", "--json"))["id"]
     gate = ok(loopx_proc("gate", "add", "--goal-id", goal, "--title", "Deploy to production?", "--scope",

@@ -60,6 +60,7 @@ def test_a_rejected_gate_is_reopened_by_a_user_only_and_decided_again(sqlite_url
     assert c["decision"] == "run"
 
 
+@pytest.mark.slow
 def test_a_confined_step_that_tries_gate_reopen_is_refused_and_fails_its_turn(sqlite_url, tmp_path):
     url = sqlite_url
     work = tmp_path / "work"

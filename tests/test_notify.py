@@ -140,6 +140,7 @@ def test_the_worker_tells_a_person_when_a_step_keeps_failing(sqlite_url, tmp_pat
     assert top["needs_you"]["commands"] == told[0]["commands"]
 
 
+@pytest.mark.slow
 def test_a_plugins_loopx_notify_hook_hears_each_change_once(sqlite_url, tmp_path):
     from tests.plugin_site import plugin_env
 
@@ -165,6 +166,7 @@ def test_a_plugins_loopx_notify_hook_hears_each_change_once(sqlite_url, tmp_path
     assert [(d["channel"], d["status"]) for d in deliveries] == [("hook:recorder", "delivered")]
 
 
+@pytest.mark.slow
 def test_only_a_user_changes_settings_and_bad_ones_are_refused(sqlite_url, tmp_path):
     url = sqlite_url
     _cli(url, tmp_path, "project-prompt", "create", "--title", "t", "--description", "d")

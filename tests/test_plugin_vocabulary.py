@@ -35,6 +35,7 @@ def test_the_probe_plugin_imports_only_the_api():
     assert api.testing.check_plugin_imports(PLUGINS / "loopx_probe") == []
 
 
+@pytest.mark.slow
 def test_a_plugin_event_kind_is_written_shown_and_replayed(probe, monkeypatch):
     g = json.loads(probe("project_prompt", "create", "--title", "T", "--json").stdout)["id"]
     p = probe("probe", "note", "--goal-id", g, "--text", "first", "--json")

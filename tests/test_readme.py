@@ -108,6 +108,7 @@ def test_server_blocks_serve_and_stop_on_ctrl_c(tmp_path):
             assert "Traceback" not in proc.stderr.read()
 
 
+@pytest.mark.slow
 def test_the_documented_notify_command_writes_json_lines(tmp_path):
     """The README's `notify.command`, as written, run by LoopX for two goals that need a person:
     one JSON object per line, each line ending in a newline (what `jq`, `tail -f` and log tools read)."""

@@ -31,6 +31,7 @@ def _keys(key_dir):
     return sorted(f.name for f in key_dir.glob("*.key")) if key_dir.is_dir() else []
 
 
+@pytest.mark.slow
 def test_copy_and_self_repair_write_no_key_but_their_registries(tmp_path, private_key_dir):
     src, dst = str(tmp_path / "a.db"), str(tmp_path / "b.db")
     for i in range(3):

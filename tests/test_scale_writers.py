@@ -95,6 +95,7 @@ def _writers(url: str, goal: str, processes: int, each: int) -> list[subprocess.
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(processes)]
 
 
+@pytest.mark.slow
 def test_eight_writing_processes_lose_nothing(sqlite_url):
     goal = _goal(sqlite_url)
     procs = _writers(sqlite_url, goal, processes=8, each=25)

@@ -108,6 +108,7 @@ def test_a_todo_whose_action_a_gate_holds_back_stays_open_until_approved_then_it
     assert todo(url, work, gid, made["publish"])["status"] == "done"
 
 
+@pytest.mark.slow
 def test_an_agent_cannot_close_a_todo_whose_action_was_held_back(sqlite_url, tmp_path):
     url, work = sqlite_url, workdir(tmp_path)
     made = goal_with_a_publish_gate(url, work)

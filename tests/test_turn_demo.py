@@ -91,6 +91,7 @@ def test_demo_removes_its_temporary_registry_and_its_last_line_works_as_printed(
     assert look.returncode == 0 and "rewards   1, mean +1.00" in look.stdout, look.stderr
 
 
+@pytest.mark.slow
 def test_demo_prints_the_commands_it_runs(tmp_path):
     """Each `user$`/`agent$` line is the command whose answer follows it: run again by hand on
     the demo's registry, the read-only ones print the same text; the goal's line makes the same goal."""

@@ -79,6 +79,7 @@ def test_two_workers_on_one_registry_never_run_one_goal_twice(registry_url, tmp_
             assert owner["data"]["lease_token"] >= 1 and owner["data"]["worker"].startswith("w-")
 
 
+@pytest.mark.slow
 def test_a_stale_fencing_token_cannot_open_a_run(sqlite_url, tmp_path, loopx_clock):
     from loopx import supervision
     from loopx.registry import Registry

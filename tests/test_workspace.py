@@ -207,6 +207,7 @@ def test_one_worker_runs_goals_of_different_checkouts_each_in_its_own_workspace(
     assert not list(elsewhere.iterdir())
 
 
+@pytest.mark.slow
 def test_status_shows_the_workspace_and_its_branch(sqlite_url, tmp_path):
     checkout = _repo(tmp_path / "c", {"x": "1\n"})
     goal = _goal(sqlite_url, checkout, "echo y > y")
@@ -218,6 +219,7 @@ def test_status_shows_the_workspace_and_its_branch(sqlite_url, tmp_path):
     assert f"loopx/{goal}" in text and view["workspace"]["workspace"] in text
 
 
+@pytest.mark.slow
 def test_a_workspace_path_the_user_sets_is_used_and_one_inside_the_checkout_is_refused(sqlite_url, tmp_path):
     checkout = _repo(tmp_path / "c", {"x": "1\n"})
     code, out, _ = _cli(sqlite_url, "project-prompt", "create", "--title", "t", "--project", checkout,

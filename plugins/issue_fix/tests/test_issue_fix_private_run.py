@@ -245,6 +245,7 @@ def test_code_imported_from_outside_only_as_bytecode_is_covered_too(cli, tmp_pat
     assert after["test"].get("reused") is None, after["test"]
 
 
+@pytest.mark.slow
 def test_without_landlock_the_test_run_is_refused_not_run_unconfined(cli, project, monkeypatch):
     out = start(cli, project)
     g, marker = out["goal_id"], project.parent / "ran"
@@ -261,6 +262,7 @@ def test_without_landlock_the_test_run_is_refused_not_run_unconfined(cli, projec
     assert r.json["reproduced"] is True, r
 
 
+@pytest.mark.slow
 def test_the_test_run_cannot_write_outside_its_own_directory(cli, tmp_path):
     target = tmp_path / "written-by-the-tests"
     project = make_project(tmp_path, code=BUGGY, test=TEST + f'''
