@@ -213,6 +213,7 @@ _lines = st.one_of(
 ).map(lambda b: b.replace(b"\n", b" "))
 
 
+@pytest.mark.slow
 def test_fuzzed_lines_each_get_an_answer_or_are_messages_and_the_server_lives(sqlite_url):
     """The oracle: a line the SDK's own validator rejects gets its error answer at once (before
     the ping that follows it); a line it accepts is a message the SDK serves (a request's answer

@@ -31,6 +31,7 @@ def _used(url, g):
     return json.loads(cli(url, "quota", "show", "--goal-id", g, "--json").stdout)["used"]["wall_seconds"]
 
 
+@pytest.mark.slow
 def test_a_sixty_second_action_under_a_three_second_budget_stops_at_three(registry_url):
     g = _goal(registry_url, 3)
     d = json.loads(cli(registry_url, "quota", "should-run", "--goal-id", g, "--json").stdout)

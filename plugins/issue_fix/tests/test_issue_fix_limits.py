@@ -48,6 +48,7 @@ def _child_test(marker: str, *, hang: bool) -> str:
             f"    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', {marker!r}])\n" + tail)
 
 
+@pytest.mark.slow
 def test_a_time_out_with_a_background_child_returns_at_the_limit_and_leaves_nothing(cli, tmp_path, loopx_registry):
     marker = f"loopx-child-{uuid.uuid4().hex}"
     repo = make_project(tmp_path, test=_child_test(marker, hang=True))
@@ -183,6 +184,7 @@ def test_publish_is_refused_before_the_handoff_and_before_approval(cli, project)
     assert git(origin_of(project), "branch", "--list") == ""
 
 
+@pytest.mark.slow
 def test_disabling_the_plugin_removes_its_commands_not_the_core(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     env["LOOPX_REGISTRY"] = str(tmp_path / "reg.db")
