@@ -130,10 +130,15 @@ fi
 
 # Parallel unless told otherwise (-n/-p no:xdist among the arguments, or LOOPX_TEST_JOBS=1).
 args=()
+# The quick tier's tests are short and many: a worker that runs out takes tests queued for the
+# other (worksteal). The full suite keeps a file on one worker (loadfile): its long files hold
+# module-wide servers and set-up that splitting would build twice.
+dist=loadfile
+[ "$QUICK" = 0 ] || dist=worksteal
 jobs=${LOOPX_TEST_JOBS:-$(( $(nproc 2>/dev/null || echo 1) < 4 ? $(nproc 2>/dev/null || echo 1) : 4 ))}
 case " $* " in
     *" -n "* | *" -n"[0-9a]* | *" --numprocesses"* | *"no:xdist"*) ;;
-    *) if [ "$jobs" -gt 1 ]; then args+=(-n "$jobs" --dist loadfile); fi ;;
+    *) if [ "$jobs" -gt 1 ]; then args+=(-n "$jobs" --dist "$dist"); fi ;;
 esac
 if [ "$QUICK" = 1 ]; then
     export LOOPX_TEST_QUICK=1
@@ -148,5 +153,10 @@ if [ ${#args[@]} -gt 0 ] && [ "${args[0]}" = -n ]; then
     args+=(--basetemp "$base/t")
 fi
 
+# Bytecode caches are written (in the checkout's __pycache__ directories, which git ignores) even
+# where PYTHONDONTWRITEBYTECODE is set: without them every pytest worker compiles and
+# assertion-rewrites every test module again (about 10 s of CPU each), and every `loopx` process
+# a test starts compiles the modules it imports.
+unset PYTHONDONTWRITEBYTECODE
 export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/python -m pytest -rs "${args[@]}" "$@"

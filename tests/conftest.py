@@ -161,10 +161,32 @@ def loopx_proc(registry_url):
 
 def pytest_collection_modifyitems(session, config, items):
     """Files holding tests marked ``slow`` first (in their order, the rest after them): run in
-    parallel (scripts/test.sh, ``--dist loadfile``), the long files start early and the short
-    ones fill in around them, instead of one long file running alone at the end."""
+    parallel (scripts/test.sh: ``--dist loadfile``, the quick tier ``worksteal``), the long ones
+    start early and the short ones fill in around them, instead of one long file running alone at
+    the end."""
     slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``LOOPX_TEST_CPU=FILE``, each test's CPU seconds - this process's, and those of the
+    processes it started and waited for - and its wall seconds are appended to ``FILE`` (one
+    tab-separated line a test). On a machine others share, wall time says little: CPU time says
+    where the suite's time goes (CONTRIBUTING.md, "Tests")."""
+    path = os.environ.get("LOOPX_TEST_CPU")
+    if not path:
+        yield
+        return
+    import time
+
+    before, started = os.times(), time.monotonic()
+    yield
+    after = os.times()
+    own = after.user - before.user + after.system - before.system
+    children = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    with open(path, "a") as out:
+        out.write(f"{item.nodeid}\t{own:.3f}\t{children:.3f}\t{time.monotonic() - started:.3f}\n")
 
 
 def pytest_sessionfinish(session, exitstatus):

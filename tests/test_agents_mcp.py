@@ -38,6 +38,7 @@ def _json(result):
     return json.loads(result.content[0].text)
 
 
+@pytest.mark.slow
 def test_an_mcp_client_runs_a_whole_turn_and_is_refused_what_only_a_user_may_do(tmp_path, sqlite_url):
     reg = Registry.open(sqlite_url)
     made = make_goal(reg, acts={"test": [PY, "-c", "print('green')"]})
@@ -97,6 +98,7 @@ def test_an_mcp_client_runs_a_whole_turn_and_is_refused_what_only_a_user_may_do(
         reg.close()
 
 
+@pytest.mark.slow
 def test_every_command_the_broker_keeps_for_the_user_is_refused_over_mcp_by_its_tool_name(sqlite_url, monkeypatch):
     # The server loads every installed plugin (its environment has no LOOPX_PLUGINS); so does this list.
     monkeypatch.delenv("LOOPX_PLUGINS", raising=False)
@@ -186,6 +188,7 @@ def test_claude_code_takes_a_turn_through_loopx_mcp_registered_as_documented(tmp
         reg.close()
 
 
+@pytest.mark.slow
 def test_a_long_exec_step_does_not_hold_up_the_other_tools(tmp_path, sqlite_url):
     """exec_step runs its command off the event loop: while a slow step runs, the agent (or a
     second request from it) can still read its goal and record evidence."""

@@ -69,6 +69,7 @@ def filled(reg, monkeypatch):
     return reg, [number[i] for i in range(GOALS)]  # the goals by their number in the mix
 
 
+@pytest.mark.slow
 def test_bulk_fill_passes_self_repair_check(filled, loopx):
     reg, order = filled
     assert len(order) == GOALS

@@ -54,6 +54,7 @@ def test_c_each_test_gets_a_fresh_registry(loopx_cli):
 '''
 
 
+@pytest.mark.slow
 def test_plugin_author_fixtures_work_without_any_conftest(pytester):
     pytester.makepyfile(test_author=AUTHOR_TESTS)
     # A subprocess, as a plugin's own suite runs: the fixtures come from the installed entry point.

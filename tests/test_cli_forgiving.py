@@ -1,12 +1,12 @@
 """A CLI that forgives: suggestions, one-line usage errors, positional and prefix ids,
 hyphenated names with the seed's aliases, an example in every --help, and id completion.
 
-Every call is a real ``loopx`` process.
+Every call is a real ``loopx`` process, but the walk over every command's ``--help`` (only text
+is checked there), which runs in this process (``tests/cli_helpers.py``).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import re
 import subprocess
@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from tests.cli_helpers import loopx_in_process
 from tests.conftest import loopx_env
 
 
@@ -127,9 +128,8 @@ def test_hyphenated_names_are_canonical_and_the_seed_spellings_still_work(loopx_
 
 
 def _commands(env, path=()):
-    """Every command path under ``path``, read from real `--help` output."""
-    out = subprocess.run([sys.executable, "-m", "loopx", *path, "--help"], env=env, capture_output=True,
-                         text=True, timeout=60).stdout
+    """Every command path under ``path``, read from `--help` output (in-process: only output)."""
+    out = loopx_in_process(*path, "--help", env=env).out
     if "Commands:" not in out:
         return [path]
     names = []
@@ -150,12 +150,8 @@ def test_every_help_has_an_example_and_goal_id_is_explained(registry_url):
     assert ("quota", "should-run") in paths and ("registry", "info") in paths and len(paths) > 40
     assert ("self-repair", "fix") in paths and ("issue-fix", "start") in paths
 
-    def help_of(path):
-        return path, subprocess.run([sys.executable, "-m", "loopx", *path, "--help"], env=env,
-                                    capture_output=True, text=True, timeout=60).stdout
-
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        helps = dict(pool.map(help_of, paths))
+    # In this process (what is checked is only the text): a process per command cost 30 s of CPU.
+    helps = {path: loopx_in_process(*path, "--help", env=env).out for path in paths}
     missing = [" ".join(p) for p in paths if not re.search(r"\nExamples?:\n  loopx ", helps[p])]
     assert not missing, f"--help without an example: {missing}"
     # The core's own --goal-id options all say what they take (plugins' are their authors').

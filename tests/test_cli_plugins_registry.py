@@ -55,6 +55,7 @@ def _on_a_terminal(argv, env, timeout=300):
 
 
 @pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+@pytest.mark.slow
 def test_plugins_install_and_uninstall_into_loopx_own_environment(tmp_path, registry_url):
     venv = tmp_path / "venv"
     assert _run([sys.executable, "-m", "venv", str(venv)]).returncode == 0
@@ -106,6 +107,7 @@ def test_plugins_install_and_uninstall_into_loopx_own_environment(tmp_path, regi
     assert _run([str(py), "-m", "pip", "show", "loopx-control"]).returncode == 0  # LoopX is still there
 
 
+@pytest.mark.slow
 def test_registry_info_says_which_registry_and_why(registry_url, loopx_proc, tmp_path):
     base = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     assert loopx_proc("project-prompt", "create", "--title", "one").code == 0

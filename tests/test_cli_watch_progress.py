@@ -93,6 +93,7 @@ def _fill(loopx_proc, n):
 
 
 @pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+@pytest.mark.slow
 def test_progress_bars_on_a_terminal_only(registry_url, loopx_proc, tmp_path):
     _fill(loopx_proc, 40)
     env = loopx_env(registry_url, LOOPX_PLUGINS="self_repair")  # the capability under test, nothing else

@@ -164,6 +164,7 @@ def test_a_planted_loopx_never_runs_when_the_broker_serves_a_nested_request(worl
     _assert_served_by_loopx(world, t["run_id"], calls)
 
 
+@pytest.mark.slow
 def test_a_planted_loopx_never_runs_in_the_brokers_child(world, monkeypatch):
     """A turn through the Python API without the in-process CLI: the broker serves every request
     (the shell executor's steps, ``exec``, the agent's nested calls) in a ``loopx`` child."""
@@ -200,6 +201,7 @@ echo planted
 """
 
 
+@pytest.mark.slow
 def test_a_loopx_package_left_in_the_workers_directory_never_runs_in_its_next_turn(world):
     payload = PAYLOAD.format(marker=str(world["tmp"] / "PWNED"), registry=world["url"], name="worker")
     (world["work"] / "deputy.sh").write_text(WORKER_PLANT.format(payload=payload))

@@ -246,6 +246,7 @@ try config_set loopx config set world.grant.{goal} /
 """
 
 
+@pytest.mark.slow
 def test_the_user_grants_a_goal_a_read_only_path_and_a_socket_and_only_the_user_can(world):  # noqa: F811
     notes = world["home"] / "notes"
     notes.mkdir()

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from loopx.testing import wait_until
 from tests.conftest import ROOT, loopx_env
 
@@ -44,6 +45,7 @@ def _run_many(url, script, n, *args):
     return [(p.wait(timeout=600), *p.communicate()) for p in procs]
 
 
+@pytest.mark.slow
 def test_eight_processes_create_800_goals(registry_url):
     from loopx.registry import Registry
 
@@ -59,6 +61,7 @@ def test_eight_processes_create_800_goals(registry_url):
     assert titles == {f"p{k}-{i}" for k in range(8) for i in range(100)}
 
 
+@pytest.mark.slow
 def test_concurrent_first_open_of_a_new_registry(sqlite_url):
     results = _run_many(sqlite_url, WRITER, 8, "5")
     assert all(code == 0 for code, _, _ in results), results
@@ -100,6 +103,7 @@ def test_sigkill_mid_stream_leaves_a_consistent_registry(registry_url):
             assert orphans["n"] == 0
 
 
+@pytest.mark.slow
 def test_cli_processes_in_parallel_lose_nothing(registry_url):
     env = loopx_env(registry_url)
     procs = [subprocess.Popen([sys.executable, "-m", "loopx", "project_prompt", "create", "--title", f"t{i}"],

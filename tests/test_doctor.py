@@ -55,6 +55,7 @@ def _loopx(env, *args):
     return p
 
 
+@pytest.mark.slow
 def test_the_integrity_key_missing_or_readable_by_others_needs_fixing(sqlite_url, tmp_path, private_key_dir):
     env = _env(sqlite_url, tmp_path, LOOPX_UNCONFINED="1")
     _made(sqlite_url, env)
@@ -80,6 +81,7 @@ def test_the_integrity_key_missing_or_readable_by_others_needs_fixing(sqlite_url
     hidden.rename(key)
 
 
+@pytest.mark.slow
 def test_no_confinement_fails_unless_the_user_opted_out(sqlite_url, tmp_path):
     env = _env(sqlite_url, tmp_path)
     _made(sqlite_url, env)
@@ -124,6 +126,7 @@ def test_agent_clis_logged_out_fail_only_when_an_executor_uses_them(sqlite_url, 
     assert all(c["logged_in"] for c in checks["agent CLIs"]["details"]["clis"])
 
 
+@pytest.mark.slow
 def test_a_notification_test_reaches_the_target_or_fails(sqlite_url, tmp_path):
     env = _env(sqlite_url, tmp_path, LOOPX_UNCONFINED="1")
     _made(sqlite_url, env)

@@ -94,6 +94,7 @@ def test_the_documented_example_imports_only_the_plugin_api(example):
     assert isinstance(provider, api.executors.Executor) and isinstance(provider, api.executors.InterruptibleExecutor)
 
 
+@pytest.mark.slow
 def test_a_governed_turn_through_the_example_runs_confined(example):
     # Outside the step's workdir (the goal's workspace): the user's own checkout, the turn's directory.
     outside = example.work / "outside.txt"
@@ -118,6 +119,7 @@ def test_a_governed_turn_through_the_example_runs_confined(example):
     assert outside.read_text() == "escaped\n" and t["handoff"].startswith("[unconfined]"), t
 
 
+@pytest.mark.slow
 def test_the_core_interrupts_the_example_it_starts_no_new_step(example):
     # The steps run in the goal's workspace (their directory): the files they touch and wait for are there.
     g = _goal(example, ("first", "touch started; while [ ! -e go ]; do sleep 0.05; done; echo done > first"),

@@ -11,6 +11,8 @@ import sys
 import threading
 import urllib.request
 
+import pytest
+
 from loopx.status_server import make_server
 from tests.conftest import loopx_env
 
@@ -24,6 +26,7 @@ def cli(url, *args):
     return json.loads(p.stdout) if "--json" in args else p.stdout
 
 
+@pytest.mark.slow
 def test_a_pending_gate_on_the_last_todo_is_the_first_thing_offered_everywhere(sqlite_url):
     url = sqlite_url
     gid = cli(url, "project-prompt", "create", "--title", "Fix issue 7", "--json")["id"]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from importlib import resources
 
+import pytest
+
 from tests.conftest import loopx_env
 
 EXECUTOR = {"LOOPX_ACTOR": "executor"}
@@ -23,6 +25,7 @@ def open_run(loopx_proc, goal, agent):
     return doc["interaction_contract"]["run_id"]
 
 
+@pytest.mark.slow
 def test_eight_agents_claiming_one_todo_at_once_leave_exactly_one_holder(loopx_proc):
     goal = ok(loopx_proc("project_prompt", "create", "--title", "Race", "--parallel-runs", "--json"))["id"]
     todo = ok(loopx_proc("todo", "add", "--goal-id", goal, "--text", "the one job", "--json"))["id"]
@@ -53,6 +56,7 @@ def test_eight_agents_claiming_one_todo_at_once_leave_exactly_one_holder(loopx_p
     assert kinds.count("todo.claimed") == 1
 
 
+@pytest.mark.slow
 def test_expired_lease_is_retaken_and_the_old_holders_done_is_refused(loopx_proc, loopx_clock):
     goal = ok(loopx_proc("project_prompt", "create", "--title", "Leases", "--parallel-runs", "--json"))["id"]
     todo = ok(loopx_proc("todo", "add", "--goal-id", goal, "--text", "fit", "--json"))["id"]
@@ -75,6 +79,7 @@ def test_expired_lease_is_retaken_and_the_old_holders_done_is_refused(loopx_proc
     assert done["status"] == "done" and done["note"] == "fitted"
 
 
+@pytest.mark.slow
 def test_executor_gate_decision_is_refused_but_its_request_is_recorded(loopx_proc):
     goal = ok(loopx_proc("project_prompt", "create", "--title", "Gates", "--json"))["id"]
     gate = ok(loopx_proc("gate", "add", "--goal-id", goal, "--title", "Deploy to production?", "--scope",
@@ -104,6 +109,7 @@ def test_executor_reward_is_refused(loopx_proc):
     assert ok(loopx_proc("reward", "list", "--goal-id", goal, "--json")) == []
 
 
+@pytest.mark.slow
 def test_export_round_trips_through_a_file(loopx_proc, tmp_path):
     import jsonschema
 

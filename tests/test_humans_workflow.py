@@ -11,6 +11,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import loopx_env
 
 FIT = "import sys; print('revenue-forecast fitted: MAPE 3.1%')"
@@ -35,6 +37,7 @@ def run_listed_actions(url, contract, *, skip_finish=True):
     return executed
 
 
+@pytest.mark.slow
 def test_seed_workflow_steps_2_to_8(loopx_proc):
     url = loopx_proc.url
     # 2. Create a durable goal.

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tests.conftest import ROOT
 
 PLUGINS = sorted(p for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").exists())
@@ -18,6 +19,7 @@ def _run(argv, **kw):
     return subprocess.run(argv, capture_output=True, text=True, timeout=600, **kw)
 
 
+@pytest.mark.slow
 def test_a_plugin_is_not_installed_against_the_unrelated_loopx(tmp_path):
     """In an environment holding the unrelated `loopx` 2.1.1, pip refuses a plugin (its core is
     missing) instead of taking that project as LoopX."""

@@ -27,23 +27,27 @@ from tests.test_turn_helpers import make_goal  # noqa: E402
 PY = sys.executable
 
 
-def _env(url):
+def _env(url, home=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     env["LOOPX_REGISTRY"] = url
+    if home is not None:  # user directories of its own, not one test's
+        env.update(XDG_CONFIG_HOME=str(home / "config"), XDG_DATA_HOME=str(home / "data"))
     return env
 
 
 class Wire:
     """``loopx mcp`` as a real process, spoken to one raw line at a time."""
 
-    def __init__(self, url):
+    def __init__(self, url, home=None):
         self.p = subprocess.Popen([PY, "-m", "loopx", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, env=_env(url), bufsize=0)
+                                  stderr=subprocess.DEVNULL, env=_env(url, home), bufsize=0)
         # Unbuffered: select() on the pipe must see every line not yet read (a buffered reader
         # could hold a second answer where select cannot see it).
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
                 "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
-        assert self.ask(json.dumps(init).encode())["id"] == 0
+        # The first answer waits for the server's start-up (the MCP SDK's import: seconds on a
+        # loaded machine), so a longer deadline than an answer's.
+        assert self.ask(json.dumps(init).encode(), timeout=120)["id"] == 0
         self.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
 
     def send(self, line: bytes):
@@ -65,11 +69,25 @@ class Wire:
         assert self.p.wait(20) == 0
 
 
+@pytest.fixture(scope="module")
+def _server(tmp_path_factory):
+    """One ``loopx mcp`` process for the module's line-by-line tests (starting one costs about 2 s
+    of CPU: the MCP SDK's import), on a registry and user directories of its own."""
+    home = tmp_path_factory.mktemp("mcp-wire")
+    box = [Wire(str(home / "registry.db"), home=home)]
+    yield box, home
+    box[0].close()  # it still exits 0 after every line the tests sent
+
+
 @pytest.fixture
-def wire(sqlite_url):
-    w = Wire(sqlite_url)
-    yield w
-    w.close()
+def wire(_server):
+    """The module's server, each test's lines sent after the previous test's. Each test still
+    checks its own line's answer and that the server serves after it (``alive``); a server a
+    previous test's line killed is replaced (that test failed), so one crash fails one test."""
+    box, home = _server
+    if box[0].p.poll() is not None:
+        box[0] = Wire(str(home / "registry.db"), home=home)
+    return box[0]
 
 
 def _call(rid, name, arguments):
@@ -145,6 +163,7 @@ def _arguments(ids):
     return names.flatmap(lambda n: st.tuples(st.just(n), for_tool(n) if n in TOOLS else _json))
 
 
+@pytest.mark.slow  # a hundred tool calls through the SDK's client: seconds of CPU
 def test_fuzzing_every_tool_through_a_real_client_gets_an_answer_with_a_stable_code(sqlite_url):
     from anyio.from_thread import start_blocking_portal
     from mcp.client.session import ClientSession
@@ -194,6 +213,7 @@ _lines = st.one_of(
 ).map(lambda b: b.replace(b"\n", b" "))
 
 
+@pytest.mark.slow
 def test_fuzzed_lines_each_get_an_answer_or_are_messages_and_the_server_lives(sqlite_url):
     """The oracle: a line the SDK's own validator rejects gets its error answer at once (before
     the ping that follows it); a line it accepts is a message the SDK serves (a request's answer

@@ -56,6 +56,7 @@ def test_to_json_is_what_cattrs_gives_for_every_value_a_command_prints(registry_
 
 
 @pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
+@pytest.mark.slow
 def test_the_commands_of_a_step_do_not_import_cattrs(registry_url, loopx):
     from tests.conftest import loopx_env
 

@@ -11,6 +11,7 @@ import sys
 import threading
 import urllib.request
 
+import pytest
 from loopx.status_server import make_server
 from tests.conftest import loopx_env
 
@@ -68,6 +69,7 @@ async def _mcp_needs(url, goal_ids):
     return out
 
 
+@pytest.mark.slow
 def test_status_the_dashboard_notifications_and_mcp_agree_on_who_needs_you(sqlite_url, tmp_path):
     url = sqlite_url
     made = registry_of_six(url, tmp_path)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tests.conftest import loopx_env
 
 PY = sys.executable
@@ -20,6 +21,7 @@ def cli(url, cwd, *args, actor=None):
     return p.returncode, (json.loads(p.stdout) if p.stdout.strip() else None)
 
 
+@pytest.mark.slow
 def test_a_rejected_gate_is_reopened_by_a_user_only_and_decided_again(sqlite_url, tmp_path):
     url = sqlite_url
     work = tmp_path / "work"
@@ -58,6 +60,7 @@ def test_a_rejected_gate_is_reopened_by_a_user_only_and_decided_again(sqlite_url
     assert c["decision"] == "run"
 
 
+@pytest.mark.slow
 def test_a_confined_step_that_tries_gate_reopen_is_refused_and_fails_its_turn(sqlite_url, tmp_path):
     url = sqlite_url
     work = tmp_path / "work"
@@ -79,6 +82,7 @@ def test_a_confined_step_that_tries_gate_reopen_is_refused_and_fails_its_turn(sq
     assert cli(url, work, "gate", "list", gid)[1][0]["status"] == "rejected"
 
 
+@pytest.mark.slow
 def test_repeated_failure_says_which_step_failed_and_why_and_offers_retry(sqlite_url, tmp_path):
     url = sqlite_url
     work = tmp_path / "work"

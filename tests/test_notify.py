@@ -65,6 +65,7 @@ def _inbox(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+@pytest.mark.slow
 def test_a_pending_gate_is_told_once_to_a_command_and_a_signed_webhook(sqlite_url, tmp_path, hook_server,
                                                                        loopx_clock):
     url = sqlite_url
@@ -116,6 +117,7 @@ def test_a_pending_gate_is_told_once_to_a_command_and_a_signed_webhook(sqlite_ur
     assert len(_inbox(inbox)) == 2
 
 
+@pytest.mark.slow
 def test_the_worker_tells_a_person_when_a_step_keeps_failing(sqlite_url, tmp_path, hook_server):
     url = sqlite_url
     hook_url, got = hook_server
@@ -138,6 +140,7 @@ def test_the_worker_tells_a_person_when_a_step_keeps_failing(sqlite_url, tmp_pat
     assert top["needs_you"]["commands"] == told[0]["commands"]
 
 
+@pytest.mark.slow
 def test_a_plugins_loopx_notify_hook_hears_each_change_once(sqlite_url, tmp_path):
     from tests.plugin_site import plugin_env
 
@@ -163,6 +166,7 @@ def test_a_plugins_loopx_notify_hook_hears_each_change_once(sqlite_url, tmp_path
     assert [(d["channel"], d["status"]) for d in deliveries] == [("hook:recorder", "delivered")]
 
 
+@pytest.mark.slow
 def test_only_a_user_changes_settings_and_bad_ones_are_refused(sqlite_url, tmp_path):
     url = sqlite_url
     _cli(url, tmp_path, "project-prompt", "create", "--title", "t", "--description", "d")
@@ -178,6 +182,7 @@ def test_only_a_user_changes_settings_and_bad_ones_are_refused(sqlite_url, tmp_p
     assert _cli(url, tmp_path, "config", "list")[1] == {"executor": "shell"}
 
 
+@pytest.mark.slow
 def test_a_failed_webhook_is_retried_with_back_off_until_delivered_never_dropped(sqlite_url, tmp_path, loopx_clock):
     url = sqlite_url
     server, hook_url, got = _serve(4)  # 500 four times, then 200
@@ -215,6 +220,7 @@ def test_a_failed_webhook_is_retried_with_back_off_until_delivered_never_dropped
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_a_pending_delivery_ends_failed_when_the_need_clears(sqlite_url, tmp_path, loopx_clock):
     url = sqlite_url
     server, hook_url, got = _serve(100)  # bounded: far more than the test makes
@@ -235,6 +241,7 @@ def test_a_pending_delivery_ends_failed_when_the_need_clears(sqlite_url, tmp_pat
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_the_worker_tells_a_person_when_a_cadence_goal_runs_out_of_work(sqlite_url, tmp_path, loopx_clock):
     """No event marks the cadence passing: the worker's beat looks at every open goal."""
     from loopx.testing import wait_until

@@ -35,6 +35,7 @@ def test_the_probe_plugin_imports_only_the_api():
     assert api.testing.check_plugin_imports(PLUGINS / "loopx_probe") == []
 
 
+@pytest.mark.slow
 def test_a_plugin_event_kind_is_written_shown_and_replayed(probe, monkeypatch):
     g = json.loads(probe("project_prompt", "create", "--title", "T", "--json").stdout)["id"]
     p = probe("probe", "note", "--goal-id", g, "--text", "first", "--json")
@@ -76,6 +77,7 @@ def test_a_plugin_error_code_exits_2_with_the_json_error(probe):
     assert probe("history", "--goal-id", g, "--json").stdout == before
 
 
+@pytest.mark.slow
 def test_a_plugin_contract_action_and_veto(probe):
     # The goal uses the probe capability: only such goals get its action and its veto.
     g = json.loads(probe("project_prompt", "create", "--title", "T", "--capability", "probe", "--json").stdout)["id"]
@@ -124,6 +126,7 @@ def test_a_plugin_kind_refuses_roles_it_did_not_name(probe):
 
 
 @pytest.mark.parametrize("how", [[], ["--whole"]])
+@pytest.mark.slow
 def test_a_plugin_acts_only_as_the_capability_it_registered(tmp_path, sqlite_url, how):
     # Two real plugins installed through entry points: probe (capability "probe") and self_repair.
     env = plugin_env(tmp_path, sqlite_url, probe="loopx_probe", self_repair="loopx_self_repair.plugin")

@@ -17,6 +17,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 README = ROOT / "README.md"
@@ -47,6 +49,7 @@ def test_setup_puts_loopx_on_path_and_names_the_prerequisites():
     assert all(m.startswith("skip — ") or m == "server" for m in marks), marks
 
 
+@pytest.mark.slow
 def test_every_bash_block_runs_in_order_in_one_shell(tmp_path):
     runnable = [body for mark, body in blocks() if mark is None]
     assert len(runnable) >= 6
@@ -105,6 +108,7 @@ def test_server_blocks_serve_and_stop_on_ctrl_c(tmp_path):
             assert "Traceback" not in proc.stderr.read()
 
 
+@pytest.mark.slow
 def test_the_documented_notify_command_writes_json_lines(tmp_path):
     """The README's `notify.command`, as written, run by LoopX for two goals that need a person:
     one JSON object per line, each line ending in a newline (what `jq`, `tail -f` and log tools read)."""

@@ -31,6 +31,7 @@ def _keys(key_dir):
     return sorted(f.name for f in key_dir.glob("*.key")) if key_dir.is_dir() else []
 
 
+@pytest.mark.slow
 def test_copy_and_self_repair_write_no_key_but_their_registries(tmp_path, private_key_dir):
     src, dst = str(tmp_path / "a.db"), str(tmp_path / "b.db")
     for i in range(3):
@@ -57,6 +58,7 @@ def _goal_with_action(url, name, argv):
     return g, run["interaction_contract"]["run_id"]
 
 
+@pytest.mark.slow
 def test_orphans_are_listed_and_pruned_by_the_user_only(tmp_path, private_key_dir):
     keep, gone = str(tmp_path / "keep.db"), str(tmp_path / "gone.db")
     _ok(_loopx(gone, "project-prompt", "create", "--title", "soon gone", "--json"))
@@ -93,6 +95,7 @@ def test_orphans_are_listed_and_pruned_by_the_user_only(tmp_path, private_key_di
     assert _ok(_loopx(keep, "registry", "keys", "--prune", "--json"))["pruned"] == []
 
 
+@pytest.mark.slow
 def test_a_test_run_never_touches_the_users_own_config_directory(tmp_path):
     """A pytest session of key-writing work (a module fixture that makes a registry before any
     test's fixtures run, `registry copy`, a command on the default registry), run as a user whose

@@ -86,6 +86,7 @@ def _alive(pid):
 
 @pytest.mark.parametrize("registry_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
                          indirect=True)
+@pytest.mark.slow
 def test_two_processes_racing_one_step_run_it_once(registry_url, tmp_path):
     work = _work(tmp_path)
     gid = _goal(registry_url, tmp_path, ("slow", f"echo start >> {work}/log; sleep 1"))
@@ -102,6 +103,7 @@ def test_two_processes_racing_one_step_run_it_once(registry_url, tmp_path):
     assert len(started) == 1 and started[0]["actor"] == "core"
 
 
+@pytest.mark.slow
 def test_sigkilled_turn_never_runs_its_step_again_and_its_run_is_abandoned(sqlite_url, tmp_path):
     url = sqlite_url
     work = _work(tmp_path)
@@ -142,6 +144,7 @@ def test_sigkilled_turn_never_runs_its_step_again_and_its_run_is_abandoned(sqlit
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.slow
 def test_signal_lets_the_step_finish_starts_no_other_and_closes_the_run_interrupted(sqlite_url, tmp_path, sig):
     url = sqlite_url
     work = _work(tmp_path)

@@ -163,6 +163,7 @@ def test_the_ready_page_is_the_full_ready_set_through_dependencies_claims_and_ga
         assert _page(reg, g, "me", now, limit=3) == _full_ready(reg, g, "me", now)[:3]
 
 
+@pytest.mark.slow
 def test_a_goal_with_many_finished_todos_reads_a_page_not_the_list(sqlite_url):
     """SQLite's VM steps spent reading the ready set stay flat as done todos pile up."""
     from loopx.registry import Registry

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from loopx import api
 from loopx.registry import Registry
 from tests.conftest import loopx_env
@@ -42,6 +44,7 @@ def _peak_rss_kb(url: str, *args) -> int:
     return int(out.stdout.strip())
 
 
+@pytest.mark.slow
 def test_history_of_a_50000_event_goal_prints_in_bounded_memory(sqlite_url):
     big = _filled(sqlite_url, 50_000)
     small = _filled(sqlite_url, 50)

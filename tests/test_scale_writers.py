@@ -95,6 +95,7 @@ def _writers(url: str, goal: str, processes: int, each: int) -> list[subprocess.
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(processes)]
 
 
+@pytest.mark.slow
 def test_eight_writing_processes_lose_nothing(sqlite_url):
     goal = _goal(sqlite_url)
     procs = _writers(sqlite_url, goal, processes=8, each=25)
@@ -295,6 +296,7 @@ def test_the_rollback_anchor_is_checkpointed_with_the_registry(sqlite_url):
 
 
 @pytest.mark.parametrize("spawn", [True, False], ids=["checkpointer", "no-checkpointer-process"])
+@pytest.mark.slow
 def test_the_wal_stays_bounded_under_writers_that_never_pause(sqlite_url, spawn):
     """SQLite starts the WAL over only when a writer begins while every frame has been copied; a
     checkpoint running beside writers that never pause never gets there, and the WAL grew with
@@ -320,6 +322,7 @@ def test_the_wal_stays_bounded_under_writers_that_never_pause(sqlite_url, spawn)
     assert most <= (catch_up + 2 * EVERY * 30) * 4096, most
 
 
+@pytest.mark.slow
 def test_a_killed_checkpointer_loses_nothing_and_wedges_nothing(sqlite_url):
     """kill -9 of the checkpointer (in a pass or inside the queue) loses no write and never holds
     the writers up: its locks go with it, and the next 64th ticket starts another."""

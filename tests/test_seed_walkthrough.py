@@ -148,6 +148,7 @@ def _walkthrough_env(home: Path) -> dict:
 
 
 @pytest.mark.skipif(not Path(JQ).exists() or shutil.which("bash") is None, reason="needs bash and jq")
+@pytest.mark.slow
 def test_seed_complete_workflow_example_end_to_end(tmp_path):
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()

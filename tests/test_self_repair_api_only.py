@@ -61,6 +61,7 @@ def test_the_ast_check_sees_what_it_forbids(tmp_path):
         (pkg / f"bad{i}.py").unlink()
 
 
+@pytest.mark.slow
 def test_a_copy_importing_only_the_api_passes_the_plugin_tests(tmp_path):
     site = tmp_path / "site"
     copy = site / "loopx_self_repair"

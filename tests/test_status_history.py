@@ -6,7 +6,10 @@ from __future__ import annotations
 import shlex
 from tests.factories import make_goal
 
+import pytest
 
+
+@pytest.mark.slow
 def test_goal_view_history_contract_and_gate_commands(loopx_proc):
     def j(*args, actor=None):
         r = loopx_proc(*args, "--json", env={"LOOPX_ACTOR": actor} if actor else None)

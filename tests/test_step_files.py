@@ -135,6 +135,7 @@ print("RACE done")
 '''
 
 
+@pytest.mark.slow
 def test_links_swapped_in_while_the_broker_serves_a_path_never_reach_outside_the_step(world):
     """The measured attacks: ``evidence add --file`` hashing the key, and a written path landing in
     ``site-packages/zz.pth``, raced by a link flipped in a tight loop (final component, and an

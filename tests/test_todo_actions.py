@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import loopx_env
 
 PY = sys.executable
@@ -62,6 +64,7 @@ def todo(url, work, gid, todo_id) -> dict:
     return next(t for t in found if t["id"] == todo_id)
 
 
+@pytest.mark.slow
 def test_a_todo_whose_action_a_gate_holds_back_stays_open_until_approved_then_its_step_runs(sqlite_url, tmp_path):
     url, work = sqlite_url, workdir(tmp_path)
     made = goal_with_a_publish_gate(url, work)
@@ -105,6 +108,7 @@ def test_a_todo_whose_action_a_gate_holds_back_stays_open_until_approved_then_it
     assert todo(url, work, gid, made["publish"])["status"] == "done"
 
 
+@pytest.mark.slow
 def test_an_agent_cannot_close_a_todo_whose_action_was_held_back(sqlite_url, tmp_path):
     url, work = sqlite_url, workdir(tmp_path)
     made = goal_with_a_publish_gate(url, work)
@@ -147,6 +151,7 @@ unset LOOPX_ACTOR
 '''
 
 
+@pytest.mark.slow
 def test_the_readme_harness_loop_and_summary_all_on_a_goal_whose_gated_action_was_held_back(sqlite_url, tmp_path):
     url, work = sqlite_url, workdir(tmp_path)
     made = goal_with_a_publish_gate(url, work)

@@ -6,9 +6,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import loopx_env
 
 
+@pytest.mark.slow
 def test_demo_runs_the_governed_loop_end_to_end(tmp_path):
     target = tmp_path / "demo.db"
     env = loopx_env(str(tmp_path / "never-used.db"))  # LOOPX_REGISTRY must not be touched by the demo
@@ -63,6 +66,7 @@ def test_demo_json_transcript_and_default_temp_registry(tmp_path):
     assert kinds[-1] == "summary" and "loop" in kinds and "reward" in kinds
 
 
+@pytest.mark.slow
 def test_demo_removes_its_temporary_registry_and_its_last_line_works_as_printed(tmp_path):
     temp, work = tmp_path / "tmp", tmp_path / "work"
     temp.mkdir()
@@ -87,6 +91,7 @@ def test_demo_removes_its_temporary_registry_and_its_last_line_works_as_printed(
     assert look.returncode == 0 and "rewards   1, mean +1.00" in look.stdout, look.stderr
 
 
+@pytest.mark.slow
 def test_demo_prints_the_commands_it_runs(tmp_path):
     """Each `user$`/`agent$` line is the command whose answer follows it: run again by hand on
     the demo's registry, the read-only ones print the same text; the goal's line makes the same goal."""
@@ -132,6 +137,7 @@ def test_demo_prints_the_commands_it_runs(tmp_path):
         assert mine == theirs, key
 
 
+@pytest.mark.slow
 def test_the_demo_runs_on_a_machine_without_bubblewrap_and_says_how_its_steps_ran(tmp_path):
     # A fresh machine has no bubblewrap: the README's first command still runs the demo, whose
     # steps are LoopX's own commands, under Landlock alone, and says so; a real turn is refused.

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import loopx_env
 from tests.factories import make_goal
 
@@ -30,6 +32,7 @@ def _runs(loopx_proc, g) -> list[dict]:
     return loopx_proc("run", "list", "--goal-id", g, "--json").json
 
 
+@pytest.mark.slow
 def test_eight_agents_at_once_open_exactly_one_run(loopx_proc):
     g = make_goal(loopx_proc, title="Race", todo_texts=("the only step",))["goal"]
     outs = _ask_all(loopx_proc.url, g, [f"agent-{i}" for i in range(N)])
@@ -43,6 +46,7 @@ def test_eight_agents_at_once_open_exactly_one_run(loopx_proc):
     assert loopx_proc("quota", "show", "--goal-id", g, "--json").json["used"]["turns"] == 1
 
 
+@pytest.mark.slow
 def test_eight_processes_of_one_agent_share_one_run(loopx_proc):
     g = make_goal(loopx_proc, title="Race", todo_texts=("the only step",))["goal"]
     outs = _ask_all(loopx_proc.url, g, ["same"] * N)

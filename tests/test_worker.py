@@ -53,6 +53,7 @@ def _runs(url, gid):
 
 @pytest.mark.parametrize("registry_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
                          indirect=True)
+@pytest.mark.slow
 def test_two_workers_on_one_registry_never_run_one_goal_twice(registry_url, tmp_path):
     url = registry_url
     work = _work(tmp_path)
@@ -78,6 +79,7 @@ def test_two_workers_on_one_registry_never_run_one_goal_twice(registry_url, tmp_
             assert owner["data"]["lease_token"] >= 1 and owner["data"]["worker"].startswith("w-")
 
 
+@pytest.mark.slow
 def test_a_stale_fencing_token_cannot_open_a_run(sqlite_url, tmp_path, loopx_clock):
     from loopx import supervision
     from loopx.registry import Registry
@@ -98,6 +100,7 @@ def test_a_stale_fencing_token_cannot_open_a_run(sqlite_url, tmp_path, loopx_clo
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.slow
 def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_worker(sqlite_url, tmp_path, sig):
     url = sqlite_url
     work = _work(tmp_path)
@@ -126,6 +129,7 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
     assert status["workers"][0]["state"] == "stopped" and status["workers"][0]["goals"] == []
 
 
+@pytest.mark.slow
 def test_a_sigkilled_worker_shows_as_died_and_its_turns_die_with_it_recorded_interrupted(sqlite_url, tmp_path,
                                                                                          loopx_clock):
     url = sqlite_url
@@ -165,6 +169,7 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.slow
 def test_a_clock_jump_is_recorded_and_cadence_recovers(sqlite_url, tmp_path, loopx_clock):
     url = sqlite_url
     work = _work(tmp_path)

@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from loopx import clock
 from loopx.supervision import RETRY_CAP_SECONDS
 from loopx.testing import wait_until
@@ -31,6 +33,7 @@ def _beats(url):
     return [w["last_beat_at"] for w in _cli(url, "status")["workers"]]
 
 
+@pytest.mark.slow
 def test_failed_turns_are_spaced_by_retry_seconds_doubling_to_a_cap_and_status_shows_the_next_attempt(
         sqlite_url, tmp_path, loopx_clock):
     url = sqlite_url

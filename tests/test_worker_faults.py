@@ -65,6 +65,7 @@ def _registry_faults(log_path):
     return [e for e in _events(log_path) if e["event"] in ("fault", "fault_cleared") and e["what"] == "registry"]
 
 
+@pytest.mark.slow
 def test_a_full_disk_never_ends_the_worker_it_backs_off_and_carries_on(small_disk, tmp_path):
     url = str(small_disk / "registry.db")
     work = tmp_path / "work"
@@ -128,6 +129,7 @@ def test_a_full_disk_never_ends_the_worker_it_backs_off_and_carries_on(small_dis
 
 
 @pytest.mark.parametrize("pid_reused", [False, True], ids=["pid-gone", "pid-reused"])
+@pytest.mark.slow
 def test_a_lease_whose_owner_was_killed_never_blocks_its_goal_even_stamped_a_year_ahead(tmp_path, loopx_clock,
                                                                                         pid_reused):
     url = str(tmp_path / "registry.db")
@@ -248,6 +250,7 @@ def test_postgresql_stopped_and_started_under_a_worker_and_down_at_its_start(own
     assert _events(log)[-1]["event"] == "worker_stop"
 
 
+@pytest.mark.slow
 def test_a_worker_that_wakes_to_find_its_lease_taken_logs_lease_lost_and_stops_that_turn(tmp_path, loopx_clock):
     from loopx import supervision
     from loopx.registry import Registry

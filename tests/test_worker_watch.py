@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from loopx.registry import Registry
 from loopx.testing import wait_until
 from tests.conftest import loopx_env
@@ -48,6 +50,7 @@ class _Worker:
         self.reader.join(10)
 
 
+@pytest.mark.slow
 def test_the_log_says_what_the_worker_does_as_it_does_it_and_worker_list_and_stop_work(sqlite_url, tmp_path):
     url = sqlite_url
     work = tmp_path / "work"
@@ -112,6 +115,7 @@ def test_the_log_says_what_the_worker_does_as_it_does_it_and_worker_list_and_sto
     assert code == 2 and out["error"]["code"] == "worker_not_found"
 
 
+@pytest.mark.slow
 def test_worker_stop_while_a_turn_runs_lets_the_step_finish_and_closes_the_run_interrupted(sqlite_url, tmp_path):
     url = sqlite_url
     work = tmp_path / "work"
@@ -168,6 +172,7 @@ def test_an_agent_in_the_workers_own_turn_cannot_stop_it(sqlite_url, tmp_path):
     assert w.proc.returncode == 128 + signal.SIGTERM  # a signal is still a signal (the unit: SuccessExitStatus=143)
 
 
+@pytest.mark.slow
 def test_a_sigterm_before_should_run_opens_no_run_and_charges_nothing(sqlite_url, tmp_path):
     """A real `loopx turn`, held in its executor's pre-turn check (a test plugin), gets SIGTERM there."""
     from loopx.testing import signal_delivered

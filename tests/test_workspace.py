@@ -100,6 +100,7 @@ NAMES = {"checkout_claude", "checkout_file", "checkout_edit", "ws_git_file", "ws
          "ws_hook", "ws_branch", "apply_self", "discard_self"}
 
 
+@pytest.mark.slow
 def test_a_hostile_step_changes_only_its_workspace_and_the_user_applies_the_reviewed_diff(sqlite_url, tmp_path):
     checkout = _repo(tmp_path / "checkout", {"app.py": "print('bug')\n", "README": "hi\n"})
     before = _snapshot(checkout)
@@ -186,6 +187,7 @@ def test_a_goal_without_a_project_takes_the_turns_directory_and_a_plain_director
     assert (plain / "data.txt").read_text() == "one\ntwo\n"
 
 
+@pytest.mark.slow
 def test_one_worker_runs_goals_of_different_checkouts_each_in_its_own_workspace(sqlite_url, tmp_path):
     a = _repo(tmp_path / "a", {"a.txt": "a\n"})
     b = _repo(tmp_path / "b", {"b.txt": "b\n"})
@@ -205,6 +207,7 @@ def test_one_worker_runs_goals_of_different_checkouts_each_in_its_own_workspace(
     assert not list(elsewhere.iterdir())
 
 
+@pytest.mark.slow
 def test_status_shows_the_workspace_and_its_branch(sqlite_url, tmp_path):
     checkout = _repo(tmp_path / "c", {"x": "1\n"})
     goal = _goal(sqlite_url, checkout, "echo y > y")
@@ -216,6 +219,7 @@ def test_status_shows_the_workspace_and_its_branch(sqlite_url, tmp_path):
     assert f"loopx/{goal}" in text and view["workspace"]["workspace"] in text
 
 
+@pytest.mark.slow
 def test_a_workspace_path_the_user_sets_is_used_and_one_inside_the_checkout_is_refused(sqlite_url, tmp_path):
     checkout = _repo(tmp_path / "c", {"x": "1\n"})
     code, out, _ = _cli(sqlite_url, "project-prompt", "create", "--title", "t", "--project", checkout,

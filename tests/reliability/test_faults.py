@@ -45,6 +45,7 @@ def _consistent(url):
 # --- read-only ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_registry_on_a_read_only_file_system_refuses_writes_in_one_line_and_stays_whole(small_fs):
     url = str(small_fs.root / "registry.db")
     g = _goal(url)
@@ -120,6 +121,7 @@ with Registry.open(url) as reg:
 """
 
 
+@pytest.mark.slow
 def test_writers_killed_at_random_moments_lose_nothing_that_was_committed(tmp_path):
     url = str(tmp_path / "registry.db")
     g = _goal(url)
@@ -175,6 +177,7 @@ def test_an_exec_killed_while_its_step_runs_is_recorded_as_ran_result_unknown(tm
     _consistent(url)
 
 
+@pytest.mark.slow
 def test_a_self_repair_fix_killed_part_way_leaves_a_registry_the_next_fix_completes(tmp_path):
     from tests.reliability import tamper
 

@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from loopx.should_run import should_run
 from loopx.registry import Registry
 from tests.factories import make_goal
@@ -169,6 +171,7 @@ def test_self_repair_fix_on_a_full_disk_leaves_no_backup_and_the_registry_as_it_
     assert code == 0 and json.loads(out)["backup"], (out, err)
 
 
+@pytest.mark.slow
 def test_concurrent_self_repair_fixes_get_backups_of_their_own(tmp_path):
     url = str(tmp_path / "registry.db")
     g = _goal(url)

@@ -81,6 +81,7 @@ def test_migration_chains_an_old_ledger_and_seals_every_goal(tmp_path):
     assert json.loads(p.stdout)["decision"] == "repair"
 
 
+@pytest.mark.slow
 def test_poisoned_values_are_readable_reported_and_fixed(tmp_path):
     path = tmp_path / "old.db"
     g, _, ev = _make_old(path, poisoned=True)

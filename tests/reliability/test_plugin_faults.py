@@ -44,6 +44,7 @@ def test_a_healthy_plugin_contributes(faulty):
 
 @pytest.mark.parametrize("mode, says", [("raise", "the veto exploded"), ("wrongtype", "returned the wrong type"),
                                         ("sleep:60", "timed out")])
+@pytest.mark.slow
 def test_a_failing_veto_fails_closed_naming_the_plugin(faulty, mode, says):
     g = goal(faulty)
     started = time.monotonic()

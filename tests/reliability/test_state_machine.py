@@ -132,6 +132,7 @@ def machine(url_factory):
 
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.slow
 def test_registry_state_machine(kind, tmp_path):
     from tests import backends
 

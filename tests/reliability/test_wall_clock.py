@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import loopx_env
 from tests.factories import make_goal
 
@@ -29,6 +31,7 @@ def _used(url, g):
     return json.loads(cli(url, "quota", "show", "--goal-id", g, "--json").stdout)["used"]["wall_seconds"]
 
 
+@pytest.mark.slow
 def test_a_sixty_second_action_under_a_three_second_budget_stops_at_three(registry_url):
     g = _goal(registry_url, 3)
     d = json.loads(cli(registry_url, "quota", "should-run", "--goal-id", g, "--json").stdout)
@@ -44,6 +47,7 @@ def test_a_sixty_second_action_under_a_three_second_budget_stops_at_three(regist
     assert _used(registry_url, g) <= 3.0
 
 
+@pytest.mark.slow
 def test_four_parallel_runs_never_use_more_than_the_budget(registry_url):
     from loopx.should_run import should_run
     from loopx.registry import Registry

@@ -113,6 +113,7 @@ def test_its_refusal_codes_are_registered_through_loopx_register_error_codes():
     assert "issue_fix" not in core and "reproduc" not in core
 
 
+@pytest.mark.slow
 def test_start_works_in_its_own_worktree_and_leaves_a_dirty_checkout_alone(cli, project):
     # The user's checkout has uncommitted edits (the fix, even) and an untracked file.
     (project / "calc.py").write_text(FIXED)
@@ -175,6 +176,7 @@ def test_start_refusals_write_nothing(cli, project, tmp_path):
     assert cli("project_prompt", "list", "--json").json == []
 
 
+@pytest.mark.slow
 def test_red_green_packet_gate_at_handoff_publish_exact_commit_and_close(cli, project, loopx_registry):
     out = start(cli, project)
     g, wt = out["goal_id"], Path(out["worktree"])
@@ -266,6 +268,7 @@ def test_red_green_packet_gate_at_handoff_publish_exact_commit_and_close(cli, pr
         assert api.goals.replay(api.goals.events(tx, g))[0] == api.goals.snapshot(tx, g)
 
 
+@pytest.mark.slow
 def test_an_edit_after_verify_is_not_published(cli, project):
     out, s = to_publish(cli, project)
     g, wt = out["goal_id"], Path(out["worktree"])
@@ -287,6 +290,7 @@ def test_an_edit_after_verify_is_not_published(cli, project):
     assert git(wt, "rev-parse", "HEAD") == verified
 
 
+@pytest.mark.slow
 def test_a_commit_after_approval_is_not_published(cli, project):
     out, s = to_publish(cli, project)
     g, wt = out["goal_id"], Path(out["worktree"])
@@ -306,6 +310,7 @@ def test_a_commit_after_approval_is_not_published(cli, project):
     assert contract(cli, g)["decision"] == "ask_user"
 
 
+@pytest.mark.slow
 def test_editing_or_deleting_the_failing_test_is_weakening(cli, project, loopx_registry):
     out = start(cli, project)
     g, wt = out["goal_id"], Path(out["worktree"])
@@ -339,6 +344,7 @@ def test_editing_or_deleting_the_failing_test_is_weakening(cli, project, loopx_r
     assert r.json["verified"] is True
 
 
+@pytest.mark.slow
 def test_test_changes_allowed_at_start_verify_with_a_loud_warning(cli, project):
     out = start(cli, project, "--allow-test-changes")
     g, wt = out["goal_id"], Path(out["worktree"])
@@ -351,6 +357,7 @@ def test_test_changes_allowed_at_start_verify_with_a_loud_warning(cli, project):
     assert any("only test files changed" in w for w in r.json["warnings"])
 
 
+@pytest.mark.slow
 def test_output_files_of_the_test_run_are_not_a_change_and_flaky_is_caught(cli, tmp_path):
     # Fails while the harness keeps a file there (the run itself may write only its own directory).
     (tmp_path / "weather").mkdir()
@@ -377,6 +384,7 @@ def test_output_files_of_the_test_run_are_not_a_change_and_flaky_is_caught(cli, 
     assert git(wt, "status", "--porcelain") == ""
 
 
+@pytest.mark.slow
 def test_what_is_not_a_test_failure_is_refused_and_never_red(cli, project, tmp_path, loopx_registry):
     # The runner's module is missing: exit 1, but no test ran.
     out = start(cli, project, command="/usr/bin/python3 -m pytest -q")
@@ -405,6 +413,7 @@ def test_what_is_not_a_test_failure_is_refused_and_never_red(cli, project, tmp_p
     assert ev["data"]["outcome"] == "not_a_test_failure" and "not counted as red" in ev["summary"]
 
 
+@pytest.mark.slow
 def test_nothing_failing_is_not_a_reproduction(cli, tmp_path, loopx_registry):
     repo = make_project(tmp_path, code=FIXED)
     g = start(cli, repo)["goal_id"]
@@ -419,6 +428,7 @@ def test_nothing_failing_is_not_a_reproduction(cli, tmp_path, loopx_registry):
     assert state(cli, g)["log"][-1]["outcome"] == "not_reproduced"
 
 
+@pytest.mark.slow
 def test_steps_are_refused_under_a_stale_contract_and_run_nothing(cli, project, tmp_path):
     import socket
 
@@ -456,6 +466,7 @@ def test_other_goals_get_nothing_from_issue_fix(cli):
     assert r.json["error"]["code"] == "issue_fix.not_an_issue_fix_goal"
 
 
+@pytest.mark.slow
 def test_a_failed_re_verify_takes_the_green_back(cli, project):
     out = start(cli, project)
     g, wt = out["goal_id"], Path(out["worktree"])

@@ -41,6 +41,7 @@ def base_cache(cli, g) -> dict:
     return json.loads(results.read_text())["bytecode"]
 
 
+@pytest.mark.slow
 def test_verify_reads_the_base_runs_bytecode_for_unchanged_files_only(cli, project):
     g, wt = reproduced(cli, project)
     cache = base_cache(cli, g)
@@ -54,6 +55,7 @@ def test_verify_reads_the_base_runs_bytecode_for_unchanged_files_only(cli, proje
     assert used["copied"] >= 1 and used["changed"] == 1 and used["refused"] == 0, used
 
 
+@pytest.mark.slow
 def test_bytecode_committed_next_to_an_unchanged_test_does_not_run(cli, project):
     g, wt = reproduced(cli, project)
     # The wrong fix, and beside the untouched test module bytecode whose header matches its source.
@@ -68,6 +70,7 @@ def test_bytecode_committed_next_to_an_unchanged_test_does_not_run(cli, project)
     assert r.json["verified"] is False and r.json["reason"] == "test_failed", r
 
 
+@pytest.mark.slow
 def test_a_tampered_cache_is_refused_file_by_file(cli, project):
     g, wt = reproduced(cli, project)
     cache = base_cache(cli, g)
@@ -80,6 +83,7 @@ def test_a_tampered_cache_is_refused_file_by_file(cli, project):
     assert r.json["test"]["bytecode"]["refused"] == 1, r.json["test"]["bytecode"]
 
 
+@pytest.mark.slow
 def test_a_fix_that_writes_into_its_bytecode_cache_cannot_reach_a_later_run(cli, project):
     g, wt = reproduced(cli, project)
     cache = base_cache(cli, g)

@@ -115,6 +115,7 @@ printf '* filter=evil\\n' > .gitattributes
 '''
 
 
+@pytest.mark.slow
 def test_a_confined_agent_cannot_write_git_metadata_and_loopx_commits_its_fix(cli, tmp_path):
     repo = make_project(tmp_path)
     git(repo, "checkout", "-qb", "other")
@@ -189,6 +190,7 @@ LINKS = {
 
 
 @pytest.mark.parametrize("link", sorted(LINKS))
+@pytest.mark.slow
 def test_loopx_follows_only_the_git_links_it_made(cli, tmp_path, link):
     repo = make_project(tmp_path)
     g = start(cli, repo)["goal_id"]
@@ -216,6 +218,7 @@ try {link} sh -c '{LINKS[link].format(evil=evil)}'
         assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_programs_and_includes_in_the_repository_config_do_not_run_in_loopxs_git(cli, tmp_path):
     repo = make_project(tmp_path)
     g = start(cli, repo)["goal_id"]
@@ -264,6 +267,7 @@ cp {shlex.quote(str(tmp_path / "fixed.py"))} calc.py
 BACKDOOR = BUGGY + "\n\nimport os  # backdoor\n"
 
 
+@pytest.mark.slow
 def test_a_replace_ref_does_not_change_what_verify_tests(cli, tmp_path):
     repo = make_project(tmp_path)
     g = start(cli, repo)["goal_id"]
@@ -292,6 +296,7 @@ def _loose(common: Path, sha: str) -> Path:
     return common / "objects" / sha[:2] / sha[2:]
 
 
+@pytest.mark.slow
 def test_publish_refuses_a_commit_whose_object_does_not_hold_the_tested_tree(cli, tmp_path):
     repo = make_project(tmp_path)
     g = start(cli, repo)["goal_id"]

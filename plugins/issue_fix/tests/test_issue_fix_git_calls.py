@@ -13,6 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from issue_fix_helpers import FIXED, as_agent
 from test_issue_fix import contract, finish, only, start
 
@@ -53,6 +55,7 @@ def _step(cli, goal_id, path: str, log: Path, expect=0):
     return r, calls
 
 
+@pytest.mark.slow
 def test_reproduce_and_verify_start_few_git_processes_and_the_packet_diff_is_gits(cli, project, tmp_path):
     path, log = _shim(tmp_path)
     out = start(cli, project)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from issue_fix_helpers import BUGGY, FIXED, git, make_project
 from test_issue_fix import evidence, start, state, step
 
@@ -129,6 +131,7 @@ def _tampered(cli, loopx_registry, g, wt, *needles):
     return message
 
 
+@pytest.mark.slow
 def test_a_fix_patching_callinfo_from_call_is_not_green(cli, project, loopx_registry):
     g, wt = _reproduced(cli, project)
     _attack(wt, PATCH_CALLINFO)
@@ -143,12 +146,14 @@ def test_a_fix_patching_callinfo_from_call_is_not_green(cli, project, loopx_regi
     assert "| verify | runner_tampered |" in r.json["packet"]
 
 
+@pytest.mark.slow
 def test_a_fix_patching_testreport_is_not_green(cli, project, loopx_registry):
     g, wt = _reproduced(cli, project)
     _attack(wt, PATCH_REPORT)
     _tampered(cli, loopx_registry, g, wt, "TestReport.from_item_and_call", "test_calc.py::test_add")
 
 
+@pytest.mark.slow
 def test_a_fix_registering_a_report_rewriting_plugin_is_not_green(cli, project, loopx_registry):
     # No pytest function changes: only the raw outcome the judge saw tells the truth.
     g, wt = _reproduced(cli, project)
@@ -156,6 +161,7 @@ def test_a_fix_registering_a_report_rewriting_plugin_is_not_green(cli, project, 
     _tampered(cli, loopx_registry, g, wt, "raised (or never ran) but were reported passed", "test_calc.py::test_add")
 
 
+@pytest.mark.slow
 def test_a_fix_that_ends_the_run_with_os_exit_0_is_not_green(cli, project, loopx_registry):
     g, wt = _reproduced(cli, project)
     # add() ends the test process with status 0 when the failing test calls it.
@@ -163,18 +169,21 @@ def test_a_fix_that_ends_the_run_with_os_exit_0_is_not_green(cli, project, loopx
     _tampered(cli, loopx_registry, g, wt, "exited 0 but pytest never finished")
 
 
+@pytest.mark.slow
 def test_a_fix_closing_the_judges_pipe_is_not_green(cli, project, loopx_registry):
     g, wt = _reproduced(cli, project)
     _attack(wt, CLOSE_PIPES, PATCH_CALLINFO)
     _tampered(cli, loopx_registry, g, wt, "pytest never finished in the judge's record")
 
 
+@pytest.mark.slow
 def test_a_fix_writing_into_the_judges_pipe_is_not_green(cli, project, loopx_registry):
     g, wt = _reproduced(cli, project)
     _attack(wt, FORGE_LINES, PATCH_CALLINFO)
     _tampered(cli, loopx_registry, g, wt, "recorded twice, or forged")
 
 
+@pytest.mark.slow
 def test_a_mixed_suite_verifies_green_without_a_false_alarm(cli, tmp_path):
     test = ('import unittest\n\nimport pytest\n\nfrom calc import add\n\n\n'
             'def test_add():\n    assert add(2, 3) == 5\n\n\n'
@@ -204,6 +213,7 @@ PARTIAL_TESTS = ('from calc import add\n\n\n'
 PARTIAL_FIX = "def add(a, b):\n    return a + b if a >= 0 else a - b\n\n\ndef sub(a, b):\n    return a - b\n"
 
 
+@pytest.mark.slow
 def test_a_partial_fix_with_test_id_is_still_failing_until_a_user_accepts(cli, tmp_path, loopx_registry):
     repo = make_project(tmp_path, test=PARTIAL_TESTS)
     out = start(cli, repo, "--test-id", "test_calc.py::test_add_issue_42")
@@ -238,6 +248,7 @@ def test_a_partial_fix_with_test_id_is_still_failing_until_a_user_accepts(cli, t
     assert "Still failing: 4 test(s)" in packet
 
 
+@pytest.mark.slow
 def test_a_fix_that_breaks_a_new_test_after_acceptance_asks_again(cli, tmp_path):
     repo = make_project(tmp_path, test=PARTIAL_TESTS)
     out = start(cli, repo, "--test-id", "test_calc.py::test_add_issue_42")

@@ -14,6 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from loopx.testing import wait_until
 
 from issue_fix_helpers import LIB_CHUNKS, PY, TEST_COMMAND, as_agent, git, make_library, make_project, origin_of
@@ -47,6 +48,7 @@ def _child_test(marker: str, *, hang: bool) -> str:
             f"    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', {marker!r}])\n" + tail)
 
 
+@pytest.mark.slow
 def test_a_time_out_with_a_background_child_returns_at_the_limit_and_leaves_nothing(cli, tmp_path, loopx_registry):
     marker = f"loopx-child-{uuid.uuid4().hex}"
     repo = make_project(tmp_path, test=_child_test(marker, hang=True))
@@ -67,6 +69,7 @@ def test_a_time_out_with_a_background_child_returns_at_the_limit_and_leaves_noth
     assert data["timed_out"] is True and data["timeout_seconds"] == 3 and data["timeout_source"] == "--timeout"
 
 
+@pytest.mark.slow
 def test_a_background_child_of_a_finished_test_run_is_ended(cli, tmp_path):
     marker = f"loopx-child-{uuid.uuid4().hex}"
     repo = make_project(tmp_path, test=_child_test(marker, hang=False))
@@ -78,6 +81,7 @@ def test_a_background_child_of_a_finished_test_run_is_ended(cli, tmp_path):
     _ended(marker)
 
 
+@pytest.mark.slow
 def test_children_that_made_a_session_of_their_own_are_ended_too(cli, tmp_path):
     # Unique durations mark the processes: a daemon made the classic way (a subshell that exits,
     # so nothing links it to the test run any more) and a plain `setsid sleep &`.
@@ -98,6 +102,7 @@ def test_children_that_made_a_session_of_their_own_are_ended_too(cli, tmp_path):
     _ended(orphan, child)
 
 
+@pytest.mark.slow
 def test_every_contract_step_carries_its_time_limit_from_quota_need_and_wall_budget(cli, project):
     out = start(cli, project, "--test-timeout", "300")
     g = out["goal_id"]
@@ -116,6 +121,7 @@ def test_every_contract_step_carries_its_time_limit_from_quota_need_and_wall_bud
     assert r.code == 0 and r.json["test"]["timeout_seconds"] == limit
 
 
+@pytest.mark.slow
 def test_a_real_library_with_a_seeded_off_by_one(cli, tmp_path, loopx_registry):
     repo = make_library(tmp_path)
     out = start(cli, repo, "--test-id", "tests/test_chunks.py::test_windows",
@@ -153,6 +159,7 @@ def test_a_real_library_with_a_seeded_off_by_one(cli, tmp_path, loopx_registry):
     assert state(cli, g)["status"] == "closed"
 
 
+@pytest.mark.slow
 def test_publish_is_refused_before_the_handoff_and_before_approval(cli, project):
     out = start(cli, project)
     g, wt = out["goal_id"], Path(out["worktree"])
@@ -177,6 +184,7 @@ def test_publish_is_refused_before_the_handoff_and_before_approval(cli, project)
     assert git(origin_of(project), "branch", "--list") == ""
 
 
+@pytest.mark.slow
 def test_disabling_the_plugin_removes_its_commands_not_the_core(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     env["LOOPX_REGISTRY"] = str(tmp_path / "reg.db")

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from issue_fix_helpers import FIXED, as_agent, git, origin_of
 from test_issue_fix import contract, only, start, state, step
 
@@ -32,6 +34,7 @@ def to_handoff(cli, project):
     return out, g
 
 
+@pytest.mark.slow
 def test_the_packet_is_kept_in_loopxs_data_dir_and_refused_once_rewritten(cli, project, tmp_path):
     _, g = to_handoff(cli, project)
     r, _ = step(cli, g, "--root-cause", "add used subtraction")
@@ -54,6 +57,7 @@ def test_the_packet_is_kept_in_loopxs_data_dir_and_refused_once_rewritten(cli, p
     assert "TAMPERED" in cli("issue-fix", "show", g).err
 
 
+@pytest.mark.slow
 def test_a_packet_recorded_at_the_old_place_is_still_read_and_checked(cli, project, loopx_registry):
     """Goals handed off by an older LoopX name ``.git/loopx-issue-fix/<goal>/handoff.md``."""
     from loopx import api
@@ -130,6 +134,7 @@ with open("agent-log.json", "w") as f:
 '''
 
 
+@pytest.mark.slow
 def test_handoff_output_raced_by_a_directory_swapped_for_a_link_never_writes_outside(cli, project, tmp_path):
     out, g = to_handoff(cli, project)
     site = tmp_path / "site-packages"
@@ -167,6 +172,7 @@ echo https://example.invalid/pull/1
 """
 
 
+@pytest.mark.slow
 def test_a_pull_request_body_is_the_recorded_packet_and_a_rewritten_one_pushes_nothing(cli, project, tmp_path,
                                                                                          monkeypatch):
 
@@ -198,6 +204,7 @@ def test_a_pull_request_body_is_the_recorded_packet_and_a_rewritten_one_pushes_n
     assert "--body" in argv and "add used subtraction" in argv and "trust me" not in argv
 
 
+@pytest.mark.slow
 def test_results_rewritten_before_the_hand_off_never_reach_the_packet(cli, project):
     """The packet's table of flipped tests comes from the complete results files (in the goal's
     directory, beside the agent's git metadata): one changed since it was recorded stops the hand-off."""

@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from issue_fix_helpers import BUGGY, FAILING_ID, FIXED, TEST, git, make_project
 from test_issue_fix import start, state, step
 from test_issue_fix_reuse import reproduce, results_file
@@ -111,6 +113,7 @@ def _turn(goal_id, env, cwd):
                             text=True)
 
 
+@pytest.mark.slow
 def test_a_base_run_inside_an_agents_turn_is_out_of_the_agents_reach_and_shared(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     private = tmp_path / "cache" / "loopx" / "private"
@@ -174,6 +177,7 @@ def test_a_base_run_inside_an_agents_turn_is_out_of_the_agents_reach_and_shared(
     assert r.json["test"]["bytecode"]["copied"] >= 1 and r.json["test"]["bytecode"]["refused"] == 0, r.json["test"]
 
 
+@pytest.mark.slow
 def test_a_turn_the_user_runs_unconfined_keeps_its_base_run_and_its_bytecode_goes_with_the_goal(cli, project, tmp_path):
     inside = start(cli, project)["goal_id"]
     p = _turn(inside, _turn_env(cli, tmp_path, LOOPX_UNCONFINED="1"), tmp_path)
@@ -199,6 +203,7 @@ HELPER_TEST = TEST.replace("from calc import add, sub\n", "import sys\nsys.path.
                            "from calc import add, sub\nfrom helper import FIVE\n").replace("== 5", "== FIVE")
 
 
+@pytest.mark.slow
 def test_a_file_the_base_run_opened_outside_the_tree_that_changed_means_the_base_runs_again(cli, tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -222,6 +227,7 @@ def test_a_file_the_base_run_opened_outside_the_tree_that_changed_means_the_base
     assert recreated["test"].get("reused") is None, recreated["test"]
 
 
+@pytest.mark.slow
 def test_code_imported_from_outside_only_as_bytecode_is_covered_too(cli, tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -239,6 +245,7 @@ def test_code_imported_from_outside_only_as_bytecode_is_covered_too(cli, tmp_pat
     assert after["test"].get("reused") is None, after["test"]
 
 
+@pytest.mark.slow
 def test_without_landlock_the_test_run_is_refused_not_run_unconfined(cli, project, monkeypatch):
     out = start(cli, project)
     g, marker = out["goal_id"], project.parent / "ran"
@@ -255,6 +262,7 @@ def test_without_landlock_the_test_run_is_refused_not_run_unconfined(cli, projec
     assert r.json["reproduced"] is True, r
 
 
+@pytest.mark.slow
 def test_the_test_run_cannot_write_outside_its_own_directory(cli, tmp_path):
     target = tmp_path / "written-by-the-tests"
     project = make_project(tmp_path, code=BUGGY, test=TEST + f'''
@@ -284,6 +292,7 @@ sys.addaudithook(_hook)
 '''
 
 
+@pytest.mark.slow
 def test_a_step_that_is_a_loopx_command_runs_in_the_turns_process_not_in_two_more(cli, project, tmp_path):
     """The contract's `loopx exec -- loopx issue-fix reproduce` inside a turn: `exec` hands the step
     to the turn's broker, which serves it in the turn's own process. Before, exec started a confined

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from issue_fix_helpers import git, origin_of
 from test_issue_fix import contract, only, state, step, to_publish
 
@@ -18,6 +20,7 @@ def _todo_status(cli, g) -> dict:
     return {t["id"]: t for t in cli("todo", "list", "--goal-id", g, "--json").json}
 
 
+@pytest.mark.slow
 def test_a_rejected_publish_gate_returns_the_goal_to_fix_with_verify_in_the_contract(cli, project):
     out, s = to_publish(cli, project)
     g, gate, commit = out["goal_id"], s["publish_gate"], s["verification"]["commit"]
@@ -67,6 +70,7 @@ def test_a_rejected_publish_gate_returns_the_goal_to_fix_with_verify_in_the_cont
     assert s["status"] == "closed" and s["phase"] == "published"
 
 
+@pytest.mark.slow
 def test_reopening_the_rejected_publish_gate_puts_the_handoff_back(cli, project):
     out, s = to_publish(cli, project)
     g, gate, commit = out["goal_id"], s["publish_gate"], s["verification"]["commit"]
@@ -87,6 +91,7 @@ def test_reopening_the_rejected_publish_gate_puts_the_handoff_back(cli, project)
     assert state(cli, g)["status"] == "closed"
 
 
+@pytest.mark.slow
 def test_a_failing_gate_decided_hook_refuses_the_decision_and_writes_nothing(cli, project, monkeypatch):
     out, s = to_publish(cli, project)
     g, gate = out["goal_id"], s["publish_gate"]

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from issue_fix_helpers import FAILING_ID, FIXED, TEST_COMMAND, WRONG, git, make_project
 from test_issue_fix import start, state, step
 
@@ -26,6 +28,7 @@ def results_file(cli, g) -> Path:
     return Path(s["goal_dir"], "results", f"{s['reproduction']['evidence_id']}.json")
 
 
+@pytest.mark.slow
 def test_a_later_goal_on_the_same_base_reuses_the_red_base_run_and_still_verifies_for_real(cli, project):
     first, _wt, ran = reproduce(cli, project)
     assert ran["test"].get("reused") is None
@@ -50,6 +53,7 @@ def test_a_later_goal_on_the_same_base_reuses_the_red_base_run_and_still_verifie
     assert used["copied"] >= 1 and used["refused"] == 0, used
 
 
+@pytest.mark.slow
 def test_a_new_base_starts_warm_with_an_earlier_bases_bytecode_of_unchanged_files(cli, project):
     reproduce(cli, project)
     (project / "NOTES.txt").write_text("a file no test reads\n")
@@ -66,6 +70,7 @@ def test_a_new_base_starts_warm_with_an_earlier_bases_bytecode_of_unchanged_file
     assert r.json["verified"] is True, r
 
 
+@pytest.mark.slow
 def test_an_earlier_results_file_that_changed_is_not_reused(cli, project):
     first, _wt, _ = reproduce(cli, project)
     path = results_file(cli, first)
@@ -81,6 +86,7 @@ def test_an_earlier_results_file_that_changed_is_not_reused(cli, project):
     assert third["test"]["reused"]["goal_id"] == g, third["test"]
 
 
+@pytest.mark.slow
 def test_a_pointer_to_another_bases_run_is_not_followed(cli, project):
     first, _wt, _ = reproduce(cli, project)
     other, _wt2, _ = reproduce(cli, project, command=TEST_COMMAND + " -p no:doctest")
@@ -96,6 +102,7 @@ def test_a_pointer_to_another_bases_run_is_not_followed(cli, project):
     assert theirs["test"]["reused"]["goal_id"] == other, theirs["test"]
 
 
+@pytest.mark.slow
 def test_a_package_installed_since_the_base_run_means_the_base_runs_again(cli, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

@@ -30,6 +30,7 @@ def _get(url):
         return e.code, e.headers, e.read()
 
 
+@pytest.mark.slow
 def test_the_packet_path_and_sha256_are_everywhere_a_human_looks(cli, project, server):
     out, s = to_publish(cli, project)
     g = out["goal_id"]
@@ -67,6 +68,7 @@ def test_the_packet_path_and_sha256_are_everywhere_a_human_looks(cli, project, s
 HOSTILE = "# \x1b]0;pwned\x07 <script>alert(1)</script>\nimport calc\ncalc.add = lambda a, b: 5\n"
 
 
+@pytest.mark.slow
 def test_a_test_change_gate_shows_its_diff_in_the_cli_the_goal_view_and_the_approvals_page(cli, tmp_path, server,
                                                                                              loopx_registry):
     repo = make_project(tmp_path)

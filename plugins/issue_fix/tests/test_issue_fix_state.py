@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from issue_fix_helpers import FAILING_ID, FIXED, TEST_COMMAND, as_agent, git, origin_of
 
 #: The namespace as the dict-based Issue-Fix wrote it at ``start``, in the shape of its older
@@ -76,6 +78,7 @@ def _step(cli, goal_id, *extra, expect=0):
     return r
 
 
+@pytest.mark.slow
 def test_a_goal_the_dict_based_code_wrote_goes_on_and_is_migrated(cli, project, loopx_registry):
     r = cli("issue-fix", "start", "--repo", project, "--title", "add subtracts", "--issue-text",
             "add(2, 3) returns -1 instead of 5", "--test-command", TEST_COMMAND, "--json")

@@ -7,6 +7,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 PLUGIN = Path(__file__).resolve().parents[1]
 REPO = PLUGIN.parents[1]
 
@@ -34,6 +36,7 @@ def test_installed_plugin_is_listed_with_its_capability(tmp_path):
     assert run("self-repair", "check", "--json", tmp_path=tmp_path).returncode == 0
 
 
+@pytest.mark.slow
 def test_disabled_plugin_removes_its_commands_and_leaves_the_core_working(tmp_path):
     off = {"LOOPX_DISABLE_PLUGINS": "self_repair"}
     p = run("self-repair", "check", env_extra=off, tmp_path=tmp_path)
@@ -61,6 +64,7 @@ def test_disabled_plugin_removes_its_commands_and_leaves_the_core_working(tmp_pa
     assert "self-repair" in run("--help", tmp_path=tmp_path).stdout
 
 
+@pytest.mark.slow
 def test_without_the_plugin_its_repairs_still_read_replay_and_copy(tmp_path):
     """A repair is the core's vocabulary: with the plugin disabled, history shows the event as
     understood, and `registry copy` carries it (hash-chained, replayed through the core's repair
@@ -116,6 +120,7 @@ def test_the_doc_matches_the_declaration():
     assert capability_doc_problems("self_repair", REPO) == []
 
 
+@pytest.mark.slow
 def test_the_wheel_ships_the_plugin_and_its_skill(tmp_path):
     # As `pip install ./plugins/self_repair` builds it (in an isolated build environment).
     p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
