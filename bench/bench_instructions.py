@@ -28,9 +28,8 @@ import sys
 import time
 
 from bench_startup import AGENT, fill
-from timing import IMPORT_FLOOR, child_env, scratch_dir
+from timing import IMPORT_FLOOR, child_env, enter_scratch, scratch_dir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUDGET = 1.25
 
 
@@ -73,11 +72,7 @@ def main() -> None:
 
 def run(args, tmp: str) -> None:
     """Fill a registry in ``tmp``, count each case ``--runs`` times, print the table."""
-    os.environ["XDG_CONFIG_HOME"] = os.path.join(tmp, "config")  # the registry's key, for every process
-    sys.path.insert(0, ROOT)
-    os.chdir(tmp)
-    url = os.path.join(tmp, "registry.db")
-    trees = {"this tree": sys.executable, **({"base": args.base} if args.base else {})}
+    url, trees = enter_scratch(tmp, args)
     goals = iter(fill(url, (args.runs + 1) * len(trees)))
     base_env = child_env(XDG_CONFIG_HOME=os.environ["XDG_CONFIG_HOME"])
     counts: dict[str, list[int]] = {"import floor": []}

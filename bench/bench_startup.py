@@ -31,9 +31,8 @@ import statistics
 import sys
 import time
 
-from timing import IMPORT_FLOOR, child_env, scratch_dir
+from timing import IMPORT_FLOOR, child_env, enter_scratch, scratch_dir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AGENT = "bench-agent"
 #: Modules whose cumulative import time the -X importtime table shows (what the budgets are about).
 WATCHED = ("datetime", "hashlib", "socket", "signal", "enum", "platformdirs", "tempfile", "loopx.userdirs")
@@ -101,14 +100,10 @@ def main() -> None:
 
 def run(args, tmp: str) -> None:
     """Fill a registry in ``tmp``, start a broker, time the cases, print the tables."""
-    os.environ["XDG_CONFIG_HOME"] = os.path.join(tmp, "config")  # the registry's key, for every process
-    sys.path.insert(0, ROOT)
-    os.chdir(tmp)
+    url, trees = enter_scratch(tmp, args)
     from loopx.broker import Broker
     from loopx.cli import run_inprocess
 
-    url = os.path.join(tmp, "registry.db")
-    trees = {"this tree": sys.executable, **({"base": args.base} if args.base else {})}
     goals = fill(url, (args.runs + 1 + args.importtime) * len(trees))
     broker_dir = os.path.join(tmp, "broker")
     os.mkdir(broker_dir)

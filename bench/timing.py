@@ -87,3 +87,13 @@ def scratch_dir(name: str, keep: bool = False):
             print(f"kept {path}", file=sys.stderr)
         else:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def enter_scratch(tmp: str, args) -> tuple[str, dict[str, str]]:
+    """Make ``tmp`` this bench's world: its config directory (the registry's key, for every
+    process), this checkout first on ``sys.path``, ``tmp`` the working directory. Returns the
+    registry's path in it and the trees to measure (``{"this tree": python, "base": --base}``)."""
+    os.environ["XDG_CONFIG_HOME"] = os.path.join(tmp, "config")
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    os.chdir(tmp)
+    return os.path.join(tmp, "registry.db"), {"this tree": sys.executable, **({"base": args.base} if args.base else {})}
