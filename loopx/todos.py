@@ -115,8 +115,7 @@ def _statuses(tx, goal_id: str, ids) -> dict[str, str]:
 
 def why_not_ready(todo: Todo, *, statuses: dict[str, str], gated: dict[str, tuple], held: bool) -> tuple[str, str] | None:
     """``None`` when ``todo`` is ready; else ``(code, message)`` saying why not. ``gated``: what
-    :func:`held_by_gates` returns; ``held``: whether a claim keeps it from whoever asks
-    (:func:`loopx.todo_ready.claim_holds`)."""
+    :func:`held_by_gates` returns; ``held``: whether a claim keeps it (:func:`loopx.todo_ready.claim_holds`)."""
     if todo.status != "open":
         return "todo_not_open", f"todo {todo.id} is {todo.status}"
     waiting = [d for d in todo.depends_on if statuses.get(d) != "done"]
