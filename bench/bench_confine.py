@@ -3,7 +3,7 @@
 Measures, interleaved so machine load hits both sides alike, the median and p95 of:
 
 * **child**: one ``run_command(["true"])`` the way a step starts a child: inside the step's world
-  (:mod:`loopx.world`: bubblewrap, then Landlock enforced by the watcher), and under Landlock
+  (:mod:`loopx.sandbox.world`: bubblewrap, then Landlock enforced by the watcher), and under Landlock
   alone, against the same call with no step (the watcher alone);
 * **step setup**: building a step (the policy: the hidden paths' siblings listed, the policy file
   written) and starting and stopping its broker;
@@ -65,7 +65,7 @@ print("PROBE " + json.dumps({k: [statistics.median(v), sorted(v)[int(0.95 * (len
 def broker_calls(url: str, work: Path, repeat: int) -> dict:
     """Medians and p95 (ms) of ``loopx status``, ``loopx evidence add`` and ``python -c pass``
     inside one confined step of a real ``loopx turn``."""
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
     from tests.test_turn_helpers import make_goal
 
     with Registry.open(url) as reg:
@@ -89,9 +89,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="the child and step-setup rows only")
     args = ap.parse_args()
 
-    from loopx import confine, process
-    from loopx.broker import Broker
-    from loopx.registry import Registry
+    from loopx.turn import confine
+    from loopx.sandbox import process
+    from loopx.turn.broker import Broker
+    from loopx.ledger.registry import Registry
     from tests.test_turn_helpers import make_goal
 
     if confine.backend() is None:

@@ -20,11 +20,11 @@ from timing import child_env, floors, measure, print_table, scratch_dir
 
 def fill(url: str, n: int) -> str:
     """Create ``n`` goals through the Python API; return the id of one in the middle."""
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     middle = None
-    from loopx.progress import counted
+    from loopx.values.progress import counted
 
     with Registry.open(url) as reg:
         for i in counted(range(n), n, f"filling {n:,} goals"):  # a bar on a terminal only

@@ -14,7 +14,7 @@ Then, in this one process, interleaved and as medians of ``--runs`` samples:
 
 * should-run that opens a run, in-process, long history vs fresh goal (the run is finished,
   untimed, after each sample), and ``evidence add`` likewise; with the state digest as it is, and
-  with the digest left out (to show what the rest costs while loopx/integrity.py is replaced);
+  with the digest left out (to show what the rest costs while loopx/ledger/integrity.py is replaced);
 * the same as whole CLI processes (``python -m loopx``);
 * should-run over MCP (``loopx mcp``, round trip from an SDK client, the agent's open run handed
   back), p50 / p99 on both goals;
@@ -46,7 +46,7 @@ EVENTS_PER_TURN = 7
 def digest_deferred(reg=None, goals=()):
     """Writes skip the state digest (verify before, seal after); ``goals`` are sealed at the end
     (what their last write would have sealed)."""
-    from loopx import integrity
+    from loopx.ledger import integrity
 
     verify, seal = integrity.verify_head, integrity.seal
     integrity.verify_head = lambda tx, goal_id, **kw: []
@@ -79,8 +79,8 @@ class _Outer:
 
 def turn(reg, goal_id: str, i: int) -> None:
     """One whole agent turn through the API: 7 events."""
-    from loopx import evidence, runs, todos
-    from loopx.should_run import should_run
+    from loopx.domain import evidence, runs, todos
+    from loopx.views.should_run import should_run
 
     out = should_run(reg, "user", goal_id=goal_id, agent=AGENT)
     assert out["decision"] == "run" and out["reasons"] == ["ready_work"], out
@@ -96,8 +96,9 @@ def turn(reg, goal_id: str, i: int) -> None:
 
 
 def new_goal(reg, title: str, todo_texts=("first step", "second step")) -> str:
-    from loopx import quota, todos
-    from loopx import goals as project_prompt
+    from loopx.views import quota
+    from loopx.domain import todos
+    from loopx.domain import goals as project_prompt
 
     g = project_prompt.create(reg, "user", title=title, criteria=["it works"])["id"]
     quota.set_limits(reg, "user", goal_id=g, values={"max_turns": 10**8, "max_tokens": 10**14})
@@ -108,8 +109,8 @@ def new_goal(reg, title: str, todo_texts=("first step", "second step")) -> str:
 
 def bulk_turns(reg, goal_id: str, turns: int, batch: int, start: int = 0, log=print) -> float:
     """``turns`` turns, ``batch`` per transaction, digest deferred then sealed; returns seconds."""
-    from loopx import integrity
-    from loopx.registry import Registry
+    from loopx.ledger import integrity
+    from loopx.ledger.registry import Registry
 
     started = time.perf_counter()
     with digest_deferred():
@@ -131,7 +132,8 @@ def bulk_turns(reg, goal_id: str, turns: int, batch: int, start: int = 0, log=pr
 
 
 def bulk_todos(reg, goal_id: str, n: int) -> None:
-    from loopx import api, integrity
+    from loopx import api
+    from loopx.ledger import integrity
 
     with digest_deferred():
         reg.mutate("user", lambda w: [api.todos.add_in(w, text=f"todo {i}") for i in range(n)], goal_id=goal_id)
@@ -151,8 +153,8 @@ def ms(fn) -> float:
 
 def should_run_samples(reg, goals: dict, runs: int, *, digest: bool) -> dict:
     """Median ms of a should-run that opens a run, per goal, interleaved; each run finished untimed."""
-    from loopx import runs as runs_mod
-    from loopx.should_run import should_run
+    from loopx.domain import runs as runs_mod
+    from loopx.views.should_run import should_run
 
     out = {k: [] for k in goals}
     ctx = contextlib.nullcontext() if digest else digest_deferred(reg, goals.values())
@@ -168,7 +170,7 @@ def should_run_samples(reg, goals: dict, runs: int, *, digest: bool) -> dict:
 
 
 def evidence_samples(reg, goals: dict, runs: int, *, digest: bool) -> dict:
-    from loopx import evidence
+    from loopx.domain import evidence
 
     out = {k: [] for k in goals}
     ctx = contextlib.nullcontext() if digest else digest_deferred(reg, goals.values())
@@ -181,7 +183,7 @@ def evidence_samples(reg, goals: dict, runs: int, *, digest: bool) -> dict:
 
 def cli_samples(url: str, reg, goals: dict, runs: int) -> dict:
     """Median ms of whole ``python -m loopx`` processes: should-run (opening a run) and evidence add."""
-    from loopx import runs as runs_mod
+    from loopx.domain import runs as runs_mod
 
     env = child_env(LOOPX_REGISTRY=url)
     py = [sys.executable, "-m", "loopx", "--format", "json"]
@@ -209,7 +211,7 @@ def mcp_samples(url: str, reg, goals: dict, calls: int) -> dict:
     goals' calls interleaved so both see the same machine load."""
     import anyio
 
-    from loopx.should_run import should_run
+    from loopx.views.should_run import should_run
 
     for g in goals.values():
         held = should_run(reg, "user", goal_id=g, agent=AGENT)  # the agent's open run, handed back
@@ -278,7 +280,7 @@ def main() -> None:
 
 
 def run(args, tmp: str) -> None:
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
@@ -331,8 +333,8 @@ def run(args, tmp: str) -> None:
         rows.append(("should-run over MCP, p50 (p99)", f"{mcp['fresh'][0]:.2f} ({mcp['fresh'][1]:.2f}) / "
                      f"{mcp['long'][0]:.2f} ({mcp['long'][1]:.2f}) ms", f"{mcp['long'][0] / mcp['fresh'][0]:.2f}x"))
         log("build rate, one transaction per call...")
-        from loopx import runs as runs_mod
-        from loopx.should_run import should_run
+        from loopx.domain import runs as runs_mod
+        from loopx.views.should_run import should_run
 
         for g in (fresh, long):  # the agent's open runs from the MCP round go first
             held = should_run(reg, "user", goal_id=g, agent=AGENT)["interaction_contract"]["run_id"]
@@ -362,13 +364,13 @@ START, END = "<!-- bench_history:start -->", "<!-- bench_history:end -->"
 
 EXPLAINED = """
 **What a turn reads, whatever the goal has done** (issue 25). Usage is kept in counters
-(`goal_usage`, moved by the run events: `loopx/usage_counts.py`), not summed over runs; the
-ready set is an index kept by the todo events (`todo_deps`, `todo_ready`: `loopx/todo_ready.py`)
+(`goal_usage`, moved by the run events: `loopx/ledger/usage_counts.py`), not summed over runs; the
+ready set is an index kept by the todo events (`todo_deps`, `todo_ready`: `loopx/ledger/todo_ready.py`)
 read a page at a time (the first 5 past gated todos and others' live claims); the newest runs,
 the latest hand-off and the feedback are index ranges with `LIMIT`; `todo claim` reads the one
 todo's dependencies; the attention summary reads its inputs in one statement.
 
-**The state digest costs the rows a write changed** (`loopx/state_macs.py`, schema 9; see
+**The state digest costs the rows a write changed** (`loopx/ledger/state_macs.py`, schema 9; see
 docs/architecture.md). A keyed MAC per state row, summed: a write takes the rows it changed out
 of the trigger-kept change log and updates the sum (three statements), and should-run verifies
 the rows its decision reads against their MACs in one statement, beside the head, the newest
@@ -391,10 +393,10 @@ predecessors, which built the set of every sequence number before it - 5-20 ms p
 **What a write costs** (issue 25). A turn's contract hooks ran each implementation on a thread
 started for the call, to keep its deadline; they now run on reused worker threads (an idle pool;
 a worker whose hook overruns is abandoned with it, the hook named and skipped as before, a veto
-failing closed: `loopx/hooks.py`, `tests/test_hook_workers.py`). An SQLite writer moves the
+failing closed: `loopx/seam/hooks.py`, `tests/test_hook_workers.py`). An SQLite writer moves the
 rollback anchor right after its commit while it still holds the writers' queue, and writers
 that do meet on the anchor take turns on a `flock` instead of SQLite's polling busy handler
-(`loopx/anchor.py`). One `Keyring` per registry and key per process (not one per transaction),
+(`loopx/ledger/anchor.py`). One `Keyring` per registry and key per process (not one per transaction),
 the newest events' hashes remembered (every write re-hashes the window this process just wrote;
 only identical inputs hit), the registry path resolved once per process, and
 `jsonsafe.problem` (every event body, a should-run's whole contract) checks plain values where
@@ -431,7 +433,7 @@ envelope (lock, verify, seal, anchor, commit), and each event's JSON and hashes.
 SQLite trace callback, a whole turn sent 150 statements in the batched build (triggers
 included) and 189 in 12 transactions one transaction per call; now 137, and 177 in 9. The
 self-repair capability's veto (before every should-run) ran LoopX's cheap damage detectors as
-four statements, plus one per pending gate on a todo: `loopx.damage.cheap` now asks whether any
+four statements, plus one per pending gate on a todo: `loopx.domain.damage.cheap` now asks whether any
 of them would find something in one statement, and runs them only when it says so. `evidence
 add` and `run finish` opened a read transaction only to find the run's goal: `Registry.mutate`
 takes `goal_of(tx)`, which on SQLite reads the run inside the write (which holds the database

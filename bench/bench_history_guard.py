@@ -2,7 +2,7 @@
 
 Not a test. Issue 39 made should-run read, in the statement it already sends for the goal's head,
 the goal's count of changed events, every trigger definition and their keyed mark
-(loopx/history_guard.py); its cost must stay flat in history: <= 1.1x on a goal with a million
+(loopx/ledger/history_guard.py); its cost must stay flat in history: <= 1.1x on a goal with a million
 events against a fresh goal.
 
 Building a million events through the API takes this machine over an hour (bench_history.py
@@ -37,8 +37,9 @@ AGENT = "bench-agent"
 
 
 def new_goal(reg, title: str) -> str:
-    from loopx import quota, todos
-    from loopx import goals as project_prompt
+    from loopx.views import quota
+    from loopx.domain import todos
+    from loopx.domain import goals as project_prompt
 
     g = project_prompt.create(reg, "user", title=title, criteria=["it works"])["id"]
     quota.set_limits(reg, "user", goal_id=g, values={"max_turns": 10**8, "max_tokens": 10**14})
@@ -48,8 +49,8 @@ def new_goal(reg, title: str) -> str:
 
 
 def a_turn(reg, goal_id: str, i: int) -> None:
-    from loopx import evidence, runs
-    from loopx.should_run import should_run
+    from loopx.domain import evidence, runs
+    from loopx.views.should_run import should_run
 
     out = should_run(reg, "user", goal_id=goal_id, agent=AGENT)
     assert out["decision"] == "run", out
@@ -60,7 +61,7 @@ def a_turn(reg, goal_id: str, i: int) -> None:
 
 def append_events(reg, goal_id: str, n: int, log=print) -> float:
     """Append ``n`` copies of the goal's ``evidence.added`` events, keyed and chained; seal."""
-    from loopx import integrity
+    from loopx.ledger import integrity
 
     started = time.perf_counter()
 
@@ -96,8 +97,8 @@ def ms(fn) -> float:
 
 
 def in_process(reg, goals: dict, runs: int) -> dict:
-    from loopx import runs as runs_mod
-    from loopx.should_run import should_run
+    from loopx.domain import runs as runs_mod
+    from loopx.views.should_run import should_run
 
     out = {k: [] for k in goals}
     for _ in range(runs + 1):  # the first round warms up
@@ -110,7 +111,7 @@ def in_process(reg, goals: dict, runs: int) -> dict:
 
 
 def processes(url: str, reg, goals: dict, runs: int) -> dict:
-    from loopx import runs as runs_mod
+    from loopx.domain import runs as runs_mod
 
     env = child_env(LOOPX_REGISTRY=url)
     out = {k: [] for k in goals}
@@ -138,7 +139,7 @@ def main() -> None:
 
 def run(args, tmp: str) -> None:
     os.environ.setdefault("XDG_CONFIG_HOME", os.path.join(tmp, "config"))  # the key, beside the registry
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     url = os.path.join(tmp, "registry.db")
     with Registry.open(url) as reg:

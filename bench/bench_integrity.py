@@ -52,9 +52,9 @@ def main() -> None:
 
 def run(args, url: str) -> None:
     """Fill ``url`` and print the table."""
-    from loopx import integrity
-    from loopx.should_run import should_run
-    from loopx.registry import Registry
+    from loopx.ledger import integrity
+    from loopx.views.should_run import should_run
+    from loopx.ledger.registry import Registry
 
     started = time.perf_counter()
     goal_id = fill(url, args.goals)

@@ -80,7 +80,7 @@ def run(args, tmp: Path) -> None:
     import bench_should_run  # beside this script (sys.path[0]), like timing
     import bench_status
 
-    from loopx.registry_copy import copy_registry
+    from loopx.views.registry_copy import copy_registry
 
     tag = uuid.uuid4().hex[:8]
     schemas = {"should_run": f"bench_sr_{tag}", "status": f"bench_st_{tag}"}

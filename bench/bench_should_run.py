@@ -31,13 +31,14 @@ AGENT = "bench-agent"
 
 def fill(url: str, n: int) -> str:
     """Create ``n`` goals through the Python API; return the id of the one in the middle, with an open run."""
-    from loopx import actions, quota, todos
-    from loopx import goals as project_prompt
-    from loopx.should_run import should_run
-    from loopx.registry import Registry
+    from loopx.domain import actions, todos
+    from loopx.views import quota
+    from loopx.domain import goals as project_prompt
+    from loopx.views.should_run import should_run
+    from loopx.ledger.registry import Registry
 
     middle = None
-    from loopx.progress import counted
+    from loopx.values.progress import counted
 
     with Registry.open(url) as reg:
         for i in counted(range(n), n, f"filling {n:,} goals"):  # a bar on a terminal only
@@ -62,8 +63,8 @@ def statements(url: str, goal_id: str, *, plugins: bool) -> int:
     import subprocess
 
     code = ("import sys\n"
-            "from loopx.should_run import should_run\n"
-            "from loopx.registry import Registry\n"
+            "from loopx.views.should_run import should_run\n"
+            "from loopx.ledger.registry import Registry\n"
             "with Registry.open(sys.argv[1]) as reg:\n"
             "    seen = []\n"
             "    reg.store._conn.set_trace_callback(seen.append)\n"

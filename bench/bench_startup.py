@@ -9,7 +9,7 @@ run:
   that has none yet), against the import floor (``import click, pluggy, attrs, cattrs,
   platformdirs, sqlite3``); budget: at most 1.25x (docs/performance.md);
 * ``loopx status`` run by the **in-turn client** (the ``loopx`` a step finds first on its
-  ``PATH``, :func:`loopx.broker_client.write_client`) through a real broker serving in this
+  ``PATH``, :func:`loopx.sandbox.broker_client.write_client`) through a real broker serving in this
   process, against ``python -c pass``; budget: at most 1.5x.
 
 Then ``-X importtime`` of each command (medians over ``--importtime`` runs): how many modules it
@@ -35,7 +35,7 @@ from timing import IMPORT_FLOOR, child_env, enter_scratch, scratch_dir
 
 AGENT = "bench-agent"
 #: Modules whose cumulative import time the -X importtime table shows (what the budgets are about).
-WATCHED = ("datetime", "hashlib", "socket", "signal", "enum", "platformdirs", "tempfile", "loopx.userdirs")
+WATCHED = ("datetime", "hashlib", "socket", "signal", "enum", "platformdirs", "tempfile", "loopx.values.userdirs")
 
 
 def spawn(argv: list[str], env: dict) -> tuple[float, float, int]:
@@ -63,9 +63,9 @@ def importtime(argv: list[str], env: dict) -> dict[str, tuple[int, int]]:
 
 def fill(url: str, goals: int) -> list[str]:
     """``goals`` goals, each with a todo and nothing run yet: should-run on one opens a run."""
-    from loopx import goals as project_prompt
-    from loopx import todos
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.domain import todos
+    from loopx.ledger.registry import Registry
 
     made = []
     with Registry.open(url) as reg:
@@ -82,7 +82,7 @@ def client(python: str, directory: str, env: dict) -> str:
     import subprocess
 
     os.mkdir(directory)
-    code = "import sys; from loopx.broker_client import write_client; print(write_client(sys.argv[1]))"
+    code = "import sys; from loopx.sandbox.broker_client import write_client; print(write_client(sys.argv[1]))"
     out = subprocess.run([python, "-c", code, directory], env=env, capture_output=True, text=True, check=True)
     return os.path.join(out.stdout.strip(), "loopx")
 
@@ -101,7 +101,7 @@ def main() -> None:
 def run(args, tmp: str) -> None:
     """Fill a registry in ``tmp``, start a broker, time the cases, print the tables."""
     url, trees = enter_scratch(tmp, args)
-    from loopx.broker import Broker
+    from loopx.turn.broker import Broker
     from loopx.cli import run_inprocess
 
     goals = fill(url, (args.runs + 1 + args.importtime) * len(trees))

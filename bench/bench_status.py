@@ -39,13 +39,14 @@ MAX_REQUESTS = 200_000  # a hard bound on the load, whatever --seconds says
 
 def fill(url: str, n: int) -> list[str]:
     """``n`` goals of mixed shapes; returns the ids of the busiest goals (for the API load)."""
-    from loopx import gates, quota, runs, todos
-    from loopx import goals as project_prompt
-    from loopx.should_run import should_run
-    from loopx.registry import Registry
+    from loopx.domain import gates, runs, todos
+    from loopx.views import quota
+    from loopx.domain import goals as project_prompt
+    from loopx.views.should_run import should_run
+    from loopx.ledger.registry import Registry
 
     busy = []
-    from loopx.progress import counted
+    from loopx.values.progress import counted
 
     with Registry.open(url) as reg:
         for i in counted(range(n), n, f"filling {n:,} goals"):  # a bar on a terminal only
@@ -69,7 +70,7 @@ def fill(url: str, n: int) -> list[str]:
 
 def goal_ids(url: str, limit: int = 20) -> list[str]:
     """Goals that have runs (reused registries)."""
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(url) as reg, reg.read() as tx:
         rows = tx.query("SELECT goal_id, COUNT(*) AS n FROM runs GROUP BY goal_id ORDER BY n DESC, goal_id LIMIT ?",
@@ -225,7 +226,7 @@ def run(args, url: str) -> None:
     loads = {"view cache on (default)": serve_and_load(url, ids, env, args),
              "view cache off": serve_and_load(url, ids, env, args, cache=False)}
 
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(url) as reg, reg.read() as tx:
         goals = tx.one("SELECT COUNT(*) AS n FROM goals")["n"]

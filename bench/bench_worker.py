@@ -39,10 +39,11 @@ sys.path.insert(0, str(ROOT))
 
 def fill(url: str, goals: int, due: int) -> None:
     """``goals`` goals, ``due`` of them due now (no cadence, no run, no todos), the rest not for a day."""
-    from loopx import clock, ledger
+    from loopx.values import clock
+    from loopx.ledger import log as ledger
     from loopx.model import Event
-    from loopx.registry import Registry
-    from loopx.validate import new_id
+    from loopx.ledger.registry import Registry
+    from loopx.values.validate import new_id
 
     with Registry.open(url) as reg:
         def batch(tx):
@@ -73,7 +74,7 @@ def fill(url: str, goals: int, due: int) -> None:
             tx.executemany("INSERT INTO events (id, goal_id, seq, at, actor, kind, body, operation_id)"
                            " VALUES (?, ?, ?, ?, ?, ?, ?, NULL)", rows)
             ledger.apply_many(tx, events)
-            from loopx import integrity
+            from loopx.ledger import integrity
 
             integrity.backfill(tx)  # chain the ledgers and seal every goal, as the migration does
 

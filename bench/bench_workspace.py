@@ -3,11 +3,11 @@
 Builds a git repository of ``--files`` small files (in a temporary directory, committed once),
 then measures, ``--repeat`` times each, the median and p95 of:
 
-* **new workspace**: :func:`loopx.workspace.ensure` for a fresh goal (``git worktree add`` on a
+* **new workspace**: :func:`loopx.domain.workspace.ensure` for a fresh goal (``git worktree add`` on a
   branch of its own from a snapshot of the checkout, and the event that records it);
 * **again**: the same call for a goal whose workspace exists (what every later turn pays);
-* **diff**: :func:`loopx.workspace.diff` after the agent changed one file;
-* **discard**: :func:`loopx.workspace.discard`;
+* **diff**: :func:`loopx.domain.workspace.diff` after the agent changed one file;
+* **discard**: :func:`loopx.domain.workspace.discard`;
 
 beside two floors measured in the same run: ``git worktree add`` alone and ``git status`` of
 the checkout. Target (issue 35): a new workspace for a 10,000-file repository in at most 1 s.
@@ -34,8 +34,8 @@ def _p95(xs):
 
 
 def _git(repo, *args):
-    """git as LoopX runs it (loopx.gitcmd's environment), so the floor differs only in the work."""
-    from loopx import gitcmd
+    """git as LoopX runs it (loopx.values.gitcmd's environment), so the floor differs only in the work."""
+    from loopx.values import gitcmd
 
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=gitcmd.environment())
 
@@ -79,8 +79,8 @@ def main() -> None:
         tmp = Path(tmp)
         os.environ["XDG_DATA_HOME"] = str(tmp / "data")
         os.environ["XDG_CONFIG_HOME"] = str(tmp / "config")
-        from loopx import goals, workspace
-        from loopx.registry import Registry
+        from loopx.domain import goals, workspace
+        from loopx.ledger.registry import Registry
 
         repo = _repo(tmp / "repo", args.files)
         reg = Registry.open(str(tmp / "registry.db"))

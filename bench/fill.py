@@ -7,17 +7,17 @@ the commands wrote for the template goal (events and every goal table of
 :data:`loopx.store.schema.GOAL_TABLES`) with the template's ids, title, creation numbers and
 contract fingerprint replaced by the new goal's, and everything that depends on them computed
 again with the registry's key as a command computes it: the events' hash chain
-(:func:`loopx.integrity.event_hash`), each state row's MAC over the text the database prints for
+(:func:`loopx.ledger.integrity.event_hash`), each state row's MAC over the text the database prints for
 it (taken from the ``state_dirty`` change log the triggers fill, as
-:func:`loopx.state_macs.seal_incremental` does), the digest's sum, counts and tag
-(:func:`loopx.state_macs.encode`) and the chain head, and the contract fingerprint
-(:func:`loopx.usage.fingerprint_of`). So ``self-repair check`` passes on the result and
+:func:`loopx.ledger.state_macs.seal_incremental` does), the digest's sum, counts and tag
+(:func:`loopx.ledger.state_macs.encode`) and the chain head, and the contract fingerprint
+(:func:`loopx.domain.usage.fingerprint_of`). So ``self-repair check`` passes on the result and
 should-run makes the decision a real goal gets (``run``, not ``repair``);
 ``tests/test_bench_fill.py`` checks both and compares the copies' rows with the API's.
 
 What the bulk path skips is per-command overhead: a process, a transaction and a commit per
 step, and the rollback anchor's entry per goal (an anchor behind the registry is accepted; see
-loopx/anchor.py). A copy's times are its template's. How it is fast: the copies are compiled
+loopx/ledger/anchor.py). A copy's times are its template's. How it is fast: the copies are compiled
 templates (string joins), 25,000 goals a transaction in the order of their ids, the MACs are
 one-shot HMACs, the change log's triggers are left out while a batch is written (and put back,
 as the schema makes them, before it commits), and on SQLite the goal tables' secondary indexes
@@ -66,8 +66,10 @@ def variant(i: int) -> int:
 
 def api_goal(reg, i: int) -> str:
     """Make goal number ``i`` of the mix through the Python API, one command per step; its id."""
-    from loopx import actions, clock, gates, goals, quota, runs, todos
-    from loopx.should_run import should_run
+    from loopx.domain import actions, gates, goals, runs, todos
+    from loopx.values import clock
+    from loopx.views import quota
+    from loopx.views.should_run import should_run
 
     expired = i % EXPIRED_EVERY == 1
     if expired:  # the whole goal two hours ago: its run's lease (an hour) has run out
@@ -100,9 +102,9 @@ class Template:
     """The rows the API wrote for one goal, compiled so that a copy costs string joins and hashes."""
 
     def __init__(self, tx, goal_id: str):
-        from loopx.goals import load_goal
+        from loopx.domain.goals import load_goal
         from loopx.store import schema
-        from loopx.usage import fingerprint_of, usage
+        from loopx.domain.usage import fingerprint_of, usage
 
         self.goal_id = goal_id
         events = tx.query("SELECT * FROM events WHERE goal_id = ? ORDER BY seq", (goal_id,))
@@ -226,9 +228,9 @@ def _hmac_hex(key: bytes):
 
 
 def _drop_triggers(dialect: str) -> list[str]:
-    """The statements that remove the change log's triggers (:func:`loopx.state_macs.trigger_sql`
+    """The statements that remove the change log's triggers (:func:`loopx.ledger.state_macs.trigger_sql`
     makes them again)."""
-    from loopx import state_macs
+    from loopx.ledger import state_macs
 
     if dialect == "sqlite":
         return [f"DROP TRIGGER state_dirty_{t}_{op}" for t in state_macs.TABLES for op in ("insert", "update", "delete")]
@@ -267,7 +269,7 @@ def _make_indexes(tx) -> None:
 def fill(reg, n: int, *, progress=None) -> None:
     """Fill ``reg`` up to ``n`` goals, in batches of one transaction each (so an interrupted fill
     leaves whole batches, and calling this again resumes it)."""
-    from loopx import integrity, keys, state_macs
+    from loopx.ledger import integrity, keys, state_macs
 
     if reg.store.dialect == "sqlite":
         # Goal ids are random, so every batch touches pages all over the indexes: keep them in
@@ -361,7 +363,7 @@ def fill(reg, n: int, *, progress=None) -> None:
                     macs.append((goal_id, table, key, hexed))
             for sql in state_macs.trigger_sql(tx.dialect):
                 tx.execute(sql)
-            from loopx import history_guard
+            from loopx.ledger import history_guard
 
             history_guard.mark(tx)  # (PostgreSQL gives re-created triggers new oids: marked again, with the key)
             tx.executemany("INSERT INTO state_macs (goal_id, tbl, k, mac) VALUES (?, ?, ?, ?)", macs)

@@ -69,7 +69,7 @@ def sqlite_registry(n: int, log) -> str:
     """The cached SQLite registry of ``n`` goals, filled first when missing."""
     import fill
 
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     path = cache_dir() / f"sqlite_{_tag(n)}.db"
     if path.exists():
@@ -94,7 +94,7 @@ def postgres_registry(base: str, n: int, log) -> str:
     import fill
     import psycopg
 
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     name = f"loopx_bench_{_tag(n)}"
     url = _with_schema(base, name)
@@ -193,7 +193,7 @@ def sqlite_commits_per_second(seconds: float = 2.0) -> float:
 
 def sample_goals(url: str, k: int = 20) -> list[str]:
     """Goals for per-goal commands: the newest ``k`` (they have todos, actions and limits)."""
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(url, readonly=True) as reg, reg.read() as tx:
         return [r["id"] for r in tx.query("SELECT id FROM goals ORDER BY created_seq DESC LIMIT ?", (k,))]
@@ -230,7 +230,7 @@ def should_run_case(url: str, env: dict, calls: int) -> tuple:
     goal per call (``calls`` of them, made now through the API as ``bench/fill.py`` makes a
     plain goal of its mix), each asked once, checked to decide ``run``."""
     from fill import api_goal
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(url) as reg:
         fresh = [api_goal(reg, 2) for _ in range(calls)]  # mix number 2: no turn yet, no gate
@@ -288,12 +288,12 @@ def writers(url: str, env: dict, processes: int = 8, writes: int = 100, queue: b
 
     Each process writes to a goal of its own created for this run, so a run measures goals of
     the same size whatever earlier runs left (a write's state digest costs the rows it changed,
-    loopx/state_macs.py, but the goal's other reads are kept comparable too). Latency is what the caller of
+    loopx/ledger/state_macs.py, but the goal's other reads are kept comparable too). Latency is what the caller of
     one write waits: the writers' queue + the transaction + the commit; ``wait`` is the part
     spent queueing, ``own`` the rest.
     """
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     with Registry.open(url) as reg:
         goals = [project_prompt.create(reg, "user", title=f"bench writer {k}")["id"] for k in range(processes + 1)]
@@ -446,7 +446,7 @@ def write_report(path: Path, results: dict, notes: list[str]) -> None:
 
 HOW = """## How the figures stay flat
 
-**The overview costs a page.** Every write applies its events through `loopx.ledger.apply`,
+**The overview costs a page.** Every write applies its events through `loopx.ledger.log.apply`,
 which also refreshes the goal's row in `goal_summary` (status, creation order, lane: closed /
 quiet / attention, the attention codes, the earliest expiry of its open runs) when the event's
 area can move it (goal, quota, gate, run, capability events; todo, action, evidence and reward

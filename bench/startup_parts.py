@@ -22,12 +22,12 @@ import tempfile
 
 #: Functions marked as parts of their own: ``{module: [function, ...]}``.
 FUNCS = {
-    "loopx.plugins": ["hooks", "get_plugin_manager", "event_kinds"],
-    "loopx.capabilities": ["load"],
-    "loopx.should_run": ["_plugin_answers", "_turn", "should_run"],
-    "loopx.contract": ["veto", "contributions", "document", "decide"],
-    "loopx.inputs": ["gather"],
-    "loopx.claims": ["stop_leftovers"],
+    "loopx.seam.plugins": ["hooks", "get_plugin_manager", "event_kinds"],
+    "loopx.seam.capabilities": ["load"],
+    "loopx.views.should_run": ["_plugin_answers", "_turn", "should_run"],
+    "loopx.views.contract": ["veto", "contributions", "document", "decide"],
+    "loopx.views.inputs": ["gather"],
+    "loopx.domain.claims": ["stop_leftovers"],
     "loopx.cli.output": ["emit", "open_registry"],
 }
 

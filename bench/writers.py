@@ -17,9 +17,9 @@ import os
 import sys
 import time
 
-from loopx import todos
-from loopx.errors import LoopxError
-from loopx.registry import Registry
+from loopx.domain import todos
+from loopx.values.errors import LoopxError
+from loopx.ledger.registry import Registry
 
 
 def _time_the_queue(reg):

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 from loopx import hookimpl as hookimpl  # re-exported: `from loopx.api import hookimpl` type-checks
 
 if TYPE_CHECKING:
-    from loopx.capabilities import Capability as Capability
+    from loopx.seam.capabilities import Capability as Capability
     from loopx.cli.output import open_registry as open_registry
-    from loopx.clock import now as now
-    from loopx.errors import LoopxError as LoopxError
-    from loopx.hookspecs.answers import ContributedAction as ContributedAction
-    from loopx.hookspecs.answers import ReadTx as ReadTx
-    from loopx.hookspecs.answers import Veto as Veto
+    from loopx.values.clock import now as now
+    from loopx.values.errors import LoopxError as LoopxError
+    from loopx.seam.hookspecs.answers import ContributedAction as ContributedAction
+    from loopx.seam.hookspecs.answers import ReadTx as ReadTx
+    from loopx.seam.hookspecs.answers import Veto as Veto
     from loopx.model import to_json as to_json
     from loopx.plugin_api import cli as cli
     from loopx.plugin_api import evidence as evidence
@@ -41,22 +41,22 @@ if TYPE_CHECKING:
     from loopx.plugin_api import state as state
     from loopx.plugin_api import testing as testing
     from loopx.plugin_api import todos as todos
-    from loopx.registry import Registry as Registry
-    from loopx.repair_session import RepairSession as RepairSession
-    from loopx.writer import Writer as Writer
+    from loopx.ledger.registry import Registry as Registry
+    from loopx.domain.repair_session import RepairSession as RepairSession
+    from loopx.ledger.writer import Writer as Writer
 
 # Every name, under the heading of docs/plugins.md that documents it: "module:attribute" for a
 # value, "module" for a namespace (tests/test_plugin_api.py checks each member is documented).
 GROUPS = {
     "Errors": {
-        "LoopxError": "loopx.errors:LoopxError",
+        "LoopxError": "loopx.values.errors:LoopxError",
     },
     "The registry": {
         "open_registry": "loopx.cli.output:open_registry",
-        "Registry": "loopx.registry:Registry",
-        "ReadTx": "loopx.hookspecs.answers:ReadTx",
-        "Writer": "loopx.writer:Writer",
-        "now": "loopx.clock:now",
+        "Registry": "loopx.ledger.registry:Registry",
+        "ReadTx": "loopx.seam.hookspecs.answers:ReadTx",
+        "Writer": "loopx.ledger.writer:Writer",
+        "now": "loopx.values.clock:now",
         "to_json": "loopx.model:to_json",
     },
     "Goals and their ledger": {"goals": "loopx.plugin_api.goals"},
@@ -65,13 +65,13 @@ GROUPS = {
     "Evidence": {"evidence": "loopx.plugin_api.evidence"},
     "Runs, actions and rewards": {"runs": "loopx.plugin_api.runs"},
     "Capabilities and their state": {
-        "Capability": "loopx.capabilities:Capability",
+        "Capability": "loopx.seam.capabilities:Capability",
         "state": "loopx.plugin_api.state",
-        "Veto": "loopx.hookspecs.answers:Veto",
-        "ContributedAction": "loopx.hookspecs.answers:ContributedAction",
+        "Veto": "loopx.seam.hookspecs.answers:Veto",
+        "ContributedAction": "loopx.seam.hookspecs.answers:ContributedAction",
     },
     "Pages a capability serves": {"pages": "loopx.plugin_api.pages"},
-    "The repair API: one RepairSession": {"RepairSession": "loopx.repair_session:RepairSession"},
+    "The repair API: one RepairSession": {"RepairSession": "loopx.domain.repair_session:RepairSession"},
     "Ids and validation": {"ids": "loopx.plugin_api.ids"},
     "Commands and output": {"cli": "loopx.plugin_api.cli"},
     "Running a child process": {"process": "loopx.plugin_api.process"},
@@ -99,7 +99,7 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, and no catch-all
 
         module, _, attr = target.partition(":")
         if name == "LoopxError":
-            importlib.import_module("loopx.plugins")  # so that plugin-registered codes are known
+            importlib.import_module("loopx.seam.plugins")  # so that plugin-registered codes are known
         value = importlib.import_module(module)
         if attr:
             value = getattr(value, attr)

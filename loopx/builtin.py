@@ -20,7 +20,7 @@ def open_postgres(url, readonly=False):
     try:
         from loopx.store.postgres import open_postgres as factory
     except ImportError as exc:
-        from loopx.errors import LoopxError
+        from loopx.values.errors import LoopxError
 
         raise LoopxError(
             "registry_unavailable",
@@ -31,13 +31,13 @@ def open_postgres(url, readonly=False):
 
 @hookimpl(trylast=True)
 def loopx_register_executors(register):
-    from loopx.executors.shell import NAME, ShellExecutor
+    from loopx.turn.executors.shell import NAME, ShellExecutor
 
     register(NAME, ShellExecutor())
     # The agent executors import nothing until a turn runs; registering them costs three classes.
-    from loopx.executors.claude_code import ClaudeCodeExecutor
-    from loopx.executors.codex import CodexExecutor
-    from loopx.executors.command import CommandExecutor
+    from loopx.turn.executors.claude_code import ClaudeCodeExecutor
+    from loopx.turn.executors.codex import CodexExecutor
+    from loopx.turn.executors.command import CommandExecutor
 
     register("claude-code", ClaudeCodeExecutor())
     register("codex", CodexExecutor())

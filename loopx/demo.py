@@ -41,7 +41,8 @@ def _command(actor, argv, show, result) -> dict:
 
 def _set_up(reg, user: str):
     """Step 1 of the demo (its transcript entries); returns the goal id, its criteria and its two gates."""
-    from loopx import actions, gates, goals, quota, todos
+    from loopx.domain import actions, gates, goals, todos
+    from loopx.views import quota
 
     command = _command
     title = "Check the toolchain and publish a release note"
@@ -79,11 +80,12 @@ def steps(reg, run_cli=None) -> Iterator[dict]:
     Each entry is ``{"kind": "heading"|"note", "text"}`` or ``{"kind": "command", "actor",
     "argv", "show", "result"}``; ``show`` says how to render ``result`` (``goal``, ``action``,
     ``quota``, ``todo``, ``gate``, ``contract``, ``loop``, ``reward``, ``summary``).
-    ``run_cli``: the CLI in this process, for the turns' broker (see :func:`loopx.turn.turn`).
+    ``run_cli``: the CLI in this process, for the turns' broker (see :func:`loopx.turn.governed.turn`).
     """
-    from loopx import turn as turns
-    from loopx import gates, goals, quota, rewards, summary_all
-    from loopx.should_run import should_run
+    from loopx.turn import governed as turns
+    from loopx.domain import gates, goals, rewards
+    from loopx.views import quota, summary_all
+    from loopx.views.should_run import should_run
 
     user, command = "user", _command
     yield {"kind": "heading", "text": "1. A user sets up a goal: criteria, allowed commands, a budget, a plan, gates"}
@@ -137,8 +139,8 @@ def check_fresh_target(url: str) -> None:
     """Refuse to run the demo on a registry that already holds goals (``target_not_empty``)."""
     import os
 
-    from loopx.errors import LoopxError
-    from loopx.registry import Registry
+    from loopx.values.errors import LoopxError
+    from loopx.ledger.registry import Registry
     from loopx.store.queries.status import goal_count
 
     if "://" not in url and not os.path.exists(url):
@@ -157,10 +159,11 @@ def shown(argv: list[str]) -> str:
 def _world_or_landlock() -> str | None:
     """Without bubblewrap, the demo's steps (LoopX's own scripted commands, no model) run under
     Landlock alone, saying so, so that the README's first command works on a fresh machine; real
-    agents still get the world or nothing (:func:`loopx.confine.check`)."""
+    agents still get the world or nothing (:func:`loopx.turn.confine.check`)."""
     import os
 
-    from loopx import confine, landlock
+    from loopx.turn import confine
+    from loopx.sandbox import landlock
 
     if os.environ.get(confine.ENV_BACKEND) or not sys.platform.startswith("linux") or landlock.abi() < 1:
         return None

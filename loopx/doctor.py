@@ -3,7 +3,7 @@
 Each check says what it found, whether that is ``ok``, a ``warn`` (worth knowing, nothing to fix
 for LoopX to work) or a ``fail`` (something needs fixing), and the command that fixes it:
 confinement (what the kernel offers and what LoopX will use), the agent CLIs (installed version,
-logged in: :mod:`loopx.agent_login`, no model call), the registry's integrity key and its mode,
+logged in: :mod:`loopx.views.agent_login`, no model call), the registry's integrity key and its mode,
 the registry (schema, the damage detectors' summary), where notifications go (a test delivery
 only when asked), the workers' heartbeats, and the plugins with their capabilities. Nothing is
 written, except the test notification's delivery record when one is asked for.
@@ -88,7 +88,8 @@ def _cgroup() -> dict:
 
 def confinement() -> dict:
     """What this kernel offers (Landlock ABI, namespaces, bubblewrap, cgroup v2) and what LoopX uses."""
-    from loopx import confine, landlock
+    from loopx.turn import confine
+    from loopx.sandbox import landlock
 
     abi = landlock.abi() if sys.platform.startswith("linux") else 0
     backend = confine.backend()
@@ -135,7 +136,7 @@ def confinement() -> dict:
 
 def agent_clis(values: dict) -> dict:
     """Each agent CLI: installed (version), logged in. A failure only for an executor in use."""
-    from loopx import agent_login
+    from loopx.views import agent_login
 
     wanted = {v for k, v in values.items() if k == "executor" or k.startswith("executor.")}
     found, status, fixes, parts = [], OK, [], []
@@ -158,8 +159,8 @@ def agent_clis(values: dict) -> dict:
 
 def _open(url: str | None):
     """(the registry opened read-only, or None; the registry check when it cannot be opened)."""
-    from loopx.errors import LoopxError
-    from loopx.registry import Registry, display_url, resolve_url
+    from loopx.values.errors import LoopxError
+    from loopx.ledger.registry import Registry, display_url, resolve_url
 
     resolved = resolve_url(url)
     if "://" not in resolved and not os.path.exists(resolved):
@@ -175,7 +176,7 @@ def _open(url: str | None):
 def _settings(reg) -> dict:
     if reg is None:
         return {}
-    from loopx.supervision import settings
+    from loopx.domain.supervision import settings
 
     with reg.read() as tx:
         try:
@@ -186,7 +187,7 @@ def _settings(reg) -> dict:
 
 def key(reg) -> dict:
     """The registry's integrity key: present, mode 0600 in a 0700 directory."""
-    from loopx import keys
+    from loopx.ledger import keys
 
     if reg is None:
         return _check("integrity key", WARN, "no registry open: no key to check")
@@ -215,8 +216,8 @@ def key(reg) -> dict:
 
 def registry(reg) -> dict:
     """Schema version against this LoopX's, and the damage detectors' findings by code."""
-    from loopx import damage
-    from loopx.registry import display_url
+    from loopx.domain import damage
+    from loopx.ledger.registry import display_url
     from loopx.store import schema
 
     version = reg.store.schema_version()
@@ -244,7 +245,7 @@ def registry(reg) -> dict:
 
 def notifications(reg, values: dict, send_test: bool) -> dict:
     """Where a "needs you" goes; with ``send_test``, one test delivery through each target."""
-    from loopx import plugins as plugin_manager
+    from loopx.seam import plugins as plugin_manager
 
     hooks = plugin_manager.hooks()
     targets = {k: values[k] for k in ("notify.command", "notify.webhook") if values.get(k)}
@@ -256,14 +257,15 @@ def notifications(reg, values: dict, send_test: bool) -> dict:
     names = ", ".join([*(k.split(".")[1] for k in targets), *(["a plugin's hook"] if hooked else [])])
     if not send_test or reg is None:
         return _check("notifications", OK, f"sent by {names} (`loopx doctor --notify-test` sends a test)", details)
-    from loopx import clock, notify
-    from loopx.registry import display_url
+    from loopx.values import clock
+    from loopx.views import notify
+    from loopx.ledger.registry import display_url
 
     now = clock.now()
     payload = {"schema": notify.SCHEMA, "id": f"doctor:{now}", "goal_id": "-", "title": "", "decision": "ask_user",
                "reason": "doctor_test", "message": "loopx doctor: a test notification; nothing needs you",
                "commands": [], "command": "", "at": now, "registry": display_url(reg.store.url)}
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(reg.store.url, create=False) as writable:  # the delivery is recorded (notify list)
         results = notify.deliver(writable, payload, values)
@@ -279,7 +281,7 @@ def workers(reg) -> dict:
     """Workers seen lately by their heartbeats: running, stopped, died."""
     if reg is None:
         return _check("workers", WARN, "no registry open")
-    from loopx.supervision import workers as seen
+    from loopx.domain.supervision import workers as seen
 
     with reg.read() as tx:
         rows = seen(tx)
@@ -300,8 +302,8 @@ def workers(reg) -> dict:
 
 def plugins() -> dict:
     """Installed plugins with the capabilities they declare; a plugin that failed to load fails."""
-    from loopx import capabilities
-    from loopx import plugins as plugin_manager
+    from loopx.seam import capabilities
+    from loopx.seam import plugins as plugin_manager
 
     found = plugin_manager.describe()
     caps = capabilities.load()

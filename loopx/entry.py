@@ -2,7 +2,7 @@
 
 Inside a confined step (``LOOPX_BROKER`` is set) every ``loopx`` an agent runs is a broker
 client: it forwards its arguments to the step's broker and prints the answer
-(:mod:`loopx.broker_client`). It does that before anything of the command line is imported -
+(:mod:`loopx.sandbox.broker_client`). It does that before anything of the command line is imported -
 click and the CLI's modules cost a client about 30 ms it has no use for. ``loopx mcp`` runs
 where it is started (its tool calls go to the broker).
 """
@@ -23,7 +23,7 @@ def main() -> None:
     try:
         try:
             if os.environ.get("LOOPX_BROKER") and sys.argv[1:2] != ["mcp"]:
-                from loopx.broker_client import forward
+                from loopx.sandbox.broker_client import forward
 
                 sys.exit(forward(sys.argv[1:]))
             cli = _load_cli()
@@ -33,7 +33,7 @@ def main() -> None:
             if sys.stdout is not None:
                 sys.stdout.flush()
     except BrokenPipeError:
-        from loopx.terminal import closed_pipe
+        from loopx.values.terminal import closed_pipe
 
         closed_pipe()
 

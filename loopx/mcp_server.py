@@ -41,10 +41,10 @@ def tool_name(command: str, sub: str | None = None) -> str:
 
 def refused_tools() -> set[str]:
     """The tool names refused with ``actor_forbidden``, never run: every command the broker refuses
-    an executor (:data:`loopx.broker.REFUSED`, the installed capabilities' ``user_commands``) by
+    an executor (:data:`loopx.turn.broker.REFUSED`, the installed capabilities' ``user_commands``) by
     its tool name. One definition, so a command made the user's there is refused here too."""
-    from loopx.broker import REFUSED
-    from loopx.capabilities import user_commands
+    from loopx.turn.broker import REFUSED
+    from loopx.seam.capabilities import user_commands
 
     return {tool_name(command, sub) for command, sub in REFUSED | user_commands()}
 
@@ -68,7 +68,7 @@ class Tools:
 
     def call(self, name: str, args: dict) -> dict:
         """Run tool ``name``; raises ``LoopxError`` with the CLI's codes."""
-        from loopx.errors import LoopxError
+        from loopx.values.errors import LoopxError
 
         if name in self.refused():
             raise LoopxError("actor_forbidden", f"{name} is for users only; loopx mcp acts as the executor")
@@ -89,7 +89,7 @@ class Tools:
 class BrokeredTools(Tools):
     """The same tools inside a confined step: each call goes to the turn's broker as the CLI
     command it stands for (:meth:`loopx.operations.Operation.encode`), so it acts as *this
-    run's* executor (:mod:`loopx.broker`)."""
+    run's* executor (:mod:`loopx.turn.broker`)."""
 
     def __init__(self):
         super().__init__(None)
@@ -100,8 +100,8 @@ class BrokeredTools(Tools):
         return self._cli(op.encode(args))
 
     def _cli(self, argv: list) -> dict:
-        from loopx.broker_client import request
-        from loopx.errors import LoopxError
+        from loopx.sandbox.broker_client import request
+        from loopx.values.errors import LoopxError
 
         try:
             answer = request(["--format", "json", *[str(a) for a in argv]])
@@ -135,8 +135,8 @@ def serve(registry_url: str | None = None) -> None:
     from mcp.server.stdio import stdio_server
 
     from loopx import __version__
-    from loopx.errors import LoopxError
-    from loopx.registry import Registry
+    from loopx.values.errors import LoopxError
+    from loopx.ledger.registry import Registry
 
     # Inside a step the registry is out of reach: every call goes through the turn's broker.
     reg = None if _brokered() else Registry.open(registry_url)
@@ -163,7 +163,7 @@ def serve(registry_url: str | None = None) -> None:
         return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(out, ensure_ascii=False))])
 
     async def list_resources(ctx, params):
-        from loopx import goals as goal_store
+        from loopx.domain import goals as goal_store
 
         goals = tools.list_goals()[:50] if reg is None else goal_store.list_goals(reg, limit=50)
         return types.ListResourcesResult(resources=[
@@ -207,7 +207,7 @@ def serve(registry_url: str | None = None) -> None:
 
 def _exec_step(registry_url: str | None, args: dict) -> dict:
     """``exec_step`` on a connection of its own (called on a worker thread)."""
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     if _brokered():
         return BrokeredTools().call("exec_step", args)
@@ -320,7 +320,7 @@ def _decode(line: bytes):
         text = line.decode("utf-8")
     except UnicodeDecodeError:
         return _rpc_error(None, -32700, "Parse error: the line is not UTF-8"), None
-    from loopx.jsonsafe import depth
+    from loopx.values.jsonsafe import depth
 
     if depth(text, MAX_MESSAGE_DEPTH) > MAX_MESSAGE_DEPTH:
         return _rpc_error(_request_id(text), -32600,

@@ -3,7 +3,7 @@
 What an agent does to LoopX (ask should-run, read a goal, add / claim / finish todos, record
 evidence, run an allowed step, finish its run, ask for a gate) is served on three surfaces: the
 ``loopx`` CLI, the MCP server (:mod:`loopx.mcp_server`) and, inside a confined step, the turn's
-broker (:mod:`loopx.broker`), which takes CLI argv. Each surface is derived from one
+broker (:mod:`loopx.turn.broker`), which takes CLI argv. Each surface is derived from one
 :class:`Operation` here: the MCP tool's name, description and JSON schema (:meth:`Operation.schema`),
 the argv the broker is sent (:meth:`Operation.encode`), the click options of the CLI command
 (:mod:`loopx.cli.op_options`) and the call on an open registry (:meth:`Operation.run`).
@@ -18,14 +18,14 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 from loopx.model import GATE_SCOPES, TODO_PRIORITIES
-from loopx.validate import id_pattern
+from loopx.values.validate import id_pattern
 
 #: The actor every operation here runs as on the MCP server and the broker (a run's executor).
 EXECUTOR = "executor"
 
 
 def id_schema(kind: str, description: str) -> dict:
-    """The JSON schema of an id of ``kind`` (:func:`loopx.validate.id_pattern`, the one definition)."""
+    """The JSON schema of an id of ``kind`` (:func:`loopx.values.validate.id_pattern`, the one definition)."""
     return {"type": "string", "pattern": id_pattern(kind), "description": description}
 
 
@@ -133,7 +133,7 @@ def check_args(schema: dict, args: dict) -> None:
     """Check ``args`` against the subset of JSON Schema the tool schemas use (``invalid_argument``)."""
     import re
 
-    from loopx.errors import LoopxError
+    from loopx.values.errors import LoopxError
 
     def bad(msg):
         raise LoopxError("invalid_argument", msg)
@@ -177,14 +177,15 @@ def check_args(schema: dict, args: dict) -> None:
 # -- handlers: one call into the domain each (imports are lazy: the CLI reads this table) --------
 
 def _should_run(reg, actor, goal_id, agent, ttl_seconds):
-    from loopx.should_run import should_run
+    from loopx.views.should_run import should_run
 
     return should_run(reg, actor, goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
 
 
 def _goal_status(reg, actor, goal_id):
-    from loopx import clock, goals
-    from loopx.needs_you import needs
+    from loopx.values import clock
+    from loopx.domain import goals
+    from loopx.views.needs_you import needs
 
     out = goals.show(reg, goal_id)
     # Whether it waits for a person, and why: the one definition status and the dashboard use.
@@ -200,45 +201,45 @@ def _goal_status_brokered(call, goal_id):
 
 
 def _todo_add(reg, actor, goal_id, run_id, text, priority, depends_on):
-    from loopx import todos
+    from loopx.domain import todos
 
     return todos.add(reg, actor, goal_id=goal_id, run_id=run_id, text=text, priority=priority,
                      depends_on=list(depends_on))
 
 
 def _todo_claim(reg, actor, goal_id, todo_id, run_id, agent):
-    from loopx import todos
+    from loopx.domain import todos
 
     return todos.claim(reg, actor, goal_id=goal_id, todo_id=todo_id, run_id=run_id, agent=agent)
 
 
 def _todo_done(reg, actor, goal_id, todo_id, run_id, note):
-    from loopx import todos
+    from loopx.domain import todos
 
     return todos.settle(reg, actor, "done", goal_id=goal_id, todo_id=todo_id, run_id=run_id, note=note)
 
 
 def _evidence_add(reg, actor, run_id, kind, summary, data):
-    from loopx import evidence
+    from loopx.domain import evidence
 
     return evidence.record(reg, actor, run_id=run_id, kind=kind, summary=summary, data=data)
 
 
 def _exec_step(reg, actor, run_id, action, argv, timeout_seconds):
-    from loopx import actions
+    from loopx.domain import actions
 
     kw = {"timeout": timeout_seconds} if timeout_seconds else {}
     return actions.execute(reg, actor, run_id=run_id, action=action, argv=argv, **kw)
 
 
 def _run_finish(reg, actor, run_id, outcome, tokens, cost, handoff):
-    from loopx import runs
+    from loopx.domain import runs
 
     return runs.finish(reg, actor, run_id=run_id, outcome=outcome, tokens=tokens, cost=cost, handoff=handoff)
 
 
 def _gate_request(reg, actor, goal_id, title, scope, blocks):
-    from loopx import gates
+    from loopx.domain import gates
 
     return gates.add(reg, actor, goal_id=goal_id, title=title, scope=scope, blocks=blocks)
 

@@ -19,7 +19,7 @@ test suite gets these fixtures without any ``conftest.py``:
 ``loopx_clock``
     LoopX's wall clock, moved by the test instead of waited for: ``loopx_clock.advance(3600)``
     moves it in this process and in every ``loopx`` process the test starts afterwards or has
-    running (``LOOPX_CLOCK_OFFSET_FILE``, set for the test; see :mod:`loopx.clock`). A lease, a
+    running (``LOOPX_CLOCK_OFFSET_FILE``, set for the test; see :mod:`loopx.values.clock`). A lease, a
     claim's TTL or a cadence passes at once; durations (time-outs) still run on the real clock.
 
 :func:`wait_until` polls a condition another process brings about, with a deadline: the one way
@@ -65,7 +65,7 @@ def loopx_registry(tmp_path, tmp_path_factory, monkeypatch):
     integrity key lives in the test's own config directory (``XDG_CONFIG_HOME``), never the user's.
     The test runs in an empty directory of its own: the project of a goal it makes without one
     (a goal's workspace is never a worktree of the checkout the tests run from)."""
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
     path = tmp_path / "registry.db"
@@ -88,7 +88,7 @@ def loopx_plugin():
     restored, so the next test sees LoopX exactly as installed.
     """
     from loopx.cli import cli
-    from loopx.plugins import get_plugin_manager
+    from loopx.seam.plugins import get_plugin_manager
 
     pm = get_plugin_manager()
     commands_before = dict(cli.commands)
@@ -107,7 +107,7 @@ def loopx_plugin():
         pm.check_pending()
         if cli.__dict__.get("_plugin_commands_of") is pm:
             # The CLI already asked this manager's plugins for their commands; ask this one now.
-            from loopx.plugins import hooks
+            from loopx.seam.plugins import hooks
 
             hooks().register_commands(cli, only=plugin)
         return plugin
@@ -204,7 +204,7 @@ class ScriptedClock:
     @property
     def env(self) -> dict:
         """The environment a ``loopx`` process needs to follow this clock (set for the test already)."""
-        from loopx import clock
+        from loopx.values import clock
 
         return {clock.OFFSET_ENV: self.path}
 
@@ -220,7 +220,7 @@ class ScriptedClock:
     def _write(self) -> None:
         import os
 
-        from loopx import clock
+        from loopx.values import clock
 
         clock.set_offset(self.offset)
         tmp = self.path + ".tmp"
@@ -232,7 +232,7 @@ class ScriptedClock:
 @pytest.fixture
 def loopx_clock(tmp_path, monkeypatch):
     """A :class:`ScriptedClock` at the real time; back to the real time after the test."""
-    from loopx import clock
+    from loopx.values import clock
 
     moved = ScriptedClock(tmp_path / "loopx-clock-offset")
     monkeypatch.setenv(clock.OFFSET_ENV, moved.path)
@@ -250,7 +250,7 @@ def capability_doc_problems(name: str, doc_root=".") -> list[str]:
     """
     from pathlib import Path
 
-    from loopx import capabilities
+    from loopx.seam import capabilities
 
     cap = capabilities.get(name)
     path = Path(doc_root) / cap.doc
@@ -334,8 +334,8 @@ def tamper_sqlite(reg, *statements, reseal: bool = True) -> None:
         con.close()
     if not reseal:
         return
-    from loopx import integrity
-    from loopx.rekey import anchor_as_it_stands
+    from loopx.ledger import integrity
+    from loopx.ledger.rekey import anchor_as_it_stands
     from loopx.store.queries.ledger import ledger_goals
 
     def work(tx):
@@ -358,7 +358,7 @@ def old_sqlite_registry(path) -> int:
 def forbid_ledger_replay(monkeypatch) -> None:
     """Make any replay of a goal's ledger fail the test (``monkeypatch``: pytest's fixture), for
     a test that a path is cheap: a check that must never replay history, whatever its length."""
-    from loopx import ledger
+    from loopx.ledger import log as ledger
 
     def no_replay(*_args, **_kw):
         raise AssertionError("this path must not replay the ledger")
@@ -370,6 +370,6 @@ def landlock_step(registry_url: str, workdir: str):
     """A turn's confinement built with Landlock alone (no mount namespace), as an unprivileged user
     on a kernel without user namespaces gets it: for a plugin's tests of what that policy lets a
     step write. Returns the core's ``Step`` (``run_command`` confines a child under it)."""
-    from loopx import confine
+    from loopx.turn import confine
 
     return confine.Step(registry_url=registry_url, workdir=workdir, backend="landlock")

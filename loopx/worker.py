@@ -2,19 +2,19 @@
 
 The worker keeps a schedule of the open goals (when each is next due, by its cadence) and
 starts a governed turn - a ``loopx turn`` child process, with the goal's configured executor
-(:func:`loopx.supervision.executor_for`) - for each goal that is due, at most ``concurrency`` at
+(:func:`loopx.domain.supervision.executor_for`) - for each goal that is due, at most ``concurrency`` at
 once. A turn's answer decides what comes next: after an ``ok`` turn the goal is looked at again
 at once (its cadence applies); after a ``wait`` it is due at ``next_eligible_at``; after
 ``ask_user``, ``repair``, ``stop`` or a turn that did not end ``ok`` it is *parked* until its
 ledger moves (a person approved the gate, added a todo, retried...). A turn that ``failed`` is
 tried again ``retry_seconds`` after it ended, doubling with each failed turn in a row (at most an
-hour): the back-off is worked out from the goal's runs (:func:`loopx.supervision.retry_at`), so
+hour): the back-off is worked out from the goal's runs (:func:`loopx.domain.supervision.retry_at`), so
 the turn's own ledger events, a rescan or a restart never shorten it, and ``loopx status`` shows
 the same next attempt. The same step failing ``stuck_after`` runs in a row makes the decision
 ``ask_user``, which parks the goal; a user's ``project-prompt retry`` starts the count again.
 
 **Never two turns of one goal at once.** A worker starts a turn only after winning the goal's
-lease (:func:`loopx.supervision.acquire`), which raises the goal's fencing token; the turn's
+lease (:func:`loopx.domain.supervision.acquire`), which raises the goal's fencing token; the turn's
 should-run refuses to open a run unless that token is still current, so two workers on one
 SQLite file or on one PostgreSQL registry from several machines never run one goal twice.
 Leases are renewed at every heartbeat while a turn runs.
@@ -27,8 +27,8 @@ whose ledger moved (events after the last one it saw).
 
 **Heartbeats** (id, host, pid, started, last beat, current goals and turns) go to the registry
 every ``beat_seconds``; ``loopx status``, ``loopx worker list`` and the dashboard show them. A
-user's ``loopx worker stop`` (:func:`loopx.supervision.request_stop`) is read at every heartbeat
-and registry change: the worker stops as on SIGTERM and exits 0. Its log: :mod:`loopx.worker_log`.
+user's ``loopx worker stop`` (:func:`loopx.domain.supervision.request_stop`) is read at every heartbeat
+and registry change: the worker stops as on SIGTERM and exits 0. Its log: :mod:`loopx.values.worker_log`.
 
 **Signals.** SIGTERM or SIGINT: start no new turn, pass SIGTERM on to the running turns (each
 lets its step finish within its grace period and closes its run ``interrupted``), wait for them,
@@ -37,7 +37,7 @@ record the stop, exit. A second signal is passed on too (the turns then stop the
 **Time.** Durations and the schedule run on the monotonic clock. Each pass compares the wall
 clock with it; a jump (the wall clock moved more than :data:`JUMP_SECONDS` against it) is
 recorded and the whole schedule recomputed, and a run opened "in the future" is not trusted as
-the start of a cadence (see :func:`loopx.supervision.candidates`).
+the start of a cadence (see :func:`loopx.domain.supervision.candidates`).
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ import socket
 import threading
 import time
 
-from loopx import clock
-from loopx.worker_log import Faults, passing_fault, shown_url, turn_end, write_fault
-from loopx.worker_threads import Notifier, watch_changes
-from loopx.worker_turns import Child, answer, start_turn
+from loopx.values import clock
+from loopx.values.worker_log import Faults, passing_fault, shown_url, turn_end, write_fault
+from loopx.turn.worker_threads import Notifier, watch_changes
+from loopx.turn.worker_turns import Child, answer, start_turn
 
 JUMP_SECONDS = 30.0
 MAX_SLEEP = 60.0
@@ -70,17 +70,17 @@ class Worker:
                  retry_seconds: float = 30.0, workdir: str | None = None, log_format: str = "text"):
         import secrets
 
-        from loopx.registry import resolve_url
+        from loopx.ledger.registry import resolve_url
 
         self.url = resolve_url(url)
         if "://" not in self.url and self.url != ":memory:":
-            self.url = os.path.abspath(self.url)  # its turns run elsewhere (loopx.selfrun.CWD)
+            self.url = os.path.abspath(self.url)  # its turns run elsewhere (loopx.sandbox.selfrun.CWD)
         # Where the goals' agents work: passed to each turn, which runs in LoopX's own directory.
         self.workdir = os.path.abspath(workdir or os.getcwd())
         self.concurrency, self.executor = concurrency, executor
         self.id = "w-" + secrets.token_hex(6)
         self.agent = agent or f"worker:{self.id}"
-        from loopx.worker_log import WorkerLog
+        from loopx.values.worker_log import WorkerLog
 
         self.log = WorkerLog(self.id, log_format)
         self.stop_request: dict | None = None
@@ -112,7 +112,7 @@ class Worker:
         self.gen[goal_id] = self.gen.get(goal_id, 0) + 1  # invalidates its heap entries
 
     def _plan(self, rows: list[dict], values: dict) -> None:
-        from loopx.supervision import executor_for, retry_at
+        from loopx.domain.supervision import executor_for, retry_at
 
         mono, wall = time.monotonic(), clock.epoch()
         for row in rows:
@@ -137,7 +137,7 @@ class Worker:
 
     def _scan(self, reg, goal_ids: list[str] | None = None) -> None:
         from loopx.store.queries.supervision import newest_event_row
-        from loopx.supervision import candidates, settings
+        from loopx.domain.supervision import candidates, settings
 
         with reg.read() as tx:
             values = settings(tx)
@@ -173,7 +173,7 @@ class Worker:
     # ------------------------------------------------------------------ turns
 
     def _start(self, reg, goal_id: str) -> None:
-        from loopx.supervision import acquire, executor_for, settings
+        from loopx.domain.supervision import acquire, executor_for, settings
 
         token = acquire(reg, goal_id, self.id, self.lease_seconds)
         if token is None:  # another worker has it: look again when its lease may have ended
@@ -190,7 +190,7 @@ class Worker:
         self.log("turn_start", goal=goal_id, executor=executor, pid=child.proc.pid)
 
     def _reap(self, reg) -> None:
-        from loopx.supervision import release
+        from loopx.domain.supervision import release
 
         for goal_id, child in list(self.children.items()):
             if not child.done:
@@ -205,7 +205,7 @@ class Worker:
             self._after(reg, goal_id, child)
 
     def _log_end(self, reg, child: Child, seconds: float) -> None:
-        """The turn_end line (:func:`loopx.worker_log.turn_end`), with its run's tokens and cost."""
+        """The turn_end line (:func:`loopx.values.worker_log.turn_end`), with its run's tokens and cost."""
         out, run = answer(child), None
         if out.get("run_id"):
             from loopx.store.queries.supervision import run_spent
@@ -249,7 +249,7 @@ class Worker:
     # ------------------------------------------------------------------ time, signals, changes
 
     def _check_clock(self, reg) -> None:
-        from loopx.supervision import record_jump
+        from loopx.domain.supervision import record_jump
 
         skew = clock.epoch() - time.monotonic()
         if self._skew is None:
@@ -284,9 +284,9 @@ class Worker:
                       self.changed, self.wake)
 
     def _fault(self, reg, exc):
-        """Wait out a registry fault (:class:`loopx.worker_log.Faults`; any other error is raised), then
+        """Wait out a registry fault (:class:`loopx.values.worker_log.Faults`; any other error is raised), then
         reconnect (the old connection may be gone for good); the registry to go on with."""
-        from loopx.registry import Registry
+        from loopx.ledger.registry import Registry
 
         self.faults.wait(exc, lambda: self.stop_signal is not None, self.wake)
         try:
@@ -306,7 +306,7 @@ class Worker:
 
     def run(self) -> dict:
         """Run until a signal (or, with ``exit_when_idle``, until nothing is due or running)."""
-        from loopx.claims import owner_here
+        from loopx.domain.claims import owner_here
 
         self._closing = False
         started_at = clock.now()
@@ -348,8 +348,8 @@ class Worker:
     def _connect(self, info: dict) -> bool:
         """Open the registry, record the first heartbeat and scan the goals, waiting out faults
         (a full disk, a database away at start); False if stopped before that succeeded."""
-        from loopx.registry import Registry
-        from loopx.supervision import beat
+        from loopx.ledger.registry import Registry
+        from loopx.domain.supervision import beat
 
         while self.stop_signal is None:
             try:
@@ -364,7 +364,7 @@ class Worker:
 
     def _loop(self, info: dict, notifier, watcher: threading.Thread) -> None:
         """The main loop: reap ended turns, read what changed, start what is due, beat, sleep."""
-        from loopx.supervision import changed_goals
+        from loopx.domain.supervision import changed_goals
 
         next_beat = time.monotonic() + self.beat_seconds
         signalled = False
@@ -414,7 +414,7 @@ class Worker:
 
     def _read_changes(self, reg, notifier) -> None:
         """After a commit elsewhere: read the goals whose ledger moved (and a user's stop request)."""
-        from loopx.supervision import changed_goals, stop_requested
+        from loopx.domain.supervision import changed_goals, stop_requested
 
         if not self.changed.is_set():
             return
@@ -430,7 +430,7 @@ class Worker:
 
     def _beat(self, reg, info: dict, notifier) -> None:
         """A heartbeat: renew the leases of the running turns (stopping those lost), record the beat."""
-        from loopx.supervision import beat, renew
+        from loopx.domain.supervision import beat, renew
 
         lost = renew(reg, {g: c.token for g, c in self.children.items()}, self.id, self.lease_seconds)
         for g in lost:  # another worker holds it now: stop this turn
@@ -447,7 +447,7 @@ class Worker:
     def _close(self, notifier, before: dict) -> None:
         """On the way out, whatever happened: stop the notifier and any turn left, record the stop,
         close the registry, give the signals back their handlers."""
-        from loopx.supervision import beat
+        from loopx.domain.supervision import beat
 
         self._closing = True
         write_fault(self.id, None)

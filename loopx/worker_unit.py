@@ -10,8 +10,8 @@ def unit(url: str | None, concurrency: int, executor: str, grace_seconds: float,
     absolute path, in LoopX's own directory, its agents working in ``workdir`` (default: here)."""
     import shlex
 
-    from loopx import selfrun
-    from loopx.registry import resolve_url
+    from loopx.sandbox import selfrun
+    from loopx.ledger.registry import resolve_url
 
     argv = [*selfrun.console_script(), "worker", "--concurrency", str(concurrency), "--executor", executor,
             "--grace-seconds", str(grace_seconds), "--workdir", os.path.abspath(workdir or os.getcwd())]

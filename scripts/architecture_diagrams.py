@@ -6,7 +6,7 @@
 
 * ``layers``: the import-linter layer contracts of pyproject.toml ([tool.importlinter]), top
   layer first - what tests/test_import_layers.py and CI check.
-* ``hooks``: the hook specifications in loopx/hookspecs/, module by module (read as source, so
+* ``hooks``: the hook specifications in loopx/seam/hookspecs/, module by module (read as source, so
   nothing is imported).
 
 In the doc each sits in a fenced block right after a ``<!-- generated: NAME -->`` line.
@@ -64,9 +64,9 @@ def layers() -> str:
 
 
 def hooks() -> str:
-    """Every hookspec, by the module of loopx/hookspecs/ it is specified in, with its first doc line."""
+    """Every hookspec, by the module of loopx/seam/hookspecs/ it is specified in, with its first doc line."""
     out = []
-    for path in sorted((ROOT / "loopx" / "hookspecs").glob("*.py")):
+    for path in sorted((ROOT / "loopx" / "seam" / "hookspecs").glob("*.py")):
         if path.name == "__init__.py":
             continue
         tree = ast.parse(path.read_text())
@@ -74,7 +74,7 @@ def hooks() -> str:
                  and any("hookspec" in ast.unparse(d) for d in node.decorator_list)]
         if not specs:
             continue
-        out.append(f"loopx/hookspecs/{path.name}")
+        out.append(f"loopx/seam/hookspecs/{path.name}")
         for node in specs:
             args = ", ".join(a.arg for a in node.args.args)
             doc = (ast.get_docstring(node) or "").split("\n\n")[0].replace("\n", " ")

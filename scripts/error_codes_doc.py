@@ -4,7 +4,7 @@
     python scripts/error_codes_doc.py --check    # exit 1 if docs/errors.md differs
     python scripts/error_codes_doc.py --write    # put the current tables into the doc
 
-The core's codes come from ``loopx.errors.CODES`` (and ``RESERVED``); the codes of the plugins
+The core's codes come from ``loopx.values.errors.CODES`` (and ``RESERVED``); the codes of the plugins
 that live in this repository (``plugins/*``) from their ``loopx_register_error_codes`` hook,
 imported from the checkout (nothing needs to be installed). In the doc the tables sit between
 ``<!-- generated: codes -->`` and ``<!-- end generated -->``.
@@ -48,7 +48,7 @@ def plugin_codes() -> dict[str, dict[str, str]]:
 def section() -> str:
     """The generated part of docs/errors.md: the core's codes, then each bundled plugin's."""
     sys.path.insert(0, str(ROOT))
-    from loopx.errors import CODES, RESERVED
+    from loopx.values.errors import CODES, RESERVED
 
     lines = ["| code | what it means |", "|---|---|"]
     lines += [f"| `{code}` | {_cell(text)} |" for code, text in CODES.items()]

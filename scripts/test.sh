@@ -48,7 +48,7 @@ command -v git >/dev/null || want+=(git)
 command -v jq >/dev/null || want+=(jq)
 command -v chromium >/dev/null || want+=(chromium)
 command -v chromedriver >/dev/null || want+=(chromium-driver)
-command -v bwrap >/dev/null || want+=(bubblewrap)  # every confined step's world (loopx/world.py)
+command -v bwrap >/dev/null || want+=(bubblewrap)  # every confined step's world (loopx/sandbox/world.py)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || want+=(postgresql)
 if [ ${#want[@]} -gt 0 ]; then
     if can_install; then

@@ -24,7 +24,7 @@ def fresh_registry(kind: str, tmp_path) -> str:
     """A URL of a new, empty registry of ``kind``."""
     if kind == "sqlite":
         # Created now: read commands refuse a registry path that does not exist (registry_not_found).
-        from loopx.registry import Registry
+        from loopx.ledger.registry import Registry
 
         path = str(tmp_path / "registry.db")
         Registry.open(path).close()

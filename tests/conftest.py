@@ -80,7 +80,7 @@ def private_data_dir(tmp_path, monkeypatch):
 def project_cwd(tmp_path_factory, monkeypatch):
     """Each test starts in an empty directory of its own (beside its ``tmp_path``, which it leaves
     as it was): the project of the goals it creates (``project-prompt create`` defaults to the
-    current directory) and of the turns it runs, so that a goal's workspace (loopx/workspace.py)
+    current directory) and of the turns it runs, so that a goal's workspace (loopx/domain/workspace.py)
     is never a worktree of this checkout."""
     cwd = tmp_path_factory.mktemp("cwd")
     monkeypatch.chdir(cwd)
@@ -103,8 +103,8 @@ def sqlite_url(tmp_path):
 
 @pytest.fixture
 def reg(registry_url):
-    """An open :class:`loopx.registry.Registry` on ``registry_url``."""
-    from loopx.registry import Registry
+    """An open :class:`loopx.ledger.registry.Registry` on ``registry_url``."""
+    from loopx.ledger.registry import Registry
 
     r = Registry.open(registry_url)
     yield r
@@ -130,7 +130,7 @@ def loopx(registry_url, monkeypatch):
 
 def loopx_env(registry_url: str, **extra) -> dict:
     """Environment for a real ``loopx`` process on ``registry_url``."""
-    from loopx import clock
+    from loopx.values import clock
 
     # The test's own LoopX settings never leak in; its scripted clock (``loopx_clock``) does.
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_") or k == clock.OFFSET_ENV}

@@ -2,7 +2,7 @@
 
 ``via`` says which path, and so what the goal is made through:
 
-* a :class:`loopx.registry.Registry`: the domain functions (``goals.create``, ``todos.add``...);
+* a :class:`loopx.ledger.registry.Registry`: the domain functions (``goals.create``, ``todos.add``...);
 * a CLI caller (the ``loopx`` / ``loopx_proc`` fixtures, ``loopx_cli`` of :mod:`loopx.testing`):
   ``loopx project-prompt create``, ``todo add``, ``action add``, ``quota set``, ``gate add``;
 * a registry URL (``str``): the same commands, each a real ``loopx`` process.
@@ -53,16 +53,17 @@ def make_goal(via, *, title: str = "a goal", description: str | None = None, cri
 
 
 def _is_registry(via) -> bool:
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     return isinstance(via, Registry)
 
 
 def _through_api(reg, *, title, description, criteria, todo_texts, todo_priority, acts, gates, limits,
                  parallel, capabilities) -> dict:
-    from loopx import actions, quota, todos
-    from loopx import gates as gate_api
-    from loopx import goals
+    from loopx.domain import actions, todos
+    from loopx.views import quota
+    from loopx.domain import gates as gate_api
+    from loopx.domain import goals
 
     extra = {"description": description} if description else {}
     g = goals.create(reg, "user", title=title, criteria=criteria, parallel_runs=parallel, capabilities=capabilities,
@@ -98,7 +99,7 @@ def _ok(result) -> dict:
 
 
 def workspace_of(url: str, goal_id: str):
-    """The goal's workspace (where its steps run and write, loopx/workspace.py), by ``loopx workspace show``."""
+    """The goal's workspace (where its steps run and write, loopx/domain/workspace.py), by ``loopx workspace show``."""
     import json
     import subprocess
     import sys

@@ -11,8 +11,8 @@ import pytest
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
-    from loopx import goals
-    from loopx.registry import Registry
+    from loopx.domain import goals
+    from loopx.ledger.registry import Registry
 
     path = tmp_path_factory.mktemp("probe") / "registry.db"
     with Registry.open(str(path)) as reg:

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from loopx.registry import Registry
+from loopx.ledger.registry import Registry
 from tests.model_servers import cli_path
 from tests.test_agents_cli import PY, SERVERS, Agent
 from tests.test_turn_helpers import make_goal

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from loopx import gates, runs, todos
-from loopx.registry import Registry
+from loopx.domain import gates, runs, todos
+from loopx.ledger.registry import Registry
 from tests.model_servers import AnthropicServer, OpenAIServer, cli_path
 from tests.test_turn_helpers import make_goal
 
@@ -60,7 +60,7 @@ class Agent:
         return env
 
     def workspace(self, goal_id: str) -> Path:
-        """Where the goal's agent worked: its workspace (loopx.workspace), made from ``work`` (the
+        """Where the goal's agent worked: its workspace (loopx.domain.workspace), made from ``work`` (the
         user's checkout: files put there before the goal's first turn are in it)."""
         class _Off:
             def url(self) -> str:

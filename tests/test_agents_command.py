@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-from loopx import runs, todos
-from loopx.registry import Registry
+from loopx.domain import runs, todos
+from loopx.ledger.registry import Registry
 from tests.test_turn_helpers import make_goal
 
 PY = sys.executable

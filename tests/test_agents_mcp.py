@@ -12,8 +12,8 @@ pytest.importorskip("mcp", reason="the mcp SDK is not installed (pip install '.[
 
 import anyio  # noqa: E402  (installed with mcp)
 
-from loopx import runs, todos  # noqa: E402
-from loopx.registry import Registry  # noqa: E402
+from loopx.domain import runs, todos  # noqa: E402
+from loopx.ledger.registry import Registry  # noqa: E402
 from loopx.testing import wait_until  # noqa: E402
 from tests.test_turn_helpers import make_goal  # noqa: E402
 
@@ -102,7 +102,8 @@ def test_an_mcp_client_runs_a_whole_turn_and_is_refused_what_only_a_user_may_do(
 def test_every_command_the_broker_keeps_for_the_user_is_refused_over_mcp_by_its_tool_name(sqlite_url, monkeypatch):
     # The server loads every installed plugin (its environment has no LOOPX_PLUGINS); so does this list.
     monkeypatch.delenv("LOOPX_PLUGINS", raising=False)
-    from loopx import broker, capabilities
+    from loopx.turn import broker
+    from loopx.seam import capabilities
 
     def name(command, sub):  # `gate approve` -> gate_approve; the tools call a project-prompt a goal
         return "_".join(["goal" if command == "project-prompt" else command, *([sub] if sub else [])]).replace("-", "_")

@@ -59,7 +59,7 @@ def test_a_logged_out_agent_cli_fails_the_turn_before_anything_is_charged(tmp_pa
 def test_a_login_that_cannot_be_carried_into_the_goals_own_directory_fails_before_anything_is_charged(tmp_path,
                                                                                                       sqlite_url):
     # Logged in as far as `claude auth status` says (the API key), but the credentials file LoopX
-    # copies into the goal's own CLAUDE_CONFIG_DIR (loopx/executors/homes.py) cannot be read.
+    # copies into the goal's own CLAUDE_CONFIG_DIR (loopx/turn/executors/homes.py) cannot be read.
     env = _env(tmp_path, sqlite_url, ANTHROPIC_API_KEY="sk-ant-scripted")
     (tmp_path / "home" / ".claude" / ".credentials.json").mkdir(parents=True)
     g = json.loads(_loopx(env, "project-prompt", "create", "--title", "seeding").stdout)["id"]

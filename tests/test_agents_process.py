@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from loopx.registry import Registry
+from loopx.ledger.registry import Registry
 from tests.conftest import loopx_env
 from tests.test_agents_cli import _processes_of
 from tests.test_turn_helpers import ask, make_goal
@@ -55,7 +55,7 @@ def test_an_exec_timeout_stops_a_daemon_that_left_the_session_and_lost_its_paren
 
 
 def test_reap_ends_a_daemon_the_command_left_behind_and_keeps_the_exit_status():
-    from loopx.process import run_command
+    from loopx.sandbox.process import run_command
 
     marker = "LOOPX_TEST_DAEMON=" + os.urandom(6).hex()
     res = run_command(["sh", "-c", "(setsid sleep 300 &); echo left one; exit 3"],

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from loopx.executors import homes
-from loopx.registry import Registry
+from loopx.turn.executors import homes
+from loopx.ledger.registry import Registry
 from tests.test_agents_cli import SERVERS, Agent
 from tests.test_turn_helpers import PY, make_goal
 

@@ -1,6 +1,6 @@
 """Writers of one rollback anchor take turns on a lock the kernel hands over (issue 25).
 
-Every committed write moves the anchor (:mod:`loopx.anchor`) right after its commit; with 8
+Every committed write moves the anchor (:mod:`loopx.ledger.anchor`) right after its commit; with 8
 processes writing, two often finished together and SQLite's busy handler made the later one
 poll, sleeping up to 100 ms at a time, for a write that takes a fraction of a millisecond. Now a
 writer of an SQLite registry moves the anchor before it lets the next writer in (so writers of
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from loopx import anchor
+from loopx.ledger import anchor
 from loopx.testing import wait_until
 from tests.factories import make_goal
 
 HOLDER = textwrap.dedent("""
     import fcntl, os, sqlite3, sys
-    from loopx import anchor
+    from loopx.ledger import anchor
     rid = sys.argv[1]
     # What another process's anchor write holds while it is under way: the writers' lock, then
     # SQLite's write lock on the anchor. It lets go when told to (a line on stdin), in that order.
@@ -89,7 +89,7 @@ def test_a_writer_waiting_for_anothers_anchor_write_is_woken_when_it_ends(privat
 def test_the_anchors_lock_file_is_private_and_goes_with_the_registry(private_key_dir):
     import stat
 
-    from loopx import keys
+    from loopx.ledger import keys
 
     anchor.record("r-lockfile", "g-1", 1, "h1", 1)
     lock = anchor.lock_path("r-lockfile")
@@ -99,8 +99,9 @@ def test_the_anchors_lock_file_is_private_and_goes_with_the_registry(private_key
 
 
 def test_the_next_writer_finds_the_anchor_where_the_last_commit_left_the_registry(private_key_dir, sqlite_url):
-    from loopx import api, keys
-    from loopx.registry import Registry
+    from loopx import api
+    from loopx.ledger import keys
+    from loopx.ledger.registry import Registry
 
     with Registry.open(sqlite_url) as first, Registry.open(sqlite_url) as second:
         g = make_goal(first, title="anchored")["goal"]

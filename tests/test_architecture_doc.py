@@ -28,10 +28,10 @@ def test_a_drifted_diagram_is_reported(tmp_path):
     """The check compares for real: a layer the doc shows but pyproject.toml lacks fails it."""
     import shutil
 
-    for part in ("scripts", "docs", "loopx/hookspecs"):
+    for part in ("scripts", "docs", "loopx/seam/hookspecs"):
         shutil.copytree(ROOT / part, tmp_path / part)
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text().replace(
-        '    "loopx.turn",\n', ""))
+        '    "loopx.views",\n', ""))
     p = subprocess.run([sys.executable, "scripts/architecture_diagrams.py", "--check"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "the layers diagram" in p.stdout
@@ -63,7 +63,7 @@ def test_every_name_the_doc_gives_exists():
         if not (ROOT / path).exists():
             missing.append(path)
     assert missing == [], f"docs/architecture.md names what does not exist: {missing}"
-    assert {"loopx.registry.Registry.mutate", "loopx.should_run.should_run"} <= _names(text)
+    assert {"loopx.ledger.registry.Registry.mutate", "loopx.views.should_run.should_run"} <= _names(text)
 
 
 def test_contributing_names_real_files():

@@ -86,7 +86,7 @@ def test_the_filled_registry_has_the_schema_a_new_one_has(filled, tmp_path):
     reg, _ = filled
     if reg.store.dialect != "sqlite":
         pytest.skip("the fill changes no PostgreSQL schema object but the change log's triggers")
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     def objects(r):
         with r.read() as tx:

@@ -4,10 +4,11 @@ import json
 
 import pytest
 
-from loopx import capabilities as caps
-from loopx import hookimpl, ledger
-from loopx.capabilities import Capability
-from loopx.errors import LoopxError
+from loopx.seam import capabilities as caps
+from loopx import hookimpl
+from loopx.ledger import log as ledger
+from loopx.seam.capabilities import Capability
+from loopx.values.errors import LoopxError
 from tests.factories import make_goal
 
 
@@ -252,7 +253,7 @@ def test_state_written_by_a_since_uninstalled_plugin_still_replays(reg, loopx_pl
     plugin = loopx_plugin(Declares(alpha()), name="temporary")
     g = make_goal(reg, title="T")["goal"]
     caps.set_state(reg, "alpha", g, {"a": 1})
-    from loopx.plugins import get_plugin_manager
+    from loopx.seam.plugins import get_plugin_manager
 
     get_plugin_manager().unregister(plugin)
     assert "alpha" not in caps.load()

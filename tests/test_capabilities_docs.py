@@ -2,7 +2,7 @@
 
 import pytest
 
-from loopx import capabilities
+from loopx.seam import capabilities
 from loopx.testing import capability_doc_problems
 from tests.conftest import ROOT
 

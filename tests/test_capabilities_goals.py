@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from loopx import hookimpl
-from loopx.capabilities import Capability
+from loopx.seam.capabilities import Capability
 from tests.reliability.tamper import raw
 
 
@@ -62,7 +62,7 @@ def turn(loopx, goal_id):
 
 
 def count_events(url, goal_id):
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(url) as reg, reg.read() as tx:
         return tx.one("SELECT COUNT(*) AS n FROM events WHERE goal_id = ?", (goal_id,))["n"]
@@ -146,7 +146,7 @@ def test_creating_with_an_unknown_capability_creates_nothing(loopx):
 def test_a_retried_create_answers_what_was_recorded_after_the_capability_is_gone(loopx):
     """The capability list is checked once, inside the transaction: a retry of a recorded
     operation id replays its result, even once the plugin is uninstalled; a new request is refused."""
-    from loopx.plugins import get_plugin_manager
+    from loopx.seam.plugins import get_plugin_manager
 
     pm = get_plugin_manager()
     name = pm.register(Scoped())
@@ -198,7 +198,7 @@ def test_only_a_user_changes_the_list(loopx, loopx_plugin, actor):
 
 
 def test_the_broker_refuses_the_verb_inside_a_turn():
-    from loopx import broker
+    from loopx.turn import broker
 
     for name in ("project-prompt", "project_prompt"):
         assert "is the user's" in broker.refusal([name, "capabilities", "g-0123456789ab", "--enable", "x"])
@@ -253,10 +253,10 @@ def test_the_list_is_goal_state_the_digest_covers(loopx, loopx_plugin):
 def test_a_v7_registry_gains_the_column_and_stays_trusted(tmp_path):
     """Migrating adds ``goals.capabilities`` and reseals every goal whose digest matched before;
     a goal damaged before the migration stays untrusted."""
-    from loopx import gates
-    from loopx import goals as goal_store
-    from loopx.registry import Registry
-    from loopx.should_run import should_run
+    from loopx.domain import gates
+    from loopx.domain import goals as goal_store
+    from loopx.ledger.registry import Registry
+    from loopx.views.should_run import should_run
 
     path = tmp_path / "v7.db"
     with Registry.open(str(path)) as reg:
@@ -282,13 +282,13 @@ def test_a_v7_registry_gains_the_column_and_stays_trusted(tmp_path):
 
 def _as_v7(path, goal_ids):
     """Make ``path`` look like LoopX 7 left it: no capabilities column, digests over the rows without it."""
-    from loopx import integrity
-    from loopx.registry import Registry
+    from loopx.ledger import integrity
+    from loopx.ledger.registry import Registry
 
     with Registry.open(str(path)) as reg:
         def strip(tx):
             # LoopX 7 had no per-row MACs either (schema v9), nor the history guard (schema v11,
-            # loopx/history_guard.py): their triggers go first, since they name the tables.
+            # loopx/ledger/history_guard.py): their triggers go first, since they name the tables.
             for r in tx.query("SELECT name FROM sqlite_master WHERE type = 'trigger'"
                               " AND (name LIKE 'state_dirty_%' OR name LIKE 'event%')"):
                 tx.execute(f"DROP TRIGGER {r['name']}")
@@ -312,10 +312,11 @@ def _as_v7(path, goal_ids):
 def test_upgrading_keeps_a_goal_in_progress_using_the_capability_that_kept_its_state(tmp_path, loopx_plugin):
     """An Issue-Fix-like goal from before the list existed keeps its steps: the migration records,
     in the ledger, that it uses the capability that wrote its state; closed goals stay as they were."""
-    from loopx import capabilities, ledger
-    from loopx import goals as goal_store
-    from loopx.registry import Registry
-    from loopx.should_run import should_run
+    from loopx.seam import capabilities
+    from loopx.ledger import log as ledger
+    from loopx.domain import goals as goal_store
+    from loopx.ledger.registry import Registry
+    from loopx.views.should_run import should_run
 
     loopx_plugin(Scoped(owns=["scoped"]))
     path = tmp_path / "v7.db"

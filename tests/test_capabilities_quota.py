@@ -3,7 +3,7 @@
 import shlex
 
 from loopx import hookimpl
-from loopx.capabilities import Capability
+from loopx.seam.capabilities import Capability
 from tests.factories import make_goal
 
 

@@ -6,8 +6,9 @@ backend-neutral SQL through the store, so the rebuild and the detectors run on P
 
 import pytest
 
-from loopx import gates, ledger, todos
-from loopx import goals as project_prompt
+from loopx.domain import gates, todos
+from loopx.ledger import log as ledger
+from loopx.domain import goals as project_prompt
 
 detectors = pytest.importorskip("loopx_self_repair.detectors", reason="pip install -e ./plugins/self_repair")
 repairs = pytest.importorskip("loopx_self_repair.repairs")
@@ -55,7 +56,7 @@ def test_rebuild_and_reference_repairs_on_every_backend(reg, registry_url):
     with reg.read() as tx:
         assert [t.id for t in todos.list_todos(tx, g)] == [a, b]
     # Damage that predates the chain (an older LoopX; the migration chained it as it stood).
-    from loopx import integrity
+    from loopx.ledger import integrity
 
     def rechain(tx):
         integrity.rechain(tx, g, 1)
@@ -64,7 +65,7 @@ def test_rebuild_and_reference_repairs_on_every_backend(reg, registry_url):
     reg.store.write(rechain)
     # The rollback anchor (keyed integrity) only ever saw hashes the migration computed: the chain
     # rewritten here must not look like a copy replacing the registry (registry_rolled_back).
-    from loopx import rekey
+    from loopx.ledger import rekey
 
     rekey.anchor_as_it_stands(reg)
     result = repairs.fix(registry_url, goal_id=g)

@@ -8,7 +8,7 @@ pytest_plugins = ["pytester"]
 
 AUTHOR_TESTS = '''
 from loopx import hookimpl
-from loopx.capabilities import Capability
+from loopx.seam.capabilities import Capability
 
 
 class Mine:
@@ -38,7 +38,7 @@ def test_a_registers_and_uses_everything(loopx_registry, loopx_plugin, loopx_cli
     r = loopx_cli("author-hello", "--json")
     assert r.code == 0 and r.json == {"hello": "author"}
     g = loopx_cli("project_prompt", "create", "--title", "T", "--json").json["id"]
-    from loopx import capabilities
+    from loopx.seam import capabilities
 
     assert capabilities.set_state(loopx_registry, "author_cap", g, {"k": 1}) == {"k": 1}
 

@@ -4,10 +4,10 @@ way, and the JSON nesting limit is the documented 64."""
 
 from __future__ import annotations
 
-from loopx import capabilities as caps
+from loopx.seam import capabilities as caps
 from loopx import hookimpl
-from loopx.capabilities import Capability
-from loopx.jsonsafe import MAX_DEPTH
+from loopx.seam.capabilities import Capability
+from loopx.values.jsonsafe import MAX_DEPTH
 from tests.factories import make_goal
 
 

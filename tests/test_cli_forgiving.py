@@ -20,7 +20,7 @@ from tests.conftest import loopx_env
 
 def _goals_sharing_a_prefix(reg, n_min=2):
     """Create goals until two ids share their first hex digit; return (all ids, the shared prefix)."""
-    from loopx import goals
+    from loopx.domain import goals
 
     ids: list[str] = []
     while True:
@@ -96,7 +96,7 @@ def test_an_ambiguous_prefix_lists_the_candidates_and_changes_nothing(reg, loopx
 
 
 def test_todo_gate_and_run_ids_take_prefixes(reg, loopx_proc):
-    from loopx import goals
+    from loopx.domain import goals
 
     g = goals.create(reg, "user", title="prefixes")["id"]
     t = loopx_proc("todo", "add", g[:6], "--text", "one step", "--json").json["id"]
@@ -179,7 +179,7 @@ def _complete(env, words: str) -> list[str]:
 
 
 def test_shell_completion_offers_goal_todo_and_gate_ids(reg, loopx_proc):
-    from loopx import gates, goals, todos
+    from loopx.domain import gates, goals, todos
 
     env = loopx_env(loopx_proc.url)
     g1 = goals.create(reg, "user", title="one")["id"]

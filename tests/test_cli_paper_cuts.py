@@ -30,8 +30,8 @@ def _closed_early(argv, env, *, read_first_line: bool) -> subprocess.CompletedPr
 @pytest.fixture
 def big_goal(sqlite_url):
     """A goal whose history and evidence are each far longer than a pipe's buffer."""
-    from loopx import evidence, goals, todos
-    from loopx.registry import Registry
+    from loopx.domain import evidence, goals, todos
+    from loopx.ledger.registry import Registry
 
     with Registry.open(sqlite_url) as reg:
         g = goals.create(reg, "user", title="long")["id"]
@@ -86,8 +86,8 @@ def _action_add(url, *argv):
 
 
 def test_action_add_names_the_real_culprit(sqlite_url):
-    from loopx import goals
-    from loopx.registry import Registry
+    from loopx.domain import goals
+    from loopx.ledger.registry import Registry
 
     with Registry.open(sqlite_url) as reg:
         g = goals.create(reg, "user", title="t")["id"]

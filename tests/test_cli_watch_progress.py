@@ -84,8 +84,8 @@ def _on_a_terminal(argv, env, timeout=120):
 
 
 def _fill(loopx_proc, n):
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     with Registry.open(loopx_proc.url) as reg:
         for i in range(n):

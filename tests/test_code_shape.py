@@ -27,7 +27,7 @@ STRING_IMPORTS_ALLOWED = {
     "loopx/cli/__init__.py",  # the CLI's command table: a command's module loads when it runs
     "loopx/api.py",  # loopx.api's name table, resolved on first use (type checkers read its TYPE_CHECKING imports)
     "loopx/model/__init__.py",  # the model package's names, each loaded from its module on first use
-    "loopx/plugins.py",  # hookspecs and built-in plugins named in a table; entry points
+    "loopx/seam/plugins.py",  # hookspecs and built-in plugins named in a table; entry points
     "loopx/store/schema.py",  # a migration names the function that fills its new rows
     "plugins/issue_fix/loopx_issue_fix/judge.py",  # the judge pins the test framework functions it names (in the tested interpreter)
 }
@@ -107,17 +107,17 @@ def long_functions(source: str) -> list[tuple[str, int]]:
 
 def test_the_checks_see_what_they_look_for():
     # Each check on a small source that breaks its rule, and on one that keeps it.
-    assert private_uses("from loopx.ledger import _applying\n") == ["line 1: from loopx.ledger import _applying"]
-    assert private_uses("from loopx import confine\nconfine._real('x')\n") == ["line 2: confine._real"]
+    assert private_uses("from loopx.ledger.log import _applying\n") == ["line 1: from loopx.ledger.log import _applying"]
+    assert private_uses("from loopx.turn import confine\nconfine._real('x')\n") == ["line 2: confine._real"]
     assert private_uses("from . import phases\nphases._refs\n") == ["line 2: phases._refs"]
     assert private_uses("import os\nos._exit\nfrom loopx import ledger\nledger.__name__\nself._x\n") == []
     body = "".join(f"    x = {i}\n" for i in range(MAX_FUNCTION_LINES))
     assert long_functions(f"class A:\n    def f(self):\n    {body.replace(chr(10), chr(10) + '    ')}\n") == [
         ("A.f", MAX_FUNCTION_LINES + 1)]
     assert long_functions(f"def g():\n{body[:-len('    x = 79' + chr(10))]}") == []
-    assert string_imports("import importlib\nimportlib.import_module('loopx.events.goal')\n") == [
+    assert string_imports("import importlib\nimportlib.import_module('loopx.ledger.events.goal')\n") == [
         "line 2: import_module(...)"]
-    assert string_imports("from loopx.events import goal\n") == []
+    assert string_imports("from loopx.ledger.events import goal\n") == []
 
 
 @pytest.mark.parametrize("rule", ["private names", "string imports", "file length", "function length"])

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from loopx import runs, todos
-from loopx.should_run import should_run
-from loopx.registry import Registry
+from loopx.domain import runs, todos
+from loopx.views.should_run import should_run
+from loopx.ledger.registry import Registry
 from tests.test_turn_helpers import PY, add_gate, make_goal
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Landlock is Linux's")
@@ -70,7 +70,7 @@ NAMES = ["unset_env", "actor_user", "actor_capability", "no_broker", "sqlite3_wr
 LEGIT = ["tmp_write", "work_write", "legit_evidence"]
 THROUGH_BROKER = ["unset_env", "actor_user", "actor_capability", "key_by_evidence"]
 #: Attacks on paths that lie in this test's /tmp (the registry, its directory, the home): inside
-#: the step's world (loopx/world.py) /tmp is the step's own, so the write lands in the step's
+#: the step's world (loopx/sandbox/world.py) /tmp is the step's own, so the write lands in the step's
 #: private copy and the checks below prove the user's files are untouched.
 IN_PRIVATE_TMP = {"rollback_cp", "rollback_mv", "claude_mcp", "outside_write", "page_announce"}
 
@@ -79,10 +79,10 @@ IN_PRIVATE_TMP = {"rollback_cp", "rollback_mv", "claude_mcp", "outside_write", "
 def world(tmp_path, monkeypatch):
     """A user's machine in miniature: home, config dir with a key, a git checkout, a registry.
 
-    The agent works in the goal's workspace (a worktree of the checkout, loopx/workspace.py),
+    The agent works in the goal's workspace (a worktree of the checkout, loopx/domain/workspace.py),
     so what it needs is committed in the checkout (:func:`_prepare`)."""
     home = tmp_path / "home"
-    # The registry made here is keyed (loopx/keys.py) in this config dir, the one its turns read.
+    # The registry made here is keyed (loopx/ledger/keys.py) in this config dir, the one its turns read.
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     keydir = home / ".config" / "loopx" / "keys"
     keydir.mkdir(parents=True)
@@ -226,7 +226,7 @@ def test_without_landlock_a_turn_is_refused_before_a_run_opens_unless_the_user_o
     t = json.loads(p.stdout)
     assert t["outcome"] == "ok" and t["handoff"].startswith("[unconfined]"), t
     assert (world["tmp"] / "outside.txt").read_text() == "unconfined\n"
-    # Recorded before anything runs: only the run's owner (loopx/claims.py, written as the run
+    # Recorded before anything runs: only the run's owner (loopx/domain/claims.py, written as the run
     # opens) comes before it.
     assert [e["kind"] for e in t["evidence"] if e["kind"] != "run_owner"][0] == "unconfined", t["evidence"]
     shown = subprocess.run([PY, "-m", "loopx", "status", "--goal-id", made["goal"]], env=world["env"],
@@ -393,7 +393,7 @@ def test_a_plugins_command_run_inside_a_turn_cannot_act_as_the_user_through_the_
     made, gate = _prepare(world, acts={"work": [PY, "-c", "pass"]})
     # An action runs the plugin's command inside the turn (it reaches the broker).
     with Registry.open(world["url"]) as reg:
-        from loopx import actions
+        from loopx.domain import actions
 
         actions.add(reg, "user", goal_id=made["goal"], name="sneak",
                     argv=["sh", "-c", f"loopx sneak --goal-id {made['goal']} --gate-id {gate['id']}"])
@@ -423,7 +423,7 @@ if echo 999999999 > {harness} 2>/dev/null; then echo "CLOCK harness_write ok"; e
 
 
 def test_a_step_cannot_move_the_clock_the_registry_decides_by(world):
-    from loopx import clock
+    from loopx.values import clock
 
     # The harness moves the clock of the turn it starts a day on (the only way tests move time
     # across processes); the agent tries to move it ten years on with its own offset file, and

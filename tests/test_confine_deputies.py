@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from loopx.registry import Registry
+from loopx.ledger.registry import Registry
 from tests.test_confine_attacks import world  # noqa: F401  (the fixture: a user's machine in miniature)
 from tests.test_turn_helpers import PY, add_gate, make_goal
 
@@ -144,7 +144,7 @@ def _turn(world, goal_id: str, *, executor="shell", env=None):
 
 
 def _workspace(world, goal_id: str) -> Path:
-    """The goal's workspace (loopx/workspace.py): where its steps ran, made from ``work`` (the
+    """The goal's workspace (loopx/domain/workspace.py): where its steps ran, made from ``work`` (the
     user's checkout) on the goal's first turn."""
     p = subprocess.run([PY, "-m", "loopx", "--format", "json", "workspace", "show", goal_id], env=world["env"],
                        cwd=world["work"], capture_output=True, text=True, timeout=60, check=True)
@@ -168,7 +168,7 @@ def test_a_planted_loopx_never_runs_when_the_broker_serves_a_nested_request(worl
 def test_a_planted_loopx_never_runs_in_the_brokers_child(world, monkeypatch):
     """A turn through the Python API without the in-process CLI: the broker serves every request
     (the shell executor's steps, ``exec``, the agent's nested calls) in a ``loopx`` child."""
-    from loopx import turn as turns
+    from loopx.turn import governed as turns
 
     (world["work"] / "deputy.sh").write_text(_plant_script(world))
     made, gate = _goal(world)

@@ -1,4 +1,4 @@
-"""The confinement policy as a value (``loopx.confine_policy.Policy``, ``loopx.world.World``): what
+"""The confinement policy as a value (``loopx.sandbox.confine_policy.Policy``, ``loopx.sandbox.world.World``): what
 its methods say a step may read, write and reach is what the kernel then enforces; its file
 survives a round trip; and a policy or world file LoopX did not write (another version, a key more
 or less, a value of the wrong type) starts nothing - the watcher refuses it for real, the step
@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from loopx import confine, landlock, process
-from loopx.confine_policy import Policy, PolicyError, Rule
-from loopx.errors import LoopxError
-from loopx.world import Mount, World
+from loopx.turn import confine
+from loopx.sandbox import landlock, process
+from loopx.sandbox.confine_policy import Policy, PolicyError, Rule
+from loopx.values.errors import LoopxError
+from loopx.sandbox.world import Mount, World
 
 pytestmark = pytest.mark.skipif(confine.backend() is None, reason="needs Landlock and bubblewrap")
 
@@ -212,7 +213,7 @@ def test_a_tampered_policy_file_starts_nothing_the_step_fails_closed(machine):
             Path(step.policy_file).write_text("")  # emptied
             assert _run(step, f"touch {marker}", str(m["work"]))["exit_code"] == 126 and not marker.exists()
             # A private run inside that step (Issue-Fix's tests) refuses too, before it starts anything.
-            from loopx import private_run
+            from loopx.turn import private_run
 
             token = process.STEP.set(step)
             try:
@@ -248,9 +249,9 @@ def test_a_tampered_world_file_starts_nothing(machine):
 
 def test_the_watcher_does_not_import_attrs_or_typing(machine):
     """The watcher (``python -I -S``, no site-packages) reads and enforces the step's policy with
-    the stdlib-only checks of loopx/landlock.py: no attrs, no typing, nothing of LoopX imported on
+    the stdlib-only checks of loopx/sandbox/landlock.py: no attrs, no typing, nothing of LoopX imported on
     its path (docs/security.md, "The policy is one value")."""
-    from loopx import process_watcher
+    from loopx.sandbox import process_watcher
 
     step = _step(machine)
     try:

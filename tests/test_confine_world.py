@@ -1,4 +1,4 @@
-"""The world a step sees (loopx/world.py), tried by a hostile agent inside a real ``loopx turn``.
+"""The world a step sees (loopx/sandbox/world.py), tried by a hostile agent inside a real ``loopx turn``.
 
 The user's machine in miniature (tests.test_confine_attacks' ``world``): a home with an ssh key,
 shell files, a GitHub token and cloud credentials; a tmux server of the user's; an abstract unix
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from loopx.registry import Registry
+from loopx.ledger.registry import Registry
 from tests.test_confine_attacks import world  # noqa: F401  (the fixture)
 from tests.test_turn_helpers import PY, make_goal
 
@@ -279,7 +279,7 @@ def test_the_user_grants_a_goal_a_read_only_path_and_a_socket_and_only_the_user_
         subprocess.run([PY, "-m", "loopx", "config", "set", f"world.grant.{made['goal']}", f"{notes}:{sock_path}"],
                        env=world["env"], check=True, capture_output=True, timeout=60)
         reg = Registry.open(world["url"])
-        from loopx import todos
+        from loopx.domain import todos
 
         todos.add(reg, "user", goal_id=made["goal"], text="again")
         reg.close()

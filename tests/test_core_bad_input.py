@@ -52,8 +52,8 @@ def test_description_limit_is_64_kib(loopx, tmp_path):
 
 
 def test_description_limit_through_the_api(reg):
-    from loopx import goals as project_prompt
-    from loopx.errors import LoopxError
+    from loopx.domain import goals as project_prompt
+    from loopx.values.errors import LoopxError
 
     with pytest.raises(LoopxError) as err:
         project_prompt.create(reg, "user", title="t", description="x" * (10 * 1024 * 1024))
@@ -81,8 +81,8 @@ def test_invalid_utf8_description_file(loopx, tmp_path):
 
 
 def test_nul_in_text_is_refused(reg):
-    from loopx import goals as project_prompt
-    from loopx.errors import LoopxError
+    from loopx.domain import goals as project_prompt
+    from loopx.values.errors import LoopxError
 
     with pytest.raises(LoopxError) as err:
         project_prompt.create(reg, "user", title="a\x00b")
@@ -140,6 +140,6 @@ def test_default_registry_lives_in_the_user_data_dir(tmp_path):
     assert (home / "data" / "loopx" / "registry.db").exists()
     assert list(work.iterdir()) == []
     written = {q.relative_to(home).parts[:2] for q in home.rglob("*") if q.is_file()}
-    # The integrity key (loopx/keys.py) lives in the user's config dir, ~/.config/loopx with
+    # The integrity key (loopx/ledger/keys.py) lives in the user's config dir, ~/.config/loopx with
     # XDG_CONFIG_HOME unset, apart from the registry it keys.
     assert written <= {("data", "loopx"), ("cache", "loopx"), (".config", "loopx")}

@@ -12,8 +12,8 @@ from tests.conftest import ROOT, loopx_env
 
 WRITER = textwrap.dedent("""
     import sys
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     url, tag, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     reg = Registry.open(url)
@@ -24,8 +24,8 @@ WRITER = textwrap.dedent("""
 
 STREAM = textwrap.dedent("""
     import sys
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     reg = Registry.open(sys.argv[1])
     print("started", flush=True)
@@ -47,7 +47,7 @@ def _run_many(url, script, n, *args):
 
 @pytest.mark.slow
 def test_eight_processes_create_800_goals(registry_url):
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     Registry.open(registry_url).close()  # schema in place; first-open races are tested below
     results = _run_many(registry_url, WRITER, 8, "100")
@@ -65,15 +65,15 @@ def test_eight_processes_create_800_goals(registry_url):
 def test_concurrent_first_open_of_a_new_registry(sqlite_url):
     results = _run_many(sqlite_url, WRITER, 8, "5")
     assert all(code == 0 for code, _, _ in results), results
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(sqlite_url) as reg, reg.read() as tx:
         assert tx.one("SELECT count(*) AS n FROM goals")["n"] == 40
 
 
 def test_sigkill_mid_stream_leaves_a_consistent_registry(registry_url):
-    from loopx import integrity, ledger
-    from loopx.registry import Registry
+    from loopx.ledger import integrity, log as ledger
+    from loopx.ledger.registry import Registry
 
     Registry.open(registry_url).close()
     p = subprocess.Popen([sys.executable, "-c", STREAM, registry_url], cwd=ROOT, env=loopx_env(registry_url),
@@ -122,8 +122,8 @@ def test_a_damaged_revision_column_does_not_break_writes(sqlite_url):
     """Events are numbered from the ledger, never from goals.revision (which repair may need to fix)."""
     import sqlite3
 
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     with Registry.open(sqlite_url) as reg:
         goal = project_prompt.create(reg, "user", title="t")
@@ -141,8 +141,8 @@ def test_a_damaged_revision_column_does_not_break_writes(sqlite_url):
 def test_threads_sharing_one_sqlite_store_take_turns(sqlite_url):
     import threading
 
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     errors = []
     with Registry.open(sqlite_url) as reg:

@@ -23,8 +23,8 @@ def test_the_goal_page_links_the_packet_and_shows_a_gates_diff_as_text(browser, 
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from loopx import artifacts
-    from loopx.registry import Registry
+    from loopx.ledger import artifacts
+    from loopx.ledger.registry import Registry
 
     goal = cli(sqlite_url, "project-prompt", "create", "--title", "Release", "--description", "d")["id"]
     cli(sqlite_url, "todo", "add", goal, "--text", "work")

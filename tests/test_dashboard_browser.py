@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from loopx.registry import Registry
+from loopx.ledger.registry import Registry
 from loopx.status_server import make_server
 from tests.conftest import ROOT, loopx_env
 from tests.tiers import refuse_in_quick_tier
@@ -89,7 +89,7 @@ def test_cli_changes_appear_live_without_a_reload(browser, dashboard, sqlite_url
     item = (By.CSS_SELECTOR, f"#goals li[data-goal-id='{goal['id']}']")
     wait.until(EC.text_to_be_present_in_element(item, "Migrate the billing service"))
     wait.until(EC.text_to_be_present_in_element((By.ID, "goal-title"), "Migrate the billing service"))
-    # Where the goal's agent will work (loopx/workspace.py): its workspace, made by its first turn.
+    # Where the goal's agent will work (loopx/domain/workspace.py): its workspace, made by its first turn.
     wait.until(EC.text_to_be_present_in_element((By.ID, "goal-workspace"), "/workspaces/"))
     shown = browser.find_element(By.ID, "goal-workspace").text
     assert shown.endswith(f"{goal['id']} (made by its next turn) · project {os.getcwd()}"), shown

@@ -14,8 +14,9 @@ def test_needs_you_first_with_the_command_and_the_workers_heartbeat(browser, das
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from loopx import clock, supervision
-    from loopx.registry import Registry
+    from loopx.values import clock
+    from loopx.domain import supervision
+    from loopx.ledger.registry import Registry
 
     quiet = cli(sqlite_url, "project-prompt", "create", "--title", "Quiet", "--description", "d")["id"]
     cli(sqlite_url, "todo", "add", quiet, "--text", "work")

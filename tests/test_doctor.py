@@ -90,7 +90,7 @@ def test_no_confinement_fails_unless_the_user_opted_out(sqlite_url, tmp_path):
     assert code == 1 and c["status"] == "fail" and "LOOPX_UNCONFINED=1" in c["fix"], c
     code, checks = _json({**env, "LOOPX_CONFINE_BACKEND": "none", "LOOPX_UNCONFINED": "1"})
     assert checks["confinement"]["status"] == "warn" and "UNCONFINED" in checks["confinement"]["summary"]
-    from loopx import landlock
+    from loopx.sandbox import landlock
 
     if landlock.abi() >= 1:  # this machine confines: the kernel's offer and what LoopX uses
         code, checks = _json(env)
@@ -148,9 +148,9 @@ def test_a_notification_test_reaches_the_target_or_fails(sqlite_url, tmp_path):
 
 
 def test_a_worker_that_died_is_seen(sqlite_url, tmp_path, loopx_clock):
-    from loopx import clock
-    from loopx.registry import Registry
-    from loopx.supervision import beat
+    from loopx.values import clock
+    from loopx.ledger.registry import Registry
+    from loopx.domain.supervision import beat
 
     env = _env(sqlite_url, tmp_path, LOOPX_UNCONFINED="1", **{clock.OFFSET_ENV: os.environ[clock.OFFSET_ENV]})
     _made(sqlite_url, env)

@@ -3,7 +3,7 @@
 Every case builds a goal in one state, asks ``--dry-run`` first and then the real call, through
 the CLI, on both backends, and compares the two answers (decision, reasons and the contract,
 ids and times aside). There is a case for every deciding reason the core gives
-(:data:`loopx.contract.REASONS`, which a scan of the decision code keeps complete), and for the
+(:data:`loopx.views.contract.REASONS`, which a scan of the decision code keeps complete), and for the
 situations where the real call writes before it decides: an expired run closed and charged
 first, a run whose owner process is gone, an agent's own open run handed back or renewed.
 """
@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from loopx import actions, claims, contract, gates, hookimpl, quota, runs, todos
-from loopx import goals as project_prompt
-from loopx.should_run import should_run
+from loopx.domain import actions, claims, gates, runs, todos
+from loopx.views import contract, quota
+from loopx import hookimpl
+from loopx.domain import goals as project_prompt
+from loopx.views.should_run import should_run
 from tests.reliability.tamper import raw, rows
 from tests.test_keyed_integrity import _copy_of, _put_back
 from tests.test_turn_helpers import PY, make_goal
@@ -322,7 +324,7 @@ def _reasons_in_code() -> set[str]:
     """Every reason code written in the decision code: the reasons of each ``Decision(...)``,
     what is assigned to a ``reason`` variable there, and every ``"reason"`` of a veto made there."""
     found = set()
-    for path in (ROOT / "loopx" / "contract.py", ROOT / "loopx" / "should_run.py"):
+    for path in (ROOT / "loopx" / "views" / "contract.py", ROOT / "loopx" / "views" / "should_run.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Decision":
                 found |= _literals(node.args[1]) if len(node.args) > 1 else set()
@@ -346,7 +348,7 @@ def test_every_reason_the_code_gives_is_listed_and_has_a_case():
 def test_a_read_only_preview_still_sees_a_registry_rolled_back(reg, loopx):
     # A registry that cannot be written is previewed in a read transaction: the rollback anchor
     # is read beside it, so the older copy is still named (a real call could not run there).
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     g, agent = rolled_back(reg, loopx.url, None, None)
     with Registry.open(loopx.url, readonly=True) as ro:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from loopx.errors import CODES, RESERVED
+from loopx.values.errors import CODES, RESERVED
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -22,16 +22,16 @@ import error_codes_doc  # noqa: E402
 #: the codes each can raise. Each of these codes must be a string literal in that file (what the
 #: expression picks from); a new site of this kind fails the test until it is listed here.
 DYNAMIC = {
-    ("loopx/goals.py", "'goal_closed' if status == 'closed' else 'goal_not_open'"): {"goal_closed", "goal_not_open"},
-    ("loopx/todos.py", "*refusal"): {"todo_not_ready", "gate_pending", "todo_claimed"},  # why_not_ready()
-    ("loopx/todos.py", "code"): {"gate_pending", "step_failed"},
-    ("loopx/registry_copy.py", "damaged[0].code if damaged[0].code == 'integrity_key_missing' else 'copy_mismatch'"):
+    ("loopx/domain/goals.py", "'goal_closed' if status == 'closed' else 'goal_not_open'"): {"goal_closed", "goal_not_open"},
+    ("loopx/domain/todos.py", "*refusal"): {"todo_not_ready", "gate_pending", "todo_claimed"},  # why_not_ready()
+    ("loopx/domain/todos.py", "code"): {"gate_pending", "step_failed"},
+    ("loopx/views/registry_copy.py", "damaged[0].code if damaged[0].code == 'integrity_key_missing' else 'copy_mismatch'"):
         {"integrity_key_missing", "copy_mismatch"},
     # A code passed on: the broker's answer, an error caught and raised again with more words.
     ("loopx/mcp_server.py", "code if code != 'internal_error' else 'invalid_argument'"): {"invalid_argument"},
-    ("loopx/evidence.py", "exc.code"): set(),
-    # The caller's code (loopx.workspace passes workspace_unavailable), else its default.
-    ("loopx/gitcmd.py", "code"): {"workspace_git_failed"},
+    ("loopx/domain/evidence.py", "exc.code"): set(),
+    # The caller's code (loopx.domain.workspace passes workspace_unavailable), else its default.
+    ("loopx/values/gitcmd.py", "code"): {"workspace_git_failed"},
     ("loopx/status_server/server.py", "err.code"): set(),
     ("plugins/issue_fix/loopx_issue_fix/verify.py", "f'issue_fix.{a.reason}'"):
         {"issue_fix.tests_weakened", "issue_fix.not_a_test_failure", "issue_fix.tests_changed",
@@ -86,7 +86,7 @@ def test_every_code_raised_is_listed():
     known = set(CODES) | set(_plugin_codes())
     assert len(literal) > 40  # the scan found the raise sites
     unlisted = {code: sites for code, sites in literal.items() if code not in known}
-    assert not unlisted, f"raised but not in loopx/errors.py CODES (or a plugin's codes): {unlisted}"
+    assert not unlisted, f"raised but not in loopx/values/errors.py CODES (or a plugin's codes): {unlisted}"
     new = {site: line for site, line in dynamic.items() if site not in DYNAMIC}
     assert not new, f"raise sites whose code is not a literal: list them in DYNAMIC with their codes: {new}"
     gone = set(DYNAMIC) - set(dynamic)

@@ -63,7 +63,7 @@ def _goal(run, *actions) -> str:
 
 
 def _workspace(run, goal_id: str) -> Path:
-    """The goal's workspace (loopx/workspace.py), where its steps run (planned before its first turn)."""
+    """The goal's workspace (loopx/domain/workspace.py), where its steps run (planned before its first turn)."""
     p = run("workspace", "show", goal_id)
     assert p.returncode == 0, p.stderr
     return Path(json.loads(p.stdout)["workspace"])

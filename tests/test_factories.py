@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from loopx import status
-from loopx.registry import Registry
+from loopx.views import status
+from loopx.ledger.registry import Registry
 from tests.factories import make_goal
 
 EVERYTHING = dict(title="Quarterly revenue", description="Why did it spike?", criteria=("names three drivers",),

@@ -4,7 +4,7 @@ should-run re-hashes only a goal's newest events (its cost stays flat in history
 further back edited or deleted by hand used to be seen by ``self-repair check`` alone. Here the
 attacker edits the registry as a user with ``sqlite3`` / ``psql`` would (a connection of their own,
 the real ``sqlite3`` shell where it is installed, a script that imports LoopX but has no key), then
-a real ``loopx quota should-run`` process decides (loopx/history_guard.py).
+a real ``loopx quota should-run`` process decides (loopx/ledger/history_guard.py).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _edit_body(url: str, g: str) -> str:
     return f"UPDATE events SET body = json_set(body, '$.text', 'rm -rf /') WHERE goal_id = '{g}' AND seq = {MIDDLE}"
 
 
-#: What the decision's message says for each finding (loopx.integrity's problems).
+#: What the decision's message says for each finding (loopx.ledger.integrity's problems).
 SAYS = {"history_changed": "of its stored events were edited or deleted outside LoopX",
         "schema_altered": "the registry's triggers or event tables were changed outside LoopX"}
 
@@ -91,7 +91,7 @@ def test_an_event_re_hashed_with_loopxs_own_code_but_no_key_is_seen(proc, tmp_pa
     the key, which is not theirs to read."""
     g = _goal(proc)
     out = attacker(proc.url, tmp_path, f"""
-        from loopx import integrity
+        from loopx.ledger import integrity
         from tests.reliability.tamper import raw, rows
         url, g = {proc.url!r}, {g!r}
         row = rows(url, "SELECT * FROM events WHERE goal_id = ? AND seq = ?", (g, {MIDDLE}))[0]

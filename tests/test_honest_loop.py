@@ -121,7 +121,7 @@ def test_the_harness_loops_record_the_truth_wherever_an_action_fails(registry_ur
     assert summary["by_outcome"] == {"ok": 0, "partial": 0, "failed": 1, "interrupted": 0, "abandoned": 0}
     assert "run_failed" in status["attention"]
     overview = ok_json(url, "status")
-    # Shown (run_failed), but one failed run needs no person yet: agents retry it (loopx.needs_you).
+    # Shown (run_failed), but one failed run needs no person yet: agents retry it (loopx.views.needs_you).
     assert overview["counts"]["attention"] == 0 and overview["goals"][0]["needs_you"] is None
     if loop == "seed":
         # The todo done line was refused, and said why.

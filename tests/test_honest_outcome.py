@@ -121,7 +121,7 @@ def test_different_failing_steps_are_not_stuck_and_the_threshold_is_per_goal(loo
 
     g = J(loopx("project_prompt", "create", "--title", "Wobbly", "--json"))["id"]
     # Which step fails is read from a file in the goal's workspace: the steps run there, in a world
-    # that shows them nothing else of the test's directories (loopx/workspace.py, loopx/world.py).
+    # that shows them nothing else of the test's directories (loopx/domain/workspace.py, loopx/sandbox/world.py).
     flag = Path(J(loopx("workspace", "show", "--goal-id", g, "--json"))["workspace"]) / "which"
     for name in ("a", "b"):
         J(loopx("action", "add", "--goal-id", g, "--name", name, "--json", "--", PY, "-c",

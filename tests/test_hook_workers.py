@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 
 from loopx import hookimpl
-from loopx.registry import Registry
-from loopx.should_run import should_run
+from loopx.ledger.registry import Registry
+from loopx.views.should_run import should_run
 from tests.factories import make_goal
 
 

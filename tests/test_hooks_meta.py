@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.plugin_site import PLUGINS, plugin_env
 
-from loopx import hookspecs
+from loopx.seam import hookspecs
 
 
 def _specs():
@@ -90,7 +90,7 @@ def test_plugin_implementing_unknown_hook_is_reported_by_name(tmp_path, monkeypa
     listed = {x["name"]: x for x in json.loads(p.stdout)}
     assert "error" in listed["bad"] and "error" in listed["broken"]
     # The core keeps working with the broken plugins installed, and the block-list silences them.
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     Registry.open(str(tmp_path / "r.db")).close()  # read commands need an existing registry
     env["LOOPX_DISABLE_PLUGINS"] = "bad,broken"

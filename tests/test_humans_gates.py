@@ -58,7 +58,7 @@ def test_executor_may_ask_but_not_decide(loopx, goal):
 
 def test_event_kind_writers_enforce_user_only_decisions(reg):
     """Even a caller that skips the friendly check cannot write a decision event as an executor."""
-    from loopx.errors import LoopxError
+    from loopx.values.errors import LoopxError
 
     goal = make_goal(reg, title="T")["goal"]
 
@@ -139,7 +139,7 @@ def test_closed_goal_takes_no_gates(loopx, goal):
 
 
 def test_blocking_groups_unapproved_gates_by_target(loopx, reg, goal):
-    from loopx import gates
+    from loopx.domain import gates
 
     t1 = loopx("todo", "add", "--goal-id", goal, "--text", "one", "--json").json["id"]
     g_all = add_gate(loopx, goal).json
@@ -157,7 +157,7 @@ def test_blocking_groups_unapproved_gates_by_target(loopx, reg, goal):
 
 
 def test_replayed_ledger_equals_current_state(loopx, reg, goal):
-    from loopx import ledger
+    from loopx.ledger import log as ledger
 
     t1 = loopx("todo", "add", "--goal-id", goal, "--text", "one", "--json").json["id"]
     g = add_gate(loopx, goal, "--blocks", f"todo:{t1}").json
@@ -203,7 +203,7 @@ def test_pending_gate_on_all_asks_the_user_with_exact_commands(loopx, goal):
     doc = loopx("quota", "should-run", "--goal-id", goal, "--json").json
     assert doc["decision"] == "ask_user" and "gate_pending" in doc["reasons"]
     c = doc["interaction_contract"]
-    from loopx.gates import decision_commands
+    from loopx.domain.gates import decision_commands
     from loopx.model import Gate, from_json
 
     for cmd in decision_commands(from_json(gate, Gate)):

@@ -146,8 +146,8 @@ def test_export_round_trips_through_a_file(loopx_proc, tmp_path):
 
 
 def test_export_to_a_reader_that_stops_early_ends_cleanly(loopx_proc):
-    from loopx import rewards
-    from loopx.registry import Registry
+    from loopx.domain import rewards
+    from loopx.ledger.registry import Registry
 
     goal = ok(loopx_proc("project_prompt", "create", "--title", "Head", "--json"))["id"]
     ok(loopx_proc("todo", "add", "--goal-id", goal, "--text", "x", "--json"))

@@ -30,9 +30,9 @@ def goal(loopx):
 
 def turn(reg, goal, *, agent="a1", outcome="ok", tokens=100, cost=0.25, handoff=None, evidence=()):
     """One real turn through the domain API: should-run opens a run, evidence, run finish."""
-    from loopx import evidence as ev
-    from loopx import runs
-    from loopx.should_run import should_run
+    from loopx.domain import evidence as ev
+    from loopx.domain import runs
+    from loopx.views.should_run import should_run
 
     decision = should_run(reg, "user", goal_id=goal, agent=agent)
     assert decision["decision"] == "run", decision
@@ -84,7 +84,7 @@ def test_executor_cannot_add_a_reward(loopx, reg, goal):
 
 
 def test_reward_event_writers_refuse_executors(reg, goal):
-    from loopx.errors import LoopxError
+    from loopx.values.errors import LoopxError
 
     run_id = turn(reg, goal)
     with pytest.raises(LoopxError) as err:
@@ -112,8 +112,8 @@ def test_a_closed_goals_runs_can_still_be_scored(loopx, reg, goal):
 
 
 def test_latest_feedback_reaches_the_next_contract(loopx, reg, goal):
-    from loopx import rewards
-    from loopx.should_run import should_run
+    from loopx.domain import rewards
+    from loopx.views.should_run import should_run
 
     runs_ = [turn(reg, goal, agent="a1") for _ in range(4)]
     for i, run_id in enumerate(runs_):
@@ -205,7 +205,7 @@ def test_handoff_show(loopx, reg, goal):
 def test_summary_all_per_goal_and_across_goals(loopx, reg, goal):
     import jsonschema  # noqa: F401  (installed with the test extra)
 
-    from loopx import quota
+    from loopx.views import quota
 
     quota.set_limits(reg, "user", goal_id=goal, values={"max_turns": 10, "max_tokens": 5000})
     r1 = turn(reg, goal, tokens=1000, cost=0.5, evidence=[("note", "a"), ("note", "b"), ("command", "c")])
@@ -223,7 +223,7 @@ def test_summary_all_per_goal_and_across_goals(loopx, reg, goal):
     r = loopx("summary_all", "--goal-id", goal, "--json")
     assert r.code == 0, r
     s = r.json
-    assert s["schema"] == "loopx.summary_all/1" and len(s["goals"]) == 1
+    assert s["schema"] == "loopx.views.summary_all/1" and len(s["goals"]) == 1
     g = s["goals"][0]
     assert g["goal"]["id"] == goal
     assert g["runs"]["total"] == 2 and g["runs"]["by_outcome"] == {"ok": 1, "partial": 0, "failed": 1, "interrupted": 0, "abandoned": 0}
@@ -251,7 +251,7 @@ def test_summary_all_per_goal_and_across_goals(loopx, reg, goal):
 
 
 def test_summary_all_counts_abandoned_runs_among_the_outcomes(loopx, reg, goal, loopx_clock):
-    from loopx.should_run import should_run
+    from loopx.views.should_run import should_run
 
     turn(reg, goal)
     # A run whose agent never came back: open, then past its lease (scripted clock, no sleeping).
@@ -271,7 +271,7 @@ def test_summary_all_counts_abandoned_runs_among_the_outcomes(loopx, reg, goal, 
 
 
 def test_reward_replay_matches_state(loopx, reg, goal):
-    from loopx import ledger
+    from loopx.ledger import log as ledger
 
     run_id = turn(reg, goal)
     loopx("reward", "add", "--goal-id", goal, "--run-id", run_id, "--score", "0.3", "--comment", "ok")
@@ -281,7 +281,7 @@ def test_reward_replay_matches_state(loopx, reg, goal):
 
 
 def test_a_run_scored_while_open_exports_as_open(loopx, reg, goal):
-    from loopx.should_run import should_run
+    from loopx.views.should_run import should_run
 
     loopx("todo", "add", "--goal-id", goal, "--text", "x")
     run_id = should_run(reg, "user", goal_id=goal, agent="a1")["interaction_contract"]["run_id"]

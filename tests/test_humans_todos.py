@@ -200,7 +200,9 @@ def test_executor_needs_an_open_run(loopx, goal):
 
 
 def test_count_ready_and_replay(loopx, reg, goal):
-    from loopx import clock, ledger, todos
+    from loopx.values import clock
+    from loopx.ledger import log as ledger
+    from loopx.domain import todos
 
     a = add(loopx, goal, "a")
     b = add(loopx, goal, "b", "--depends-on", a)

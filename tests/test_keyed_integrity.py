@@ -75,9 +75,9 @@ def attacker(url: str, tmp_path, script: str) -> str:
 
 FORGE_DIGEST = """
     import sys
-    from loopx import integrity
-    from loopx.keys import Keyring
-    from loopx.registry import Registry
+    from loopx.ledger import integrity
+    from loopx.ledger.keys import Keyring
+    from loopx.ledger.registry import Registry
     from tests.reliability.tamper import raw
     url, g = {url!r}, {g!r}
     with Registry.open(url, readonly=True) as reg, reg.read() as tx:
@@ -109,7 +109,7 @@ def test_an_event_rehashed_without_the_key_is_seen(proc, tmp_path):
     url = proc.url
     g, gate = goal_with_gate(proc)
     attacker(url, tmp_path, f"""
-        from loopx import integrity
+        from loopx.ledger import integrity
         from tests.reliability.tamper import raw, rows
         url, g = {url!r}, {g!r}
         row = rows(url, "SELECT * FROM events WHERE goal_id = ? AND kind = 'gate.added'", (g,))[0]
@@ -211,11 +211,11 @@ def _put_back(url, g, copy: dict, seq: int) -> None:
 
 def _as_the_copy_holds_it(url, sql: str, params) -> None:
     """Run ``sql`` as if it had never happened to the events: an older copy holds its older events
-    and the count of changed events that goes with them (loopx/history_guard.py), with LoopX's own
+    and the count of changed events that goes with them (loopx/ledger/history_guard.py), with LoopX's own
     triggers and their keyed mark. So the counting triggers are away for ``sql``, then put back and
     marked by LoopX's own code (the key is this user's)."""
-    from loopx import history_guard
-    from loopx.registry import Registry
+    from loopx.ledger import history_guard
+    from loopx.ledger.registry import Registry
 
     def work(tx):
         if tx.dialect == "sqlite":
@@ -277,9 +277,9 @@ def test_an_older_registry_file_copied_over_is_detected(proc, tmp_path):
 
 WRITER = """
 import sys
-from loopx import evidence
-from loopx import goals as project_prompt
-from loopx.registry import Registry
+from loopx.domain import evidence
+from loopx.domain import goals as project_prompt
+from loopx.ledger.registry import Registry
 url, shared, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with Registry.open(url) as reg:
     own = project_prompt.create(reg, "user", title="own")["id"]
@@ -333,9 +333,10 @@ def test_an_edited_contract_of_an_open_run_makes_exec_refuse_and_should_run_repa
 def _unkeyed_v4(path) -> tuple[str, str, str]:
     """A registry as LoopX 4 left it: sha256 chains and digests, no id, no key. Two goals, each
     with a pending production gate."""
-    from loopx import gates, integrity, keys
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import gates
+    from loopx.ledger import integrity, keys
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     with Registry.open(str(path)) as reg:
         made = []
@@ -361,7 +362,7 @@ def _unkeyed_v4(path) -> tuple[str, str, str]:
 
 def forget_keyed_locations() -> None:
     """Forget which registries this user's LoopX keyed, where (what a LoopX before keys left)."""
-    from loopx import keys
+    from loopx.ledger import keys
 
     for f in keys.key_dir().glob("*.location"):
         f.unlink()
@@ -370,7 +371,7 @@ def forget_keyed_locations() -> None:
 def test_an_unkeyed_registry_is_keyed_at_first_write_and_earlier_damage_stays_visible(tmp_path, private_key_dir):
     path = tmp_path / "v4.db"
     clean, damaged, gate = _unkeyed_v4(path)
-    from loopx import integrity
+    from loopx.ledger import integrity
 
     legacy = rows(str(path), "SELECT * FROM events WHERE goal_id = ? ORDER BY seq", (clean,))
     assert all(r["hash"] == integrity.row_hash(r) for r in legacy)  # unkeyed sha256, as LoopX 4 wrote
@@ -398,9 +399,9 @@ def test_an_unkeyed_registry_is_keyed_at_first_write_and_earlier_damage_stays_vi
 
 
 STRIP = """
-    from loopx import integrity
-    from loopx.keys import Keyring, set_keyring
-    from loopx.registry import Registry
+    from loopx.ledger import integrity
+    from loopx.ledger.keys import Keyring, set_keyring
+    from loopx.ledger.registry import Registry
     from tests.reliability.tamper import raw
     url, g, gate = {url!r}, {g!r}, {gate!r}
     # Downgrade: take the id away, so that LoopX would verify the old, unkeyed way.

@@ -18,10 +18,10 @@ pytest.importorskip("mcp", reason="the mcp SDK is not installed (pip install '.[
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from loopx.should_run import should_run  # noqa: E402
-from loopx.errors import CODES  # noqa: E402
+from loopx.views.should_run import should_run  # noqa: E402
+from loopx.values.errors import CODES  # noqa: E402
 from loopx.mcp_server import MAX_LINE_BYTES, TOOLS  # noqa: E402
-from loopx.registry import Registry  # noqa: E402
+from loopx.ledger.registry import Registry  # noqa: E402
 from tests.test_turn_helpers import make_goal  # noqa: E402
 
 PY = sys.executable

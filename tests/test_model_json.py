@@ -36,9 +36,9 @@ def _one_of_each(loopx) -> tuple[str, str]:
 def test_to_json_is_what_cattrs_gives_for_every_value_a_command_prints(registry_url, loopx):
     import cattrs
 
-    from loopx import evidence, gates, goals, runs, todos
+    from loopx.domain import evidence, gates, goals, runs, todos
     from loopx.model import to_json
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     g, _run = _one_of_each(loopx)
     with Registry.open(registry_url) as reg, reg.read() as tx:

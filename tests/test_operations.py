@@ -16,15 +16,15 @@ import sys
 import click
 import pytest
 
-from loopx import confine
-from loopx import turn as turns
+from loopx.turn import confine
+from loopx.turn import governed as turns
 from loopx.cli import cli, run_inprocess
 from loopx.cli.ids import IdType
-from loopx.errors import LoopxError
+from loopx.values.errors import LoopxError
 from loopx.mcp_server import TOOLS, BrokeredTools, Tools, refused_tools
 from loopx.operations import OPERATIONS, Operation, check_args
-from loopx.registry import Registry
-from loopx.validate import check_id, new_id
+from loopx.ledger.registry import Registry
+from loopx.values.validate import check_id, new_id
 from tests.test_turn_helpers import make_goal
 
 PY = sys.executable
@@ -80,8 +80,8 @@ def test_the_mcp_tools_are_the_declared_operations_and_none_is_the_users():
         assert schema["required"] == [p.name for p in op.params if p.required]
         assert schema["additionalProperties"] is False
     # The actor rule: an executor may call every operation, so neither the broker nor the MCP
-    # server refuses one (both read loopx.broker's list of what is the user's).
-    from loopx.broker import refusal
+    # server refuses one (both read loopx.turn.broker's list of what is the user's).
+    from loopx.turn.broker import refusal
 
     refused = refused_tools()
     for op in OPERATIONS.values():
@@ -207,7 +207,7 @@ def test_every_operation_answers_alike_on_the_registry_and_through_a_turns_broke
 
 
 def test_a_malformed_id_is_refused_by_the_one_pattern_on_every_surface():
-    """Ids are checked by one definition (loopx.validate): the tool schema, the domain check."""
+    """Ids are checked by one definition (loopx.values.validate): the tool schema, the domain check."""
     for op in OPERATIONS.values():
         for p in op.params:
             if p.id_kind and p.schema["type"] == "string":

@@ -25,9 +25,9 @@ def _private_imports(tree: ast.AST) -> list[str]:
 
 
 def test_no_private_cpython_module_is_imported():
-    from loopx.process_watcher import WATCHER
+    from loopx.sandbox.process_watcher import WATCHER
 
-    found = {"loopx/process_watcher.py (WATCHER)": _private_imports(ast.parse(WATCHER))}
+    found = {"loopx/sandbox/process_watcher.py (WATCHER)": _private_imports(ast.parse(WATCHER))}
     for path in sorted([*(ROOT / "loopx").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]):
         shown = str(path.relative_to(ROOT))
         if shown not in STILL_PRIVATE and "/.venv/" not in shown:

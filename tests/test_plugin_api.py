@@ -34,12 +34,12 @@ def test_the_import_check_names_every_other_loopx_import(tmp_path):
     pkg = tmp_path / "loopx_bad"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("from loopx import hookimpl\nimport loopx.api\nfrom loopx.api import cli\n")
-    (pkg / "deep.py").write_text("def f():\n    from loopx.store import schema\n    import loopx.ledger\n"
-                                 "    from loopx import clock\n")
+    (pkg / "deep.py").write_text("def f():\n    from loopx.store import schema\n    import loopx.ledger.log\n"
+                                 "    from loopx.values import clock\n")
     problems = api.testing.check_plugin_imports(pkg)
     assert problems == ["loopx_bad/deep.py:2: from loopx.store import schema",
-                        "loopx_bad/deep.py:3: import loopx.ledger",
-                        "loopx_bad/deep.py:4: from loopx import clock"]
+                        "loopx_bad/deep.py:3: import loopx.ledger.log",
+                        "loopx_bad/deep.py:4: from loopx.values import clock"]
 
 
 def test_every_api_name_resolves_and_is_documented():

@@ -1,4 +1,4 @@
-"""The core calls plugins through pluggy's own calling (``loopx.plugins.hooks()``), so pluggy's
+"""The core calls plugins through pluggy's own calling (``loopx.seam.plugins.hooks()``), so pluggy's
 wrapper hooks and ``firstresult`` work on LoopX's hooks, and a plugin's fault is still contained.
 
 Real ``loopx`` processes with the test plugins of ``tests/plugins/loopx_wrapping`` installed
@@ -20,7 +20,7 @@ PLUGINS = {"plain": "loopx_wrapping:PLAIN", "late": "loopx_wrapping:LATE", "wrap
 
 @pytest.fixture
 def cli(tmp_path, sqlite_url):
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     Registry.open(sqlite_url).close()
     log = tmp_path / "calls.jsonl"
@@ -123,8 +123,8 @@ def test_every_hookspec_has_one_typed_facade_method():
     import importlib
     import inspect
 
-    from loopx import hookspecs
-    from loopx.hooks import Hooks
+    from loopx.seam import hookspecs
+    from loopx.seam.hooks import Hooks
 
     for module_name in hookspecs.MODULES:
         module = importlib.import_module(module_name)
@@ -132,7 +132,7 @@ def test_every_hookspec_has_one_typed_facade_method():
             if not name.startswith("loopx_"):
                 continue
             method = getattr(Hooks, name.removeprefix("loopx_"), None)
-            assert method is not None, f"loopx.hooks.Hooks has no method for {name}"
+            assert method is not None, f"loopx.seam.hooks.Hooks has no method for {name}"
             params = [p for p in inspect.signature(method).parameters.values()
                       if p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "self"]
             wanted = [p for p in inspect.signature(spec).parameters if p != "register"]
@@ -148,7 +148,7 @@ def test_no_hook_is_called_by_name_outside_the_facade():
 
     offenders = []
     for path in (ROOT / "loopx").rglob("*.py"):
-        if path.name == "hooks.py" and path.parent.name == "loopx":
+        if path.name == "hooks.py" and path.parent.name == "seam":
             continue
         text = path.read_text()
         for pattern in (r"\.hook\.loopx_\w+", r"getattr\([^)]*\.hook\b", r"get_hookimpls\(", r"\bpm\.hook\b"):
@@ -157,7 +157,7 @@ def test_no_hook_is_called_by_name_outside_the_facade():
 
 
 def test_pluggy_is_used_as_documented():
-    # Containment registers a stand-in for each plugin (loopx/hooks.py): nothing assigns to what
+    # Containment registers a stand-in for each plugin (loopx/seam/hooks.py): nothing assigns to what
     # pluggy hands out (HookImpl is final, its fields Final) or reaches into its private names.
     import ast
     import re
@@ -181,7 +181,8 @@ def test_pluggy_is_used_as_documented():
 
 
 def test_a_registered_plugin_is_the_object_given_and_its_faults_are_contained(capsys):
-    from loopx import hookimpl, plugins
+    from loopx import hookimpl
+    from loopx.seam import plugins
 
     class Broken:
         @hookimpl

@@ -9,7 +9,8 @@ import types
 
 import pytest
 
-from loopx import hookimpl, plugins
+from loopx import hookimpl
+from loopx.seam import plugins
 from tests.conftest import ROOT
 
 DOCUMENTED = {

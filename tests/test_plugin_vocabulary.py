@@ -104,7 +104,8 @@ def test_a_plugin_contract_action_and_veto(probe):
 
 
 def test_a_plugin_kind_refuses_roles_it_did_not_name(probe):
-    from loopx import api, plugins
+    from loopx import api
+    from loopx.seam import plugins
     from loopx.api import LoopxError
 
     class Probe:

@@ -1,6 +1,6 @@
-"""The confinement code type-checks: ``mypy --strict`` passes on the policy (loopx/confine_policy.py),
-the Landlock enforcer and its file checks (loopx/landlock.py), the step's confinement
-(loopx/confine.py), its world (loopx/world.py) and private runs (loopx/private_run.py); and the
+"""The confinement code type-checks: ``mypy --strict`` passes on the policy (loopx/sandbox/confine_policy.py),
+the Landlock enforcer and its file checks (loopx/sandbox/landlock.py), the step's confinement
+(loopx/turn/confine.py), its world (loopx/sandbox/world.py) and private runs (loopx/turn/private_run.py); and the
 types have teeth: a rule with an access Landlock does not know, or a policy changed in place, is
 an error before it runs."""
 
@@ -15,8 +15,8 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow  # a cold mypy run takes seconds
 
-MODULES = ["loopx/confine_policy.py", "loopx/landlock.py", "loopx/confine.py", "loopx/world.py",
-           "loopx/private_run.py"]
+MODULES = ["loopx/sandbox/confine_policy.py", "loopx/sandbox/landlock.py", "loopx/turn/confine.py", "loopx/sandbox/world.py",
+           "loopx/turn/private_run.py"]
 
 
 def _mypy(*args: str) -> subprocess.CompletedProcess[str]:
@@ -36,8 +36,8 @@ def test_a_wrong_rule_or_a_policy_changed_in_place_fails_the_check(tmp_path):
     bad.write_text('''\
 from __future__ import annotations
 
-from loopx.confine_policy import Policy, Rule
-from loopx.world import Mount
+from loopx.sandbox.confine_policy import Policy, Rule
+from loopx.sandbox.world import Mount
 
 policy = Policy(rules=(Rule("/", "rwx"),))
 policy.deny_tcp = (5432,)

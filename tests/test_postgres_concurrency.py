@@ -36,8 +36,8 @@ CLI_AT_BARRIER = textwrap.dedent("""
 FIRST_OPEN_AND_CREATE = textwrap.dedent("""
     import os, sys
     from loopx.testing import wait_until
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
     url, tag, count, barrier = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     print("ready", flush=True)
     wait_until(lambda: os.path.exists(barrier), "the barrier", interval=0.005)
@@ -49,7 +49,7 @@ FIRST_OPEN_AND_CREATE = textwrap.dedent("""
 
 HOLD_OPEN_TRANSACTION = textwrap.dedent("""
     import signal, sys
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
     reg = Registry.open(sys.argv[1])
     def work(w):
         w.emit("goal.criterion_met", {"index": 0})
@@ -93,7 +93,7 @@ def _together(tmp_path, url, argvs, script=CLI_AT_BARRIER, extra_env=None):
 
 
 def _state_is_the_replayed_ledger(reg, goal_id):
-    from loopx import ledger
+    from loopx.ledger import log as ledger
 
     with reg.read() as tx:
         events = ledger.events(tx, goal_id)
@@ -104,7 +104,7 @@ def _state_is_the_replayed_ledger(reg, goal_id):
 
 
 def test_eight_processes_open_a_new_registry_and_create_goals_at_once(tmp_path, pg_url):
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     results = _together(tmp_path, pg_url, [
         (lambda b, k=k: [pg_url, f"p{k}", "25", str(b)]) for k in range(8)
@@ -134,7 +134,7 @@ def test_eight_processes_claiming_one_todo_leave_exactly_one_holder(tmp_path, pg
     holder = winners[0]["claim"]["agent"]
     shown = loopx("todo", "list", "--goal-id", goal["id"], "--json").json
     assert [t["claim"]["agent"] for t in shown] == [holder]
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(pg_url) as reg:
         events = _state_is_the_replayed_ledger(reg, goal["id"])
@@ -144,9 +144,9 @@ def test_eight_processes_claiming_one_todo_leave_exactly_one_holder(tmp_path, pg
 CLAIM_EACH = textwrap.dedent("""
     import json, os, sys
     from loopx.testing import wait_until
-    from loopx import todos
-    from loopx.errors import LoopxError
-    from loopx.registry import Registry
+    from loopx.domain import todos
+    from loopx.values.errors import LoopxError
+    from loopx.ledger.registry import Registry
     url, goal_id, agent, barrier, *todo_ids = sys.argv[1:]
     reg = Registry.open(url)
     print("ready", flush=True)
@@ -175,7 +175,7 @@ def test_eight_processes_racing_for_twelve_todos_get_one_holder_each(tmp_path, p
     assert claimed == sorted(todo_ids)  # every todo won exactly once
     holders = {t["id"]: t["claim"]["agent"] for t in loopx("todo", "list", "--goal-id", goal["id"], "--json").json}
     assert holders == {t: agent for agent, ids in won.items() for t in ids}
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(pg_url) as reg:
         events = _state_is_the_replayed_ledger(reg, goal["id"])
@@ -192,7 +192,7 @@ def test_eight_processes_retrying_one_operation_id_create_one_goal(tmp_path, pg_
     assert len(outputs) == 1  # every retry got the first result, byte for byte
     goals = loopx("project_prompt", "list", "--json").json
     assert [g["id"] for g in goals] == [json.loads(outputs.pop())["id"]]
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(pg_url) as reg, reg.read() as tx:
         assert tx.one("SELECT count(*) AS n FROM operations")["n"] == 1
@@ -204,8 +204,8 @@ def test_eight_processes_writing_one_goal_lose_nothing(tmp_path, pg_url, loopx):
     script = textwrap.dedent("""
         import os, sys
         from loopx.testing import wait_until
-        from loopx import todos
-        from loopx.registry import Registry
+        from loopx.domain import todos
+        from loopx.ledger.registry import Registry
         url, goal_id, tag, barrier = sys.argv[1:5]
         reg = Registry.open(url)
         print("ready", flush=True)
@@ -219,7 +219,7 @@ def test_eight_processes_writing_one_goal_lose_nothing(tmp_path, pg_url, loopx):
     assert all(code == 0 for code, _, _ in results), results
     texts = [t["text"] for t in loopx("todo", "list", "--goal-id", goal["id"], "--json").json]
     assert sorted(texts) == sorted(f"p{k}-{i}" for k in range(8) for i in range(15))
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(pg_url) as reg:
         events = _state_is_the_replayed_ledger(reg, goal["id"])
@@ -241,7 +241,7 @@ def test_a_writer_killed_inside_its_transaction_leaves_no_half_record(pg_url, lo
     # The server rolls the dead writer back and releases the goal: the next writer gets it.
     r = loopx("project_prompt", "close", "--goal-id", goal["id"], "--reason", "after the crash", "--json")
     assert r.code == 0, r
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(pg_url) as reg:
         events = _state_is_the_replayed_ledger(reg, goal["id"])

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from loopx.errors import LoopxError
+from loopx.values.errors import LoopxError
 from loopx.testing import wait_until
 from tests import backends
 
@@ -52,7 +52,7 @@ def test_passwords_never_appear_in_messages():
 
 
 def test_an_unreachable_server_is_one_clear_error_without_the_password():
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with pytest.raises(LoopxError) as err:
         Registry.open("postgresql://ann:s3cret@127.0.0.1:1/loopx?connect_timeout=5")
@@ -147,8 +147,8 @@ def test_an_older_schema_is_migrated_and_a_newer_one_refused(pg_url):
 
 @pytestmark_server
 def test_integrity_check_finds_a_gap_in_a_ledger(pg_url):
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     with Registry.open(pg_url) as reg:
         goal = project_prompt.create(reg, "user", title="g")
@@ -163,11 +163,11 @@ def test_integrity_check_finds_a_gap_in_a_ledger(pg_url):
 @pytestmark_server
 def test_a_gap_is_known_loss_only_for_the_kinds_the_caller_names(pg_url):
     """The store names no event kind of its own: which events record loss is the caller's to say
-    (``self-repair check`` names loopx.integrity.LOSS_KINDS)."""
-    from loopx import damage
-    from loopx import goals as project_prompt
-    from loopx.integrity import LOSS_KINDS
-    from loopx.registry import Registry
+    (``self-repair check`` names loopx.ledger.integrity.LOSS_KINDS)."""
+    from loopx.domain import damage
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.integrity import LOSS_KINDS
+    from loopx.ledger.registry import Registry
 
     with Registry.open(pg_url) as reg:
         g = project_prompt.create(reg, "user", title="g")["id"]
@@ -186,9 +186,9 @@ def test_a_gap_is_known_loss_only_for_the_kinds_the_caller_names(pg_url):
 def test_a_writer_that_waited_for_the_goal_runs_again_on_a_fresh_snapshot(pg_url):
     """Two writers on one goal: the second queues on the goal's row, then is retried and sees
     the first one's change: nothing lost, the ledger numbered without gaps."""
-    from loopx import ledger
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.ledger import log as ledger
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     first, second = Registry.open(pg_url), Registry.open(pg_url)
     try:
@@ -272,8 +272,8 @@ def test_wait_for_change_wakes_on_a_commit_and_times_out_without_one(pg_url):
 
 
 def _create(url):
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     with Registry.open(url) as reg:
         project_prompt.create(reg, "user", title="ping")
@@ -312,8 +312,8 @@ def test_the_store_reconnects_after_the_server_dropped_its_connection(pg_url):
 @pytestmark_server
 def test_threads_sharing_one_store_do_not_interleave_transactions(pg_url):
     """The status server may share a store between threads; each transaction stays whole."""
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     reg = Registry.open(pg_url)
     errors = []
@@ -353,8 +353,8 @@ def test_numeric_results_come_back_as_python_numbers(pg_url):
 
 @pytestmark_server
 def test_the_registry_url_works_with_both_schemes(pg_url):
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     alias = pg_url.replace("postgresql://", "postgres://", 1)
     with Registry.open(pg_url) as reg:

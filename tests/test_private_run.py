@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from loopx import confine, process
+from loopx.turn import confine
+from loopx.sandbox import process
 from loopx import api
 from loopx.api import LoopxError
 

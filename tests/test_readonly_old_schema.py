@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import sqlite3
 
-from loopx import goals, integrity, todos
-from loopx.registry import Registry
-from loopx.should_run import should_run
+from loopx.domain import goals, todos
+from loopx.ledger import integrity
+from loopx.ledger.registry import Registry
+from loopx.views.should_run import should_run
 from loopx.store import schema
 from loopx.store.sqlite import SqliteTx
 
@@ -23,7 +24,7 @@ def _v7_registry(path: str) -> str:
         todos.add(reg, "user", goal_id=g, text="a step")
     conn = sqlite3.connect(path, isolation_level=None)
     for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND (name LIKE 'state_dirty_%'"
-                                " OR name LIKE 'event%')").fetchall():  # (and schema 11's, loopx/history_guard.py)
+                                " OR name LIKE 'event%')").fetchall():  # (and schema 11's, loopx/ledger/history_guard.py)
         conn.execute(f"DROP TRIGGER {name}")
     conn.execute("DROP TABLE event_changes")
     conn.execute("DELETE FROM meta WHERE key = 'schema_mac'")

@@ -9,8 +9,8 @@ import os
 import subprocess
 import sys
 
-from loopx import gates, runs, todos
-from loopx.registry import Registry
+from loopx.domain import gates, runs, todos
+from loopx.ledger.registry import Registry
 from tests.test_turn_helpers import make_goal
 
 PY = sys.executable
@@ -73,7 +73,7 @@ def test_run_finish_refuses_ok_over_a_refusal_and_derives_failed(tmp_path, sqlit
         from tests.test_turn_helpers import ask
 
         run_id = ask(reg, made["goal"])["interaction_contract"]["run_id"]
-        from loopx import evidence
+        from loopx.domain import evidence
 
         evidence.record(reg, "core", run_id=run_id, kind="refused", summary="refused: loopx reward add",
                         data={"argv": ["reward", "add"], "code": "actor_forbidden", "why": "user only", "by": "broker"})

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from loopx import ledger
-from loopx import goals as project_prompt
-from loopx.errors import LoopxError
-from loopx.registry import Registry
-from loopx.registry_copy import copy_registry, snapshots
+from loopx.ledger import log as ledger
+from loopx.domain import goals as project_prompt
+from loopx.values.errors import LoopxError
+from loopx.ledger.registry import Registry
+from loopx.views.registry_copy import copy_registry, snapshots
 from tests import backends
 from tests.conftest import Result
 

@@ -1,4 +1,4 @@
-"""The repair API (one ``loopx.api.RepairSession``: ``loopx.damage`` reads, ``loopx.repairs``
+"""The repair API (one ``loopx.api.RepairSession``: ``loopx.domain.damage`` reads, ``loopx.domain.repairs``
 writes) as a third-party repair capability meets it, and a contract's repair advice coming from the capability that
 offers it, never from the core."""
 

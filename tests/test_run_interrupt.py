@@ -32,7 +32,7 @@ def _spawn(url, *args, cwd=None):
 
 def _work(tmp_path):
     # The cwd of the loopx process that runs the turns: the goal's project. Its step runs in the
-    # goal's own workspace (loopx/workspace.py), made from it on the first turn, in a world whose
+    # goal's own workspace (loopx/domain/workspace.py), made from it on the first turn, in a world whose
     # /tmp is private (tmp_path is invisible to it): a step's files are relative to its directory
     # and read (or a sentinel put) in _ws(url, goal).
     work = tmp_path / "work"
@@ -117,7 +117,7 @@ def test_sigkilled_turn_never_runs_its_step_again_and_its_run_is_abandoned(sqlit
     os.kill(turn.pid, signal.SIGKILL)
     turn.wait(timeout=10)
     # Under the turn's broker the step's exec runs inside the turn itself, so the step's watcher
-    # (loopx.process) ends the step with it: nothing of the dead turn keeps running.
+    # (loopx.sandbox.process) ends the step with it: nothing of the dead turn keeps running.
     wait_until(lambda: not _running(tag), "the dead turn's step to be stopped", timeout=15)
     code, listed, _ = _cli(url, "run", "list", gid)
     first = listed[0]["id"]
@@ -134,7 +134,7 @@ def test_sigkilled_turn_never_runs_its_step_again_and_its_run_is_abandoned(sqlit
     assert code == 0, (shown, err)
     assert shown["status"] == "abandoned"
     # The started step is recorded once as "ran, result unknown": the exec inside the killed turn
-    # left its intent in the step journal (loopx.step_journal), which the next write records; the
+    # left its intent in the step journal (loopx.ledger.step_journal), which the next write records; the
     # abandonment then finds the step's result in and adds no second record (step_unknown).
     unknown = [e for e in shown["evidence"] if "ran, result unknown" in e["summary"]]
     assert len(unknown) == 1, [(e["kind"], e["summary"]) for e in shown["evidence"]]
@@ -227,7 +227,7 @@ def test_a_second_turn_does_not_carry_out_a_run_a_live_turn_owns(sqlite_url, tmp
 
 
 def test_a_run_whose_lease_expired_mid_step_records_the_step_as_result_unknown(sqlite_url, tmp_path):
-    from loopx import clock
+    from loopx.values import clock
 
     url = sqlite_url
     gid = _goal(url, tmp_path, ("work", "true"))
@@ -235,9 +235,9 @@ def test_a_run_whose_lease_expired_mid_step_records_the_step_as_result_unknown(s
     run_id = contract["interaction_contract"]["run_id"]
     # The step's start as `loopx exec` records it, from a process on another machine (so only
     # the lease can tell that it is gone), then the lease runs out (scripted clock, no sleeping).
-    from loopx.claims import STARTED
-    from loopx.registry import Registry
-    from loopx.validate import new_id
+    from loopx.domain.claims import STARTED
+    from loopx.ledger.registry import Registry
+    from loopx.values.validate import new_id
 
     with Registry.open(url) as reg:
         def work(w):

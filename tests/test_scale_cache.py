@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from loopx.registry import Registry
+from loopx.ledger.registry import Registry
 from loopx.status_server import ViewCache, make_server
 from loopx.testing import wait_until
 from tests.factories import make_goal

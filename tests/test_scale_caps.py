@@ -7,9 +7,11 @@ import json
 
 import pytest
 
-from loopx import api, capabilities, caps, hookimpl
-from loopx.errors import LoopxError
-from loopx.registry import Registry
+from loopx import api, hookimpl
+from loopx.seam import capabilities
+from loopx.ledger import caps
+from loopx.values.errors import LoopxError
+from loopx.ledger.registry import Registry
 from tests.factories import make_goal
 
 

@@ -9,8 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from loopx import integrity
-from loopx.registry import Registry
+from loopx.ledger import integrity
+from loopx.ledger.registry import Registry
 from loopx.store import schema
 from tests.factories import make_goal
 
@@ -44,7 +44,7 @@ def reference_digest(tx, goal_id: str) -> str:
 def test_digest_is_the_stored_format_and_reuse_within_a_transaction_follows_changes(tmp_path):
     import fill
 
-    from loopx import todos
+    from loopx.domain import todos
 
     url = str(tmp_path / "registry.db")
     with Registry.open(url) as reg:
@@ -71,7 +71,7 @@ def test_remembered_row_texts_never_hide_a_hand_edit(tmp_path):
     same rows write after write); an edit made outside LoopX must still change the digest."""
     import sqlite3
 
-    from loopx import todos
+    from loopx.domain import todos
 
     url = str(tmp_path / "registry.db")
     with Registry.open(url) as reg:

@@ -9,7 +9,7 @@ import pytest
 
 
 class _Tx:
-    """Just enough of a read transaction for :func:`loopx.runs.latest_handoff_note`."""
+    """Just enough of a read transaction for :func:`loopx.domain.runs.latest_handoff_note`."""
 
     def __init__(self, conn):
         self.conn = conn
@@ -33,7 +33,7 @@ def _add_runs(conn, goal_id: str, n: int, *, handoff_first: bool) -> None:
 
 
 def _vm_steps(conn, goal_id: str) -> tuple[str | None, int]:
-    from loopx import runs
+    from loopx.domain import runs
 
     steps = [0]
 
@@ -51,7 +51,7 @@ def _vm_steps(conn, goal_id: str) -> tuple[str | None, int]:
 
 @pytest.mark.parametrize("registry_url", ["sqlite"], indirect=True)
 def test_the_latest_handoff_is_found_without_walking_runs_that_left_none(registry_url):
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(registry_url):
         pass  # a registry at the current schema

@@ -10,11 +10,13 @@ import sys
 
 import pytest
 
-from loopx import clock, evidence, inputs, quota, runs, todos
+from loopx.values import clock
+from loopx.domain import evidence, runs, todos
+from loopx.views import inputs, quota
 from loopx.store.sqlite import SqliteTx
 from tests.test_turn_helpers import add_gate, ask, make_goal
 
-#: Statements outside the state digest (loopx/integrity.py) a should-run that opens a run may send,
+#: Statements outside the state digest (loopx/ledger/integrity.py) a should-run that opens a run may send,
 #: transaction control included: 16 of its own plus PostgreSQL's 3 of control was 19; the merge of
 #: the worker and keyed-integrity branches added two, each needed, neither a repeat, so 20:
 #:  - ``SELECT g.revision AS goal_revision, r.* FROM goals g LEFT JOIN runs r ...`` (claims.
@@ -42,7 +44,7 @@ class Counted:
     def record(self, sql):
         frame, digest = sys._getframe(2), False
         while frame is not None:
-            if frame.f_code.co_filename.endswith("loopx/integrity.py"):
+            if frame.f_code.co_filename.endswith("loopx/ledger/integrity.py"):
                 digest = True
                 break
             frame = frame.f_back
@@ -110,7 +112,7 @@ def test_should_run_that_opens_a_run_sends_few_statements_none_twice(reg, counte
     assert len(on_busy) == len(on_fresh)
 
 
-# The state digest's share (loopx/state_macs.py): the head, newest events and change log in one
+# The state digest's share (loopx/ledger/state_macs.py): the head, newest events and change log in one
 # statement, the rows the decision reads with their MACs in one, and the seal's three (take the
 # changed rows out of the change log, upsert their MACs, write the head).
 def test_should_run_that_opens_a_run_sends_at_most_25_statements_digest_included(reg, counted):
@@ -166,7 +168,7 @@ def test_the_ready_page_is_the_full_ready_set_through_dependencies_claims_and_ga
 @pytest.mark.slow
 def test_a_goal_with_many_finished_todos_reads_a_page_not_the_list(sqlite_url):
     """SQLite's VM steps spent reading the ready set stay flat as done todos pile up."""
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     def steps_for(reg, g) -> int:
         ticks = [0]

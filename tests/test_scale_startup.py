@@ -42,7 +42,7 @@ def _beyond_the_floor(argv: list[str], env: dict, *, driver: str = "") -> set[st
     floor = _imported(["-c", IMPORT_FLOOR], env)
     _imported(["-m", "loopx", *argv, "--json"], env)  # the entry-point cache filled, if this venv's was stale
     found = _imported(["-m", "loopx", *argv, "--json"], env)
-    assert "loopx.plugins" in found  # it did load plugins (and so found their cache)
+    assert "loopx.seam.plugins" in found  # it did load plugins (and so found their cache)
     return {m for m in found - floor - ALLOWED_BEYOND_FLOOR
             if not m.startswith(("loopx", "__editable__")) and not (driver and m.split(".")[0] == driver)
             and m != "self [us]"}
@@ -62,8 +62,8 @@ def test_status_first_page_does_not_load_cattrs(sqlite_url, tmp_path):
     """The overview's page (counts, lanes, quota pictures, last runs) is built from flat values:
     importing cattrs and generating its converters was a fifth of ``status``'s time at 1,000,000
     goals. The page still shows every field (quota limits, grants, used; the last run)."""
-    from loopx import quota
-    from loopx.registry import Registry
+    from loopx.views import quota
+    from loopx.ledger.registry import Registry
 
     with Registry.open(sqlite_url) as reg:
         goal = make_goal(reg, title="paged")["goal"]
@@ -75,7 +75,7 @@ def test_status_first_page_does_not_load_cattrs(sqlite_url, tmp_path):
                        env=loopx_env(sqlite_url), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
-    assert "loopx.status" in imported
+    assert "loopx.views.status" in imported
     assert "cattrs" not in imported
     page = json.loads(r.stdout)
     shown = page["goals"][0]
@@ -88,7 +88,7 @@ def test_should_run_a_write_and_reads_load_no_library_beyond_the_floor(sqlite_ur
     integrity key and the entry-point cache through platformdirs (in the floor) and load no other
     library: cattrs, importlib.metadata (the plugin scan), email, asyncio... would each be paid
     out of the 25 % the budget leaves LoopX's own code. The time itself: bench/bench_startup.py."""
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(sqlite_url) as reg:
         goal = make_goal(reg, title="read", todo_texts=["t"])["goal"]
@@ -102,7 +102,7 @@ def test_should_run_a_write_and_reads_load_no_library_beyond_the_floor(sqlite_ur
 def test_the_entry_point_cache_stays_where_platformdirs_puts_it(monkeypatch, tmp_path, xdg):
     import platformdirs
 
-    from loopx import plugins
+    from loopx.seam import plugins
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     if xdg is None:
@@ -116,11 +116,11 @@ def test_should_run_opening_a_run_loads_no_gate_class_and_no_signal(sqlite_url):
     """What opening a run does not need is not loaded: the Gate attrs class on a goal without
     gates (loopx.model builds each area's classes on first use), ``signal`` (its enums) for the
     step limits the contract states. docs/performance.md counts what each cost."""
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(sqlite_url) as reg:
         goal = make_goal(reg, title="no gates", todo_texts=["t"])["goal"]
-    shown = ("signal", "loopx.model.gate", "loopx.model.todo", "loopx.limits")
+    shown = ("signal", "loopx.model.gate", "loopx.model.todo", "loopx.sandbox.limits")
     code = ("import atexit, sys\n"
             f"atexit.register(lambda: print('LOADED', *[m for m in {shown!r} if m in sys.modules], file=sys.stderr))\n"
             "from loopx.entry import main\nsys.argv = ['loopx', *sys.argv[1:]]\nmain()\n")
@@ -129,4 +129,4 @@ def test_should_run_opening_a_run_loads_no_gate_class_and_no_signal(sqlite_url):
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout)["interaction_contract"]["run_id"]  # it opened a run
     loaded = next(line.split()[1:] for line in r.stderr.splitlines() if line.startswith("LOADED"))
-    assert loaded == ["loopx.model.todo", "loopx.limits"]  # the todo was read, the limits stated
+    assert loaded == ["loopx.model.todo", "loopx.sandbox.limits"]  # the todo was read, the limits stated

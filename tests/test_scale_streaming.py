@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from loopx import api
-from loopx.registry import Registry
+from loopx.ledger.registry import Registry
 from tests.conftest import loopx_env
 from tests.factories import make_goal
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from loopx import ledger
-from loopx.registry import Registry
+from loopx.ledger import log as ledger
+from loopx.ledger.registry import Registry
 from loopx.store import schema
 from tests.factories import make_goal
 
@@ -79,7 +79,7 @@ def test_migration_builds_the_summary_of_an_existing_registry(loopx):
         "_downgrade undoes the steps after the summary"
     ids = _mixed(loopx)
     before = _view(loopx, "--all")
-    # Who needs a person (loopx.needs_you): the gate and the budget; one failed run does not yet.
+    # Who needs a person (loopx.views.needs_you): the gate and the budget; one failed run does not yet.
     assert before["counts"] == {"goals": {"open": 4, "paused": 1, "closed": 1}, "attention": 2}
 
     _downgrade(loopx.url, schema.SUMMARY_VERSION - 1)
@@ -146,7 +146,7 @@ def test_list_refuses_a_bad_page(loopx, args):
 
 
 def test_stored_budget_verdict_matches_the_quota_module(loopx):
-    """The summary's budget arithmetic (kept below the domain layer) agrees with loopx.usage."""
+    """The summary's budget arithmetic (kept below the domain layer) agrees with loopx.domain.usage."""
     cases = {
         "turns at the limit": (["--max-turns", "1"], [("ok", {})], []),
         "turns left": (["--max-turns", "2"], [("ok", {})], []),

@@ -8,8 +8,11 @@ import sqlite3
 import subprocess
 import sys
 
-from loopx import api, ledger, quota, runs, usage_counts
-from loopx.registry import Registry
+from loopx import api
+from loopx.ledger import log as ledger, usage_counts
+from loopx.views import quota
+from loopx.domain import runs
+from loopx.ledger.registry import Registry
 from loopx.store import schema
 from tests.conftest import loopx_env
 from tests.test_turn_helpers import ask, make_goal
@@ -57,7 +60,7 @@ def test_an_older_registry_gets_its_counters_on_migration(tmp_path, loopx_clock)
         before = _counters(reg, g)[0]
 
         def whole_state_digest(tx):  # as schemas before 9 sealed it (no per-row MACs)
-            from loopx import integrity
+            from loopx.ledger import integrity
 
             h = integrity.head(tx, g)
             digest = integrity.state_digest(tx, g, h["seq"], h["head_hash"], integrity.keyring(tx))

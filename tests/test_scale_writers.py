@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from loopx.registry import Registry
+from loopx.ledger.registry import Registry
 from loopx.store.writer_queue import WriterQueue, tickets_taken
 from loopx.testing import wait_until
 from tests.conftest import loopx_env
@@ -24,8 +24,8 @@ from tests.factories import make_goal
 
 WRITER = """
 import json, sys
-from loopx import todos
-from loopx.registry import Registry
+from loopx.domain import todos
+from loopx.ledger.registry import Registry
 url, goal, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with Registry.open(url) as reg:
     ids = [todos.add(reg, "user", goal_id=goal, text=f"w{i}")["id"] for i in range(n)]
@@ -35,8 +35,8 @@ print(json.dumps(ids))
 
 TEXT_WRITER = """
 import sys
-from loopx import todos
-from loopx.registry import Registry
+from loopx.domain import todos
+from loopx.ledger.registry import Registry
 url, goal, text, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 with Registry.open(url) as reg:
     for i in range(n):
@@ -170,8 +170,8 @@ def test_reads_do_not_queue_behind_writers(sqlite_url):
 
 BURST_WRITER = """
 import os, sys, time
-from loopx import todos
-from loopx.registry import Registry
+from loopx.domain import todos
+from loopx.ledger.registry import Registry
 url, goal, n, start, size, spawn = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 catch_up = int(sys.argv[7])
 if spawn == "no":
@@ -278,7 +278,8 @@ def test_the_rollback_anchor_is_checkpointed_with_the_registry(sqlite_url):
     behind it; it is held back there, and the registry's checkpointer checkpoints the anchor file
     too: after the 64th write the anchor file alone (without its WAL) holds the goal's newest
     head."""
-    from loopx import anchor, keys, todos
+    from loopx.ledger import anchor, keys
+    from loopx.domain import todos
     from loopx.store.sqlite import CHECKPOINT_EVERY
 
     goal = _goal(sqlite_url)

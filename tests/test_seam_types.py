@@ -10,10 +10,11 @@ import shlex
 import attrs
 import pytest
 
-from loopx import hookimpl, plugins
-from loopx.capabilities import Capability, QuotaNeeds
-from loopx.hookspecs.answers import ContributedAction, Veto
-from loopx.plugin_register import (
+from loopx import hookimpl
+from loopx.seam import plugins
+from loopx.seam.capabilities import Capability, QuotaNeeds
+from loopx.seam.hookspecs.answers import ContributedAction, Veto
+from loopx.seam.plugin_register import (
     CapabilityRegistration, ErrorCodeRegistration, EventKindRegistration, StoreRegistration, StoreRegistrar,
 )
 from tests.factories import make_goal
@@ -179,8 +180,8 @@ def test_capability_is_an_attrs_class_that_normalises_its_declaration():
         cap.name = "y"  # type: ignore[misc]
 
 
-SEAM = ("loopx/hooks.py", "loopx/hook_guard.py", "loopx/plugins.py", "loopx/plugin_register.py", "loopx/capabilities.py",
-        "loopx/capability_checks.py", "loopx/capability_docs.py", "loopx/caps.py")
+SEAM = ("loopx/seam/hooks.py", "loopx/seam/hook_guard.py", "loopx/seam/plugins.py", "loopx/seam/plugin_register.py", "loopx/seam/capabilities.py",
+        "loopx/seam/capability_checks.py", "loopx/seam/capability_docs.py", "loopx/ledger/caps.py")
 
 
 def test_the_plugin_seam_uses_no_private_interpreter_names_and_its_files_stay_short():

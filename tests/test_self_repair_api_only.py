@@ -54,7 +54,7 @@ def test_the_ast_check_sees_what_it_forbids(tmp_path):
     pkg.mkdir()
     (pkg / "ok.py").write_text("from loopx.api import hookimpl\nimport click\n")
     assert _problems(pkg) == []
-    for i, line in enumerate(["from loopx import hookimpl", "import loopx.ledger", "from loopx.store import schema",
+    for i, line in enumerate(["from loopx import hookimpl", "import loopx.ledger.log", "from loopx.store import schema",
                               "import sqlite3", "def f(tx):\n    return tx.query('SELECT 1')"]):
         (pkg / f"bad{i}.py").write_text(line + "\n")
         assert len(_problems(pkg)) == 1, line
@@ -79,7 +79,7 @@ def test_a_copy_importing_only_the_api_passes_the_plugin_tests(tmp_path):
     (tests / "conftest.py").write_text(
         "import os\n"
         "import loopx_self_repair.plugin\n"
-        "from loopx import plugins\n\n"
+        "from loopx.seam import plugins\n\n"
         "COPY = os.environ['SELF_REPAIR_COPY']\n"
         "assert loopx_self_repair.plugin.__file__.startswith(COPY), loopx_self_repair.plugin.__file__\n\n\n"
         "def pytest_runtest_setup(item):\n"
@@ -122,7 +122,7 @@ def test_the_import_guard_refuses_what_it_should(tmp_path, monkeypatch):
     # The guard itself can fail: a module under the copy importing a core module is refused.
     copy = tmp_path / "copy"
     copy.mkdir()
-    (copy / "bad.py").write_text("from loopx import ledger\n")
+    (copy / "bad.py").write_text("from loopx.ledger import log as ledger\n")
     (copy / "good.py").write_text("from loopx import api\nfrom loopx.testing import CliResult\n")
     monkeypatch.setenv("SELF_REPAIR_COPY", str(copy))
     namespace = {"__file__": str(tmp_path / "tests" / "conftest.py")}
@@ -146,6 +146,6 @@ def test_the_test_import_check_sees_a_core_import(tmp_path):
     (tmp_path / "test_x.py").write_text("from loopx.testing import tamper_sqlite\nfrom loopx import api\n")
     assert check_plugin_imports(tmp_path, tests=True) == []
     assert check_plugin_imports(tmp_path) != []  # a plugin's own code may not import loopx.testing
-    (tmp_path / "test_y.py").write_text("def f():\n    from loopx import ledger\n")
-    assert check_plugin_imports(tmp_path, tests=True) == ["tmp_path_name/test_y.py:2: from loopx import ledger"
+    (tmp_path / "test_y.py").write_text("def f():\n    from loopx.ledger import log as ledger\n")
+    assert check_plugin_imports(tmp_path, tests=True) == ["tmp_path_name/test_y.py:2: from loopx.ledger import log"
                                                           .replace("tmp_path_name", tmp_path.name)]

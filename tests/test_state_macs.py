@@ -1,4 +1,4 @@
-"""The state digest kept per row (issue 25, loopx/state_macs.py): a write costs the rows it
+"""The state digest kept per row (issue 25, loopx/ledger/state_macs.py): a write costs the rows it
 changes, whatever the goal holds; tampering is still caught - rows the decision reads by their
 MACs, inserted or deleted rows of the sets it reads whole by the counts, anything written behind
 LoopX's back with its change log in place at once, and the rest by ``self-repair check``'s sum."""
@@ -9,8 +9,9 @@ import sqlite3
 
 import pytest
 
-from loopx import evidence, integrity, todos
-from loopx.registry import Registry
+from loopx.domain import evidence, todos
+from loopx.ledger import integrity
+from loopx.ledger.registry import Registry
 from loopx.store import schema
 from tests.reliability.tamper import raw, rows
 from tests.test_turn_helpers import add_gate, ask, make_goal
@@ -24,7 +25,7 @@ def unlogged(url: str, sql: str, params: tuple = ()) -> None:
 
         from loopx.store.postgres import translate
 
-        from loopx.state_macs import TABLES
+        from loopx.ledger.state_macs import TABLES
 
         with psycopg.connect(url, autocommit=True) as conn:
             for table in TABLES:

@@ -4,7 +4,7 @@ import re
 
 from tests.conftest import ROOT
 
-from loopx.events import table
+from loopx.ledger.events import table
 
 
 def _registered():

@@ -22,14 +22,16 @@ import sqlite3
 
 import pytest
 
-from loopx import anchor, goals, quota, todos
-from loopx.registry import Registry
-from loopx.should_run import should_run
+from loopx.ledger import anchor
+from loopx.domain import goals, todos
+from loopx.views import quota
+from loopx.ledger.registry import Registry
+from loopx.views.should_run import should_run
 
 #: The issue's bound: a should-run that opens a run, every statement counted, the registry's open
 #: included (the CLI opens it), with no plugin and with the bundled ones. Measured: SQLite 24,
 #: PostgreSQL 25, either way (the issue measured 33; with the bundled plugins it was 28 and 29).
-#: The step's limits in the contract (loopx.limits, issue 35) read the ``limits.*`` settings: one
+#: The step's limits in the contract (loopx.sandbox.limits, issue 35) read the ``limits.*`` settings: one
 #: statement more (SQLite 25, PostgreSQL 26).
 BOUND = 26
 _CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "PRAGMA", "SAVEPOINT", "RELEASE")
@@ -106,7 +108,7 @@ def _goal(url: str) -> str:
     return g
 
 
-#: What each trigger function runs per call on PostgreSQL (loopx/state_macs.py: one INSERT into the
+#: What each trigger function runs per call on PostgreSQL (loopx/ledger/state_macs.py: one INSERT into the
 #: change log; the attention counts' function: two UPDATEs when a summary row changes lane or status).
 _PER_CALL = {"goal_summary_counted": 2}
 
@@ -137,7 +139,7 @@ def plugins_on(request, monkeypatch):
     if missing:
         pytest.skip(f"the bundled plugins are not installed ({', '.join(sorted(missing))}): scripts/test.sh installs them")
     monkeypatch.setenv("LOOPX_PLUGINS", ",".join(BUNDLED))
-    from loopx import plugins
+    from loopx.seam import plugins
 
     hooks = plugins.hooks()
     assert hooks.implemented(hooks.contract_veto) and hooks.implemented(hooks.contract_actions)

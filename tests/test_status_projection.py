@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from loopx import status
-from loopx.registry import Registry
+from loopx.views import status
+from loopx.ledger.registry import Registry
 from tests.factories import make_goal
 
 
@@ -38,7 +38,7 @@ def test_empty_registry(loopx):
     r = loopx("status", "--json")
     assert r.code == 0, r
     view = r.json
-    assert view["schema"] == "loopx.status/1"
+    assert view["schema"] == "loopx.views.status/1"
     assert view["view"] == "overview"
     assert view["goals"] == [] and view["page"] == {"limit": 50, "next": None}
     assert view["counts"] == {"goals": {"open": 0, "paused": 0, "closed": 0}, "attention": 0}
@@ -67,7 +67,7 @@ def test_attention_first_for_each_reason(loopx):
     assert by_id[failing]["attention"] == ["run_failed"]
     assert by_id[failing]["last_run"]["outcome"] == "failed"
     assert by_id[quiet_new]["attention"] == [] and by_id[quiet_new]["last_run"] is None
-    # The count is of goals that need a person (loopx.needs_you): one failed run is shown, but
+    # The count is of goals that need a person (loopx.views.needs_you): one failed run is shown, but
     # agents retry it; the goal needs nobody until the same step keeps failing.
     assert view["counts"]["attention"] == 2
     assert [g["id"] for g in view["goals"] if g["needs_you"]] == [gated, broke]  # the oldest first
@@ -155,7 +155,7 @@ def test_goal_view_in_full(loopx, reg):
                  "--comment", "fine").code == 0
 
     view = status.goal_view(reg, goal_id)
-    assert view["schema"] == "loopx.status/1" and view["view"] == "goal"
+    assert view["schema"] == "loopx.views.status/1" and view["view"] == "goal"
     assert view["goal"]["id"] == goal_id and view["goal"]["title"] == "full picture"
     assert view["attention"] == ["gate_pending"]
     assert [g["id"] for g in view["gates"]["pending"]] == [gate]
@@ -189,7 +189,7 @@ def test_goal_view_in_full(loopx, reg):
 
 
 def test_batched_usage_matches_the_quota_module(loopx, reg):
-    from loopx import usage
+    from loopx.domain import usage
 
     goals = [make_goal(loopx, title=f"g{i}")["goal"] for i in range(3)]
     _finish(loopx, _open_run(loopx, goals[0]), "ok", tokens="10", cost="0.25")
@@ -229,7 +229,7 @@ def test_status_reads_through_a_readonly_registry(loopx, registry_url):
 
 
 def test_a_claim_its_failed_run_left_behind_does_not_hide_that_the_goal_needs_you(loopx):
-    # The claim's lease outlives its run; once the run failed it holds nothing (loopx.todo_ready.free_sql),
+    # The claim's lease outlives its run; once the run failed it holds nothing (loopx.ledger.todo_ready.free_sql),
     # so the todo's gate is what stands in the way, and a person is asked for it.
     g = make_goal(loopx, title="held back", todo_texts=["the work"])
     goal, todo = g["goal"], g["todos"][0]

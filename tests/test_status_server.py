@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from loopx import status
-from loopx.errors import LoopxError
-from loopx.registry import Registry
+from loopx.views import status
+from loopx.values.errors import LoopxError
+from loopx.ledger.registry import Registry
 from loopx.status_server import make_server
 from tests.conftest import loopx_env
 from tests.factories import make_goal
@@ -76,7 +76,7 @@ def test_api_shape_matches_the_cli(loopx, served):
     assert r.code == 0, r
 
     overview = served.json("/api/status")
-    assert overview["schema"] == "loopx.status/1" and overview["view"] == "overview"
+    assert overview["schema"] == "loopx.views.status/1" and overview["view"] == "overview"
     assert _without_clock(overview) == _without_clock(loopx("status", "--json").json)
     assert overview["goals"][0]["attention"] == ["gate_pending"]
 
@@ -304,7 +304,7 @@ def _fingerprint(url):
     import os
     import sqlite3
 
-    from loopx import ledger
+    from loopx.ledger import log as ledger
 
     with Registry.open(url) as reg, reg.read() as tx:
         events = tx.query("SELECT * FROM events ORDER BY id")

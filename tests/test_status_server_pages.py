@@ -14,8 +14,8 @@ import urllib.request
 
 import pytest
 
-from loopx import served_pages
-from loopx.registry import Registry
+from loopx.ledger import served_pages
+from loopx.ledger.registry import Registry
 from loopx.status_server import make_server
 
 

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import pytest
 
-from loopx.registry import Registry
+from loopx.ledger.registry import Registry
 from tests.factories import make_goal
 from tests.test_status_server import _start
 

@@ -37,7 +37,7 @@ def test_a_steps_loopx_reaches_the_broker_without_importing_pluggy_or_click(loop
     probe = ("case $(command -v loopx) in */loopx-step-*/bin/loopx) echo STEP_CLIENT;; esac; "
              f"out=$({start} todo list --goal-id \"$LOOPX_GOAL_ID\" --json 2>&1); "
              "echo \"$out\" | grep -q '\"text\": \"work\"' && echo ANSWERED; "
-             "echo \"$out\" | grep -q ' loopx.broker_client$' && echo FORWARDED; "
+             "echo \"$out\" | grep -q ' loopx.sandbox.broker_client$' && echo FORWARDED; "
              "echo \"$out\" | grep -q ' pluggy$' && echo PLUGGY; "
              "echo \"$out\" | grep -q ' click$' && echo CLICK; true")
     made = make_goal(loopx_proc, title="Client", acts={"probe": ["sh", "-c", probe]}, todo_texts=("work",))

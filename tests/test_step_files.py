@@ -1,4 +1,4 @@
-"""Files a step names are opened without check-then-use (loopx/safe_open.py), tried as a hostile
+"""Files a step names are opened without check-then-use (loopx/sandbox/safe_open.py), tried as a hostile
 agent would: inside a real confined turn (``loopx turn``, shell executor), a background thread
 flips a symbolic link in a tight loop between a harmless file and a target outside the step's
 reach - the registry's key file (for ``evidence add --file``), a fake ``site-packages/zz.pth``
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from loopx.registry import Registry
+from loopx.ledger.registry import Registry
 from tests.test_confine_attacks import _prepare, world  # noqa: F401 - the fixture
 from tests.test_turn_helpers import PY
 
@@ -153,9 +153,9 @@ def test_links_swapped_in_while_the_broker_serves_a_path_never_reach_outside_the
                                              str(ROUNDS)]})
     work = world["work"]
     (work / "race.py").write_text(RACE)
-    # The step runs in the goal's workspace (loopx/workspace.py), made here as its first turn would
+    # The step runs in the goal's workspace (loopx/domain/workspace.py), made here as its first turn would
     # (from the checkout, race.py with it), so the hard link below is in the step's own directory.
-    from loopx import workspace
+    from loopx.domain import workspace
 
     with Registry.open(world["url"]) as reg:
         ws = Path(workspace.ensure(reg, "user", made["goal"], default_project=str(work))["workdir"])
@@ -212,8 +212,8 @@ def test_links_swapped_in_while_the_broker_serves_a_path_never_reach_outside_the
 def test_a_path_opened_beneath_a_root_follows_no_link_and_leaves_no_root(tmp_path):
     """The core of it, without a turn: both ways of resolving (``openat2`` where the kernel has it,
     the ``O_NOFOLLOW`` walk from a held directory otherwise) refuse the same paths."""
-    from loopx import safe_open
-    from loopx.errors import LoopxError
+    from loopx.sandbox import safe_open
+    from loopx.values.errors import LoopxError
 
     root, outside = tmp_path / "root", tmp_path / "outside"
     (root / "a").mkdir(parents=True)
@@ -254,7 +254,7 @@ def test_a_path_opened_beneath_a_root_follows_no_link_and_leaves_no_root(tmp_pat
 def test_a_command_served_in_a_broker_child_resolves_beneath_the_steps_roots_again(tmp_path, sqlite_url):
     """A request the broker serves in a ``loopx`` child (while another runs in its process) gets the
     step in ``LOOPX_STEP``, the roots with it: the child opens the path the same way."""
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
     from tests.test_turn_helpers import make_goal
 
     with Registry.open(sqlite_url) as reg:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from loopx import limits
-from loopx.registry import Registry
+from loopx.sandbox import limits
+from loopx.ledger.registry import Registry
 from tests.test_turn_helpers import PY, make_goal
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="cgroups, rlimits and Landlock are Linux's")

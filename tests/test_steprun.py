@@ -33,7 +33,7 @@ def probe():
 @click.option("--crash", is_flag=True)
 def look(run_id, readonly, crash):
     """Read the run; print its status."""
-    from loopx import runs
+    from loopx.domain import runs
     from loopx.api import open_registry
 
     with open_registry(readonly=readonly) as reg, reg.read() as tx:
@@ -48,7 +48,7 @@ def look(run_id, readonly, crash):
 def probed(reg, monkeypatch):
     """``(run id, opens)``: a goal whose open run lists the probe's step; ``opens`` counts the
     stores opened from now on (every Registry.open goes through ``open_store``)."""
-    from loopx import registry
+    from loopx.ledger import registry
     from loopx.cli import cli
 
     g = make_goal(reg)["goal"]

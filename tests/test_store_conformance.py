@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from loopx.errors import LoopxError
-from loopx.registry import Registry, open_store
+from loopx.values.errors import LoopxError
+from loopx.ledger.registry import Registry, open_store
 from loopx.store import schema
 
 
@@ -74,7 +74,7 @@ def test_write_returns_what_work_returns(store):
 
 
 def test_booleans_store_as_integers_and_sums_come_back_as_numbers(reg):
-    from loopx import goals as project_prompt
+    from loopx.domain import goals as project_prompt
 
     goal = project_prompt.create(reg, "user", title="T", parallel_runs=True)
     with reg.read() as tx:
@@ -116,7 +116,7 @@ def test_real_columns_keep_fractions(reg):
 
 
 def test_lock_goal_returns_the_row_or_none(reg):
-    from loopx import goals as project_prompt
+    from loopx.domain import goals as project_prompt
 
     goal = project_prompt.create(reg, "user", title="Locked")
     row = reg.store.write(lambda tx: tx.lock_goal(goal["id"]))
@@ -125,7 +125,7 @@ def test_lock_goal_returns_the_row_or_none(reg):
 
 
 def test_insert_returning_gives_the_new_event_id(reg):
-    from loopx import goals as project_prompt
+    from loopx.domain import goals as project_prompt
 
     a = project_prompt.create(reg, "user", title="A")
     b = project_prompt.create(reg, "user", title="B")
@@ -170,7 +170,7 @@ def test_a_read_only_store_cannot_write_at_all(registry_url):
 
 
 def test_a_read_only_registry_cannot_be_written_through_the_registry(registry_url):
-    from loopx import goals as project_prompt
+    from loopx.domain import goals as project_prompt
 
     Registry.open(registry_url).close()
     with Registry.open(registry_url, readonly=True) as ro:
@@ -181,7 +181,7 @@ def test_a_read_only_registry_cannot_be_written_through_the_registry(registry_ur
 
 
 def test_data_version_changes_when_another_connection_commits(registry_url):
-    from loopx import goals as project_prompt
+    from loopx.domain import goals as project_prompt
 
     watcher = open_store(registry_url, readonly=False)
     try:
@@ -197,7 +197,7 @@ def test_data_version_changes_when_another_connection_commits(registry_url):
 
 
 def test_reopening_finds_everything_committed(registry_url):
-    from loopx import goals as project_prompt
+    from loopx.domain import goals as project_prompt
 
     with Registry.open(registry_url) as reg:
         goal = project_prompt.create(reg, "user", title="durable", criteria=["c"])
@@ -206,8 +206,8 @@ def test_reopening_finds_everything_committed(registry_url):
 
 
 def test_replayed_ledger_equals_state_on_every_backend(reg):
-    from loopx import ledger
-    from loopx import goals as project_prompt
+    from loopx.ledger import log as ledger
+    from loopx.domain import goals as project_prompt
 
     goal = project_prompt.create(reg, "user", title="replay", criteria=["a", "b"])
     project_prompt.transition(reg, "user", "pause", goal["id"], reason="lunch")
@@ -220,7 +220,7 @@ def test_replayed_ledger_equals_state_on_every_backend(reg):
 
 
 def test_operation_id_retry_returns_the_first_result_on_every_backend(reg):
-    from loopx import goals as project_prompt
+    from loopx.domain import goals as project_prompt
 
     first = project_prompt.create(reg, "user", title="once", operation_id="op-1")
     again = project_prompt.create(reg, "user", title="once", operation_id="op-1")
@@ -229,7 +229,7 @@ def test_operation_id_retry_returns_the_first_result_on_every_backend(reg):
 
 
 def test_the_postgres_scheme_is_registered_through_the_state_hook():
-    from loopx import plugins
+    from loopx.seam import plugins
 
     registered = []
     plugins.get_plugin_manager().hook.loopx_register_stores(register=lambda s, f: registered.append(s))

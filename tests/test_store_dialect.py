@@ -46,7 +46,7 @@ def test_the_pattern_sees_a_branch_on_the_engine():
 
 
 def test_the_registry_probes_its_store_for_nothing_undeclared():
-    text = (ROOT / "loopx/registry.py").read_text()
+    text = (ROOT / "loopx/ledger/registry.py").read_text()
     assert not re.search(r"getattr\((type\()?self\.store", text), "declare the member in loopx.store.base.Store"
 
 
@@ -59,7 +59,7 @@ def _declared() -> set[str]:
 
 
 def test_every_store_has_every_member_the_protocol_declares(registry_url, tmp_path):
-    from loopx.registry import open_store
+    from loopx.ledger.registry import open_store
 
     declared = _declared()
     assert {"path", "missing", "holds_all_on_write", "checkpoints_by_ticket", "write", "read"} <= declared
@@ -77,7 +77,7 @@ def test_every_store_has_every_member_the_protocol_declares(registry_url, tmp_pa
 
 
 def test_a_registry_not_made_yet_declares_the_same_members(tmp_path):
-    from loopx.registry import open_store
+    from loopx.ledger.registry import open_store
 
     path = tmp_path / "new.db"
     store = open_store(str(path), create=False)

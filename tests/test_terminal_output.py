@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from loopx import evidence, gates, runs
-from loopx.should_run import should_run
-from loopx.terminal import safe
+from loopx.domain import evidence, gates, runs
+from loopx.views.should_run import should_run
+from loopx.values.terminal import safe
 from tests.test_turn_helpers import make_goal
 
 # Clear the screen, set the clipboard (OSC 52, BEL-terminated), rewrite the line (CR), a C1 CSI.

@@ -38,7 +38,7 @@ INNER_TEST = textwrap.dedent("""
         url = backends.postgres_base_url()
         assert os.environ["LOOPX_TEST_POSTGRES_URL"] == url  # child processes inherit it
         schema_url = backends.fresh_registry("postgres", None)
-        from loopx.registry import Registry
+        from loopx.ledger.registry import Registry
         with Registry.open(schema_url):
             pass
         backends.drop_registry("postgres", schema_url)

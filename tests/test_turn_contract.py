@@ -13,9 +13,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from loopx import hookimpl, runs
-from loopx import goals as project_prompt
-from loopx.should_run import should_run
+from loopx import hookimpl
+from loopx.domain import runs
+from loopx.domain import goals as project_prompt
+from loopx.views.should_run import should_run
 from tests.conftest import ROOT, loopx_env
 from tests.test_turn_helpers import PY, add_gate, ask, make_goal, plugin
 
@@ -86,7 +87,7 @@ def test_contracts_of_every_decision_validate_and_stay_small(reg):
 
 
 def test_a_capability_action_listed_in_the_contract_may_be_executed_verbatim(reg):
-    from loopx import actions
+    from loopx.domain import actions
 
     g = make_goal(reg)["goal"]
     with plugin(Contributes(), "test-contributes"):
@@ -112,7 +113,7 @@ def test_long_texts_are_cut_to_keep_the_contract_small(reg):
 
 def test_agent_actions_work_when_pasted_in_order(registry_url, tmp_path):
     """Every next_cli_actions entry, run by a shell exactly as printed, succeeds, in order."""
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     with Registry.open(registry_url) as reg:
         g = make_goal(reg, acts={"hello": [PY, "-c", "print('hello')"]})["goal"]

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from loopx import actions, quota, runs
-from loopx import goals as project_prompt
-from loopx.errors import LoopxError
+from loopx.domain import actions, runs
+from loopx.views import quota
+from loopx.domain import goals as project_prompt
+from loopx.values.errors import LoopxError
 from tests.test_turn_helpers import PY, add_gate, ask, make_goal
 
 ENV_PRINT = [PY, "-c", "import os; print(os.environ['LOOPX_ACTOR'], os.environ['LOOPX_RUN_ID'], "
@@ -41,7 +42,7 @@ def test_exec_runs_an_allowed_action_as_the_executor_and_records_it(loopx):
     assert d["output_bytes"] == len(expected) and d["duration_seconds"] >= 0
     assert (ev["kind"], ev["run_id"], ev["goal_id"], d["action"]) == ("command", r, g, "env")
     listed = loopx("evidence", "list", "--run-id", r, "--json").json
-    # Its start was recorded (the step's claim, loopx.claims) before it ran, then its result.
+    # Its start was recorded (the step's claim, loopx.domain.claims) before it ran, then its result.
     assert [e["kind"] for e in listed] == ["step_started", "command"] and listed[1]["id"] == ev["id"]
 
 
@@ -87,7 +88,7 @@ def test_a_stale_contract_refuses_doing_but_never_recording(reg, tmp_path, chang
         actions.execute(reg, "executor", run_id=r, action="touch")
     assert err.value.code == "contract_stale"
     assert not marker.exists()
-    from loopx import evidence, todos
+    from loopx.domain import evidence, todos
 
     with pytest.raises(LoopxError) as err:
         todos.claim(reg, "executor", goal_id=g, todo_id=ids["todos"][0], run_id=r)

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from loopx import executors, hookimpl, runs, turn as turns
-from loopx.errors import LoopxError
+from loopx.turn import executors, governed as turns
+from loopx import hookimpl
+from loopx.domain import runs
+from loopx.values.errors import LoopxError
 from tests.test_turn_helpers import PY, ask, make_goal, plugin
 
 
@@ -18,7 +20,7 @@ class Scripted:
         self.outcome, self.crash, self.seen = outcome, crash, []
 
     def run_turn(self, registry, contract, *, agent):
-        from loopx import evidence
+        from loopx.domain import evidence
 
         self.seen.append((contract["interaction_contract"]["run_id"], agent))
         if self.crash:
@@ -38,7 +40,7 @@ class Provides:
 
 
 def test_the_builtin_shell_executor_is_registered():
-    from loopx.executors.shell import ShellExecutor
+    from loopx.turn.executors.shell import ShellExecutor
 
     assert isinstance(executors.providers()["shell"], ShellExecutor)
     with pytest.raises(LoopxError) as err:
@@ -55,7 +57,7 @@ def test_a_plugin_provider_carries_out_a_turn_and_the_core_finishes_it(reg):
     with reg.read() as tx:
         run = runs.load_run(tx, t["run_id"])
     assert (run.status, run.tokens, run.cost, run.handoff) == ("finished", 321, 0.01, "scripted: next step")
-    # The core recorded which process owns the run (loopx.claims); the provider its note.
+    # The core recorded which process owns the run (loopx.domain.claims); the provider its note.
     assert [e["kind"] for e in t["evidence"]] == ["run_owner", "note"]
 
 
@@ -80,7 +82,7 @@ def test_two_providers_of_one_name_are_a_plugin_error_but_a_plugin_may_replace_a
 
 def test_loop_with_the_shell_executor_runs_the_plan_and_stops_when_nothing_is_ready(loopx, tmp_path, monkeypatch):
     # The goal's project is where it was created; its confined steps run and write only in the
-    # goal's workspace (loopx/workspace.py), made from it.
+    # goal's workspace (loopx/domain/workspace.py), made from it.
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
     g = loopx("project_prompt", "create", "--title", "Loop", "--json").json["id"]

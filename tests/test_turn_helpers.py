@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from loopx import gates
-from loopx.should_run import should_run
+from loopx.domain import gates
+from loopx.views.should_run import should_run
 from tests import factories
 
 PY = sys.executable
@@ -41,7 +41,7 @@ def count(reg, sql, params=()) -> int:
 @contextlib.contextmanager
 def plugin(obj, name):
     """Register a plugin object for the duration of a block, always unregistering it."""
-    from loopx.plugins import get_plugin_manager
+    from loopx.seam.plugins import get_plugin_manager
 
     pm = get_plugin_manager()
     pm.register(obj, name=name)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from loopx import hookimpl, quota, todos
-from loopx import goals as project_prompt
+from loopx import hookimpl
+from loopx.views import quota
+from loopx.domain import todos
+from loopx.domain import goals as project_prompt
 from tests.test_turn_helpers import PY, add_gate, ask, decide_gate, make_goal, plugin
 
 
@@ -49,7 +51,7 @@ def build(reg, upto: str):
     ids = make_goal(reg, todo_texts=("only step",), acts={"boom": [PY, "-c", "raise SystemExit(3)"]})
     g, t = ids["goal"], ids["todos"][0]
     # An earlier run whose step failed (one failed run is "stuck" only with --stuck-after 1).
-    from loopx import actions, runs
+    from loopx.domain import actions, runs
 
     prior = ask(reg, g, agent="prior")["interaction_contract"]["run_id"]
     actions.execute(reg, "executor", run_id=prior, action="boom")
@@ -60,7 +62,7 @@ def build(reg, upto: str):
     if "no_ready" in active:
         todos.settle(reg, "user", "done", goal_id=g, todo_id=t)
     if "in_progress" not in active:
-        from loopx import runs
+        from loopx.domain import runs
 
         runs.finish(reg, "user", run_id=other["interaction_contract"]["run_id"], outcome="partial")
     if "cadence" in active:
@@ -110,7 +112,7 @@ def test_a_goal_without_todos_gets_a_planning_run(reg):
 
 def test_quota_reasons_name_the_exhausted_budgets_and_the_grant_command(reg):
     g = make_goal(reg, limits={"max_turns": 1, "max_tokens": 100})["goal"]
-    from loopx import runs
+    from loopx.domain import runs
 
     first = ask(reg, g)
     runs.finish(reg, "user", run_id=first["interaction_contract"]["run_id"], outcome="ok", tokens=150)
@@ -165,7 +167,7 @@ def test_gated_actions_stay_out_of_contracts_until_approved(reg):
 
 
 def test_action_added_behind_a_gate_id_waits_for_that_gate(reg):
-    from loopx import actions
+    from loopx.domain import actions
 
     g = make_goal(reg)["goal"]
     # A gate on a todo of this goal, also holding an action: --gate-id links any gate of the goal.

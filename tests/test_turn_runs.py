@@ -8,7 +8,10 @@ import shlex
 
 import pytest
 
-from loopx import clock, ledger, quota, runs
+from loopx.values import clock
+from loopx.ledger import log as ledger
+from loopx.views import quota
+from loopx.domain import runs
 from tests.test_turn_helpers import ask, count, make_goal
 
 
@@ -59,7 +62,7 @@ def test_expired_runs_are_abandoned_and_stop_counting_as_open(reg, loopx_clock):
         # The abandoned run's wall time is charged up to its expiry, from the ledger.
         assert quota.usage(tx, g).wall_seconds == pytest.approx(clock.seconds_between(slow.opened_at, slow.expires_at), abs=1e-3)
     # Doing anything under it is refused; a late report is still recorded.
-    from loopx.errors import LoopxError
+    from loopx.values.errors import LoopxError
 
     with reg.read() as tx, pytest.raises(LoopxError) as err:
         runs.check_fresh(tx, held["run_id"])
@@ -77,7 +80,7 @@ def test_finish_records_outcome_usage_and_wall_time(reg):
     shown = quota.show(reg, g)
     assert shown["used"] == {"turns": 1, "tokens": 1200, "cost": 0.25, "wall_seconds": done["wall_seconds"]}
     assert shown["entries"][0]["run_id"] == r
-    from loopx.errors import LoopxError
+    from loopx.values.errors import LoopxError
 
     with pytest.raises(LoopxError) as err:
         runs.finish(reg, "user", run_id=r, outcome="ok")
@@ -174,7 +177,7 @@ def test_should_run_operation_id_retry_returns_the_first_answer(reg):
 
 
 def test_feedback_from_rewards_reaches_the_next_contract(reg):
-    from loopx import rewards
+    from loopx.domain import rewards
 
     g = make_goal(reg, todo_texts=("a", "b"))["goal"]
     r = ask(reg, g)["interaction_contract"]["run_id"]

@@ -64,8 +64,8 @@ def test_a_plugin_that_registers_or_answers_the_wrong_thing_fails_the_check(tmp_
     out = _errors_in(mypy_cache, tmp_path / "bad_plugin.py", '''\
 from __future__ import annotations
 
-from loopx.hookspecs.answers import ContributedAction, Veto
-from loopx.plugin_register import ErrorCodeRegistrar, StoreRegistrar
+from loopx.seam.hookspecs.answers import ContributedAction, Veto
+from loopx.seam.plugin_register import ErrorCodeRegistrar, StoreRegistrar
 
 
 def loopx_register_stores(register: StoreRegistrar) -> None:

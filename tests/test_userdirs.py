@@ -1,4 +1,4 @@
-"""loopx.userdirs answers what platformdirs answers for "loopx"; and the integrity key's directory
+"""loopx.values.userdirs answers what platformdirs answers for "loopx"; and the integrity key's directory
 is the one a step may not read."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from loopx import userdirs
+from loopx.values import userdirs
 
 HOMES = ["/home/someone", "/home/someone/", "/", "relative/home", "", None]
 XDGS = [None, "", "  ", "/somewhere/xdg", "/somewhere/xdg/", "relative/xdg"]
@@ -34,7 +34,8 @@ def test_each_directory_is_where_platformdirs_puts_it(monkeypatch, kind, xdg, ho
 
 
 def test_the_key_directory_is_inside_the_directory_a_step_may_not_read(monkeypatch, tmp_path):
-    from loopx import confine, keys
+    from loopx.turn import confine
+    from loopx.ledger import keys
 
     for xdg in (None, str(tmp_path / "xdg"), "relative"):
         if xdg is None:

@@ -29,7 +29,7 @@ def _worker(url, *args, env=None, cwd=None):
 
 def _work(tmp_path):
     # The worker's cwd, which its turns inherit. Each goal's step runs in the goal's own workspace
-    # (loopx/workspace.py) and writes only there: what a step leaves is read from _ws(url, goal).
+    # (loopx/domain/workspace.py) and writes only there: what a step leaves is read from _ws(url, goal).
     work = tmp_path / "work"
     work.mkdir()
     return work
@@ -81,8 +81,8 @@ def test_two_workers_on_one_registry_never_run_one_goal_twice(registry_url, tmp_
 
 @pytest.mark.slow
 def test_a_stale_fencing_token_cannot_open_a_run(sqlite_url, tmp_path, loopx_clock):
-    from loopx import supervision
-    from loopx.registry import Registry
+    from loopx.domain import supervision
+    from loopx.ledger.registry import Registry
 
     url = sqlite_url
     gid = _goal(url, "true")
@@ -190,7 +190,7 @@ def test_a_clock_jump_is_recorded_and_cadence_recovers(sqlite_url, tmp_path, loo
     code, preview, _ = _cli(url, "quota", "should-run", gid, "--dry-run")
     assert preview["decision"] == "wait"
     first_opened = _runs(url, gid)[-1]["opened_at"]
-    from loopx import clock
+    from loopx.values import clock
     assert clock.seconds_between(first_opened, preview["interaction_contract"]["next_eligible_at"]) == 3600
     os.kill(w.pid, signal.SIGTERM)
     w.communicate(timeout=60)

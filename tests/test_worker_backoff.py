@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from loopx import clock
-from loopx.supervision import RETRY_CAP_SECONDS
+from loopx.values import clock
+from loopx.domain.supervision import RETRY_CAP_SECONDS
 from loopx.testing import wait_until
 from tests.conftest import loopx_env
 from tests.factories import make_goal

@@ -252,8 +252,8 @@ def test_postgresql_stopped_and_started_under_a_worker_and_down_at_its_start(own
 
 @pytest.mark.slow
 def test_a_worker_that_wakes_to_find_its_lease_taken_logs_lease_lost_and_stops_that_turn(tmp_path, loopx_clock):
-    from loopx import supervision
-    from loopx.registry import Registry
+    from loopx.domain import supervision
+    from loopx.ledger.registry import Registry
 
     url = str(tmp_path / "registry.db")
     work = tmp_path / "work"
@@ -302,7 +302,7 @@ def test_a_server_shut_down_under_an_open_transaction_is_a_fault_to_wait_out_not
     # OperationalError, raised by the ROLLBACK): the worker backs off as for any lost connection.
     # A constraint violation is the worker's own bug: not waited out.
     errors = pytest.importorskip("psycopg.errors")
-    from loopx.worker_log import passing_fault
+    from loopx.values.worker_log import passing_fault
 
     assert passing_fault(errors.AdminShutdown("terminating connection due to administrator command")) == \
         "registry_unavailable"

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from loopx.registry import Registry
+from loopx.ledger.registry import Registry
 from loopx.testing import wait_until
 from tests.conftest import loopx_env
 from tests.factories import make_goal, workspace_of
@@ -204,7 +204,7 @@ def test_a_sigterm_before_should_run_opens_no_run_and_charges_nothing(sqlite_url
 
 
 def test_a_lease_another_worker_holds_is_logged_and_its_goal_left_alone(sqlite_url, tmp_path):
-    from loopx import supervision
+    from loopx.domain import supervision
 
     url = sqlite_url
     work = tmp_path / "work"

@@ -165,7 +165,7 @@ def test_a_hostile_step_changes_only_its_workspace_and_the_user_applies_the_revi
 
 
 def test_a_goal_without_a_project_takes_the_turns_directory_and_a_plain_directory_gets_a_copy(sqlite_url, tmp_path):
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
     from tests.factories import make_goal
 
     plain = tmp_path / "plain"

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import random
 
-from loopx import evidence, integrity, jsonsafe, todos
-from loopx.events import body_text
+from loopx.domain import evidence, todos
+from loopx.ledger import integrity
+from loopx.values import jsonsafe
+from loopx.ledger.events import body_text
 from loopx.store.sqlite import SqliteTx
 from tests.test_turn_helpers import ask, make_goal
 
@@ -118,8 +120,8 @@ def _transactions(monkeypatch, reg) -> dict:
 
 
 def test_evidence_add_and_run_finish_find_the_runs_goal_in_their_write(reg, monkeypatch):
-    from loopx import runs
-    from loopx.errors import LoopxError
+    from loopx.domain import runs
+    from loopx.values.errors import LoopxError
 
     g = make_goal(reg, todo_texts=("a",))["goal"]
     other = make_goal(reg, todo_texts=("a",))["goal"]
@@ -161,13 +163,13 @@ def test_evidence_add_and_run_finish_find_the_runs_goal_in_their_write(reg, monk
 
 
 def test_the_cheap_damage_check_asks_once_on_a_sound_goal_and_still_finds_each_damage(reg, monkeypatch):
-    from loopx import damage
+    from loopx.domain import damage
 
     g = make_goal(reg, todo_texts=("a", "b"))["goal"]
     with reg.read() as tx:
         a, b = [r["id"] for r in tx.query("SELECT id FROM todos WHERE goal_id = ? ORDER BY created_seq", (g,))]
     dep = todos.add(reg, "user", goal_id=g, text="after b", depends_on=[b])["id"]
-    from loopx import gates
+    from loopx.domain import gates
 
     gate = gates.add(reg, "user", goal_id=g, title="a ok?", scope="other", blocks=f"todo:{a}")["id"]
     gates.add(reg, "user", goal_id=g, title="all ok?", scope="other", blocks="all")
@@ -192,7 +194,7 @@ def test_the_cheap_damage_check_asks_once_on_a_sound_goal_and_still_finds_each_d
 
 
 def test_a_runs_contract_is_encoded_once_and_filed_exactly_as_its_ledger_entry_holds_it(reg, monkeypatch):
-    from loopx import ledger
+    from loopx.ledger import log as ledger
 
     g = make_goal(reg, todo_texts=("a",))["goal"]
     encoded = []

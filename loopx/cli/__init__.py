@@ -16,7 +16,7 @@ import click
 
 from loopx import __version__
 from loopx.cli.output import REGISTRY_KEY, LoopxGroup, wants_json
-from loopx.errors import LoopxError
+from loopx.values.errors import LoopxError
 
 # name -> "module:attribute": each command lives in loopx/cli/<name with _ for ->.py (tests/test_cli_modules.py
 # keeps it so); what several commands share lives in the helper modules named in HELPERS. Hyphenated names are
@@ -80,11 +80,11 @@ class RootGroup(LoopxGroup):
     aliases = ALIASES
 
     def _load_plugin_commands(self):
-        from loopx import plugins
+        from loopx.seam import plugins
 
         pm = plugins.get_plugin_manager()
         if self._plugin_commands_ready is not pm:
-            # A turn's broker serves commands side by side (loopx.served): one thread loads them,
+            # A turn's broker serves commands side by side (loopx.values.served): one thread loads them,
             # the others wait for the whole set (a plugin asking for commands meanwhile, in the
             # loading thread, sees what is there so far, as before).
             with _PLUGIN_COMMANDS:
@@ -155,7 +155,7 @@ class RootGroup(LoopxGroup):
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
-            from loopx.terminal import closed_pipe
+            from loopx.values.terminal import closed_pipe
 
             closed_pipe()
 
@@ -203,7 +203,7 @@ def cli(ctx, registry_url):
     if "LOOPX_ACTOR" in os.environ and not ctx.resilient_parsing:
         # A misspelt actor is refused by every command, reads too (`invalid_actor`), not only
         # by the writes that ask who is acting.
-        from loopx.registry import current_actor
+        from loopx.ledger.registry import current_actor
 
         current_actor()
 
@@ -218,7 +218,7 @@ def _json_requested(args: list[str]) -> bool:
 
 def main(argv=None):
     """The command line in this process. The ``loopx`` command enters through :mod:`loopx.entry`,
-    which first forwards a confined step's command to its broker (:mod:`loopx.broker`)."""
+    which first forwards a confined step's command to its broker (:mod:`loopx.turn.broker`)."""
     cli.main(args=argv, prog_name="loopx")
 
 

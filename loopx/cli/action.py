@@ -72,7 +72,7 @@ class _GoalBeforeArgv(LoopxCommand):
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED, required=True)
 def add(goal_id, name, gate_id, operation_id, argv):
     """Allow a command: `loopx action add G --name test -- pytest -q` (user only)."""
-    from loopx import actions
+    from loopx.domain import actions
 
     with open_registry() as reg:
         out = actions.add(reg, actor(), goal_id=goal_id, name=name, argv=list(argv), gate_id=gate_id,
@@ -84,7 +84,7 @@ def add(goal_id, name, gate_id, operation_id, argv):
 @goal_option()
 def list_command(goal_id):
     """The goal's allowed commands, and which a gate holds back."""
-    from loopx import actions
+    from loopx.domain import actions
 
     with open_registry() as reg:
         emit(actions.list_for(reg, goal_id), lambda xs: "\n".join(map(_line, xs)) or "no actions")
@@ -96,7 +96,7 @@ def list_command(goal_id):
 @operation_option
 def remove(goal_id, name, operation_id):
     """Take a command off the allow-list (user only)."""
-    from loopx import actions
+    from loopx.domain import actions
 
     with open_registry() as reg:
         out = actions.remove(reg, actor(), goal_id=goal_id, name=name, operation_id=operation_id)

@@ -24,15 +24,15 @@ def agent_prompt(goal_id, host, agent, ttl_seconds, managed):
     (and nothing else), how to record evidence and how the turn ends. A `run` decision opens a
     run, as `quota should-run` does.
     """
-    from loopx.should_run import should_run
-    from loopx.executors import prompt
+    from loopx.views.should_run import should_run
+    from loopx.turn.executors import prompt
 
     with open_registry() as reg:
         contract = should_run(reg, actor(), goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds)
         if managed and contract["decision"] == "run":
-            # As the turn does (loopx.turn): the step runs in the goal's workspace, made on demand,
+            # As the turn does (loopx.turn.governed): the step runs in the goal's workspace, made on demand,
             # and the executor's prompt names it; so does this one.
-            from loopx import workspace
+            from loopx.domain import workspace
 
             workspace.for_turn(reg, actor(), contract["goal_id"], contract)
     text = prompt.build(contract, host=host, managed=managed)

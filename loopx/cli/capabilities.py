@@ -50,7 +50,7 @@ def capabilities():
 @capabilities.command("list")
 def list_command():
     """List installed capabilities."""
-    from loopx import capabilities as caps
+    from loopx.seam import capabilities as caps
 
     found = [c.to_json() for c in caps.load().values()]
     emit(found, lambda cs: "\n".join(_line(c) for c in cs) or "no capabilities installed")
@@ -60,6 +60,6 @@ def list_command():
 @click.argument("name")
 def show(name):
     """Show one capability's declaration."""
-    from loopx import capabilities as caps
+    from loopx.seam import capabilities as caps
 
     emit(caps.get(name).to_json(), _detail)

@@ -22,10 +22,10 @@ def config_set(key, value):
     notify.webhook, notify.min_interval_seconds (docs/worker.md); limits.memory_mb,
     limits.processes, limits.cpu_seconds (each step's limits, a number or `none`; docs/security.md).
     """
-    from loopx import supervision
+    from loopx.domain import supervision
 
     if (key == "executor" or key.startswith("executor.")) and value != "none":
-        from loopx import executors
+        from loopx.turn import executors
 
         executors.get(value)  # a name no provider has is refused now, not at the worker's next turn
     with open_registry() as reg:
@@ -39,7 +39,7 @@ def config_unset(key):
     """Remove KEY (user only).
 
     """
-    from loopx import supervision
+    from loopx.domain import supervision
 
     with open_registry() as reg:
         out = supervision.set_setting(reg, actor(), key, None)
@@ -51,7 +51,7 @@ def config_list():
     """Every setting.
 
     """
-    from loopx import supervision
+    from loopx.domain import supervision
 
     with open_registry(readonly=True) as reg, reg.read() as tx:
         out = supervision.settings(tx)

@@ -47,7 +47,7 @@ def render(entry: dict) -> str:
     elif show == "reward":
         body = f"{r['id']}  score {r['score']:+.2f} on run {r['run_id']}: {r.get('comment') or ''}"
     elif show == "summary":
-        from loopx.summary_all import to_text
+        from loopx.views.summary_all import to_text
 
         body = to_text(r)
     else:
@@ -80,14 +80,14 @@ def demo(demo_registry):
         temp_dir = tempfile.mkdtemp(prefix="loopx-demo-")
         url = str(Path(temp_dir) / "registry.db")
     before = os.getcwd()
-    from loopx import workspace
+    from loopx.domain import workspace
 
     made = [d for d in (workspace.root(), os.path.dirname(workspace.root()),
                         os.path.dirname(os.path.dirname(workspace.root()))) if not os.path.exists(d)]
     try:
         if temp_dir is not None:
             # The demo goal's project is a directory of the demo's own, never the one it is run in
-            # (its workspace, loopx/workspace.py, would be a worktree of that checkout).
+            # (its workspace, loopx/domain/workspace.py, would be a worktree of that checkout).
             os.mkdir(Path(temp_dir) / "project")
             os.chdir(Path(temp_dir) / "project")
         _run(url, kept=temp_dir is None)
@@ -105,9 +105,9 @@ def _forget_workspaces(url: str, made: list[str]) -> None:
     # The temporary registry's goals' workspaces go with it, and the directories made for them.
     import shutil
 
-    from loopx import workspace
-    from loopx.artifacts import registry_key
-    from loopx.registry import Registry
+    from loopx.domain import workspace
+    from loopx.ledger.artifacts import registry_key
+    from loopx.ledger.registry import Registry
 
     try:
         with Registry.open(url, readonly=True) as reg, reg.read() as tx:
@@ -124,8 +124,8 @@ def _forget_workspaces(url: str, made: list[str]) -> None:
 
 def _forget_keys(url: str) -> None:
     # The temporary registry's integrity key and anchor go with it (docs/security.md).
-    from loopx import keys
-    from loopx.key_files import sqlite_id
+    from loopx.ledger import keys
+    from loopx.views.key_files import sqlite_id
 
     registry_id = sqlite_id(url)
     if registry_id:
@@ -134,7 +134,7 @@ def _forget_keys(url: str) -> None:
 
 def _run(url: str, kept: bool) -> None:
     from loopx import demo as d
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     d.check_fresh_target(url)
     entries = []
@@ -153,7 +153,7 @@ def _run(url: str, kept: bool) -> None:
         click.echo(json.dumps({"registry": url, "registry_kept": kept, "transcript": entries}, indent=2,
                               ensure_ascii=False))
     elif kept:
-        from loopx.registry import display_url
+        from loopx.ledger.registry import display_url
 
         click.echo("\nDone. Look around in the demo's registry:")
         click.echo(f"LOOPX_REGISTRY={shlex.quote(display_url(url))} {program()} summary-all")

@@ -35,7 +35,7 @@ def doctor(notify_test):
     """
     from loopx import doctor as checks
     from loopx.cli.output import actor
-    from loopx.errors import LoopxError
+    from loopx.values.errors import LoopxError
 
     if actor() != "user":
         # It reads the notification targets (a webhook URL may hold a token) and may send: not a

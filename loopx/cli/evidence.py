@@ -28,7 +28,7 @@ def add(run_id, goal_id, kind, summary, data, file_path, agent, operation_id):
 
     What a step does is recorded by the step itself (`loopx exec`); this is for notes.
     """
-    from loopx import evidence as ev
+    from loopx.domain import evidence as ev
 
     who = actor()
     check_inside(run_id)
@@ -52,7 +52,7 @@ def list_command(goal_id, run_id, kind, limit, after):
     Streamed as it is read, in bounded memory (`--format jsonl` prints one JSON document a line);
     page with `--limit N` and `--after EVIDENCE_ID`.
     """
-    from loopx import evidence as ev
+    from loopx.domain import evidence as ev
     from loopx.cli.output import emit_stream
 
     with open_registry() as reg:

@@ -32,7 +32,8 @@ def exec_command(run_id, action_name, agent, timeout, unconfined, argv):
     Exit status 0 when the command succeeded, 1 when it failed or timed out (the evidence is
     recorded either way), 2 when LoopX refused to run it.
     """
-    from loopx import actions, process
+    from loopx.domain import actions
+    from loopx.sandbox import process
 
     who = actor()
     check_inside(run_id)
@@ -45,7 +46,8 @@ def exec_command(run_id, action_name, agent, timeout, unconfined, argv):
             ev = run()  # inside a turn: the turn's confinement applies
         else:
             # Run by hand (a harness loop): the command is confined like a turn's agent.
-            from loopx import confine, runs, turn as turns
+            from loopx.turn import confine, governed as turns
+            from loopx.domain import runs
             from loopx.cli import run_inprocess
 
             with reg.read() as tx:

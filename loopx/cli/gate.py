@@ -24,7 +24,7 @@ def gate_line(g: dict) -> str:
 def _gate_text(g: dict) -> str:
     text = gate_line(g)
     if g["status"] == "pending":
-        from loopx.gates import decision_commands
+        from loopx.domain.gates import decision_commands
         from loopx.model import from_json, Gate
 
         approve, reject = decision_commands(from_json(g, Gate))
@@ -45,7 +45,7 @@ def gate():
 @operation_option
 def add(goal_id, title, scope, blocks, operation_id):
     """Ask for a gate (a user, or an agent that wants to stop and ask)."""
-    from loopx import gates
+    from loopx.domain import gates
 
     with open_registry() as reg:
         found = gates.add(reg, actor(), goal_id=goal_id, title=title, scope=scope, blocks=blocks,
@@ -59,7 +59,7 @@ def _decision(verb: str, doc: str):
     @click.option("--comment", default=None, help="Why; a rejection's comment reaches the agent.")
     @operation_option
     def command(goal_id, gate_id, comment, operation_id):
-        from loopx import gates
+        from loopx.domain import gates
 
         with open_registry() as reg:
             found = gates.decide(reg, actor(), verb, goal_id=goal_id, gate_id=gate_id, comment=comment,
@@ -81,7 +81,7 @@ _decision("reopen", "Reopen a decided gate (user only): it is pending again, to 
 @click.option("--pending", is_flag=True, help="Only gates still waiting for a decision.")
 def list_command(goal_id, pending):
     """List a goal's gates, oldest first."""
-    from loopx import gates
+    from loopx.domain import gates
 
     with open_registry() as reg:
         found = gates.list_for(reg, goal_id, pending_only=pending)
@@ -94,7 +94,7 @@ def list_command(goal_id, pending):
 def show_command(goal_id, gate_id):
     """One gate in full: what approving it does, how to decide it, and what was recorded to decide
     it (a diff of changed tests, ...), shown only while it is what LoopX recorded (sha256)."""
-    from loopx import gates
+    from loopx.domain import gates
 
     with open_registry() as reg:
         found = gates.show(reg, goal_id, gate_id)

@@ -17,13 +17,13 @@ def handoff():
 @goal_option()
 def show(goal_id):
     """The goal's latest hand-off note and the run that left it."""
-    from loopx.rewards import latest_handoff
+    from loopx.domain.rewards import latest_handoff
 
     with open_registry() as reg:
         found = latest_handoff(reg, goal_id)
 
     def text(d):
-        from loopx.artifacts import lines
+        from loopx.ledger.artifacts import lines
 
         shown = "".join("\n  " + line for line in lines(d.get("artifacts") or []))
         if d["handoff"] is None:

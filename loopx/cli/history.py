@@ -29,7 +29,7 @@ def history(goal_id, after, limit):
     Streamed as it is read, in bounded memory however long the ledger (`--format jsonl` prints
     one JSON document a line); page with `--limit N` and `--after SEQ`.
     """
-    from loopx import goals
+    from loopx.domain import goals
     from loopx.cli.output import emit_stream
 
     with open_registry() as reg:

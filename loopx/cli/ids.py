@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from loopx.validate import ID_KINDS
+from loopx.values.validate import ID_KINDS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 
 # Where the root command keeps the --registry value; loopx.cli.output re-exports it (output
 # imports this module, so the name lives here to keep the import one-way).
-REGISTRY_KEY = "loopx.registry"
+REGISTRY_KEY = "loopx.ledger.registry"
 
-# kind -> (id letter, table); the letters are loopx.validate's, the one definition of an id. Ids are
+# kind -> (id letter, table); the letters are loopx.values.validate's, the one definition of an id. Ids are
 # globally unique, so a prefix is looked up table-wide.
 TABLES = {kind: (ID_KINDS[kind], table) for kind, table in {
     "goal": "goals", "gate": "gates", "todo": "todos", "run": "runs", "contract": "contracts",
@@ -62,7 +62,7 @@ def _registry_url(ctx: click.Context | None):
 
 def _matching(ctx, kind: str, prefix: str, limit: int, goal_id: str | None = None) -> list[str]:
     """Ids of ``kind`` starting with ``prefix`` (a primary-key range scan), at most ``limit``."""
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     from loopx.store.queries.status import ids_in_range
 
@@ -73,7 +73,7 @@ def _matching(ctx, kind: str, prefix: str, limit: int, goal_id: str | None = Non
 
 def resolve(ctx, kind: str, value: str, label: str) -> str:
     """``value`` as a whole id of ``kind``: itself if whole, else the one id it is a prefix of."""
-    from loopx.errors import LoopxError
+    from loopx.values.errors import LoopxError
 
     prefix = _prefix(kind, value)
     if prefix is None or len(prefix) == 14:

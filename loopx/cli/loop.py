@@ -31,7 +31,8 @@ def loop(goal_id, executor, agent, ttl_seconds, unconfined, grace_seconds, max_t
 
     SIGTERM or Ctrl-C starts no new turn; the running one ends as `loopx turn` describes.
     """
-    from loopx import interrupt, turn as turns
+    from loopx.sandbox import interrupt
+    from loopx.turn import governed as turns
     from loopx.cli import run_inprocess
 
     with interrupt.handling(grace_seconds), open_registry() as reg:

@@ -18,7 +18,7 @@ def mcp_command():
     try:
         import mcp.server.lowlevel  # noqa: F401
     except ImportError:
-        from loopx.errors import LoopxError
+        from loopx.values.errors import LoopxError
 
         raise LoopxError("executor_unavailable", "loopx mcp needs the MCP SDK: pip install 'mcp>=2.3,<3'") from None
     from loopx.mcp_server import serve

@@ -18,7 +18,7 @@ def notify_list(limit):
     """The latest deliveries (goal, reason, channel, status, attempts), newest first.
 
     """
-    from loopx import notify as notify_mod
+    from loopx.views import notify as notify_mod
 
     with open_registry(readonly=True) as reg:
         out = notify_mod.list_recent(reg, limit=limit)
@@ -32,7 +32,7 @@ def notify_check(goal_ids):
     """Look now for goals that came to need a person and notify (what `loopx worker` does as it runs).
 
     """
-    from loopx import notify as notify_mod
+    from loopx.views import notify as notify_mod
 
     with open_registry() as reg:
         out = notify_mod.check_goals(reg, list(goal_ids) or notify_mod.open_goal_ids(reg))

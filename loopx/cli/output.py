@@ -2,7 +2,7 @@
 
 Every LoopX command is a :class:`LoopxCommand`, which adds ``--format text|json`` and
 ``--json`` to it, so the format can be given before *and* after the subcommand, and turns a
-:class:`~loopx.errors.LoopxError` into one line on stderr (text) or an ``{"error": ...}``
+:class:`~loopx.values.errors.LoopxError` into one line on stderr (text) or an ``{"error": ...}``
 document on stdout (JSON), with exit status 2.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from loopx.errors import LoopxError
+from loopx.values.errors import LoopxError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -176,7 +176,7 @@ def show_error(err: LoopxError, *, as_json: bool, ctx: click.Context | None = No
     if as_json:
         click.echo(json.dumps(err.to_json()))
     else:
-        from loopx.terminal import safe
+        from loopx.values.terminal import safe
 
         line = safe(f"loopx: error: {err.message.rstrip()} [{err.code}]")
         click.echo(line.replace("\n", "\\n"), err=True)
@@ -227,10 +227,10 @@ def emit(data, text=None) -> None:
     """Print ``data``: JSON under ``--format json``, else ``text(data)`` (or a JSON fallback).
 
     The text is stored text an agent may have written: its control characters are shown escaped
-    (:func:`loopx.terminal.safe`), never sent to the terminal.
+    (:func:`loopx.values.terminal.safe`), never sent to the terminal.
     """
-    from loopx.jsonsafe import dumps_out, escaped
-    from loopx.terminal import safe
+    from loopx.values.jsonsafe import dumps_out, escaped
+    from loopx.values.terminal import safe
 
     if wants_lines():
         # JSON Lines: a list one item a line, anything else on one line.
@@ -263,8 +263,8 @@ def emit_stream(items, line) -> None:
 def _emit_stream(items, line) -> None:
     # The stream is closed by emit_stream before the registry it reads is (a reader that goes
     # away early, `| head`, must not leave the generator to be closed after the connection).
-    from loopx.jsonsafe import dumps_out, escaped
-    from loopx.terminal import safe
+    from loopx.values.jsonsafe import dumps_out, escaped
+    from loopx.values.terminal import safe
 
     if wants_lines():
         for item in items:
@@ -305,11 +305,11 @@ def open_registry(url: str | None = None, *, readonly: bool = False):
     ``LOOPX_REGISTRY``, else the default location. Works inside a click command and outside one
     (a script, a test, a hook). A context manager: ``with open_registry() as reg:``.
     """
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     url = registry_url(url)
     if step_registry is not None and not readonly:
-        from loopx.registry import resolve_url
+        from loopx.ledger.registry import resolve_url
 
         if resolve_url(url) == step_registry[0]:
             return step_registry[1].lend()  # a step run by hand opened it already (loopx/cli/steprun.py)
@@ -332,8 +332,8 @@ def set_output_format(fmt: str, ctx=None) -> None:
 
 def actor() -> str:
     """The actor this command acts as: ``executor`` inside a step, else ``user`` (``LOOPX_ACTOR``
-    may only downgrade; see :func:`loopx.registry.current_actor`)."""
-    from loopx.registry import current_actor
+    may only downgrade; see :func:`loopx.ledger.registry.current_actor`)."""
+    from loopx.ledger.registry import current_actor
 
     return current_actor()
 
@@ -350,7 +350,7 @@ def agent_claim(agent: str | None) -> str | None:
 
 def check_inside(run_id: str | None) -> None:
     """Refuse (``run_not_yours``) acting on another run from inside a governed step of one run."""
-    from loopx.registry import inside_run
+    from loopx.ledger.registry import inside_run
 
     inside = inside_run()
     if inside is not None and run_id is not None and run_id != inside:

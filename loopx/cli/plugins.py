@@ -44,7 +44,7 @@ def _changed_text(out: dict) -> str:
 @click.option("--editable", "-e", is_flag=True, help="Install a local checkout in editable mode.")
 def install(specs, upgrade, editable):
     """Install plugins into the Python environment LoopX runs in (`python -m pip install`)."""
-    from loopx import plugin_install
+    from loopx.seam import plugin_install
 
     emit(plugin_install.install(list(specs), upgrade=upgrade, editable=editable), _changed_text)
 
@@ -53,13 +53,13 @@ def install(specs, upgrade, editable):
 @click.argument("names", nargs=-1, required=True, metavar="NAME...")
 def uninstall(names):
     """Uninstall plugin distributions from the environment LoopX runs in."""
-    from loopx import plugin_install
+    from loopx.seam import plugin_install
 
     emit(plugin_install.uninstall(list(names)), _changed_text)
 
 
 def _list_plugins():
-    from loopx import plugins
+    from loopx.seam import plugins
 
     found = plugins.describe()
 

@@ -49,9 +49,9 @@ def create(title, description, description_file, criteria, parallel_runs, capabi
     """Create a goal."""
     import os
 
-    from loopx import goals
-    from loopx.errors import LoopxError
-    from loopx.validate import LIMITS
+    from loopx.domain import goals
+    from loopx.values.errors import LoopxError
+    from loopx.values.validate import LIMITS
 
     if description_file is not None:
         # Read one byte past the limit: enough to refuse an oversized file without slurping it.
@@ -78,7 +78,7 @@ def create(title, description, description_file, criteria, parallel_runs, capabi
 @click.option("--cursor", default=None, help="The next page: the id of the last goal the previous page listed.")
 def list_command(status, limit, cursor):
     """List goals, newest first, one page at a time (--cursor LAST_ID for the next)."""
-    from loopx import goals
+    from loopx.domain import goals
 
     with open_registry() as reg:
         found = goals.list_goals(reg, status=status, limit=limit, cursor=cursor)
@@ -96,7 +96,7 @@ def list_command(status, limit, cursor):
 @op_option("goal_status", "goal_id")
 def show(goal_id):
     """Show one goal."""
-    from loopx import goals
+    from loopx.domain import goals
 
     with open_registry() as reg:
         emit(goals.show(reg, goal_id), goal_text)
@@ -109,7 +109,7 @@ def show(goal_id):
 @operation_option
 def criterion(goal_id, number, met, operation_id):
     """Mark a success criterion met (a user's judgement, never an agent's)."""
-    from loopx import goals
+    from loopx.domain import goals
 
     with open_registry() as reg:
         goal = goals.mark_criterion(reg, actor(), goal_id, number, met=met, operation_id=operation_id)
@@ -127,7 +127,7 @@ def capabilities_command(goal_id, enable, disable, operation_id):
     Only the capabilities a goal uses (and those declared on for every goal) add
     steps to its contracts, veto its turns or hear its events; the next contract follows.
     """
-    from loopx import goals
+    from loopx.domain import goals
 
     with open_registry() as reg:
         if enable or disable:
@@ -137,7 +137,7 @@ def capabilities_command(goal_id, enable, disable, operation_id):
             goal = goals.show(reg, goal_id)
 
     def text(g):
-        from loopx import capabilities
+        from loopx.seam import capabilities
 
         always = sorted(c.name for c in capabilities.load().values() if c.default_on)
         line = f"{g['id']}  capabilities: {', '.join(g['capabilities']) or 'none'}"
@@ -151,12 +151,12 @@ def _transition(verb: str, doc: str):
     @click.option("--reason", default=None, help="Why (kept in the ledger).")
     @operation_option
     def command(goal_id, reason, operation_id):
-        from loopx import goals
+        from loopx.domain import goals
 
         with open_registry() as reg:
             goal = goals.transition(reg, actor(), verb, goal_id, reason=reason, operation_id=operation_id)
             if verb == "close":  # the goal's own agent-CLI state goes with it (docs/agents.md)
-                from loopx.executors import homes
+                from loopx.turn.executors import homes
 
                 homes.remove(reg, goal["id"])
         emit(goal, goal_text)

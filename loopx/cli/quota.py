@@ -71,7 +71,7 @@ def quota():
 @operation_option
 def should_run(goal_id, agent, ttl_seconds, dry_run, operation_id):
     """Decide whether to take a turn now, and print the interaction contract to obey."""
-    from loopx.should_run import should_run
+    from loopx.views.should_run import should_run
 
     with open_registry() as reg:
         out = should_run(reg, actor(), goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds, dry_run=dry_run,
@@ -96,7 +96,7 @@ def should_run(goal_id, agent, ttl_seconds, dry_run, operation_id):
 def set_command(goal_id, max_turns, max_tokens, max_cost, max_wall_seconds, cadence_seconds, stuck_after, unset,
                 operation_id):
     """Set a goal's budget (user only)."""
-    from loopx import quota as q
+    from loopx.views import quota as q
 
     values = {"max_turns": max_turns, "max_tokens": max_tokens, "max_cost": max_cost,
               "max_wall_seconds": max_wall_seconds, "cadence_seconds": cadence_seconds, "stuck_after": stuck_after}
@@ -114,7 +114,7 @@ def set_command(goal_id, max_turns, max_tokens, max_cost, max_wall_seconds, cade
 @operation_option
 def grant(goal_id, turns, tokens, cost, wall_seconds, operation_id):
     """Grant more budget after a pause-and-ask (user only)."""
-    from loopx import quota as q
+    from loopx.views import quota as q
 
     amounts = {"turns": turns, "tokens": tokens, "cost": cost, "wall_seconds": wall_seconds}
     with open_registry() as reg:
@@ -126,7 +126,7 @@ def grant(goal_id, turns, tokens, cost, wall_seconds, operation_id):
 @goal_option()
 def show(goal_id):
     """Limits, grants, usage (derived from the ledger) and what remains."""
-    from loopx import quota as q
+    from loopx.views import quota as q
 
     with open_registry(readonly=False) as reg:
         emit(q.show(reg, goal_id), quota_text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from loopx.cli.output import LoopxGroup, emit
-from loopx.errors import LoopxError
+from loopx.values.errors import LoopxError
 
 
 @click.group(cls=LoopxGroup)
@@ -33,7 +33,7 @@ def copy(source, target, force):
     The target's state is rebuilt by replaying the ledger, and compared with the source's before
     anything is committed: a copy is complete and verified, or nothing is written.
     """
-    from loopx.registry_copy import copy_registry
+    from loopx.views.registry_copy import copy_registry
 
     emit(copy_registry(source, target, force=force), _copied_text)
 
@@ -74,7 +74,7 @@ def info(ctx):
 
     Opens the registry read-only: a registry that does not exist yet is reported, not created.
     """
-    from loopx.registry_info import describe
+    from loopx.views.registry_info import describe
 
     root = ctx.find_root()
     source = root.get_parameter_source("registry_url")
@@ -90,9 +90,9 @@ def init():
 
     Read commands never create one: they refuse a path with no registry (registry_not_found).
     """
-    from loopx.registry import Registry, display_url, open_store, resolve_url
+    from loopx.ledger.registry import Registry, display_url, open_store, resolve_url
 
-    url = resolve_url(click.get_current_context().find_root().meta.get("loopx.registry"))
+    url = resolve_url(click.get_current_context().find_root().meta.get("loopx.ledger.registry"))
     try:
         open_store(url, readonly=True).close()
         created = False
@@ -122,11 +122,11 @@ def rekey(adopt):
     For a key that was exposed, or (``--adopt``) lost. Refused while a goal fails its check with
     the current key unless ``--adopt``. User only. See docs/security.md.
     """
-    from loopx.registry import Registry, current_actor
-    from loopx.rekey import rekey as do_rekey
+    from loopx.ledger.registry import Registry, current_actor
+    from loopx.ledger.rekey import rekey as do_rekey
 
     actor = current_actor()
-    with Registry.open(click.get_current_context().find_root().meta.get("loopx.registry"), create=False) as reg:
+    with Registry.open(click.get_current_context().find_root().meta.get("loopx.ledger.registry"), create=False) as reg:
         emit(do_rekey(reg, actor, adopt=adopt), _rekeyed_text)
 
 
@@ -138,11 +138,11 @@ def reanchor():
     this user last committed to it; this records its current heads as the rollback anchor.
     User only.
     """
-    from loopx.registry import Registry, current_actor
-    from loopx.rekey import reanchor as do_reanchor
+    from loopx.ledger.registry import Registry, current_actor
+    from loopx.ledger.rekey import reanchor as do_reanchor
 
     actor = current_actor()
-    with Registry.open(click.get_current_context().find_root().meta.get("loopx.registry"), create=False) as reg:
+    with Registry.open(click.get_current_context().find_root().meta.get("loopx.ledger.registry"), create=False) as reg:
         emit(do_reanchor(reg, actor),
              lambda d: f"registry {d['registry_id']}: anchored at its current {d['goals']} goal heads")
 
@@ -158,7 +158,7 @@ def caps(evidence_bytes, goal_state_bytes):
     Writes past a cap are refused (evidence_too_large, state_too_large) and write nothing. Only a
     user sets them; they live in the registry, not in an environment an agent could change.
     """
-    from loopx import caps as bounded
+    from loopx.ledger import caps as bounded
     from loopx.cli.output import actor, open_registry
 
     with open_registry() as reg:
@@ -190,7 +190,7 @@ def keys(prune):
     file gone, or holding another registry now); a PostgreSQL registry's key never is. A moved
     registry: run `loopx --registry NEW registry keys` once, before `--prune`.
     """
-    from loopx import key_files
+    from loopx.views import key_files
     from loopx.cli.output import actor, registry_url
 
     url = registry_url()

@@ -29,7 +29,7 @@ def reward():
 @operation_option
 def add(goal_id, run_id, score, comment, operation_id):
     """Score a run of the goal (user only)."""
-    from loopx import rewards
+    from loopx.domain import rewards
 
     with open_registry() as reg:
         found = rewards.add(reg, actor(), goal_id=goal_id, run_id=run_id, score=score, comment=comment,
@@ -41,7 +41,7 @@ def add(goal_id, run_id, score, comment, operation_id):
 @goal_option()
 def list_command(goal_id):
     """The goal's rewards, oldest first."""
-    from loopx import rewards
+    from loopx.domain import rewards
 
     with open_registry() as reg:
         found = rewards.list_for(reg, goal_id)
@@ -56,7 +56,7 @@ def export(goal_id):
     The format is documented in docs/reward-export.md; its JSON Schema ships as
     loopx/schemas/reward_record.json. The output is JSON lines whatever --format says.
     """
-    from loopx import rewards
+    from loopx.domain import rewards
 
     from contextlib import closing
 

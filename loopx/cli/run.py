@@ -37,7 +37,7 @@ def run():
 @operation_option
 def finish(run_id, outcome, force_outcome, tokens, cost, handoff, agent, operation_id):
     """Close a run with its outcome, usage and hand-off note."""
-    from loopx import runs
+    from loopx.domain import runs
 
     who = actor()
     check_inside(run_id)
@@ -53,7 +53,7 @@ def finish(run_id, outcome, force_outcome, tokens, cost, handoff, agent, operati
 @id_option("run")
 def show(run_id):
     """One run, its contract and its evidence."""
-    from loopx import runs
+    from loopx.domain import runs
 
     with open_registry() as reg:
         out = runs.show(reg, run_id)
@@ -65,7 +65,7 @@ def show(run_id):
 @click.option("--limit", type=int, default=50)
 def list_command_runs(goal_id, limit):
     """The goal's runs, newest first."""
-    from loopx import runs
+    from loopx.domain import runs
 
     with open_registry() as reg:
         found = runs.list_runs(reg, goal_id, limit=limit)

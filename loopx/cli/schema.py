@@ -24,7 +24,7 @@ def schema(name):
     import json
     from pathlib import Path
 
-    from loopx.errors import LoopxError
+    from loopx.values.errors import LoopxError
 
     names = schema_names()
     if name is None:

@@ -159,7 +159,7 @@ def goal_text(view: dict) -> str:
                      f" {contract['issued_at']})")
     if view["handoff"]:
         lines.append(f"hand-off ({view['handoff']['run_id']}): {view['handoff']['note']}")
-    from loopx.artifacts import lines as artifact_lines
+    from loopx.ledger.artifacts import lines as artifact_lines
 
     lines += artifact_lines(view.get("artifacts") or [])
     if view["rewards"]["total"]:
@@ -186,13 +186,13 @@ def status(goal_id, limit, cursor, include_closed, watch, interval):
     Without --goal-id: all goals, those needing a human first (pending gates, exhausted
     budgets, abandoned or failing runs), then the rest, newest first.
     """
-    from loopx import status as projection
+    from loopx.views import status as projection
 
     # Opened like every other command (a first run creates the empty registry); the status
     # server is the part that must be read-only by construction.
     if watch:
-        from loopx import watch as live
-        from loopx.registry import display_url, resolve_url
+        from loopx.views import watch as live
+        from loopx.ledger.registry import display_url, resolve_url
         from loopx.cli.output import REGISTRY_KEY
 
         with open_registry() as reg:
@@ -210,7 +210,7 @@ def status(goal_id, limit, cursor, include_closed, watch, interval):
             live.run(reg, build, goal_text if goal_id else overview_text, as_json=wants_json(), interval=interval,
                      refresh=10.0, label=url)
         return
-    from loopx.errors import LoopxError
+    from loopx.values.errors import LoopxError
 
     try:
         with open_registry() as reg:
@@ -227,8 +227,8 @@ def status(goal_id, limit, cursor, include_closed, watch, interval):
 def _say_who_backs_off(err) -> None:
     """The database is down: which workers of this host are waiting for it (their fault files)."""
     from loopx.cli.output import REGISTRY_KEY
-    from loopx.registry import resolve_url
-    from loopx.worker_log import backing_off
+    from loopx.ledger.registry import resolve_url
+    from loopx.values.worker_log import backing_off
 
     url = resolve_url(click.get_current_context().meta.get(REGISTRY_KEY))
     waiting = backing_off(url if "://" in url else os.path.abspath(url))

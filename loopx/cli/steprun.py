@@ -4,7 +4,7 @@ A contract lists a capability step as ``loopx exec --run-id R --agent A -- loopx
 agent that runs ``loopx CMD ...`` itself (with ``--run-id R``, or inside run R) did the same
 step, so its exit status is recorded as that step's evidence (kind ``command``, written by the
 core, ``data.direct`` true, no output kept). Which step it is comes from the run's contract
-steps (:func:`loopx.steps.command_step`): there is no second description of a turn. Commands
+steps (:func:`loopx.values.steps.command_step`): there is no second description of a turn. Commands
 that ``loopx exec`` started are left alone (exec records them, with their output).
 
 Only plugin commands with a run in sight pay for this: built-in commands return at once. The
@@ -60,9 +60,10 @@ def match(args: list[str], *, builtin=frozenset()):
     run_id = run_id or os.environ.get("LOOPX_RUN_ID")
     if not run_id or not plain or plain[0].startswith("-"):
         return None
-    from loopx import runs, steps
-    from loopx.errors import LoopxError
-    from loopx.registry import Registry
+    from loopx.domain import runs
+    from loopx.values import steps
+    from loopx.values.errors import LoopxError
+    from loopx.ledger.registry import Registry
 
     argv = ["loopx", *plain]
     step_id = None
@@ -94,7 +95,7 @@ def run_recorded(target, call):
     import time
 
     from loopx.cli import output
-    from loopx.registry import resolve_url
+    from loopx.ledger.registry import resolve_url
 
     registry, run_id, step_id, argv, reg = target
     started = time.monotonic()
@@ -125,9 +126,9 @@ def run_recorded(target, call):
 def _record(reg, registry, run_id, step_id, argv, code, duration) -> None:
     """Record the step's result on ``reg`` (the step's registry), or, after a command that ended
     by an exception (its store may be mid-way), on the registry opened afresh."""
-    from loopx import evidence
-    from loopx.errors import LoopxError
-    from loopx.registry import Registry, current_actor
+    from loopx.domain import evidence
+    from loopx.values.errors import LoopxError
+    from loopx.ledger.registry import Registry, current_actor
 
     try:
         by = current_actor()

@@ -12,7 +12,7 @@ from loopx.cli.output import LoopxCommand, emit, open_registry
 @goal_option(required=False, help="One goal (default: every goal).")
 def summary_all(goal_id):
     """Runs, evidence, rewards, quota, open gates and todos, and the latest hand-off, per goal."""
-    from loopx import summary_all as summaries
+    from loopx.views import summary_all as summaries
 
     with open_registry() as reg:
         found = summaries.summarize(reg, goal_id)

@@ -44,7 +44,7 @@ def todo():
 @operation_option
 def add(goal_id, text, depends_on, priority, actions, run_id, operation_id):
     """Add a todo."""
-    from loopx import todos
+    from loopx.domain import todos
 
     with open_registry() as reg:
         found = todos.add(reg, actor(), goal_id=goal_id, text=text, depends_on=depends_on, priority=priority,
@@ -60,7 +60,7 @@ def add(goal_id, text, depends_on, priority, actions, run_id, operation_id):
 @operation_option
 def depend(goal_id, todo_id, on, run_id, operation_id):
     """Make a todo wait for other todos (dependency cycles are refused)."""
-    from loopx import todos
+    from loopx.domain import todos
 
     with open_registry() as reg:
         found = todos.depend(reg, actor(), goal_id=goal_id, todo_id=todo_id, depends_on=on, run_id=run_id,
@@ -74,7 +74,7 @@ def depend(goal_id, todo_id, on, run_id, operation_id):
 @click.option("--agent", default=None, help="With --ready: whose view (their own claims stay in).")
 def list_command(goal_id, ready, agent):
     """List todos, by priority then creation order."""
-    from loopx import todos
+    from loopx.domain import todos
 
     with open_registry() as reg:
         found = todos.list_for(reg, goal_id, ready_only=ready, agent=agent)
@@ -90,7 +90,7 @@ def list_command(goal_id, ready, agent):
 @operation_option
 def claim(goal_id, todo_id, agent, run_id, ttl_seconds, operation_id):
     """Claim a ready todo under a lease; claiming it again extends the lease."""
-    from loopx import todos
+    from loopx.domain import todos
 
     who = actor()
     check_inside(run_id)
@@ -112,7 +112,7 @@ def _settle(verb: str, doc: str):
                   help="The claim epoch the reporter holds; refused with lease_lost if it moved on.")
     @operation_option
     def command(goal_id, todo_id, note, run_id, agent, epoch, operation_id):
-        from loopx import todos
+        from loopx.domain import todos
 
         who = actor()
         check_inside(run_id)

@@ -22,18 +22,20 @@ def turn(goal_id, executor, agent, ttl_seconds, unconfined, grace_seconds, worke
     """
     import os
 
-    from loopx import claims, interrupt, turn as turns
+    from loopx.domain import claims
+    from loopx.sandbox import interrupt
+    from loopx.turn import governed as turns
     from loopx.cli import run_inprocess
 
     if workdir is not None:
-        # Started isolated (loopx.selfrun): everything of LoopX is imported from where it is
+        # Started isolated (loopx.sandbox.selfrun): everything of LoopX is imported from where it is
         # installed, never from here; this directory is only where the agent works.
         os.chdir(workdir)
     owner = None
     if worker_lease is not None:
-        from loopx.errors import LoopxError
+        from loopx.values.errors import LoopxError
 
-        from loopx.validate import ascii_whole
+        from loopx.values.validate import ascii_whole
 
         wid, _, token = worker_lease.rpartition(":")
         if not wid or ascii_whole(token) is None:

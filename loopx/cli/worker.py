@@ -45,7 +45,7 @@ def worker(ctx, concurrency, executor, agent, grace_seconds, lease_seconds, beat
         return
     from loopx import worker as worker_mod
     from loopx.cli.output import REGISTRY_KEY
-    from loopx.errors import LoopxError
+    from loopx.values.errors import LoopxError
 
     url = click.get_current_context().meta.get(REGISTRY_KEY)
     if print_unit:
@@ -59,14 +59,14 @@ def worker(ctx, concurrency, executor, agent, grace_seconds, lease_seconds, beat
             raise LoopxError("invalid_argument", f"{what} must be between 0.05 and 86400")
     if beat_seconds >= lease_seconds:
         raise LoopxError("invalid_argument", "--beat-seconds must be shorter than --lease-seconds (leases are renewed at each beat)")
-    from loopx import executors
+    from loopx.turn import executors
 
     executors.get(executor)
     try:
         with open_registry() as reg:  # refuses a registry that does not exist, a wrong URL or password
             reg.store.schema_version()
     except LoopxError as exc:
-        from loopx.worker_log import waits_at_start
+        from loopx.values.worker_log import waits_at_start
 
         if not waits_at_start(exc):
             raise
@@ -87,7 +87,7 @@ def _warn_relative_notify_command() -> None:
     """A ``notify.command`` runs in ``/``: one that starts with a relative path would not be found there."""
     import shlex
 
-    from loopx.supervision import settings
+    from loopx.domain.supervision import settings
 
     try:
         with open_registry(readonly=True) as reg, reg.read() as tx:
@@ -127,7 +127,7 @@ def list_workers(show_all):
     """The live workers: id, host, pid, last heartbeat and the turns each runs now.
 
     """
-    from loopx.supervision import workers
+    from loopx.domain.supervision import workers
 
     with open_registry(readonly=True) as reg, reg.read() as tx:
         rows = workers(tx)
@@ -150,8 +150,8 @@ def stop(worker_id, wait, timeout):
     import time
 
     from loopx.cli.output import actor
-    from loopx.errors import LoopxError
-    from loopx.supervision import request_stop, workers
+    from loopx.values.errors import LoopxError
+    from loopx.domain.supervision import request_stop, workers
 
     who = actor()
     with open_registry() as reg:

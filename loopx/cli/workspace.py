@@ -29,7 +29,7 @@ def _show_text(d: dict) -> str:
 @goal_option()
 def show(goal_id):
     """The goal's project, workspace path and branch (no git is run)."""
-    from loopx import workspace as workspaces
+    from loopx.domain import workspace as workspaces
 
     with open_registry(readonly=True) as reg:
         emit(workspaces.show(reg, goal_id), _show_text)
@@ -44,8 +44,8 @@ def diff(goal_id, stat):
     Files your own tools run or read (agent settings, hooks, .envrc, Makefiles, git's files, CI
     workflows) are marked RISKY (in red on a terminal; "risky": true in JSON): read them first.
     """
-    from loopx import workspace as workspaces
-    from loopx.terminal import safe
+    from loopx.domain import workspace as workspaces
+    from loopx.values.terminal import safe
 
     with open_registry(readonly=True) as reg:
         d = workspaces.diff(reg, goal_id)
@@ -69,7 +69,7 @@ def diff(goal_id, stat):
 def apply(goal_id):
     """Apply the workspace's diff to the project (you only; recorded on the goal). Refused, with
     nothing changed, when it does not apply to your checkout as it is now."""
-    from loopx import workspace as workspaces
+    from loopx.domain import workspace as workspaces
 
     with open_registry() as reg:
         d = workspaces.apply(reg, actor(), goal_id)
@@ -80,7 +80,7 @@ def apply(goal_id):
 @goal_option()
 def discard(goal_id):
     """Remove the goal's workspace and its branch (you only); the next turn makes a new one."""
-    from loopx import workspace as workspaces
+    from loopx.domain import workspace as workspaces
 
     with open_registry() as reg:
         d = workspaces.discard(reg, actor(), goal_id)

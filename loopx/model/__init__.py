@@ -23,10 +23,10 @@ GATE_STATUSES = ("pending", "approved", "rejected")
 TODO_STATUSES = ("open", "done", "blocked")
 TODO_PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
 RUN_STATUSES = ("open", "finished", "abandoned")
-RUN_OUTCOMES = ("ok", "partial", "failed", "interrupted")  # interrupted: SIGTERM/SIGINT (loopx.interrupt)
+RUN_OUTCOMES = ("ok", "partial", "failed", "interrupted")  # interrupted: SIGTERM/SIGINT (loopx.sandbox.interrupt)
 ACTORS = ("user", "executor", "dashboard", "core")  # plus "capability:NAME"
 #: The one budget-name table: usage/grant name -> limit name. Here, beside the other constants
-#: and away from the attrs classes, so that the ledger's apply (loopx.attention) reads it for free.
+#: and away from the attrs classes, so that the ledger's apply (loopx.ledger.attention) reads it for free.
 BUDGETS = {"turns": "max_turns", "tokens": "max_tokens", "cost": "max_cost", "wall_seconds": "max_wall_seconds"}
 
 _WHERE = {

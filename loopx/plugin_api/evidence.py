@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from loopx.evidence import list_for, load_evidence as load, of_goal as list, record as add, record_in as add_in
+from loopx.domain.evidence import list_for, load_evidence as load, of_goal as list, record as add, record_in as add_in
 
 __all__ = ["add", "add_in", "list", "list_for", "load"]

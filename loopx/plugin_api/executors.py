@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from loopx.executors.protocol import CheckedExecutor, Executor, InterruptibleExecutor
+from loopx.turn.executors.protocol import CheckedExecutor, Executor, InterruptibleExecutor
 
 __all__ = ["CheckedExecutor", "Executor", "InterruptibleExecutor"]

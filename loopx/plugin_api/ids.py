@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from loopx.validate import check_id as check, check_name, check_text, new_id as new
+from loopx.values.validate import check_id as check, check_name, check_text, new_id as new
 
 __all__ = ["check", "check_name", "check_text", "new"]

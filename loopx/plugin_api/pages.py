@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from loopx.served_pages import announce, dashboard_stylesheet, registry_id, withdraw
+from loopx.ledger.served_pages import announce, dashboard_stylesheet, registry_id, withdraw
 
 __all__ = ["announce", "dashboard_stylesheet", "registry_id", "withdraw"]

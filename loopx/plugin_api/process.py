@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from loopx.interrupt import requested as stop_requested
-from loopx.private_run import private_dir, run_confined
-from loopx.process import caller_dir, in_step, run_command as run
+from loopx.sandbox.interrupt import requested as stop_requested
+from loopx.turn.private_run import private_dir, run_confined
+from loopx.sandbox.process import caller_dir, in_step, run_command as run
 
 __all__ = ["caller_dir", "in_step", "private_dir", "run", "run_confined", "stop_requested"]

@@ -18,7 +18,7 @@ Routes::
     GET /api/goals/{id}/artifacts/{name}   an artifact its evidence recorded, as text, only while its
                                        sha256 matches (409 ``artifact_tampered`` otherwise)
     GET /api/stream                    server-sent events: ``revision`` whenever the registry changes
-    GET /api/pages                     pages capabilities serve for this registry (loopx.served_pages)
+    GET /api/pages                     pages capabilities serve for this registry (loopx.ledger.served_pages)
 
 The standard library's ``ThreadingHTTPServer`` is enough here: the API is a few small JSON
 documents per page view, and it meets the throughput and latency targets (see

@@ -7,8 +7,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
-from loopx.errors import LoopxError
-from loopx.validate import ascii_whole
+from loopx.values.errors import LoopxError
+from loopx.values.validate import ascii_whole
 from loopx.status_server.access import authorised
 from loopx.status_server.responses import ERROR_STATUS, send_error, send_json
 from loopx.status_server.routes import route

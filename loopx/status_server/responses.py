@@ -3,7 +3,7 @@ the one error shape (``{"error": {"code", "message"}}``) with its HTTP status.""
 
 from __future__ import annotations
 
-from loopx.jsonsafe import dumps_out
+from loopx.values.jsonsafe import dumps_out
 
 JSON_TYPE = "application/json; charset=utf-8"
 ERROR_STATUS = {"goal_not_found": 404, "not_found": 404, "invalid_argument": 400, "registry_unavailable": 503,

@@ -3,11 +3,11 @@ docstring for the list). Every route only reads."""
 
 from __future__ import annotations
 
-from loopx import status as projection
-from loopx.errors import LoopxError
+from loopx.views import status as projection
+from loopx.values.errors import LoopxError
 from loopx.status_server.responses import send_error, send_json
 from loopx.status_server.stream import serve_stream
-from loopx.validate import ascii_whole, check_id
+from loopx.values.validate import ascii_whole, check_id
 from loopx.status_server.views import goal_revision, send_asset, send_view
 
 
@@ -49,7 +49,7 @@ def route(handler, path: str, q: dict) -> None:
 def _artifact(handler, goal_id: str, name: str) -> None:
     """One artifact of the goal (a reviewer packet, a diff), as plain text, only while it has the
     sha256 its evidence recorded (``artifact_tampered``, 409, otherwise): nothing of it is shown."""
-    from loopx import artifacts
+    from loopx.ledger import artifacts
     from loopx.status_server.responses import send
 
     data = handler.server.pool.run(lambda tx: artifacts.read_named(tx, goal_id, name))
@@ -75,9 +75,9 @@ def _overview(handler, path: str, q: dict) -> None:
 
 
 def _pages(handler) -> None:
-    """The pages capabilities serve for this registry (:mod:`loopx.served_pages`): read from files
+    """The pages capabilities serve for this registry (:mod:`loopx.ledger.served_pages`): read from files
     their servers wrote, so the dashboard can link to them without writing anything itself."""
-    from loopx import served_pages
+    from loopx.ledger import served_pages
 
     registry = handler.server.pool.run(served_pages.registry_id)
     send_json(handler, 200, {"pages": served_pages.live(registry)})

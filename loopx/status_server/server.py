@@ -8,7 +8,7 @@ import threading
 import time
 from http.server import ThreadingHTTPServer
 
-from loopx.errors import LoopxError
+from loopx.values.errors import LoopxError
 from loopx.status_server.access import is_loopback
 from loopx.status_server.handler import StatusHandler
 from loopx.status_server.stream import POLL_SECONDS, RevisionWatcher
@@ -26,7 +26,7 @@ class RegistryPool:
     """Read-only registries shared by request threads: one per thread at a time, reused."""
 
     def __init__(self, url: str | None):
-        from loopx.registry import Registry
+        from loopx.ledger.registry import Registry
 
         self._open = lambda: Registry.open(url, readonly=True)
         self._idle: queue.LifoQueue = queue.LifoQueue()
@@ -198,7 +198,7 @@ def cache_bytes() -> int:
     value = os.environ.get("LOOPX_STATUS_CACHE_BYTES", "")
     if not value:
         return CACHE_BYTES
-    from loopx.validate import ascii_whole
+    from loopx.values.validate import ascii_whole
 
     number = ascii_whole(value)
     if number is None or not 1 << 16 <= number <= 1 << 34:

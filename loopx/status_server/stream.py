@@ -9,7 +9,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from loopx import status as projection
+from loopx.views import status as projection
 from loopx.status_server.responses import SECURITY_HEADERS, send_error
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ class RevisionWatcher:
     """
 
     def __init__(self, url: str | None, pool: RegistryPool, interval: float = POLL_SECONDS):
-        from loopx.registry import Registry
+        from loopx.ledger.registry import Registry
 
         self.pool, self.interval = pool, interval
         self._reg = Registry.open(url, readonly=True)

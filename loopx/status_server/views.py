@@ -7,8 +7,8 @@ import threading
 import time
 from pathlib import Path
 
-from loopx import status as projection
-from loopx.jsonsafe import dumps_out
+from loopx.views import status as projection
+from loopx.values.jsonsafe import dumps_out
 from loopx.status_server.responses import JSON_TYPE, send, send_error
 from loopx.store.queries import status as status_queries
 

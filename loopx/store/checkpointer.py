@@ -101,7 +101,7 @@ def _spawn(db: str, sidecars, fd: int) -> bool:
         # planted there would run with the user's authority); main() puts the loopx this file
         # belongs to there, so the checkpointer runs the writer's own code, installed or not.
         # -S: no site-packages (it needs only the standard library and its own loopx): ~10 ms less.
-        # -I (which holds -P): no PYTHON* variable either (loopx.selfrun: how LoopX starts itself);
+        # -I (which holds -P): no PYTHON* variable either (loopx.sandbox.selfrun: how LoopX starts itself);
         # main() then leaves the writer's directory for LoopX's own.
         argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), f"--catch-up={CATCH_UP_PAGES}",
                 os.path.abspath(db), *map(os.path.abspath, sidecars)]
@@ -239,5 +239,5 @@ if __name__ == "__main__":
     except (AttributeError, OSError):  # not Linux, or refused: an ordinary process
         pass
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    os.chdir("/")  # loopx.selfrun.CWD: the paths it is given are absolute
+    os.chdir("/")  # loopx.sandbox.selfrun.CWD: the paths it is given are absolute
     sys.exit(main(sys.argv[1:]))

@@ -48,7 +48,7 @@ class Dialect:
         raise NotImplementedError
 
     def location(self, tx) -> str:
-        """Where the registry ``tx`` reads lives (see :func:`loopx.keys.location`)."""
+        """Where the registry ``tx`` reads lives (see :func:`loopx.ledger.keys.location`)."""
         raise NotImplementedError
 
     def hold_for_copy(self, tx) -> None:
@@ -75,7 +75,7 @@ class Dialect:
 
     def event_change_triggers(self) -> list[str]:
         """The statements that make the triggers counting each goal's changed events in
-        ``event_changes`` (:mod:`loopx.history_guard`; the table: :mod:`loopx.store.queries.history`)."""
+        ``event_changes`` (:mod:`loopx.ledger.history_guard`; the table: :mod:`loopx.store.queries.history`)."""
         raise NotImplementedError
 
 
@@ -227,7 +227,7 @@ def of(where) -> Dialect:
     return _BY_NAME[where if isinstance(where, str) else where.dialect]
 
 
-# --- the history guard's triggers (loopx.history_guard), each dialect's own ---
+# --- the history guard's triggers (loopx.ledger.history_guard), each dialect's own ---
 
 # SQLite: the count goes up by one per event row updated or deleted (twice for an event moved to
 # another goal: both goals count it), and the new count is noted in state_dirty.

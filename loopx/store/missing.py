@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from loopx.errors import LoopxError
+from loopx.values.errors import LoopxError
 
 
 def not_found(path) -> str:

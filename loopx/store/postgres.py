@@ -34,7 +34,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg.types.numeric import NumericLoader
 
-from loopx.errors import LoopxError
+from loopx.values.errors import LoopxError
 from loopx.store import schema
 
 #: How long a writer waits for a goal another writer holds, and keeps retrying conflicts,
@@ -128,7 +128,7 @@ class PostgresTx:
         return self._conn.execute(translate(sql), _params(params)).fetchone()
 
     def lock_goal(self, goal_id):
-        # The registry's id comes with the goal's row (loopx.keys.stored_id reads it from there).
+        # The registry's id comes with the goal's row (loopx.ledger.keys.stored_id reads it from there).
         row = self.one("SELECT g.*, (SELECT value FROM meta WHERE key = 'registry_id') AS _loopx_registry_id"
                        " FROM goals g WHERE g.id = ? FOR UPDATE", (goal_id,))
         if row is None:

@@ -24,14 +24,14 @@ GOAL_TABLES = {
     "evidence": ("id",),
     "rewards": ("id",),
     "capability_state": ("goal_id", "namespace", "key"),
-    # Where the overview ranks the goal; kept by loopx.attention from the rows above.
+    # Where the overview ranks the goal; kept by loopx.ledger.attention from the rows above.
     "goal_summary": ("goal_id",),
-    # Quota usage counters, moved by the run events (loopx.usage_counts).
+    # Quota usage counters, moved by the run events (loopx.ledger.usage_counts).
     "goal_usage": ("goal_id",),
-    # The ready set's index: dependency edges and unblocked todos (loopx.todo_ready).
+    # The ready set's index: dependency edges and unblocked todos (loopx.ledger.todo_ready).
     "todo_deps": ("goal_id", "todo_id", "dep_id"),
     "todo_ready": ("goal_id", "todo_id"),
-    # Where the goal's project is and the workspace LoopX made for it (loopx.workspace).
+    # Where the goal's project is and the workspace LoopX made for it (loopx.domain.workspace).
     "goal_workspaces": ("goal_id",),
 }
 
@@ -170,9 +170,9 @@ _V2 = [
 ]
 
 
-# v3: the attention summary (``goal_summary`` and its counters, kept by ``loopx.attention``), so
+# v3: the attention summary (``goal_summary`` and its counters, kept by ``loopx.ledger.attention``), so
 # the overview's first page is one indexed query; its rows for existing goals are derived by
-# ``loopx.attention.rebuild_all``. The store sits below the ledger, so data steps are named,
+# ``loopx.ledger.attention.rebuild_all``. The store sits below the ledger, so data steps are named,
 # not imported: ``Call`` resolves them when a migration runs.
 
 _TABLES = [
@@ -209,7 +209,7 @@ _SQLITE_TRIGGERS = [
     f" {_DEC.format(shard=0)}; {_INC.format(shard=0)}; END",
 ]
 
-_PG_SHARD = "(pg_backend_pid() % 16)"  # loopx.attention.SHARDS
+_PG_SHARD = "(pg_backend_pid() % 16)"  # loopx.ledger.attention.SHARDS
 _POSTGRES_TRIGGERS = [
     f"""CREATE OR REPLACE FUNCTION goal_summary_counted() RETURNS trigger LANGUAGE plpgsql AS $fn$
     BEGIN
@@ -242,10 +242,10 @@ class Call:
 
 
 _V3 = [*_TABLES, {"sqlite": _SQLITE_TRIGGERS, "postgres": _POSTGRES_TRIGGERS},
-       Call("loopx.attention", "seed_counts"), Call("loopx.attention", "rebuild_all")]
+       Call("loopx.ledger.attention", "seed_counts"), Call("loopx.ledger.attention", "rebuild_all")]
 
 
-# v4: tamper evidence (loopx/integrity.py). Each event carries its goal's hash chain; goal_heads
+# v4: tamper evidence (loopx/ledger/integrity.py). Each event carries its goal's hash chain; goal_heads
 # keeps each goal's chain head and current-state digest. Existing ledgers are chained as they
 # stand and every goal sealed. A later step that changes a state table's columns (what the
 # digest covers) must end with the same Call, to re-seal.
@@ -259,14 +259,14 @@ _V4 = [
         state_digest TEXT NOT NULL)""",
     # Chains only: the digest now also covers v5's goal_usage, which does not exist yet here; v5
     # seals every goal (the same end state as sealing here did).
-    Call("loopx.integrity_steps", "backfill_chains"),
+    Call("loopx.ledger.integrity_steps", "backfill_chains"),
 ]
 
-# v5: quota usage in counters (loopx/usage_counts.py): one row per goal with runs, moved by the run
+# v5: quota usage in counters (loopx/ledger/usage_counts.py): one row per goal with runs, moved by the run
 # events, so should-run reads one row instead of summing every run. Filled from the runs rows
 # (integer counters: the same totals whatever order the runs are summed in); the counters are
 # state the decision reads, so every goal whose digest still matches is re-sealed (one altered
-# before the migration is sealed untrusted: loopx.integrity_steps.reseal_intact). Plus the indexes
+# before the migration is sealed untrusted: loopx.ledger.integrity_steps.reseal_intact). Plus the indexes
 # the contract's bounded queries use.
 _V5 = [
     """CREATE TABLE IF NOT EXISTS goal_usage (
@@ -294,12 +294,12 @@ _V5 = [
     # Newest runs of a goal whatever their status (summary, stuck detection), the latest hand-off.
     "CREATE INDEX IF NOT EXISTS runs_by_goal_opened ON runs (goal_id, opened_at, id)",
     "CREATE INDEX IF NOT EXISTS runs_by_goal_finished ON runs (goal_id, status, finished_at)",
-    Call("loopx.usage_counts", "backfill"),
-    Call("loopx.todo_ready", "backfill"),
-    Call("loopx.integrity_steps", "reseal_intact"),
+    Call("loopx.ledger.usage_counts", "backfill"),
+    Call("loopx.ledger.todo_ready", "backfill"),
+    Call("loopx.ledger.integrity_steps", "reseal_intact"),
 ]
 
-# v6: running for days (loopx/supervision.py, loopx/worker.py, loopx/notify.py). None of these
+# v6: running for days (loopx/domain/supervision.py, loopx/worker.py, loopx/views/notify.py). None of these
 # belong to a goal's ledger (they are not in GOAL_TABLES, the state digest or a registry copy):
 # user settings, worker heartbeats, goal leases with fencing tokens, clock jumps seen, and the
 # notifications sent. PostgreSQL workers are woken by the store's change notifications.
@@ -341,22 +341,22 @@ _V6 = [
     "CREATE INDEX IF NOT EXISTS notifications_by_key ON notifications (dedupe_key, at)",
 ]
 
-# v7: keyed integrity (loopx/keys.py, loopx/rekey.py). The registry gets a stable id in meta and a
+# v7: keyed integrity (loopx/ledger/keys.py, loopx/ledger/rekey.py). The registry gets a stable id in meta and a
 # key outside it, in the user's config directory; every chain and digest is recomputed with the
 # key (goals whose unkeyed chain already failed are sealed untrusted, so that stays visible).
-_V7 = [Call("loopx.rekey", "key_registry")]
+_V7 = [Call("loopx.ledger.rekey", "key_registry")]
 
-# v8: goals list the capabilities they use (loopx/goals.py, docs/capabilities/README.md). The new
+# v8: goals list the capabilities they use (loopx/domain/goals.py, docs/capabilities/README.md). The new
 # column is goal state the digest covers, so the column is added by a step that reseals every goal
 # whose digest matched just before (one altered outside the ledger stays untrusted). Then a goal
 # in progress that a capability already keeps state for (an Issue-Fix goal) is recorded as using
 # it, by a ledger event, so upgrading does not take its steps away.
-_V8 = [Call("loopx.integrity_steps", "add_goal_capabilities"), Call("loopx.goals", "adopt_capabilities")]
+_V8 = [Call("loopx.ledger.integrity_steps", "add_goal_capabilities"), Call("loopx.domain.goals", "adopt_capabilities")]
 
-# v9: the state digest kept incrementally (loopx/state_macs.py, issue 25): one keyed MAC per state row
+# v9: the state digest kept incrementally (loopx/ledger/state_macs.py, issue 25): one keyed MAC per state row
 # in state_macs, and the rows each transaction changed recorded by triggers in state_dirty (empty
 # outside a LoopX transaction). Every goal's MACs are computed from its rows - a goal whose recorded
-# digest no longer matches them is sealed untrusted instead (loopx.integrity_steps.mac_all). A later step
+# digest no longer matches them is sealed untrusted instead (loopx.ledger.integrity_steps.mac_all). A later step
 # that adds a column to a table in state_macs.TABLES must add it there, re-create the SQLite
 # triggers (state_macs.install) and end with the same Call.
 _V9 = [
@@ -373,11 +373,11 @@ _V9 = [
         old TEXT,
         new TEXT,
         PRIMARY KEY (goal_id, tbl, k))""",
-    Call("loopx.state_macs", "install"),
-    Call("loopx.integrity_steps", "mac_all"),
+    Call("loopx.ledger.state_macs", "install"),
+    Call("loopx.ledger.integrity_steps", "mac_all"),
 ]
 
-# v10: the latest hand-off is one index seek (loopx/runs.py, issue 25): a contract carries the
+# v10: the latest hand-off is one index seek (loopx/domain/runs.py, issue 25): a contract carries the
 # newest finished run's hand-off, and without this index the read walked back over every finished
 # run that left none (0.02 ms at 15 runs, 0.37 ms at 750: it grew with the goal's history).
 _V10 = [
@@ -385,18 +385,18 @@ _V10 = [
     " WHERE status = 'finished' AND handoff IS NOT NULL",
 ]
 
-# v11: every edit or deletion of a stored event seen by the next should-run (loopx/history_guard.py,
+# v11: every edit or deletion of a stored event seen by the next should-run (loopx/ledger/history_guard.py,
 # issue 39): triggers count them per goal in event_changes (bound in the goal's keyed tag), and the
 # definitions of every trigger are MACed into meta.schema_mac. A later step that changes a trigger
 # or these tables must end with the same Call (it marks the definitions again).
-_V11 = [Call("loopx.history_guard", "install")]
+_V11 = [Call("loopx.ledger.history_guard", "install")]
 
-# v12: the attention summary holds every goal that may need a person (loopx/attention.py, issue 36):
+# v12: the attention summary holds every goal that may need a person (loopx/ledger/attention.py, issue 36):
 # a goal with todos and none unblocked is in the attention lane too (``no_ready_work``), so the
-# overview's count and order can be those of loopx.needs_you. The summary is rebuilt by the new rules.
-_V12 = [Call("loopx.attention", "rebuild_all")]
+# overview's count and order can be those of loopx.views.needs_you. The summary is rebuilt by the new rules.
+_V12 = [Call("loopx.ledger.attention", "rebuild_all")]
 
-# v13: a goal's project directory and the workspace LoopX owns for it (loopx/workspace.py, issue 35):
+# v13: a goal's project directory and the workspace LoopX owns for it (loopx/domain/workspace.py, issue 35):
 # written only by the goal's own events (goal.created with a project, goal.workspace_set, ...), so a
 # copy or a replay rebuilds it; read by the turn, `status G` and `workspace ...`, never by should-run.
 _V13 = [

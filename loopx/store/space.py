@@ -62,7 +62,7 @@ def sqlite_out_of_space(exc, path) -> bool:
 
 def disk_full(where, detail: str = "") -> "LoopxError":  # noqa: F821 (imported lazily)
     """The ``disk_full`` refusal for a write at ``where``."""
-    from loopx.errors import LoopxError
+    from loopx.values.errors import LoopxError
 
     extra = f" ({detail})" if detail else ""
     return LoopxError("disk_full", f"no space left to write {where}{extra}: nothing was written; "

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
-from loopx.errors import LoopxError
+from loopx.values.errors import LoopxError
 from loopx.store import checkpointer, schema
 
 BUSY_TIMEOUT_MS = 60_000
@@ -47,13 +47,13 @@ def path_from_url(url: str) -> Path:
     return Path(url)
 
 
-#: The goal's row, and the registry's id with it (what every write reads next: loopx.keys.stored_id).
+#: The goal's row, and the registry's id with it (what every write reads next: loopx.ledger.keys.stored_id).
 _LOCK_GOAL = ("SELECT g.*, (SELECT value FROM meta WHERE key = 'registry_id') AS _loopx_registry_id"
               " FROM goals g WHERE g.id = ?")
 
 
 def _with_registry_id(tx, row):
-    """The goal's row without the registry's id, which is kept on ``tx`` for :func:`loopx.keys.stored_id`."""
+    """The goal's row without the registry's id, which is kept on ``tx`` for :func:`loopx.ledger.keys.stored_id`."""
     if row is None:
         return None
     tx._loopx_locked_id = (row.pop("_loopx_registry_id"),)
@@ -358,7 +358,7 @@ def _on_readonly_fs(path) -> bool:
 
 def default_path() -> Path:
     """The embedded registry's default file, in the platformdirs user data directory."""
-    from loopx import userdirs
+    from loopx.values import userdirs
 
     return Path(userdirs.data_dir()) / "registry.db"
 

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from loopx import actions
-from loopx.should_run import should_run
-from loopx.registry import Registry
+from loopx.domain import actions
+from loopx.views.should_run import should_run
+from loopx.ledger.registry import Registry
 from loopx.testing import wait_until
 from tests.factories import make_goal
 from tests.reliability.conftest import env as plugin_env
@@ -76,10 +76,10 @@ def test_a_registry_on_a_read_only_file_system_refuses_writes_in_one_line_and_st
 # commit, and just after the commit.
 KILL_IN_WRITE = r"""
 import os, signal, sys
-from loopx.registry import Registry
+from loopx.ledger.registry import Registry
 url, goal, point = sys.argv[1], sys.argv[2], sys.argv[3]
 reg = Registry.open(url)
-from loopx import todos
+from loopx.domain import todos
 if point == "after_commit":
     todos.add(reg, "user", goal_id=goal, text="committed")
     os.kill(os.getpid(), signal.SIGKILL)
@@ -111,8 +111,8 @@ def test_a_writer_killed_at_any_point_of_a_write_leaves_the_registry_consistent(
 
 WRITER_LOOP = r"""
 import sys
-from loopx.registry import Registry
-from loopx import todos
+from loopx.ledger.registry import Registry
+from loopx.domain import todos
 url, goal = sys.argv[1], sys.argv[2]
 with Registry.open(url) as reg:
     for i in range(10000):
@@ -164,7 +164,7 @@ def test_an_exec_killed_while_its_step_runs_is_recorded_as_ran_result_unknown(tm
     # While it runs, other writes leave its journal entry alone (its lock is held).
     assert loopx(url, "todo", "add", g, "--text", "meanwhile")[0] == 0
     with Registry.open(url) as reg, reg.read() as tx:
-        # Only exec's own start record (step_started, loopx/claims.py): no result, known or unknown.
+        # Only exec's own start record (step_started, loopx/domain/claims.py): no result, known or unknown.
         kinds = [r["kind"] for r in tx.query("SELECT kind FROM evidence WHERE run_id = ?", (run,))]
         assert kinds == ["step_started"], kinds
     os.killpg(p.pid, signal.SIGKILL)  # the exec and its step

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from loopx.should_run import should_run
-from loopx.registry import Registry
+from loopx.views.should_run import should_run
+from loopx.ledger.registry import Registry
 from tests.factories import make_goal
 from tests.reliability import tamper
 from tests.reliability.faults import loopx, small_fs, snapshot  # noqa: F401 (fixture)
@@ -77,7 +77,7 @@ def test_no_room_for_the_step_journal_means_the_step_does_not_run(tmp_path):
 
 
 def _evidence(url, run):
-    """The run's evidence but exec's own start record (``step_started``, loopx/claims.py, written
+    """The run's evidence but exec's own start record (``step_started``, loopx/domain/claims.py, written
     before the step runs): its results, known or not."""
     with Registry.open(url) as reg, reg.read() as tx:
         return [dict(r) for r in tx.query("SELECT summary, data FROM evidence WHERE run_id = ? "
@@ -118,12 +118,12 @@ def test_a_turn_whose_step_fills_the_disk_keeps_its_result_and_its_end_and_the_n
     # The whole turn as the user runs it (`loopx turn`, shell executor, a SQLite registry on a
     # small tmpfs): its step fills the disk, so neither its result nor the run's end can be
     # written. Before, the result was lost and the run left open, to be closed `abandoned`.
-    from loopx import actions, goals, todos
+    from loopx.domain import actions, goals, todos
 
     work = small_fs.root / "work"
     work.mkdir()
     subprocess.run(["git", "init", "-q", str(work)], check=True)
-    # The step runs in the goal's workspace (loopx/workspace.py), and writes only there: put on the
+    # The step runs in the goal's workspace (loopx/domain/workspace.py), and writes only there: put on the
     # registry's small disk, so the step that fills it fills the registry's.
     ws = small_fs.root / "workspace"
     small_fs.filler = ws / small_fs.filler.name
@@ -197,7 +197,7 @@ def test_two_backups_in_the_same_instant_get_different_names(tmp_path, monkeypat
     import pathlib
     import threading
 
-    from loopx import backup as repairs  # the backup a repair takes first (loopx.api.RepairSession.backup)
+    from loopx.domain import backup as repairs  # the backup a repair takes first (loopx.api.RepairSession.backup)
 
     url = str(tmp_path / "registry.db")
     _goal(url)

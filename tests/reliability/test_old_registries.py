@@ -26,8 +26,8 @@ def run(url, *args):
 
 
 def _make_old(path, poisoned: bool):
-    from loopx import evidence, gates, todos
-    from loopx.registry import Registry
+    from loopx.domain import evidence, gates, todos
+    from loopx.ledger.registry import Registry
 
     with Registry.open(str(path)) as reg:
         g = make_goal(reg, title="old goal")["goal"]
@@ -52,7 +52,7 @@ def _make_old(path, poisoned: bool):
     conn.execute(f"PRAGMA user_version = {schema.INTEGRITY_VERSION - 1}")
     conn.commit()
     conn.close()
-    from loopx import keys
+    from loopx.ledger import keys
 
     for f in keys.key_dir().glob("*.location"):  # nor had a LoopX keyed it, here or anywhere
         f.unlink()

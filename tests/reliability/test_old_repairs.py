@@ -5,7 +5,7 @@ the repair event (self-repair records ``self_repair.repaired`` now, through the 
 goal whose ``gate.added`` event was deleted and rebuilt (the repair recorded event 3 as lost,
 acknowledged the break at 4 and kept the gate), one whose stale lease was released. With the
 plugin installed it opens, verifies and replays to the same state, on SQLite and PostgreSQL;
-without it too: the core replays the old kind through its repair API (``loopx.repairs``).
+without it too: the core replays the old kind through its repair API (``loopx.domain.repairs``).
 """
 
 from __future__ import annotations
@@ -114,7 +114,8 @@ def test_without_the_plugin_the_core_still_replays_them(old, tmp_path):
 def test_the_plugin_registers_its_kind_and_the_core_keeps_the_former_name():
     # loopx_register_event_kinds of plugins/self_repair, as the core sees them: the kind is
     # writable by capabilities; the former core name is the core's, written by nobody.
-    from loopx import ledger, plugins
+    from loopx.ledger import log as ledger
+    from loopx.seam import plugins
     from loopx.api import LoopxError, Registry
 
     kinds = plugins.event_kinds(tuple(ledger.AREAS), ledger.RETIRED_KINDS)

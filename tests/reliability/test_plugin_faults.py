@@ -19,7 +19,7 @@ from tests.plugin_site import new_goal as goal, plugin_env, should_run
 
 @pytest.fixture
 def faulty(tmp_path, sqlite_url):
-    from loopx.registry import Registry
+    from loopx.ledger.registry import Registry
 
     Registry.open(sqlite_url).close()  # read commands refuse a registry that does not exist
     env = plugin_env(tmp_path, sqlite_url, faulty="loopx_faulty")
@@ -119,7 +119,8 @@ def test_a_broken_commands_hook_costs_only_its_commands(faulty):
 
 
 def test_a_bad_executor_registration_is_named_and_skipped(loopx_plugin, capsys):
-    from loopx import executors, hookimpl
+    from loopx.turn import executors
+    from loopx import hookimpl
 
     class Provider:
         def run_turn(self, registry, contract, *, agent):

@@ -106,8 +106,8 @@ def test_a_file_that_is_not_a_database(tmp_path, content):
 
 
 def _registry_with_goals(path: Path, n: int = 40) -> None:
-    from loopx import goals as project_prompt
-    from loopx.registry import Registry
+    from loopx.domain import goals as project_prompt
+    from loopx.ledger.registry import Registry
 
     with Registry.open(str(path)) as reg:
         for i in range(n):

@@ -16,10 +16,13 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule  # noqa: E402
 
-from loopx import clock, gates, integrity, ledger, quota, runs, todos  # noqa: E402
-from loopx import goals as project_prompt  # noqa: E402
-from loopx.should_run import should_run
-from loopx.errors import LoopxError  # noqa: E402
+from loopx.values import clock
+from loopx.domain import gates, runs, todos
+from loopx.ledger import integrity, log as ledger
+from loopx.views import quota  # noqa: E402
+from loopx.domain import goals as project_prompt  # noqa: E402
+from loopx.views.should_run import should_run
+from loopx.values.errors import LoopxError  # noqa: E402
 
 AGENTS = st.sampled_from(["a1", "a2"])
 
@@ -32,7 +35,7 @@ def machine(url_factory):
 
         def __init__(self):
             super().__init__()
-            from loopx.registry import Registry
+            from loopx.ledger.registry import Registry
 
             self.reg = Registry.open(url_factory())
             self.open_runs: dict[str, str] = {}  # run id -> goal id

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from loopx.registry import Registry
+from loopx.ledger.registry import Registry
 from loopx.status_server import make_server
 from loopx.testing import wait_until
 from tests.factories import make_goal

@@ -49,8 +49,8 @@ def test_a_sixty_second_action_under_a_three_second_budget_stops_at_three(regist
 
 @pytest.mark.slow
 def test_four_parallel_runs_never_use_more_than_the_budget(registry_url):
-    from loopx.should_run import should_run
-    from loopx.registry import Registry
+    from loopx.views.should_run import should_run
+    from loopx.ledger.registry import Registry
 
     g = _goal(registry_url, 12, parallel=True)
     run_ids = []

@@ -1,4 +1,4 @@
-"""The attention summary's SQL (:mod:`loopx.attention`): the ``goal_summary`` row each write keeps,
+"""The attention summary's SQL (:mod:`loopx.ledger.attention`): the ``goal_summary`` row each write keeps,
 its rebuild over the whole registry, and the ``summary_counts`` totals. On every write's path
 (``quota should-run`` included): nothing is imported here.
 """
@@ -117,12 +117,12 @@ def attention_lane_goals(tx) -> list[str]:
     return [r["goal_id"] for r in tx.query("SELECT goal_id FROM goal_summary WHERE lane = 2")]
 
 
-# --- needs you (loopx.needs_you) ---
+# --- needs you (loopx.views.needs_you) ---
 
 
 def holds_a_claim(tx, goal_id: str, free: str, free_params) -> bool:
     """Whether one of the goal's open todos is not free (``free``: the readiness rule's condition on
-    ``t``, :func:`loopx.todo_ready.free_sql`, with its parameters): an agent holds its claim."""
+    ``t``, :func:`loopx.ledger.todo_ready.free_sql`, with its parameters): an agent holds its claim."""
     return bool(tx.one(
         f"SELECT 1 AS held FROM todos t WHERE t.goal_id = ? AND t.status = 'open'"
         f" AND NOT {free} LIMIT 1", (goal_id, *free_params)))

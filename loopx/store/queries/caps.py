@@ -1,5 +1,5 @@
-"""The registry's size caps (:mod:`loopx.caps`, kept in ``meta``) and the capability state they
-bound (:mod:`loopx.capabilities` reads it)."""
+"""The registry's size caps (:mod:`loopx.ledger.caps`, kept in ``meta``) and the capability state they
+bound (:mod:`loopx.seam.capabilities` reads it)."""
 
 from __future__ import annotations
 

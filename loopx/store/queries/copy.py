@@ -1,4 +1,4 @@
-"""The statements of ``loopx registry copy`` (:mod:`loopx.registry_copy`): the source read whole,
+"""The statements of ``loopx registry copy`` (:mod:`loopx.views.registry_copy`): the source read whole,
 the target emptied and written with the events' own ids, and read back to verify. Cold.
 """
 

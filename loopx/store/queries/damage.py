@@ -1,4 +1,4 @@
-"""What the damage detectors read (:mod:`loopx.damage`): none of these writes. Off ``quota
+"""What the damage detectors read (:mod:`loopx.domain.damage`): none of these writes. Off ``quota
 should-run``'s path: should-run's hooks get the cheap probe's answer from the read of the goal
 before them (:func:`loopx.store.queries.usage.goal_with_probe`).
 """

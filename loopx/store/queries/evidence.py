@@ -1,4 +1,4 @@
-"""Evidence as :mod:`loopx.evidence`, :mod:`loopx.artifacts` and :mod:`loopx.turn` read it (the
+"""Evidence as :mod:`loopx.domain.evidence`, :mod:`loopx.ledger.artifacts` and :mod:`loopx.turn.governed` read it (the
 core's step evidence under a run is :mod:`.runs`')."""
 
 from __future__ import annotations

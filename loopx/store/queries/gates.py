@@ -1,4 +1,4 @@
-"""Gates and the actions they hold back: what :mod:`loopx.gates` and :mod:`loopx.actions` read."""
+"""Gates and the actions they hold back: what :mod:`loopx.domain.gates` and :mod:`loopx.domain.actions` read."""
 
 from __future__ import annotations
 

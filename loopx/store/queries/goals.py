@@ -1,5 +1,5 @@
-"""Goals and where their work happens: the rows :mod:`loopx.goals`, :mod:`loopx.workspace` and
-:mod:`loopx.quota` read, and schema v8's adoption of capabilities."""
+"""Goals and where their work happens: the rows :mod:`loopx.domain.goals`, :mod:`loopx.domain.workspace` and
+:mod:`loopx.views.quota` read, and schema v8's adoption of capabilities."""
 
 from __future__ import annotations
 

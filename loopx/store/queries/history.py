@@ -1,4 +1,4 @@
-"""The history guard's statements (:mod:`loopx.history_guard`): the table counting each goal's
+"""The history guard's statements (:mod:`loopx.ledger.history_guard`): the table counting each goal's
 changed events and the triggers that count them (each dialect's own:
 :meth:`loopx.store.dialect.Dialect.event_change_triggers`), and the reads of the registry's
 trigger definitions and their recorded mark.

@@ -1,6 +1,6 @@
 """Tamper evidence's statements: a goal's chain head and newest events, the seal, the per-row MACs
-and the rows a should-run decision reads (:mod:`loopx.integrity`, :mod:`loopx.integrity_hash`,
-:mod:`loopx.state_macs`), and the rollback anchor's own SQLite file (:mod:`loopx.anchor`).
+and the rows a should-run decision reads (:mod:`loopx.ledger.integrity`, :mod:`loopx.ledger.integrity_hash`,
+:mod:`loopx.ledger.state_macs`), and the rollback anchor's own SQLite file (:mod:`loopx.ledger.anchor`).
 
 On every write's and every should-run's path (so the anchor's statements are here too, not in a
 module of their own): nothing is imported here but the dialect, loaded already.
@@ -12,7 +12,7 @@ from typing import Callable
 
 from loopx.store.dialect import of as dialect_of
 
-# --- the chain and its head (loopx.integrity) ---
+# --- the chain and its head (loopx.ledger.integrity) ---
 
 
 def last_event(tx, goal_id: str) -> dict | None:
@@ -48,7 +48,7 @@ def head_and_window(tx, goal_id: str, window: int, *, dirty: bool, guard: tuple 
     ``dirty``: whether a row of the goal changed outside a LoopX transaction, else 0), the newest
     ``window`` events (one per row, with the ``events`` columns), and with ``guard`` - ``(table of
     changed events, tables the mark covers, meta key of the mark)`` - ``h_changes``, ``h_defs``
-    and ``h_mark`` (:mod:`loopx.history_guard`)."""
+    and ``h_mark`` (:mod:`loopx.ledger.history_guard`)."""
     dirty_sql = ("CASE WHEN EXISTS (SELECT 1 FROM state_dirty d WHERE d.goal_id = q.gid AND (d.old IS NULL"
                  " OR d.new IS NULL OR d.old <> d.new)) THEN 1 ELSE 0 END" if dirty else "0")
     guard_sql = ""
@@ -95,7 +95,7 @@ def rechain_events(tx, updates: list) -> None:
     tx.executemany("UPDATE events SET prev_hash = ?, hash = ? WHERE id = ?", updates)
 
 
-# --- the older whole-state digest (loopx.integrity_hash) ---
+# --- the older whole-state digest (loopx.ledger.integrity_hash) ---
 
 
 def open_runs(tx, goal_id: str) -> list[dict]:
@@ -130,7 +130,7 @@ def goal_tuples(tx, table: str, column: str, goal_id: str) -> tuple[list[str], l
     return names, [tuple(r[n] for n in names) for r in rows]
 
 
-# --- the per-row MACs (loopx.state_macs) ---
+# --- the per-row MACs (loopx.ledger.state_macs) ---
 
 
 def take_dirty(tx, goal_id: str) -> list[dict]:
@@ -199,7 +199,7 @@ def turn_rows_sql(dialect: str, key: Callable[[str, str], str], text: Callable[[
     ])
 
 
-# --- the rollback anchor: its own SQLite file, through a sqlite3 connection (loopx.anchor) ---
+# --- the rollback anchor: its own SQLite file, through a sqlite3 connection (loopx.ledger.anchor) ---
 
 #: The anchor file's tables.
 ANCHOR_SCHEMA = (

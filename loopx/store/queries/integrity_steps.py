@@ -1,4 +1,4 @@
-"""The statements of tamper evidence's schema steps (:mod:`loopx.integrity_steps`). Cold: a
+"""The statements of tamper evidence's schema steps (:mod:`loopx.ledger.integrity_steps`). Cold: a
 migration loads it."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The integrity key's statements: the registry's id and what keying or re-keying it records
-(:mod:`loopx.rekey`), and the id an SQLite registry file holds, read without LoopX's store
-(:mod:`loopx.key_files`).
+(:mod:`loopx.ledger.rekey`), and the id an SQLite registry file holds, read without LoopX's store
+(:mod:`loopx.views.key_files`).
 
 Cold: keying a registry, ``registry rekey``/``reanchor`` and ``registry keys`` load it.
 """

@@ -1,6 +1,6 @@
 """The ledger's statements: events appended, read and replayed, a goal's current state read whole,
 the operation ids a retried write finds, the registry's id, and the steps a journal replays
-(:mod:`loopx.ledger`, :mod:`loopx.registry`, :mod:`loopx.keys`, :mod:`loopx.step_journal`).
+(:mod:`loopx.ledger.log`, :mod:`loopx.ledger.registry`, :mod:`loopx.ledger.keys`, :mod:`loopx.ledger.step_journal`).
 
 On every write's and every should-run's path: nothing is imported here.
 """

@@ -1,4 +1,4 @@
-"""What ``loopx registry info`` counts of a registry (:mod:`loopx.registry_info`). Cold."""
+"""What ``loopx registry info`` counts of a registry (:mod:`loopx.views.registry_info`). Cold."""
 
 from __future__ import annotations
 

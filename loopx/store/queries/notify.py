@@ -1,4 +1,4 @@
-"""The ``notifications`` table (:mod:`loopx.notify`): one row per delivery of a notification, on
+"""The ``notifications`` table (:mod:`loopx.views.notify`): one row per delivery of a notification, on
 one channel, with its outcome; and the goals a check looks at.
 """
 

@@ -1,5 +1,5 @@
-"""The current-state tables the event appliers write (:mod:`loopx.events`), and the ready-set index
-the todo events keep (:mod:`loopx.todo_ready`).
+"""The current-state tables the event appliers write (:mod:`loopx.ledger.events`), and the ready-set index
+the todo events keep (:mod:`loopx.ledger.todo_ready`).
 
 One module for all of them: every mutating command, ``quota should-run`` first of all, applies
 events, so this module is on the start-up path anyway, and one module is cheaper to load than one
@@ -8,7 +8,7 @@ per table (docs/performance.md).
 
 from __future__ import annotations
 
-# --- goals (loopx.events.goal, loopx.events.quota, loopx.events.applying) -----------------------
+# --- goals (loopx.ledger.events.goal, loopx.ledger.events.quota, loopx.ledger.events.applying) -----------------------
 
 
 def insert_goal(tx, values: tuple) -> None:
@@ -156,7 +156,7 @@ def insert_capability_state(tx, goal_id: str, namespace: str, key: str, value: s
                (goal_id, namespace, key, value, at))
 
 
-# --- runs and contracts (loopx.events.run) --------------------------------------------------------
+# --- runs and contracts (loopx.ledger.events.run) --------------------------------------------------------
 
 
 def insert_contract(tx, values: tuple) -> None:
@@ -220,7 +220,7 @@ def run_charges(tx, run_id: str) -> dict | None:
     return tx.one(_CHARGED, (run_id,))
 
 
-# --- todos and the ready set (loopx.events.todo, loopx.todo_ready) --------------------------------
+# --- todos and the ready set (loopx.ledger.events.todo, loopx.ledger.todo_ready) --------------------------------
 
 
 def insert_todo(tx, values: tuple) -> None:

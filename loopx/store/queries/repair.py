@@ -1,12 +1,12 @@
 """The repairs' statements: what each repair event does to a goal's current state
-(:mod:`loopx.events.repair`), and what the repair API reads and rewrites (:mod:`loopx.repairs`).
+(:mod:`loopx.ledger.events.repair`), and what the repair API reads and rewrites (:mod:`loopx.domain.repairs`).
 
 Cold: a repair, a rebuild or a replay of a repair event loads it.
 """
 
 from __future__ import annotations
 
-# --- what repair events do to current state (loopx.events.repair) ---
+# --- what repair events do to current state (loopx.ledger.events.repair) ---
 
 
 def release_lease(tx, todo_id: str, goal_id: str, at: str) -> None:
@@ -56,7 +56,7 @@ def put_row(tx, table: str, keys: tuple, row: dict) -> None:
                tuple(row[c] for c in cols))
 
 
-# --- the repair API (loopx.repairs) ---
+# --- the repair API (loopx.domain.repairs) ---
 
 
 def event_body(tx, goal_id: str, seq: int) -> dict | None:

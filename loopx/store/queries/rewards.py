@@ -1,4 +1,4 @@
-"""Rewards and the training records ``reward export`` joins them into (:mod:`loopx.rewards`; the
+"""Rewards and the training records ``reward export`` joins them into (:mod:`loopx.domain.rewards`; the
 feedback a contract carries is read with the goal's past, :mod:`.runs`)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Runs, their contracts and the evidence the core wrote under them: what ``quota should-run``
-reads to decide a turn (:mod:`loopx.runs`, :mod:`loopx.claims`, :mod:`loopx.contract`, the step
-results :mod:`loopx.steps` judges), and what ``run finish`` / ``run show`` read.
+reads to decide a turn (:mod:`loopx.domain.runs`, :mod:`loopx.domain.claims`, :mod:`loopx.views.contract`, the step
+results :mod:`loopx.values.steps` judges), and what ``run finish`` / ``run show`` read.
 
 Kept in one module because should-run loads it on every turn (docs/performance.md: each module
 on that path costs start-up time).

@@ -237,7 +237,7 @@ def reward_count_mean(tx, goal_id: str) -> Row:
 
 def held_todo_ids(tx, goal_id: str, free: str, free_params: tuple) -> list[Row]:
     """The ids of the goal's open todos that are not free (``free``: the readiness rule's condition
-    on ``t``, :func:`loopx.todo_ready.free_sql`, with its parameters): held by a claim."""
+    on ``t``, :func:`loopx.ledger.todo_ready.free_sql`, with its parameters): held by a claim."""
     return tx.query(f"SELECT t.id FROM todos t WHERE t.goal_id = ? AND t.status = 'open' AND NOT {free}",
                     (goal_id, *free_params))
 

@@ -1,4 +1,4 @@
-"""What supervising workers reads and writes (:mod:`loopx.supervision`): settings, the workers'
+"""What supervising workers reads and writes (:mod:`loopx.domain.supervision`): settings, the workers'
 heartbeats, the goals' leases and their fencing tokens, the clock jumps workers noticed, and what
 the worker's schedule reads of the open goals.
 """

@@ -1,4 +1,4 @@
-"""Todos as :mod:`loopx.todos` reads them (the ready set's index is :mod:`.projections`')."""
+"""Todos as :mod:`loopx.domain.todos` reads them (the ready set's index is :mod:`.projections`')."""
 
 from __future__ import annotations
 

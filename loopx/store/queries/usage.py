@@ -1,6 +1,6 @@
 """What a quota decision reads and charges: the usage counters (``goal_usage``), a run's own
 charges, the gates and actions the contract fingerprint covers, and should-run's reads of a goal
-(:func:`loopx.inputs.gather`: its row with the cheap damage probe beside it, its side tables in
+(:func:`loopx.views.inputs.gather`: its row with the cheap damage probe beside it, its side tables in
 one statement). On ``quota should-run``'s path: nothing is imported here.
 """
 

@@ -1,6 +1,6 @@
 """The git links Issue-Fix follows, checked before any git runs for a step (issue 34).
 
-A step may edit the worktree's files, never git's own metadata (:mod:`loopx.confine` keeps it
+A step may edit the worktree's files, never git's own metadata (:mod:`loopx.turn.confine` keeps it
 read-only); where a link was changed anyway (a turn the user ran unconfined, or a linked
 worktree's ``.git`` file where no mount namespace could be had) LoopX refuses with
 ``issue_fix.git_tampered`` rather than follow it. :func:`pin` checks the links of a goal and

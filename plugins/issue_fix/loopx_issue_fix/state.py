@@ -365,7 +365,7 @@ class ContractView:
 
     Built by hand from the stored keys, not through cattrs: ``quota should-run`` builds the
     contract before every agent turn, and importing cattrs and generating its code for these
-    classes would cost that path more than the rest of the hook (as ``loopx.goals`` does for a
+    classes would cost that path more than the rest of the hook (as ``loopx.domain.goals`` does for a
     goal). The keys are read after :func:`migrate`, so the view follows the same versions.
     """
 

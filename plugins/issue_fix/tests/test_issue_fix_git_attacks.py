@@ -329,7 +329,7 @@ def test_publish_refuses_a_commit_whose_object_does_not_hold_the_tested_tree(cli
 
 FALLBACK = r'''
 import json, os, sys
-from loopx import landlock
+from loopx.sandbox import landlock
 policy, tries = json.loads(open(sys.argv[1]).read()), json.loads(sys.argv[2])
 landlock.enforce(policy)
 out = {}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loopx.errors import LoopxError
+from loopx.values.errors import LoopxError
 
 import loopx_seed_domain.plugin as plugin
 from loopx_seed_domain import models, pdf, work
@@ -16,7 +16,7 @@ from loopx_seed_domain import models, pdf, work
 
 @pytest.fixture
 def goal(loopx_registry, loopx_plugin):
-    from loopx import goals as project_prompt
+    from loopx.domain import goals as project_prompt
 
     loopx_plugin(plugin, name="seed_domain_test")
     return project_prompt.create(loopx_registry, "user", title="Investigate Quarterly Revenue Spike",
@@ -50,7 +50,7 @@ def test_the_pdf_has_a_valid_cross_reference_table():
 
 
 def test_contracts_offer_the_model_then_the_report(loopx_registry, goal):
-    from loopx.should_run import should_run
+    from loopx.views.should_run import should_run
 
     doc = should_run(loopx_registry, "user", goal_id=goal)
     run_id = doc["interaction_contract"]["run_id"]
@@ -76,9 +76,9 @@ def _cli(*args):
 def test_an_unrelated_goal_runs_its_own_action_and_its_turn_is_ok(loopx_registry, goal, tmp_path):
     """Installed, the plugin adds nothing to a goal that does not enable it: that goal's turn runs
     its one action and is recorded ok (it used to be failed: the plugin's two steps were left)."""
-    from loopx import actions
-    from loopx import goals as project_prompt
-    from loopx.should_run import should_run
+    from loopx.domain import actions
+    from loopx.domain import goals as project_prompt
+    from loopx.views.should_run import should_run
 
     other = project_prompt.create(loopx_registry, "user", title="Count the lines")["id"]
     # In the directory the step runs in (exec by hand: the current one, which loopx_registry made
@@ -95,9 +95,9 @@ def test_an_unrelated_goal_runs_its_own_action_and_its_turn_is_ok(loopx_registry
 
 
 def test_enabling_and_disabling_the_capability_moves_its_steps(loopx_registry, goal):
-    from loopx import goals as project_prompt
-    from loopx import runs
-    from loopx.should_run import should_run
+    from loopx.domain import goals as project_prompt
+    from loopx.domain import runs
+    from loopx.views.should_run import should_run
 
     other = project_prompt.create(loopx_registry, "user", title="Not yet")["id"]
 
@@ -118,7 +118,7 @@ def test_enabling_and_disabling_the_capability_moves_its_steps(loopx_registry, g
 
 
 def test_run_model_asks_for_a_contract_and_records_evidence(loopx_registry, goal, tmp_path, monkeypatch):
-    from loopx import evidence, runs
+    from loopx.domain import evidence, runs
 
     out = work.run_model(loopx_registry, "user", model="revenue-forecast")
     assert out["goal_id"] == goal and out["spike"] is True
@@ -134,8 +134,8 @@ def test_run_model_asks_for_a_contract_and_records_evidence(loopx_registry, goal
 
 
 def test_a_finished_run_is_refused_and_a_closed_goal_gets_no_run(loopx_registry, goal):
-    from loopx import runs
-    from loopx import goals as project_prompt
+    from loopx.domain import runs
+    from loopx.domain import goals as project_prompt
 
     out = work.run_model(loopx_registry, "user", model="revenue-trend")
     runs.finish(loopx_registry, "user", run_id=out["run_id"])
@@ -149,7 +149,7 @@ def test_a_finished_run_is_refused_and_a_closed_goal_gets_no_run(loopx_registry,
 
 
 def test_the_capability_document_agrees_with_the_declaration(loopx_plugin):
-    from loopx import capabilities
+    from loopx.seam import capabilities
 
     loopx_plugin(plugin, name="seed_domain_test")
     cap = capabilities.get("seed_domain")

@@ -1,0 +1,79 @@
+"""A backup of an SQLite registry file, taken before a repair writes anything.
+
+The repair API offers it (``RepairSession.backup`` in ``loopx.api``) so that a repair capability never opens
+the registry file itself.
+"""
+
+from __future__ import annotations
+
+from loopx.values.errors import LoopxError
+
+
+def backup(reg) -> str | None:
+    """Copy an SQLite registry next to itself, as ``FILE.bak-TIME``, before a repair writes
+    (online backup: consistent); returns its path, or ``None`` for PostgreSQL or a memory registry
+    (back those up with ``pg_dump`` or ``loopx registry copy``).
+
+    The name is reserved atomically (``O_EXCL``), so two repairs at once never pick the same
+    one; on a full disk the half-written copy is removed and the repair stops with
+    ``disk_full`` before anything is repaired.
+    """
+    import os
+    import secrets
+    import sqlite3
+
+    from loopx.values.clock import now
+
+    path = reg.store.path
+    if path is None or str(path) == ":memory:":
+        return None  # PostgreSQL: back up with pg_dump or `loopx registry copy`
+    stamp = now().replace(":", "").replace("-", "").split(".")[0]
+    dest = None
+    for n in range(1, 1000):
+        candidate = path.with_name(f"{path.name}.bak-{stamp}" + (f"-{n}" if n > 1 else ""))
+        try:
+            os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if _full(exc, path):
+                raise _no_room(path, exc) from None
+            raise LoopxError("registry_unavailable", f"cannot back up {path} before repairing: {exc}") from None
+        dest = candidate
+        break
+    if dest is None:  # a thousand repairs in one second: give this one a random suffix
+        dest = path.with_name(f"{path.name}.bak-{stamp}-{secrets.token_hex(4)}")
+    try:
+        src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            dst = sqlite3.connect(dest)
+            try:
+                src.backup(dst)
+            finally:
+                dst.close()
+        finally:
+            src.close()
+    except (OSError, sqlite3.Error) as exc:
+        for leftover in (dest, dest.with_name(dest.name + "-journal")):
+            try:
+                leftover.unlink()
+            except OSError:
+                pass
+        raise _no_room(path, exc) if _full(exc, path) else LoopxError(
+            "registry_unavailable", f"could not back up {path} before repairing ({exc}); nothing was repaired") \
+            from None
+    return str(dest)
+
+
+def _full(exc, path) -> bool:
+    import errno
+
+    if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return True
+    text = str(exc)
+    return "disk is full" in text or "disk I/O error" in text
+
+
+def _no_room(path, exc):
+    return LoopxError("disk_full", f"no space left to back up {path} before repairing ({exc}); nothing was"
+                      " repaired and no backup was left behind: free some space and run it again")
