@@ -25,14 +25,12 @@ def needs(tx, goal_id: str, now: str) -> dict | None:
     for a person, else ``None``. At a gate the decision comes first: ``commands`` starts with the
     approve and reject commands, and ``decisions`` says what approving each pending gate does."""
     from loopx.views import contract, inputs
-    from loopx.ledger import todo_ready
 
     seen = inputs.gather(tx, goal_id)
     if seen.goal.status != "open":
         return None
     d = contract.decide(tx, seen, agent="user", now=now, own_run=None)
-    if d.reasons[:1] == ["no_ready_work"] and holds_a_claim(
-            tx, goal_id, todo_ready.free_sql('t', None), todo_ready.free_params(None, now)):
+    if d.reasons[:1] == ["no_ready_work"] and holds_a_claim(tx, goal_id, now):
         # An agent holds a todo's claim (the one readiness definition: a live lease under a run
         # still open): work is going on, nobody needs to add any. A claim its failed or finished
         # run left behind holds nothing.

@@ -50,7 +50,6 @@ def _counts(rows: list[dict], keys=()) -> dict[str, int]:
 def goal_summary(tx, goal, *, at: str) -> dict:
     """One goal's summary, read through ``tx`` (``goal`` is a :class:`loopx.model.Goal`)."""
     from loopx.domain import gates, rewards, runs, todos, usage
-    from loopx.ledger import todo_ready
 
     gid = goal.id
     by_status = _counts(queries.runs_by_status(tx, gid), RUN_STATUSES)
@@ -72,8 +71,7 @@ def goal_summary(tx, goal, *, at: str) -> dict:
     ready = todos.ready(tx, gid, agent=None, now=at)
     gated = todos.held_by_gates(tx, gid)
     # A claim outlives its run on the row; it holds the todo only under the one readiness rule.
-    held = {r["id"] for r in queries.held_todo_ids(tx, gid, todo_ready.free_sql('t', None),
-                                             tuple(todo_ready.free_params(None, at)))}
+    held = {r["id"] for r in queries.held_todo_ids(tx, gid, at)}
     handoff = runs.latest_handoff(tx, gid)
     return {
         "goal": {"id": gid, "title": goal.title, "status": goal.status, "revision": goal.revision},

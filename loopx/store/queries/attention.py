@@ -120,12 +120,14 @@ def attention_lane_goals(tx) -> list[str]:
 # --- needs you (loopx.views.needs_you) ---
 
 
-def holds_a_claim(tx, goal_id: str, free: str, free_params) -> bool:
-    """Whether one of the goal's open todos is not free (``free``: the readiness rule's condition on
-    ``t``, :func:`loopx.ledger.todo_ready.free_sql`, with its parameters): an agent holds its claim."""
-    return bool(tx.one(
-        f"SELECT 1 AS held FROM todos t WHERE t.goal_id = ? AND t.status = 'open'"
-        f" AND NOT {free} LIMIT 1", (goal_id, *free_params)))
+def holds_a_claim(tx, goal_id: str, now: str) -> bool:
+    """Whether an agent's claim holds one of the goal's open todos at ``now`` (not free under the one
+    readiness rule, :func:`loopx.store.queries.projections.free_sql`, asked for no agent)."""
+    from loopx.store.queries.projections import free_params, free_sql
+
+    free = free_sql("t", None)
+    sql = f"SELECT 1 AS held FROM todos t WHERE t.goal_id = ? AND t.status = 'open' AND NOT {free} LIMIT 1"
+    return bool(tx.one(sql, (goal_id, *free_params(None, now))))
 
 
 def newest_run(tx, goal_id: str) -> Row | None:

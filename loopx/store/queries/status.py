@@ -235,11 +235,13 @@ def reward_count_mean(tx, goal_id: str) -> Row:
     return tx.one("SELECT COUNT(*) AS n, AVG(score) AS mean FROM rewards WHERE goal_id = ?", (goal_id,))
 
 
-def held_todo_ids(tx, goal_id: str, free: str, free_params: tuple) -> list[Row]:
-    """The ids of the goal's open todos that are not free (``free``: the readiness rule's condition
-    on ``t``, :func:`loopx.ledger.todo_ready.free_sql`, with its parameters): held by a claim."""
-    return tx.query(f"SELECT t.id FROM todos t WHERE t.goal_id = ? AND t.status = 'open' AND NOT {free}",
-                    (goal_id, *free_params))
+def held_todo_ids(tx, goal_id: str, now: str) -> list[Row]:
+    """The ids of the goal's open todos a claim holds at ``now`` (not free under the one readiness
+    rule, :func:`loopx.store.queries.projections.free_sql`, asked for no agent)."""
+    from loopx.store.queries.projections import free_params, free_sql
+
+    return tx.query(f"SELECT t.id FROM todos t WHERE t.goal_id = ? AND t.status = 'open' AND NOT {free_sql('t', None)}",
+                    (goal_id, *free_params(None, now)))
 
 
 # --- id completion ---
