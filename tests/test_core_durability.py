@@ -161,3 +161,52 @@ def test_threads_sharing_one_sqlite_store_take_turns(sqlite_url):
             t.join()
         assert errors == []
         assert len(project_prompt.list_goals(reg, status="all", limit=1000)) == 80
+
+
+def test_a_registry_made_while_it_is_identified_is_not_taken_for_another_application(tmp_path, monkeypatch):
+    """The first-open race, made to happen every time: another process commits a new registry's
+    schema between the opener's reading of the file's version and of its tables. The opener
+    must see one moment of the file (empty, or a whole registry), never the tables without the
+    version ("an SQLite database of another application")."""
+    import sqlite3
+
+    from loopx.ledger.registry import Registry
+
+    path = tmp_path / "loopx.db"
+    sqlite3.connect(path).close()  # an empty file: a registry about to be made
+    # What another opener's first migration commits: the tables and the version, in one go.
+    source = tmp_path / "made.db"
+    Registry.open(f"sqlite:///{source}").close()
+    made = sqlite3.connect(source)
+    schema = [sql for (sql,) in made.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL"
+                                          " AND name NOT LIKE 'sqlite_%'")]
+    version = made.execute("PRAGMA user_version").fetchone()[0]
+    made.close()
+    real_connect = sqlite3.connect
+    tried = []
+
+    def create_the_registry_meanwhile(statement):
+        if "sqlite_master" not in statement or tried:
+            return
+        other = real_connect(path, timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            for sql in schema:
+                other.execute(sql)
+            other.execute(f"PRAGMA user_version = {version}")
+            other.execute("COMMIT")
+            tried.append("committed")
+        except sqlite3.OperationalError:  # the opener holds its snapshot: the creator waits
+            tried.append("waited")
+        finally:
+            other.close()
+
+    def connect(*args, **kwargs):
+        conn = real_connect(*args, **kwargs)
+        if str(args[0] if args else kwargs.get("database")).endswith("loopx.db"):
+            conn.set_trace_callback(create_the_registry_meanwhile)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    Registry.open(f"sqlite:///{path}").close()  # no registry_invalid
+    assert tried, "the other opener never ran between the two reads"

@@ -176,8 +176,15 @@ class SqliteStore:
         is created or the journal mode is switched, so another application's database is never
         touched.
         """
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        # Both reads in one snapshot: a first opener creating the schema at this moment commits
+        # its tables and its version together, and reading them apart could see the tables
+        # without the version, taking a registry being made for another application's file.
+        conn.execute("BEGIN")
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.execute("ROLLBACK")
         if version == 0:
             if tables:
                 raise LoopxError("registry_invalid", f"{self.path} is an SQLite database of another application"
