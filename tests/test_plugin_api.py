@@ -84,6 +84,18 @@ def test_a_type_checker_sees_every_name_the_api_serves_and_no_more_than_40():
     assert sorted(api.__all__) == sorted([*api._LAZY, "hookimpl"]) == sorted(dir(api))
 
 
+def test_a_type_checker_sees_the_model_classes_the_seam_names():
+    """``loopx.model`` resolves its classes lazily (``_WHERE``); its ``TYPE_CHECKING`` block imports
+    the same classes from the same modules, so that ``from loopx.model import Goal`` (a hookspec's
+    ``goal``, ``api.goals.load``'s answer) is the class for mypy, not ``Any``."""
+    import loopx.model as model
+
+    seen = _type_checking_imports(ROOT / "loopx" / "model" / "__init__.py")
+    assert seen == {name: f"loopx.model.{module}:{name}" for name, module in model._WHERE.items()}
+    for name, target in seen.items():
+        assert getattr(model, name).__module__ == target.partition(":")[0], name
+
+
 def test_each_namespace_lists_exactly_what_it_imports():
     """A namespace's ``__all__`` (what a type checker treats as re-exported) is every name it
     imports, so a member is never importable yet invisible, or listed yet missing."""
