@@ -28,6 +28,55 @@ def test_shipped_plugins_import_only_the_plugin_api(package):
     assert api.testing.check_plugin_imports(package) == []
 
 
+#: Parameters that hold a value of the seam, each with the API's type for it (docs/plugins.md,
+#: "Type-checking a plugin"): annotated ``Any``, mypy checks nothing a plugin does with them.
+SEAM_PARAMETERS = {"tx": "ReadTx", "goal": "goals.Goal", "w": "Writer", "writer": "Writer", "cw": "Writer",
+                   "gate": "gates.Gate", "run": "runs.Run", "reg": "Registry", "registry": "Registry"}
+
+
+def _seam_values_typed_any(package) -> list[str]:
+    """``file:line: parameter: annotation`` for every parameter of ``SEAM_PARAMETERS`` a module of
+    ``package`` annotates as ``Any`` (alone, in a union or in quotes), attributes of a class included."""
+    import ast
+
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                named = [(p.arg, p.annotation) for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                named = [(node.target.id, node.annotation)]
+            else:
+                continue
+            for name, annotation in named:
+                if name in SEAM_PARAMETERS and annotation is not None:
+                    text = ast.unparse(annotation).strip("'\"")
+                    if {part.strip() for part in text.replace("Optional[", "").rstrip("]").split("|")} & \
+                            {"Any", "typing.Any"}:
+                        found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {name}: {text}")
+    return found
+
+
+@pytest.mark.parametrize("package", PLUGIN_PACKAGES, ids=lambda p: p.name)
+def test_no_plugin_types_a_seam_value_as_any(package):
+    """A plugin annotates the seam's values with the API's types (``tx: ReadTx``, ``goal:
+    goals.Goal``, ``w: Writer``, ``gate: gates.Gate``, ``run: runs.Run``, ``reg: Registry``), never
+    ``Any``: free JSON may be ``dict[str, Any]``, a transaction or a goal may not."""
+    assert _seam_values_typed_any(package) == []
+
+
+def test_the_any_check_finds_a_seam_value_typed_any(tmp_path):
+    pkg = tmp_path / "loopx_loose"
+    pkg.mkdir()
+    (pkg / "plugin.py").write_text("from typing import Any\n\n\ndef veto(tx: Any, goal: 'Any', data: Any) -> None: ...\n"
+                                   "def decided(writer: Any | None, *, gate: Any, run: dict[str, Any]) -> None: ...\n"
+                                   "class Step:\n    run: Any\n")
+    assert _seam_values_typed_any(pkg) == ["loopx_loose/plugin.py:4: tx: Any", "loopx_loose/plugin.py:4: goal: Any",
+                                           "loopx_loose/plugin.py:5: writer: Any | None",
+                                           "loopx_loose/plugin.py:5: gate: Any", "loopx_loose/plugin.py:7: run: Any"]
+
+
 def test_the_import_check_names_every_other_loopx_import(tmp_path):
     from loopx import api
 
