@@ -46,6 +46,7 @@ def _errors_in(cache, plugin, source: str) -> str:
 def test_the_seam_and_every_plugin_pass_mypy_strict(mypy_cache):
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
     assert config["strict"] is True
+    assert config["disallow_any_unimported"] is True  # a class mypy cannot import is an error, not Any
     checked = {ROOT / f for f in config["files"]}
     assert len(PLUGIN_PACKAGES) >= 4, PLUGIN_PACKAGES  # issue_fix, self_repair, approvals, the example
     assert [p.relative_to(ROOT) for p in PLUGIN_PACKAGES if p not in checked] == []
