@@ -145,6 +145,59 @@ def test_a_type_checker_sees_the_model_classes_the_seam_names():
         assert getattr(model, name).__module__ == target.partition(":")[0], name
 
 
+#: Modules whose ``__getattr__`` (PEP 562) resolves names lazily and is hidden from type checkers,
+#: with the table of those names: their ``TYPE_CHECKING`` imports must be exactly that table.
+LAZY_TABLES = {"loopx/api.py": "_LAZY", "loopx/model/__init__.py": "_WHERE", "loopx/seam/capabilities.py": "_DOCS"}
+
+
+def _lazy_name_holes(path, source: str) -> list[str]:
+    """What a type checker cannot see of the module ``path`` (relative): a module ``__getattr__``
+    it reads with no return type (every unknown attribute is then ``Any`` to mypy: a typo, or a
+    class named in an annotation, passes unseen), or one hidden from it (``if not TYPE_CHECKING:``,
+    or the ``else`` of ``if TYPE_CHECKING:``) whose ``TYPE_CHECKING`` imports are not its table."""
+    import ast
+    import importlib
+
+    tree = ast.parse(source)
+    seen: set[str] = set()
+    hidden = visible = None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+            visible = node
+        elif isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "not TYPE_CHECKING"):
+            checked, other = (node.body, node.orelse) if ast.unparse(node.test) == "TYPE_CHECKING" else \
+                (node.orelse, node.body)
+            seen |= {a.asname or a.name for n in checked if isinstance(n, ast.ImportFrom) for a in n.names}
+            hidden = hidden or next((n for n in other if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"),
+                                    None)
+    if visible is not None and (visible.returns is None or ast.unparse(visible.returns) in ("Any", "typing.Any")):
+        return [f"{path}:{visible.lineno}: __getattr__ answers Any to a type checker"]
+    if hidden is not None:
+        if path not in LAZY_TABLES:
+            return [f"{path}:{hidden.lineno}: a hidden __getattr__ with no table in LAZY_TABLES"]
+        module = importlib.import_module(path.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
+        table = set(getattr(module, LAZY_TABLES[path]))
+        if not table <= seen:
+            return [f"{path}: a type checker does not see {sorted(table - seen)}"]
+    return []
+
+
+def test_a_type_checker_sees_every_lazily_resolved_name():
+    """No module of the core or of a plugin answers an unknown attribute with ``Any`` for mypy: a
+    module ``__getattr__`` has a return type, or is hidden from the checker, which then imports its
+    names for real under ``TYPE_CHECKING`` (``loopx.model``'s was neither, so a hookspec's ``goal:
+    Goal`` was ``Any``)."""
+    holes = []
+    for base in (ROOT / "loopx", *PLUGIN_PACKAGES):
+        for path in sorted(base.rglob("*.py")):
+            source = path.read_text(encoding="utf-8")
+            if "__getattr__" in source:
+                holes += _lazy_name_holes(path.relative_to(ROOT).as_posix(), source)
+    assert holes == []
+    assert _lazy_name_holes("m.py", "def __getattr__(name):\n    return 1\n") == [
+        "m.py:1: __getattr__ answers Any to a type checker"]
+
+
 def test_each_namespace_lists_exactly_what_it_imports():
     """A namespace's ``__all__`` (what a type checker treats as re-exported) is every name it
     imports, so a member is never importable yet invisible, or listed yet missing."""

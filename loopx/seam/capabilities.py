@@ -471,11 +471,17 @@ def filter_actions(contributions, goal, remaining: dict | None) -> list[dict]:
 
 _DOCS = ("DOC_SECTIONS", "DEFAULT_ON_SECTION", "doc_sections", "check_doc")
 
+if TYPE_CHECKING:  # what a type checker sees of the lazy names below (tests/test_plugin_api.py: equal to _DOCS)
+    from loopx.seam.capability_docs import DEFAULT_ON_SECTION as DEFAULT_ON_SECTION
+    from loopx.seam.capability_docs import DOC_SECTIONS as DOC_SECTIONS
+    from loopx.seam.capability_docs import check_doc as check_doc
+    from loopx.seam.capability_docs import doc_sections as doc_sections
+else:
 
-def __getattr__(name):
-    # The document checks live in loopx.seam.capability_docs; these names stay importable from here.
-    if name in _DOCS:
-        from loopx.seam import capability_docs
+    def __getattr__(name):
+        # The document checks live in loopx.seam.capability_docs; these names stay importable from here.
+        if name in _DOCS:
+            from loopx.seam import capability_docs
 
-        return getattr(capability_docs, name)
-    raise AttributeError(f"module 'loopx.seam.capabilities' has no attribute {name!r}")
+            return getattr(capability_docs, name)
+        raise AttributeError(f"module 'loopx.seam.capabilities' has no attribute {name!r}")
