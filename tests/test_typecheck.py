@@ -94,11 +94,12 @@ def test_what_the_api_hands_a_plugin_is_typed(tmp_path, mypy_cache):
     """The types a plugin names through ``loopx.api`` (``Writer``, ``ReadTx``, ``goals.Goal``,
     ``gates.Gate``, the registrars) catch a plugin that writes as another actor, reads a field a
     goal or gate does not have, writes through a read transaction, or registers a repair event
-    kind's apply wrongly; the documented registration (``RepairSession.apply_event``) passes."""
+    kind's apply wrongly; the documented registration (``RepairSession.apply_event``) passes. So do
+    the types of what the API answers (``runs.load``'s run, ``state.acting``'s writer)."""
     out = _errors_in(mypy_cache, tmp_path / "misuse_plugin.py", '''\
 from __future__ import annotations
 
-from loopx.api import ReadTx, RepairSession, Writer, gates, goals, hookimpl, registrars
+from loopx.api import ReadTx, RepairSession, Writer, gates, goals, hookimpl, registrars, runs, state
 
 
 def work(w: Writer) -> None:
@@ -121,6 +122,15 @@ def write(tx: ReadTx) -> None:
 def loopx_register_event_kinds(register: registrars.EventKinds) -> None:
     register("mine.repaired", RepairSession.apply_event, writers=("capability",), guard=RepairSession.guard_event)
     register("mine.noted", lambda: None)
+
+
+def opened(tx: ReadTx) -> int:
+    return runs.load(tx, "run_1").opened_at
+
+
+def widen(w: Writer) -> None:
+    with state.acting(w, "mine") as cw:
+        cw.actor = "user"
 ''')
     assert 'misuse_plugin.py:7: error: Property "actor" defined in "Writer" is read-only' in out, out
     assert 'misuse_plugin.py:11: error: "Goal" has no attribute "name"' in out, out
@@ -128,7 +138,10 @@ def loopx_register_event_kinds(register: registrars.EventKinds) -> None:
     assert 'misuse_plugin.py:19: error: "ReadTx" has no attribute "execute"' in out, out
     assert "misuse_plugin.py:24: error" not in out, out  # the repair kind, as docs/plugins.md registers it
     assert 'misuse_plugin.py:25: error: Argument 2 to "__call__" of "EventKindRegistrar"' in out, out
-    assert out.count(": error:") == 5, out
+    # What the API answers is typed too: the run runs.load reads, the writer state.acting hands out.
+    assert 'misuse_plugin.py:29: error: Incompatible return value type (got "str", expected "int")' in out, out
+    assert 'misuse_plugin.py:34: error: Property "actor" defined in "Writer" is read-only' in out, out
+    assert out.count(": error:") == 7, out
 
 
 def _implicit_anys(t, seen: frozenset[str] = frozenset()) -> list[int]:
