@@ -28,6 +28,55 @@ def test_shipped_plugins_import_only_the_plugin_api(package):
     assert api.testing.check_plugin_imports(package) == []
 
 
+#: Parameters that hold a value of the seam, each with the API's type for it (docs/plugins.md,
+#: "Type-checking a plugin"): annotated ``Any``, mypy checks nothing a plugin does with them.
+SEAM_PARAMETERS = {"tx": "ReadTx", "goal": "goals.Goal", "w": "Writer", "writer": "Writer", "cw": "Writer",
+                   "gate": "gates.Gate", "run": "runs.Run", "reg": "Registry", "registry": "Registry"}
+
+
+def _seam_values_typed_any(package) -> list[str]:
+    """``file:line: parameter: annotation`` for every parameter of ``SEAM_PARAMETERS`` a module of
+    ``package`` annotates as ``Any`` (alone, in a union or in quotes), attributes of a class included."""
+    import ast
+
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                named = [(p.arg, p.annotation) for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                named = [(node.target.id, node.annotation)]
+            else:
+                continue
+            for name, annotation in named:
+                if name in SEAM_PARAMETERS and annotation is not None:
+                    text = ast.unparse(annotation).strip("'\"")
+                    if {part.strip() for part in text.replace("Optional[", "").rstrip("]").split("|")} & \
+                            {"Any", "typing.Any"}:
+                        found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {name}: {text}")
+    return found
+
+
+@pytest.mark.parametrize("package", PLUGIN_PACKAGES, ids=lambda p: p.name)
+def test_no_plugin_types_a_seam_value_as_any(package):
+    """A plugin annotates the seam's values with the API's types (``tx: ReadTx``, ``goal:
+    goals.Goal``, ``w: Writer``, ``gate: gates.Gate``, ``run: runs.Run``, ``reg: Registry``), never
+    ``Any``: free JSON may be ``dict[str, Any]``, a transaction or a goal may not."""
+    assert _seam_values_typed_any(package) == []
+
+
+def test_the_any_check_finds_a_seam_value_typed_any(tmp_path):
+    pkg = tmp_path / "loopx_loose"
+    pkg.mkdir()
+    (pkg / "plugin.py").write_text("from typing import Any\n\n\ndef veto(tx: Any, goal: 'Any', data: Any) -> None: ...\n"
+                                   "def decided(writer: Any | None, *, gate: Any, run: dict[str, Any]) -> None: ...\n"
+                                   "class Step:\n    run: Any\n")
+    assert _seam_values_typed_any(pkg) == ["loopx_loose/plugin.py:4: tx: Any", "loopx_loose/plugin.py:4: goal: Any",
+                                           "loopx_loose/plugin.py:5: writer: Any | None",
+                                           "loopx_loose/plugin.py:5: gate: Any", "loopx_loose/plugin.py:7: run: Any"]
+
+
 def test_the_import_check_names_every_other_loopx_import(tmp_path):
     from loopx import api
 
@@ -82,6 +131,71 @@ def test_a_type_checker_sees_every_name_the_api_serves_and_no_more_than_40():
     assert _type_checking_imports(ROOT / "loopx" / "api.py") == api._LAZY
     assert len(api.__all__) <= 40, len(api.__all__)
     assert sorted(api.__all__) == sorted([*api._LAZY, "hookimpl"]) == sorted(dir(api))
+
+
+def test_a_type_checker_sees_the_model_classes_the_seam_names():
+    """``loopx.model`` resolves its classes lazily (``_WHERE``); its ``TYPE_CHECKING`` block imports
+    the same classes from the same modules, so that ``from loopx.model import Goal`` (a hookspec's
+    ``goal``, ``api.goals.load``'s answer) is the class for mypy, not ``Any``."""
+    import loopx.model as model
+
+    seen = _type_checking_imports(ROOT / "loopx" / "model" / "__init__.py")
+    assert seen == {name: f"loopx.model.{module}:{name}" for name, module in model._WHERE.items()}
+    for name, target in seen.items():
+        assert getattr(model, name).__module__ == target.partition(":")[0], name
+
+
+#: Modules whose ``__getattr__`` (PEP 562) resolves names lazily and is hidden from type checkers,
+#: with the table of those names: their ``TYPE_CHECKING`` imports must be exactly that table.
+LAZY_TABLES = {"loopx/api.py": "_LAZY", "loopx/model/__init__.py": "_WHERE", "loopx/seam/capabilities.py": "_DOCS"}
+
+
+def _lazy_name_holes(path, source: str) -> list[str]:
+    """What a type checker cannot see of the module ``path`` (relative): a module ``__getattr__``
+    it reads with no return type (every unknown attribute is then ``Any`` to mypy: a typo, or a
+    class named in an annotation, passes unseen), or one hidden from it (``if not TYPE_CHECKING:``,
+    or the ``else`` of ``if TYPE_CHECKING:``) whose ``TYPE_CHECKING`` imports are not its table."""
+    import ast
+    import importlib
+
+    tree = ast.parse(source)
+    seen: set[str] = set()
+    hidden = visible = None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+            visible = node
+        elif isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "not TYPE_CHECKING"):
+            checked, other = (node.body, node.orelse) if ast.unparse(node.test) == "TYPE_CHECKING" else \
+                (node.orelse, node.body)
+            seen |= {a.asname or a.name for n in checked if isinstance(n, ast.ImportFrom) for a in n.names}
+            hidden = hidden or next((n for n in other if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"),
+                                    None)
+    if visible is not None and (visible.returns is None or ast.unparse(visible.returns) in ("Any", "typing.Any")):
+        return [f"{path}:{visible.lineno}: __getattr__ answers Any to a type checker"]
+    if hidden is not None:
+        if path not in LAZY_TABLES:
+            return [f"{path}:{hidden.lineno}: a hidden __getattr__ with no table in LAZY_TABLES"]
+        module = importlib.import_module(path.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
+        table = set(getattr(module, LAZY_TABLES[path]))
+        if not table <= seen:
+            return [f"{path}: a type checker does not see {sorted(table - seen)}"]
+    return []
+
+
+def test_a_type_checker_sees_every_lazily_resolved_name():
+    """No module of the core or of a plugin answers an unknown attribute with ``Any`` for mypy: a
+    module ``__getattr__`` has a return type, or is hidden from the checker, which then imports its
+    names for real under ``TYPE_CHECKING`` (``loopx.model``'s was neither, so a hookspec's ``goal:
+    Goal`` was ``Any``)."""
+    holes = []
+    for base in (ROOT / "loopx", *PLUGIN_PACKAGES):
+        for path in sorted(base.rglob("*.py")):
+            source = path.read_text(encoding="utf-8")
+            if "__getattr__" in source:
+                holes += _lazy_name_holes(path.relative_to(ROOT).as_posix(), source)
+    assert holes == []
+    assert _lazy_name_holes("m.py", "def __getattr__(name):\n    return 1\n") == [
+        "m.py:1: __getattr__ answers Any to a type checker"]
 
 
 def test_each_namespace_lists_exactly_what_it_imports():

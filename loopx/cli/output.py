@@ -18,7 +18,9 @@ from loopx.values.errors import LoopxError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, TypeVar
+    from typing import Any, NoReturn, TypeVar
+
+    from loopx.ledger.registry import Registry
 
     _F = TypeVar("_F", bound=Callable[..., Any])  # a click command function, returned as it came
 
@@ -153,7 +155,7 @@ class LoopxGroup(_Examples, _PlainHelp, click.Group):
 LoopxGroup.group_class = LoopxGroup
 
 
-def fail(err: LoopxError, ctx: click.Context | None = None):
+def fail(err: LoopxError, ctx: click.Context | None = None) -> NoReturn:
     """Print ``err`` the way the current format wants and exit with its status."""
     import os
 
@@ -300,7 +302,7 @@ def registry_url(url: str | None = None) -> str | None:
     return ctx.meta.get(REGISTRY_KEY) if ctx is not None else None
 
 
-def open_registry(url: str | None = None, *, readonly: bool = False):
+def open_registry(url: str | None = None, *, readonly: bool = False) -> Registry:
     """Open the registry: ``url``, else the running command's ``--registry``, else
     ``LOOPX_REGISTRY``, else the default location. Works inside a click command and outside one
     (a script, a test, a hook). A context manager: ``with open_registry() as reg:``.

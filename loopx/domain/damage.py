@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 
 # Finding and the registry-wide detectors are this module's public names too (loopx.api names them here).
-from loopx.domain.damage_finding import DAMAGE, HOUSEKEEPING, Finding  # noqa: F401
+from loopx.domain.damage_finding import DAMAGE as DAMAGE, HOUSEKEEPING as HOUSEKEEPING, Finding as Finding
 from loopx.domain.damage_registry import (  # noqa: F401
     anchor_findings,
     registry_schema,

@@ -166,7 +166,7 @@ def of_goal(tx, goal_id: str, *, kind: str | None = None, run_id: str | None = N
     return [evidence_from_row(r) for r in q.goal_evidence(tx, goal_id, kind, run_id)]
 
 
-def load_evidence(tx, evidence_id: str):
+def load_evidence(tx, evidence_id: str) -> Evidence | None:
     """One piece of evidence by id, or ``None``."""
     row = q.evidence_row(tx, evidence_id)
     return None if row is None else evidence_from_row(row)

@@ -8,6 +8,7 @@ always recorded, even after the contract went stale or the run's lease ran out.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
 from loopx.values import clock
 from loopx.values.errors import LoopxError
@@ -16,13 +17,16 @@ from loopx.ledger.registry import Registry, check_actor
 from loopx.store.queries import runs as q
 from loopx.values.validate import check_id, check_number, check_text, new_id
 
+if TYPE_CHECKING:
+    from loopx.model import Run
+
 DEFAULT_TTL_SECONDS = 3600
 MAX_TTL_SECONDS = 7 * 24 * 3600
 MAX_TOKENS = 10**12
 MAX_COST = 10**9
 
 
-def run_from_row(row: dict):
+def run_from_row(row: dict) -> Run:
     """A :class:`loopx.model.Run` from a ``runs`` row."""
     from loopx.model.run import Run  # (a module, not the package: no package import machinery per row)
 
@@ -43,7 +47,7 @@ def run_from_row(row: dict):
     )
 
 
-def load_run(tx, run_id: str):
+def load_run(tx, run_id: str) -> Run:
     """The run ``run_id`` (``run_not_found`` if there is none)."""
     row = q.run_row(tx, check_id("run", run_id))
     if row is None:
@@ -64,7 +68,8 @@ def _of_goal(run, goal_id: str | None):
     return run
 
 
-def check_fresh(tx, run_id: str, *, goal_id: str | None = None, now: str | None = None, goal_row: dict | None = None):
+def check_fresh(tx, run_id: str, *, goal_id: str | None = None, now: str | None = None,
+                goal_row: dict | None = None) -> Run:
     """The run, if a *doing* command may act under it now.
 
     ``run_not_open`` when it is finished, abandoned or past its expiry; ``contract_stale`` when
@@ -100,7 +105,7 @@ def check_owner(run, agent: str | None):
     return run
 
 
-def check_recordable(tx, run_id: str, *, goal_id: str | None = None, run=None):
+def check_recordable(tx, run_id: str, *, goal_id: str | None = None, run: Run | None = None) -> Run:
     """The run, if what happened under it may still be recorded (it is not finished). ``run``:
     the row as this transaction already read it (nothing written since), instead of reading it again."""
     run = _of_goal(run if run is not None and run.id == run_id else load_run(tx, run_id), goal_id)

@@ -158,10 +158,10 @@ class Registry:
         leave the store open: a step run by hand lends its registry to the command it runs."""
         return Registry(self.store, owner=False)
 
-    def __enter__(self):
+    def __enter__(self) -> Registry:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @contextmanager

@@ -17,6 +17,27 @@ from __future__ import annotations
 
 import importlib
 
+# What a type checker sees of the lazy names below: the real classes, imported from the module
+# that defines each (``tests/test_plugin_api.py`` keeps this block equal to ``_WHERE``). A constant
+# named TYPE_CHECKING is typing's for mypy and pyright, and costs no import at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from loopx.model.event import Event as Event
+    from loopx.model.evidence import Evidence as Evidence
+    from loopx.model.evidence import Reward as Reward
+    from loopx.model.gate import Gate as Gate
+    from loopx.model.goal import Criterion as Criterion
+    from loopx.model.goal import Goal as Goal
+    from loopx.model.goal import QuotaLimits as QuotaLimits
+    from loopx.model.goal import QuotaUsage as QuotaUsage
+    from loopx.model.run import Action as Action
+    from loopx.model.run import Contract as Contract
+    from loopx.model.run import Handoff as Handoff
+    from loopx.model.run import Run as Run
+    from loopx.model.run import UsageEntry as UsageEntry
+    from loopx.model.todo import Claim as Claim
+    from loopx.model.todo import Todo as Todo
+
 GOAL_STATUSES = ("open", "paused", "closed")
 GATE_SCOPES = ("production", "privacy", "safety", "other")
 GATE_STATUSES = ("pending", "approved", "rejected")
@@ -50,13 +71,15 @@ _WHERE = {
 __all__ = [*_WHERE, "BUDGETS", "to_json", "from_json"]
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'loopx.model' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"loopx.model.{module}"), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # a type checker sees the imports above, and no catch-all
+
+    def __getattr__(name: str):
+        module = _WHERE.get(name)
+        if module is None:
+            raise AttributeError(f"module 'loopx.model' has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"loopx.model.{module}"), name)
+        globals()[name] = value
+        return value
 
 
 _converter = None

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Self, Sequence, Union
+from typing import TYPE_CHECKING, Any, Self, Sequence, Union
 
 import attrs
 
@@ -34,6 +34,11 @@ import attrs
 from loopx.seam.capability_checks import NAME_RE as _NAME_RE, NAMESPACE_RE as _NAMESPACE_RE
 from loopx.seam.capability_checks import QUOTA_KEYS, check_conflicts, validate  # noqa: F401
 from loopx.values.errors import LoopxError
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from loopx.ledger.writer import Writer
 
 # State keys: short machine names.
 _KEY_RE = r"[a-z][a-z0-9_.-]{0,63}"
@@ -304,7 +309,7 @@ def check_acting(name) -> str:
     return name
 
 
-def acting(writer, name: str):
+def acting(writer: Writer, name: str) -> AbstractContextManager[Writer]:
     """A writer for a capability's own writes inside an existing mutation.
 
     A plugin command that, say, creates a goal as the user and then records its own state does
@@ -466,11 +471,17 @@ def filter_actions(contributions, goal, remaining: dict | None) -> list[dict]:
 
 _DOCS = ("DOC_SECTIONS", "DEFAULT_ON_SECTION", "doc_sections", "check_doc")
 
+if TYPE_CHECKING:  # what a type checker sees of the lazy names below (tests/test_plugin_api.py: equal to _DOCS)
+    from loopx.seam.capability_docs import DEFAULT_ON_SECTION as DEFAULT_ON_SECTION
+    from loopx.seam.capability_docs import DOC_SECTIONS as DOC_SECTIONS
+    from loopx.seam.capability_docs import check_doc as check_doc
+    from loopx.seam.capability_docs import doc_sections as doc_sections
+else:
 
-def __getattr__(name):
-    # The document checks live in loopx.seam.capability_docs; these names stay importable from here.
-    if name in _DOCS:
-        from loopx.seam import capability_docs
+    def __getattr__(name):
+        # The document checks live in loopx.seam.capability_docs; these names stay importable from here.
+        if name in _DOCS:
+            from loopx.seam import capability_docs
 
-        return getattr(capability_docs, name)
-    raise AttributeError(f"module 'loopx.seam.capabilities' has no attribute {name!r}")
+            return getattr(capability_docs, name)
+        raise AttributeError(f"module 'loopx.seam.capabilities' has no attribute {name!r}")

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from loopx_issue_fix.state import JSON, IssueFixState
+    from loopx.api import Registry
 
 #: Base directories kept per repository (newest first; ``clean`` removes the rest).
 KEEP = 16
@@ -102,7 +103,7 @@ def remember(state: IssueFixState, key: str, goal_id: str, evidence_id: str) -> 
         pass
 
 
-def reusable(reg: Any, state: IssueFixState, key: str) -> JSON | None:
+def reusable(reg: Registry, state: IssueFixState, key: str) -> JSON | None:
     """The earlier red base run with ``key``, as the registry vouches for it, or ``None``.
 
     Returns ``{"goal_id", "evidence_id", "data": the results file's bytes, "facts": the run as its
@@ -174,7 +175,7 @@ def take_over(state: IssueFixState, earlier: JSON, tree: str, timeout: tuple[flo
     return test, artifact
 
 
-def donor(reg: Any, state: IssueFixState, skip: str | None = None) -> JSON | None:
+def donor(reg: Registry, state: IssueFixState, skip: str | None = None) -> JSON | None:
     """The bytecode list of the most recently used shared base run of this repository that the
     registry vouches for (see :func:`reusable`), to start a *new* base's run warm: its entries are
     copied only where a file's blob is the same in the new tree (:func:`bytecode.seed`)."""

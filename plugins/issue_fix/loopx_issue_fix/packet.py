@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from loopx_issue_fix.state import JSON, IssueFixState, Reproduction, Verification
+    from loopx.api import ReadTx
 
 _TEST_PATH = re.compile(r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$)")
 
 
-def _evidence(tx: Any, evidence_id: str | None) -> JSON | None:
+def _evidence(tx: ReadTx, evidence_id: str | None) -> JSON | None:
     from loopx import api
 
     ev = api.evidence.load(tx, evidence_id) if evidence_id else None
@@ -30,7 +31,7 @@ def _evidence(tx: Any, evidence_id: str | None) -> JSON | None:
     return out
 
 
-def _root_cause(tx: Any, goal_id: str, given: str | None) -> str:
+def _root_cause(tx: ReadTx, goal_id: str, given: str | None) -> str:
     """The note given, else the latest ``root_cause`` (or ``note``) evidence an agent recorded."""
     if given:
         return given
@@ -302,7 +303,7 @@ def _environment(state: IssueFixState, probed: JSON) -> list[str]:
     return lines + [""]
 
 
-def _still_failing(tx: Any, goal_id: str, state: IssueFixState) -> list[str]:
+def _still_failing(tx: ReadTx, goal_id: str, state: IssueFixState) -> list[str]:
     """First in the packet: every test that still fails with the verified code (a user accepted it
     at a gate; verify left it out of its run), with who accepted it."""
     from loopx import api
@@ -329,7 +330,7 @@ BLOCKED = ("tests_changed", "tests_weakened", "environment_changed", "git_change
            "not_a_test_failure", "changed_since_verify")
 
 
-def _refused_and_blocked(tx: Any, goal_id: str, state: IssueFixState) -> list[str]:
+def _refused_and_blocked(tx: ReadTx, goal_id: str, state: IssueFixState) -> list[str]:
     """Every command the broker refused in this goal's turns (``refused`` evidence: an agent tried
     what only the user may do, e.g. ``gate approve``), and every attempt a guard blocked."""
     from loopx import api
@@ -348,7 +349,7 @@ def _refused_and_blocked(tx: Any, goal_id: str, state: IssueFixState) -> list[st
     return lines + [""]
 
 
-def _ignored(tx: Any, goal_id: str, ver: Verification) -> list[str]:
+def _ignored(tx: ReadTx, goal_id: str, ver: Verification) -> list[str]:
     """The files verify left out, over every verify attempt (a file hidden in an earlier attempt
     and removed before the green one is still named), the green run's first."""
     from loopx import api
@@ -361,7 +362,7 @@ def _ignored(tx: Any, goal_id: str, ver: Verification) -> list[str]:
     return found
 
 
-def render(tx: Any, goal_id: str, state: IssueFixState, diff: JSON, root_cause: str | None,
+def render(tx: ReadTx, goal_id: str, state: IssueFixState, diff: JSON, root_cause: str | None,
            probed: JSON) -> tuple[str, list[str]]:
     """The packet's Markdown text and its warnings."""
     issue, branch, ver, repro = state.issue, state.branch, state.verification, state.reproduction

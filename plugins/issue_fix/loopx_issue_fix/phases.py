@@ -22,7 +22,7 @@ records the attempt as evidence (as the capability), moves the phase and marks t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -30,8 +30,11 @@ from loopx.api import LoopxError
 from loopx_issue_fix import steps
 from loopx_issue_fix.state import JSON, Handoff, IssueFixState, Published, Reproduction, Verification
 
+if TYPE_CHECKING:
+    from loopx.api import Registry, Writer, runs
 
-def reproduce(reg: Any, actor: str, *, run_id: str | None, timeout: float | None = None,
+
+def reproduce(reg: Registry, actor: str, *, run_id: str | None, timeout: float | None = None,
               operation_id: str | None = None) -> JSON:
     """Run the tests and record the failing test ids (red); the goal moves to ``fix``.
 
@@ -73,7 +76,7 @@ def reproduce(reg: Any, actor: str, *, run_id: str | None, timeout: float | None
                        data_files=guard.data_files(test["report"].get("opened", [])),
                        base_key=key if shared else None, reused=test.get("reused"))
 
-    def update(current: IssueFixState, evidence_id: str, w: Any) -> tuple[IssueFixState, list[str], JSON]:
+    def update(current: IssueFixState, evidence_id: str, w: Writer) -> tuple[IssueFixState, list[str], JSON]:
         after = attrs.evolve(current, attempts=attrs.evolve(current.attempts, reproduce=current.attempts.reproduce + 1),
                              log=steps.log(current, "reproduce", evidence_id, outcome, problem),
                              outputs=steps.outputs(current, []),
@@ -102,7 +105,7 @@ def reproduce(reg: Any, actor: str, *, run_id: str | None, timeout: float | None
     return out
 
 
-def _base_run(reg: Any, state: IssueFixState, tree: str, limit: tuple[float, str], evidence_id: str,
+def _base_run(reg: Registry, state: IssueFixState, tree: str, limit: tuple[float, str], evidence_id: str,
               signature: str | None) -> JSON:
     """The base run of ``tree``: an earlier goal's of the same base key taken over, or run now.
 
@@ -180,7 +183,7 @@ def _test_files(worktree: str, cases: JSON, ids: list[str]) -> list[str]:
     return sorted(files)
 
 
-def handoff(reg: Any, actor: str, *, run_id: str | None, root_cause: str | None = None, output: str | None = None,
+def handoff(reg: Registry, actor: str, *, run_id: str | None, root_cause: str | None = None, output: str | None = None,
             timeout: float | None = None, operation_id: str | None = None) -> JSON:
     """Write the reviewer packet for the verified commit and request the publish gate.
 
@@ -217,7 +220,7 @@ def handoff(reg: Any, actor: str, *, run_id: str | None, root_cause: str | None 
     refs = steps.refs(state)
     remote_moved, local_moved = steps.ref_changes(state, refs)
 
-    def update(current: IssueFixState, evidence_id: str, w: Any) -> tuple[IssueFixState | None, list[str], JSON]:
+    def update(current: IssueFixState, evidence_id: str, w: Writer) -> tuple[IssueFixState | None, list[str], JSON]:
         if current.phase != "handoff":
             return None, [], {"gate_id": None}
         # The gate is requested now that there is something to decide on, for this commit.
@@ -266,7 +269,7 @@ def _copy_packet(output: str, data: bytes) -> str:
                          f"{exc.message}") from None
 
 
-def publish(reg: Any, actor: str, *, run_id: str | None, timeout: float | None = None,
+def publish(reg: Registry, actor: str, *, run_id: str | None, timeout: float | None = None,
             operation_id: str | None = None) -> JSON:
     """Publish exactly the verified commit, once a user approved the gate; then close the goal.
 
@@ -300,7 +303,7 @@ def publish(reg: Any, actor: str, *, run_id: str | None, timeout: float | None =
     refs = steps.refs(state)
     request = _open_request(state, body or "", seconds) if how.provider != "push" else None
 
-    def update(current: IssueFixState, evidence_id: str, w: Any) -> tuple[IssueFixState | None, list[str], JSON]:
+    def update(current: IssueFixState, evidence_id: str, w: Writer) -> tuple[IssueFixState | None, list[str], JSON]:
         if current.phase != "publish":
             return None, [], {}
         info = Published(evidence_id=evidence_id, commit=ver.commit, remote_sha=pushed["remote_sha"],
@@ -356,13 +359,13 @@ def _moved_since_verify(state: IssueFixState, ver: Verification) -> JSON | None:
             "problem": "; ".join(moved)}
 
 
-def _refuse_publish(reg: Any, actor: str, run: Any, moved: JSON, operation_id: str | None) -> None:
+def _refuse_publish(reg: Registry, actor: str, run: runs.Run, moved: JSON, operation_id: str | None) -> None:
     """Record the refused publish, send the goal back to verify, and raise ``issue_fix.<code>``."""
     from loopx import api
 
     code, problem, head, tree = moved["code"], moved["problem"], moved["head"], moved["tree"]
 
-    def back(current: IssueFixState, evidence_id: str, w: Any) -> tuple[IssueFixState | None, list[str], JSON]:
+    def back(current: IssueFixState, evidence_id: str, w: Writer) -> tuple[IssueFixState | None, list[str], JSON]:
         for step in ("fix", "verify", "handoff"):
             api.todos.reopen_in(w, todo_id=current.todos[step],
                                note=f"issue-fix publish refused: changed since verify ({evidence_id})")

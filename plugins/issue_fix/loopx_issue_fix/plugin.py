@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import click
 
     from loopx.api import registrars
+    from loopx.api import ReadTx, Writer, gates, goals
 
 
 @hookimpl
@@ -48,7 +49,7 @@ def loopx_register_commands(cli: click.Group) -> None:
 
 
 @hookimpl
-def loopx_contract_actions(tx: Any, goal: Any, run_id: str | None,
+def loopx_contract_actions(tx: ReadTx, goal: goals.Goal, run_id: str | None,
                            remaining: dict[str, Any] | None) -> list[dict[str, Any]] | None:
     """For an Issue-Fix goal, the next action of its current phase (nothing for other goals)."""
     from loopx_issue_fix.workflow import contract_actions
@@ -57,7 +58,7 @@ def loopx_contract_actions(tx: Any, goal: Any, run_id: str | None,
 
 
 @hookimpl
-def loopx_gate_decided(writer: Any, gate: Any, decision: str) -> None:
+def loopx_gate_decided(writer: Writer, gate: gates.Gate, decision: str) -> None:
     """A rejected publish gate sends the goal back to ``fix``; reopened, the hand-off stands again."""
     from loopx_issue_fix.rejection import gate_decided
 

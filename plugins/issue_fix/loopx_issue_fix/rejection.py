@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from loopx_issue_fix.state import TODO_TEXT, IssueFixState, LogEntry, Rejected
 
+if TYPE_CHECKING:
+    from loopx.api import Writer, gates
 
-def gate_decided(w: Any, gate: Any, decision: str) -> None:
+
+def gate_decided(w: Writer, gate: gates.Gate, decision: str) -> None:
     """A user decided a gate of this goal (``loopx_gate_decided``, in the decision's transaction).
 
     Rejecting the publish gate sends the goal back to ``fix``: the fix, verify and hand-off todos
@@ -21,7 +24,7 @@ def gate_decided(w: Any, gate: Any, decision: str) -> None:
     """
     from loopx_issue_fix import state as states
 
-    state = states.find(w.tx, w.goal_id)
+    state = states.find(w.tx, gate.goal_id)  # the goal whose mutation decides the gate
     if state is None:
         return
     if decision == "reject" and state.phase == "publish" and gate.id == state.publish_gate:
@@ -33,7 +36,7 @@ def gate_decided(w: Any, gate: Any, decision: str) -> None:
         states.save(w, _reopened(w, gate, state, back), also=("rejected",))
 
 
-def _rejected(w: Any, gate: Any, state: IssueFixState) -> IssueFixState:
+def _rejected(w: Writer, gate: gates.Gate, state: IssueFixState) -> IssueFixState:
     from loopx import api
 
     todos = state.todos
@@ -50,14 +53,14 @@ def _rejected(w: Any, gate: Any, state: IssueFixState) -> IssueFixState:
                         rejected=rejected, todos={**todos, "publish": fresh}, log=[*state.log, entry][-100:])
 
 
-def _reopened(w: Any, gate: Any, state: IssueFixState, back: Rejected) -> IssueFixState:
+def _reopened(w: Writer, gate: gates.Gate, state: IssueFixState, back: Rejected) -> IssueFixState:
     # Nothing was verified since the rejection: the hand-off the user reconsiders stands as it was.
     from loopx import api
 
     todos = state.todos
     note = f"issue-fix: publish gate {gate.id} reopened"
     for step in ("fix", "verify", "handoff"):
-        if api.todos.load(w.tx, w.goal_id, todos[step]).status == "open":
+        if api.todos.load(w.tx, gate.goal_id, todos[step]).status == "open":
             api.todos.done_in(w, todo_id=todos[step], note=note)
     api.todos.block_in(w, todo_id=todos["publish"], note=note)
     api.todos.reopen_in(w, todo_id=back.publish_todo, note=note)

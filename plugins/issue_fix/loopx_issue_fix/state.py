@@ -23,6 +23,7 @@ import attrs
 
 if TYPE_CHECKING:
     import cattrs
+    from loopx.api import ReadTx, Writer
 
 CAPABILITY = "issue_fix"
 NAMESPACE = "issue_fix"
@@ -329,7 +330,7 @@ def is_issue_fix(raw: JSON) -> bool:
     return bool(raw.get("phase")) and "worktree" in raw
 
 
-def load(tx: Any, goal_id: str) -> IssueFixState:
+def load(tx: ReadTx, goal_id: str) -> IssueFixState:
     """The goal's Issue-Fix state (``issue_fix.not_an_issue_fix_goal`` if it is not one)."""
     from loopx.api import LoopxError
     from loopx import api
@@ -340,7 +341,7 @@ def load(tx: Any, goal_id: str) -> IssueFixState:
     return structure(raw)
 
 
-def find(tx: Any, goal_id: str) -> IssueFixState | None:
+def find(tx: ReadTx, goal_id: str) -> IssueFixState | None:
     """The goal's Issue-Fix state, or ``None`` when it has none."""
     from loopx import api
 
@@ -401,11 +402,12 @@ def changes(before: JSON, after: IssueFixState, also: Iterable[str] = ()) -> JSO
     return out
 
 
-def save(w: Any, state: IssueFixState, also: Iterable[str] = ()) -> None:
+def save(w: Writer, state: IssueFixState, also: Iterable[str] = ()) -> None:
     """Inside a mutation of the goal: write the keys of ``state`` that changed (and those in
     ``also``, see :func:`changes`), as the capability."""
     from loopx import api
 
+    assert w.goal_id is not None  # a goal's mutation: the one its state is saved in
     values = changes(api.state.get(w.tx, w.goal_id, NAMESPACE), state, also)
     if values:
         with api.state.acting(w, CAPABILITY) as cw:

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import attrs
 
 from loopx.api import LoopxError
 from loopx_issue_fix.state import CRITERIA, JSON, GitChange, IssueFixState, LogEntry
 
+if TYPE_CHECKING:
+    from loopx.api import ReadTx, Registry, Writer, runs
+
 MAX_LOG = 100
 
 #: ``update(state, evidence_id, w)`` -> ``(the new state or None, todo steps now done, result)``.
-Update = Callable[[IssueFixState, str, Any], "tuple[IssueFixState | None, list[str], JSON]"]
+Update = Callable[[IssueFixState, str, "Writer"], "tuple[IssueFixState | None, list[str], JSON]"]
 
 
 def worktree_root() -> Path:
@@ -60,7 +63,7 @@ def expires_in(expires_at: str) -> float:
     return max(0.0, (parse(expires_at) - parse(now())).total_seconds())
 
 
-def step_timeout(tx: Any, state: IssueFixState, run: Any, given: float | None) -> tuple[float, str]:
+def step_timeout(tx: ReadTx, state: IssueFixState, run: runs.Run, given: float | None) -> tuple[float, str]:
     """The time limit of a step run by hand: ``--timeout`` if given, else as the contract would."""
     from loopx import api
 
@@ -71,8 +74,8 @@ def step_timeout(tx: Any, state: IssueFixState, run: Any, given: float | None) -
     return timeout_for(state.test_timeout, left, expires_in(run.expires_at))
 
 
-def context(reg: Any, run_id: str | None, phases: tuple[str, ...], step: str,
-            timeout: float | None = None) -> tuple[Any, IssueFixState, tuple[float, str]]:
+def context(reg: Registry, run_id: str | None, phases: tuple[str, ...], step: str,
+            timeout: float | None = None) -> tuple[runs.Run, IssueFixState, tuple[float, str]]:
     """``(run, state, time limit)`` of a step under ``run_id``, refused unless the run is open and
     fresh and the goal's phase takes ``step``; the goal's git links are pinned."""
     from loopx import api
@@ -113,7 +116,7 @@ def log(current: IssueFixState, step: str, evidence_id: str, outcome: str, detai
     return [*current.log, entry][-MAX_LOG:]
 
 
-def record(reg: Any, actor: str, run: Any, *, step: str, evidence: JSON, update: Update, operation_id: str | None,
+def record(reg: Registry, actor: str, run: runs.Run, *, step: str, evidence: JSON, update: Update, operation_id: str | None,
            request: JSON, evidence_id: str | None = None) -> JSON:
     """One transaction: evidence (as the capability), state changes, todos done (as ``actor``).
 
@@ -128,7 +131,7 @@ def record(reg: Any, actor: str, run: Any, *, step: str, evidence: JSON, update:
 
     evidence_id = evidence_id or api.ids.new("evidence")
 
-    def work(w: Any) -> JSON:
+    def work(w: Writer) -> JSON:
         api.runs.check_recordable(w.tx, run.id, goal_id=run.goal_id)
         state = states.load(w.tx, run.goal_id)
         with api.state.acting(w, states.CAPABILITY) as cw:
@@ -152,7 +155,7 @@ def record(reg: Any, actor: str, run: Any, *, step: str, evidence: JSON, update:
     return out
 
 
-def _settle_todos(w: Any, run: Any, state: IssueFixState, steps: list[str], note: str) -> None:
+def _settle_todos(w: Writer, run: runs.Run, state: IssueFixState, steps: list[str], note: str) -> None:
     from loopx import api
 
     for s in steps:

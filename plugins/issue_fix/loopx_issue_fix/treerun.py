@@ -23,6 +23,7 @@ from loopx.api import LoopxError
 
 if TYPE_CHECKING:
     from loopx_issue_fix.state import JSON, IssueFixState
+    from loopx.api import Registry
 
 
 def fingerprint(path: str) -> str:
@@ -134,7 +135,7 @@ def run_on_tree(state: IssueFixState, tree: str, timeout: tuple[float, str], evi
     return test, artifact
 
 
-def read_results(state: IssueFixState, evidence_id: str, reg: Any) -> JSON:
+def read_results(state: IssueFixState, evidence_id: str, reg: Registry) -> JSON:
     """The complete results a run recorded (its artifact file), checked against the sha256 its
     evidence holds (``issue_fix.evidence_changed`` if the file is gone or differs)."""
     import hashlib

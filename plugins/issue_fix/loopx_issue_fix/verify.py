@@ -8,7 +8,7 @@ that records it and moves the phase (:func:`_update`, through :func:`loopx_issue
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -16,6 +16,9 @@ from loopx.api import LoopxError
 from loopx_issue_fix import steps
 from loopx_issue_fix.state import (CAPABILITY, JSON, AcceptFailingGate, IssueFixState, Reproduction,
                                    TestChangeGate, Verification)
+
+if TYPE_CHECKING:
+    from loopx.api import Registry, Writer, runs
 
 #: The reasons verify fails with an error (exit 2) rather than ``verified: false`` (exit 1).
 REFUSALS = ("tests_weakened", "not_a_test_failure", "tests_changed", "environment_changed", "git_changed",
@@ -26,7 +29,7 @@ REFUSALS = ("tests_weakened", "not_a_test_failure", "tests_changed", "environmen
 class Attempt:
     """One verify attempt, as its stages find it."""
 
-    run: Any
+    run: runs.Run
     state: IssueFixState
     repro: Reproduction
     evidence_id: str
@@ -54,7 +57,7 @@ class Attempt:
     test_patch: str = ""
 
 
-def verify(reg: Any, actor: str, *, run_id: str | None, timeout: float | None = None,
+def verify(reg: Registry, actor: str, *, run_id: str | None, timeout: float | None = None,
            operation_id: str | None = None) -> JSON:
     """Prove the fix on a clean checkout of the worktree's code; on success commit it and move to ``handoff``.
 
@@ -101,7 +104,7 @@ def verify(reg: Any, actor: str, *, run_id: str | None, timeout: float | None = 
     return out
 
 
-def _candidate(reg: Any, run: Any, state: IssueFixState) -> Attempt:
+def _candidate(reg: Registry, run: runs.Run, state: IssueFixState) -> Attempt:
     """The candidate tree and what changed in it since the reproduction (git asked, nothing run)."""
     from loopx import api
 
@@ -146,7 +149,7 @@ def _refusal(a: Attempt) -> None:
             a.reason = "environment_changed"
 
 
-def _approved_changes(reg: Any, state: IssueFixState, tree: str, paths: list[str]) -> bool:
+def _approved_changes(reg: Registry, state: IssueFixState, tree: str, paths: list[str]) -> bool:
     """Whether a user approved exactly these test changes (the same files with the same content)."""
     from loopx import api
 
@@ -162,7 +165,7 @@ def _approved_changes(reg: Any, state: IssueFixState, tree: str, paths: list[str
     return all(p in asked.files and asked.files[p] == gitrepo.blob_id(state.repo, tree, p) for p in paths)
 
 
-def _accepted_failing(reg: Any, state: IssueFixState) -> list[str]:
+def _accepted_failing(reg: Registry, state: IssueFixState) -> list[str]:
     """The failing tests a user accepted at the gate a ``still_failing`` verify requested (the
     gate's exact list once approved; before that, what an earlier approved gate accepted)."""
     from loopx import api
@@ -176,7 +179,7 @@ def _accepted_failing(reg: Any, state: IssueFixState) -> list[str]:
     return list(state.accepted_failing)
 
 
-def _judge(reg: Any, a: Attempt, limit: tuple[float, str]) -> None:
+def _judge(reg: Registry, a: Attempt, limit: tuple[float, str]) -> None:
     """Run the tests once on exactly the candidate tree and judge the run against the reproduction."""
     from loopx_issue_fix import testrun, treerun
 
@@ -197,7 +200,7 @@ def _judge(reg: Any, a: Attempt, limit: tuple[float, str]) -> None:
         _compare(reg, a, base_results["cases"])
 
 
-def _compare(reg: Any, a: Attempt, base: JSON) -> None:
+def _compare(reg: Registry, a: Attempt, base: JSON) -> None:
     """FAIL_TO_PASS and PASS_TO_PASS of a run that is a test run: ``a.result``, and ``a.reason``
     unless it is green."""
     from loopx_issue_fix import testrun
@@ -273,7 +276,7 @@ def _commit(a: Attempt) -> None:
 
 
 def _update(a: Attempt, outcome: str, current: IssueFixState, evidence_id: str,
-            w: Any) -> tuple[IssueFixState, list[str], JSON]:
+            w: Writer) -> tuple[IssueFixState, list[str], JSON]:
     """In the recording transaction: the attempt counted and logged, the gates it asks for, and
     the phase moved (``handoff`` when green; back to ``fix`` otherwise)."""
     after = attrs.evolve(current, attempts=attrs.evolve(current.attempts, verify=current.attempts.verify + 1),
@@ -314,7 +317,7 @@ def _update(a: Attempt, outcome: str, current: IssueFixState, evidence_id: str,
     return after, [], {"verified": False, "reason": a.reason, "_written": ["git_changes", "verification"]}
 
 
-def _ask_test_changes(a: Attempt, after: IssueFixState, w: Any) -> None:
+def _ask_test_changes(a: Attempt, after: IssueFixState, w: Writer) -> None:
     """A user may accept exactly this change of the tests: a gate for it, blocking nothing else (the
     goal goes on; verify keeps refusing until it is approved). One gate for every test file this
     attempt changed, its diff saved as an artifact (path and sha256 recorded) that ``loopx
@@ -343,7 +346,7 @@ def _ask_test_changes(a: Attempt, after: IssueFixState, w: Any) -> None:
                                     f"gate {gate_id}"[:300])
 
 
-def _ask_accept_failing(a: Attempt, after: IssueFixState, w: Any) -> None:
+def _ask_accept_failing(a: Attempt, after: IssueFixState, w: Writer) -> None:
     """The user decides whether these may stay failing: a gate for exactly this set (with the ones
     accepted before), blocking nothing else; approved, the next verify leaves them out."""
     from loopx import api

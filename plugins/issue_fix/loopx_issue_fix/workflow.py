@@ -17,10 +17,13 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopx.api import LoopxError
 from loopx_issue_fix.state import CAPABILITY, CRITERIA, JSON, STEPS, TODO_TEXT, IssueFixState, TestChangeGate
+
+if TYPE_CHECKING:
+    from loopx.api import ReadTx, Registry, Writer, goals
 
 PHASES = ("reproduce", "fix", "handoff", "publish", "published")
 PROVIDERS = ("push", "gh", "glab")
@@ -85,7 +88,7 @@ def _check_report(report: str | None, command: str) -> str | None:
                      "with --report PATH")
 
 
-def start(reg: Any, actor: str, *, repo: str, title: str, test_command: str, issue_text: str | None = None,
+def start(reg: Registry, actor: str, *, repo: str, title: str, test_command: str, issue_text: str | None = None,
           issue_file: str | None = None, test_ids: tuple[str, ...] = (), report: str | None = None,
           allow_test_changes: bool = False, base: str | None = None, branch: str | None = None,
           remote: str = "origin", provider: str = "push", test_timeout: float | None = None,
@@ -182,7 +185,7 @@ def _initial_state(root: str, common: str, goal_id: str, *, title: str, issue: s
         environment_signature=baserun.signature(environment), keep=bool(keep))
 
 
-def _create(w: Any, state: IssueFixState, issue: str) -> JSON:
+def _create(w: Writer, state: IssueFixState, issue: str) -> JSON:
     """In the start's transaction: the goal, its todos in order, and the capability's state."""
     from loopx import api
 
@@ -206,7 +209,7 @@ def _create(w: Any, state: IssueFixState, issue: str) -> JSON:
             "publish": shown["publish"], "phase": "reproduce"}
 
 
-def show(reg: Any, goal_id: str) -> JSON:
+def show(reg: Registry, goal_id: str) -> JSON:
     """An Issue-Fix goal's state, its todos, the publish gate, and the next step.
 
     A recorded hand-off packet is read back and checked against its recorded sha256 first
@@ -242,7 +245,7 @@ def show(reg: Any, goal_id: str) -> JSON:
         }
 
 
-def _test_change(tx: Any, goal_id: str, asked: TestChangeGate | None) -> JSON | None:
+def _test_change(tx: ReadTx, goal_id: str, asked: TestChangeGate | None) -> JSON | None:
     """The latest test-change gate verify requested: ``{gate_id, status, files, diff}``, ``diff``
     the unified diff of those test files (base -> candidate), read only while its sha256 is the
     recorded one (``artifact_tampered``); ``None`` when no gate was requested."""
@@ -284,7 +287,7 @@ STEP_NOTES = {
 }
 
 
-def contract_actions(tx: Any, goal: Any, run_id: str | None, left: JSON | None) -> list[JSON] | None:
+def contract_actions(tx: ReadTx, goal: goals.Goal, run_id: str | None, left: JSON | None) -> list[JSON] | None:
     """The one step of the goal's current phase, with its time limit, for a ``run`` contract."""
     from loopx import api
 
@@ -317,7 +320,7 @@ def contract_actions(tx: Any, goal: Any, run_id: str | None, left: JSON | None) 
              "workdir": state.worktree}]
 
 
-def close(reg: Any, actor: str, goal_id: str, *, keep: bool = False, reason: str | None = None,
+def close(reg: Registry, actor: str, goal_id: str, *, keep: bool = False, reason: str | None = None,
           operation_id: str | None = None) -> JSON:
     """Close an Issue-Fix goal (as ``actor``, a user) and remove its worktree and branch (``keep``: leave
     them). The goal's directory (packet, results) stays. A goal already closed is only cleaned."""
@@ -333,7 +336,7 @@ def close(reg: Any, actor: str, goal_id: str, *, keep: bool = False, reason: str
         goal = api.goals.load(tx, goal_id)
         state = states.load(tx, goal_id)
 
-    def work(w: Any) -> None:
+    def work(w: Writer) -> None:
         if goal.status != "closed":
             api.goals.close_in(w, reason=reason)
         if keep != state.keep:  # `clean` leaves a kept worktree alone
@@ -350,7 +353,7 @@ def close(reg: Any, actor: str, goal_id: str, *, keep: bool = False, reason: str
             "worktree": state.worktree, "branch": state.branch.name}
 
 
-def clean(reg: Any, repo: str, *, unknown: bool = True) -> JSON:
+def clean(reg: Registry, repo: str, *, unknown: bool = True) -> JSON:
     """Remove what closed (and, with ``unknown``, unregistered) Issue-Fix goals left in ``repo``: their
     worktrees, branches and test-run copies (goals started or closed with ``--keep`` keep theirs).
     Open goals are not touched."""

@@ -329,9 +329,12 @@ def test_publish_refuses_a_commit_whose_object_does_not_hold_the_tested_tree(cli
 
 FALLBACK = r'''
 import json, os, sys
-from loopx.sandbox import landlock
-policy, tries = json.loads(open(sys.argv[1]).read()), json.loads(sys.argv[2])
-landlock.enforce(policy)
+import attrs
+from loopx.sandbox.confine_policy import Policy
+# The step's policy as enforced where no mount namespace can be had (nothing pinned or mounted),
+# connections left alone: the file rules alone are under test.
+policy, tries = Policy.load(sys.argv[1]).unpinned(), json.loads(sys.argv[2])
+attrs.evolve(policy, deny_tcp=()).enforce()
 out = {}
 for name, path in tries.items():
     try:
@@ -367,14 +370,13 @@ def test_without_a_mount_namespace_git_metadata_stays_read_only(cli, tmp_path):
     for workdir, tries in cases.items():
         step_ = landlock_step(cli.url, str(workdir))
         try:
-            policy = json.loads(Path(step_.policy_file).read_text())
+            text = Path(step_.policy_file).read_text()
         finally:
             step_.close()
-        fallback = {"rules": policy.get("rules_unpinned", policy["rules"]), "deny_tcp": []}
         # By file: the rules list every sibling of a hidden path, past one argument's 128 KiB
         # when /tmp is full of other sessions' directories.
-        policy_path = tmp_path / f"fallback-{len(list(tmp_path.iterdir()))}.json"
-        policy_path.write_text(json.dumps(fallback))
+        policy_path = tmp_path / f"policy-{len(list(tmp_path.iterdir()))}.json"
+        policy_path.write_text(text)
         p = subprocess.run([sys.executable, "-c", FALLBACK, str(policy_path),
                             json.dumps({k: str(v) for k, v in tries.items()})], capture_output=True, text=True,
                            timeout=60)

@@ -7,7 +7,7 @@ inside the hooks.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from loopx import hookimpl
 
@@ -19,9 +19,11 @@ ENV_MODEL = "LOOPX_SEED_DOMAIN_MODEL"
 if TYPE_CHECKING:
     import click
 
+    from loopx.api import ReadTx, goals, registrars
+
 
 @hookimpl
-def loopx_register_capabilities(register: Callable[..., None]) -> None:
+def loopx_register_capabilities(register: registrars.Capabilities) -> None:
     """Declare the ``seed_domain`` capability (it owns no state: its results are evidence)."""
     from loopx.api import Capability
 
@@ -49,7 +51,7 @@ def loopx_register_commands(cli: click.Group) -> None:
 
 
 @hookimpl
-def loopx_contract_actions(tx: Any, goal: Any, run_id: str, remaining: dict[str, Any] | None
+def loopx_contract_actions(tx: ReadTx, goal: goals.Goal, run_id: str, remaining: dict[str, Any] | None
                            ) -> list[dict[str, Any]] | None:
     """Offer the model run and the report, in that order.
 

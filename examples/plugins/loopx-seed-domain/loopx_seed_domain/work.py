@@ -9,14 +9,17 @@ else the newest open goal) exactly as an agent would, and act only on a ``run`` 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopx.api import LoopxError
+
+if TYPE_CHECKING:
+    from loopx.api import Registry
 
 REPORT_FORMATS = ("pdf", "md", "json")
 
 
-def resolve_run(reg: Any, actor: str, *, run_id: str | None, goal_id: str | None) -> tuple[str, str]:
+def resolve_run(reg: Registry, actor: str, *, run_id: str | None, goal_id: str | None) -> tuple[str, str]:
     """``(run_id, goal_id)`` of the run to act under (see the module docstring)."""
     from loopx import api
 
@@ -38,7 +41,7 @@ def resolve_run(reg: Any, actor: str, *, run_id: str | None, goal_id: str | None
     return answer["interaction_contract"]["run_id"], goal_id
 
 
-def run_model(reg: Any, actor: str, *, model: str, run_id: str | None = None, goal_id: str | None = None,
+def run_model(reg: Registry, actor: str, *, model: str, run_id: str | None = None, goal_id: str | None = None,
               data: str | None = None) -> dict[str, Any]:
     """Run ``model`` on the data and record its figures as ``model`` evidence; returns them with ``run_id``."""
     from loopx import api
@@ -81,7 +84,7 @@ def _report_lines(goal: dict[str, Any], models_run: list[dict[str, Any]], run_id
     return lines
 
 
-def generate_report(reg: Any, actor: str, *, fmt: str, run_id: str | None = None, goal_id: str | None = None,
+def generate_report(reg: Registry, actor: str, *, fmt: str, run_id: str | None = None, goal_id: str | None = None,
                     output: str | None = None) -> dict[str, Any]:
     """Write the report of the goal's model runs (latest per model) and record it as ``report`` evidence."""
     import json
