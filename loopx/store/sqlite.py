@@ -184,7 +184,8 @@ class SqliteStore:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # SQLite ends it itself on some errors (a full disk)
+                conn.execute("ROLLBACK")
         if version == 0:
             if tables:
                 raise LoopxError("registry_invalid", f"{self.path} is an SQLite database of another application"
