@@ -150,7 +150,7 @@ class _Job:
     def wait(self, timeout: float, plugin: str) -> Any:
         worker = _Worker.take()
         worker.thread.name = f"loopx-hook-{plugin}"  # what a stack dump of a stuck hook shows
-        worker.jobs.put(self)
+        worker.put(self)
         if not self.done.acquire(timeout=timeout):
             with _POOL_LOCK:
                 if not self.finished:
@@ -172,14 +172,21 @@ class _Worker:
     the job and waits. A worker whose job was abandoned ends with it (if it ever returns).
     """
 
-    __slots__ = ("jobs", "thread")
+    __slots__ = ("job", "wake", "thread")
 
     def __init__(self) -> None:
-        import queue
-
-        self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        # A worker holds at most one job (it is out of the pool from take() until that job has
+        # run), so the hand-off is one slot and a lock released when it is filled, not a queue.
+        self.job: _Job | None = None
+        self.wake = threading.Lock()
+        self.wake.acquire()
         self.thread = threading.Thread(target=self._serve, name="loopx-hook", daemon=True)
         self.thread.start()
+
+    def put(self, job: _Job) -> None:
+        """Hand this (idle, taken) worker its job."""
+        self.job = job
+        self.wake.release()
 
     @classmethod
     def take(cls) -> "_Worker":
@@ -191,7 +198,9 @@ class _Worker:
     def _serve(self) -> None:
         job: _Job | None
         while True:
-            job = self.jobs.get()
+            self.wake.acquire()
+            job, self.job = self.job, None
+            assert job is not None
             job.run()
             with _POOL_LOCK:
                 if job.abandoned:

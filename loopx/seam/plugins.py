@@ -325,13 +325,15 @@ def event_kinds(core_areas: Iterable[str] = (), retired: Iterable[str] = ()) -> 
 def _core_repair_kind(apply: object, guard: object, writers: Iterable[str]) -> bool:
     """Whether a kind registered with ``apply``, ``guard`` and ``writers`` is exactly the core's
     repair event: :func:`loopx.ledger.events.repair.apply_event`, :func:`loopx.domain.repairs.guard_event`
-    (named, not imported: the plugin seam sits below both), written by capabilities only."""
+    or ``RepairSession.guard_event`` (:func:`loopx.domain.repair_session.guard_event`, which calls it;
+    named, not imported: the plugin seam sits below both), written by capabilities only."""
 
     def named(fn: object, module: str, qualname: str) -> bool:
         return getattr(fn, "__module__", None) == module and getattr(fn, "__qualname__", None) == qualname
 
     return (set(writers) == {"capability"} and named(apply, "loopx.ledger.events.repair", "apply_event")
-            and named(guard, "loopx.domain.repairs", "guard_event"))
+            and (named(guard, "loopx.domain.repairs", "guard_event")
+                 or named(guard, "loopx.domain.repair_session", "guard_event")))
 
 
 def _homes() -> dict[str, set[str]]:
