@@ -42,7 +42,7 @@ class _Repair:
         return repairs.Repair
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)  # written below: attrs' generated one is compiled when the class is made
 class RepairSession:
     """The repair API for one capability: ``capability`` (its name, which must declare
     ``repairs=``) and ``kind`` (its repair event kind, ``NAME.repaired``, registered with
@@ -67,6 +67,9 @@ class RepairSession:
     #: plain functions, so the core replays these events even when the capability is gone.
     apply_event = staticmethod(repair_events.apply_event)
     guard_event = staticmethod(guard_event)
+
+    def __repr__(self) -> str:
+        return f"RepairSession(capability={self.capability!r}, kind={self.kind!r})"
 
     @property
     def actor(self) -> str:

@@ -17,6 +17,7 @@ import contextvars
 import os
 import sys
 import threading
+import types
 from typing import Any, Callable, Generator, Iterable, NamedTuple
 
 import pluggy
@@ -325,6 +326,11 @@ class _Contained:
         return [name for name in self.__dict__ if name != "_loopx_plugin"]
 
 
+#: What pluggy can take as a hook implementation (``_static_hook_attr``); any other name of a
+#: module plugin is none, so :func:`stand_in` does not ask pluggy about it.
+_HOOKABLE = (types.FunctionType, staticmethod, classmethod, types.MethodType)
+
+
 def _original(proxy: _Contained) -> object:
     """The plugin ``proxy`` stands in for (kept in its __dict__: no attribute a hook name could shadow)."""
     return proxy.__dict__["_loopx_plugin"]
@@ -342,7 +348,13 @@ def stand_in(pm: pluggy.PluginManager, plugin: object, plugin_name: str) -> _Con
 
     proxy = _Contained(plugin)
     marker = pm.project_name + "_impl"
-    for attr in dir(plugin):
+    names = dir(plugin)
+    if isinstance(plugin, types.ModuleType):
+        # pluggy looks each name up with inspect.getattr_static; a module's own dict tells at once
+        # which names can be hooks at all (its imports, constants and classes cannot).
+        own = vars(plugin)
+        names = [name for name in names if isinstance(own.get(name), _HOOKABLE)]
+    for attr in names:
         opts = pm.parse_hookimpl_opts(plugin, attr)
         if opts is None:
             continue

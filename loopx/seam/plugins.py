@@ -31,6 +31,7 @@ from loopx.seam.hooks import ContainedPluginManager, Hooks, Registration, faults
 from loopx.seam.hooks import HookFault as HookFault
 from loopx.seam.hooks import hook_timeout as hook_timeout
 from loopx.seam.hooks import report_fault
+from loopx.values.lasting import lasting
 
 if TYPE_CHECKING:
     from loopx.seam.plugin_register import ExecutorRegistration, StoreRegistration
@@ -57,7 +58,8 @@ def get_plugin_manager() -> pluggy.PluginManager:
     if _pm is None or env != _pm_env:
         if _pm is not None:
             reset()
-        _pm, _pm_env = _build(), env
+        with lasting("loopx.seam.plugins:plugin manager"):  # lives as long as the process
+            _pm, _pm_env = _build(), env
     return _pm
 
 
