@@ -13,7 +13,6 @@ Plain ``NamedTuple`` records, not attrs: ``loopx quota should-run`` (run before 
 reads this table through its CLI options, and ``typing`` is loaded on that path already.
 """
 
-from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 

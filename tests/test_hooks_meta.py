@@ -36,6 +36,21 @@ def _implemented_hooks() -> set[str]:
     return found
 
 
+def test_pluggy_is_shown_every_hookspec_and_nothing_else():
+    """Each hookspec module answers ``dir()`` with its specifications (``spec_names``), the names
+    pluggy's ``add_hookspecs`` looks at: every ``loopx_*`` function the module defines, so the
+    plugin manager specifies each of them."""
+    from loopx.seam import plugins
+
+    pm = plugins.get_plugin_manager()
+    for module_name in hookspecs.MODULES:
+        module = importlib.import_module(module_name)
+        defined = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and n.startswith("loopx_"))
+        assert defined and dir(module) == defined, module_name
+        for name in defined:
+            assert getattr(pm.hook, name).spec is not None, name
+
+
 def test_every_hookspec_has_a_docstring():
     specs = list(_specs())
     assert len(specs) >= 7

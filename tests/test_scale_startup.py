@@ -130,3 +130,25 @@ def test_should_run_opening_a_run_loads_no_gate_class_and_no_signal(sqlite_url):
     assert json.loads(r.stdout)["interaction_contract"]["run_id"]  # it opened a run
     loaded = next(line.split()[1:] for line in r.stderr.splitlines() if line.startswith("LOADED"))
     assert loaded == ["loopx.model.todo", "loopx.sandbox.limits"]  # the todo was read, the limits stated
+
+
+def test_should_run_loads_neither_the_repair_writing_half_nor_a_queue(sqlite_url):
+    """Opening a run asks self-repair's contract veto (its cheap detectors, through the repair
+    session) and registers its ``self_repair.repaired`` kind, yet loads neither the writing half of
+    the repair API (``loopx.domain.repairs`` and its attrs class) nor the plugin's repair commands;
+    the contract hooks' deadline workers take their job without ``queue`` (docs/performance.md,
+    "Under the budget"). Read from ``sys.modules`` at exit: ``-X importtime`` leaves out some
+    imports made on the hook's worker thread."""
+    from loopx.ledger.registry import Registry
+
+    with Registry.open(sqlite_url) as reg:
+        goal = make_goal(reg, title="lean")["goal"]
+    code = ("import atexit, sys; atexit.register(lambda: print('LOADED', *sorted(sys.modules), file=sys.stderr)); "
+            "sys.argv = ['loopx', *sys.argv[1:]]; from loopx.entry import main; main()")
+    r = subprocess.run([sys.executable, "-c", code, "quota", "should-run", "--goal-id", goal, "--agent", "tester",
+                        "--json"], env=loopx_env(sqlite_url, LOOPX_PLUGINS="self_repair"), capture_output=True,
+                       text=True, timeout=120)
+    assert json.loads(r.stdout)["decision"], r.stderr[-2000:]
+    loaded = set(next(line.split()[1:] for line in r.stderr.splitlines() if line.startswith("LOADED")))
+    assert {"loopx_self_repair.detectors", "loopx.domain.repair_session", "loopx.seam.hook_guard"} <= loaded
+    assert not {"loopx.domain.repairs", "loopx_self_repair.repairs", "queue"} & loaded

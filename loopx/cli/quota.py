@@ -7,6 +7,7 @@ import click
 from loopx.cli.ids import goal_option
 from loopx.cli.op_options import op_option
 from loopx.cli.output import LoopxGroup, actor, emit, open_registry, operation_option
+from loopx.values.lasting import lasting
 
 
 def contract_text(out: dict) -> str:
@@ -71,7 +72,8 @@ def quota():
 @operation_option
 def should_run(goal_id, agent, ttl_seconds, dry_run, operation_id):
     """Decide whether to take a turn now, and print the interaction contract to obey."""
-    from loopx.views.should_run import should_run
+    with lasting("loopx.views.should_run"):  # before every agent turn: see loopx.values.lasting
+        from loopx.views.should_run import should_run
 
     with open_registry() as reg:
         out = should_run(reg, actor(), goal_id=goal_id, agent=agent, ttl_seconds=ttl_seconds, dry_run=dry_run,

@@ -10,16 +10,39 @@ repeats them. It is the only name of the repair API in :mod:`loopx.api`: the rea
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
-from loopx.domain import damage, repairs
+from loopx.domain import damage
 from loopx.ledger.events import repair as repair_events
 from loopx.store.schema import CURRENT_VERSION
 
+if TYPE_CHECKING:
+    from loopx.domain import repairs
 
-@attrs.frozen
+
+def guard_event(writer: Any, body: dict[str, Any]) -> None:
+    """The ``guard`` of a capability's repair event kind: :func:`loopx.domain.repairs.guard_event`.
+
+    The writing half of the repair API loads when a repair is written, not when its event kind is
+    registered: the register hooks run on every command, ``quota should-run`` included."""
+    from loopx.domain import repairs
+
+    repairs.guard_event(writer, body)
+
+
+class _Repair:
+    """``RepairSession.Repair``: :class:`loopx.domain.repairs.Repair`, imported on first read (see
+    :func:`guard_event` for why)."""
+
+    def __get__(self, instance: object, owner: type | None = None) -> type[repairs.Repair]:
+        from loopx.domain import repairs
+
+        return repairs.Repair
+
+
+@attrs.frozen(repr=False)  # written below: attrs' generated one is compiled when the class is made
 class RepairSession:
     """The repair API for one capability: ``capability`` (its name, which must declare
     ``repairs=``) and ``kind`` (its repair event kind, ``NAME.repaired``, registered with
@@ -32,7 +55,10 @@ class RepairSession:
     #: ``severity``, ``details``; ``to_json()``).
     Finding: ClassVar[type[damage.Finding]] = damage.Finding
     #: One proposed repair (``kind``, ``goal_id``, ``finding``, ``subject``, ``body``; ``to_json()``).
-    Repair: ClassVar[type[repairs.Repair]] = repairs.Repair
+    if TYPE_CHECKING:
+        Repair: ClassVar[type[repairs.Repair]]
+    else:
+        Repair = _Repair()
     #: Every detector code, with what it means.
     CODES: ClassVar[dict[str, str]] = damage.CODES
     #: The registry schema version this LoopX writes (what ``schema_behind`` compares with).
@@ -40,7 +66,10 @@ class RepairSession:
     #: The apply and guard of a capability's repair event kind (``loopx_register_event_kinds``):
     #: plain functions, so the core replays these events even when the capability is gone.
     apply_event = staticmethod(repair_events.apply_event)
-    guard_event = staticmethod(repairs.guard_event)
+    guard_event = staticmethod(guard_event)
+
+    def __repr__(self) -> str:
+        return f"RepairSession(capability={self.capability!r}, kind={self.kind!r})"
 
     @property
     def actor(self) -> str:
@@ -70,6 +99,8 @@ class RepairSession:
     def drift(self, tx: Any, goal_id: str) -> list[damage.Finding]:
         """What calls for a :meth:`rebuild`: chain findings, ledger gaps, state that disagrees with
         the ledger replayed (replays the ledger)."""
+        from loopx.domain import repairs
+
         return repairs.drift(tx, goal_id)
 
     def schema(self, reg: Any) -> list[damage.Finding]:
@@ -86,32 +117,44 @@ class RepairSession:
 
     def propose(self, finding: damage.Finding) -> repairs.Repair | None:
         """The repair of one finding, or ``None`` when only a person (or a backup) can cure it."""
+        from loopx.domain import repairs
+
         return repairs.propose(finding)
 
     # --- repairing (inside ``reg.mutate(session.actor, ...)`` unless said otherwise) ---------------
 
     def apply(self, w: Any, repair: repairs.Repair) -> int:
         """Record one proposed repair on the writer's goal; returns the event's number."""
+        from loopx.domain import repairs
+
         return repairs.apply(w, repair, kind=self.kind)
 
     def rebuild(self, w: Any) -> dict[str, Any] | None:
         """``state_rebuilt``: the writer's goal rebuilt from its ledger (drift detected again inside
         the transaction), keeping human control and recording loss; ``None``: nothing to rebuild.
         ``{"findings", "kept", "kept_keys", "lost", "seq"}``."""
+        from loopx.domain import repairs
+
         return repairs.rebuild(w, kind=self.kind)
 
     def escape(self, w: Any) -> dict[str, Any] | None:
         """``data_escaped``: unreadable event bodies rewritten escaped, the originals kept as evidence;
         ``None`` when there were none, else ``{"findings", "evidence_id", "seq"}``."""
+        from loopx.domain import repairs
+
         return repairs.escape(w, kind=self.kind)
 
     def abandon_expired_run(self, w: Any, run_id: str) -> None:
         """Ask the core to mark an open run past its expiry abandoned (refused unless it is)."""
+        from loopx.domain import repairs
+
         repairs.abandon_expired_run(w, run_id)
 
     def restore_goal_rows(self, reg: Any, *, after: Callable[[Any, dict[str, Any]], Any] | None = None) -> list[Any]:
         """Goals whose row is gone while their ledger survives, each rebuilt in its own transaction
         as this capability; ``after(w, rebuilt)`` runs in it and its results are returned."""
+        from loopx.domain import repairs
+
         return repairs.restore_goal_rows(reg, self.actor, kind=self.kind, after=after)
 
     def backup(self, reg: Any) -> str | None:
@@ -123,4 +166,6 @@ class RepairSession:
     def reindex(self, reg: Any) -> None:
         """Rebuild the registry's indexes and put LoopX's triggers back (cures ``storage_integrity``
         and ``schema_altered``); its own transaction."""
+        from loopx.domain import repairs
+
         repairs.reindex_storage(reg)

@@ -17,6 +17,7 @@ import contextvars
 import os
 import sys
 import threading
+import types
 from typing import Any, Callable, Generator, Iterable, NamedTuple
 
 import pluggy
@@ -150,7 +151,7 @@ class _Job:
     def wait(self, timeout: float, plugin: str) -> Any:
         worker = _Worker.take()
         worker.thread.name = f"loopx-hook-{plugin}"  # what a stack dump of a stuck hook shows
-        worker.jobs.put(self)
+        worker.put(self)
         if not self.done.acquire(timeout=timeout):
             with _POOL_LOCK:
                 if not self.finished:
@@ -172,14 +173,21 @@ class _Worker:
     the job and waits. A worker whose job was abandoned ends with it (if it ever returns).
     """
 
-    __slots__ = ("jobs", "thread")
+    __slots__ = ("job", "wake", "thread")
 
     def __init__(self) -> None:
-        import queue
-
-        self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        # A worker holds at most one job (it is out of the pool from take() until that job has
+        # run), so the hand-off is one slot and a lock released when it is filled, not a queue.
+        self.job: _Job | None = None
+        self.wake = threading.Lock()
+        self.wake.acquire()
         self.thread = threading.Thread(target=self._serve, name="loopx-hook", daemon=True)
         self.thread.start()
+
+    def put(self, job: _Job) -> None:
+        """Hand this (idle, taken) worker its job."""
+        self.job = job
+        self.wake.release()
 
     @classmethod
     def take(cls) -> "_Worker":
@@ -191,7 +199,9 @@ class _Worker:
     def _serve(self) -> None:
         job: _Job | None
         while True:
-            job = self.jobs.get()
+            self.wake.acquire()
+            job, self.job = self.job, None
+            assert job is not None
             job.run()
             with _POOL_LOCK:
                 if job.abandoned:
@@ -316,6 +326,11 @@ class _Contained:
         return [name for name in self.__dict__ if name != "_loopx_plugin"]
 
 
+#: What pluggy can take as a hook implementation (``_static_hook_attr``); any other name of a
+#: module plugin is none, so :func:`stand_in` does not ask pluggy about it.
+_HOOKABLE = (types.FunctionType, staticmethod, classmethod, types.MethodType)
+
+
 def _original(proxy: _Contained) -> object:
     """The plugin ``proxy`` stands in for (kept in its __dict__: no attribute a hook name could shadow)."""
     return proxy.__dict__["_loopx_plugin"]
@@ -333,7 +348,13 @@ def stand_in(pm: pluggy.PluginManager, plugin: object, plugin_name: str) -> _Con
 
     proxy = _Contained(plugin)
     marker = pm.project_name + "_impl"
-    for attr in dir(plugin):
+    names = dir(plugin)
+    if isinstance(plugin, types.ModuleType):
+        # pluggy looks each name up with inspect.getattr_static; a module's own dict tells at once
+        # which names can be hooks at all (its imports, constants and classes cannot).
+        own = vars(plugin)
+        names = [name for name in names if isinstance(own.get(name), _HOOKABLE)]
+    for attr in names:
         opts = pm.parse_hookimpl_opts(plugin, attr)
         if opts is None:
             continue

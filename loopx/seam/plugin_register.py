@@ -53,10 +53,12 @@ class _Record:
         return f"{type(self).__name__}({fields})"
 
 
-class StoreFactory(Protocol):
-    """What ``loopx_register_stores`` registers: ``factory(url, readonly)`` opens a store."""
+if TYPE_CHECKING:  # only annotations name it: a Protocol class costs ~0.5 M instructions to make on every command
 
-    def __call__(self, url: str, readonly: bool = ..., /) -> Any: ...
+    class StoreFactory(Protocol):
+        """What ``loopx_register_stores`` registers: ``factory(url, readonly)`` opens a store."""
+
+        def __call__(self, url: str, readonly: bool = ..., /) -> Any: ...
 
 
 class StoreRegistration(_Record):

@@ -31,6 +31,7 @@ from loopx.seam.hooks import ContainedPluginManager, Hooks, Registration, faults
 from loopx.seam.hooks import HookFault as HookFault
 from loopx.seam.hooks import hook_timeout as hook_timeout
 from loopx.seam.hooks import report_fault
+from loopx.values.lasting import lasting
 
 if TYPE_CHECKING:
     from loopx.seam.plugin_register import ExecutorRegistration, StoreRegistration
@@ -57,7 +58,8 @@ def get_plugin_manager() -> pluggy.PluginManager:
     if _pm is None or env != _pm_env:
         if _pm is not None:
             reset()
-        _pm, _pm_env = _build(), env
+        with lasting("loopx.seam.plugins:plugin manager"):  # lives as long as the process
+            _pm, _pm_env = _build(), env
     return _pm
 
 
@@ -325,13 +327,15 @@ def event_kinds(core_areas: Iterable[str] = (), retired: Iterable[str] = ()) -> 
 def _core_repair_kind(apply: object, guard: object, writers: Iterable[str]) -> bool:
     """Whether a kind registered with ``apply``, ``guard`` and ``writers`` is exactly the core's
     repair event: :func:`loopx.ledger.events.repair.apply_event`, :func:`loopx.domain.repairs.guard_event`
-    (named, not imported: the plugin seam sits below both), written by capabilities only."""
+    or ``RepairSession.guard_event`` (:func:`loopx.domain.repair_session.guard_event`, which calls it;
+    named, not imported: the plugin seam sits below both), written by capabilities only."""
 
     def named(fn: object, module: str, qualname: str) -> bool:
         return getattr(fn, "__module__", None) == module and getattr(fn, "__qualname__", None) == qualname
 
     return (set(writers) == {"capability"} and named(apply, "loopx.ledger.events.repair", "apply_event")
-            and named(guard, "loopx.domain.repairs", "guard_event"))
+            and (named(guard, "loopx.domain.repairs", "guard_event")
+                 or named(guard, "loopx.domain.repair_session", "guard_event")))
 
 
 def _homes() -> dict[str, set[str]]:

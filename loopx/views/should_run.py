@@ -15,6 +15,12 @@ from loopx.values.clock import add_seconds, seconds_between
 from loopx.domain.usage import remaining
 from loopx.values.validate import check_id, check_number, check_text, new_id
 
+# What every should-run uses, imported with this module (the CLI imports it with the collector
+# paused: loopx.values.lasting) rather than inside the functions.
+from loopx.domain import claims, runs
+from loopx.seam import capabilities, plugins
+from loopx.views import contract, inputs
+
 DEFAULT_AGENT = "agent"
 
 
@@ -37,8 +43,6 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
     process that will carry out the run it opens, recorded with it. ``dry_run`` previews and
     writes nothing.
     """
-    from loopx.domain import runs
-
     check_id("goal", goal_id)
     check_actor(actor)
     agent = check_text(agent if agent is not None else default_agent(), what="--agent", limit="agent")
@@ -52,8 +56,6 @@ def should_run(reg: Registry, actor: str, *, goal_id: str, agent: str | None = N
     if dry_run:
         return _preview(reg, goal_id=goal_id, agent=agent, ttl=ttl, run_id=run_id, contract_id=contract_id,
                         answers=answers)
-
-    from loopx.domain import claims
 
     # Step processes a dead owner left running are stopped before the goal is held (from the open
     # runs the hook phase just read, when it read them: not read a second time).
@@ -145,15 +147,10 @@ class _Answers:
 
 
 def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
-    from loopx.seam import plugins
-
     hooks = plugins.hooks()
     veto_on, actions_on = hooks.implemented(hooks.contract_veto), hooks.implemented(hooks.contract_actions)
     if not (veto_on or actions_on):
         return _Answers()
-    from loopx.seam import capabilities
-    from loopx.views import contract, inputs
-
     now = clock.now()
     # Which capabilities serve the goal decides whose hooks are asked; the declarations are hook
     # answers too, read before any transaction (then cached for the process).
@@ -185,9 +182,6 @@ def _plugin_answers(reg, goal_id: str, agent: str, run_id: str) -> _Answers:
 
 def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owner=None,
           check_owners=False, leftovers=None, rolled_back=()) -> dict:
-    from loopx.views import contract, inputs
-    from loopx.domain import runs
-
     # One read of the goal's inputs per call: the one taken before the transaction when nothing
     # changed since (same revision), else one now (reusing the goal row the writer locked).
     if w is not None and owner is not None and owner.get("lease_token") is not None:
@@ -256,8 +250,6 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owne
     if w is not None:
         w.emit("run.opened", {"run_id": run_id, "agent": agent, "expires_at": expires, "contract": doc})
         if owner is not None:
-            from loopx.domain import claims
-
             claims.emit_owner(w, run_id, owner)
     out["interaction_contract"] = doc
     return out
@@ -266,8 +258,6 @@ def _turn(tx, w, *, goal_id, agent, ttl, now, run_id, contract_id, answers, owne
 def _abandon_dead_runs(tx, w, seen, *, goal_id, now, check_owners):
     """Mark abandoned the goal's open runs past their expiry (and, with ``check_owners``, those
     whose owning process is gone); the goal's inputs read again if any was."""
-    from loopx.views import inputs
-
     expired = seen.expired_runs(now)
     for stale in expired:
         if claims_started(tx, stale.id):  # a step was running: "ran, result unknown" (loopx.domain.claims)
@@ -279,8 +269,6 @@ def _abandon_dead_runs(tx, w, seen, *, goal_id, now, check_owners):
     if expired:
         seen = inputs.gather(tx, goal_id)
     if check_owners:
-        from loopx.domain import claims
-
         dead = claims.dead_runs(tx, seen.live_runs(now))
         for run in dead:
             claims.emit_abandoned(w, run, reason="owner_gone")
@@ -303,7 +291,6 @@ def _tampered(tx, w, seen, *, agent, now, rolled_back=()) -> dict | None:
     preview on a registry that cannot be written checks here (``rolled_back``: what the anchor
     check it made before its snapshot found). See :mod:`loopx.ledger.integrity`.
     """
-    from loopx.views import contract
     from loopx.ledger import integrity
 
     goal = seen.goal

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from loopx.seam.hookspecs import hookspec
+from loopx.seam.hookspecs import hookspec, spec_names
 
 if TYPE_CHECKING:
     from loopx.seam.plugin_register import CapabilityRegistrar
@@ -26,3 +26,7 @@ def loopx_register_capabilities(register: CapabilityRegistrar) -> None:
     otherwise, nothing written); and its contract actions are offered only while its quota needs
     fit what remains. Build the declaration inside the hook and import nothing heavy.
     """
+
+
+def __dir__() -> list[str]:
+    return spec_names(globals())  # what pluggy's add_hookspecs looks at: the specifications only

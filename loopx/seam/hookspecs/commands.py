@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from loopx.seam.hookspecs import hookspec
+from loopx.seam.hookspecs import hookspec, spec_names
 
 if TYPE_CHECKING:
     import click
@@ -17,3 +17,7 @@ def loopx_register_commands(cli: click.Group) -> None:
     Keep the plugin module cheap to import: build commands inside this hook, and import heavy
     libraries inside the command functions.
     """
+
+
+def __dir__() -> list[str]:
+    return spec_names(globals())  # what pluggy's add_hookspecs looks at: the specifications only

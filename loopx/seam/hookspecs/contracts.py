@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loopx.seam.hookspecs import hookspec
+from loopx.seam.hookspecs import hookspec, spec_names
 
 if TYPE_CHECKING:
     from loopx.seam.hookspecs.answers import ContributedAction, ReadTx, Veto
@@ -49,3 +49,7 @@ def loopx_contract_actions(tx: ReadTx, goal: Goal, run_id: str, remaining: dict[
     the write transaction, under the same deadline as vetoes; a hook that fails or returns the
     wrong type is named in a warning and skipped.
     """
+
+
+def __dir__() -> list[str]:
+    return spec_names(globals())  # what pluggy's add_hookspecs looks at: the specifications only

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from loopx.seam.hookspecs import hookspec
+from loopx.seam.hookspecs import hookspec, spec_names
 
 if TYPE_CHECKING:
     from loopx.seam.plugin_register import ExecutorRegistrar
@@ -32,3 +32,7 @@ confinement are spelled out there).
     registry only through the turn's broker (``docs/security.md``). Built in: ``shell``, ``claude-code``, ``codex`` and ``command``
     (see ``docs/agents.md``).
     """
+
+
+def __dir__() -> list[str]:
+    return spec_names(globals())  # what pluggy's add_hookspecs looks at: the specifications only

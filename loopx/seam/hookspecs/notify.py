@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopx.seam.hookspecs import hookspec
+from loopx.seam.hookspecs import hookspec, spec_names
 
 
 @hookspec
@@ -25,3 +25,7 @@ def loopx_notify(notification: dict[str, Any]) -> bool | None:
     when delivered; the answer is recorded with the notification. Must return quickly and must
     not write to the registry; an exception is reported and recorded as a failed delivery.
     """
+
+
+def __dir__() -> list[str]:
+    return spec_names(globals())  # what pluggy's add_hookspecs looks at: the specifications only

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from loopx.seam.hookspecs import hookspec
+from loopx.seam.hookspecs import hookspec, spec_names
 
 if TYPE_CHECKING:
     from loopx.model import Event, Gate
@@ -48,3 +48,7 @@ def loopx_gate_decided(writer: Writer, gate: Gate, decision: str) -> None:
     raises refuses the whole decision (``plugin_error`` naming the plugin, nothing written);
     disable the plugin to decide without it.
     """
+
+
+def __dir__() -> list[str]:
+    return spec_names(globals())  # what pluggy's add_hookspecs looks at: the specifications only

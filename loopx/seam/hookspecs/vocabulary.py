@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from loopx.seam.hookspecs import hookspec
+from loopx.seam.hookspecs import hookspec, spec_names
 
 if TYPE_CHECKING:
     from loopx.seam.plugin_register import ErrorCodeRegistrar, EventKindRegistrar
@@ -36,3 +36,7 @@ def loopx_register_error_codes(register: ErrorCodeRegistrar) -> None:
     then works like a core code: exit status 2, one line, ``{"error": {"code", "message"}}``
     under ``--json``.
     """
+
+
+def __dir__() -> list[str]:
+    return spec_names(globals())  # what pluggy's add_hookspecs looks at: the specifications only

@@ -79,11 +79,13 @@ def loopx_contract_veto(tx: ReadTx, goal: goals.Goal) -> Veto | dict[str, Any] |
     Runs on every ``quota should-run``, so only the cheap detectors run here (a few indexed
     queries over the goal's own rows; no ledger replay): see ``detectors.veto_findings``.
     """
-    from loopx_self_repair import detectors, repairs
+    from loopx_self_repair import detectors
 
     found = detectors.veto_findings(tx, goal.id)
     if not found:
         return None
+    from loopx_self_repair import repairs  # the commands it names; only when there is damage
+
     codes = sorted({f.code for f in found})
     if codes == ["repair_needs_user"]:
         # A repair kept human control the ledger lacked: only a person can say what is true
