@@ -87,10 +87,19 @@ def project_cwd(tmp_path_factory, monkeypatch):
     return cwd
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory):
+    """The new, empty SQLite registry ``registry_url`` copies (made once per worker, on first use)."""
+    return backends.SqliteTemplate(tmp_path_factory.mktemp("registry-template"))
+
+
 @pytest.fixture(params=backends.KINDS)
-def registry_url(request, tmp_path):
-    """A fresh, empty registry URL, once per backend (PostgreSQL skips without a server)."""
-    url = backends.fresh_registry(request.param, tmp_path)
+def registry_url(request, tmp_path, sqlite_template):
+    """A fresh, empty registry URL, once per backend (PostgreSQL skips without a server).
+
+    SQLite's is a copy of one made once per worker (:class:`tests.backends.SqliteTemplate`).
+    """
+    url = backends.fresh_registry(request.param, tmp_path, sqlite_template)
     yield url
     backends.drop_registry(request.param, url)
 
