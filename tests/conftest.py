@@ -168,6 +168,20 @@ def loopx_proc(registry_url):
     return call
 
 
+@pytest.fixture
+def loopx_here(registry_url):
+    """``loopx_here(...)``: :func:`loopx_proc`'s call - the same arguments, the environment a real
+    process gets - run in this process (``tests/cli_helpers.py``), for a test that checks only
+    what the command answers, not the process."""
+    from tests.cli_helpers import loopx_in_process
+
+    def call(*args, env=None, input=None):
+        return loopx_in_process(*args, env=loopx_env(registry_url, **(env or {})), input=input)
+
+    call.url = registry_url
+    return call
+
+
 def pytest_collection_modifyitems(session, config, items):
     """Files holding tests marked ``slow`` first (in their order, the rest after them): run in
     parallel (scripts/test.sh: ``--dist loadfile``, the quick tier ``worksteal``), the long ones
