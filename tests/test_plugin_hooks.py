@@ -162,6 +162,7 @@ def test_pluggy_is_used_as_documented():
     import ast
     import re
 
+    from tests import source_trees
     from tests.conftest import ROOT
 
     fields = {"function", "plugin", "plugin_name", "opts", "argnames", "kwargnames", "wrapper", "hookwrapper",
@@ -169,7 +170,7 @@ def test_pluggy_is_used_as_documented():
     offenders = []
     for path in (ROOT / "loopx").rglob("*.py"):
         text = path.read_text()
-        for node in ast.walk(ast.parse(text)):
+        for node in source_trees.nodes(source_trees.parse(text)):
             targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
             for t in targets:
                 if isinstance(t, ast.Attribute) and t.attr in fields:
