@@ -34,6 +34,7 @@ def cli(tmp_path, sqlite_url):
         run.calls = [json.loads(line) for line in log.read_text().splitlines()]
         return p
 
+    run.url = sqlite_url
     return run
 
 
