@@ -37,3 +37,20 @@ def loopx_in_process(*args, env: dict, input: str | None = None) -> CliResult:
         os.environ.clear()
         os.environ.update(saved)
     return CliResult(r.exit_code, r.stdout, r.stderr)
+
+
+def in_process(registry_url: str, **extra_env):
+    """``call(*args, env=None)`` -> :class:`CliResult`: ``loopx ARGS`` on ``registry_url`` in this
+    process, with the environment a real process would get (``tests.conftest.loopx_env``).
+
+    For set-up a test needs but does not check, e.g. ``make_goal(in_process(url), ...)``: a goal
+    with actions and todos made by ``loopx`` processes cost about 1 s of CPU, for a test whose
+    claim is about the turn or the worker that comes after.
+    """
+    from tests.conftest import loopx_env
+
+    def call(*args, env=None, input=None):
+        return loopx_in_process(*args, env=loopx_env(registry_url, **{**extra_env, **(env or {})}), input=input)
+
+    call.url = registry_url
+    return call

@@ -87,10 +87,19 @@ def project_cwd(tmp_path_factory, monkeypatch):
     return cwd
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory):
+    """The new, empty SQLite registry ``registry_url`` copies (made once per worker, on first use)."""
+    return backends.SqliteTemplate(tmp_path_factory.mktemp("registry-template"))
+
+
 @pytest.fixture(params=backends.KINDS)
-def registry_url(request, tmp_path):
-    """A fresh, empty registry URL, once per backend (PostgreSQL skips without a server)."""
-    url = backends.fresh_registry(request.param, tmp_path)
+def registry_url(request, tmp_path, sqlite_template):
+    """A fresh, empty registry URL, once per backend (PostgreSQL skips without a server).
+
+    SQLite's is a copy of one made once per worker (:class:`tests.backends.SqliteTemplate`).
+    """
+    url = backends.fresh_registry(request.param, tmp_path, sqlite_template)
     yield url
     backends.drop_registry(request.param, url)
 
@@ -154,6 +163,20 @@ def loopx_proc(registry_url):
             timeout=timeout,
         )
         return Result(p.returncode, p.stdout, p.stderr)
+
+    call.url = registry_url
+    return call
+
+
+@pytest.fixture
+def loopx_here(registry_url):
+    """``loopx_here(...)``: :func:`loopx_proc`'s call - the same arguments, the environment a real
+    process gets - run in this process (``tests/cli_helpers.py``), for a test that checks only
+    what the command answers, not the process."""
+    from tests.cli_helpers import loopx_in_process
+
+    def call(*args, env=None, input=None):
+        return loopx_in_process(*args, env=loopx_env(registry_url, **(env or {})), input=input)
 
     call.url = registry_url
     return call

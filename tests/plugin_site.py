@@ -25,11 +25,14 @@ def plugin_env(tmp_path: Path, registry_url: str, **entry_points: str) -> dict:
 
 
 def new_goal(cli) -> str:
-    """A goal made through ``cli`` (a fixture calling ``loopx`` with a plugin's environment, that
-    returns the finished process); its id."""
-    import json
+    """A goal in the registry of ``cli`` (a fixture calling ``loopx`` with a plugin's environment,
+    its registry's URL as ``cli.url``); its id. Made in this process, by the user: what the tests
+    check is what the plugins do with it (a ``loopx`` process to make it cost 0.25 s of CPU)."""
+    from loopx.domain import goals
+    from loopx.ledger.registry import Registry
 
-    return json.loads(cli("project_prompt", "create", "--title", "T", "--json").stdout)["id"]
+    with Registry.open(cli.url) as reg:
+        return goals.create(reg, "user", title="T")["id"]
 
 
 def should_run(cli, goal_id: str, **env) -> tuple[dict, str]:

@@ -1,6 +1,8 @@
 """Paper cuts an operator met in a week (issue 37): a closed pipe, a misspelt actor, `action add`
 blaming the wrong thing (`plugins install|uninstall`: tests/test_cli_plugins_registry.py; the
-demo: tests/test_turn_demo.py). Every call is a real ``loopx`` process.
+demo: tests/test_turn_demo.py). A closed pipe is a real ``loopx`` process's; what a command
+answers (a refused actor, `action add`'s errors) and reading the registry back are checked in
+this process, given a real process's environment (``tests/cli_helpers.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import sys
 
 import pytest
 
+from tests.backends import SqliteTemplate
+from tests.cli_helpers import loopx_in_process
 from tests.conftest import loopx_env
 
 LONG = "x" * 900  # enough lines of this fill a pipe's buffer (64 KiB) many times
@@ -27,18 +31,28 @@ def _closed_early(argv, env, *, read_first_line: bool) -> subprocess.CompletedPr
     return subprocess.CompletedProcess(argv, p.returncode, first, err)
 
 
-@pytest.fixture
-def big_goal(sqlite_url):
-    """A goal whose history and evidence are each far longer than a pipe's buffer."""
+def _fill_big_goal(reg) -> str:
     from loopx.domain import evidence, goals, todos
-    from loopx.ledger.registry import Registry
 
-    with Registry.open(sqlite_url) as reg:
-        g = goals.create(reg, "user", title="long")["id"]
-        for i in range(120):
-            todos.add(reg, "user", goal_id=g, text=f"{i} {LONG}")
-            evidence.record(reg, "user", goal_id=g, kind="note", summary=f"{i} {LONG}")
+    g = goals.create(reg, "user", title="long")["id"]
+    for i in range(120):
+        todos.add(reg, "user", goal_id=g, text=f"{i} {LONG}")
+        evidence.record(reg, "user", goal_id=g, kind="note", summary=f"{i} {LONG}")
     return g
+
+
+@pytest.fixture(scope="module")
+def big_goal_registry(tmp_path_factory):
+    """The registry of :func:`big_goal`, filled once (240 writes, about 0.5 s of CPU) and copied."""
+    return SqliteTemplate(tmp_path_factory.mktemp("big-goal"), fill=_fill_big_goal)
+
+
+@pytest.fixture
+def big_goal(sqlite_url, big_goal_registry):
+    """A goal whose history and evidence are each far longer than a pipe's buffer (in a copy of
+    one registry made for the module, at ``sqlite_url``)."""
+    big_goal_registry.copy_to(sqlite_url)
+    return big_goal_registry.filled
 
 
 @pytest.mark.parametrize("argv", [["history", "{g}"], ["history", "{g}", "--format", "jsonl"],
@@ -53,9 +67,8 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_status_0(sqlite_u
     if read_first_line:
         assert p.stdout.strip()
     # The registry is as it was: still readable, nothing torn.
-    again = subprocess.run([sys.executable, "-m", "loopx", "history", big_goal, "--format", "jsonl"], env=env,
-                           capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0 and len(again.stdout.splitlines()) == 241
+    again = loopx_in_process("history", big_goal, "--format", "jsonl", env=env)
+    assert again.code == 0 and len(again.out.splitlines()) == 241
 
 
 def test_a_short_answer_to_a_reader_gone_before_it_is_written_is_quiet_too(sqlite_url, big_goal):
@@ -66,23 +79,19 @@ def test_a_short_answer_to_a_reader_gone_before_it_is_written_is_quiet_too(sqlit
 
 def test_an_unknown_actor_is_refused_by_every_command_reads_too(sqlite_url, big_goal):
     for argv in (["status"], ["history", big_goal], ["project-prompt", "list"]):
-        p = subprocess.run([sys.executable, "-m", "loopx", *argv], env=loopx_env(sqlite_url, LOOPX_ACTOR="usr"),
-                           capture_output=True, text=True, timeout=120)
-        assert p.returncode == 2 and p.stdout == "", p
-        assert p.stderr.count("\n") == 1 and p.stderr.rstrip().endswith("[invalid_actor]"), p.stderr
-        assert "'usr'" in p.stderr
-    j = subprocess.run([sys.executable, "-m", "loopx", "status", "--json"],
-                       env=loopx_env(sqlite_url, LOOPX_ACTOR="usr"), capture_output=True, text=True, timeout=120)
-    assert j.returncode == 2 and '"invalid_actor"' in j.stdout
+        p = loopx_in_process(*argv, env=loopx_env(sqlite_url, LOOPX_ACTOR="usr"))
+        assert p.code == 2 and p.out == "", p
+        assert p.err.count("\n") == 1 and p.err.rstrip().endswith("[invalid_actor]"), p.err
+        assert "'usr'" in p.err
+    j = loopx_in_process("status", "--json", env=loopx_env(sqlite_url, LOOPX_ACTOR="usr"))
+    assert j.code == 2 and '"invalid_actor"' in j.out
     # The two roles the environment may name still read.
-    ok = subprocess.run([sys.executable, "-m", "loopx", "status"], env=loopx_env(sqlite_url, LOOPX_ACTOR="dashboard"),
-                        capture_output=True, text=True, timeout=120)
-    assert ok.returncode == 0, ok
+    ok = loopx_in_process("status", env=loopx_env(sqlite_url, LOOPX_ACTOR="dashboard"))
+    assert ok.code == 0, ok
 
 
 def _action_add(url, *argv):
-    return subprocess.run([sys.executable, "-m", "loopx", "action", "add", *argv], env=loopx_env(url),
-                          capture_output=True, text=True, timeout=120)
+    return loopx_in_process("action", "add", *argv, env=loopx_env(url))
 
 
 def test_action_add_names_the_real_culprit(sqlite_url):
@@ -97,13 +106,12 @@ def test_action_add_names_the_real_culprit(sqlite_url):
              ((g, "--name", "bad", "name", "--", "echo", "hi"), "more than one word before `--`")]
     for argv, says in cases:
         p = _action_add(sqlite_url, *argv)
-        assert p.returncode == 2 and p.stderr.count("\n") == 1, (argv, p)
-        assert says in p.stderr and "missing the goal" not in p.stderr, (argv, p.stderr)
-        assert p.stderr.rstrip().endswith("[invalid_argument]")
+        assert p.code == 2 and p.err.count("\n") == 1, (argv, p)
+        assert says in p.err and "missing the goal" not in p.err, (argv, p.err)
+        assert p.err.rstrip().endswith("[invalid_argument]")
     # Nothing was allowed; the right forms still work.
-    assert _action_add(sqlite_url, g, "--name", "ok", "--", "echo", "hi").returncode == 0
-    assert _action_add(sqlite_url, "--goal-id", g, "--name", "ok2", "echo", "hi").returncode == 0
-    listed = subprocess.run([sys.executable, "-m", "loopx", "action", "list", g], env=loopx_env(sqlite_url),
-                            capture_output=True, text=True, timeout=120).stdout
+    assert _action_add(sqlite_url, g, "--name", "ok", "--", "echo", "hi").code == 0
+    assert _action_add(sqlite_url, "--goal-id", g, "--name", "ok2", "echo", "hi").code == 0
+    listed = loopx_in_process("action", "list", g, env=loopx_env(sqlite_url)).out
     assert [line.split()[0] for line in listed.splitlines()] == ["ok", "ok2"]
-    assert _action_add(sqlite_url, "--help").returncode == 0
+    assert _action_add(sqlite_url, "--help").code == 0

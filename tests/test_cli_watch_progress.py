@@ -14,6 +14,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT, loopx_env
+from tests.cli_helpers import in_process
 from tests.factories import make_goal
 
 
@@ -33,13 +34,13 @@ def _read_until(proc, stream, needle: str, timeout: float = 60) -> str:
 
 def test_status_watch_redraws_on_change_attention_first_and_quits_on_ctrl_c(registry_url, loopx_proc):
     env = loopx_env(registry_url)
-    calm = make_goal(loopx_proc, title="calm goal")["goal"]
+    calm = make_goal(in_process(loopx_proc.url), title="calm goal")["goal"]
     proc = subprocess.Popen([sys.executable, "-m", "loopx", "status", "--watch", "--interval", "0.1"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         first = _read_until(proc, proc.stdout, "calm goal")
         assert "loopx status --watch" in first and "Ctrl-C quits" in first
-        urgent = make_goal(loopx_proc, title="urgent goal")["goal"]
+        urgent = make_goal(in_process(loopx_proc.url), title="urgent goal")["goal"]
         assert loopx_proc("gate", "add", urgent, "--title", "approve the spend").code == 0
         frames = _read_until(proc, proc.stdout, "attention: gate_pending")
         last = frames.split("loopx status --watch")[-1]

@@ -14,6 +14,7 @@ import ast
 
 import pytest
 
+from tests import source_trees
 from tests.conftest import ROOT
 
 MAX_FILE_LINES = 500
@@ -56,9 +57,9 @@ def private_uses(source: str) -> list[str]:
     """The private names of other modules ``source`` uses: ``from M import _x``, and ``m._x``
     where ``m`` was imported from loopx or a plugin package (``import loopx.m as m``, ``from
     loopx import m``)."""
-    tree = ast.parse(source)
+    tree = source_trees.parse(source)
     imported, found = set(), []
-    for node in ast.walk(tree):
+    for node in source_trees.nodes(tree):
         if isinstance(node, ast.ImportFrom) and (node.level or _ours(node.module or "")):
             for alias in node.names:
                 if _private(alias.name):
@@ -66,7 +67,7 @@ def private_uses(source: str) -> list[str]:
                 imported.add(alias.asname or alias.name)
         elif isinstance(node, ast.Import):
             imported.update(a.asname or a.name.split(".")[0] for a in node.names if _ours(a.name))
-    for node in ast.walk(tree):
+    for node in source_trees.nodes(tree):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported
                 and _private(node.attr)):
             found.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
@@ -76,7 +77,7 @@ def private_uses(source: str) -> list[str]:
 def string_imports(source: str) -> list[str]:
     """Where ``source`` imports a module by a name held in a string."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in source_trees.nodes(source_trees.parse(source)):
         if isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
@@ -101,7 +102,7 @@ def long_functions(source: str) -> list[tuple[str, int]]:
             else:
                 walk(child, prefix)
 
-    walk(ast.parse(source), "")
+    walk(source_trees.parse(source), "")
     return out
 
 

@@ -13,6 +13,8 @@ import ast
 import re
 from pathlib import Path
 
+from tests import source_trees
+
 CORE = Path(__file__).resolve().parent.parent / "loopx"
 BUNDLED = re.compile(r"issue[-_ ]?fix|self[-_ ]?repair|\bapprovals\b", re.IGNORECASE)
 
@@ -20,7 +22,7 @@ BUNDLED = re.compile(r"issue[-_ ]?fix|self[-_ ]?repair|\bapprovals\b", re.IGNORE
 def _hidden_docstrings(tree) -> set[int]:
     """The docstrings no user sees (a click command's is its help text, so it is not hidden)."""
     out = set()
-    for node in ast.walk(tree):
+    for node in source_trees.nodes(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
             if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
@@ -33,9 +35,9 @@ def _hidden_docstrings(tree) -> set[int]:
 
 
 def _strings_shown(path: Path):
-    tree = ast.parse(path.read_text())
+    tree = source_trees.parse(path.read_text())
     hidden = _hidden_docstrings(tree)
-    for node in ast.walk(tree):
+    for node in source_trees.nodes(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in hidden:
             yield node.lineno, node.value
 

@@ -24,7 +24,7 @@ from loopx.views import contract, quota
 from loopx import hookimpl
 from loopx.domain import goals as project_prompt
 from loopx.views.should_run import should_run
-from tests.reliability.tamper import raw, rows
+from tests.reliability.tamper import raw, tables
 from tests.test_keyed_integrity import _copy_of, _put_back
 from tests.test_turn_helpers import PY, make_goal
 
@@ -262,12 +262,8 @@ def _comparable(answer: dict) -> dict:
 
 def _tables(url: str) -> dict:
     """Every row of every table (what "writes nothing" is checked against)."""
-    if url.startswith("postgres"):
-        names = [r["name"] for r in rows(url, "SELECT tablename AS name FROM pg_tables WHERE schemaname = current_schema()")]
-    else:
-        names = [r["name"] for r in rows(url, "SELECT name FROM sqlite_master WHERE type = 'table'")]
-    return {n: sorted(json.dumps(r, sort_keys=True, default=str) for r in rows(url, f"SELECT * FROM {n}"))
-            for n in names}
+    return {n: sorted(json.dumps(r, sort_keys=True, default=str) for r in found)
+            for n, found in tables(url).items()}
 
 
 def _files(folder: Path) -> dict:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from loopx.values.errors import CODES, RESERVED
+from tests import source_trees
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -55,7 +56,7 @@ def _raise_sites():
     literal: dict[str, list[str]] = {}
     dynamic: dict[tuple[str, str], int] = {}
     for rel, text in _sources():
-        for node in ast.walk(ast.parse(text)):
+        for node in source_trees.nodes(source_trees.parse(text)):
             if not isinstance(node, ast.Call):
                 continue
             name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")

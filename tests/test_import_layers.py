@@ -63,9 +63,12 @@ def test_should_run_imports_cattrs_nowhere(registry_url):
 
     import json
 
-    g = json.loads(loopx("project_prompt", "create", "--title", "T", "--json").stdout)["id"]
-    assert loopx("todo", "add", "--goal-id", g, "--text", "a step").returncode == 0
-    assert loopx("quota", "set", "--goal-id", g, "--max-turns", "5").returncode == 0
+    from tests.cli_helpers import loopx_in_process
+
+    # The goal is set up in this process; what is checked is what a should-run process imports.
+    g = loopx_in_process("project_prompt", "create", "--title", "T", "--json", env=env).json["id"]
+    assert loopx_in_process("todo", "add", "--goal-id", g, "--text", "a step", env=env).code == 0
+    assert loopx_in_process("quota", "set", "--goal-id", g, "--max-turns", "5", env=env).code == 0
     for _ in range(2):  # a new run, then the same agent's open run handed back
         p = loopx("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json", importtime=True)
         assert json.loads(p.stdout)["decision"] == "run"

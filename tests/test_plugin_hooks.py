@@ -34,6 +34,7 @@ def cli(tmp_path, sqlite_url):
         run.calls = [json.loads(line) for line in log.read_text().splitlines()]
         return p
 
+    run.url = sqlite_url
     return run
 
 
@@ -162,6 +163,7 @@ def test_pluggy_is_used_as_documented():
     import ast
     import re
 
+    from tests import source_trees
     from tests.conftest import ROOT
 
     fields = {"function", "plugin", "plugin_name", "opts", "argnames", "kwargnames", "wrapper", "hookwrapper",
@@ -169,7 +171,7 @@ def test_pluggy_is_used_as_documented():
     offenders = []
     for path in (ROOT / "loopx").rglob("*.py"):
         text = path.read_text()
-        for node in ast.walk(ast.parse(text)):
+        for node in source_trees.nodes(source_trees.parse(text)):
             targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
             for t in targets:
                 if isinstance(t, ast.Attribute) and t.attr in fields:

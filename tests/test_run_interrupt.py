@@ -15,6 +15,7 @@ import pytest
 
 from loopx.testing import signal_delivered, wait_until
 from tests.conftest import loopx_env
+from tests.cli_helpers import in_process
 from tests.factories import make_goal
 
 
@@ -66,7 +67,7 @@ def _running(tag):
 
 
 def _goal(url, tmp_path, *actions):
-    return make_goal(url, title="t", description="d", acts={name: ["sh", "-c", script] for name, script in actions},
+    return make_goal(in_process(url), title="t", description="d", acts={name: ["sh", "-c", script] for name, script in actions},
                      todo_texts=("work",))["goal"]
 
 

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import loopx_env
+from tests.cli_helpers import in_process
 from tests.factories import make_goal
 
 PY = sys.executable
@@ -40,7 +41,7 @@ def test_a_steps_loopx_reaches_the_broker_without_importing_pluggy_or_click(loop
              "echo \"$out\" | grep -q ' loopx.sandbox.broker_client$' && echo FORWARDED; "
              "echo \"$out\" | grep -q ' pluggy$' && echo PLUGGY; "
              "echo \"$out\" | grep -q ' click$' && echo CLICK; true")
-    made = make_goal(loopx_proc, title="Client", acts={"probe": ["sh", "-c", probe]}, todo_texts=("work",))
+    made = make_goal(in_process(loopx_proc.url), title="Client", acts={"probe": ["sh", "-c", probe]}, todo_texts=("work",))
     g = made["goal"]
     doc = loopx_proc("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json", env={"LOOPX_ACTOR": "executor"})
     run = doc.json["interaction_contract"]["run_id"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import re
 
+from tests import source_trees
 from tests.conftest import ROOT
 
 SQL = re.compile(
@@ -30,7 +31,7 @@ SQL_ALLOWED: set[str] = set()
 
 def _docstrings(tree: ast.AST) -> set[int]:
     found = set()
-    for node in ast.walk(tree):
+    for node in source_trees.nodes(tree):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
@@ -40,9 +41,9 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 def sql_lines(source: str) -> list[int]:
     """The lines of ``source`` where a string literal (not a docstring) holds SQL text."""
-    tree = ast.parse(source)
+    tree = source_trees.parse(source)
     docs, lines = _docstrings(tree), []
-    for node in ast.walk(tree):
+    for node in source_trees.nodes(tree):
         if isinstance(node, ast.JoinedStr):
             text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:

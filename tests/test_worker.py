@@ -12,6 +12,7 @@ import pytest
 
 from loopx.testing import signal_delivered, wait_until
 from tests.conftest import loopx_env
+from tests.cli_helpers import in_process
 from tests.factories import make_goal
 
 
@@ -43,7 +44,7 @@ def _ws(url, gid):
 
 
 def _goal(url, script, *, todos=1, title="g", limits=None):
-    return make_goal(url, title=title, description="d", acts={"work": ["sh", "-c", script]},
+    return make_goal(in_process(url), title=title, description="d", acts={"work": ["sh", "-c", script]},
                      todo_texts=[f"todo {i}" for i in range(todos)], limits=limits)["goal"]
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from loopx.testing import wait_until
 from tests.conftest import loopx_env
+from tests.cli_helpers import in_process
 from tests.factories import make_goal, workspace_of
 
 
@@ -70,11 +71,11 @@ def test_a_full_disk_never_ends_the_worker_it_backs_off_and_carries_on(small_dis
     url = str(small_disk / "registry.db")
     work = tmp_path / "work"
     work.mkdir()
-    first = make_goal(url, title="before", description="d", acts={"work": ["sh", "-c", "echo a >> before"]},
+    first = make_goal(in_process(url), title="before", description="d", acts={"work": ["sh", "-c", "echo a >> before"]},
                       todo_texts=["t"])["goal"]
     # The goal it takes up once the fault has cleared, made whole now and paused: made while the worker
     # runs, it would be seen half made (no todo or no action yet), fail its turn and wait 30 s or more.
-    after = make_goal(url, title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
+    after = make_goal(in_process(url), title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
                       todo_texts=["t"])["goal"]
     subprocess.run([sys.executable, "-m", "loopx", "project-prompt", "pause", "--goal-id", after],
                    env=loopx_env(url), check=True, capture_output=True, timeout=60)
@@ -135,7 +136,7 @@ def test_a_lease_whose_owner_was_killed_never_blocks_its_goal_even_stamped_a_yea
     url = str(tmp_path / "registry.db")
     work = tmp_path / "work"
     work.mkdir()
-    gid = make_goal(url, title="g", description="d", todo_texts=["t"], acts={
+    gid = make_goal(in_process(url), title="g", description="d", todo_texts=["t"], acts={
         "work": ["sh", "-c", "touch started; while [ ! -e go ]; do sleep 0.05; done"]})["goal"]
     loopx_clock.advance(365 * 86400)  # the wall clock a year ahead: the lease expires a year from now
     a = subprocess.Popen([sys.executable, "-m", "loopx", "worker", "--beat-seconds", "1"], env=loopx_env(url), cwd=work,
@@ -184,9 +185,9 @@ def test_postgresql_stopped_and_started_under_a_worker_and_down_at_its_start(own
     url = own_postgres.url
     work = tmp_path / "work"
     work.mkdir()
-    first = make_goal(url, title="first", description="d", acts={"work": ["sh", "-c", "echo a >> first"]},
+    first = make_goal(in_process(url), title="first", description="d", acts={"work": ["sh", "-c", "echo a >> first"]},
                       todo_texts=["t"])["goal"]
-    after = make_goal(url, title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
+    after = make_goal(in_process(url), title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
                       todo_texts=["t"])["goal"]  # made whole now, paused: resumed once the server is back
     subprocess.run([sys.executable, "-m", "loopx", "project-prompt", "pause", "--goal-id", after],
                    env=loopx_env(url), check=True, capture_output=True, timeout=60)
@@ -258,7 +259,7 @@ def test_a_worker_that_wakes_to_find_its_lease_taken_logs_lease_lost_and_stops_t
     url = str(tmp_path / "registry.db")
     work = tmp_path / "work"
     work.mkdir()
-    gid = make_goal(url, title="g", description="d", todo_texts=["t"], acts={
+    gid = make_goal(in_process(url), title="g", description="d", todo_texts=["t"], acts={
         "work": ["sh", "-c", "touch started; while [ ! -e go ]; do sleep 0.05; done"]})["goal"]
     log = tmp_path / "worker.log"
     with open(log, "w") as err:

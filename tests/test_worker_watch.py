@@ -15,6 +15,7 @@ import pytest
 from loopx.ledger.registry import Registry
 from loopx.testing import wait_until
 from tests.conftest import loopx_env
+from tests.cli_helpers import in_process
 from tests.factories import make_goal, workspace_of
 
 
@@ -55,7 +56,7 @@ def test_the_log_says_what_the_worker_does_as_it_does_it_and_worker_list_and_sto
     url = sqlite_url
     work = tmp_path / "work"
     work.mkdir()
-    gid = make_goal(url, title="watched", description="d",
+    gid = make_goal(in_process(url), title="watched", description="d",
                     acts={"work": ["sh", "-c", "touch started; while [ ! -e go ]; do sleep 0.05; done"]},
                     todo_texts=["one"])["goal"]
     notes = tmp_path / "notes.jsonl"
@@ -120,7 +121,7 @@ def test_worker_stop_while_a_turn_runs_lets_the_step_finish_and_closes_the_run_i
     url = sqlite_url
     work = tmp_path / "work"
     work.mkdir()
-    gid = make_goal(url, title="busy", description="d",
+    gid = make_goal(in_process(url), title="busy", description="d",
                     acts={"work": ["sh", "-c", "touch started; while [ ! -e go ]; do sleep 0.05; done;"
                                                " touch finished"]},
                     todo_texts=["a", "b"])["goal"]
@@ -152,7 +153,7 @@ def test_an_agent_in_the_workers_own_turn_cannot_stop_it(sqlite_url, tmp_path):
     url = sqlite_url
     work = tmp_path / "work"
     work.mkdir()
-    gid = make_goal(url, title="hostile", description="d",
+    gid = make_goal(in_process(url), title="hostile", description="d",
                     acts={"work": ["sh", "-c", "loopx worker stop --no-wait; echo EXIT $?"]}, todo_texts=["x"])["goal"]
     w = _Worker(url, "--beat-seconds", "0.3", "--log-format", "json", cwd=work)
     try:
@@ -180,7 +181,7 @@ def test_a_sigterm_before_should_run_opens_no_run_and_charges_nothing(sqlite_url
 
     env = plugin_env(tmp_path, sqlite_url, slow="slow_check")
     env.update(SLOW_CHECK_READY=str(tmp_path / "ready"), SLOW_CHECK_GO=str(tmp_path / "go"))
-    gid = make_goal(sqlite_url, title="early", description="d", acts={"work": ["true"]}, todo_texts=["x"],
+    gid = make_goal(in_process(sqlite_url), title="early", description="d", acts={"work": ["true"]}, todo_texts=["x"],
                     limits={"max_turns": 3})["goal"]
     for n in range(3):  # three early signals, as in the soak: the budget stays whole
         (tmp_path / "ready").unlink(missing_ok=True)
@@ -209,7 +210,7 @@ def test_a_lease_another_worker_holds_is_logged_and_its_goal_left_alone(sqlite_u
     url = sqlite_url
     work = tmp_path / "work"
     work.mkdir()
-    gid = make_goal(url, title="held", description="d", acts={"work": ["true"]}, todo_texts=["x"])["goal"]
+    gid = make_goal(in_process(url), title="held", description="d", acts={"work": ["true"]}, todo_texts=["x"])["goal"]
     with Registry.open(url) as reg:
         token = supervision.acquire(reg, gid, "w-elsewhere", 600)  # another worker's, for ten minutes
     w = _Worker(url, "--log-format", "json", "--exit-when-idle", cwd=work)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from loopx.store import schema
-from tests.reliability.tamper import rows
+from tests.reliability.tamper import tables
 from tests.factories import make_goal
 
 BIG = "x" * (70 * 1024)
@@ -101,12 +101,8 @@ CASES = [
 
 
 def _state(url: str) -> dict:
-    tables = ["events", "operations", "goal_heads", *schema.GOAL_TABLES]
-    out = {}
-    for t in tables:
-        found = rows(url, f"SELECT * FROM {t}")
-        out[t] = sorted(repr(sorted(r.items())) for r in found)
-    return out
+    found = tables(url, ["events", "operations", "goal_heads", *schema.GOAL_TABLES])
+    return {t: sorted(repr(sorted(r.items())) for r in got) for t, got in found.items()}
 
 
 @pytest.fixture

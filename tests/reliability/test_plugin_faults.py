@@ -30,7 +30,7 @@ def faulty(tmp_path, sqlite_url):
         assert "Traceback" not in p.stderr, p.stderr
         return p
 
-    run.env = env
+    run.env, run.url = env, sqlite_url
     return run
 
 

@@ -7,11 +7,11 @@ import hashlib
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import loopx_in_process
 from tests.reliability.conftest import env as loopx_env
 
 READ_COMMANDS = [
@@ -26,10 +26,19 @@ READ_COMMANDS = [
 ]
 
 
+class Ran:
+    """What ``loopx ARGS`` gave, as :func:`subprocess.run` names it."""
+
+    def __init__(self, args, result):
+        self.args, self.returncode, self.stdout, self.stderr = args, result.code, result.out, result.err
+
+
 def run(path, *args):
-    p = subprocess.run([sys.executable, "-m", "loopx", "--registry", str(path), *args], env=loopx_env(str(path)),
-                       capture_output=True, text=True, timeout=120)
-    return p
+    """``loopx --registry PATH ARGS`` in this process, given a real process's environment: what
+    is checked here is what the command answers and what it does to the file, not the process
+    (``loopx_in_process`` lets an exception through, so a traceback still fails the test)."""
+    argv = ["--registry", str(path), *args]
+    return Ran(argv, loopx_in_process(*argv, env=loopx_env(str(path))))
 
 
 def _one_line(p, code):

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from tests.conftest import loopx_env
+from tests.cli_helpers import in_process
 from tests.factories import make_goal
 
 
@@ -23,7 +24,7 @@ def cli(url, *args, agent=None):
 
 
 def _goal(url, wall, parallel=False):
-    return make_goal(url, title="slow work", parallel=parallel, limits={"max_wall_seconds": wall},
+    return make_goal(in_process(url), title="slow work", parallel=parallel, limits={"max_wall_seconds": wall},
                      acts={"slow": ["sleep", "60"]})["goal"]
 
 
