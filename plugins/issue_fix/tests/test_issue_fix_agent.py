@@ -79,7 +79,7 @@ REWRITE = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_ru
 
 
 @pytest.mark.parametrize("permissions", ["bypass", "allowlist"])
-def test_claude_code_fixes_an_issue_through_the_harness_loop(tmp_path, permissions):
+def test_claude_code_fixes_an_issue_through_the_harness_loop(tmp_path, permissions, loopx_cli):
     claude = cli_path("claude")
     project = make_project(tmp_path)
     elsewhere = tmp_path / "elsewhere"  # where the harness runs: not the worktree
@@ -87,8 +87,9 @@ def test_claude_code_fixes_an_issue_through_the_harness_loop(tmp_path, permissio
     (elsewhere / "calc.py").write_text(BUGGY)  # a decoy: an agent started here would edit this one
     home = tmp_path / "home"
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPX_", "ANTHROPIC_"))}
-    env.update({"LOOPX_REGISTRY": str(tmp_path / "registry.db"), "HOME": str(home), "LOOPX_CLAUDE_BIN": claude,
+    # (XDG_CONFIG_HOME is loopx_cli's empty registry's: the harness's key lives beneath its HOME.)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPX_", "ANTHROPIC_")) and k != "XDG_CONFIG_HOME"}
+    env.update({"LOOPX_REGISTRY": str(tmp_path / "harness.db"), "HOME": str(home), "LOOPX_CLAUDE_BIN": claude,
                 "LOOPX_CLAUDE_PERMISSIONS": permissions,
                 "ANTHROPIC_API_KEY": "sk-ant-scripted", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"})
 
@@ -102,14 +103,9 @@ def test_claude_code_fixes_an_issue_through_the_harness_loop(tmp_path, permissio
         """What the user looks at or decides between turns (the goal's state, a gate), in-process
         on the same registry with the same environment: the turns, the agent CLI and its steps
         are the real processes this test is about."""
-        from click.testing import CliRunner
-
-        from loopx.cli import cli
-
-        r = CliRunner().invoke(cli, ["--format", "json", *map(str, args)], catch_exceptions=False,
-                               env={**{k: None for k in os.environ}, **env})
-        assert r.exit_code == code, (r.stdout[-3000:], r.stderr[-3000:])
-        return json.loads(r.stdout)
+        r = loopx_cli("--format", "json", *args, env={**{k: None for k in os.environ}, **env})
+        assert r.code == code, (r.out[-3000:], r.err[-3000:])
+        return json.loads(r.out)
 
     def show():
         return user("issue-fix", "show", "--goal-id", g)
