@@ -269,8 +269,9 @@ def test_red_green_packet_gate_at_handoff_publish_exact_commit_and_close(cli, pr
 
 
 @pytest.mark.slow
-def test_an_edit_after_verify_is_not_published(cli, project):
-    out, s = to_publish(cli, project)
+def test_an_edit_after_verify_is_not_published(handed_off_goal):
+    cli, project = handed_off_goal.cli, handed_off_goal.project
+    out, s = handed_off_goal.start, state(cli, handed_off_goal.goal_id)
     g, wt = out["goal_id"], Path(out["worktree"])
     verified = s["verification"]["commit"]
     assert cli("gate", "approve", "--goal-id", g, "--gate-id", s["publish_gate"]).code == 0
@@ -291,8 +292,9 @@ def test_an_edit_after_verify_is_not_published(cli, project):
 
 
 @pytest.mark.slow
-def test_a_commit_after_approval_is_not_published(cli, project):
-    out, s = to_publish(cli, project)
+def test_a_commit_after_approval_is_not_published(handed_off_goal):
+    cli, project = handed_off_goal.cli, handed_off_goal.project
+    out, s = handed_off_goal.start, state(cli, handed_off_goal.goal_id)
     g, wt = out["goal_id"], Path(out["worktree"])
     assert cli("gate", "approve", "--goal-id", g, "--gate-id", s["publish_gate"]).code == 0
     (wt / "calc.py").write_text(FIXED + "\nimport os\nos.system('echo owned')\n")

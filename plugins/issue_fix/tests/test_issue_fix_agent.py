@@ -79,7 +79,7 @@ REWRITE = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_ru
 
 
 @pytest.mark.parametrize("permissions", ["bypass", "allowlist"])
-def test_claude_code_fixes_an_issue_through_the_harness_loop(tmp_path, permissions):
+def test_claude_code_fixes_an_issue_through_the_harness_loop(tmp_path, permissions, loopx_cli):
     claude = cli_path("claude")
     project = make_project(tmp_path)
     elsewhere = tmp_path / "elsewhere"  # where the harness runs: not the worktree
@@ -87,8 +87,9 @@ def test_claude_code_fixes_an_issue_through_the_harness_loop(tmp_path, permissio
     (elsewhere / "calc.py").write_text(BUGGY)  # a decoy: an agent started here would edit this one
     home = tmp_path / "home"
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPX_", "ANTHROPIC_"))}
-    env.update({"LOOPX_REGISTRY": str(tmp_path / "registry.db"), "HOME": str(home), "LOOPX_CLAUDE_BIN": claude,
+    # (XDG_CONFIG_HOME is loopx_cli's empty registry's: the harness's key lives beneath its HOME.)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPX_", "ANTHROPIC_")) and k != "XDG_CONFIG_HOME"}
+    env.update({"LOOPX_REGISTRY": str(tmp_path / "harness.db"), "HOME": str(home), "LOOPX_CLAUDE_BIN": claude,
                 "LOOPX_CLAUDE_PERMISSIONS": permissions,
                 "ANTHROPIC_API_KEY": "sk-ant-scripted", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"})
 
@@ -98,8 +99,16 @@ def test_claude_code_fixes_an_issue_through_the_harness_loop(tmp_path, permissio
         assert p.returncode == code, (p.stdout[-3000:], p.stderr[-3000:])
         return json.loads(p.stdout)
 
+    def user(*args, code=0):
+        """What the user looks at or decides between turns (the goal's state, a gate), in-process
+        on the same registry with the same environment: the turns, the agent CLI and its steps
+        are the real processes this test is about."""
+        r = loopx_cli("--format", "json", *args, env={**{k: None for k in os.environ}, **env})
+        assert r.code == code, (r.out[-3000:], r.err[-3000:])
+        return json.loads(r.out)
+
     def show():
-        return loopx("issue-fix", "show", "--goal-id", g)
+        return user("issue-fix", "show", "--goal-id", g)
 
     out = loopx("issue-fix", "start", "--repo", project, "--title", "add subtracts",
                 "--issue-text", "add(2, 3) returns -1 instead of 5", "--test-command", TEST_COMMAND)
@@ -140,7 +149,7 @@ def test_claude_code_fixes_an_issue_through_the_harness_loop(tmp_path, permissio
         assert s["phase"] == "fix" and s["log"][-1]["outcome"] == "test_failed"
         assert s["todo_status"]["fix"] == "open" and s["todo_status"]["verify"] == "open"
         assert git(wt, "rev-parse", "HEAD") == base
-        run2 = loopx("run", "show", "--run-id", t["run_id"])
+        run2 = user("run", "show", "--run-id", t["run_id"])
         assert run2["status"] == "finished" and run2["outcome"] == "failed"
 
         # The attacks: each turn fails with verify's refusal; nothing is committed.
@@ -151,8 +160,8 @@ def test_claude_code_fixes_an_issue_through_the_harness_loop(tmp_path, permissio
         # Hidden from git, the conftest is not in the clean copy verify tests: still red.
         assert t["outcome"] == "failed" and show()["log"][-1]["outcome"] == "test_failed", t["handoff"]
         # Three failed turns in a row: LoopX asks a user before another; the user lets it retry.
-        assert loopx("quota", "should-run", "--goal-id", g)["reasons"] == ["repeated_failure"]
-        loopx("project-prompt", "retry", "--goal-id", g)
+        assert user("quota", "should-run", "--goal-id", g)["reasons"] == ["repeated_failure"]
+        user("project-prompt", "retry", "--goal-id", g)
         t = turn(code=1)
         assert t["outcome"] == "failed" and show()["log"][-1]["outcome"] == "tests_weakened", t["handoff"]
         assert git(wt, "rev-parse", "HEAD") == base
@@ -170,7 +179,7 @@ def test_claude_code_fixes_an_issue_through_the_harness_loop(tmp_path, permissio
         assert "conftest.py" not in git(wt, "ls-tree", "--name-only", commit)
         assert s["todo_status"]["fix"] == "done" and s["todo_status"]["verify"] == "done"
         # No publish gate yet; the only gate is the one verify asked about the conftest change (never approved).
-        assert [x["scope"] for x in loopx("gate", "list", "--goal-id", g)] == ["other"]
+        assert [x["scope"] for x in user("gate", "list", "--goal-id", g)] == ["other"]
 
         # Turn 4: the packet, with the agent's root cause; the publish gate is requested now.
         t = turn()
@@ -190,7 +199,7 @@ def test_claude_code_fixes_an_issue_through_the_harness_loop(tmp_path, permissio
         assert git(origin_of(project), "branch", "--list") == ""
 
         # A user approves (the agent could not); the next turn publishes exactly the verified commit.
-        loopx("gate", "approve", "--goal-id", g, "--gate-id", s["publish_gate"])
+        user("gate", "approve", "--goal-id", g, "--gate-id", s["publish_gate"])
         t = turn()
         assert t["outcome"] == "ok", t["handoff"]
         assert git(origin_of(project), "rev-parse", f"refs/heads/{out['branch']}") == commit

@@ -52,8 +52,8 @@ def refused(cli, g, code):
     return r.json["error"]["message"]
 
 
-def test_a_conftest_that_rewrites_reports_is_a_test_change(cli, project):
-    g, wt = reproduced(cli, project)
+def test_a_conftest_that_rewrites_reports_is_a_test_change(reproduced_goal):
+    cli, g, wt = reproduced_goal.cli, reproduced_goal.goal_id, reproduced_goal.worktree
     (wt / "conftest.py").write_text(REWRITE_REPORTS)
     message = refused(cli, g, "issue_fix.tests_changed")
     assert "conftest.py" in message
@@ -95,9 +95,9 @@ def test_a_data_file_the_tests_read_is_guarded_by_the_audit_record(cli, tmp_path
     assert "data/expected.json" in refused(cli, g, "issue_fix.tests_changed")
 
 
-def _hidden_conftest(cli, repo, hide):
+def _hidden_conftest(reproduced_goal, hide):
     """The agent drops a report-rewriting conftest and hides it from git with ``hide(wt, goal_dir)``."""
-    g, wt = reproduced(cli, repo)
+    cli, g, wt = reproduced_goal.cli, reproduced_goal.goal_id, reproduced_goal.worktree
     (wt / "conftest.py").write_text(REWRITE_REPORTS)
     hide(wt, Path(state(cli, g)["goal_dir"]))
     excludes = f"core.excludesFile={wt.parent / 'exclude'}"
@@ -113,25 +113,25 @@ def _hidden_conftest(cli, repo, hide):
     return g
 
 
-def test_a_conftest_hidden_by_gitignore_does_not_take_part(cli, project):
-    _hidden_conftest(cli, project, lambda wt, d: (wt / ".gitignore").write_text("conftest.py\n.gitignore\n"))
+def test_a_conftest_hidden_by_gitignore_does_not_take_part(reproduced_goal):
+    _hidden_conftest(reproduced_goal, lambda wt, d: (wt / ".gitignore").write_text("conftest.py\n.gitignore\n"))
 
 
-def test_a_conftest_hidden_by_info_exclude_does_not_take_part(cli, project):
+def test_a_conftest_hidden_by_info_exclude_does_not_take_part(reproduced_goal):
     def hide(wt, goal_dir):
         exclude = Path(git(wt, "rev-parse", "--path-format=absolute", "--git-common-dir"), "info", "exclude")
         exclude.parent.mkdir(exist_ok=True)
         exclude.write_text(exclude.read_text() + "conftest.py\n" if exclude.exists() else "conftest.py\n")
 
-    _hidden_conftest(cli, project, hide)
+    _hidden_conftest(reproduced_goal, hide)
 
 
-def test_a_conftest_hidden_by_the_goal_dir_exclude_does_not_take_part(cli, project):
+def test_a_conftest_hidden_by_the_goal_dir_exclude_does_not_take_part(reproduced_goal):
     def hide(wt, goal_dir):
         exclude = wt.parent / "exclude"  # LoopX's own exclude file for the goal, beside its worktree
         exclude.write_text(exclude.read_text() + "conftest.py\n")
 
-    g = _hidden_conftest(cli, project, hide)
+    g, cli = _hidden_conftest(reproduced_goal, hide), reproduced_goal.cli
     # The real fix is verified, and the commit holds no conftest.
     wt = Path(state(cli, g)["worktree"])
     (wt / "calc.py").write_text(FIXED)
@@ -158,8 +158,8 @@ def test_a_pth_file_dropped_into_the_venv_is_refused(cli, tmp_path):
     assert s["log"][-1]["outcome"] == "environment_changed"
 
 
-def test_pythonpath_and_pytest_options_from_whoever_runs_verify_do_not_reach_the_tests(cli, project, tmp_path):
-    g, wt = reproduced(cli, project)
+def test_pythonpath_and_pytest_options_from_whoever_runs_verify_do_not_reach_the_tests(reproduced_goal, tmp_path):
+    cli, g, wt = reproduced_goal.cli, reproduced_goal.goal_id, reproduced_goal.worktree
     evil = tmp_path / "evil"
     evil.mkdir()
     (evil / "evilplugin.py").write_text(REWRITE_REPORTS)
@@ -257,8 +257,8 @@ def test_hooks_the_agent_wrote_do_not_run(cli, tmp_path):
     assert not marker.exists()
 
 
-def test_a_push_by_the_agent_during_its_turn_is_detected(cli, project):
-    g, wt = reproduced(cli, project)
+def test_a_push_by_the_agent_during_its_turn_is_detected(reproduced_goal):
+    cli, g, wt = reproduced_goal.cli, reproduced_goal.goal_id, reproduced_goal.worktree
     (wt / "calc.py").write_text(FIXED)
     git(wt, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qam", "mine")
     git(wt, "push", "-q", "origin", "HEAD:refs/heads/sneaky")
@@ -301,8 +301,8 @@ def test_closing_removes_the_worktree_and_branch_and_clean_removes_leftovers(cli
     assert "loopx-issue-fix" not in git(repo, "worktree", "list").replace(d["worktree"], "").replace(b["worktree"], "")
 
 
-def test_a_test_change_a_user_approves_verifies_with_a_warning(cli, project):
-    g, wt = reproduced(cli, project)
+def test_a_test_change_a_user_approves_verifies_with_a_warning(reproduced_goal):
+    cli, g, wt = reproduced_goal.cli, reproduced_goal.goal_id, reproduced_goal.worktree
     (wt / "conftest.py").write_text("# a fixture the fix needs\n")
     (wt / "calc.py").write_text(FIXED)
     refused(cli, g, "issue_fix.tests_changed")
@@ -318,9 +318,8 @@ def test_a_test_change_a_user_approves_verifies_with_a_warning(cli, project):
     assert any("approved" in w and "conftest.py" in w for w in r.json["warnings"]), r.json["warnings"]
 
 
-def test_the_packet_splits_the_diff_and_warns_about_literals_from_the_failing_test(cli, tmp_path):
-    repo = make_project(tmp_path)
-    g, wt = reproduced(cli, repo)
+def test_the_packet_splits_the_diff_and_warns_about_literals_from_the_failing_test(reproduced_goal):
+    cli, g, wt = reproduced_goal.cli, reproduced_goal.goal_id, reproduced_goal.worktree
     # Special-casing: the "fix" returns the expected value for the test's input only.
     (wt / "calc.py").write_text(BUGGY.replace("    return a - b\n", "    if (a, b) == (2, 3):\n        return 5\n"
                                               "    return a - b\n", 1))
@@ -381,8 +380,8 @@ for line in re.search(r"```sh\n(.*?)\n```", prompt, re.S).group(1).splitlines():
 '''
 
 
-def test_the_packet_lists_refused_and_blocked_attempts_and_every_ignored_file(cli, project, tmp_path):
-    g, wt = reproduced(cli, project)
+def test_the_packet_lists_refused_and_blocked_attempts_and_every_ignored_file(reproduced_goal, tmp_path):
+    cli, g, wt = reproduced_goal.cli, reproduced_goal.goal_id, reproduced_goal.worktree
     (wt / "conftest.py").write_text(REWRITE_REPORTS)
     refused(cli, g, "issue_fix.tests_changed")  # blocked by a guard; a test-change gate asked
     gate = state(cli, g)["test_change"]["gate_id"]

@@ -132,8 +132,8 @@ def _tampered(cli, loopx_registry, g, wt, *needles):
 
 
 @pytest.mark.slow
-def test_a_fix_patching_callinfo_from_call_is_not_green(cli, project, loopx_registry):
-    g, wt = _reproduced(cli, project)
+def test_a_fix_patching_callinfo_from_call_is_not_green(reproduced_goal):
+    cli, loopx_registry, g, wt = reproduced_goal.cli, reproduced_goal.registry, reproduced_goal.goal_id, reproduced_goal.worktree
     _attack(wt, PATCH_CALLINFO)
     _tampered(cli, loopx_registry, g, wt, "CallInfo.from_call", "raised (or never ran) but were reported passed",
               "test_calc.py::test_add")
@@ -147,38 +147,38 @@ def test_a_fix_patching_callinfo_from_call_is_not_green(cli, project, loopx_regi
 
 
 @pytest.mark.slow
-def test_a_fix_patching_testreport_is_not_green(cli, project, loopx_registry):
-    g, wt = _reproduced(cli, project)
+def test_a_fix_patching_testreport_is_not_green(reproduced_goal):
+    cli, loopx_registry, g, wt = reproduced_goal.cli, reproduced_goal.registry, reproduced_goal.goal_id, reproduced_goal.worktree
     _attack(wt, PATCH_REPORT)
     _tampered(cli, loopx_registry, g, wt, "TestReport.from_item_and_call", "test_calc.py::test_add")
 
 
 @pytest.mark.slow
-def test_a_fix_registering_a_report_rewriting_plugin_is_not_green(cli, project, loopx_registry):
+def test_a_fix_registering_a_report_rewriting_plugin_is_not_green(reproduced_goal):
     # No pytest function changes: only the raw outcome the judge saw tells the truth.
-    g, wt = _reproduced(cli, project)
+    cli, loopx_registry, g, wt = reproduced_goal.cli, reproduced_goal.registry, reproduced_goal.goal_id, reproduced_goal.worktree
     _attack(wt, REGISTER_PLUGIN)
     _tampered(cli, loopx_registry, g, wt, "raised (or never ran) but were reported passed", "test_calc.py::test_add")
 
 
 @pytest.mark.slow
-def test_a_fix_that_ends_the_run_with_os_exit_0_is_not_green(cli, project, loopx_registry):
-    g, wt = _reproduced(cli, project)
+def test_a_fix_that_ends_the_run_with_os_exit_0_is_not_green(reproduced_goal):
+    cli, loopx_registry, g, wt = reproduced_goal.cli, reproduced_goal.registry, reproduced_goal.goal_id, reproduced_goal.worktree
     # add() ends the test process with status 0 when the failing test calls it.
     _attack(wt, EXIT_EARLY, body=BUGGY.replace("    return a - b\n", "    _leave()\n    return a - b\n", 1))
     _tampered(cli, loopx_registry, g, wt, "exited 0 but pytest never finished")
 
 
 @pytest.mark.slow
-def test_a_fix_closing_the_judges_pipe_is_not_green(cli, project, loopx_registry):
-    g, wt = _reproduced(cli, project)
+def test_a_fix_closing_the_judges_pipe_is_not_green(reproduced_goal):
+    cli, loopx_registry, g, wt = reproduced_goal.cli, reproduced_goal.registry, reproduced_goal.goal_id, reproduced_goal.worktree
     _attack(wt, CLOSE_PIPES, PATCH_CALLINFO)
     _tampered(cli, loopx_registry, g, wt, "pytest never finished in the judge's record")
 
 
 @pytest.mark.slow
-def test_a_fix_writing_into_the_judges_pipe_is_not_green(cli, project, loopx_registry):
-    g, wt = _reproduced(cli, project)
+def test_a_fix_writing_into_the_judges_pipe_is_not_green(reproduced_goal):
+    cli, loopx_registry, g, wt = reproduced_goal.cli, reproduced_goal.registry, reproduced_goal.goal_id, reproduced_goal.worktree
     _attack(wt, FORGE_LINES, PATCH_CALLINFO)
     _tampered(cli, loopx_registry, g, wt, "recorded twice, or forged")
 

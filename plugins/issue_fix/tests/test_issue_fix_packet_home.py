@@ -6,7 +6,8 @@ The packet a human decides the publish gate on is kept in LoopX's data directory
 only while its sha256 is the one recorded, else ``artifact_tampered``. A goal whose packet was
 recorded at the old place keeps working, checked the same way. And ``handoff --output`` inside a
 real confined turn: the agent swaps a directory of the output path for a link to a fake
-``site-packages`` while LoopX's git runs (the measured attack) - ``zz.pth`` is never written.
+``site-packages`` once the broker has opened it and before LoopX writes (the measured attack) -
+``zz.pth`` is never written.
 """
 
 from __future__ import annotations
@@ -82,32 +83,48 @@ def test_a_packet_recorded_at_the_old_place_is_still_read_and_checked(cli, proje
 
 
 # The hostile agent, confined in a turn of the goal (the `command` executor runs it in the
-# worktree): it watches the worktree with inotify and, once LoopX's git opens `.git` there during
-# the hand-off (after the broker checked the path), swaps the output's directory `d` for a link
-# to a fake site-packages; the root cause it gives is a line Python's site module would run.
+# worktree). It watches the worktree with inotify; the moment the broker, serving its hand-off
+# request, opens the output's directory `d` (the check: that directory is resolved and held), it
+# swaps `d` for a link to a fake site-packages - before LoopX writes the copy (LoopX's git still has
+# to diff and render the packet). The events, in the kernel's order, show whether the write came
+# after the swap (the race exercised). The root cause it gives is a line Python's site module would run.
 AGENT = r'''
 import ctypes, json, os, select, struct, subprocess, sys, threading, time
 site = sys.argv[1]
 libc = ctypes.CDLL(None, use_errno=True)
+IN_OPEN, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_ISDIR = 0x20, 0x40, 0x80, 0x100, 0x40000000
 os.mkdir("d")
-ready, log = threading.Event(), {}
+ready, finished, log = threading.Event(), threading.Event(), {"events": []}
+fd = libc.inotify_init()
+top = libc.inotify_add_watch(fd, os.getcwd().encode(), IN_OPEN | IN_MOVED_FROM)
+inside = libc.inotify_add_watch(fd, b"d", IN_CREATE | IN_MOVED_TO)  # follows the directory, renamed or not
 
-def watch_then_swap(opens=2, timeout=60):
-    fd = libc.inotify_init()
-    libc.inotify_add_watch(fd, os.getcwd().encode(), 0x20)  # IN_OPEN
+def events(wait):
+    """The queued events as (where, what, name), in the order the kernel saw them."""
+    if not select.select([fd], [], [], wait)[0]:
+        return []
+    data, i, out = os.read(fd, 65536), 0, []
+    while i < len(data):
+        wd, mask, _cookie, n = struct.unpack_from("iIII", data, i)
+        name = data[i + 16:i + 16 + n].rstrip(b"\0").decode()
+        what = "open" if mask & IN_OPEN else "moved-from" if mask & IN_MOVED_FROM else "created" if mask & IN_CREATE else "moved-to"
+        out.append(["top" if wd == top else "d", what + ("-dir" if mask & IN_ISDIR else ""), name])
+        i += 16 + n
+    return out
+
+def watch_then_swap(timeout=60):
     ready.set()
-    seen, end = 0, time.monotonic() + timeout
-    while seen < opens and time.monotonic() < end:
-        if not select.select([fd], [], [], 0.2)[0]:
-            continue
-        data, i = os.read(fd, 65536), 0
-        while i < len(data):
-            _wd, _mask, _cookie, n = struct.unpack_from("iIII", data, i)
-            seen += data[i + 16:i + 16 + n].rstrip(b"\0") == b".git"
-            i += 16 + n
-    os.rename("d", "d.real")
-    os.symlink(site, "d")
-    log["git_opens_seen"] = seen
+    end = time.monotonic() + timeout
+    while "trigger" not in log and time.monotonic() < end:
+        for ev in events(0.2):
+            log["events"].append(ev)
+            if ev == ["top", "open-dir", "d"] and "trigger" not in log:
+                os.rename("d", "d.real")  # the broker holds `d` now; LoopX has not written yet
+                os.symlink(site, "d")
+                log["trigger"] = "the broker opened d"
+    while not finished.is_set():  # what follows the swap: the write, if any
+        log["events"] += events(0.2)
+    log["events"] += events(0)
 
 def handoff(output):
     p = subprocess.run(["loopx", "--format", "json", "issue-fix", "handoff", "--run-id", os.environ["LOOPX_RUN_ID"],
@@ -119,6 +136,7 @@ t = threading.Thread(target=watch_then_swap)
 t.start()
 ready.wait()
 log["swapped"] = handoff("d/zz.pth")
+finished.set()
 t.join()
 if log["swapped"][0] != 0:
     log["plain"] = handoff("copy.md")
@@ -152,13 +170,19 @@ def test_handoff_output_raced_by_a_directory_swapped_for_a_link_never_writes_out
     # Never written: the fake site-packages holds what it held.
     assert (site / "zz.pth").read_text() == "original\n", log
     assert sorted(os.listdir(site)) == ["zz.pth"]
-    # Either the swap came after the broker opened `d` (the copy went into the directory LoopX
-    # held, now `d.real`) or before (refused: a link on the way); never through the link.
+    # The race was run: `d` was swapped once the broker had opened it, and nothing was written into
+    # it before the swap (the kernel's order of events); else this test proves nothing.
+    assert log.get("trigger") == "the broker opened d", log
+    moved = log["events"].index(["top", "moved-from-dir", "d"])
+    writes = [i for i, (where, _what, _name) in enumerate(log["events"]) if where == "d"]
+    assert all(i > moved for i in writes), log
+    # The copy went into the directory LoopX held (now `d.real`), or the request was refused (a
+    # link on the way); never through the link.
     code, text, _ = log["swapped"]
     if code == 0:
-        assert (wt / "d.real" / "zz.pth").read_text().startswith("# Hand-off"), log
+        assert writes and (wt / "d.real" / "zz.pth").read_text().startswith("# Hand-off"), log
     else:
-        assert "actor_forbidden" in text, log
+        assert "actor_forbidden" in text and not writes, log
     # The packet the human reviews is out of the agent's reach, and the goal waits for the gate.
     assert log["rewrite_packet"].startswith("refused"), log
     s = state(cli, g)

@@ -21,8 +21,9 @@ def _todo_status(cli, g) -> dict:
 
 
 @pytest.mark.slow
-def test_a_rejected_publish_gate_returns_the_goal_to_fix_with_verify_in_the_contract(cli, project):
-    out, s = to_publish(cli, project)
+def test_a_rejected_publish_gate_returns_the_goal_to_fix_with_verify_in_the_contract(handed_off_goal):
+    cli, project = handed_off_goal.cli, handed_off_goal.project
+    out, s = handed_off_goal.start, state(cli, handed_off_goal.goal_id)
     g, gate, commit = out["goal_id"], s["publish_gate"], s["verification"]["commit"]
     old_publish = s["todos"]["publish"]
     doc = contract(cli, g)
@@ -71,8 +72,9 @@ def test_a_rejected_publish_gate_returns_the_goal_to_fix_with_verify_in_the_cont
 
 
 @pytest.mark.slow
-def test_reopening_the_rejected_publish_gate_puts_the_handoff_back(cli, project):
-    out, s = to_publish(cli, project)
+def test_reopening_the_rejected_publish_gate_puts_the_handoff_back(handed_off_goal):
+    cli, project = handed_off_goal.cli, handed_off_goal.project
+    out, s = handed_off_goal.start, state(cli, handed_off_goal.goal_id)
     g, gate, commit = out["goal_id"], s["publish_gate"], s["verification"]["commit"]
     publish_todo = s["todos"]["publish"]
     assert cli("gate", "reject", "--goal-id", g, "--gate-id", gate).code == 0
@@ -92,8 +94,9 @@ def test_reopening_the_rejected_publish_gate_puts_the_handoff_back(cli, project)
 
 
 @pytest.mark.slow
-def test_a_failing_gate_decided_hook_refuses_the_decision_and_writes_nothing(cli, project, monkeypatch):
-    out, s = to_publish(cli, project)
+def test_a_failing_gate_decided_hook_refuses_the_decision_and_writes_nothing(handed_off_goal, monkeypatch):
+    cli, project = handed_off_goal.cli, handed_off_goal.project
+    out, s = handed_off_goal.start, state(cli, handed_off_goal.goal_id)
     g, gate = out["goal_id"], s["publish_gate"]
     import loopx_issue_fix.rejection as rejection
 
