@@ -11,12 +11,14 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from loopx.testing import wait_until
 from tests.conftest import loopx_env
-from tests.factories import make_goal, workspace_of
+from tests.cli_helpers import loopx_in_process
+from tests.factories import make_goal
 
 
 @pytest.fixture
@@ -48,6 +50,19 @@ def _runtime(tmp_path):
     return run
 
 
+def _in(url):
+    """``loopx`` in this process on ``url`` (tests/cli_helpers.py): the goals a test stands on, and
+    the workspace it polls for; the workers, their turns and the status they report stay real."""
+    return lambda *args: loopx_in_process(*args, env=loopx_env(url))
+
+
+def _ws(url, gid):
+    """The goal's workspace (where its step runs), by ``loopx workspace show`` in this process."""
+    r = _in(url)("--format", "json", "workspace", "show", gid)
+    assert r.code == 0, r
+    return Path(r.json["workspace"])
+
+
 def _status(env):
     p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", "status"], env=env, capture_output=True,
                        text=True, timeout=60)
@@ -70,14 +85,13 @@ def test_a_full_disk_never_ends_the_worker_it_backs_off_and_carries_on(small_dis
     url = str(small_disk / "registry.db")
     work = tmp_path / "work"
     work.mkdir()
-    first = make_goal(url, title="before", description="d", acts={"work": ["sh", "-c", "echo a >> before"]},
+    first = make_goal(_in(url), title="before", description="d", acts={"work": ["sh", "-c", "echo a >> before"]},
                       todo_texts=["t"])["goal"]
     # The goal it takes up once the fault has cleared, made whole now and paused: made while the worker
     # runs, it would be seen half made (no todo or no action yet), fail its turn and wait 30 s or more.
-    after = make_goal(url, title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
+    after = make_goal(_in(url), title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
                       todo_texts=["t"])["goal"]
-    subprocess.run([sys.executable, "-m", "loopx", "project-prompt", "pause", "--goal-id", after],
-                   env=loopx_env(url), check=True, capture_output=True, timeout=60)
+    assert _in(url)("project-prompt", "pause", "--goal-id", after).code == 0
     log = tmp_path / "worker.log"
     env = loopx_env(url, XDG_RUNTIME_DIR=str(_runtime(tmp_path)))
     with open(log, "w") as err:
@@ -135,13 +149,13 @@ def test_a_lease_whose_owner_was_killed_never_blocks_its_goal_even_stamped_a_yea
     url = str(tmp_path / "registry.db")
     work = tmp_path / "work"
     work.mkdir()
-    gid = make_goal(url, title="g", description="d", todo_texts=["t"], acts={
+    gid = make_goal(_in(url), title="g", description="d", todo_texts=["t"], acts={
         "work": ["sh", "-c", "touch started; while [ ! -e go ]; do sleep 0.05; done"]})["goal"]
     loopx_clock.advance(365 * 86400)  # the wall clock a year ahead: the lease expires a year from now
     a = subprocess.Popen([sys.executable, "-m", "loopx", "worker", "--beat-seconds", "1"], env=loopx_env(url), cwd=work,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    wait_until(lambda: (workspace_of(url, gid) / "started").exists(), "the step to start")
-    go = workspace_of(url, gid) / "go"  # the step sees its workspace, not the checkout
+    wait_until(lambda: (_ws(url, gid) / "started").exists(), "the step to start")
+    go = _ws(url, gid) / "go"  # the step sees its workspace, not the checkout
     os.kill(a.pid, signal.SIGKILL)
     a.wait(timeout=10)
     go.touch()  # its orphaned turn ends (its lease stays: the worker never released it)
@@ -184,12 +198,11 @@ def test_postgresql_stopped_and_started_under_a_worker_and_down_at_its_start(own
     url = own_postgres.url
     work = tmp_path / "work"
     work.mkdir()
-    first = make_goal(url, title="first", description="d", acts={"work": ["sh", "-c", "echo a >> first"]},
+    first = make_goal(_in(url), title="first", description="d", acts={"work": ["sh", "-c", "echo a >> first"]},
                       todo_texts=["t"])["goal"]
-    after = make_goal(url, title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
+    after = make_goal(_in(url), title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
                       todo_texts=["t"])["goal"]  # made whole now, paused: resumed once the server is back
-    subprocess.run([sys.executable, "-m", "loopx", "project-prompt", "pause", "--goal-id", after],
-                   env=loopx_env(url), check=True, capture_output=True, timeout=60)
+    assert _in(url)("project-prompt", "pause", "--goal-id", after).code == 0
     env = loopx_env(url, XDG_RUNTIME_DIR=str(_runtime(tmp_path)))
     # A wrong password is not a fault to wait out: refused at once, exit 2, nothing started.
     wrong = subprocess.run([sys.executable, "-m", "loopx", "worker"], env={**env, "LOOPX_REGISTRY": re.sub(
@@ -258,7 +271,7 @@ def test_a_worker_that_wakes_to_find_its_lease_taken_logs_lease_lost_and_stops_t
     url = str(tmp_path / "registry.db")
     work = tmp_path / "work"
     work.mkdir()
-    gid = make_goal(url, title="g", description="d", todo_texts=["t"], acts={
+    gid = make_goal(_in(url), title="g", description="d", todo_texts=["t"], acts={
         "work": ["sh", "-c", "touch started; while [ ! -e go ]; do sleep 0.05; done"]})["goal"]
     log = tmp_path / "worker.log"
     with open(log, "w") as err:
@@ -266,8 +279,8 @@ def test_a_worker_that_wakes_to_find_its_lease_taken_logs_lease_lost_and_stops_t
                               "--log-format", "json"], env=loopx_env(url), cwd=work, stdout=subprocess.DEVNULL,
                              stderr=err, start_new_session=True)
     try:
-        wait_until(lambda: (workspace_of(url, gid) / "started").exists(), "the step to start")
-        space = workspace_of(url, gid)  # where the step runs (its workspace, not the checkout)
+        wait_until(lambda: (_ws(url, gid) / "started").exists(), "the step to start")
+        space = _ws(url, gid)  # where the step runs (its workspace, not the checkout)
         taken = next(e for e in _events(log) if e["event"] == "lease_taken" and e["goal"] == gid)
         os.kill(w.pid, signal.SIGSTOP)  # a suspended laptop: no beat, no renewal ...
         loopx_clock.advance(120)  # ... past its lease, and another worker takes the goal over
