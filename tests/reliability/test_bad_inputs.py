@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from loopx.store import schema
-from tests.reliability.tamper import rows
 from tests.factories import make_goal
 
 BIG = "x" * (70 * 1024)
@@ -101,12 +100,25 @@ CASES = [
 
 
 def _state(url: str) -> dict:
+    """Every row of the ledger's and the goals' tables, read directly (no LoopX involved), through
+    one connection: a PostgreSQL connection a table would cost more than the command tested."""
     tables = ["events", "operations", "goal_heads", *schema.GOAL_TABLES]
-    out = {}
-    for t in tables:
-        found = rows(url, f"SELECT * FROM {t}")
-        out[t] = sorted(repr(sorted(r.items())) for r in found)
-    return out
+    if url.startswith("postgres"):
+        import psycopg
+        from psycopg.rows import dict_row
+
+        with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+            found = {t: conn.execute(f"SELECT * FROM {t}").fetchall() for t in tables}
+    else:
+        import sqlite3
+
+        conn = sqlite3.connect(url)
+        conn.row_factory = sqlite3.Row
+        try:
+            found = {t: [dict(r) for r in conn.execute(f"SELECT * FROM {t}")] for t in tables}
+        finally:
+            conn.close()
+    return {t: sorted(repr(sorted(r.items())) for r in found[t]) for t in tables}
 
 
 @pytest.fixture
