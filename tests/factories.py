@@ -99,14 +99,12 @@ def _ok(result) -> dict:
 
 
 def workspace_of(url: str, goal_id: str):
-    """The goal's workspace (where its steps run and write, loopx/domain/workspace.py), by ``loopx workspace show``."""
-    import json
-    import subprocess
-    import sys
+    """The goal's workspace (where its steps run and write, loopx/domain/workspace.py), by ``loopx
+    workspace show`` in this process (tests/cli_helpers.py): a test polls it while real workers run."""
     from pathlib import Path
 
-    from tests.conftest import loopx_env
+    from tests.cli_helpers import in_process
 
-    p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", "workspace", "show", goal_id],
-                       env=loopx_env(url), capture_output=True, text=True, timeout=60, check=True)
-    return Path(json.loads(p.stdout)["workspace"])
+    r = in_process(url)("--format", "json", "workspace", "show", goal_id)
+    assert r.code == 0, r
+    return Path(r.json["workspace"])

@@ -16,7 +16,7 @@ import pytest
 
 from tests.factories import make_goal
 from tests.reliability.tamper import raw, rows
-from tests.test_keyed_integrity import attacker, check_codes, decide, ok, proc  # noqa: F401 - fixture
+from tests.test_keyed_integrity import attacker, check_codes, decide, in_process, ok, proc  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow  # real should-run processes on long histories, seconds each: not in the quick tier
 
@@ -26,7 +26,9 @@ MIDDLE = 4
 
 
 def _goal(proc) -> str:
-    return make_goal(proc.url, title="long history", todo_texts=TODOS, env={"LOOPX_PLUGINS": "self_repair"})["goal"]
+    """A goal with a long history, made in this process by the same commands (its set-up: the
+    decisions that must see the tampering are real processes)."""
+    return make_goal(in_process(proc.url), title="long history", todo_texts=TODOS)["goal"]
 
 
 def _sql(url: str, script: str) -> None:

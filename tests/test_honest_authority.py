@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tests.cli_helpers import loopx_in_process
 from tests.conftest import loopx_env
 from tests.factories import make_goal
 
@@ -36,12 +37,20 @@ def shim_env(registry_url, tmp_path):
     return {"PATH": str(bin_dir) + os.pathsep + loopx_env(registry_url)["PATH"]}
 
 
+def in_process(loopx_proc):
+    """The same commands as ``loopx_proc``, in this process (tests/cli_helpers.py): for the set-up a
+    test stands on and the reads that check what it left. What a test is about - a real process's
+    actor, a step's broker, a refusal - stays a real process."""
+    return lambda *args, env=None: loopx_in_process(*args, env=loopx_env(loopx_proc.url, **(env or {})))
+
+
 def goal_with_run(loopx_proc, agent="a1", acts=None):
-    made = make_goal(loopx_proc, title="Authority", acts=acts or {"hello": [PY, "-c", "print('hi')"]},
+    call = in_process(loopx_proc)
+    made = make_goal(call, title="Authority", acts=acts or {"hello": [PY, "-c", "print('hi')"]},
                      todo_texts=("work",))
     g, [t] = made["goal"], made["todos"]
-    doc = J(loopx_proc("quota", "should-run", "--goal-id", g, "--agent", agent, "--json",
-                       env={"LOOPX_ACTOR": "executor"}))
+    doc = J(call("quota", "should-run", "--goal-id", g, "--agent", agent, "--json",
+                 env={"LOOPX_ACTOR": "executor"}))
     assert doc["decision"] == "run", doc
     return g, t, doc["interaction_contract"]
 
@@ -56,25 +65,26 @@ def test_an_empty_or_unknown_actor_is_refused_and_writes_nothing(loopx_proc, val
 
 
 def test_a_governed_step_cannot_approve_a_gate_by_claiming_to_be_the_user(loopx_proc, shim_env):
-    g = J(loopx_proc("project_prompt", "create", "--title", "Sneaky", "--json"))["id"]
-    J(loopx_proc("action", "add", "--goal-id", g, "--name", "deploy", "--json", "--", "true"))
-    gate = J(loopx_proc("gate", "add", "--goal-id", g, "--title", "Deploy", "--blocks", "action:deploy",
-                        "--scope", "production", "--json"))
-    J(loopx_proc("action", "add", "--goal-id", g, "--name", "sneak", "--json", "--", "sh", "-c",
-                 f"LOOPX_ACTOR=user loopx gate approve --goal-id {g} --gate-id {gate['id']} --comment ok"))
-    J(loopx_proc("todo", "add", "--goal-id", g, "--text", "work", "--json"))
-    run = J(loopx_proc("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json",
-                       env={"LOOPX_ACTOR": "executor"}))["interaction_contract"]["run_id"]
+    call = in_process(loopx_proc)
+    g = J(call("project_prompt", "create", "--title", "Sneaky", "--json"))["id"]
+    J(call("action", "add", "--goal-id", g, "--name", "deploy", "--json", "--", "true"))
+    gate = J(call("gate", "add", "--goal-id", g, "--title", "Deploy", "--blocks", "action:deploy",
+                  "--scope", "production", "--json"))
+    J(call("action", "add", "--goal-id", g, "--name", "sneak", "--json", "--", "sh", "-c",
+           f"LOOPX_ACTOR=user loopx gate approve --goal-id {g} --gate-id {gate['id']} --comment ok"))
+    J(call("todo", "add", "--goal-id", g, "--text", "work", "--json"))
+    run = J(call("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json",
+                 env={"LOOPX_ACTOR": "executor"}))["interaction_contract"]["run_id"]
     r = loopx_proc("exec", "--run-id", run, "--agent", "a1", "--action", "sneak", "--json",
                    env={"LOOPX_ACTOR": "executor", **shim_env})
     assert r.code == 1, r
     # The step's loopx reached the turn's broker, which refused the user's verb and recorded the attempt.
     assert "[actor_forbidden]" in r.json["data"]["output_tail"] and f"inside run {run}" in r.json["data"]["output_tail"]
-    refused = [e for e in J(loopx_proc("evidence", "list", "--run-id", run, "--json")) if e["kind"] == "refused"]
+    refused = [e for e in J(call("evidence", "list", "--run-id", run, "--json")) if e["kind"] == "refused"]
     assert len(refused) == 1 and "gate approve" in refused[0]["summary"]
-    [listed] = J(loopx_proc("gate", "list", "--goal-id", g, "--json"))
+    [listed] = J(call("gate", "list", "--goal-id", g, "--json"))
     assert listed["status"] == "pending"
-    assert not any(e["kind"] == "gate.approved" for e in J(loopx_proc("history", "--goal-id", g, "--json")))
+    assert not any(e["kind"] == "gate.approved" for e in J(call("history", "--goal-id", g, "--json")))
 
 
 @pytest.mark.parametrize("command", [
@@ -114,7 +124,7 @@ def test_a_run_belongs_to_the_agent_that_opened_it(loopx_proc):
     for args, env in tries:
         r = loopx_proc(*args, "--json", env={**ex, **env})
         assert r.code == 2 and r.json["error"]["code"] == "run_not_yours", (args, r)
-    shown = J(loopx_proc("run", "show", "--run-id", run, "--json"))
+    shown = J(in_process(loopx_proc)("run", "show", "--run-id", run, "--json"))
     assert shown["status"] == "open" and shown["evidence"] == []
     # The owner may.
     assert loopx_proc("exec", "--run-id", run, "--agent", "a1", "--action", "hello", "--json", env=ex).code == 0
@@ -129,12 +139,12 @@ def test_a_step_of_one_run_cannot_act_on_another_run(loopx_proc):
                  ["evidence", "add", "--run-id", c2["run_id"], "--kind", "note", "--summary", "x"]):
         r = loopx_proc(*args, "--json", env=inside)
         assert r.code == 2 and r.json["error"]["code"] == "run_not_yours", (args, r)
-    assert J(loopx_proc("run", "show", "--run-id", c2["run_id"], "--json"))["status"] == "open"
+    assert J(in_process(loopx_proc)("run", "show", "--run-id", c2["run_id"], "--json"))["status"] == "open"
 
 
 def test_dry_run_says_it_is_a_preview_and_shows_no_run_id_a_real_call_would_not_use(loopx_proc):
-    g = J(loopx_proc("project_prompt", "create", "--title", "Preview", "--json"))["id"]
-    J(loopx_proc("todo", "add", "--goal-id", g, "--text", "work", "--json"))
+    call = in_process(loopx_proc)
+    g = make_goal(call, title="Preview", todo_texts=("work",))["goal"]
     dry = J(loopx_proc("quota", "should-run", "--goal-id", g, "--agent", "a1", "--dry-run", "--json"))
     assert dry["dry_run"] is True and "nothing was written" in dry["preview"] and dry["decision"] == "run"
     c = dry["interaction_contract"]
@@ -146,7 +156,7 @@ def test_dry_run_says_it_is_a_preview_and_shows_no_run_id_a_real_call_would_not_
     assert [s["kind"] for s in c["cli_channel"]["steps"]][-1] == "finish" and drawn in dry["preview"]
     text = loopx_proc("quota", "should-run", "--goal-id", g, "--agent", "a1", "--dry-run")
     assert "[dry run: preview]" in text.out and "no run was opened" in text.out
-    assert J(loopx_proc("run", "list", "--goal-id", g, "--json")) == []
+    assert J(call("run", "list", "--goal-id", g, "--json")) == []
     real = J(loopx_proc("quota", "should-run", "--goal-id", g, "--agent", "a1", "--json"))["interaction_contract"]
     # With a run open, a preview shows that run: the real call hands the same one back.
     again = J(loopx_proc("quota", "should-run", "--goal-id", g, "--agent", "a1", "--dry-run", "--json"))

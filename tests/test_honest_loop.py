@@ -3,7 +3,9 @@
 The README's harness loop is taken verbatim from README.md, and the seed's ``for`` loop from the
 seed's text (with ``IFS`` set to a newline, as the walkthrough test does); both run in bash as
 real processes against goals whose actions fail at each position. Afterwards the run's outcome,
-the todos, ``summary_all`` and ``status`` must all tell the truth.
+the todos, ``summary_all`` and ``status`` must all tell the truth. The goal is made, and what the
+loop left is read, by the same commands in this process (tests/cli_helpers.py): the loop's own
+``loopx`` calls are the real processes the test is about.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import loopx_in_process
 from tests.conftest import ROOT, loopx_env
 from tests.factories import make_goal
 from tests.test_seed_walkthrough import ADAPTATIONS, SEED_STEPS
@@ -54,17 +57,17 @@ def _shim(tmp_path: Path) -> str:
 
 
 def cli(url, *args, env=None):
-    p = subprocess.run([PY, "-m", "loopx", *args], env=loopx_env(url, **(env or {})), capture_output=True,
-                       text=True, timeout=120)
-    return p
+    """``loopx ARGS`` in this process: the reads that check what the harness's real processes left,
+    and the set-up before it runs (tests/cli_helpers.py)."""
+    return loopx_in_process(*args, env=loopx_env(url, **(env or {})))
 
 
 def ok_json(url, *args):
     args = list(args)
     at = args.index("--") if "--" in args else len(args)
-    p = cli(url, *args[:at], "--json", *args[at:])
-    assert p.returncode == 0, (args, p.stdout, p.stderr)
-    return json.loads(p.stdout)
+    r = cli(url, *args[:at], "--json", *args[at:])
+    assert r.code == 0, (args, r.out, r.err)
+    return json.loads(r.out)
 
 
 def goal_failing_at(url, tmp_path, position: int | None) -> tuple[str, str, Path]:
@@ -73,7 +76,7 @@ def goal_failing_at(url, tmp_path, position: int | None) -> tuple[str, str, Path
     acts = {name: [PY, "-c", f"open({str(log)!r}, 'a').write('{name}\\n'); print('{name} says exit {code}'); "
                               f"raise SystemExit({code})"]
             for name, code in ((name, 5 if i == position else 0) for i, name in enumerate(ACTIONS))}
-    made = make_goal(url, title="Honest loop", acts=acts, todo_texts=("Fit the forecast",))
+    made = make_goal(lambda *a: cli(url, *a), title="Honest loop", acts=acts, todo_texts=("Fit the forecast",))
     return made["goal"], made["todos"][0], log
 
 
@@ -141,7 +144,8 @@ def test_after_a_failed_run_summary_all_counts_its_todo_ready_as_should_run_offe
     """The failed run's claim holds nothing once the run ended: summary-all, status and the next
     should-run (for any agent) agree that the todo is ready."""
     url = registry_url
-    made = make_goal(url, title="Fails once", acts={"work": ["sh", "-c", "exit 3"]}, todo_texts=("Do it",))
+    made = make_goal(lambda *a: cli(url, *a), title="Fails once", acts={"work": ["sh", "-c", "exit 3"]},
+                     todo_texts=("Do it",))
     g, todo = made["goal"], made["todos"][0]
     p = run_loop(url, tmp_path, readme_loop(), g)
     assert "Stopped: that step failed" in p.stdout, (p.stdout, p.stderr)

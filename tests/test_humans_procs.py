@@ -1,4 +1,8 @@
-"""Humans in the loop, proved with real ``python -m loopx`` processes on a shared registry."""
+"""Humans in the loop, proved with real ``python -m loopx`` processes on a shared registry.
+
+What a test is about - the racing claims, an executor's refused verb, a lease that ran out, the
+export a reader stops early - runs as real processes; the goals, runs and read-backs it stands on
+are the same commands in this process (tests/cli_helpers.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from importlib import resources
 
 import pytest
 
+from tests.cli_helpers import loopx_in_process
 from tests.conftest import loopx_env
 
 EXECUTOR = {"LOOPX_ACTOR": "executor"}
@@ -19,16 +24,22 @@ def ok(result):
     return result.json
 
 
+def in_process(loopx_proc):
+    """``loopx_proc``'s commands, in this process: for set-up and read-backs."""
+    return lambda *args, env=None: loopx_in_process(*args, env=loopx_env(loopx_proc.url, **(env or {})))
+
+
 def open_run(loopx_proc, goal, agent):
-    doc = ok(loopx_proc("quota", "should-run", "--goal-id", goal, "--agent", agent, "--json"))
+    doc = ok(in_process(loopx_proc)("quota", "should-run", "--goal-id", goal, "--agent", agent, "--json"))
     assert doc["decision"] == "run", doc
     return doc["interaction_contract"]["run_id"]
 
 
 @pytest.mark.slow
 def test_eight_agents_claiming_one_todo_at_once_leave_exactly_one_holder(loopx_proc):
-    goal = ok(loopx_proc("project_prompt", "create", "--title", "Race", "--parallel-runs", "--json"))["id"]
-    todo = ok(loopx_proc("todo", "add", "--goal-id", goal, "--text", "the one job", "--json"))["id"]
+    call = in_process(loopx_proc)
+    goal = ok(call("project_prompt", "create", "--title", "Race", "--parallel-runs", "--json"))["id"]
+    todo = ok(call("todo", "add", "--goal-id", goal, "--text", "the one job", "--json"))["id"]
     agents = [f"agent-{i}" for i in range(8)]
     runs = {a: open_run(loopx_proc, goal, a) for a in agents}
     procs = [
@@ -49,17 +60,18 @@ def test_eight_agents_claiming_one_todo_at_once_leave_exactly_one_holder(loopx_p
     assert losers == ["todo_claimed"] * 7, outcomes
     winner, doc = winners[0]
     assert doc["claim"]["agent"] == winner and doc["claim"]["epoch"] == 1 and doc["claim"]["run_id"] == runs[winner]
-    listed = ok(loopx_proc("todo", "list", "--goal-id", goal, "--json"))
+    listed = ok(call("todo", "list", "--goal-id", goal, "--json"))
     assert listed[0]["claim"]["agent"] == winner
     # Exactly one claim event reached the ledger.
-    kinds = [e["kind"] for e in ok(loopx_proc("history", "--goal-id", goal, "--json"))]
+    kinds = [e["kind"] for e in ok(call("history", "--goal-id", goal, "--json"))]
     assert kinds.count("todo.claimed") == 1
 
 
 @pytest.mark.slow
 def test_expired_lease_is_retaken_and_the_old_holders_done_is_refused(loopx_proc, loopx_clock):
-    goal = ok(loopx_proc("project_prompt", "create", "--title", "Leases", "--parallel-runs", "--json"))["id"]
-    todo = ok(loopx_proc("todo", "add", "--goal-id", goal, "--text", "fit", "--json"))["id"]
+    call = in_process(loopx_proc)
+    goal = ok(call("project_prompt", "create", "--title", "Leases", "--parallel-runs", "--json"))["id"]
+    todo = ok(call("todo", "add", "--goal-id", goal, "--text", "fit", "--json"))["id"]
     r1, r2 = open_run(loopx_proc, goal, "slow"), open_run(loopx_proc, goal, "fast")
     first = ok(loopx_proc("todo", "claim", "--goal-id", goal, "--todo-id", todo, "--run-id", r1,
                           "--ttl-seconds", "60", "--json", env=EXECUTOR))
@@ -73,7 +85,7 @@ def test_expired_lease_is_retaken_and_the_old_holders_done_is_refused(loopx_proc
     late = loopx_proc("todo", "done", "--goal-id", goal, "--todo-id", todo, "--run-id", r1, "--note", "late",
                       "--json", env=EXECUTOR)
     assert late.code == 2 and late.json["error"]["code"] == "lease_lost", late
-    assert ok(loopx_proc("todo", "list", "--goal-id", goal, "--json"))[0]["status"] == "open"
+    assert ok(call("todo", "list", "--goal-id", goal, "--json"))[0]["status"] == "open"
     done = ok(loopx_proc("todo", "done", "--goal-id", goal, "--todo-id", todo, "--run-id", r2, "--note", "fitted",
                          "--json", env=EXECUTOR))
     assert done["status"] == "done" and done["note"] == "fitted"
@@ -81,7 +93,7 @@ def test_expired_lease_is_retaken_and_the_old_holders_done_is_refused(loopx_proc
 
 @pytest.mark.slow
 def test_executor_gate_decision_is_refused_but_its_request_is_recorded(loopx_proc):
-    goal = ok(loopx_proc("project_prompt", "create", "--title", "Gates", "--json"))["id"]
+    goal = ok(in_process(loopx_proc)("project_prompt", "create", "--title", "Gates", "--json"))["id"]
     gate = ok(loopx_proc("gate", "add", "--goal-id", goal, "--title", "Deploy to production?", "--scope",
                          "production", "--json", env=EXECUTOR))
     assert gate["requested_by"] == "executor"
@@ -101,12 +113,13 @@ def test_executor_gate_decision_is_refused_but_its_request_is_recorded(loopx_pro
 
 
 def test_executor_reward_is_refused(loopx_proc):
-    goal = ok(loopx_proc("project_prompt", "create", "--title", "Rewards", "--json"))["id"]
+    call = in_process(loopx_proc)
+    goal = ok(call("project_prompt", "create", "--title", "Rewards", "--json"))["id"]
     run_id = open_run(loopx_proc, goal, "a1")
-    ok(loopx_proc("run", "finish", "--run-id", run_id, "--outcome", "ok", "--json", env=EXECUTOR))
+    ok(call("run", "finish", "--run-id", run_id, "--outcome", "ok", "--json", env=EXECUTOR))
     r = loopx_proc("reward", "add", "--goal-id", goal, "--run-id", run_id, "--score", "1", "--json", env=EXECUTOR)
     assert r.code == 2 and r.json["error"]["code"] == "actor_forbidden", r
-    assert ok(loopx_proc("reward", "list", "--goal-id", goal, "--json")) == []
+    assert ok(call("reward", "list", "--goal-id", goal, "--json")) == []
 
 
 @pytest.mark.slow
@@ -114,16 +127,17 @@ def test_export_round_trips_through_a_file(loopx_proc, tmp_path):
     import jsonschema
 
     schema = json.loads(resources.files("loopx").joinpath("schemas/reward_record.json").read_text())
-    goal = ok(loopx_proc("project_prompt", "create", "--title", "Export", "--json"))["id"]
-    ok(loopx_proc("action", "add", "--goal-id", goal, "--name", "fit", "--json", "--", sys.executable, "-c", "print('fit')"))
+    call = in_process(loopx_proc)
+    goal = ok(call("project_prompt", "create", "--title", "Export", "--json"))["id"]
+    ok(call("action", "add", "--goal-id", goal, "--name", "fit", "--json", "--", sys.executable, "-c", "print('fit')"))
     scores = []
     for i, score in enumerate(("1.0", "-0.5", "0.25")):
         run_id = open_run(loopx_proc, goal, "a1")
         ok(loopx_proc("exec", "--run-id", run_id, "--action", "fit", "--json", env=EXECUTOR))
-        ok(loopx_proc("run", "finish", "--run-id", run_id, "--outcome", "ok", "--tokens", str(100 * (i + 1)),
-                      "--handoff", f"note {i}", "--json", env=EXECUTOR))
-        ok(loopx_proc("reward", "add", "--goal-id", goal, "--run-id", run_id, "--score", score,
-                      "--comment", f"comment {i}", "--json"))
+        ok(call("run", "finish", "--run-id", run_id, "--outcome", "ok", "--tokens", str(100 * (i + 1)),
+                "--handoff", f"note {i}", "--json", env=EXECUTOR))
+        ok(call("reward", "add", "--goal-id", goal, "--run-id", run_id, "--score", score,
+                "--comment", f"comment {i}", "--json"))
         scores.append(float(score))
     out = tmp_path / "rewards.jsonl"
     with out.open("w") as fh:
@@ -141,7 +155,7 @@ def test_export_round_trips_through_a_file(loopx_proc, tmp_path):
     assert all(r["evidence_total"] == 2 and [e["kind"] for e in r["evidence"]] == ["step_started", "command"]
                for r in records)
     assert all(r["contract"]["document"]["run_id"] == r["run"]["id"] for r in records)
-    stored = ok(loopx_proc("reward", "list", "--goal-id", goal, "--json"))
+    stored = ok(call("reward", "list", "--goal-id", goal, "--json"))
     assert [r["reward"]["id"] for r in records] == [w["id"] for w in stored]
 
 
@@ -149,8 +163,9 @@ def test_export_to_a_reader_that_stops_early_ends_cleanly(loopx_proc):
     from loopx.domain import rewards
     from loopx.ledger.registry import Registry
 
-    goal = ok(loopx_proc("project_prompt", "create", "--title", "Head", "--json"))["id"]
-    ok(loopx_proc("todo", "add", "--goal-id", goal, "--text", "x", "--json"))
+    call = in_process(loopx_proc)
+    goal = ok(call("project_prompt", "create", "--title", "Head", "--json"))["id"]
+    ok(call("todo", "add", "--goal-id", goal, "--text", "x", "--json"))
     run_id = open_run(loopx_proc, goal, "a1")
     with Registry.open(loopx_proc.url) as reg:
         for i in range(200):  # well past a pipe buffer of records

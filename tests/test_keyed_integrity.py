@@ -17,6 +17,7 @@ import textwrap
 
 import pytest
 
+from tests.cli_helpers import loopx_in_process
 from tests.conftest import ROOT, loopx_env
 from tests.reliability.tamper import raw, rows
 from tests.factories import make_goal
@@ -42,6 +43,17 @@ def proc(registry_url):
     return call
 
 
+def in_process(url: str):
+    """``call(*args, env=None)`` -> :class:`loopx.testing.CliResult`: the same commands as ``proc``
+    (self_repair loaded), run in this process (tests/cli_helpers.py). For the set-up a test stands
+    on; what it is about - the decision, the check, a refused write - stays a real process."""
+
+    def call(*args, env=None):
+        return loopx_in_process(*args, env=loopx_env(url, LOOPX_PLUGINS="self_repair", **(env or {})))
+
+    return call
+
+
 def ok(result):
     code, out, err = result
     assert code == 0, (out, err)
@@ -49,7 +61,7 @@ def ok(result):
 
 
 def goal_with_gate(proc):
-    made = make_goal(proc.url, title="ship it", todo_texts=("build",), env={"LOOPX_PLUGINS": "self_repair"},
+    made = make_goal(in_process(proc.url), title="ship it", todo_texts=("build",),
                      gates=({"title": "deploy to production?", "scope": "production"},))
     return made["goal"], made["gates"][0]
 
@@ -234,7 +246,7 @@ def test_an_older_state_put_back_is_a_rollback(proc):
     url = proc.url
     g, gate = goal_with_gate(proc)
     older = _copy_of(url, g)
-    ok(proc("gate", "reject", "--goal-id", g, "--gate-id", gate, "--comment", "not this week"))
+    assert in_process(url)("gate", "reject", "--goal-id", g, "--gate-id", gate, "--comment", "not this week").code == 0
     assert decide(proc, g)["reasons"] == ["gate_rejected"]
     _put_back(url, g, older, older["goal_heads"][0]["seq"])
     assert _copy_of(url, g) == older  # the older copy, exactly
@@ -254,15 +266,16 @@ def test_an_older_registry_file_copied_over_is_detected(proc, tmp_path):
     if url.startswith("postgres"):
         pytest.skip("a file copy is SQLite's; test_an_older_state_put_back_is_a_rollback covers PostgreSQL")
     g, gate = goal_with_gate(proc)
-    other = ok(proc("project_prompt", "create", "--title", "other"))["id"]
+    call = in_process(url)
+    other = call("project_prompt", "create", "--title", "other", "--json").json["id"]
     older = tmp_path / "older.db"
     src = sqlite3.connect(url)
     dst = sqlite3.connect(older)
     src.backup(dst)
     src.close()
     dst.close()
-    ok(proc("gate", "reject", "--goal-id", g, "--gate-id", gate))
-    ok(proc("evidence", "add", "--goal-id", other, "--kind", "note", "--summary", "after the copy"))
+    assert call("gate", "reject", "--goal-id", g, "--gate-id", gate).code == 0
+    assert call("evidence", "add", "--goal-id", other, "--kind", "note", "--summary", "after the copy").code == 0
     for suffix in ("-wal", "-shm"):
         if os.path.exists(url + suffix):
             os.unlink(url + suffix)
@@ -292,7 +305,7 @@ print(own)
 
 def test_concurrent_writers_never_trip_the_anchor(proc):
     url = proc.url
-    shared = ok(proc("project_prompt", "create", "--title", "shared"))["id"]
+    shared = in_process(url)("project_prompt", "create", "--title", "shared", "--json").json["id"]
     env = loopx_env(url)
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, url, shared, "15"], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True) for _ in range(4)]
@@ -311,8 +324,7 @@ def test_concurrent_writers_never_trip_the_anchor(proc):
 
 def test_an_edited_contract_of_an_open_run_makes_exec_refuse_and_should_run_repair(proc, tmp_path):
     url = proc.url
-    g = ok(proc("project_prompt", "create", "--title", "t"))["id"]
-    ok(proc("todo", "add", "--goal-id", g, "--text", "build"))
+    g = make_goal(in_process(url), title="t", todo_texts=("build",))["goal"]
     d = decide(proc, g)
     assert d["decision"] == "run"
     run, contract = d["interaction_contract"]["run_id"], d["interaction_contract"]["contract_id"]

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from loopx.testing import signal_delivered, wait_until
+from tests.cli_helpers import loopx_in_process
 from tests.conftest import loopx_env
 from tests.cli_helpers import in_process
 from tests.factories import make_goal
@@ -20,6 +21,13 @@ def _cli(url, *args, env=None, timeout=60):
     p = subprocess.run([sys.executable, "-m", "loopx", "--format", "json", *map(str, args)],
                        env=loopx_env(url, **(env or {})), capture_output=True, text=True, timeout=timeout)
     return p.returncode, (json.loads(p.stdout) if p.stdout.strip() else None), p.stderr
+
+
+def _read(url, *args):
+    """Like :func:`_cli`, in this process (tests/cli_helpers.py): for the set-up and the reads (and
+    polls) that check what the worker processes did; the workers and turns stay real processes."""
+    r = loopx_in_process("--format", "json", *args, env=loopx_env(url))
+    return r.code, (json.loads(r.out) if r.out.strip() else None), r.err
 
 
 def _worker(url, *args, env=None, cwd=None):
@@ -40,7 +48,7 @@ def _ws(url, gid):
     """The goal's workspace (its step's directory), made by its first turn."""
     from pathlib import Path
 
-    return Path(_cli(url, "workspace", "show", gid)[1]["workspace"])
+    return Path(_read(url, "workspace", "show", gid)[1]["workspace"])
 
 
 def _goal(url, script, *, todos=1, title="g", limits=None):
@@ -49,7 +57,7 @@ def _goal(url, script, *, todos=1, title="g", limits=None):
 
 
 def _runs(url, gid):
-    return _cli(url, "run", "list", gid)[1]
+    return _read(url, "run", "list", gid)[1]
 
 
 @pytest.mark.parametrize("registry_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
@@ -76,7 +84,7 @@ def test_two_workers_on_one_registry_never_run_one_goal_twice(registry_url, tmp_
         runs = _runs(url, gid)
         assert [r["outcome"] for r in runs if r["status"] == "finished"].count("ok") == 2
         for r in runs:  # every run was opened under a worker's lease, with its fencing token
-            owner = next(e for e in _cli(url, "evidence", "list", "--run-id", r["id"])[1] if e["kind"] == "run_owner")
+            owner = next(e for e in _read(url, "evidence", "list", "--run-id", r["id"])[1] if e["kind"] == "run_owner")
             assert owner["data"]["lease_token"] >= 1 and owner["data"]["worker"].startswith("w-")
 
 
@@ -111,7 +119,7 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
     w = _worker(url, "--concurrency", "2", "--grace-seconds", "60", "--beat-seconds", "0.5", cwd=work)
     wait_until(lambda: all((_ws(url, g) / "started").exists() for g in goals), "both steps to start")
     # The worker reports its goals at its next heartbeat (--beat-seconds), not as each turn starts.
-    running = wait_until(lambda: next((x for x in _cli(url, "status")[1]["workers"]
+    running = wait_until(lambda: next((x for x in _read(url, "status")[1]["workers"]
                                    if x["state"] == "running" and sorted(x["goals"]) == sorted(goals)), None),
                      "the worker to report both goals")
     assert running["pid"] == w.pid
@@ -126,7 +134,7 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
     for gid in goals:
         runs = _runs(url, gid)
         assert [r["outcome"] for r in runs] == ["interrupted"]  # and no new turn was started
-    code, status, _ = _cli(url, "status")
+    code, status, _ = _read(url, "status")
     assert status["workers"][0]["state"] == "stopped" and status["workers"][0]["goals"] == []
 
 
@@ -149,12 +157,12 @@ def test_a_sigkilled_worker_shows_as_died_and_its_turns_die_with_it_recorded_int
     wait_until(lambda: (_runs(url, gid) or [{}])[0].get("status") == "finished", "the orphaned turn to end", timeout=60)
     assert [r["outcome"] for r in _runs(url, gid)] == ["interrupted"]
     run_id = _runs(url, gid)[0]["id"]
-    kinds = [e["kind"] for e in _cli(url, "evidence", "list", "--run-id", run_id)[1]]
+    kinds = [e["kind"] for e in _read(url, "evidence", "list", "--run-id", run_id)[1]]
     assert "interrupted" in kinds, kinds
     wait_until(lambda: not _running_with(str(go)), "the step to be stopped")
     assert not go.exists()
     loopx_clock.advance(30)  # thirty seconds on: three beats missed (scripted, no sleeping)
-    code, status, _ = _cli(url, "status")
+    code, status, _ = _read(url, "status")
     assert status["workers"][0]["state"] == "died" and status["workers"][0]["pid"] == w.pid
 
 
@@ -183,7 +191,8 @@ def test_a_clock_jump_is_recorded_and_cadence_recovers(sqlite_url, tmp_path, loo
     wait_until(lambda: len(_runs(url, gid)) == 2 and _runs(url, gid)[0]["status"] == "finished",
            "the turn the jump made due")
     loopx_clock.set(0)  # ... and back
-    jumps = wait_until(lambda: len(_cli(url, "status")[1]["clock_jumps"]) >= 2 and _cli(url, "status")[1]["clock_jumps"],
+    jumps = wait_until(lambda: len(_read(url, "status")[1]["clock_jumps"]) >= 2
+                       and _read(url, "status")[1]["clock_jumps"],
                    "both jumps to be recorded")
     assert [j["direction"] for j in jumps[:2]] == ["back", "ahead"]
     assert abs(jumps[1]["jump_seconds"] - year) < 60

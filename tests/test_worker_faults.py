@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -77,8 +78,7 @@ def test_a_full_disk_never_ends_the_worker_it_backs_off_and_carries_on(small_dis
     # runs, it would be seen half made (no todo or no action yet), fail its turn and wait 30 s or more.
     after = make_goal(in_process(url), title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
                       todo_texts=["t"])["goal"]
-    subprocess.run([sys.executable, "-m", "loopx", "project-prompt", "pause", "--goal-id", after],
-                   env=loopx_env(url), check=True, capture_output=True, timeout=60)
+    assert in_process(url)("project-prompt", "pause", "--goal-id", after).code == 0
     log = tmp_path / "worker.log"
     env = loopx_env(url, XDG_RUNTIME_DIR=str(_runtime(tmp_path)))
     with open(log, "w") as err:
@@ -189,8 +189,7 @@ def test_postgresql_stopped_and_started_under_a_worker_and_down_at_its_start(own
                       todo_texts=["t"])["goal"]
     after = make_goal(in_process(url), title="after", description="d", acts={"work": ["sh", "-c", "echo b >> after"]},
                       todo_texts=["t"])["goal"]  # made whole now, paused: resumed once the server is back
-    subprocess.run([sys.executable, "-m", "loopx", "project-prompt", "pause", "--goal-id", after],
-                   env=loopx_env(url), check=True, capture_output=True, timeout=60)
+    assert in_process(url)("project-prompt", "pause", "--goal-id", after).code == 0
     env = loopx_env(url, XDG_RUNTIME_DIR=str(_runtime(tmp_path)))
     # A wrong password is not a fault to wait out: refused at once, exit 2, nothing started.
     wrong = subprocess.run([sys.executable, "-m", "loopx", "worker"], env={**env, "LOOPX_REGISTRY": re.sub(

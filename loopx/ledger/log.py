@@ -140,7 +140,7 @@ def replay(goal_events, read: Callable):
     first = next(goal_events, None)
     if first is None:
         return None
-    scratch = SqliteStore(":memory:")
+    scratch = SqliteStore.scratch()
     try:
 
         def work(tx):
