@@ -73,13 +73,13 @@ class SqliteTemplate:
                 rid = conn.execute("SELECT value FROM meta WHERE key = ?", (keys.META_ID,)).fetchone()[0]
             finally:
                 conn.close()
+            # The files are copied byte for byte, so every committed page must be in them, not in a
+            # WAL: the registry's checkpointer process (loopx/store/checkpointer.py) may still hold
+            # it open after the fill, and then closing this process's connections leaves the WAL.
+            _checkpointed(path)
             anchor = keys.key_dir() / f"{rid}.anchor"
-            if anchor.exists():  # its writes into the main file (this process keeps it open)
-                conn = sqlite3.connect(anchor)
-                try:
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                finally:
-                    conn.close()
+            if anchor.exists():
+                _checkpointed(anchor)
             # The key and the anchor; not the location record, which names the template's file.
             kept = {f.name: f.read_bytes() for f in keys.key_dir().iterdir()
                     if f.is_file() and f.name.startswith(rid) and not f.name.endswith(("-wal", "-shm"))}
@@ -110,6 +110,23 @@ class SqliteTemplate:
                 os.close(fd)
         keys.remember_location(keys.sqlite_location(path), rid)
         return str(path)
+
+
+def _checkpointed(path) -> None:
+    """Move every page of ``path``'s WAL into the file itself and empty the WAL (waiting out a
+    checkpointer or reader that holds it), so that a copy of the file alone is the whole database."""
+    import sqlite3
+    import time
+
+    conn = sqlite3.connect(path, timeout=30)
+    try:
+        deadline = time.monotonic() + 30
+        while conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] != 0:  # 1: busy, try again
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{path}: its WAL could not be checkpointed in 30 s")
+            time.sleep(0.01)
+    finally:
+        conn.close()
 
 
 def drop_registry(kind: str, url: str) -> None:
