@@ -15,7 +15,8 @@ def backup(reg) -> str | None:
     (back those up with ``pg_dump`` or ``loopx registry copy``).
 
     The name is reserved atomically (``O_EXCL``), so two repairs at once never pick the same
-    one; on a full disk the half-written copy is removed and the repair stops with
+    one; the copy is written beside it under a hidden name and renamed over it once whole, so a
+    repair killed part way leaves that name empty, never a half copy; on a full disk the half-written copy is removed and the repair stops with
     ``disk_full`` before anything is repaired.
     """
     import os
@@ -43,18 +44,22 @@ def backup(reg) -> str | None:
         break
     if dest is None:  # a thousand repairs in one second: give this one a random suffix
         dest = path.with_name(f"{path.name}.bak-{stamp}-{secrets.token_hex(4)}")
+    # Written under a hidden name and renamed over the reserved one once whole: a repair killed
+    # part way leaves its reserved name empty, never a half copy (with a hot journal) under it.
+    part = dest.with_name(f".{dest.name}.part")
     try:
         src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            dst = sqlite3.connect(dest)
+            dst = sqlite3.connect(part)
             try:
                 src.backup(dst)
             finally:
                 dst.close()
         finally:
             src.close()
+        os.replace(part, dest)
     except (OSError, sqlite3.Error) as exc:
-        for leftover in (dest, dest.with_name(dest.name + "-journal")):
+        for leftover in (dest, part, part.with_name(part.name + "-journal")):
             try:
                 leftover.unlink()
             except OSError:
