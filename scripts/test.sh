@@ -18,8 +18,9 @@
 #    session starts in a temp dir (tests/pg_server.py) and deletes at its end, or on
 #    LOOPX_TEST_POSTGRES_URL if you set it (then nothing is started).
 #
-#    Tests run in parallel (pytest-xdist), one worker per core up to 4 (LOOPX_TEST_JOBS=N to
-#    choose; 1 runs them in this process). Each worker has its own throwaway PostgreSQL server.
+#    Tests run in parallel (pytest-xdist): the quick tier one worker per core, the full suite one
+#    more than that (its tests wait on the processes they start about a third of the time), up
+#    to 4 (LOOPX_TEST_JOBS=N to choose; 1 runs them in this process). Each worker has its own throwaway PostgreSQL server.
 #
 # --quick: the tests that need no PostgreSQL, browser or real agent CLI and are not marked slow
 # (pytest -m "not postgres and not browser and not agents and not slow"; CONTRIBUTING.md,
@@ -77,17 +78,28 @@ if [ ! -x .venv/bin/python ]; then
     log "creating .venv"
     "$PY" -m venv .venv
 fi
-log "installing LoopX and the repository's plugins into .venv"
-.venv/bin/python -m pip install -q --upgrade pip >&2 || true
-# LoopX's distribution was named `loopx` before `loopx-control` (a different project owns that name
-# on the package index): a .venv from before loses the old name first.
-.venv/bin/python -m pip uninstall -q -y loopx >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -e '.[test,postgres]' >&2
-# The capabilities shipped here. The example third-party plugin (examples/plugins/) is not
-# installed: its tests and the seed walkthrough install it where they need it.
-for plugin in plugins/*/; do
-    [ -f "$plugin/pyproject.toml" ] && .venv/bin/python -m pip install -q -e "$plugin" >&2
-done
+# The installs are editable, so a .venv made from the same pyproject files already runs this
+# tree's code: it is reused (five pip runs cost ~25 s, a fifth of the quick tier's budget). What
+# it was made from is kept in .venv/loopx-installed; another pyproject (dependencies, entry
+# points) or interpreter installs again.
+installed_from() { cat pyproject.toml plugins/*/pyproject.toml; .venv/bin/python -V; }
+if [ "$(installed_from | sha256sum)" = "$(cat .venv/loopx-installed 2>/dev/null)" ]; then
+    log "reusing .venv: installed from these pyproject files (.venv/loopx-installed)"
+else
+    log "installing LoopX and the repository's plugins into .venv"
+    rm -f .venv/loopx-installed
+    .venv/bin/python -m pip install -q --upgrade pip >&2 || true
+    # LoopX's distribution was named `loopx` before `loopx-control` (a different project owns that
+    # name on the package index): a .venv from before loses the old name first.
+    .venv/bin/python -m pip uninstall -q -y loopx >/dev/null 2>&1 || true
+    .venv/bin/python -m pip install -q -e '.[test,postgres]' >&2
+    # The capabilities shipped here. The example third-party plugin (examples/plugins/) is not
+    # installed: its tests and the seed walkthrough install it where they need it.
+    for plugin in plugins/*/; do
+        [ -f "$plugin/pyproject.toml" ] && .venv/bin/python -m pip install -q -e "$plugin" >&2
+    done
+    installed_from | sha256sum > .venv/loopx-installed
+fi
 
 # The real agent CLIs, pinned, in a cache of their own (never in the checkout or system paths).
 AGENTS=("@anthropic-ai/claude-code@2.1.328" "@openai/codex@0.169.0")
@@ -135,7 +147,11 @@ args=()
 # module-wide servers and set-up that splitting would build twice.
 dist=loadfile
 [ "$QUICK" = 0 ] || dist=worksteal
-jobs=${LOOPX_TEST_JOBS:-$(( $(nproc 2>/dev/null || echo 1) < 4 ? $(nproc 2>/dev/null || echo 1) : 4 ))}
+cores=$(nproc 2>/dev/null || echo 1)
+# On 2 cores the full suite took 929 s with 2 workers, 816 s with 3 (1,240 s of CPU either way,
+# 145 % of the two cores busy) and 852 s with 4 (its tests slowed by sharing the cores).
+[ "$QUICK" = 1 ] || cores=$((cores + 1))
+jobs=${LOOPX_TEST_JOBS:-$(( cores < 4 ? cores : 4 ))}
 case " $* " in
     *" -n "* | *" -n"[0-9a]* | *" --numprocesses"* | *"no:xdist"*) ;;
     *) if [ "$jobs" -gt 1 ]; then args+=(-n "$jobs" --dist "$dist"); fi ;;
