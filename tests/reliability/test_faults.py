@@ -178,6 +178,47 @@ def test_an_exec_killed_while_its_step_runs_is_recorded_as_ran_result_unknown(tm
 
 
 @pytest.mark.slow
+def test_a_fix_killed_while_it_writes_its_backup_leaves_no_half_backup(tmp_path):
+    """The moment a repair's backup has bytes on disk, the repair is killed: what is left under
+    the backup's name (``registry.db.bak-*``) is empty or a whole registry, and no journal beside
+    it. (Written in place, the name held a half copy with a hot ``-journal``.)"""
+    import sqlite3
+
+    from loopx.domain import evidence
+    from tests.reliability import tamper
+
+    url = str(tmp_path / "registry.db")
+    with Registry.open(url) as reg:  # ~25 MB: a backup that takes long enough to be caught part way
+        g = make_goal(reg, title="big", todo_texts=("first",))["goal"]
+        for i in range(1500):
+            evidence.record(reg, "user", goal_id=g, kind="note", summary=f"{i} " + "x" * 8000)
+    tamper.raw(url, "UPDATE goals SET title = 'edited behind its back' WHERE id = ?", (g,))
+    p = subprocess.Popen([PY, "-m", "loopx", "self-repair", "fix"], env=plugin_env(url),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    caught = False
+    while p.poll() is None and not caught:
+        for f in tmp_path.glob("*registry.db.bak-*"):
+            try:
+                caught = f.stat().st_size > 0
+            except FileNotFoundError:
+                continue
+            if caught:
+                p.kill()
+                break
+    p.wait(30)
+    assert caught, "the backup was never seen part way"
+    left = sorted(tmp_path.glob("registry.db.bak-*"))
+    assert left and not [f.name for f in left if f.name.endswith("-journal")]
+    for b in left:
+        if b.stat().st_size:  # whole: every goal there, the hand edit included
+            conn = sqlite3.connect(f"file:{b}?mode=ro", uri=True)
+            try:
+                assert conn.execute("SELECT title FROM goals").fetchall() == [("edited behind its back",)]
+            finally:
+                conn.close()
+
+
+@pytest.mark.slow
 def test_a_self_repair_fix_killed_part_way_leaves_a_registry_the_next_fix_completes(tmp_path):
     from tests.reliability import tamper
 
