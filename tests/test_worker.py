@@ -14,7 +14,7 @@ from loopx.testing import signal_delivered, wait_until
 from tests.cli_helpers import loopx_in_process
 from tests.conftest import loopx_env
 from tests.cli_helpers import in_process
-from tests.factories import make_goal
+from tests.factories import make_goal, workspace_of
 
 
 def _cli(url, *args, env=None, timeout=60):
@@ -38,17 +38,10 @@ def _worker(url, *args, env=None, cwd=None):
 
 def _work(tmp_path):
     # The worker's cwd, which its turns inherit. Each goal's step runs in the goal's own workspace
-    # (loopx/domain/workspace.py) and writes only there: what a step leaves is read from _ws(url, goal).
+    # (loopx/domain/workspace.py) and writes only there: what a step leaves is read from workspace_of(url, goal).
     work = tmp_path / "work"
     work.mkdir()
     return work
-
-
-def _ws(url, gid):
-    """The goal's workspace (its step's directory), made by its first turn."""
-    from pathlib import Path
-
-    return Path(_read(url, "workspace", "show", gid)[1]["workspace"])
 
 
 def _goal(url, script, *, todos=1, title="g", limits=None):
@@ -75,7 +68,7 @@ def test_two_workers_on_one_registry_never_run_one_goal_twice(registry_url, tmp_
     outs = [w.communicate(timeout=240) for w in workers]
     for w, (out, err) in zip(workers, outs):
         assert w.returncode == 0, err
-    log = [x for g in goals for x in (_ws(url, g) / "log").read_text().split()]
+    log = [x for g in goals for x in (workspace_of(url, g) / "log").read_text().split()]
     assert "OVERLAP" not in log
     assert sorted(log) == sorted(goals * 2)  # every todo's step ran, each exactly once
     stats = [json.loads(out) for out, _ in outs]
@@ -117,7 +110,7 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
     script = "touch started; while [ ! -e go ]; do sleep 0.05; done; echo $LOOPX_GOAL_ID >> finished"
     goals = [_goal(url, script, todos=3, title=f"g{i}") for i in range(2)]
     w = _worker(url, "--concurrency", "2", "--grace-seconds", "60", "--beat-seconds", "0.5", cwd=work)
-    wait_until(lambda: all((_ws(url, g) / "started").exists() for g in goals), "both steps to start")
+    wait_until(lambda: all((workspace_of(url, g) / "started").exists() for g in goals), "both steps to start")
     # The worker reports its goals at its next heartbeat (--beat-seconds), not as each turn starts.
     running = wait_until(lambda: next((x for x in _read(url, "status")[1]["workers"]
                                    if x["state"] == "running" and sorted(x["goals"]) == sorted(goals)), None),
@@ -127,10 +120,10 @@ def test_a_signal_lets_running_steps_finish_closes_their_runs_and_stops_the_work
     # The worker takes it while the steps still run; its handler passes it on to the turns at once.
     wait_until(lambda: signal_delivered(w.pid, sig), "the worker to take the signal")
     for g in goals:
-        (_ws(url, g) / "go").touch()
+        (workspace_of(url, g) / "go").touch()
     out, err = w.communicate(timeout=60)
     assert w.returncode == 128 + sig, err
-    assert [(_ws(url, g) / "finished").read_text().split() for g in goals] == [[g] for g in goals]  # both finished
+    assert [(workspace_of(url, g) / "finished").read_text().split() for g in goals] == [[g] for g in goals]  # both finished
     for gid in goals:
         runs = _runs(url, gid)
         assert [r["outcome"] for r in runs] == ["interrupted"]  # and no new turn was started
@@ -148,7 +141,7 @@ def test_a_sigkilled_worker_shows_as_died_and_its_turns_die_with_it_recorded_int
     # found (its pid inside the step's world is not the host's).
     gid = _goal(url, f"touch started; while [ ! -e {go} ]; do sleep 0.05; done", todos=1)
     w = _worker(url, "--beat-seconds", "1", "--grace-seconds", "1", cwd=work)
-    wait_until(lambda: (_ws(url, gid) / "started").exists(), "the step to start")
+    wait_until(lambda: (workspace_of(url, gid) / "started").exists(), "the step to start")
     assert _running_with(str(go))
     os.kill(w.pid, signal.SIGKILL)
     w.wait(timeout=10)
@@ -184,7 +177,7 @@ def test_a_clock_jump_is_recorded_and_cadence_recovers(sqlite_url, tmp_path, loo
     work = _work(tmp_path)
     gid = _goal(url, "echo ran >> log", todos=5, limits={"cadence_seconds": 3600})
     w = _worker(url, "--beat-seconds", "0.3", cwd=work)  # on the test's clock (loopx_env)
-    wait_until(lambda: (_ws(url, gid) / "log").exists() and len(_runs(url, gid)) == 1
+    wait_until(lambda: (workspace_of(url, gid) / "log").exists() and len(_runs(url, gid)) == 1
            and _runs(url, gid)[0]["status"] == "finished", "the first turn")
     year = 365 * 24 * 3600
     loopx_clock.set(year)  # the wall clock jumps a year ahead ...
