@@ -48,6 +48,10 @@ def backup(reg) -> str | None:
     # part way leaves its reserved name empty, never a half copy (with a hot journal) under it.
     part = dest.with_name(f".{dest.name}.part")
     try:
+        # Made here, as the reserved name was: owner-only like the registry, and never a link
+        # someone left at that name (a leftover of a killed fix given this name is replaced).
+        part.unlink(missing_ok=True)
+        os.close(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
         src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
             dst = sqlite3.connect(part)

@@ -177,6 +177,24 @@ def test_an_exec_killed_while_its_step_runs_is_recorded_as_ran_result_unknown(tm
     _consistent(url)
 
 
+def test_a_fix_leaves_one_whole_backup_readable_by_its_owner_only(tmp_path):
+    """The backup holds what the registry holds: owner-only (0600) like the reserved name it
+    replaces, and nothing of its making left beside it."""
+    import stat
+
+    from tests.reliability import tamper
+
+    url = str(tmp_path / "registry.db")
+    g = _goal(url)
+    tamper.raw(url, "UPDATE goals SET title = 'edited behind its back' WHERE id = ?", (g,))
+    code, out, err = loopx(url, "self-repair", "fix", "--json")
+    assert code == 0, (out, err)
+    made = sorted(p.name for p in tmp_path.iterdir() if ".bak-" in p.name)
+    assert len(made) == 1 and made[0].startswith("registry.db.bak-"), made
+    assert stat.S_IMODE((tmp_path / made[0]).stat().st_mode) == 0o600
+    assert snapshot(str(tmp_path / made[0]))["goals"]
+
+
 @pytest.mark.slow
 def test_a_fix_killed_while_it_writes_its_backup_leaves_no_half_backup(tmp_path):
     """The moment a repair's backup has bytes on disk, the repair is killed: what is left under
