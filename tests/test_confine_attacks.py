@@ -578,3 +578,16 @@ def test_a_path_option_naming_a_file_outside_the_step_is_refused_by_the_broker_a
     assert not any(Path(f"{outside}{n}").exists() for n in ("", "2", "3"))
     assert sorted(r["why"].split(" ", 1)[0] for r in refused) == ["--out", "--out", "--output"], refused
     assert all(r["code"] == "actor_forbidden" for r in refused), refused
+
+
+def test_a_repairs_backup_beside_the_registry_is_out_of_a_steps_reach(world):
+    """``self-repair fix`` leaves ``registry.db.bak-TIME`` beside the registry: the whole registry
+    (every goal's evidence). Confinement hides the registry's own files by name; the backup is out
+    of reach because the step's world is built from an allowlist that leaves the directory out."""
+    backup = world["url"] + ".bak-20260101T000000"
+    made, _ = _prepare(world, acts={"work": ["sh", "-c", f"cat {backup} > got 2>&1; echo rc=$? >> got"]})
+    shutil.copy(world["url"], backup)
+    p = _turn(world, made["goal"])
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    got = (_workspace(world, made["goal"]) / "got").read_bytes()
+    assert got.endswith(b"rc=1\n") and b"SQLite format" not in got, got[:300]
