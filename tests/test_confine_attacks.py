@@ -580,14 +580,22 @@ def test_a_path_option_naming_a_file_outside_the_step_is_refused_by_the_broker_a
     assert all(r["code"] == "actor_forbidden" for r in refused), refused
 
 
-def test_a_repairs_backup_beside_the_registry_is_out_of_a_steps_reach(world):
-    """``self-repair fix`` leaves ``registry.db.bak-TIME`` beside the registry: the whole registry
-    (every goal's evidence). Confinement hides the registry's own files by name; the backup is out
-    of reach because the step's world is built from an allowlist that leaves the directory out."""
-    backup = world["url"] + ".bak-20260101T000000"
-    made, _ = _prepare(world, acts={"work": ["sh", "-c", f"cat {backup} > got 2>&1; echo rc=$? >> got"]})
-    shutil.copy(world["url"], backup)
-    p = _turn(world, made["goal"])
+
+@pytest.mark.parametrize("backend", ["world", "landlock"])
+def test_a_repairs_backup_beside_the_registry_is_out_of_a_steps_reach(world, backend):
+    """``self-repair fix`` leaves ``registry.db.bak-TIME`` beside the registry (and, while it
+    writes one, ``.registry.db.bak-TIME.part``): the whole registry, every goal's evidence. In a
+    world the registry's directory is not there at all; with Landlock alone (the user's opt-in)
+    the backups there when the step starts are hidden like the registry's own files."""
+    backups = [world["url"] + ".bak-20260101T000000",
+               str(Path(world["url"]).with_name(".registry.db.bak-20260102T000000.part"))]
+    script = "; ".join(f"cat {b} > got{i} 2>&1; echo rc=$? >> got{i}" for i, b in enumerate(backups))
+    made, _ = _prepare(world, acts={"work": ["sh", "-c", script]})
+    for b in backups:
+        shutil.copy(world["url"], b)
+    env = {"LOOPX_BWRAP": "/nonexistent", "LOOPX_CONFINE_BACKEND": "landlock"} if backend == "landlock" else {}
+    p = _turn(world, made["goal"], env=env)
     assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
-    got = (_workspace(world, made["goal"]) / "got").read_bytes()
-    assert got.endswith(b"rc=1\n") and b"SQLite format" not in got, got[:300]
+    for i in range(len(backups)):
+        got = (_workspace(world, made["goal"]) / f"got{i}").read_bytes()
+        assert got.endswith(b"rc=1\n") and b"SQLite format" not in got, got[:300]

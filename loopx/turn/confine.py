@@ -234,7 +234,14 @@ def registry_paths(url: str) -> tuple[list[str], list[str], list[int]]:
 
     path = real_path(str(path_from_url(url)))
     hidden = [path + suffix for suffix in ("", "-wal", "-shm", "-journal", "-lock")]
-    return hidden, [os.path.dirname(path)], []
+    # A repair's backups beside it hold the whole registry (loopx/domain/backup.py): FILE.bak-TIME
+    # and, while one is written, .FILE.bak-TIME.part. Those there when the step starts.
+    import glob
+
+    folder, name = os.path.split(path)
+    hidden += sorted(glob.glob(glob.escape(path) + ".bak-*")
+                     + glob.glob(os.path.join(glob.escape(folder), "." + glob.escape(name) + ".bak-*")))
+    return hidden, [folder], []
 
 
 def _remove_dead_steps_dirs() -> None:
