@@ -195,21 +195,23 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_runtest_protocol(item, nextitem):
     """With ``LOOPX_TEST_CPU=FILE``, each test's CPU seconds - this process's, and those of the
     processes it started and waited for - and its wall seconds are appended to ``FILE`` (one
-    tab-separated line a test). On a machine others share, wall time says little: CPU time says
-    where the suite's time goes (CONTRIBUTING.md, "Tests")."""
+    tab-separated line a test: its id, those three, its xdist worker and when it started, so
+    each worker's timeline can be drawn again). On a machine others share, wall time says
+    little: CPU time says where the suite's time goes (CONTRIBUTING.md, "Tests")."""
     path = os.environ.get("LOOPX_TEST_CPU")
     if not path:
         yield
         return
     import time
 
-    before, started = os.times(), time.monotonic()
+    before, started, t0 = os.times(), time.monotonic(), time.time()
     yield
     after = os.times()
     own = after.user - before.user + after.system - before.system
     children = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
     with open(path, "a") as out:
-        out.write(f"{item.nodeid}\t{own:.3f}\t{children:.3f}\t{time.monotonic() - started:.3f}\n")
+        out.write(f"{item.nodeid}\t{own:.3f}\t{children:.3f}\t{time.monotonic() - started:.3f}\t{worker}\t{t0:.3f}\n")
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 
 from issue_fix_helpers import (FAILING_ID, FIXED, PY, TEST_COMMAND, WRONG, as_agent, git, make_project,
-                               origin_of)
+                               origin_of, project_python)
 
 
 def start(cli, repo, *extra, text="add(2, 3) returns -1 instead of 5", command=TEST_COMMAND, code=0):
@@ -232,7 +231,7 @@ def test_red_green_packet_gate_at_handoff_publish_exact_commit_and_close(cli, pr
     for needle in ("add(2, 3) returns -1 instead of 5", "add() used subtraction", FAILING_ID,
                    f"| `{FAILING_ID}` | failed | passed |", s["reproduction"]["evidence_id"],
                    s["verification"]["evidence_id"], "-    return a - b", "+    return a + b", commit,
-                   "## Environment", "test command: `" + TEST_COMMAND, f"test interpreter: `{sys.executable}`",
+                   "## Environment", "test command: `" + TEST_COMMAND, f"test interpreter: `{project_python()}`",
                    f"test runner: pytest {pytest.__version__}", "| 2 | verify | test_failed |",
                    "1 failed attempt(s)", "AssertionError"):
         assert needle in packet, needle
