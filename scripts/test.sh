@@ -148,8 +148,8 @@ args=()
 dist=loadfile
 [ "$QUICK" = 0 ] || dist=worksteal
 cores=$(nproc 2>/dev/null || echo 1)
-# On 2 cores the full suite took 929 s with 2 workers, 816 s with 3 (1,240 s of CPU either way,
-# 145 % of the two cores busy) and 852 s with 4 (its tests slowed by sharing the cores).
+# On 2 cores the full suite took 633 s with 2 workers, 515 s with 3 and 593 s with 4 (its tests
+# slowed by sharing the cores): a worker waits on the processes its tests start a third of the time.
 [ "$QUICK" = 1 ] || cores=$((cores + 1))
 jobs=${LOOPX_TEST_JOBS:-$(( cores < 4 ? cores : 4 ))}
 case " $* " in

@@ -9,6 +9,14 @@ import pytest
 from issue_fix_helpers import Result, make_project
 
 
+def pytest_configure(config):
+    """The repository's markers these tests use, also when they run on their own: ``pytest
+    plugins/issue_fix/tests`` takes the plugin's pyproject.toml for its configuration, not the
+    repository's, and would warn of an unknown mark at every ``slow`` test."""
+    config.addinivalue_line("markers", "slow: 2 s of CPU or more; left out of the quick tier (pyproject.toml)")
+    config.addinivalue_line("markers", "agents: drives the real agent CLIs (pyproject.toml)")
+
+
 @pytest.fixture(autouse=True)
 def worktrees(tmp_path, monkeypatch) -> Path:
     """Goals' worktrees go under the test's own directory (not ``~/.local/share``)."""
