@@ -172,8 +172,9 @@ def run_test(checkout: str, command: str, *, report: Path, report_option: str | 
         results = report.with_suffix(".json")
         results.unlink(missing_ok=True)
         junit_xml = report.with_name("judge.xml")
-        args = [*planned["args"], *unselect, "-p", "no:cacheprovider", f"--confcutdir={checkout}",
-                *([f"--junitxml={junit_xml}", "-o", "junit_family=xunit1"] if junit else [])]
+        # --rootdir: ids relative to the copy, not to a configuration above it (naming this run's dir)
+        args = [*planned["args"], *unselect, "-p", "no:cacheprovider", f"--rootdir={checkout}",
+                f"--confcutdir={checkout}", *([f"--junitxml={junit_xml}", "-o", "junit_family=xunit1"] if junit else [])]
         pipe = os.pipe()
         argv = [planned["interpreter"], "-I", "-B", "-c", _BOOT.format(dir=str(probe_dir)), checkout, str(results),
                 "1" if planned["module"] else "0", str(pycache) if pycache else "-", "1" if write_bytecode else "0",

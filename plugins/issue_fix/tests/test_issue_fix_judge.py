@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from issue_fix_helpers import BUGGY, FIXED, git, make_project
+from issue_fix_helpers import BUGGY, FAILING_ID, FIXED, git, make_project
 from test_issue_fix import evidence, start, state, step
 
 #: Every attack below leaves the bug (``a - b``) in place.
@@ -263,3 +263,20 @@ def test_a_fix_that_breaks_a_new_test_after_acceptance_asks_again(cli, tmp_path)
     (wt / "calc.py").write_text(PARTIAL_FIX.replace("a >= 0 else a - b", "a > 0 else a - b - 1"))
     r, _ = step(cli, g, expect=1)
     assert r.json["reason"] == "regression" and r.json["regressions"] == ["test_calc.py::test_add_zero"], r
+
+
+@pytest.mark.slow
+def test_a_pytest_configuration_above_the_copy_moves_no_test_id(cli, tmp_path, monkeypatch):
+    """pytest makes test ids relative to the directory of the configuration it finds, looking up
+    from the tests: one above LoopX's private copies (a ``pyproject.toml`` in ``$HOME``, say) gave
+    every id the name of that run's own directory, so no two runs agreed and nothing could be
+    verified. The ids are the copy's own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the private copies: below tmp_path
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    g = start(cli, make_project(tmp_path))["goal_id"]
+    r, _ = step(cli, g)
+    assert r.json["reproduced"] is True, r
+    assert state(cli, g)["reproduction"]["failing"] == [FAILING_ID]
+    (Path(state(cli, g)["worktree"]) / "calc.py").write_text(FIXED)
+    r, _ = step(cli, g)
+    assert r.json["verified"] is True, r
