@@ -9,14 +9,13 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
 from loopx.testing import signal_delivered, wait_until
 from tests.conftest import loopx_env
 from tests.cli_helpers import in_process
-from tests.factories import make_goal
+from tests.factories import make_goal, workspace_of
 
 
 def _cli(url, *args, cwd=None, timeout=60):
@@ -35,15 +34,10 @@ def _work(tmp_path):
     # The cwd of the loopx process that runs the turns: the goal's project. Its step runs in the
     # goal's own workspace (loopx/domain/workspace.py), made from it on the first turn, in a world whose
     # /tmp is private (tmp_path is invisible to it): a step's files are relative to its directory
-    # and read (or a sentinel put) in _ws(url, goal).
+    # and read (or a sentinel put) in workspace_of(url, goal).
     work = tmp_path / "work"
     work.mkdir()
     return work
-
-
-def _ws(url, gid):
-    """The goal's workspace (its step's directory; where its first turn makes it)."""
-    return Path(_cli(url, "workspace", "show", gid)[1]["workspace"])
 
 
 def _tag():
@@ -112,7 +106,7 @@ def test_sigkilled_turn_never_runs_its_step_again_and_its_run_is_abandoned(sqlit
     # The first start of the step hangs (until stopped); a later one returns at once.
     script = f"n=$(cat log 2>/dev/null | wc -l); echo run >> log; [ $n -gt 0 ] || sleep {tag}"
     gid = _goal(url, tmp_path, ("work", script))
-    log = _ws(url, gid) / "log"
+    log = workspace_of(url, gid) / "log"
     turn = _spawn(url, "turn", gid, "--executor", "shell", cwd=work)
     wait_until(lambda: log.exists() and _running(f"sleep {tag}"), "the step to start")
     os.kill(turn.pid, signal.SIGKILL)
@@ -152,7 +146,7 @@ def test_signal_lets_the_step_finish_starts_no_other_and_closes_the_run_interrup
     gid = _goal(url, tmp_path,
                 ("first", "touch started; while [ ! -e go ]; do sleep 0.05; done; echo done > first"),
                 ("second", "touch second"))
-    ws = _ws(url, gid)
+    ws = workspace_of(url, gid)
     go = ws / "go"
     turn = _spawn(url, "turn", gid, "--executor", "shell", "--grace-seconds", "60", cwd=work)
     wait_until(lambda: (ws / "started").exists(), "the first step to start")
@@ -196,7 +190,7 @@ def test_sigterm_in_loop_starts_no_new_turn(sqlite_url, tmp_path):
     url = sqlite_url
     work = _work(tmp_path)
     gid = _goal(url, tmp_path, ("step", "touch started; while [ ! -e go ]; do sleep 0.05; done"))
-    ws = _ws(url, gid)
+    ws = workspace_of(url, gid)
     go = ws / "go"
     loop = _spawn(url, "loop", gid, "--executor", "shell", "--max-turns", "5", cwd=work)
     wait_until(lambda: (ws / "started").exists(), "the first turn's step")
@@ -215,7 +209,7 @@ def test_a_second_turn_does_not_carry_out_a_run_a_live_turn_owns(sqlite_url, tmp
     url = sqlite_url
     work = _work(tmp_path)
     gid = _goal(url, tmp_path, ("work", "touch started; while [ ! -e go ]; do sleep 0.05; done; echo ran >> log"))
-    ws = _ws(url, gid)
+    ws = workspace_of(url, gid)
     go = ws / "go"
     first = _spawn(url, "turn", gid, "--executor", "shell", cwd=work)
     wait_until(lambda: (ws / "started").exists(), "the step to start")
