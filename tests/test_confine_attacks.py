@@ -599,3 +599,34 @@ def test_a_repairs_backup_beside_the_registry_is_out_of_a_steps_reach(world, bac
     for i in range(len(backups)):
         got = (_workspace(world, made["goal"]) / f"got{i}").read_bytes()
         assert got.endswith(b"rc=1\n") and b"SQLite format" not in got, got[:300]
+
+
+@pytest.mark.parametrize("backend", ["world", "landlock"])
+def test_a_backup_made_while_the_step_runs_is_out_of_its_reach(world, backend):
+    """A repair run while a goal's step is under way: the backup it makes beside the registry
+    appears after the step's confinement was set up. In a world the registry's directory is not
+    there; with Landlock alone a file that was not there at the start has no rule, so it is refused."""
+    import time
+
+    backup = world["url"] + ".bak-20260103T000000"
+    script = (f"touch started; while [ ! -e go ]; do sleep 0.05; done; cat {backup} > got 2>&1; "
+              "echo rc=$? >> got")
+    made, _ = _prepare(world, acts={"work": ["sh", "-c", script]})
+    env = {"LOOPX_BWRAP": "/nonexistent", "LOOPX_CONFINE_BACKEND": "landlock"} if backend == "landlock" else {}
+    turn = subprocess.Popen([PY, "-m", "loopx", "--format", "json", "turn", "--goal-id", made["goal"], "--executor",
+                             "shell"], env={**world["env"], **env}, cwd=world["work"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        ws = _workspace(world, made["goal"])
+        deadline = time.monotonic() + 120
+        while not (ws / "started").exists():
+            assert turn.poll() is None and time.monotonic() < deadline, turn.communicate()
+            time.sleep(0.05)
+        shutil.copy(world["url"], backup)  # the repair's backup, made now
+        (ws / "go").touch()
+        out, err = turn.communicate(timeout=120)
+    finally:
+        turn.kill()
+    assert turn.returncode == 0, (out[-2000:], err[-2000:])
+    got = (ws / "got").read_bytes()
+    assert got.endswith(b"rc=1\n") and b"SQLite format" not in got, got[:300]

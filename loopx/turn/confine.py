@@ -235,7 +235,8 @@ def registry_paths(url: str) -> tuple[list[str], list[str], list[int]]:
     path = real_path(str(path_from_url(url)))
     hidden = [path + suffix for suffix in ("", "-wal", "-shm", "-journal", "-lock")]
     # A repair's backups beside it hold the whole registry (loopx/domain/backup.py): FILE.bak-TIME
-    # and, while one is written, .FILE.bak-TIME.part. Those there when the step starts.
+    # and, while one is written, .FILE.bak-TIME.part. Those there when the step starts (one made
+    # later falls under no Landlock rule, as the directory gets none; the world has no such directory).
     import glob
 
     folder, name = os.path.split(path)
