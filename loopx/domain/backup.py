@@ -19,6 +19,7 @@ def backup(reg) -> str | None:
     repair killed part way leaves that name empty, never a half copy; on a full disk the half-written copy is removed and the repair stops with
     ``disk_full`` before anything is repaired.
     """
+    import fcntl
     import os
     import secrets
     import sqlite3
@@ -28,6 +29,7 @@ def backup(reg) -> str | None:
     path = reg.store.path
     if path is None or str(path) == ":memory:":
         return None  # PostgreSQL: back up with pg_dump or `loopx registry copy`
+    _sweep(path)
     stamp = now().replace(":", "").replace("-", "").split(".")[0]
     dest = None
     for n in range(1, 1000):
@@ -51,17 +53,21 @@ def backup(reg) -> str | None:
         # Made here, as the reserved name was: owner-only like the registry, and never a link
         # someone left at that name (a leftover of a killed fix given this name is replaced).
         part.unlink(missing_ok=True)
-        os.close(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-        src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        held = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            dst = sqlite3.connect(part)
+            fcntl.flock(held, fcntl.LOCK_EX)  # while this fix lives: a later one sweeps only a dead one's
+            src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
             try:
-                src.backup(dst)
+                dst = sqlite3.connect(part)
+                try:
+                    src.backup(dst)
+                finally:
+                    dst.close()
             finally:
-                dst.close()
+                src.close()
+            os.replace(part, dest)
         finally:
-            src.close()
-        os.replace(part, dest)
+            os.close(held)
     except (OSError, sqlite3.Error) as exc:
         for leftover in (dest, part, part.with_name(part.name + "-journal")):
             try:
@@ -72,6 +78,50 @@ def backup(reg) -> str | None:
             "registry_unavailable", f"could not back up {path} before repairing ({exc}); nothing was repaired") \
             from None
     return str(dest)
+
+
+#: A hidden copy no fix has held for this long, whose lock is free, was left by a killed fix.
+STALE_SECONDS = 60.0
+
+
+def _sweep(path) -> None:
+    """Remove what a fix killed while backing up left beside ``path``: its hidden
+    ``.FILE.bak-TIME.part`` (as large as the registry), that copy's journal, and the empty name it
+    had reserved. A copy being written is never touched: its fix holds a lock on it (``flock``);
+    a moment-old one, whose fix may not have taken the lock yet, is left for a later fix."""
+    import fcntl
+    import glob
+    import os
+    import time
+
+    folder, name = os.path.split(str(path))
+    for part in glob.glob(os.path.join(glob.escape(folder), "." + glob.escape(name) + ".bak-*.part")):
+        try:
+            fd = os.open(part, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if time.time() - os.fstat(fd).st_mtime < STALE_SECONDS:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a live fix is writing it
+            reserved = os.path.join(folder, os.path.basename(part)[1:-len(".part")])
+            for leftover in (part, part + "-journal"):
+                _remove(leftover)
+            if os.path.isfile(reserved) and not os.path.islink(reserved) and os.path.getsize(reserved) == 0:
+                _remove(reserved)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+
+
+def _remove(path: str) -> None:
+    import os
+
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _full(exc, path) -> bool:

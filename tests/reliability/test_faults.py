@@ -237,6 +237,36 @@ def test_a_fix_killed_while_it_writes_its_backup_leaves_no_half_backup(tmp_path)
 
 
 @pytest.mark.slow
+def test_a_later_fix_sweeps_what_a_killed_fixs_backup_left_and_never_a_live_ones(tmp_path):
+    """A fix killed while copying leaves its hidden ``.registry.db.bak-TIME.part`` (as large as
+    the registry), maybe its journal, and the empty name it reserved: the next fix removes them.
+    A copy another fix is writing (it holds the copy's lock) or has just begun is left alone."""
+    import fcntl
+
+    from tests.reliability import tamper
+
+    url = str(tmp_path / "registry.db")
+    g = _goal(url)
+    tamper.raw(url, "UPDATE goals SET title = 'edited behind its back' WHERE id = ?", (g,))
+    dead, live, young = (tmp_path / f".registry.db.bak-20260101T00000{i}.part" for i in range(3))
+    journal, reserved = tmp_path / (dead.name + "-journal"), tmp_path / dead.name[1:-len(".part")]
+    for f in (dead, live, young, journal):
+        f.write_bytes(b"SQLite format 3\0" + b"x" * 4096)
+    reserved.touch()
+    for f in (dead, live):
+        os.utime(f, (time.time() - 600, time.time() - 600))  # ten minutes old
+    held = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a live fix writing it
+        code, out, err = loopx(url, "self-repair", "fix", "--json")
+        assert code == 0 and json.loads(out)["ok"] is True, (out, err)
+    finally:
+        os.close(held)
+    assert not dead.exists() and not journal.exists() and not reserved.exists()
+    assert live.exists() and young.exists()
+
+
+@pytest.mark.slow
 def test_a_self_repair_fix_killed_part_way_leaves_a_registry_the_next_fix_completes(tmp_path):
     from tests.reliability import tamper
 
