@@ -97,8 +97,13 @@ def _fix_storage(reg: Registry) -> list[dict[str, Any]]:
 
 def _restore_goal_rows(reg: Registry) -> list[dict[str, Any]]:
     """Goals whose row was deleted while their ledger survives: rebuilt from the ledger."""
-    found = detectors.session().restore_goal_rows(reg, after=lambda w, done: _rebuilt(done, w.goal_id, w))
+    found = detectors.session().restore_goal_rows(reg, after=_after_restore)
     return [row for rows in found for row in rows]
+
+
+def _after_restore(w: Writer, done: dict[str, Any]) -> list[dict[str, Any]]:
+    assert w.goal_id is not None  # each writer is opened on the goal it restores
+    return _rebuilt(done, w.goal_id, w)
 
 
 def _rebuilt(done: dict[str, Any], goal_id: str, w: Writer | None = None) -> list[dict[str, Any]]:
