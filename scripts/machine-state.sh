@@ -5,6 +5,8 @@
 #                            not `postgres`, `initdb` or `pg_ctl`)
 #   etc FILE                 a file under /etc/postgresql
 #   tmp PATH                 a /tmp/loopx-* entry
+#   shm FILE                 a PostgreSQL shared memory segment in /dev/shm (a killed server's;
+#                            the machine's own server, run as `postgres`, is not counted)
 #
 #     bash scripts/machine-state.sh > before; bash scripts/test.sh; bash scripts/machine-state.sh | comm -13 before -
 #
@@ -33,4 +35,8 @@ live_session() {  # DIR is a loopx-pg-* dir whose owner.pid is a running process
     done
     if [ -d /etc/postgresql ]; then find /etc/postgresql -type f | sed 's/^/etc /'; fi
     for path in /tmp/loopx-*; do if [ -e "$path" ] && ! live_session "$path"; then echo "tmp $path"; fi; done
+    if [ -d /dev/shm ]; then
+        if id postgres >/dev/null 2>&1; then not_system=(! -user postgres); else not_system=(); fi
+        find /dev/shm -maxdepth 1 -name 'PostgreSQL.*' "${not_system[@]}" | sed 's/^/shm /'
+    fi
 } | sort

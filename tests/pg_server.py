@@ -110,8 +110,11 @@ class ThrowawayPostgres:
                 unixsocketdir=str(self.dir), logfile=str(log), startparams="-w -t 60", dbname=DATABASE,
                 user="postgres", password=superuser_password, timeout=90,
                 # track_functions: the statement-count test counts the trigger functions a turn runs.
+                # dynamic_shared_memory_type=mmap: its segments are files in the data directory,
+                # deleted with it; the default (posix) leaves /dev/shm/PostgreSQL.* behind whenever
+                # a server is killed (tests do), in memory until the machine restarts.
                 postgres_options=("-c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
-                                  " -c track_functions=pl"),
+                                  " -c track_functions=pl -c dynamic_shared_memory_type=mmap"),
             )
             try:
                 self._executor.start()

@@ -141,7 +141,27 @@ def test_interrupted_session_still_cleans_up(scratch, sig):
     assert_gone(url, scratch)
 
 
+def _segments() -> set[str]:
+    """PostgreSQL's shared memory segments in /dev/shm, less the machine's own server's (its
+    user is ``postgres``; the test servers run as ``nobody`` or as us)."""
+    import pwd
+
+    try:
+        system = pwd.getpwnam("postgres").pw_uid
+    except KeyError:
+        system = None
+    found = set()
+    for path in Path("/dev/shm").glob("PostgreSQL.*"):
+        try:
+            if path.stat().st_uid != system:
+                found.add(path.name)
+        except FileNotFoundError:
+            continue
+    return found
+
+
 def test_a_killed_sessions_server_is_swept_by_the_next_session(scratch):
+    segments = _segments()
     proc, report = inner_session(scratch, "hang")
     url = wait_for(report, proc)
     os.killpg(proc.pid, signal.SIGKILL)  # no handler, no atexit: the server is orphaned
@@ -154,6 +174,9 @@ def test_a_killed_sessions_server_is_swept_by_the_next_session(scratch):
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     assert_gone(url, scratch)  # the orphan, and the new session's own server
+    # Killed outright, a server with POSIX shared memory leaves its segments in /dev/shm (memory
+    # until the machine restarts); the test servers keep theirs in the data directory.
+    assert _segments() - segments == set()
 
 
 def test_given_url_starts_nothing(scratch):
