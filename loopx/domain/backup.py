@@ -93,6 +93,7 @@ def _sweep(path) -> None:
     import glob
     import os
     import time
+    from pathlib import Path
 
     folder, name = os.path.split(str(path))
     for part in glob.glob(os.path.join(glob.escape(folder), "." + glob.escape(name) + ".bak-*.part")):
@@ -104,24 +105,15 @@ def _sweep(path) -> None:
             if time.time() - os.fstat(fd).st_mtime < STALE_SECONDS:
                 continue
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a live fix is writing it
-            reserved = os.path.join(folder, os.path.basename(part)[1:-len(".part")])
+            reserved = Path(folder, os.path.basename(part)[1:-len(".part")])
             for leftover in (part, part + "-journal"):
-                _remove(leftover)
-            if os.path.isfile(reserved) and not os.path.islink(reserved) and os.path.getsize(reserved) == 0:
-                _remove(reserved)
+                Path(leftover).unlink(missing_ok=True)
+            if reserved.is_file() and not reserved.is_symlink() and reserved.stat().st_size == 0:
+                reserved.unlink(missing_ok=True)
         except OSError:
             continue
         finally:
             os.close(fd)
-
-
-def _remove(path: str) -> None:
-    import os
-
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _full(exc, path) -> bool:
